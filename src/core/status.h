@@ -87,8 +87,9 @@ class [[nodiscard]] Result {
 #define MX_CONCAT_INNER(a, b) a##b
 #define MX_CONCAT(a, b) MX_CONCAT_INNER(a, b)
 // MX_ASSIGN_OR_RETURN(auto x, f()) : x = value of f() or return its Status.
-#define MX_ASSIGN_OR_RETURN(lhs, expr) MX_ASSIGN_OR_RETURN_IMPL(MX_CONCAT(mx_result_, __LINE__), lhs, expr)
-#define MX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                             \
+#define MX_ASSIGN_OR_RETURN(lhs, ...) MX_ASSIGN_OR_RETURN_N(__COUNTER__, lhs, __VA_ARGS__)
+#define MX_ASSIGN_OR_RETURN_N(n, lhs, ...) MX_ASSIGN_OR_RETURN_IMPL(MX_CONCAT(mx_result_, n), lhs, __VA_ARGS__)
+#define MX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, ...)  \
+  auto tmp = (__VA_ARGS__);                      \
   if (!tmp.is_ok()) return tmp.status();         \
   lhs = std::move(tmp).value()

@@ -1,0 +1,79 @@
+// Backend: the interface the model computes through, shared by the CPU reference and the CUDA backend.
+// Owns: device memory allocation, host<->device copies, and the op table. Every op validates nothing
+// user-facing (the model validated the batch); each has a CPU and a CUDA implementation, and an op a
+// backend lacks fails loudly through supports() -- never a silent fallback to another backend.
+// Shapes: T tokens, H d_model, E experts, K top_k, I expert width, V vocab.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/op_params.h"
+
+namespace mxserve::backend {
+
+enum class Op {
+  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows,
+};
+const char* op_name(Op op);
+
+// Paged-attention metadata for one batch, on the backend's device.
+struct AttentionMeta {
+  Tensor token_seq;     // i32 [T]: sequence index of each token
+  Tensor kv_index;      // i32 [T]: KV index of each token within its sequence (attends to [0, kv_index])
+  Tensor slot_mapping;  // i32 [T]: cache slot where the token's K/V are written
+  Tensor block_tables;  // i32 [S, max_blocks]
+  kernels::AttentionParams params;
+};
+
+// Stacked routed-expert weights of one MoE layer, in the backend's weight dtype.
+struct ExpertWeights {
+  Tensor gate_up;  // [E, 2I, H]: rows 0..I-1 gate, I..2I-1 up (transformers 5.x in-memory layout)
+  Tensor down;     // [E, H, I]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual DType activation_dtype() const = 0;  // f32 on CPU, bf16 on CUDA
+  virtual DType weight_dtype() const = 0;      // dtype float weights are stored in on this backend
+  virtual bool supports(Op op) const = 0;
+
+  // ---- memory ----
+  virtual Tensor alloc(DType dtype, Shape shape) = 0;
+  // Copies a host tensor into dst (same shape), converting float weights to dst's dtype.
+  virtual void copy_weight(const Tensor& host, Tensor& dst) = 0;
+  // Exact copies (ids, metadata, logits).
+  virtual Tensor upload(const Tensor& host) = 0;
+  virtual Tensor to_host(const Tensor& t) = 0;  // f32 for float tensors
+  virtual void synchronize() {}
+
+  // ---- ops ----
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;        // [V,H], i32[T] -> [T,H]
+  virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;     // [R,C] (out may be x)
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;  // [M,K]x[N,K]^T
+  virtual void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) = 0;  // [T,nh,hd] in place
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;                          // [T,2I] -> [T,I]
+  virtual void add(Tensor& x, const Tensor& y) = 0;                                       // x += y
+  virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
+                        Tensor& v_cache) = 0;
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
+                         Tensor& out) = 0;                                                // [T,nh,hd]
+  // Router GEMM in fp32 + sigmoid + group-limited top-k: x [T,H], gate_w [E,H], bias f32 [E].
+  virtual void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
+                      Tensor& topk_ids, Tensor& topk_weights) = 0;                         // i32/f32 [T,K]
+  // out [T,H] += sum_k weights[t,k] * Expert_{ids[t,k]}(x[t])
+  virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const ExpertWeights& experts, Tensor& out) = 0;
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;          // out[r] = x[rows[r]]
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// nullptr + a Status naming why when CUDA is not built in or no GPU is present.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+
+}  // namespace mxserve::backend

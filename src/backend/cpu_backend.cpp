@@ -1,0 +1,184 @@
+// The CPU backend: fp32 activations and weights, every op a call into kernels/cpu (the reference).
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/numeric.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace mxserve::backend {
+namespace {
+
+namespace k = kernels::cpu;
+
+float* f32(Tensor& t) {
+  MX_CHECK_MSG(t.dtype() == DType::kF32, "expected f32, got " << t.describe());
+  return t.data<float>();
+}
+const float* f32(const Tensor& t) {
+  MX_CHECK_MSG(t.dtype() == DType::kF32, "expected f32, got " << t.describe());
+  return t.data<float>();
+}
+const int32_t* i32(const Tensor& t) {
+  MX_CHECK_MSG(t.dtype() == DType::kI32, "expected i32, got " << t.describe());
+  return t.data<int32_t>();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device::cpu(); }
+  DType activation_dtype() const override { return DType::kF32; }
+  DType weight_dtype() const override { return DType::kF32; }
+  bool supports(Op) const override { return true; }
+
+  Tensor alloc(DType dtype, Shape shape) override { return Tensor::empty(dtype, std::move(shape)); }
+
+  void copy_weight(const Tensor& host, Tensor& dst) override {
+    MX_CHECK_MSG(host.numel() == dst.numel(), host.describe() << " into " << dst.describe());
+    MX_CHECK(dst.dtype() == DType::kF32);
+    float* out = dst.data<float>();
+    const int64_t n = host.numel();
+    switch (host.dtype()) {
+      case DType::kF32: std::memcpy(out, host.raw(), sizeof(float) * n); break;
+      case DType::kBF16: {
+        const auto* src = static_cast<const uint8_t*>(host.raw());
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);  // mmap offsets need not be aligned
+          out[i] = bf16_to_f32(v);
+        }
+        break;
+      }
+      case DType::kF16: {
+        const auto* src = static_cast<const uint8_t*>(host.raw());
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);
+          out[i] = f16_to_f32(v);
+        }
+        break;
+      }
+      default: MX_CHECK_MSG(false, "copy_weight: unsupported source " << host.describe());
+    }
+  }
+
+  Tensor upload(const Tensor& host) override {
+    Tensor t = Tensor::empty(host.dtype(), host.shape());
+    std::memcpy(t.raw(), host.raw(), host.nbytes());
+    return t;
+  }
+  Tensor to_host(const Tensor& t) override { return upload(t); }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    k::embedding_f32(table.raw(), table.dtype() == DType::kBF16, i32(ids), f32(out), ids.numel(), table.dim(1));
+  }
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    const int64_t cols = w.numel();
+    k::rmsnorm_f32(f32(x), f32(w), f32(out), x.numel() / cols, cols, eps);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+    const int64_t kdim = w.dim(1), n = w.dim(0);
+    MX_CHECK_EQ(x.numel() % kdim, 0);
+    k::linear_f32(f32(x), f32(w), bias ? f32(*bias) : nullptr, f32(out), x.numel() / kdim, n, kdim);
+  }
+  void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) override {
+    k::rope_neox_f32(f32(x), i32(positions), positions.numel(), p);
+  }
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    const int64_t inter = out.dim(-1);
+    k::silu_mul_f32(f32(gate_up), f32(out), out.numel() / inter, inter);
+  }
+  void add(Tensor& x, const Tensor& y) override {
+    float* a = f32(x);
+    const float* b = f32(y);
+    for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
+  }
+  void kv_write(const Tensor& kt, const Tensor& vt, const AttentionMeta& meta, Tensor& k_cache,
+                Tensor& v_cache) override {
+    const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
+    k::kv_write_f32(f32(kt), f32(vt), i32(meta.slot_mapping), f32(k_cache), f32(v_cache), kt.numel() / width, width);
+  }
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
+                 Tensor& out) override {
+    k::paged_attention_f32(f32(q), f32(k_cache), f32(v_cache), i32(meta.token_seq), i32(meta.kv_index),
+                           i32(meta.block_tables), f32(out), meta.params);
+  }
+  void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
+              Tensor& topk_ids, Tensor& topk_weights) override {
+    const int64_t n_tokens = x.dim(0);
+    Tensor logits = Tensor::empty(DType::kF32, {n_tokens, p.n_experts});
+    k::linear_f32(f32(x), f32(gate_w), nullptr, f32(logits), n_tokens, p.n_experts, x.dim(1));
+    k::moe_router_f32(f32(logits), f32(bias), topk_ids.data<int32_t>(), f32(topk_weights), n_tokens, p);
+  }
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
+                   Tensor& out) override {
+    const int64_t n_tokens = x.dim(0), d = x.dim(1), top_k = topk_ids.dim(1);
+    const int64_t n_experts = ex.gate_up.dim(0), inter = ex.down.dim(2);
+    // Group (token, slot) pairs by expert: plain gather -> GEMM -> SwiGLU -> GEMM -> weighted scatter.
+    std::vector<std::vector<int64_t>> rows(n_experts);
+    const int32_t* ids = i32(topk_ids);
+    for (int64_t i = 0; i < n_tokens * top_k; ++i) {
+      MX_CHECK(ids[i] >= 0 && ids[i] < n_experts);
+      rows[ids[i]].push_back(i);
+    }
+    const float* xs = f32(x);
+    const float* w = f32(topk_weights);
+    float* o = f32(out);
+    std::vector<float> xin, gate_up, act, y;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t m = static_cast<int64_t>(rows[e].size());
+      if (m == 0) continue;
+      xin.resize(m * d);
+      for (int64_t r = 0; r < m; ++r) std::memcpy(&xin[r * d], xs + (rows[e][r] / top_k) * d, sizeof(float) * d);
+      gate_up.resize(m * 2 * inter);
+      act.resize(m * inter);
+      y.resize(m * d);
+      k::linear_f32(xin.data(), f32(ex.gate_up) + e * 2 * inter * d, nullptr, gate_up.data(), m, 2 * inter, d);
+      k::silu_mul_f32(gate_up.data(), act.data(), m, inter);
+      k::linear_f32(act.data(), f32(ex.down) + e * d * inter, nullptr, y.data(), m, d, inter);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t t = rows[e][r] / top_k;
+        const float wt = w[rows[e][r]];
+        for (int64_t c = 0; c < d; ++c) o[t * d + c] += wt * y[r * d + c];
+      }
+    }
+  }
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    const int64_t cols = x.numel() / x.dim(0);
+    const int32_t* r = i32(rows);
+    for (int64_t i = 0; i < rows.numel(); ++i)
+      std::memcpy(f32(out) + i * cols, f32(x) + static_cast<int64_t>(r[i]) * cols, sizeof(float) * cols);
+  }
+};
+
+}  // namespace
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kEmbedding: return "embedding";
+    case Op::kRmsNorm: return "rmsnorm";
+    case Op::kLinear: return "linear";
+    case Op::kRope: return "rope";
+    case Op::kSiluMul: return "silu_mul";
+    case Op::kAdd: return "add";
+    case Op::kKvWrite: return "kv_write";
+    case Op::kAttention: return "attention";
+    case Op::kRouter: return "router";
+    case Op::kMoeExperts: return "moe_experts";
+    case Op::kGatherRows: return "gather_rows";
+  }
+  return "?";
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "cuda")
+    return unsupported("--backend cuda: the CUDA backend is not part of this build yet (use --backend cpu)");
+  return invalid_argument("--backend '" + name + "': expected cpu or cuda");
+}
+
+}  // namespace mxserve::backend

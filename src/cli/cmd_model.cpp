@@ -1,0 +1,108 @@
+// verify-fixture, generate, inspect: the model-level subcommands.
+#include <cstdio>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/fixture.h"
+#include "io/checkpoint.h"
+#include "model/causal_lm.h"
+#include "model/weight_table.h"
+#include "runtime/sequence_runner.h"
+
+namespace mxserve::cli {
+namespace {
+
+int fail(const Status& s, int code = 2) {
+  std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+  return code;
+}
+
+}  // namespace
+
+int cmd_verify_fixture(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"--backend", "--block-size", "--chunk-size", "--max-rel-l2"}, {});
+  if (!args.is_ok()) return fail(args.status());
+  if (args->positional().size() != 1)
+    return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N]"));
+  FixtureOptions opt;
+  auto bs = args->get_int("--block-size", 16);
+  auto cs = args->get_int("--chunk-size", 7);
+  auto tol = args->get_double("--max-rel-l2", 1e-4);
+  if (!bs.is_ok()) return fail(bs.status());
+  if (!cs.is_ok()) return fail(cs.status());
+  if (!tol.is_ok()) return fail(tol.status());
+  if (*bs <= 0 || *cs <= 0) return fail(invalid_argument("--block-size and --chunk-size must be positive"));
+  opt.block_size = *bs;
+  opt.chunk_size = *cs;
+  opt.max_rel_l2 = *tol;
+  auto be = backend::make_backend(args->get_or("--backend", "cpu"));
+  if (!be.is_ok()) return fail(be.status());
+  const std::string dir = args->positional()[0];
+  auto report = verify_fixture(dir, **be, opt);
+  if (!report.is_ok()) return fail(report.status());
+  std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s)\n", dir.c_str(),
+              report->cases, report->failures, opt.max_rel_l2, (*be)->name().c_str());
+  return report->failures == 0 ? 0 : 1;
+}
+
+int cmd_generate(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"--model", "--ids", "--max-tokens", "--backend", "--block-size"},
+                          {"--ignore-eos"});
+  if (!args.is_ok()) return fail(args.status());
+  auto model_dir = args->get("--model");
+  auto ids_text = args->get("--ids");
+  if (!model_dir.is_ok()) return fail(model_dir.status());
+  if (!ids_text.is_ok()) return fail(ids_text.status());
+  auto ids = parse_id_list(*ids_text, "--ids");
+  auto max_tokens = args->get_int("--max-tokens", 16);
+  auto block_size = args->get_int("--block-size", 16);
+  if (!ids.is_ok()) return fail(ids.status());
+  if (!max_tokens.is_ok()) return fail(max_tokens.status());
+  if (!block_size.is_ok()) return fail(block_size.status());
+  if (*max_tokens <= 0 || *block_size <= 0) return fail(invalid_argument("--max-tokens and --block-size must be positive"));
+  auto be = backend::make_backend(args->get_or("--backend", "cpu"));
+  if (!be.is_ok()) return fail(be.status());
+  auto model = model::load_causal_lm(*model_dir, **be, model::LoadOptions{.load_mtp = false});
+  if (!model.is_ok()) return fail(model.status());
+  const auto& cfg = (*model)->config();
+  for (int32_t id : *ids)
+    if (id >= cfg.vocab_size)
+      return fail(invalid_argument("--ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                   std::to_string(cfg.vocab_size) + ")"));
+  const int64_t total = static_cast<int64_t>(ids->size()) + *max_tokens;
+  runtime::SequenceRunner runner(**model, **be, total / *block_size + 2, *block_size);
+  std::vector<int64_t> stop = args->has("--ignore-eos") ? std::vector<int64_t>{} : cfg.eos_token_ids;
+  auto out = runner.greedy(*ids, *max_tokens, 512, stop);
+  if (!out.is_ok()) return fail(out.status());
+  std::ostringstream os;
+  for (size_t i = 0; i < out->size(); ++i) os << (i ? "," : "") << (*out)[i];
+  std::printf("%s\n", os.str().c_str());
+  return 0;
+}
+
+int cmd_inspect(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {}, {});
+  if (!args.is_ok()) return fail(args.status());
+  if (args->positional().size() != 1) return fail(invalid_argument("usage: mxserve inspect DIR|FILE.safetensors"));
+  const std::string path = args->positional()[0];
+  auto ckpt = io::Checkpoint::open(path);
+  if (!ckpt.is_ok()) return fail(ckpt.status());
+  std::printf("%-64s %-9s %-22s %s\n", "tensor", "dtype", "shape", "precision");
+  for (const auto& name : (*ckpt)->names()) {
+    const auto* t = (*ckpt)->find(name);
+    auto prec = model::detect_precision(t->info->dtype, name);
+    std::printf("%-64s %-9s %-22s %s\n", name.c_str(), dtype_name(t->info->dtype),
+                shape_to_string(t->info->shape).c_str(), prec.is_ok() ? model::precision_name(*prec) : "unsupported");
+  }
+  std::printf("%zu tensors in %zu file(s)\n", (*ckpt)->names().size(), (*ckpt)->num_files());
+  if (io::is_directory(path) && io::file_exists(path + "/config.json")) {
+    auto cfg = model::load_model_config(path);
+    if (!cfg.is_ok()) return fail(cfg.status());
+    std::printf("config: %s\n", model::describe_config(*cfg).c_str());
+  }
+  return 0;
+}
+
+}  // namespace mxserve::cli

@@ -1,0 +1,11 @@
+// The `mxserve` subcommands. Each takes (argc, argv) with argv[0] the subcommand name, prints its
+// result, and returns the process exit code (0 ok, 1 check failed, 2 bad input).
+#pragma once
+
+namespace mxserve::cli {
+
+int cmd_verify_fixture(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+
+}  // namespace mxserve::cli

@@ -1,0 +1,46 @@
+// Golden fixtures (DESIGN.md section 4): reading reference.safetensors and checking a model against it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace mxserve::cli {
+
+struct FixtureCase {
+  std::vector<int32_t> input_ids;   // [T]
+  Tensor logits;                    // f32 [T, V]
+  std::vector<int32_t> greedy;      // [N]
+  Tensor mtp_logits;                // f32 [T-1, V] (undefined when absent)
+  bool has_mtp = false;
+};
+
+// Reads every case.{i}.* from DIR/reference.safetensors (contiguous i from 0), validating shapes.
+Result<std::vector<FixtureCase>> read_fixture_cases(const std::string& dir, int64_t vocab_size);
+
+struct FixtureReport {
+  int cases = 0;
+  int failures = 0;
+};
+
+struct FixtureOptions {
+  double max_rel_l2 = 1e-4;
+  int64_t block_size = 16;
+  int64_t chunk_size = 7;  // prefill chunk for the through-the-cache check (exercises block boundaries)
+};
+
+// Runs every check, printing one line per case and check; failures counted in the report.
+Result<FixtureReport> verify_fixture(const std::string& dir, backend::Backend& be, const FixtureOptions& options);
+
+// ||a - b|| / ||b|| and max |a - b| over two f32 tensors of equal numel.
+struct ErrorStats {
+  double rel_l2 = 0;
+  double max_abs = 0;
+};
+ErrorStats compare(const float* a, const float* b, int64_t n);
+
+}  // namespace mxserve::cli

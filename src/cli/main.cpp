@@ -1,0 +1,39 @@
+// mxserve: one binary, one subcommand per job.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3)"},
+    {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
+    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors with their detected precision"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: mxserve <command> [flags]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands)
+    if (std::string(argv[1]) == c.name) return c.run(argc - 1, argv + 1);
+  std::fprintf(stderr, "mxserve: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,44 @@
+// CPU reference kernels: plain, correct, fp32 accumulation. The executable spec every CUDA kernel is
+// tested against. All tensors are row-major and contiguous; shapes are given per argument.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/op_params.h"
+
+namespace mxserve::kernels::cpu {
+
+// out[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]).  OpenBLAS sgemm.
+void linear_f32(const float* x, const float* w, const float* bias, float* out, int64_t m, int64_t n, int64_t k);
+
+// out[r,:] = x[r,:] * rsqrt(mean(x[r,:]^2) + eps) * w   (rows x cols)
+void rmsnorm_f32(const float* x, const float* w, float* out, int64_t rows, int64_t cols, float eps);
+
+// out[t,:] = table[ids[t],:]; table is bf16 [V, H] or f32 (table_is_bf16 selects).
+void embedding_f32(const void* table, bool table_is_bf16, const int32_t* ids, float* out, int64_t n_tokens,
+                   int64_t d_model);
+
+// In place on x[n_tokens, n_heads, head_dim]: NeoX half-split rotation of dims [0, rotary_dim).
+void rope_neox_f32(float* x, const int32_t* positions, int64_t n_tokens, const RopeParams& p);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i]      gate_up: [T, 2*inter], out: [T, inter]
+void silu_mul_f32(const float* gate_up, float* out, int64_t n_tokens, int64_t inter);
+
+// Writes k/v rows [T, n_kv_heads*head_dim] into the paged caches at slot_mapping[t]
+// (slot = block * block_size + offset); caches are [n_blocks*block_size, n_kv_heads*head_dim].
+void kv_write_f32(const float* k, const float* v, const int32_t* slot_mapping, float* k_cache, float* v_cache,
+                  int64_t n_tokens, int64_t kv_width);
+
+// q: [T, n_heads, head_dim]; out: [T, n_heads, head_dim].
+// token_seq[T]: sequence of each token; kv_index[T]: its KV index; block_tables: [n_seqs, max_blocks].
+void paged_attention_f32(const float* q, const float* k_cache, const float* v_cache, const int32_t* token_seq,
+                         const int32_t* kv_index, const int32_t* block_tables, float* out,
+                         const AttentionParams& p);
+
+// Router: logits[T, E] = x[T,H] @ gate_w[E,H]^T in fp32; sigmoid; + bias for selection only;
+// group-limited top-k; weights = unbiased sigmoid scores of the chosen experts (normalized, scaled).
+// topk_ids / topk_weights: [T, top_k].
+void moe_router_f32(const float* logits, const float* correction_bias, int32_t* topk_ids, float* topk_weights,
+                    int64_t n_tokens, const RouterParams& p);
+
+}  // namespace mxserve::kernels::cpu

@@ -1,0 +1,40 @@
+// Parameter structs shared by the CPU reference kernels and the CUDA kernels. Kernels see pointers,
+// strides and these structs -- never a Request, a Sequence or the KV manager.
+#pragma once
+
+#include <cstdint>
+
+namespace mxserve::kernels {
+
+// Partial NeoX RoPE: rotate dims [0, rotary_dim) of each head as two halves; dims >= rotary_dim pass.
+struct RopeParams {
+  int32_t n_heads = 0;
+  int32_t head_dim = 0;
+  int32_t rotary_dim = 0;
+  float theta = 10000.f;
+};
+
+// Sigmoid router with DeepSeek-V3 style group-limited top-k ("noaux_tc").
+struct RouterParams {
+  int32_t n_experts = 0;
+  int32_t top_k = 0;
+  int32_t n_group = 1;
+  int32_t topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.f;
+};
+
+// Paged attention over a batch of sequences. Token t of sequence s has KV index kv_index[t]
+// (0-based in its sequence) and attends to KV indices [0, kv_index[t]] (causal).
+struct AttentionParams {
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  int32_t max_blocks_per_seq = 0;  // row stride of block_tables
+  float scale = 1.f;
+};
+
+}  // namespace mxserve::kernels

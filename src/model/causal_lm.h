@@ -1,0 +1,43 @@
+// CausalLM: what the runtime and the CLI see of a model -- one forward over a ForwardBatch against a
+// paged KV cache, plus the MTP (NextN) draft forward when the checkpoint has one.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "kvcache/kv_cache.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+
+namespace mxserve::model {
+
+struct ForwardOutput {
+  Tensor logits;  // [len(logit_rows), V] on the backend's device (f32 on CPU)
+  Tensor hidden;  // [T, H] post-final-norm hidden states when batch.want_hidden (MTP input)
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  // The KV cache geometry this model needs (target layers + the MTP layer, if any).
+  virtual kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const = 0;
+  virtual Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) = 0;
+  virtual bool has_mtp() const = 0;
+  // MTP draft forward: token_ids are the *next* tokens x_{t+1}; hidden_in [T,H] the target's post-norm
+  // hidden states h_t (or the draft's own output); positions are the target's. Own KV layer.
+  // Returns logits of batch.logit_rows and (if want_hidden) the draft's output hidden states.
+  virtual Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
+                                            kvcache::KvCache& kv) = 0;
+};
+
+struct LoadOptions {
+  bool load_mtp = true;  // bind and load the MTP layer when the config declares one
+};
+
+// Reads config.json + the checkpoint in dir, validates every tensor, uploads weights to the backend.
+Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend::Backend& be,
+                                                 const LoadOptions& options);
+
+}  // namespace mxserve::model

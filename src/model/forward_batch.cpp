@@ -1,0 +1,75 @@
+#include "model/forward_batch.h"
+
+#include <algorithm>
+
+namespace mxserve::model {
+
+Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t block_size) const {
+  const int64_t T = n_tokens();
+  if (T == 0) return invalid_argument("forward batch: no tokens");
+  if (static_cast<int64_t>(positions.size()) != T)
+    return invalid_argument("forward batch: " + std::to_string(positions.size()) + " positions for " +
+                            std::to_string(T) + " tokens");
+  for (int64_t t = 0; t < T; ++t) {
+    if (token_ids[t] < 0 || token_ids[t] >= vocab_size)
+      return invalid_argument("forward batch: token id " + std::to_string(token_ids[t]) + " at row " +
+                              std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    if (positions[t] < 0) return invalid_argument("forward batch: negative position at row " + std::to_string(t));
+  }
+  int32_t next = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const auto& q = seqs[s];
+    const std::string where = "forward batch: sequence " + std::to_string(s);
+    if (q.token_begin != next || q.n_tokens <= 0)
+      return invalid_argument(where + ": rows must be contiguous and non-empty");
+    if (q.kv_len < q.n_tokens) return invalid_argument(where + ": kv_len " + std::to_string(q.kv_len) + " < rows");
+    const int64_t need = (q.kv_len + block_size - 1) / block_size;
+    if (static_cast<int64_t>(q.block_table.size()) < need)
+      return invalid_argument(where + ": " + std::to_string(q.block_table.size()) + " blocks cannot hold " +
+                              std::to_string(q.kv_len) + " tokens");
+    for (int32_t b : q.block_table)
+      if (b < 0 || b >= n_blocks) return invalid_argument(where + ": block id " + std::to_string(b) + " out of range");
+    next += q.n_tokens;
+  }
+  if (next != T) return invalid_argument("forward batch: sequences cover " + std::to_string(next) + " of " +
+                                         std::to_string(T) + " rows");
+  for (int32_t r : logit_rows)
+    if (r < 0 || r >= T) return invalid_argument("forward batch: logit row " + std::to_string(r) + " out of range");
+  return Status::ok();
+}
+
+backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::Backend& be, int64_t block_size,
+                                            const kernels::AttentionParams& shape) {
+  const int64_t T = batch.n_tokens();
+  const int64_t S = static_cast<int64_t>(batch.seqs.size());
+  int64_t max_blocks = 1;
+  for (const auto& q : batch.seqs) max_blocks = std::max<int64_t>(max_blocks, q.block_table.size());
+  Tensor token_seq = Tensor::empty(DType::kI32, {T});
+  Tensor kv_index = Tensor::empty(DType::kI32, {T});
+  Tensor slots = Tensor::empty(DType::kI32, {T});
+  Tensor tables = Tensor::zeros(DType::kI32, {S, max_blocks});
+  for (int64_t s = 0; s < S; ++s) {
+    const auto& q = batch.seqs[s];
+    std::copy(q.block_table.begin(), q.block_table.end(), tables.data<int32_t>() + s * max_blocks);
+    const int32_t first_kv = q.kv_len - q.n_tokens;
+    for (int32_t i = 0; i < q.n_tokens; ++i) {
+      const int32_t row = q.token_begin + i, j = first_kv + i;
+      token_seq.data<int32_t>()[row] = static_cast<int32_t>(s);
+      kv_index.data<int32_t>()[row] = j;
+      slots.data<int32_t>()[row] = static_cast<int32_t>(q.block_table[j / block_size] * block_size + j % block_size);
+    }
+  }
+  backend::AttentionMeta meta;
+  meta.token_seq = be.upload(token_seq);
+  meta.kv_index = be.upload(kv_index);
+  meta.slot_mapping = be.upload(slots);
+  meta.block_tables = be.upload(tables);
+  meta.params = shape;
+  meta.params.n_tokens = static_cast<int32_t>(T);
+  meta.params.n_seqs = static_cast<int32_t>(S);
+  meta.params.block_size = static_cast<int32_t>(block_size);
+  meta.params.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  return meta;
+}
+
+}  // namespace mxserve::model

@@ -1,0 +1,34 @@
+// WeightLoader: moves bound checkpoint tensors onto a backend in the layouts the kernels want
+// (fused gate|up rows, experts stacked to [E, ...], column slices). Names come from the weight table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/weight_table.h"
+
+namespace mxserve::model {
+
+class WeightLoader {
+ public:
+  WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(weights) {}
+
+  // One tensor in the backend's weight dtype.
+  Tensor get(const std::string& name);
+  // One tensor kept in f32 on every backend (e_score_correction_bias).
+  Tensor get_f32(const std::string& name);
+  // Tensors of equal trailing shape concatenated along dim 0: [sum rows, cols].
+  Tensor concat_rows(const std::vector<std::string>& names);
+  // Per-expert groups: group g (concatenated along rows) becomes slice g of a [G, rows, cols] tensor.
+  Tensor stack(const std::vector<std::vector<std::string>>& groups);
+  // Columns [begin, end) of a 2-D tensor: [rows, end - begin].
+  Tensor columns(const std::string& name, int64_t begin, int64_t end);
+  bool has(const std::string& name) const { return weights_.find(name) != nullptr; }
+
+ private:
+  backend::Backend& be_;
+  const BoundWeights& weights_;
+};
+
+}  // namespace mxserve::model
