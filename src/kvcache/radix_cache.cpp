@@ -91,6 +91,16 @@ int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
   return added;
 }
 
+void RadixCache::visit_blocks(const std::function<void(int32_t, int64_t)>& f) const {
+  std::vector<std::pair<const Node*, int64_t>> stack = {{root_.get(), 0}};
+  while (!stack.empty()) {
+    auto [n, depth] = stack.back();
+    stack.pop_back();
+    if (n->block >= 0) f(n->block, depth);
+    for (const auto& [h, c] : n->children) stack.push_back({c.get(), depth + 1});
+  }
+}
+
 int64_t RadixCache::n_evictable() const {
   // A node is evictable once its subtree holds no block any sequence references.
   int64_t count = 0;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -42,11 +43,15 @@ class RadixCache {
   // Cached blocks only the tree references (what evict() could free right now, leaves first).
   int64_t n_evictable() const;
   int64_t block_size() const { return block_size_; }
+  // Visits every cached block (for invariant checks): f(block, depth) with depth 1 = first block.
+  template <typename F>
+  void for_each_block(F&& f) const;
 
  private:
   struct Node;
   Node* child(Node* parent, std::span<const int32_t> block_tokens) const;
   uint64_t hash_block(std::span<const int32_t> block_tokens) const;
+  void visit_blocks(const std::function<void(int32_t, int64_t)>& f) const;
 
   BlockPool& pool_;
   int64_t block_size_;
@@ -54,5 +59,10 @@ class RadixCache {
   int64_t n_nodes_ = 0;
   uint64_t clock_ = 0;
 };
+
+template <typename F>
+void RadixCache::for_each_block(F&& f) const {
+  visit_blocks([&](int32_t block, int64_t depth) { f(block, depth); });
+}
 
 }  // namespace mxserve::kvcache

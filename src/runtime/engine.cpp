@@ -233,6 +233,32 @@ void Engine::stop() {
   if (loop_.joinable()) loop_.join();
 }
 
+Status Engine::check_invariants() const {
+  std::vector<int32_t> expected(config_.n_blocks, 0);
+  for (const auto& [id, seq] : seqs_) {
+    for (int32_t b : seq->block_table) {
+      if (b < 0 || b >= config_.n_blocks) return internal_error("request " + std::to_string(id) + " holds bad block");
+      ++expected[b];
+    }
+    if (seq->state == SeqState::kRunning &&
+        static_cast<int64_t>(seq->block_table.size()) * config_.scheduler.block_size < seq->n_computed)
+      return internal_error("request " + std::to_string(id) + ": block table shorter than its computed tokens");
+    if (seq->state == SeqState::kWaiting && !seq->block_table.empty())
+      return internal_error("waiting request " + std::to_string(id) + " holds blocks");
+  }
+  if (auto* cache = const_cast<Scheduler&>(scheduler_).prefix_cache())
+    cache->for_each_block([&](int32_t b, int64_t) { ++expected[b]; });
+  int64_t free_count = 0;
+  for (int64_t b = 0; b < config_.n_blocks; ++b) {
+    if (pool_.ref_count(static_cast<int32_t>(b)) != expected[b])
+      return internal_error("block " + std::to_string(b) + " has " + std::to_string(pool_.ref_count(b)) +
+                            " references, holders account for " + std::to_string(expected[b]));
+    free_count += expected[b] == 0;
+  }
+  if (free_count != pool_.n_free()) return internal_error("free-list size disagrees with reference counts");
+  return Status::ok();
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   return stats_;

@@ -60,6 +60,9 @@ class Engine {
   bool idle() const;
 
   EngineStats stats() const;
+  // Engine-thread only (tests): every block's reference count equals the number of sequences holding it
+  // plus one if the prefix cache holds it; running sequences' tables cover their computed tokens.
+  Status check_invariants() const;
   const EngineConfig& config() const { return config_; }
 
  private:
