@@ -128,24 +128,12 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
 }
 
 Status Engine::run_plan(const SchedulePlan& plan) {
-  model::ForwardBatch batch;
+  model::ForwardBatch batch = build_forward_batch(plan);
   std::vector<const ScheduledChunk*> sampled;
+  const auto scheduled_at = Clock::now();
   for (const auto& c : plan.chunks) {
-    model::SequenceSpan span;
-    span.token_begin = batch.n_tokens();
-    span.n_tokens = c.n_tokens;
-    span.kv_len = c.start + c.n_tokens;
-    span.block_table = c.seq->block_table;
-    for (int32_t i = 0; i < c.n_tokens; ++i) {
-      batch.token_ids.push_back(c.seq->tokens[c.start + i]);
-      batch.positions.push_back(c.start + i);
-    }
-    if (c.needs_sample) {
-      batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);
-      sampled.push_back(&c);
-    }
-    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = Clock::now();
-    batch.seqs.push_back(std::move(span));
+    if (c.needs_sample) sampled.push_back(&c);
+    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
   }
   MX_ASSIGN_OR_RETURN(Tensor logits, executor_->execute(batch));
   scheduler_.commit(plan);

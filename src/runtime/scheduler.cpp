@@ -130,6 +130,26 @@ SchedulePlan Scheduler::schedule() {
   return plan;
 }
 
+model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
+  model::ForwardBatch batch;
+  batch.token_ids.reserve(plan.n_tokens);
+  batch.positions.reserve(plan.n_tokens);
+  batch.seqs.reserve(plan.chunks.size());
+  for (const auto& c : plan.chunks) {
+    model::SequenceSpan span;
+    span.token_begin = batch.n_tokens();
+    span.n_tokens = c.n_tokens;
+    span.kv_len = c.start + c.n_tokens;
+    span.block_table = c.seq->block_table;
+    batch.token_ids.insert(batch.token_ids.end(), c.seq->tokens.begin() + c.start,
+                           c.seq->tokens.begin() + c.start + c.n_tokens);
+    for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
+    if (c.needs_sample) batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);
+    batch.seqs.push_back(std::move(span));
+  }
+  return batch;
+}
+
 void Scheduler::commit(const SchedulePlan& plan) {
   for (const auto& c : plan.chunks) {
     Sequence* seq = c.seq;

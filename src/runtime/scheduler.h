@@ -20,6 +20,7 @@
 
 #include "kvcache/block_pool.h"
 #include "kvcache/radix_cache.h"
+#include "model/forward_batch.h"
 #include "runtime/sequence.h"
 
 namespace mxserve::runtime {
@@ -53,6 +54,9 @@ struct SchedulerCounters {
   int64_t preemptions = 0;
   int64_t evicted_blocks = 0;
 };
+
+// The forward batch for a plan: chunks in order; a logit row for each chunk that needs a sample.
+model::ForwardBatch build_forward_batch(const SchedulePlan& plan);
 
 class Scheduler {
  public:
