@@ -168,7 +168,9 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
     if (add_prefix_space_) {
       for (auto& p : pieces) {
         if (!p.empty() && p[0] != ' ') {
-          ctx.arena->push_back(" " + std::string(p));
+          std::string spaced(1, ' ');
+          spaced.append(p);
+          ctx.arena->push_back(std::move(spaced));
           p = ctx.arena->back();
         }
       }
