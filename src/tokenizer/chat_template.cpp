@@ -64,7 +64,11 @@ OrderedJson ChatTemplate::make_context(const ChatInputs& in, const json& config)
 }
 
 Result<std::string> ChatTemplate::render_chat(const ChatInputs& inputs, const json& config) const {
-  return render(make_context(inputs, config));
+  try {
+    return render(make_context(inputs, config));
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("malformed chat inputs: ") + e.what());
+  }
 }
 
 }  // namespace mxserve::tokenizer

@@ -17,6 +17,15 @@ class Parser {
  public:
   explicit Parser(const std::vector<Token>& t) : t_(t) {}
 
+  static constexpr int kMaxDepth = 200;
+  struct Depth {
+    Parser& p;
+    explicit Depth(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    ~Depth() { --p.depth_; }
+  };
+
   NodePtr program() {
     auto p = std::make_unique<Node>(NodeKind::kProgram, 1);
     while (cur_ < t_.size()) p->body.push_back(any());
@@ -81,7 +90,11 @@ class Parser {
   NodeList block_until(std::initializer_list<const char*> ends) {
     NodeList body;
     while (!is_statement(ends)) {
-      if (cur_ >= t_.size()) fail(std::string("missing '{% ") + *ends.begin() + " %}'");
+      if (cur_ >= t_.size()) {
+        std::string names;
+        for (const char* e : ends) names += std::string(names.empty() ? "" : " or ") + "'{% " + e + " %}'";
+        fail("unclosed block: expected " + names);
+      }
       body.push_back(any());
     }
     return body;
@@ -93,6 +106,7 @@ class Parser {
   }
 
   NodePtr statement() {
+    Depth guard(*this);
     expect(TokType::kOpenStatement, "'{%'");
     if (!is(TokType::kIdentifier)) fail("expected a statement name");
     const std::string name = peek().value;
@@ -223,6 +237,7 @@ class Parser {
   }
 
   NodePtr expression() {
+    Depth guard(*this);
     auto a = or_expr();
     if (is_ident("if")) {
       ++cur_;
@@ -268,6 +283,7 @@ class Parser {
     return l;
   }
   NodePtr not_expr() {
+    Depth guard(*this);
     if (is_ident("not")) {
       auto n = node(NodeKind::kUnary);
       n->str = "not";
@@ -363,6 +379,7 @@ class Parser {
     return operand;
   }
   NodePtr unary_sign() {
+    Depth guard(*this);
     if ((is(TokType::kUnary) || is(TokType::kAdditive)) && (peek().value == "-" || peek().value == "+")) {
       auto n = node(NodeKind::kUnary);
       n->str = peek().value;
@@ -375,6 +392,7 @@ class Parser {
     return m;
   }
   NodePtr call_expr(NodePtr callee) {
+    Depth guard(*this);
     auto n = std::make_unique<Node>(NodeKind::kCall, callee->line);
     n->a = std::move(callee);
     n->args = arg_list(false);
@@ -537,6 +555,7 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t cur_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -223,7 +223,8 @@ std::string to_json(const Value& v, const JsonOptions& o, int depth, bool undefi
   return "null";
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > 256) throw_error("template input nested more than 256 levels");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::null();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -241,12 +242,12 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       Array a;
       a.reserve(j.size());
-      for (const auto& x : j) a.push_back(from_json(x));
+      for (const auto& x : j) a.push_back(from_json(x, depth + 1));
       return Value::array(std::move(a));
     }
     case nlohmann::ordered_json::value_t::object: {
       Object o;
-      for (auto it = j.begin(); it != j.end(); ++it) o.entries.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) o.entries.emplace_back(it.key(), from_json(it.value(), depth + 1));
       return Value::object(std::move(o));
     }
     default: return Value::undefined();

@@ -90,7 +90,7 @@ struct JsonOptions {
 std::string to_json(const Value& v, const JsonOptions& opts, int depth = 0, bool undefined_as_null = true);
 
 // JSON -> Value (integral floats become ints, as in JavaScript).
-Value from_json(const nlohmann::ordered_json& j);
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
 // JS-style number formatting (Number.prototype.toString).
 std::string format_js_number(double x);

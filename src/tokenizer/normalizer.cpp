@@ -96,7 +96,7 @@ class ReplaceNormalizer final : public Normalizer {
   Status normalize(std::string& text) const override {
     std::vector<std::pair<size_t, size_t>> m;
     if (re_) {
-      re_->find_all(text, m);
+      MX_RETURN_IF_ERROR(re_->find_all(text, m));
     } else if (!literal_.empty()) {
       for (size_t p = text.find(literal_); p != std::string::npos; p = text.find(literal_, p + literal_.size()))
         m.emplace_back(p, p + literal_.size());

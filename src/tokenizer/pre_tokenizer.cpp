@@ -119,7 +119,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   SplitPreTokenizer(std::string literal, std::shared_ptr<const Regex> re, Behavior b, bool invert)
       : literal_(std::move(literal)), re_(std::move(re)), behavior_(b), invert_(invert) {}
 
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
     std::vector<std::string_view> out;
     out.reserve(pieces.size() * 4);
     std::vector<std::pair<size_t, size_t>> matches;
@@ -127,7 +127,7 @@ class SplitPreTokenizer final : public PreTokenizer {
     for (std::string_view piece : pieces) {
       matches.clear();
       if (re_) {
-        re_->find_all(piece, matches);
+        MX_RETURN_IF_ERROR(re_->find_all(piece, matches));
       } else if (!literal_.empty()) {
         for (size_t p = piece.find(literal_); p != std::string_view::npos;
              p = piece.find(literal_, p + literal_.size()))
@@ -148,6 +148,7 @@ class SplitPreTokenizer final : public PreTokenizer {
       emit_by_behavior(piece, spans, behavior_, out);
     }
     pieces.swap(out);
+    return Status::ok();
   }
 
  private:
@@ -164,7 +165,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, std::shared_ptr<const Regex> re)
       : add_prefix_space_(add_prefix_space), re_(std::move(re)) {}
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
     if (add_prefix_space_) {
       for (auto& p : pieces) {
         if (!p.empty() && p[0] != ' ') {
@@ -177,8 +178,9 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
     }
     if (re_) {
       SplitPreTokenizer split("", re_, Behavior::kIsolated, false);
-      split.apply(pieces, ctx);
+      return split.apply(pieces, ctx);
     }
+    return Status::ok();
   }
   bool ends_with_byte_level() const override { return true; }
 
@@ -190,7 +192,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
 class DigitsPreTokenizer final : public PreTokenizer {
  public:
   explicit DigitsPreTokenizer(bool individual) : individual_(individual) {}
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
     std::vector<std::string_view> out;
     for (std::string_view p : pieces) {
       size_t i = 0, run_start = 0;
@@ -209,6 +211,7 @@ class DigitsPreTokenizer final : public PreTokenizer {
       if (i > run_start) out.push_back(p.substr(run_start, i - run_start));
     }
     pieces.swap(out);
+    return Status::ok();
   }
 
  private:
@@ -221,7 +224,7 @@ class CharClassPreTokenizer final : public PreTokenizer {
  public:
   enum class Mode { kWhitespace, kWhitespaceSplit, kPunctuation };
   explicit CharClassPreTokenizer(Mode m) : mode_(m) {}
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext&) const override {
     std::vector<std::string_view> out;
     for (std::string_view p : pieces) {
       size_t i = 0, start = 0;
@@ -239,6 +242,7 @@ class CharClassPreTokenizer final : public PreTokenizer {
       if (prev > 0 && i > start) out.push_back(p.substr(start, i - start));
     }
     pieces.swap(out);
+    return Status::ok();
   }
 
  private:
@@ -264,7 +268,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, std::string scheme, bool split)
       : replacement_(std::move(replacement)), scheme_(std::move(scheme)), split_(split) {}
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
     std::vector<std::string_view> out;
     for (std::string_view p : pieces) {
       std::string s;
@@ -290,6 +294,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       if (start < v.size()) out.push_back(v.substr(start));
     }
     pieces.swap(out);
+    return Status::ok();
   }
 
  private:
@@ -300,8 +305,9 @@ class MetaspacePreTokenizer final : public PreTokenizer {
 class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> s) : steps_(std::move(s)) {}
-  void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
-    for (const auto& s : steps_) s->apply(pieces, ctx);
+  Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const override {
+    for (const auto& s : steps_) MX_RETURN_IF_ERROR(s->apply(pieces, ctx));
+    return Status::ok();
   }
   bool ends_with_byte_level() const override {
     return !steps_.empty() && steps_.back()->ends_with_byte_level();

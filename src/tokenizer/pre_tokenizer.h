@@ -27,7 +27,7 @@ class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
   // Replaces `pieces` with their sub-pieces.
-  virtual void apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const = 0;
+  virtual Status apply(std::vector<std::string_view>& pieces, const PreTokenizeContext& ctx) const = 0;
   // True when this step (or the last step of a Sequence) maps text to the GPT-2 byte alphabet.
   virtual bool ends_with_byte_level() const { return false; }
   // True when a ByteLevel step appears anywhere but last (unsupported combination).

@@ -42,7 +42,7 @@ Regex::~Regex() {
   if (handle_ != nullptr) onig_free(static_cast<OnigRegex>(handle_));
 }
 
-void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
+Status Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
   auto reg = static_cast<OnigRegex>(handle_);
   OnigRegion* region = onig_region_new();
   const auto* base = reinterpret_cast<const OnigUChar*>(text.data());
@@ -50,7 +50,13 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   size_t pos = 0;
   while (pos <= text.size()) {
     int r = onig_search(reg, base, end, base + pos, end, region, ONIG_OPTION_NONE);
-    if (r < 0) break;  // ONIG_MISMATCH or an error: no more matches
+    if (r == ONIG_MISMATCH) break;
+    if (r < 0) {
+      OnigUChar buf[ONIG_MAX_ERROR_MESSAGE_LEN];
+      onig_error_code_to_str(buf, r);
+      onig_region_free(region, 1);
+      return internal_error(std::string("regex engine failed on input: ") + reinterpret_cast<char*>(buf));
+    }
     size_t s = static_cast<size_t>(region->beg[0]);
     size_t e = static_cast<size_t>(region->end[0]);
     out.emplace_back(s, e);
@@ -62,6 +68,7 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
     }
   }
   onig_region_free(region, 1);
+  return Status::ok();
 }
 
 }  // namespace mxserve::tokenizer

@@ -22,7 +22,8 @@ class Regex {
 
   // Appends every non-overlapping match [start, end) of `text` (byte offsets), scanning left to
   // right; after an empty match the scan advances one character (like Rust's find_iter).
-  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
+  // Fails (instead of silently stopping) when the engine gives up, e.g. its retry limit.
+  Status find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

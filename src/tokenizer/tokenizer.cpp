@@ -72,6 +72,17 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_dir(const std::string& dir) {
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text(std::string_view tokenizer_json,
                                                              std::string_view config_json) {
+  // Component loaders check types where it matters; a wrong-typed optional field that slips
+  // through surfaces as a JSON exception, reported here instead of escaping the boundary.
+  try {
+    return from_json_text_unchecked(tokenizer_json, config_json);
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("malformed tokenizer JSON: ") + e.what());
+  }
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json_text_unchecked(std::string_view tokenizer_json,
+                                                                       std::string_view config_json) {
   MX_ASSIGN_OR_RETURN(json j, parse_json(tokenizer_json, "tokenizer.json"));
   if (!j.is_object()) return invalid_argument("tokenizer.json: top level is not an object");
   if (!j.contains("model")) return invalid_argument("tokenizer.json: missing 'model'");
@@ -121,7 +132,7 @@ Status Tokenizer::encode_normalized(std::string_view text, bool first_section, s
   std::deque<std::string> arena;
   pieces.clear();
   pieces.push_back(text);
-  if (pre_tokenizer_) pre_tokenizer_->apply(pieces, PreTokenizeContext{&arena, first_section});
+  if (pre_tokenizer_) MX_RETURN_IF_ERROR(pre_tokenizer_->apply(pieces, PreTokenizeContext{&arena, first_section}));
   for (std::string_view p : pieces) MX_RETURN_IF_ERROR(model_->encode_word(p, out));
   return Status::ok();
 }

@@ -59,6 +59,8 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  static Result<std::unique_ptr<Tokenizer>> from_json_text_unchecked(std::string_view tokenizer_json,
+                                                                     std::string_view config_json);
   Status apply_config(const nlohmann::json& config);
   Status encode_section(std::string_view text, bool first_section, std::vector<int32_t>& out) const;
   Status encode_normalized(std::string_view text, bool first_section, std::vector<int32_t>& out) const;
