@@ -1,5 +1,10 @@
-// Regex: a compiled Oniguruma pattern (UTF-8, Ruby syntax -- what HF tokenizers uses).
-// Owns: the onig_regex_t handle. Matching is const and thread-safe (a region per call).
+// Regex: a compiled PCRE2 pattern in UTF + UCP mode, JIT-compiled when the platform allows.
+// Owns the pcre2 code handle. Matching is const and thread-safe (per-thread match data / JIT
+// stack). Patterns are HF tokenizer.json regexes (written for Oniguruma/Rust): `\s` / `\S`
+// outside and `\s` inside character classes are rewritten to Unicode White_Space, which is what
+// those engines mean by `\s` (PCRE2's UCP `\s` also matches U+180E).
+// NOTE: PCRE2 rather than Oniguruma for speed: Oniguruma 6.9 mallocs and copies its initial
+// backtrack stack on every search call, which dominated encode time (see docs/perf/tokenizer.md).
 // Invariant: a Regex object always holds a successfully compiled pattern.
 #pragma once
 
@@ -22,13 +27,18 @@ class Regex {
 
   // Appends every non-overlapping match [start, end) of `text` (byte offsets), scanning left to
   // right; after an empty match the scan advances one character (like Rust's find_iter).
-  // Fails (instead of silently stopping) when the engine gives up, e.g. its retry limit.
+  // `text` must be valid UTF-8. Fails (instead of silently stopping) when the engine gives up,
+  // e.g. on its match limit.
   Status find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
   const std::string& pattern() const { return pattern_; }
 
+  // The pattern as handed to PCRE2 (after the \s rewrite); exposed for tests.
+  static std::string translate(std::string_view pattern);
+
  private:
   Regex() = default;
-  void* handle_ = nullptr;  // OnigRegex
+  void* code_ = nullptr;  // pcre2_code_8*
+  bool jit_ = false;
   std::string pattern_;
 };
 
