@@ -6,6 +6,7 @@
 
 #include "test_util.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -41,6 +42,19 @@ TEST(PreTokenizer, SplitBehaviours) {
   EXPECT_EQ(pre_tokenize(split("Isolated", true, "[a-z]+"), "ab, cd"), (V{"ab", ", ", "cd"}));
   json literal = {{"type", "Split"}, {"pattern", {{"String", ", "}}}, {"behavior", "Removed"}, {"invert", false}};
   EXPECT_EQ(pre_tokenize(literal, "x, y, z"), (V{"x", "y", "z"}));
+}
+
+TEST(Regex, WhiteSpaceRewriteKeepsOnigurumaMeaningOfBackslashS) {
+  std::string ws = "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+  EXPECT_EQ(Regex::translate(R"(\s+(?!\S))"), "[" + ws + "]+(?![^" + ws + "])");
+  EXPECT_EQ(Regex::translate(R"([^\s\p{L}]|[]\s]|\\s)"), "[^" + ws + "\\p{L}]|[]" + ws + "]|\\\\s");
+  auto re = Regex::compile(R"(\s+)");
+  ASSERT_TRUE(re.is_ok());
+  std::vector<std::pair<size_t, size_t>> m;
+  ASSERT_TRUE((*re)->find_all("a\xE1\xA0\x8E" "b\xC2\x85" "c", m).is_ok());  // U+180E is not White_Space; U+0085 is
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0], (std::pair<size_t, size_t>{5, 7}));
+  EXPECT_FALSE(Regex::compile("(?<").is_ok());
 }
 
 TEST(PreTokenizer, DigitsMetaspaceWhitespace) {
