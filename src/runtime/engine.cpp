@@ -161,7 +161,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     if (is_eos || is_stop) ev.finish = FinishReason::kStop;
     else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
       ev.finish = FinishReason::kLength;
-    if (ev.finish != FinishReason::kNone) ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};
+    ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};  // final on the last event
     if (seq->on_event) seq->on_event(ev);
     if (ev.finish != FinishReason::kNone) finish(seq, ev.finish);
   }

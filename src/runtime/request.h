@@ -55,7 +55,7 @@ struct TokenEvent {
   std::vector<TopLogprob> top_logprobs;
   FinishReason finish = FinishReason::kNone;  // set on the last event of the request
   std::string error;                          // when finish == kError
-  Usage usage;                                // filled on the last event
+  Usage usage;                                // so far (cached_tokens is final from the first token on)
 };
 
 using EventCallback = std::function<void(const TokenEvent&)>;

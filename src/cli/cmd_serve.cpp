@@ -1,0 +1,189 @@
+// mxserve serve: the OpenAI-compatible server. Parses flags (vLLM/SGLang names where the meaning
+// matches), binds the port first (so /health answers 503 while the model loads), loads the model,
+// publishes it, then waits for SIGINT/SIGTERM: stop taking work, let in-flight requests finish for
+// --shutdown-timeout seconds, abort the rest, stop. A second signal exits at once.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/logging.h"
+#include "server/http_server.h"
+#include "server/serving_model.h"
+
+namespace mxserve::cli {
+namespace {
+
+const char* kUsage = R"(usage: mxserve serve (--model DIR | --config FILE --synthetic-weights) [flags]
+
+model:
+  --model DIR                  checkpoint directory (config.json + safetensors); tokenizer files too
+  --config FILE                a config.json (or its directory), with --synthetic-weights
+  --synthetic-weights          deterministic random weights instead of a checkpoint
+  --num-layers N               override num_hidden_layers (synthetic weights)
+  --seed N                     synthetic weight seed (0)
+  --tokenizer DIR              tokenizer.json + tokenizer_config.json (default: the model directory)
+  --backend cpu|cuda           (cpu)
+server:
+  --host ADDR                  (127.0.0.1; 0.0.0.0 for all interfaces)
+  --port N                     (8000)
+  --served-model-name NAME     the model id clients send (default: the --model/--config path)
+  --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*
+  --max-request-body-bytes N   larger bodies get a 413 (8MiB)
+  --http-threads N             most concurrent connections served at once (2048)
+  --stats-interval S           seconds between stats log lines, 0 = off (10)
+  --shutdown-timeout S         on SIGINT/SIGTERM, wait this long for in-flight requests (10)
+  --log-level debug|info|warn|error
+runtime:
+  --max-model-len N            prompt + output limit (default: max_position_embeddings, capped by the KV cache)
+  --max-num-seqs N             running requests per step (256)
+  --max-num-batched-tokens N   tokens per step (2048)
+  --chunked-prefill-size N     prefill tokens per step (2048)
+  --block-size N               tokens per KV block (16)
+  --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds K and V only
+  --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
+  --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
+  --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
+)";
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n\n%s", s.to_string().c_str(), kUsage);
+  return 2;
+}
+
+Result<int64_t> positive(const Args& a, const std::string& flag, int64_t fallback) {
+  auto v = a.get_int(flag, fallback);
+  if (!v.is_ok()) return v.status();
+  if (*v <= 0) return invalid_argument("flag " + flag + " must be positive, got " + std::to_string(*v));
+  return *v;
+}
+
+#define MX_CLI_TRY(lhs, expr) \
+  auto lhs##_r = (expr);      \
+  if (!lhs##_r.is_ok()) return fail(lhs##_r.status()); \
+  auto lhs = *lhs##_r
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  auto args = Args::parse(
+      argc, argv,
+      {"--model", "--config", "--num-layers", "--seed", "--tokenizer", "--backend", "--host", "--port",
+       "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
+       "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"},
+      {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache", "--no-enable-prefix-caching"});
+  if (!args.is_ok()) return fail(args.status());
+  const Args& a = *args;
+  if (!a.positional().empty()) return fail(invalid_argument("unexpected argument '" + a.positional()[0] + "'"));
+  if (a.has("--log-level")) {
+    LogLevel level;
+    if (!parse_log_level(a.get_or("--log-level", ""), &level))
+      return fail(invalid_argument("--log-level must be debug, info, warn or error"));
+    set_log_level(level);
+  }
+
+  server::ServingConfig sc;
+  const bool synthetic = a.has("--synthetic-weights");
+  if (a.has("--model") == a.has("--config")) return fail(invalid_argument("give exactly one of --model DIR or --config FILE"));
+  if (a.has("--config") && !synthetic) return fail(invalid_argument("--config needs --synthetic-weights (no checkpoint)"));
+  if (a.has("--num-layers") && !synthetic) return fail(invalid_argument("--num-layers needs --synthetic-weights"));
+  sc.model_path = a.has("--model") ? a.get_or("--model", "") : a.get_or("--config", "");
+  sc.synthetic_weights = synthetic;
+  MX_CLI_TRY(num_layers, a.get_int("--num-layers", 0));
+  if (num_layers < 0) return fail(invalid_argument("--num-layers must be positive"));
+  sc.num_layers = num_layers;
+  MX_CLI_TRY(seed, a.get_int("--seed", 0));
+  sc.seed = static_cast<uint64_t>(seed);
+  sc.tokenizer_dir = a.get_or("--tokenizer", "");
+  sc.backend = a.get_or("--backend", "cpu");
+  if (sc.backend != "cpu" && sc.backend != "cuda") return fail(invalid_argument("--backend must be cpu or cuda"));
+  MX_CLI_TRY(max_model_len, a.get_int("--max-model-len", 0));
+  if (max_model_len < 0) return fail(invalid_argument("--max-model-len must be positive"));
+  sc.max_model_len = max_model_len;
+  MX_CLI_TRY(max_num_seqs, positive(a, "--max-num-seqs", 256));
+  MX_CLI_TRY(max_batched, positive(a, "--max-num-batched-tokens", 2048));
+  MX_CLI_TRY(chunked, positive(a, "--chunked-prefill-size", 2048));
+  MX_CLI_TRY(block_size, positive(a, "--block-size", 16));
+  MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));
+  MX_CLI_TRY(max_queued, positive(a, "--max-queued-requests", 1024));
+  sc.max_num_seqs = max_num_seqs;
+  sc.max_num_batched_tokens = max_batched;
+  sc.chunked_prefill_size = chunked;
+  sc.block_size = block_size;
+  sc.num_kv_blocks = num_blocks;
+  sc.max_queued_requests = max_queued;
+  if (a.has("--kv-cache-memory")) {
+    MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
+    sc.kv_cache_bytes = kv_bytes;
+  }
+  sc.enable_prefix_cache =
+      !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
+
+  server::ServerOptions so;
+  so.host = a.get_or("--host", "127.0.0.1");
+  MX_CLI_TRY(port, a.get_int("--port", 8000));
+  if (port < 0 || port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+  so.port = static_cast<int>(port);
+  so.served_model_name = a.get_or("--served-model-name", sc.model_path);
+  so.model_root = sc.model_path;
+  so.api_key = a.get_or("--api-key", "");
+  MX_CLI_TRY(body_bytes, positive(a, "--max-request-body-bytes", 8 << 20));
+  so.max_body_bytes = static_cast<size_t>(body_bytes);
+  MX_CLI_TRY(threads, positive(a, "--http-threads", 2048));
+  so.max_http_threads = static_cast<int>(std::min<int64_t>(threads, 65536));
+  MX_CLI_TRY(stats_interval, a.get_double("--stats-interval", 10));
+  MX_CLI_TRY(shutdown_timeout, a.get_double("--shutdown-timeout", 10));
+  so.stats_interval_s = std::max(0.0, stats_interval);
+
+  // Signals go to one thread (sigwait); every other thread is started with them blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> stop_requested{false};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    MX_LOG(kInfo) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": shutting down (again to force)";
+    stop_requested = true;
+    sigwait(&set, &sig);
+    MX_LOG(kWarn) << "second signal: exiting now";
+    std::_Exit(130);
+  });
+  signal_thread.detach();
+
+  server::HttpServer http(so);
+  if (Status s = http.bind(); !s.is_ok()) return fail(s);
+  http.start();
+  MX_LOG(kInfo) << "listening on http://" << so.host << ":" << http.port() << " (/health is 503 until the model is loaded)";
+
+  auto model = server::ServingModel::load(sc);
+  if (!model.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().to_string().c_str());
+    http.stop();
+    return 1;
+  }
+  http.set_ready((*model)->services());
+  MX_LOG(kInfo) << "mxserve is ready: serving '" << so.served_model_name << "' on http://" << so.host << ":" << http.port()
+                << " -- POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics";
+  std::fflush(stderr);
+
+  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  http.begin_drain();
+  http.wait_idle(std::max(0.0, shutdown_timeout));
+  http.stop();
+  (*model)->engine().stop();
+  MX_LOG(kInfo) << "stopped";
+  return 0;
+}
+
+}  // namespace mxserve::cli

@@ -1,0 +1,227 @@
+#include "server/completion_handlers.h"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include "core/logging.h"
+#include "server/connection_probe.h"
+#include "server/generation_session.h"
+#include "server/openai_format.h"
+#include "server/request_schema.h"
+
+namespace mxserve::server {
+namespace {
+
+using OJ = nlohmann::ordered_json;
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+// Logs each ignored field name once (bounded, so hostile clients cannot grow the set forever).
+void log_ignored_fields(const std::vector<std::string>& names) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& n : names) {
+    if (seen.size() >= 256 || seen.count(n)) continue;
+    seen.insert(n);
+    MX_LOG(kWarn) << "request field '" << n.substr(0, 64) << "' is not used by mxserve and was ignored";
+  }
+}
+
+std::optional<ApiError> check_common(ServerContext& ctx, const GenerationOptions& gen) {
+  log_ignored_fields(gen.ignored_fields);
+  if (!gen.model.empty() && gen.model != ctx.options.served_model_name) return model_not_found(gen.model);
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_serving(ServerContext& ctx) {
+  if (ctx.draining) return overloaded("the server is shutting down");
+  if (!ctx.ready) return overloaded("the model is still loading; retry when GET /health returns 200");
+  return std::nullopt;
+}
+
+// Chooses max_tokens and checks every prompt against the context length.
+std::optional<ApiError> plan_max_tokens(ServerContext& ctx, const std::vector<ChoiceInput>& inputs,
+                                        std::optional<int64_t> requested, const std::string& param, int64_t* out) {
+  const int64_t limit = ctx.model.max_model_len;
+  int64_t longest = 0;
+  for (const auto& in : inputs) longest = std::max<int64_t>(longest, static_cast<int64_t>(in.prompt.size()));
+  const int64_t max_tokens = requested ? *requested : std::max<int64_t>(limit - longest, 1);
+  if (longest + max_tokens > limit) return context_length_exceeded(limit, longest, max_tokens, param);
+  *out = max_tokens;
+  return std::nullopt;
+}
+
+struct Prepared {
+  ApiKind kind;
+  GenerationOptions gen;
+  std::vector<ChoiceInput> inputs;
+  std::string prompt_param;
+};
+
+void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace
+
+void write_error(ServerContext& ctx, const ApiError& e, httplib::Response& res) {
+  res.status = e.http_status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
+  res.set_content(e.body(), "application/json");
+  (void)ctx;
+}
+
+void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_serving(ctx)) return write_error(ctx, *e, res);
+  std::string perr;
+  auto body = parse_body(req.body, ctx.options.max_json_depth, &perr);
+  if (!body) return write_error(ctx, bad_request(perr), res);
+  ChatRequest chat;
+  if (auto e = parse_chat_request(*body, &chat)) return write_error(ctx, *e, res);
+  if (auto e = check_common(ctx, chat.gen)) return write_error(ctx, *e, res);
+  if (!ctx.model.chat_template)
+    return write_error(ctx, bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions",
+                                        "messages"),
+                       res);
+  auto text = ctx.model.chat_template->render_chat(chat.inputs, ctx.model.tokenizer->config());
+  if (!text.is_ok())
+    return write_error(ctx, bad_request("the chat template rejected these messages: " + text.status().message(), "messages"),
+                       res);
+  auto ids = ctx.model.tokenizer->encode(*text, /*add_special_tokens=*/false);
+  if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
+  if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);
+  Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages"};
+  p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
+  run(ctx, std::move(p), req, res);
+}
+
+void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_serving(ctx)) return write_error(ctx, *e, res);
+  std::string perr;
+  auto body = parse_body(req.body, ctx.options.max_json_depth, &perr);
+  if (!body) return write_error(ctx, bad_request(perr), res);
+  CompletionRequest cr;
+  if (auto e = parse_completion_request(*body, &cr)) return write_error(ctx, *e, res);
+  if (auto e = check_common(ctx, cr.gen)) return write_error(ctx, *e, res);
+  Prepared p{ApiKind::kCompletion, std::move(cr.gen), {}, "prompt"};
+  for (size_t i = 0; i < cr.prompts.size(); ++i) {
+    std::vector<int32_t> ids;
+    if (auto* s = std::get_if<std::string>(&cr.prompts[i])) {
+      auto enc = ctx.model.tokenizer->encode(*s, /*add_special_tokens=*/true);
+      if (!enc.is_ok()) return write_error(ctx, from_status(enc.status(), "prompt"), res);
+      ids = std::move(*enc);
+    } else {
+      ids = std::get<std::vector<int32_t>>(cr.prompts[i]);
+    }
+    if (ids.empty()) return write_error(ctx, bad_request("the prompt must not be empty", "prompt"), res);
+    p.inputs.push_back(ChoiceInput{std::move(ids), static_cast<int>(i)});
+  }
+  run(ctx, std::move(p), req, res);
+}
+
+namespace {
+
+struct StreamState {
+  ServerContext* ctx = nullptr;
+  ResponseMeta meta;
+  GenerationOptions gen;
+  std::unique_ptr<GenerationSession> session;
+  std::vector<bool> first_sent;
+  std::vector<size_t> text_offset;
+  bool finished = false;
+};
+
+void write_event(httplib::DataSink& sink, const OJ& j, bool* ok) {
+  if (!*ok) return;
+  const std::string line = "data: " + dump_json(j) + "\n\n";
+  *ok = sink.write(line.data(), line.size());
+}
+
+// One call of the chunked content provider: waits briefly for tokens and writes their chunks.
+bool stream_step(StreamState& st, httplib::DataSink& sink) {
+  std::vector<ChoiceDelta> deltas;
+  const bool more = st.session->poll(&deltas, kPollInterval);
+  bool ok = true;
+  const auto& tok = *st.ctx->model.tokenizer;
+  for (const ChoiceDelta& d : deltas) {
+    const bool first = !st.first_sent[d.index];
+    if (d.text.empty() && d.finish_reason.empty() && !first && d.logprobs.empty()) continue;
+    OJ lp = nullptr;
+    if (st.gen.logprobs >= 0) lp = logprobs_json(st.meta.kind, d.logprobs, tok, st.text_offset[d.index]);
+    st.text_offset[d.index] += d.text.size();
+    OJ chunk = stream_chunk(st.meta, d, first && st.meta.kind == ApiKind::kChat, lp);
+    if (st.gen.continuous_usage) chunk["usage"] = usage_json(st.session->usage());
+    st.first_sent[d.index] = true;
+    write_event(sink, chunk, &ok);
+    if (d.finish_reason == "error") write_event(sink, internal(d.error).to_json(), &ok);
+  }
+  if (!ok) return false;  // client gone: the state's destructor aborts the rest
+  if (!more || st.session->done()) {
+    if (st.gen.include_usage) write_event(sink, usage_chunk(st.meta, st.session->usage()), &ok);
+    const std::string done = "data: [DONE]\n\n";
+    if (ok) ok = sink.write(done.data(), done.size());
+    st.finished = true;
+    if (ok) sink.done();
+  }
+  return ok;
+}
+
+void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::Response& res) {
+  int64_t max_tokens = 0;
+  if (auto e = plan_max_tokens(ctx, p.inputs, p.gen.max_tokens, p.prompt_param, &max_tokens))
+    return write_error(ctx, *e, res);
+  auto session = std::make_unique<GenerationSession>(ctx, p.gen);
+  if (auto e = session->submit(p.inputs, max_tokens)) return write_error(ctx, *e, res);
+  ResponseMeta meta{p.kind, make_response_id(p.kind), static_cast<int64_t>(std::time(nullptr)),
+                    ctx.options.served_model_name};
+
+  if (p.gen.stream) {
+    auto st = std::make_shared<StreamState>();
+    st->ctx = &ctx;
+    st->meta = meta;
+    st->gen = p.gen;
+    st->first_sent.assign(session->num_choices(), false);
+    st->text_offset.assign(session->num_choices(), 0);
+    st->session = std::move(session);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); },
+        [st](bool) { st->session->abort_all(); });
+    return;
+  }
+
+  // Non-streaming: collect everything, watching for the client going away.
+  ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
+  const size_t n = session->num_choices();
+  std::vector<FinishedChoice> out(n);
+  std::vector<std::vector<TokenLogprob>> lps(n);
+  std::string error;
+  auto last_probe = runtime::Clock::now();
+  std::vector<ChoiceDelta> deltas;
+  while (session->poll(&deltas, kPollInterval)) {
+    for (ChoiceDelta& d : deltas) {
+      out[d.index].text += d.text;
+      if (!d.finish_reason.empty()) out[d.index].finish_reason = d.finish_reason;
+      if (!d.error.empty()) error = d.error;
+      for (auto& l : d.logprobs) lps[d.index].push_back(std::move(l));
+    }
+    deltas.clear();
+    if (session->done()) break;
+    if (runtime::Clock::now() - last_probe > std::chrono::milliseconds(100)) {
+      last_probe = runtime::Clock::now();
+      if (probe.peer_closed()) {
+        session->abort_all();
+        res.status = 499;  // nobody reads it; counted in the metrics as a client disconnect
+        return;
+      }
+    }
+  }
+  if (!error.empty()) return write_error(ctx, internal(error), res);
+  for (size_t i = 0; i < n; ++i)
+    out[i].logprobs = p.gen.logprobs >= 0 ? logprobs_json(p.kind, lps[i], *ctx.model.tokenizer, 0) : OJ(nullptr);
+  res.status = 200;
+  res.set_content(dump_json(full_response(meta, out, session->usage())), "application/json");
+}
+
+}  // namespace
+}  // namespace mxserve::server

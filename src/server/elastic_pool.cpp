@@ -1,0 +1,74 @@
+#include "server/elastic_pool.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace mxserve::server {
+
+ElasticPool::ElasticPool(size_t max_threads, size_t keep_idle)
+    : max_threads_(std::max<size_t>(max_threads, 1)), keep_idle_(keep_idle) {}
+
+ElasticPool::~ElasticPool() { shutdown(); }
+
+void ElasticPool::enqueue(std::function<void()> fn) {
+  std::vector<std::thread> to_join;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Reap threads that exited after idling.
+    for (auto id : exited_) {
+      auto it = std::find_if(threads_.begin(), threads_.end(), [&](const std::thread& t) { return t.get_id() == id; });
+      if (it != threads_.end()) {
+        to_join.push_back(std::move(*it));
+        threads_.erase(it);
+      }
+    }
+    exited_.clear();
+    jobs_.push_back(std::move(fn));
+    if (idle_ < jobs_.size() && live_ < max_threads_) {
+      ++live_;
+      threads_.emplace_back([this] { worker(); });
+    }
+  }
+  cv_.notify_one();
+  for (auto& t : to_join) t.join();
+}
+
+void ElasticPool::worker() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    ++idle_;
+    const bool got = cv_.wait_for(lock, std::chrono::seconds(30), [&] { return shutdown_ || !jobs_.empty(); });
+    --idle_;
+    if (jobs_.empty()) {
+      if (shutdown_ || (!got && idle_ >= keep_idle_)) break;
+      continue;
+    }
+    auto fn = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    fn();
+    lock.lock();
+  }
+  --live_;
+  if (!shutdown_) exited_.push_back(std::this_thread::get_id());
+}
+
+void ElasticPool::shutdown() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_ && threads_.empty()) return;
+    shutdown_ = true;
+    threads.swap(threads_);
+  }
+  cv_.notify_all();
+  for (auto& t : threads)
+    if (t.joinable()) t.join();
+}
+
+size_t ElasticPool::threads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_;
+}
+
+}  // namespace mxserve::server

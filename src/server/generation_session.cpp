@@ -1,0 +1,137 @@
+#include "server/generation_session.h"
+
+#include <map>
+
+namespace mxserve::server {
+namespace {
+
+double seconds(runtime::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+GenerationSession::GenerationSession(ServerContext& ctx, const GenerationOptions& gen)
+    : ctx_(ctx), gen_(gen), inbox_(std::make_shared<Inbox>()), arrival_(runtime::Clock::now()) {}
+
+GenerationSession::~GenerationSession() { abort_all(); }
+
+std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>& inputs, int64_t max_tokens) {
+  runtime::Engine& engine = *ctx_.model.engine;
+  choices_.resize(inputs.size() * static_cast<size_t>(gen_.n));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (int j = 0; j < gen_.n; ++j) {
+      const int k = static_cast<int>(i) * gen_.n + j;
+      Choice& c = choices_[k];
+      c.prompt_index = inputs[i].prompt_index;
+      c.prompt_tokens = static_cast<int64_t>(inputs[i].prompt.size());
+      c.detok = std::make_unique<tokenizer::StreamingDetokenizer>(*ctx_.model.tokenizer, gen_.stop,
+                                                                  gen_.skip_special_tokens);
+      runtime::RequestSpec spec;
+      spec.prompt = inputs[i].prompt;
+      spec.sampling = gen_.sampling;
+      spec.sampling.max_tokens = static_cast<int32_t>(max_tokens);
+      spec.sampling.logprobs = gen_.logprobs;
+      if (gen_.sampling.seed) spec.sampling.seed = *gen_.sampling.seed + static_cast<uint64_t>(j);
+      std::shared_ptr<Inbox> inbox = inbox_;
+      auto id = engine.submit(std::move(spec), [inbox, k](const runtime::TokenEvent& ev) {
+        const auto now = runtime::Clock::now();
+        std::lock_guard<std::mutex> lock(inbox->mutex);
+        inbox->events.push_back(Event{k, ev, now});
+        inbox->cv.notify_one();
+      });
+      if (!id.is_ok()) {
+        abort_all();
+        choices_.clear();
+        n_open_ = 0;
+        return from_status(id.status(), "");
+      }
+      c.id = *id;
+      c.submitted = true;
+      ++n_open_;
+      ctx_.metrics.add_prompt_tokens(c.prompt_tokens);
+    }
+  }
+  return std::nullopt;
+}
+
+bool GenerationSession::poll(std::vector<ChoiceDelta>* out, std::chrono::milliseconds timeout) {
+  if (n_open_ == 0) return false;
+  std::deque<Event> events;
+  {
+    std::unique_lock<std::mutex> lock(inbox_->mutex);
+    inbox_->cv.wait_for(lock, timeout, [&] { return !inbox_->events.empty(); });
+    events.swap(inbox_->events);
+  }
+  std::map<int, ChoiceDelta> deltas;
+  for (const Event& e : events) {
+    ChoiceDelta& d = deltas[e.choice];
+    d.index = e.choice;
+    handle(e, &d);
+  }
+  for (auto& [k, d] : deltas)
+    if (d.n_tokens > 0 || !d.finish_reason.empty()) out->push_back(std::move(d));
+  return true;
+}
+
+void GenerationSession::handle(const Event& e, ChoiceDelta* delta) {
+  Choice& c = choices_[e.choice];
+  if (c.finished) return;
+  const runtime::TokenEvent& ev = e.ev;
+  if (ev.usage.prompt_tokens > 0) c.cached_tokens = ev.usage.cached_tokens;
+  if (ev.token >= 0) {
+    ++c.n_tokens;
+    ++delta->n_tokens;
+    ctx_.metrics.add_generation_tokens(1);
+    if (!c.last_token) ctx_.metrics.observe_ttft(seconds(e.at - arrival_));
+    else ctx_.metrics.observe_itl(seconds(e.at - *c.last_token));
+    c.last_token = e.at;
+    if (gen_.logprobs >= 0) delta->logprobs.push_back(TokenLogprob{ev.token, ev.logprob, ev.top_logprobs});
+    delta->text += c.detok->push(ev.token);
+    if (c.detok->stopped()) {
+      if (gen_.include_stop_str_in_output) delta->text += *c.detok->matched_stop();
+      ctx_.model.engine->abort(c.id);  // generation past a stop string is wasted work: free its blocks now
+      finish_choice(c, "stop", delta);
+      return;
+    }
+  }
+  if (ev.finish != runtime::FinishReason::kNone) {
+    delta->text += c.detok->finish();
+    if (ev.finish == runtime::FinishReason::kError) delta->error = ev.error.empty() ? "engine error" : ev.error;
+    finish_choice(c, runtime::finish_reason_name(ev.finish), delta);
+  }
+}
+
+void GenerationSession::finish_choice(Choice& c, const std::string& reason, ChoiceDelta* delta) {
+  c.finished = true;
+  --n_open_;
+  delta->finish_reason = reason;
+  ctx_.metrics.request_finished(reason);
+  ctx_.metrics.observe_e2e(seconds(runtime::Clock::now() - arrival_));
+  ctx_.metrics.observe_prompt_len(static_cast<double>(c.prompt_tokens));
+  ctx_.metrics.observe_generation_len(static_cast<double>(c.n_tokens));
+}
+
+void GenerationSession::abort_all() {
+  for (Choice& c : choices_) {
+    if (!c.submitted || c.finished) continue;
+    ctx_.model.engine->abort(c.id);
+    c.finished = true;
+    --n_open_;
+    ctx_.metrics.request_finished("abort");
+  }
+}
+
+UsageTotals GenerationSession::usage() const {
+  UsageTotals u;
+  std::map<int, bool> counted;  // prompt tokens count once per prompt, not per choice
+  for (const Choice& c : choices_) {
+    u.completion_tokens += c.n_tokens;
+    if (!counted[c.prompt_index]) {
+      counted[c.prompt_index] = true;
+      u.prompt_tokens += c.prompt_tokens;
+      u.cached_tokens += c.cached_tokens;
+    }
+  }
+  return u;
+}
+
+}  // namespace mxserve::server

@@ -1,0 +1,156 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace mxserve::server {
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void header(std::string* out, const std::string& name, const char* type, const char* help) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string* out, const std::string& name, const std::string& labels, double v) {
+  *out += name + "{" + labels + "} " + num(v) + "\n";
+}
+
+// Bucket bounds as vLLM uses them (seconds), so dashboards' quantile panels line up.
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+          20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> itl_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> e2e_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+          480.0, 960.0, 1920.0, 7680.0};
+}
+std::vector<double> token_buckets() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000};
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& labels, std::string* out) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
+    *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  *out += name + "_sum{" + labels + "} " + num(sum_) + "\n";
+  *out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics(std::string model_name)
+    : labels_("model_name=\"" + escape_label(model_name) + "\""),
+      ttft_(ttft_buckets()),
+      itl_(itl_buckets()),
+      e2e_(e2e_buckets()),
+      prompt_len_(token_buckets()),
+      gen_len_(token_buckets()) {
+  for (const char* r : {"stop", "length", "abort", "error"}) finished_[r] = 0;
+}
+
+void Metrics::request_finished(const std::string& finished_reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++finished_[finished_reason];
+}
+
+void Metrics::http_response(int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++http_[status];
+}
+
+double kv_cache_usage(const runtime::EngineStats& s) {
+  if (s.blocks_total <= 0) return 0;
+  const int64_t used = s.blocks_total - s.blocks_free - s.blocks_cached;
+  return static_cast<double>(used) / static_cast<double>(s.blocks_total);
+}
+
+std::string Metrics::render(const std::optional<runtime::EngineStats>& stats) const {
+  std::string out;
+  out.reserve(16384);
+  const runtime::EngineStats s = stats.value_or(runtime::EngineStats{});
+  header(&out, "vllm:num_requests_running", "gauge", "Requests in the running batch.");
+  sample(&out, "vllm:num_requests_running", labels_, static_cast<double>(s.running));
+  header(&out, "vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.");
+  sample(&out, "vllm:num_requests_waiting", labels_, static_cast<double>(s.waiting));
+  header(&out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 0..1 (blocks held by requests / all blocks).");
+  sample(&out, "vllm:kv_cache_usage_perc", labels_, kv_cache_usage(s));
+  header(&out, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
+  sample(&out, "vllm:prefix_cache_queries_total", labels_, static_cast<double>(s.scheduler.prefix_queries_tokens));
+  header(&out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
+  sample(&out, "vllm:prefix_cache_hits_total", labels_, static_cast<double>(s.scheduler.prefix_hit_tokens));
+  header(&out, "vllm:num_preemptions_total", "counter", "Requests preempted (KV cache full) and recomputed.");
+  sample(&out, "vllm:num_preemptions_total", labels_, static_cast<double>(s.scheduler.preemptions));
+  header(&out, "vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests (each choice counts).");
+  sample(&out, "vllm:prompt_tokens_total", labels_, static_cast<double>(prompt_tokens_.load()));
+  header(&out, "vllm:generation_tokens_total", "counter", "Generated tokens.");
+  sample(&out, "vllm:generation_tokens_total", labels_, static_cast<double>(generation_tokens_.load()));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    header(&out, "vllm:request_success_total", "counter", "Finished requests (choices) by finish reason.");
+    for (const auto& [reason, n] : finished_)
+      sample(&out, "vllm:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"", static_cast<double>(n));
+    header(&out, "mxserve:http_responses_total", "counter", "HTTP responses by status code.");
+    for (const auto& [code, n] : http_)
+      sample(&out, "mxserve:http_responses_total", labels_ + ",code=\"" + std::to_string(code) + "\"",
+             static_cast<double>(n));
+  }
+  header(&out, "vllm:time_to_first_token_seconds", "histogram", "Time from arrival to the first generated token.");
+  ttft_.render("vllm:time_to_first_token_seconds", labels_, &out);
+  header(&out, "vllm:inter_token_latency_seconds", "histogram", "Time between consecutive generated tokens.");
+  itl_.render("vllm:inter_token_latency_seconds", labels_, &out);
+  header(&out, "vllm:e2e_request_latency_seconds", "histogram", "Time from arrival to the last token.");
+  e2e_.render("vllm:e2e_request_latency_seconds", labels_, &out);
+  header(&out, "vllm:request_prompt_tokens", "histogram", "Prompt length of finished requests.");
+  prompt_len_.render("vllm:request_prompt_tokens", labels_, &out);
+  header(&out, "vllm:request_generation_tokens", "histogram", "Generated length of finished requests.");
+  gen_len_.render("vllm:request_generation_tokens", labels_, &out);
+  header(&out, "mxserve:kv_blocks_total", "gauge", "KV-cache blocks in the pool.");
+  sample(&out, "mxserve:kv_blocks_total", labels_, static_cast<double>(s.blocks_total));
+  header(&out, "mxserve:kv_blocks_free", "gauge", "KV-cache blocks on the free list.");
+  sample(&out, "mxserve:kv_blocks_free", labels_, static_cast<double>(s.blocks_free));
+  header(&out, "mxserve:kv_blocks_cached", "gauge", "KV-cache blocks held only by the prefix cache (evictable).");
+  sample(&out, "mxserve:kv_blocks_cached", labels_, static_cast<double>(s.blocks_cached));
+  header(&out, "mxserve:engine_steps_total", "counter", "Engine steps that ran a batch.");
+  sample(&out, "mxserve:engine_steps_total", labels_, static_cast<double>(s.steps));
+  header(&out, "mxserve:requests_aborted_total", "counter", "Requests aborted (client disconnects, stop strings).");
+  sample(&out, "mxserve:requests_aborted_total", labels_, static_cast<double>(s.aborted));
+  return out;
+}
+
+}  // namespace mxserve::server

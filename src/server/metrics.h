@@ -1,0 +1,68 @@
+// Metrics: the Prometheus registry behind GET /metrics. Counters and histograms are fed by the HTTP
+// threads as requests progress (token timestamps are taken on the engine thread, when each token is
+// produced); gauges (running, waiting, KV usage, prefix-cache counters, preemptions) are read from the
+// engine's stats at scrape time. Names follow vLLM's `vllm:` set (docs/metrics.md has the table), so
+// existing dashboards work unchanged; mxserve-only series use the `mxserve:` prefix.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace mxserve::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends the _bucket/_sum/_count series (with `labels` inside {}) to out.
+  void render(const std::string& name, const std::string& labels, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+
+  void add_prompt_tokens(int64_t n) { prompt_tokens_ += n; }
+  void add_generation_tokens(int64_t n) { generation_tokens_ += n; }
+  void request_finished(const std::string& finished_reason);  // stop | length | abort | error
+  void http_response(int status);
+  void observe_ttft(double s) { ttft_.observe(s); }
+  void observe_itl(double s) { itl_.observe(s); }
+  void observe_e2e(double s) { e2e_.observe(s); }
+  void observe_prompt_len(double n) { prompt_len_.observe(n); }
+  void observe_generation_len(double n) { gen_len_.observe(n); }
+
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  int64_t generation_tokens() const { return generation_tokens_; }
+
+  // Prometheus text format 0.0.4. stats is absent while the model is loading.
+  std::string render(const std::optional<runtime::EngineStats>& stats) const;
+
+ private:
+  std::string labels_;  // model_name="..."
+  std::atomic<int64_t> prompt_tokens_{0};
+  std::atomic<int64_t> generation_tokens_{0};
+  mutable std::mutex mutex_;
+  std::map<std::string, int64_t> finished_;  // by finished_reason
+  std::map<int, int64_t> http_;              // by status code
+  Histogram ttft_, itl_, e2e_, prompt_len_, gen_len_;
+};
+
+// KV usage as vLLM reports it: blocks held by requests / all blocks (prefix-cache-only blocks are free).
+double kv_cache_usage(const runtime::EngineStats& s);
+
+}  // namespace mxserve::server

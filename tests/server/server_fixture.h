@@ -1,0 +1,47 @@
+// TestServer: a real mxserve HTTP server on 127.0.0.1 (ephemeral port) serving the committed tiny
+// fixture model (tests/fixtures/glm4_moe_tiny_a, vocab 384) with a generated tiny tokenizer, plus
+// request helpers that go through libcurl.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "http_client.h"
+#include "server/http_server.h"
+#include "server/serving_model.h"
+
+namespace mxserve::server::testing {
+
+struct TestServerOptions {
+  std::string api_key = "test-key";
+  int64_t max_num_seqs = 256;
+  int64_t max_queued_requests = 1024;
+  size_t max_body_bytes = 4u << 20;
+};
+
+class TestServer {
+ public:
+  explicit TestServer(const TestServerOptions& o = {});
+  ~TestServer();
+
+  std::string url(const std::string& path) const;
+  HttpResult post(const std::string& path, const std::string& body, bool auth = true) const;
+  HttpResult post_json(const std::string& path, const nlohmann::json& body) const { return post(path, body.dump()); }
+  HttpResult get(const std::string& path) const;
+  SseResult stream(const std::string& path, const nlohmann::json& body, int hang_up_after = -1) const;
+  // The value of the first /metrics sample whose line starts with `series` (name plus optional labels).
+  double metric(const std::string& series) const;
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  HttpServer& http() { return *http_; }
+
+ private:
+  std::string tokenizer_dir_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<ServingModel> model_;
+  std::unique_ptr<HttpServer> http_;
+  std::string api_key_;
+};
+
+}  // namespace mxserve::server::testing

@@ -1,0 +1,190 @@
+// Every error the API promises (400 / 401 / 404 / 413 / 503, OpenAI error objects), and a corpus of
+// malformed requests after which the server still answers correctly.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "server_fixture.h"
+
+namespace mxserve::server::testing {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kChat = "/v1/chat/completions";
+const std::string kCompletions = "/v1/completions";
+
+json error_of(const HttpResult& r) {
+  json j = json::parse(r.body, nullptr, false);
+  EXPECT_TRUE(j.is_object()) << r.body;
+  EXPECT_TRUE(j.contains("error")) << r.body;
+  if (!j.is_object() || !j.contains("error")) return json::object();
+  const json& e = j["error"];
+  for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(k)) << k << " in " << r.body;
+  return e;
+}
+
+std::string msgs(const std::string& content = "hi") {
+  return R"("messages":[{"role":"user","content":")" + content + R"("}])";
+}
+
+void expect_ok_after(const TestServer& s) {
+  auto r = s.post(kChat, "{" + msgs() + R"(,"max_tokens":3,"ignore_eos":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["usage"]["completion_tokens"], 3);
+}
+
+TEST(ServerErrors, StatusCodesAndErrorObjects) {
+  TestServer s;
+  struct Case {
+    std::string path, body;
+    long status;
+    std::string param, code;
+  };
+  const std::vector<Case> cases = {
+      {kChat, "{not json", 400, "", ""},
+      {kChat, "{" + msgs() + R"(,"temperature":-1})", 400, "temperature", ""},
+      {kChat, "{" + msgs() + R"(,"max_tokens":0})", 400, "max_tokens", ""},
+      {kChat, "{" + msgs() + R"(,"max_tokens":-5})", 400, "max_tokens", ""},
+      {kChat, R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role", ""},
+      {kChat, R"({"messages":"hello"})", 400, "messages", ""},
+      {kChat, "{" + msgs() + R"(,"top_p":"high"})", 400, "top_p", ""},
+      {kChat, "{" + msgs() + R"(,"stream":"yes"})", 400, "stream", ""},
+      {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}})", 400,
+       "response_format", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"logit_bias":{"12":5}})", 400, "logit_bias", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"tool_choice":"required"})", 400, "tool_choice", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"max_tokens":100000})", 400, "messages", "context_length_exceeded"},
+      {kCompletions, R"({"prompt":"hello","max_tokens":600})", 400, "prompt", "context_length_exceeded"},
+      {kCompletions, R"({"prompt":[1,2,99999],"max_tokens":2})", 400, "", ""},
+      {kChat, "{" + msgs() + R"(,"model":"gpt-4"})", 404, "model", "model_not_found"},
+  };
+  for (const auto& c : cases) {
+    auto r = s.post(c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    json e = error_of(r);
+    if (!c.param.empty()) EXPECT_EQ(e["param"], c.param) << c.body;
+    if (!c.code.empty()) EXPECT_EQ(e["code"], c.code) << c.body;
+  }
+  // The context-length wording clients classify on.
+  auto r = s.post(kChat, "{" + msgs() + R"(,"max_tokens":100000})");
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("maximum context length is 512 tokens"), std::string::npos);
+  // Unknown route -> 404 JSON.
+  auto nf = s.get("/v1/nothing");
+  EXPECT_EQ(nf.status, 404);
+  error_of(nf);
+  // Missing / wrong API key -> 401; health and metrics stay open.
+  auto unauth = s.post(kChat, "{" + msgs() + "}", /*auth=*/false);
+  EXPECT_EQ(unauth.status, 401);
+  EXPECT_EQ(error_of(unauth)["type"], "authentication_error");
+  auto wrong = http_request("POST", s.url(kChat), "{" + msgs() + "}", {"Authorization: Bearer nope"});
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(http_request("GET", s.url("/health"), "", {}).status, 200);
+  EXPECT_EQ(http_request("GET", s.url("/metrics"), "", {}).status, 200);
+  // Oversized body -> 413.
+  std::string huge = "{" + msgs() + R"(,"pad":")" + std::string(10u << 20, 'a') + "\"}";
+  auto big = s.post(kChat, huge);
+  EXPECT_EQ(big.status, 413);
+  error_of(big);
+  expect_ok_after(s);
+}
+
+TEST(ServerErrors, MalformedCorpusLeavesServerHealthy) {
+  TestServer s;
+  std::vector<std::string> corpus = {
+      "", " ", "null", "[]", "42", "\"str\"", "true", "{", "}", "{\"messages\":", "{\"messages\":[", "{\"messages\":[{",
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}", "{'messages':[]}", "{\"messages\":[]}",
+      "{\"messages\":null}", "{\"messages\":[null]}", "{\"messages\":[1,2]}", "{\"messages\":[{}]}",
+      "{\"messages\":[{\"role\":\"user\"}]}", "{\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+      "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", "{" + msgs() + ",\"max_tokens\":1e400}",
+      "{" + msgs() + ",\"max_tokens\":99999999999999999999999}", "{" + msgs() + ",\"max_tokens\":1.5}",
+      "{" + msgs() + ",\"max_tokens\":\"10\"}", "{" + msgs() + ",\"temperature\":1e400}",
+      "{" + msgs() + ",\"temperature\":null,\"top_p\":0}", "{" + msgs() + ",\"top_p\":1.5}",
+      "{" + msgs() + ",\"top_k\":-7}", "{" + msgs() + ",\"min_p\":2}", "{" + msgs() + ",\"n\":0}",
+      "{" + msgs() + ",\"n\":100000}", "{" + msgs() + ",\"seed\":\"abc\"}", "{" + msgs() + ",\"seed\":1e30}",
+      "{" + msgs() + ",\"stop\":5}", "{" + msgs() + ",\"stop\":[1,2]}", "{" + msgs() + ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}",
+      "{" + msgs() + ",\"stream_options\":{\"include_usage\":true}}", "{" + msgs() + ",\"stream\":true,\"stream_options\":5}",
+      "{" + msgs() + ",\"logprobs\":\"yes\"}", "{" + msgs() + ",\"top_logprobs\":50,\"logprobs\":true}",
+      "{" + msgs() + ",\"top_logprobs\":3}", "{" + msgs() + ",\"presence_penalty\":5}",
+      "{" + msgs() + ",\"frequency_penalty\":-3}", "{" + msgs() + ",\"tools\":{}}", "{" + msgs() + ",\"tools\":[{\"type\":\"function\"}]}",
+      "{" + msgs() + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}",
+      "{" + msgs() + ",\"chat_template_kwargs\":[]}", "{" + msgs() + ",\"model\":5}", "{" + msgs() + ",\"ignore_eos\":1}",
+      "{" + msgs() + ",\"stop_token_ids\":[-1]}", "{" + msgs() + ",\"best_of\":3}", "{" + msgs() + ",\"echo\":true}",
+      "{" + msgs() + ",\"response_format\":{\"type\":\"json_object\"}}", "{" + msgs() + ",\"response_format\":\"json\"}",
+      "{" + msgs() + ",\"min_tokens\":5}", "{" + msgs() + ",\"repetition_penalty\":1.3}",
+      "{" + msgs() + ",\"functions\":[]}", std::string(100000, '['), std::string(5000, '{'),
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe bad utf8\"}]}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800 lone surrogate\"}]}",
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}garbage", "{\"messages\":[{\"role\":\"user\",\"content\":\"\0\"}]}",
+      "{" + msgs(std::string(4000, 'x')) + "}",
+  };
+  const std::vector<std::string> completion_corpus = {
+      "{}", "{\"prompt\":null}", "{\"prompt\":5}", "{\"prompt\":[]}", "{\"prompt\":\"\"}", "{\"prompt\":[[]]}",
+      "{\"prompt\":[-1]}", "{\"prompt\":[1.5]}", "{\"prompt\":[\"a\",5]}", "{\"prompt\":[[1],[\"x\"]]}",
+      "{\"prompt\":\"x\",\"logprobs\":99}", "{\"prompt\":\"x\",\"suffix\":\"y\"}", "{\"prompt\":\"x\",\"max_tokens\":0}",
+      "{\"prompt\":[4294967296]}", "{\"prompt\":\"x\",\"n\":5,\"max_tokens\":1e3}",
+  };
+  int n = 0;
+  for (const auto& body : corpus) {
+    auto r = s.post(kChat, body);
+    EXPECT_GE(r.status, 400) << body.substr(0, 200);
+    EXPECT_LT(r.status, 500) << body.substr(0, 200) << " -> " << r.body;
+    error_of(r);
+    ++n;
+  }
+  for (const auto& body : completion_corpus) {
+    auto r = s.post(kCompletions, body);
+    EXPECT_GE(r.status, 400) << body;
+    EXPECT_LT(r.status, 500) << body << " -> " << r.body;
+    error_of(r);
+    ++n;
+  }
+  EXPECT_GE(n, 50);
+  // Raw-socket style abuse through curl: a wrong method, a bad content type with garbage.
+  EXPECT_EQ(http_request("GET", s.url(kChat), "", {"Authorization: Bearer test-key"}).status, 404);
+  EXPECT_EQ(http_request("DELETE", s.url("/v1/models"), "", {"Authorization: Bearer test-key"}).status, 404);
+  expect_ok_after(s);
+  EXPECT_EQ(s.get("/health").status, 200);
+  // Stats are published at the end of an engine step, a moment after the response.
+  for (int i = 0; i < 200 && s.metric("vllm:num_requests_running") != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.metric("vllm:num_requests_running"), 0);
+}
+
+TEST(ServerErrors, QueueFullIs503WithRetryAfter) {
+  TestServerOptions o;
+  o.max_num_seqs = 1;
+  o.max_queued_requests = 1;
+  TestServer s(o);
+  const std::string body = R"({"prompt":"a long one","max_tokens":120,"ignore_eos":true})";
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::vector<HttpResult> results;
+  for (int i = 0; i < 6; ++i)
+    threads.emplace_back([&] {
+      auto r = s.post(kCompletions, body);
+      std::lock_guard<std::mutex> lock(mutex);
+      results.push_back(r);
+    });
+  for (auto& t : threads) t.join();
+  int ok = 0, busy = 0;
+  for (const auto& r : results) {
+    if (r.status == 200) ++ok;
+    if (r.status == 503) {
+      ++busy;
+      EXPECT_EQ(r.headers.count("retry-after"), 1u);
+      EXPECT_EQ(error_of(r)["code"], "server_overloaded");
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(busy, 1);
+  EXPECT_EQ(ok + busy, 6);
+}
+
+}  // namespace
+}  // namespace mxserve::server::testing
