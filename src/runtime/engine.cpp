@@ -135,7 +135,8 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     if (c.needs_sample) sampled.push_back(&c);
     if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
   }
-  MX_ASSIGN_OR_RETURN(Tensor logits, executor_->execute(batch));
+  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
+  Tensor& logits = out.logits;
   scheduler_.commit(plan);
   const int64_t V = executor_->vocab_size();
   const auto now = Clock::now();

@@ -11,12 +11,23 @@
 
 namespace mxserve::runtime {
 
+struct ExecOutput {
+  Tensor logits;  // host f32 [len(batch.logit_rows), V]
+  Tensor hidden;  // on the backend, [T, H] post-norm hidden states when batch.want_hidden
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
   virtual int64_t vocab_size() const = 0;
-  // Host f32 logits [len(batch.logit_rows), V].
-  virtual Result<Tensor> execute(const model::ForwardBatch& batch) = 0;
+  virtual Result<ExecOutput> execute(const model::ForwardBatch& batch) = 0;
+  // The MTP (NextN) draft layer, when the model has one (see CausalLM::forward_mtp).
+  virtual bool has_mtp() const { return false; }
+  virtual Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) {
+    return unsupported("this model has no MTP layer");
+  }
+  // out[i] = hidden[rows[i]], on the backend.
+  virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
 };
 
 // The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.

@@ -12,9 +12,21 @@ class CausalLmExecutor final : public ModelExecutor {
                                              [&be](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
   }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
-  Result<Tensor> execute(const model::ForwardBatch& batch) override {
+  Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
-    return be_.to_host(out.logits);
+    return ExecOutput{be_.to_host(out.logits), out.hidden};
+  }
+  bool has_mtp() const override { return model_.has_mtp(); }
+  Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
+    MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
+    return ExecOutput{be_.to_host(out.logits), out.hidden};
+  }
+  Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) override {
+    const int64_t R = static_cast<int64_t>(rows.size());
+    Tensor idx = be_.upload(Tensor::view_of(const_cast<int32_t*>(rows.data()), DType::kI32, {R}));
+    Tensor out = be_.alloc(hidden.dtype(), {R, hidden.dim(1)});
+    be_.gather_rows(hidden, idx, out);
+    return out;
   }
 
  private:

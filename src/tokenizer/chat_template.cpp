@@ -19,7 +19,11 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
 }
 
 Result<std::string> ChatTemplate::render(const json& context) const {
-  return render(OrderedJson::parse(context.dump()));
+  try {
+    return render(OrderedJson::parse(context.dump()));
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("chat template context is not valid JSON text: ") + e.what());
+  }
 }
 
 Result<std::string> ChatTemplate::render(const OrderedJson& context) const {
@@ -28,11 +32,7 @@ Result<std::string> ChatTemplate::render(const OrderedJson& context) const {
   try {
     jinja::Env globals;
     jinja::install_globals(globals);
-    for (auto it = context.begin(); it != context.end(); ++it) {
-      if (it.value().is_string() && !is_valid_utf8(it.value().get_ref<const std::string&>()))
-        return invalid_argument("chat template variable '" + it.key() + "' is not valid UTF-8");
-      globals.set(it.key(), jinja::from_json(it.value()));
-    }
+    for (auto it = context.begin(); it != context.end(); ++it) globals.set(it.key(), jinja::from_json(it.value()));
     jinja::Interpreter interp;
     return interp.render(*program_, globals);
   } catch (const jinja::RenderError& e) {

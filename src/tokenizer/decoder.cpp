@@ -49,9 +49,10 @@ class ByteFallbackDecoder final : public Decoder {
     };
     for (const std::string& t : tokens) {
       if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {
+        const std::string hex = t.substr(3, 2);
         char* end = nullptr;
-        long v = std::strtol(t.substr(3, 2).c_str(), &end, 16);
-        if (end != nullptr && *end == '\0') {
+        long v = std::strtol(hex.c_str(), &end, 16);
+        if (end == hex.c_str() + 2) {
           pending.push_back(static_cast<char>(v));
           continue;
         }

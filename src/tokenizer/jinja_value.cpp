@@ -238,7 +238,11 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9007199254740992.0) return Value::integer(static_cast<int64_t>(d));
       return Value::floating(d);
     }
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::string: {
+      const std::string& s = j.get_ref<const std::string&>();
+      if (!is_valid_utf8(s)) throw_error("template input contains a string that is not valid UTF-8");
+      return Value::string(s);
+    }
     case nlohmann::ordered_json::value_t::array: {
       Array a;
       a.reserve(j.size());
@@ -247,7 +251,10 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Object o;
-      for (auto it = j.begin(); it != j.end(); ++it) o.entries.emplace_back(it.key(), from_json(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!is_valid_utf8(it.key())) throw_error("template input contains a key that is not valid UTF-8");
+        o.entries.emplace_back(it.key(), from_json(it.value(), depth + 1));
+      }
       return Value::object(std::move(o));
     }
     default: return Value::undefined();

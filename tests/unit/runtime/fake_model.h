@@ -58,7 +58,7 @@ class FakeModel final : public ModelExecutor {
   FakeModel(int64_t n_blocks, int64_t block_size, int64_t vocab)
       : slots_(n_blocks * block_size, -1), block_size_(block_size), vocab_(vocab) {}
   int64_t vocab_size() const override { return vocab_; }
-  Result<Tensor> execute(const model::ForwardBatch& batch) override {
+  Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     MX_RETURN_IF_ERROR(batch.validate(vocab_, static_cast<int64_t>(slots_.size()) / block_size_, block_size_));
     for (const auto& s : batch.seqs) {
       const int32_t first = s.kv_len - s.n_tokens;
@@ -78,8 +78,9 @@ class FakeModel final : public ModelExecutor {
     }
     ++steps_;
     tokens_ += batch.n_tokens();
-    return logits;
+    return ExecOutput{logits, Tensor()};
   }
+  Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>&) override { return hidden; }
   int64_t steps() const { return steps_; }
   int64_t tokens() const { return tokens_; }
 

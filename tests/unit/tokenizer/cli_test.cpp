@@ -58,6 +58,11 @@ TEST(Cli, RenderChatMatchesTemplate) {
   EXPECT_EQ(glm, "[gMASK]<sop><|user|>Hi<|assistant|><think>");
   int rc = std::system((cli() + " render-chat --messages " + msgs + " 2>/dev/null").c_str());
   EXPECT_NE(rc, 0);
+  // A lone surrogate in request JSON is rejected cleanly.
+  std::string lone = write_temp("mx_cli_lone.json", R"([{"role": "user", "content": "bad \ud800 here"}])");
+  rc = std::system((cli() + " render-chat --tokenizer-config " + testing::tokenizer_config_path("qwen3") + " --messages " +
+                    lone + " 2>/dev/null").c_str());
+  EXPECT_NE(rc, 0);
 }
 
 }  // namespace

@@ -80,6 +80,15 @@ TEST(Jinja, HostileTemplatesFailCleanly) {
   std::string r = render("{% for i in range(100000000) %}{% endfor %}");
   EXPECT_NE(r.find("too large"), std::string::npos);
   EXPECT_EQ(render("{{ '\\xff' }}").find("ERROR"), std::string::npos);
+  // Invalid UTF-8 nested in the inputs is an error, not garbage in the prompt.
+  auto t = ChatTemplate::parse("{{ messages[0].content }}");
+  ASSERT_TRUE(t.is_ok());
+  OrderedJson ctx = {{"messages", {{{"content", std::string("bad \xC3")}}}}};
+  auto r2 = t->render(ctx);
+  ASSERT_FALSE(r2.is_ok());
+  EXPECT_NE(r2.status().message().find("UTF-8"), std::string::npos);
+  json plain = {{"messages", {{{"content", std::string("bad \xC3")}}}}};
+  EXPECT_FALSE(t->render(plain).is_ok());
 }
 
 }  // namespace
