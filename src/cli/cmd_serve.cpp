@@ -2,6 +2,7 @@
 // matches), binds the port first (so /health answers 503 while the model loads), loads the model,
 // publishes it, then waits for SIGINT/SIGTERM: stop taking work, let in-flight requests finish for
 // --shutdown-timeout seconds, abort the rest, stop. A second signal exits at once.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -46,6 +47,12 @@ runtime:
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
 )";
+
+std::atomic<int> g_stop_signals{0};
+
+void on_stop_signal(int) {
+  if (g_stop_signals.fetch_add(1) >= 1) std::_Exit(130);
+}
 
 int fail(const Status& s) {
   std::fprintf(stderr, "error: %s\n\n%s", s.to_string().c_str(), kUsage);
@@ -142,24 +149,14 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(shutdown_timeout, a.get_double("--shutdown-timeout", 10));
   so.stats_interval_s = std::max(0.0, stats_interval);
 
-  // Signals go to one thread (sigwait); every other thread is started with them blocked.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A handler (not sigwait): threads started before main (BLAS pools) may receive the signal too, and
+  // a background job inherits SIGINT ignored. The handler only sets a flag; a second signal exits.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
-  std::atomic<bool> stop_requested{false};
-  std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    MX_LOG(kInfo) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": shutting down (again to force)";
-    stop_requested = true;
-    sigwait(&set, &sig);
-    MX_LOG(kWarn) << "second signal: exiting now";
-    std::_Exit(130);
-  });
-  signal_thread.detach();
 
   server::HttpServer http(so);
   if (Status s = http.bind(); !s.is_ok()) return fail(s);
@@ -177,7 +174,8 @@ int cmd_serve(int argc, char** argv) {
                 << " -- POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics";
   std::fflush(stderr);
 
-  while (!stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (g_stop_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  MX_LOG(kInfo) << "received a stop signal: draining (up to " << shutdown_timeout << " s; signal again to force)";
   http.begin_drain();
   http.wait_idle(std::max(0.0, shutdown_timeout));
   http.stop();

@@ -10,9 +10,14 @@ double seconds(runtime::Clock::duration d) { return std::chrono::duration<double
 }  // namespace
 
 GenerationSession::GenerationSession(ServerContext& ctx, const GenerationOptions& gen)
-    : ctx_(ctx), gen_(gen), inbox_(std::make_shared<Inbox>()), arrival_(runtime::Clock::now()) {}
+    : ctx_(ctx), gen_(gen), inbox_(std::make_shared<Inbox>()), arrival_(runtime::Clock::now()) {
+  ++ctx_.active_sessions;
+}
 
-GenerationSession::~GenerationSession() { abort_all(); }
+GenerationSession::~GenerationSession() {
+  abort_all();
+  --ctx_.active_sessions;
+}
 
 std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>& inputs, int64_t max_tokens) {
   runtime::Engine& engine = *ctx_.model.engine;

@@ -166,7 +166,7 @@ void HttpServer::begin_drain() { ctx_->draining = true; }
 
 void HttpServer::wait_idle(double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
+  while ((in_flight_ > 0 || ctx_->active_sessions > 0) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 

@@ -80,13 +80,13 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   return static_cast<uint64_t>(v * mult);
 }
 
-int64_t estimate_parameters(const model::ModelConfig& c) {
+int64_t estimate_parameters(const model::ModelConfig& c, bool include_mtp) {
   const int64_t H = c.d_model, V = c.vocab_size;
   const int64_t attn = H * c.n_heads * c.head_dim * 2 + H * c.n_kv_heads * c.head_dim * 2;
   const int64_t dense = 3 * H * c.dense_inter;
   const int64_t moe = c.n_experts * 3 * H * c.moe_inter + 3 * H * c.shared_inter() + c.n_experts * H;
   int64_t total = V * H * (c.tie_word_embeddings ? 1 : 2);
-  for (int64_t l = 0; l < c.n_layers + c.n_mtp_layers; ++l) total += attn + (c.is_moe_layer(l) ? moe : dense);
+  for (int64_t l = 0; l < c.n_layers + (include_mtp ? c.n_mtp_layers : 0); ++l) total += attn + (c.is_moe_layer(l) ? moe : dense);
   return total;
 }
 
@@ -129,7 +129,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   sm->model_ = std::move(*model);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const model::ModelConfig& mc = sm->model_->config();
-  const int64_t params = estimate_parameters(mc);
+  const int64_t params = estimate_parameters(mc, lo.load_mtp);
   MX_LOG(kInfo) << "model: " << model::describe_config(mc);
   MX_LOG(kInfo) << "weights: ~" << params / 1000000.0 << " M parameters, ~"
                 << human_bytes(static_cast<double>(params) * dtype_bits(sm->backend_->weight_dtype()) / 8.0) << " as "

@@ -58,6 +58,6 @@ class ServingModel {
 // "1GiB", "512MiB", "2G", "1000000" -> bytes.
 Result<uint64_t> parse_byte_size(const std::string& text);
 // Parameter count implied by a config (weights estimate for the start-up memory plan).
-int64_t estimate_parameters(const model::ModelConfig& c);
+int64_t estimate_parameters(const model::ModelConfig& c, bool include_mtp);
 
 }  // namespace mxserve::server
