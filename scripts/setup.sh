@@ -11,6 +11,7 @@ PACKAGES=(
   libonig-dev libicu-dev             # tokenizer: Unicode regex (Oniguruma, as HF tokenizers) + normalization
   libpcre2-dev                       # tokenizer: PCRE2 (UTF + UCP, JIT) -- the regex engine mxserve_tokenizer uses
   libcurl4-openssl-dev               # bench: HTTP client (curl multi)
+  libcpp-httplib-dev                 # server: HTTP/1.1 (cpp-httplib 0.11, the library llama.cpp's server uses)
 )
 
 SUDO=""
