@@ -59,6 +59,7 @@ std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>
 }
 
 bool GenerationSession::poll(std::vector<ChoiceDelta>* out, std::chrono::milliseconds timeout) {
+  if (ctx_.stopping) abort_all();  // the server is going down: stop waiting for the engine
   if (n_open_ == 0) return false;
   std::deque<Event> events;
   {

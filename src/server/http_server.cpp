@@ -178,6 +178,7 @@ void HttpServer::stop() {
   }
   stats_cv_.notify_all();
   ctx_->draining = true;
+  ctx_->stopping = true;
   if (http_) http_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
   if (stats_thread_.joinable()) stats_thread_.join();

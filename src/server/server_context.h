@@ -42,6 +42,7 @@ struct ServerContext {
   Metrics metrics;
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};
+  std::atomic<bool> stopping{false};    // set after the drain timeout: sessions abort what still runs
   std::atomic<int> active_sessions{0};  // GenerationSessions alive (streams outlive their handler call)
   ModelServices model;  // valid once ready
   const int64_t created_unix = static_cast<int64_t>(std::time(nullptr));

@@ -1,6 +1,9 @@
 #include "server/serving_model.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -124,7 +127,22 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   MX_LOG(kInfo) << "loading " << (cfg.synthetic_weights ? "synthetic weights for " : "weights from ") << cfg.model_path
                 << " on " << sm->backend_->name() << " ...";
   const auto t0 = std::chrono::steady_clock::now();
+  // NOTE: the loader has no progress callback yet; a ticker line every 5 s shows it is alive.
+  std::mutex tick_mutex;
+  std::condition_variable tick_cv;
+  bool loaded = false;
+  std::thread ticker([&] {
+    std::unique_lock<std::mutex> lock(tick_mutex);
+    for (int s = 5; !tick_cv.wait_for(lock, std::chrono::seconds(5), [&] { return loaded; }); s += 5)
+      MX_LOG(kInfo) << "still loading weights (" << s << " s)";
+  });
   auto model = model::load_causal_lm(cfg.model_path, *sm->backend_, lo);
+  {
+    std::lock_guard<std::mutex> lock(tick_mutex);
+    loaded = true;
+  }
+  tick_cv.notify_all();
+  ticker.join();
   if (!model.is_ok()) return model.status().with_context("loading the model " + cfg.model_path);
   sm->model_ = std::move(*model);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -51,8 +51,11 @@ std::string collect_stream(const SseResult& r, const std::string& object, json* 
     }
     const json& ch = c["choices"][0];
     if (object == "chat.completion.chunk") {
-      if (first) EXPECT_EQ(ch["delta"]["role"], "assistant") << "the first chunk carries the role";
-      else EXPECT_FALSE(ch["delta"].contains("role"));
+      if (first) {
+        EXPECT_EQ(ch["delta"]["role"], "assistant") << "the first chunk carries the role";
+      } else {
+        EXPECT_FALSE(ch["delta"].contains("role"));
+      }
       if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
     } else {
       text += ch["text"].get<std::string>();
@@ -119,8 +122,11 @@ TEST(ServerApi, ChatStreamingMatchesNonStreaming) {
   EXPECT_TRUE(usage["prompt_tokens_details"].contains("cached_tokens"));
   // Without include_usage there is no usage chunk.
   auto r2 = s.stream("/v1/chat/completions", chat_body(3, {{"stream", true}}));
-  for (const auto& e : r2.events)
-    if (e != "[DONE]") EXPECT_FALSE(json::parse(e)["choices"].empty());
+  for (const auto& e : r2.events) {
+    if (e != "[DONE]") {
+      EXPECT_FALSE(json::parse(e)["choices"].empty());
+    }
+  }
 }
 
 TEST(ServerApi, CompletionsPromptForms) {

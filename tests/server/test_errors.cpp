@@ -66,8 +66,12 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
     auto r = s.post(c.path, c.body);
     EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
     json e = error_of(r);
-    if (!c.param.empty()) EXPECT_EQ(e["param"], c.param) << c.body;
-    if (!c.code.empty()) EXPECT_EQ(e["code"], c.code) << c.body;
+    if (!c.param.empty()) {
+      EXPECT_EQ(e["param"], c.param) << c.body;
+    }
+    if (!c.code.empty()) {
+      EXPECT_EQ(e["code"], c.code) << c.body;
+    }
   }
   // The context-length wording clients classify on.
   auto r = s.post(kChat, "{" + msgs() + R"(,"max_tokens":100000})");
