@@ -84,5 +84,38 @@ TEST(ServerLoad, NonStreamingDisconnectAbortsAndFreesBlocks) {
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
+TEST(ServerLifecycle, HealthIs503UntilReadyAndWhileDraining) {
+  ServerOptions so;
+  so.port = 0;
+  so.stats_interval_s = 0;
+  HttpServer http(so);
+  ASSERT_TRUE(http.bind().is_ok());
+  http.start();
+  const std::string base = "http://127.0.0.1:" + std::to_string(http.port());
+  EXPECT_EQ(http_request("GET", base + "/health", "", {}).status, 503);
+  auto r = http_request("POST", base + "/v1/completions", R"({"prompt":"x"})", {"Content-Type: application/json"});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers.count("retry-after"), 1u);
+  EXPECT_EQ(http_request("GET", base + "/metrics", "", {}).status, 200);
+  EXPECT_EQ(http_request("GET", base + "/v1/models", "", {}).status, 200);
+  http.begin_drain();
+  EXPECT_EQ(http_request("GET", base + "/health", "", {}).status, 503);
+  http.stop();
+}
+
+TEST(ServerLifecycle, DrainingRejectsNewWorkAndFinishesStreams) {
+  TestServer s;
+  std::thread client([&] {
+    auto r = s.stream("/v1/completions", {{"prompt", "x"}, {"max_tokens", 40}, {"ignore_eos", true}, {"stream", true}});
+    EXPECT_EQ(r.events.back(), "[DONE]") << "an in-flight stream completes during the drain";
+  });
+  ASSERT_TRUE(eventually([&] { return s.metric("vllm:num_requests_running") == 1; }));
+  s.http().begin_drain();
+  EXPECT_EQ(s.get("/health").status, 503);
+  EXPECT_EQ(s.post("/v1/completions", R"({"prompt":"x"})").status, 503);
+  s.http().wait_idle(60);
+  client.join();
+}
+
 }  // namespace
 }  // namespace mxserve::server::testing
