@@ -47,7 +47,9 @@ class Fields {
     if (!v->is_number_float()) return type_error(name, "an integer", *v);
     d = v->get<double>();
     if (!std::isfinite(d) || d != std::floor(d)) return type_error(name, "an integer", *v);
-    if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) return range_error(name, lo, hi);
+    // 2^63 itself compares equal to (double)INT64_MAX: keep doubles strictly inside the int64 range.
+    if (d < static_cast<double>(lo) || d > static_cast<double>(hi) || std::fabs(d) >= 9.2233720368547758e18)
+      return range_error(name, lo, hi);
     *out = static_cast<int64_t>(d);
     return std::nullopt;
   }
@@ -303,7 +305,8 @@ std::optional<ApiError> parse_tools(const OrderedJson& body, tokenizer::ChatInpu
   for (size_t i = 0; i < it->size(); ++i) {
     const auto& t = (*it)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") ||
+        !t["function"].is_object())
       return bad_request("'" + where + "' must be {\"type\": \"function\", \"function\": {...}}", where);
     const auto& fn = t["function"];
     if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
