@@ -14,7 +14,7 @@ namespace mxserve::server {
 namespace {
 
 using OJ = nlohmann::ordered_json;
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kPollInterval = std::chrono::milliseconds(100);  // an idle stream re-checks its socket this often
 
 // Logs each ignored field name once (bounded, so hostile clients cannot grow the set forever).
 void log_ignored_fields(const std::vector<std::string>& names) {
