@@ -1,0 +1,298 @@
+// Routed experts of one MoE layer on the GPU, bf16 weights, no host synchronization:
+//   1. permute: count (token, slot) pairs per expert, scan to row offsets and m-tile offsets, scatter each
+//      pair to a row of its expert's segment (row_token[row] = token, pair_row[pair] = row);
+//   2. grouped GEMM 1 (+ fused SwiGLU): act[row] = silu(x[token] @ gate_e^T) * (x[token] @ up_e^T);
+//      A rows are gathered from x on load, so the permuted copy of x is never written;
+//   3. grouped GEMM 2: y[row] = act[row] @ down_e^T;
+//   4. un-permute: out[t] += sum_k w[t, k] * y[pair_row[t, k]] in fp32, one rounding.
+// The grouped GEMM is one launch over all experts: blockIdx.x walks a tile schedule (expert, m-tile)
+// built on the device, so the grid is an upper bound and surplus blocks exit. Rows within an expert are
+// independent, so the (atomic, unordered) scatter does not change any result.
+// NOTE: tensor cores through WMMA (HMMA m16n16k16, bf16 in, fp32 accumulate) with a 3-stage cp.async
+// pipeline. cp.async is the sm_80+ seam (a HIP port swaps it for plain loads); wgmma is later work.
+#include <mma.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kBM = 32;       // rows (tokens) per tile
+constexpr int kBW = 128;      // weight rows per tile: 64 gate + 64 up (SwiGLU) or 128 outputs (plain)
+constexpr int kBK = 32;       // k per stage
+constexpr int kStages = 3;
+constexpr int kLd = kBK + 8;  // smem row stride (elements): 80 bytes, 16-byte aligned, fewer conflicts
+constexpr int kThreads = 128;
+constexpr int kLdc = kBW + 4;  // epilogue f32 tile stride
+
+struct alignas(128) GemmSmem {
+  union {
+    struct {
+      bf16 a[kStages][kBM][kLd];
+      bf16 b[kStages][kBW][kLd];
+    } pipe;
+    float c[kBM][kLdc];
+  };
+};
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// kSwiglu: A = x [T, K] gathered through row_token, W = gate_up [E, 2N, K], C = act [P, N].
+// plain:   A = act [P, K] (row = permuted row),    W = down [E, N, K],    C = y [P, N].
+template <bool kSwiglu>
+__global__ void __launch_bounds__(kThreads)
+    grouped_gemm_kernel(const bf16* __restrict__ A, const int32_t* __restrict__ row_token,
+                        const bf16* __restrict__ W, bf16* __restrict__ C, const int32_t* __restrict__ row_offsets,
+                        const int32_t* __restrict__ tile_offsets, int n_experts, int N, int K) {
+  __shared__ GemmSmem sm;
+  __shared__ int a_row_s[kBM];  // source row of A for each tile row, -1 past the expert's rows
+  const int tile = blockIdx.x;
+  if (tile >= tile_offsets[n_experts]) return;
+  int lo = 0, hi = n_experts - 1;  // expert e with tile_offsets[e] <= tile < tile_offsets[e + 1]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_offsets[mid] <= tile) lo = mid;
+    else hi = mid - 1;
+  }
+  const int e = lo;
+  const int m0 = (tile - tile_offsets[e]) * kBM;
+  const int row_begin = row_offsets[e] + m0;
+  const int rows = min(kBM, row_offsets[e + 1] - row_begin);
+  const int n0 = blockIdx.y * (kSwiglu ? kBW / 2 : kBW);
+  const int64_t w_rows = kSwiglu ? 2 * N : N;
+  const bf16* We = W + static_cast<int64_t>(e) * w_rows * K;
+
+  if (threadIdx.x < kBM) {
+    const int r = threadIdx.x;
+    a_row_s[r] = r < rows ? (kSwiglu ? row_token[row_begin + r] : row_begin + r) : -1;
+  }
+  __syncthreads();
+
+  auto load_stage = [&](int stage, int k0) {
+    {  // A: kBM x kBK = 128 chunks of 8, one per thread
+      const int r = threadIdx.x / (kBK / 8), c = threadIdx.x % (kBK / 8);
+      const int k = k0 + c * 8;
+      const int src = a_row_s[r];
+      const bool ok = src >= 0 && k < K;
+      cp_async16(&sm.pipe.a[stage][r][c * 8], ok ? A + static_cast<int64_t>(src) * K + k : A, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < kBW * (kBK / 8) / kThreads; ++i) {  // B: kBW x kBK = 512 chunks
+      const int chunk = threadIdx.x + i * kThreads;
+      const int r = chunk / (kBK / 8), c = chunk % (kBK / 8);
+      const int k = k0 + c * 8;
+      int64_t wr;
+      bool ok;
+      if (kSwiglu) {
+        const int col = n0 + (r % (kBW / 2));
+        ok = col < N;
+        wr = (r < kBW / 2) ? col : N + col;
+      } else {
+        ok = n0 + r < N;
+        wr = n0 + r;
+      }
+      ok = ok && k < K;
+      cp_async16(&sm.pipe.b[stage][r][c * 8], ok ? We + wr * K + k : We, ok);
+    }
+  };
+
+  const int warp = threadIdx.x / 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  const int n_k = (K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_k) load_stage(s, s * kBK);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < n_k; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = kt + kStages - 1;
+    if (next < n_k) load_stage(next % kStages, next * kBK);
+    cp_async_commit();
+    const int st = kt % kStages;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &sm.pipe.a[st][i * 16][kk], kLd);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sm.pipe.b[st][warp * 32 + j * 16][kk], kLd);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the epilogue tile
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&sm.c[i * 16][warp * 32 + j * 16], acc[i][j], kLdc, wmma::mem_row_major);
+  __syncthreads();
+
+  constexpr int kOutCols = kSwiglu ? kBW / 2 : kBW;
+  for (int i = threadIdx.x; i < kBM * kOutCols; i += kThreads) {
+    const int r = i / kOutCols, c = i % kOutCols;
+    if (r >= rows || n0 + c >= N) continue;
+    float v;
+    if (kSwiglu) {
+      const float g = sm.c[r][c], u = sm.c[r][kBW / 2 + c];
+      v = g / (1.0f + expf(-g)) * u;
+    } else {
+      v = sm.c[r][c];
+    }
+    C[static_cast<int64_t>(row_begin + r) * N + n0 + c] = to_bf16(v);
+  }
+}
+
+__global__ void count_kernel(const int32_t* __restrict__ ids, int32_t* counts, int64_t n_pairs, int n_experts) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int e = ids[i];
+    if (e < 0 || e >= n_experts) __trap();  // a corrupt routing id is a bug: fail loudly
+    atomicAdd(&counts[e], 1);
+  }
+}
+
+// Single thread: E <= a few hundred, so a serial scan costs less than a launch.
+__global__ void scan_kernel(const int32_t* counts, int32_t* row_offsets, int32_t* tile_offsets, int32_t* cursor,
+                            int n_experts) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int rows = 0, tiles = 0;
+  for (int e = 0; e < n_experts; ++e) {
+    row_offsets[e] = rows;
+    tile_offsets[e] = tiles;
+    cursor[e] = rows;
+    rows += counts[e];
+    tiles += (counts[e] + kBM - 1) / kBM;
+  }
+  row_offsets[n_experts] = rows;
+  tile_offsets[n_experts] = tiles;
+}
+
+__global__ void scatter_kernel(const int32_t* __restrict__ ids, int32_t* cursor, int32_t* __restrict__ row_token,
+                               int32_t* __restrict__ pair_row, int64_t n_pairs, int top_k) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int row = atomicAdd(&cursor[ids[i]], 1);
+    row_token[row] = static_cast<int32_t>(i / top_k);
+    pair_row[i] = row;
+  }
+}
+
+// One thread per (token, 8 columns).
+__global__ void unpermute_kernel(const bf16* __restrict__ y, const int32_t* __restrict__ pair_row,
+                                 const float* __restrict__ weights, bf16* out, int64_t n_tokens, int64_t d_model,
+                                 int top_k) {
+  const int64_t chunks = d_model / 8;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_tokens * chunks;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / chunks, c = (i % chunks) * 8;
+    float acc[8];
+    load8(out + t * d_model + c, acc);
+    for (int k = 0; k < top_k; ++k) {
+      const float w = weights[t * top_k + k];
+      float v[8];
+      load8(y + static_cast<int64_t>(pair_row[t * top_k + k]) * d_model + c, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += w * v[j];
+    }
+    store8(out + t * d_model + c, acc);
+  }
+}
+
+struct Workspace {
+  int32_t *counts, *row_offsets, *tile_offsets, *cursor, *row_token, *pair_row;
+  bf16 *act, *y;
+};
+
+size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
+
+Workspace carve(void* base, const MoeShape& s) {
+  const int64_t P = s.n_tokens * s.top_k;
+  auto* p = static_cast<char*>(base);
+  Workspace w;
+  auto take = [&](size_t bytes) {
+    char* r = p;
+    p += align_up(bytes);
+    return r;
+  };
+  w.counts = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * s.n_experts));
+  w.row_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
+  w.tile_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
+  w.cursor = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * s.n_experts));
+  w.row_token = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
+  w.pair_row = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
+  w.act = reinterpret_cast<bf16*>(take(sizeof(bf16) * P * s.inter));
+  w.y = reinterpret_cast<bf16*>(take(sizeof(bf16) * P * s.d_model));
+  return w;
+}
+
+int grid_1d(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
+
+}  // namespace
+
+size_t moe_workspace_bytes(const MoeShape& s) {
+  const int64_t P = s.n_tokens * s.top_k;
+  return 4 * align_up(sizeof(int32_t) * (s.n_experts + 1)) + 2 * align_up(sizeof(int32_t) * P) +
+         align_up(sizeof(bf16) * P * s.inter) + align_up(sizeof(bf16) * P * s.d_model);
+}
+
+void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* gate_up,
+                      const void* down, void* out, const MoeShape& s, void* workspace, cudaStream_t stream) {
+  if (s.n_tokens == 0) return;
+  MX_CHECK_MSG(s.d_model % 8 == 0 && s.inter % 8 == 0,
+               "moe_experts_bf16: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 8");
+  const int64_t P = s.n_tokens * s.top_k;
+  MX_CHECK_LT(P, int64_t{1} << 31);
+  const Workspace w = carve(workspace, s);
+  MX_CUDA_CHECK(cudaMemsetAsync(w.counts, 0, sizeof(int32_t) * s.n_experts, stream));
+  count_kernel<<<grid_1d(P), 256, 0, stream>>>(topk_ids, w.counts, P, s.n_experts);
+  MX_CUDA_CHECK_LAUNCH();
+  scan_kernel<<<1, 32, 0, stream>>>(w.counts, w.row_offsets, w.tile_offsets, w.cursor, s.n_experts);
+  MX_CUDA_CHECK_LAUNCH();
+  scatter_kernel<<<grid_1d(P), 256, 0, stream>>>(topk_ids, w.cursor, w.row_token, w.pair_row, P, s.top_k);
+  MX_CUDA_CHECK_LAUNCH();
+
+  // Upper bound on the schedule's tiles: sum_e ceil(c_e / kBM) <= ceil(P / kBM) + min(E, P).
+  const int64_t max_tiles = (P + kBM - 1) / kBM + std::min<int64_t>(s.n_experts, P);
+  const dim3 grid1(static_cast<unsigned>(max_tiles), ceil_div(s.inter, kBW / 2));
+  grouped_gemm_kernel<true><<<grid1, kThreads, 0, stream>>>(
+      static_cast<const bf16*>(x), w.row_token, static_cast<const bf16*>(gate_up), w.act, w.row_offsets,
+      w.tile_offsets, s.n_experts, static_cast<int>(s.inter), static_cast<int>(s.d_model));
+  MX_CUDA_CHECK_LAUNCH();
+  const dim3 grid2(static_cast<unsigned>(max_tiles), ceil_div(s.d_model, kBW));
+  grouped_gemm_kernel<false><<<grid2, kThreads, 0, stream>>>(
+      w.act, nullptr, static_cast<const bf16*>(down), w.y, w.row_offsets, w.tile_offsets, s.n_experts,
+      static_cast<int>(s.d_model), static_cast<int>(s.inter));
+  MX_CUDA_CHECK_LAUNCH();
+  unpermute_kernel<<<grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
+      w.y, w.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxserve::kernels::cuda
