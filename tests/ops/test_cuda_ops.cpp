@@ -252,6 +252,7 @@ TEST_F(CudaOps, PagedAttention) {
       {8, 2, 128, {{1, 4096}, {1, 3000}}, "long decode: context splits"},
       {8, 2, 128, {{200, 200}, {100, 150}}, "prefill: no split"},
       {4, 4, 64, {{7, 7}, {1, 65}}, "head_dim 64, no GQA"},
+      {8, 1, 16, {{9, 9}, {1, 40}}, "head_dim 16, one kv head (fixture b shape)"},
       {96, 8, 128, {{1, 2000}, {4, 700}}, "GLM-4.5-Air heads (group 12)"},
   };
   const int64_t bs = 16;

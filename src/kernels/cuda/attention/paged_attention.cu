@@ -244,11 +244,12 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
                "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
   MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
   switch (p.head_dim) {
+    case 16: launch<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
     case 32: launch<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
     case 64: launch<64>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
     case 128: launch<128>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
     case 256: launch<256>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
-    default: MX_CHECK_MSG(false, "paged attention: head_dim " << p.head_dim << " is not built (32, 64, 128, 256)");
+    default: MX_CHECK_MSG(false, "paged attention: head_dim " << p.head_dim << " is not built (16, 32, 64, 128, 256)");
   }
 }
 
