@@ -18,24 +18,24 @@ export MXSERVE_FIXTURE_ROOT="$P/fixtures"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv;
   ldd "$P/bin/test_cuda_ops" | grep -E "not found|cublas|cudart|openblas"; cat "$P/commit.txt"; } 2>&1 | tee "$OUT/gpu.txt"
 
-MXSERVE_CUDA_SYNC=1 timeout 300 "$P/bin/test_cuda_ops" --gtest_color=no > "$OUT/op_tests.log" 2>&1
+MXSERVE_CUDA_SYNC=1 timeout 150 "$P/bin/test_cuda_ops" --gtest_color=no > "$OUT/op_tests.log" 2>&1
 RC_OPS=$?
-timeout 200 "$P/bin/test_cuda_fixture" --gtest_color=no > "$OUT/fixture_tests.log" 2>&1
+timeout 100 "$P/bin/test_cuda_fixture" --gtest_color=no > "$OUT/fixture_tests.log" 2>&1
 RC_FIX=$?
 : > "$OUT/verify.log"
 RC_VER=0
 for f in "$P"/fixtures/*/; do
-  timeout 120 "$P/bin/mxserve" verify-fixture "$f" --backend cuda --max-rel-l2 2e-2 >> "$OUT/verify.log" 2>&1 || RC_VER=$?
+  timeout 60 "$P/bin/mxserve" verify-fixture "$f" --backend cuda --max-rel-l2 2e-2 >> "$OUT/verify.log" 2>&1 || RC_VER=$?
 done
 RC_SAN=skipped
 if [ $SANITIZE = 1 ] && command -v compute-sanitizer > /dev/null; then
-  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$P/bin/test_cuda_ops" --gtest_color=no \
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$P/bin/test_cuda_ops" --gtest_color=no \
     --gtest_filter='*Moe*:*Attention*:*Router*:*KvWrite*:*Rms*' > "$OUT/sanitizer.log" 2>&1
   RC_SAN=$?
 fi
 RC_BENCH=skipped
 if [ $BENCH = 1 ]; then
-  timeout 240 "$P/bin/bench_cuda_kernels" --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1
+  timeout 150 "$P/bin/bench_cuda_kernels" --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1
   RC_BENCH=$?
 fi
 
