@@ -176,14 +176,34 @@ int main(int argc, char** argv) {
   }
 
   // ---- attention prefill: one sequence, causal chunk from position 0 ----
-  for (int64_t c : quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 8192}) {
-    Tensor kc = bench.random({c, kKvHeads * kHd}, 1.f), vc = bench.random({c, kKvHeads * kHd}, 1.f);
-    auto meta = decode_meta(be, 1, c, c, 0);
-    Tensor q = bench.random({c, kHeads * kHd}, 1.f);
-    Tensor o = be.alloc(DType::kBF16, {c, kHeads * kHd});
-    const double ms = bench.time([&](int) { be.attention(q, kc, vc, meta, o); }, c > 4096 ? 1 : 3);
-    const double flops = 4.0 * kHeads * kHd * (static_cast<double>(c) * (c + 1) / 2);
-    rows.push_back({"attention prefill chunk " + std::to_string(c), ms, 0, flops});
+  // The CUDA-core kernel (design 1) is timed again on a few shapes for comparison: MXSERVE_ATTENTION_KERNEL.
+  for (const char* kernel : {"mma", "simt"}) {
+    const bool simt = std::strcmp(kernel, "simt") == 0;
+    if (simt) setenv("MXSERVE_ATTENTION_KERNEL", "simt", 1);
+    const std::vector<int64_t> chunks = simt || quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 8192, 20480};
+    for (int64_t c : chunks) {
+      Tensor kc = bench.random({c, kKvHeads * kHd}, 1.f), vc = bench.random({c, kKvHeads * kHd}, 1.f);
+      auto meta = decode_meta(be, 1, c, c, 0);
+      Tensor q = bench.random({c, kHeads * kHd}, 1.f);
+      Tensor o = be.alloc(DType::kBF16, {c, kHeads * kHd});
+      const double ms = bench.time([&](int) { be.attention(q, kc, vc, meta, o); }, c > 4096 ? 1 : 3);
+      const double flops = 4.0 * kHeads * kHd * (static_cast<double>(c) * (c + 1) / 2);
+      rows.push_back({std::string("attention prefill chunk ") + std::to_string(c) + " [" + kernel + "]", ms, 0, flops});
+    }
+    if (simt) {
+      for (int64_t b : {8, 64}) {
+        const int64_t ctx = 8192;
+        const double kv_bytes = 2.0 * b * ctx * kKvHeads * kHd * 2;
+        Tensor kc = bench.random({b * ctx, kKvHeads * kHd}, 1.f), vc = bench.random({b * ctx, kKvHeads * kHd}, 1.f);
+        auto meta = decode_meta(be, b, ctx, 1, 0);
+        Tensor q = bench.random({b, kHeads * kHd}, 1.f);
+        Tensor o = be.alloc(DType::kBF16, {b, kHeads * kHd});
+        const double ms = bench.time([&](int) { be.attention(q, kc, vc, meta, o); }, 10);
+        rows.push_back({"attention decode batch " + std::to_string(b) + " ctx 8192 [simt]", ms,
+                        kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
+      }
+      unsetenv("MXSERVE_ATTENTION_KERNEL");
+    }
   }
 
   // ---- MoE routed experts: decode (bytes of the experts hit) and prefill (FLOPs) ----

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -96,9 +97,13 @@ void expect_exact(const Tensor& got, const Tensor& ref) {
   EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.nbytes()), 0);
 }
 
+// Prints every measured error (the op test table in docs/cuda.md comes from these lines).
 #define EXPECT_WITHIN(got, ref, tol)                                                             \
   do {                                                                                           \
     const Err e_ = error(got, ref);                                                              \
+    std::printf("[ err      ] %-28s rel_l2 %.3e  max_abs %.3e  (tol %.0e)\n",                     \
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), e_.rel_l2,      \
+                e_.max_abs, static_cast<double>(tol));                                           \
     EXPECT_LE(e_.rel_l2, tol) << "rel_l2 " << e_.rel_l2 << " max_abs " << e_.max_abs;            \
   } while (0)
 
@@ -254,6 +259,9 @@ TEST_F(CudaOps, PagedAttention) {
       {4, 4, 64, {{7, 7}, {1, 65}}, "head_dim 64, no GQA"},
       {8, 1, 16, {{9, 9}, {1, 40}}, "head_dim 16, one kv head (fixture b shape)"},
       {96, 8, 128, {{1, 2000}, {4, 700}}, "GLM-4.5-Air heads (group 12)"},
+      {96, 8, 128, {{300, 300}, {1, 8192}}, "GLM-4.5-Air heads: prefill chunk + long decode"},
+      {32, 1, 64, {{5, 5}, {1, 600}}, "group 32: CUDA-core kernel"},
+      {16, 1, 256, {{3, 40}, {1, 300}}, "head_dim 256: CUDA-core kernel"},
   };
   const int64_t bs = 16;
   for (const AttnCase& c : cases) {

@@ -38,10 +38,12 @@ void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStre
 
 // ---- attention/paged_attention.cu ----------------------------------------------------------------
 // Paged causal GQA attention, flash-style online softmax in fp32, optionally split along the context
-// (each split writes a partial (max, sum, acc) to workspace; a second kernel combines them).
+// (each split writes a partial (max, sum, acc) to workspace; a second kernel combines them). Tensor-core
+// kernel where it applies, else the CUDA-core one (plan_paged_attention picks; see paged_attention.cu).
 // q, out: bf16 [T, n_heads, head_dim]; caches bf16 [n_slots, n_kv_heads * head_dim].
 // head_dim in {16, 32, 64, 128, 256}; n_heads / n_kv_heads <= 32.
 struct AttentionLaunch {
+  bool use_mma = false;    // tensor-core kernel (head_dim 16..128, group <= 16) or the CUDA-core one
   int n_splits = 1;        // context splits per (token, kv head)
   int split_len = 0;       // keys per split (multiple of the key tile)
   size_t workspace_bytes = 0;

@@ -5,11 +5,17 @@
 // (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
 // Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
 // sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
-// NOTE: CUDA-core FMAs and plain 16-byte loads: correct and split along the context for decode
-// parallelism, but not yet the tensor-core (wgmma) prefill kernel or a cp.async pipeline (issue 3 later).
+// This file also owns the planner: the tensor-core kernel (paged_attention_mma.cu) serves head_dim
+// 16..128 with groups <= 16; this CUDA-core kernel serves the rest (head_dim 256, groups up to 32) and
+// stays selectable for comparison (MXSERVE_ATTENTION_KERNEL=simt, benchmarks only).
+// NOTE: CUDA-core FMAs and plain 16-byte loads, split along the context for decode parallelism.
 #include <algorithm>
 #include <cmath>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -210,9 +216,57 @@ void launch(const void* q, const void* k_cache, const void* v_cache, const int32
   }
 }
 
+void combine(const void* workspace, void* out, const AttentionParams& p, const AttentionLaunch& plan,
+             cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.n_tokens) * p.n_heads;
+  const auto* ws = static_cast<const float*>(workspace);
+  auto* o = static_cast<bf16*>(out);
+  const unsigned grid = static_cast<unsigned>(rows);
+  switch (p.head_dim) {
+    case 16: attention_combine_kernel<16><<<grid, 16, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 32: attention_combine_kernel<32><<<grid, 32, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 64: attention_combine_kernel<64><<<grid, 64, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 128: attention_combine_kernel<128><<<grid, 128, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    default: MX_CHECK_MSG(false, "attention combine: head_dim " << p.head_dim);
+  }
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace {
+
+// Tensor-core kernel: one warp per (token, kv head, split); aim at ~8 resident warps per SM.
+AttentionLaunch plan_mma(const AttentionParams& p, int n_sms) {
+  constexpr int64_t kMinSplit = 128, kAlign = 64;
+  AttentionLaunch plan;
+  plan.use_mma = true;
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
+  const int64_t target = 8ll * n_sms;
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (base >= target || max_ctx <= kMinSplit) return plan;
+  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + kAlign - 1) / kAlign * kAlign;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return plan;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  return plan;
+}
+
+bool force_simt() {
+  const char* v = std::getenv("MXSERVE_ATTENTION_KERNEL");
+  return v != nullptr && std::strcmp(v, "simt") == 0;
+}
+
 }  // namespace
 
 AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms) {
+  if (paged_attention_mma_supports(p) && !force_simt()) return plan_mma(p, n_sms);
   AttentionLaunch plan;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;  // bound on any kv_index + 1
   const int64_t base_blocks = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
@@ -243,6 +297,12 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
   MX_CHECK_MSG(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && p.n_heads / p.n_kv_heads <= 32,
                "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
   MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
+  if (plan.use_mma) {
+    paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
+                             plan.split_len, workspace, stream);
+    if (plan.n_splits > 1) combine(workspace, out, p, plan, stream);
+    return;
+  }
   switch (p.head_dim) {
     case 16: launch<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
     case 32: launch<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;

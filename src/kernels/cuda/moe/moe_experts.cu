@@ -23,11 +23,13 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
+// NOTE: a narrow weight tile (64 rows) and a deep k stage (64) keep enough blocks and bytes in flight
+// at decode (1 token, 8 experts: 8 x 44 blocks for GEMM 1), where the kernel is weight-bandwidth bound.
 constexpr int kBM = 32;       // rows (tokens) per tile
-constexpr int kBW = 128;      // weight rows per tile: 64 gate + 64 up (SwiGLU) or 128 outputs (plain)
-constexpr int kBK = 32;       // k per stage
+constexpr int kBW = 64;       // weight rows per tile: 32 gate + 32 up (SwiGLU) or 64 outputs (plain)
+constexpr int kBK = 64;       // k per stage
 constexpr int kStages = 3;
-constexpr int kLd = kBK + 8;  // smem row stride (elements): 80 bytes, 16-byte aligned, fewer conflicts
+constexpr int kLd = kBK + 8;  // smem row stride (elements): 144 bytes, 16-byte aligned, fewer conflicts
 constexpr int kThreads = 128;
 constexpr int kLdc = kBW + 4;  // epilogue f32 tile stride
 
@@ -84,15 +86,17 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   auto load_stage = [&](int stage, int k0) {
-    {  // A: kBM x kBK = 128 chunks of 8, one per thread
-      const int r = threadIdx.x / (kBK / 8), c = threadIdx.x % (kBK / 8);
+#pragma unroll
+    for (int i = 0; i < kBM * (kBK / 8) / kThreads; ++i) {  // A: kBM x kBK = 256 chunks of 8
+      const int chunk = threadIdx.x + i * kThreads;
+      const int r = chunk / (kBK / 8), c = chunk % (kBK / 8);
       const int k = k0 + c * 8;
       const int src = a_row_s[r];
       const bool ok = src >= 0 && k < K;
       cp_async16(&sm.pipe.a[stage][r][c * 8], ok ? A + static_cast<int64_t>(src) * K + k : A, ok);
     }
 #pragma unroll
-    for (int i = 0; i < kBW * (kBK / 8) / kThreads; ++i) {  // B: kBW x kBK = 512 chunks
+    for (int i = 0; i < kBW * (kBK / 8) / kThreads; ++i) {  // B: kBW x kBK = 512 chunks of 8
       const int chunk = threadIdx.x + i * kThreads;
       const int r = chunk / (kBK / 8), c = chunk % (kBK / 8);
       const int k = k0 + c * 8;
@@ -112,11 +116,9 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   const int warp = threadIdx.x / 32;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];  // rows 0-15, 16-31 x this warp's 16 columns
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  for (int i = 0; i < 2; ++i) wmma::fill_fragment(acc[i], 0.f);
 
   const int n_k = (K + kBK - 1) / kBK;
 #pragma unroll
@@ -134,24 +136,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
 #pragma unroll
       for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &sm.pipe.a[st][i * 16][kk], kLd);
+      wmma::load_matrix_sync(fb, &sm.pipe.b[st][warp * 16][kk], kLd);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sm.pipe.b[st][warp * 32 + j * 16][kk], kLd);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      for (int i = 0; i < 2; ++i) wmma::mma_sync(acc[i], fa[i], fb, acc[i]);
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline buffers become the epilogue tile
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&sm.c[i * 16][warp * 32 + j * 16], acc[i][j], kLdc, wmma::mem_row_major);
+  for (int i = 0; i < 2; ++i) wmma::store_matrix_sync(&sm.c[i * 16][warp * 16], acc[i], kLdc, wmma::mem_row_major);
   __syncthreads();
 
   constexpr int kOutCols = kSwiglu ? kBW / 2 : kBW;
