@@ -211,9 +211,13 @@ int main(int argc, char** argv) {
     Tensor gate_up = bench.random({kE, 2 * kI, kH}, 0.02f), down = bench.random({kE, kH, kI}, 0.02f);
     mx::backend::ExpertWeights ex{gate_up, down};
     std::mt19937 rng(7);
+    // Decode sizes run twice: the default (GEMV path for T <= 4) and the grouped GEMM (design 1).
     const std::vector<int64_t> moe_tokens =
-        quick ? std::vector<int64_t>{1, 8, 1024} : std::vector<int64_t>{1, 8, 32, 64, 1024, 8192};
-    for (int64_t t : moe_tokens) {
+        quick ? std::vector<int64_t>{1, 8, 1024} : std::vector<int64_t>{1, 4, 8, 32, 64, 1024, 8192, -1, -4};
+    for (int64_t signed_t : moe_tokens) {
+      const bool grouped = signed_t < 0;
+      const int64_t t = grouped ? -signed_t : signed_t;
+      if (grouped) setenv("MXSERVE_MOE_KERNEL", "grouped", 1);
       Tensor ids_h = Tensor::empty(DType::kI32, {t, kTopK});
       Tensor w_h = Tensor::empty(DType::kF32, {t, kTopK});
       std::vector<int32_t> e(kE);
@@ -235,8 +239,9 @@ int main(int argc, char** argv) {
       const double bytes = n_hit * 3.0 * kH * kI * 2 + 2.0 * t * kH * 2;
       const double flops = 2.0 * 3.0 * kH * kI * t * kTopK;
       rows.push_back({"moe experts T=" + std::to_string(t) + " (" + std::to_string(static_cast<int>(n_hit)) +
-                          " experts hit)",
+                          " experts hit)" + (grouped ? " [grouped]" : ""),
                       ms, bytes, flops});
+      unsetenv("MXSERVE_MOE_KERNEL");
     }
   }
 

@@ -350,11 +350,15 @@ struct MoeCase {
 
 TEST_F(CudaOps, MoeExperts) {
   const std::vector<MoeCase> cases = {
-      {1, 256, 96, 8, 2, false, "one token: most experts empty, N and K tails"},
+      {1, 256, 96, 8, 2, false, "one token: most experts empty (GEMV path)"},
+      {5, 256, 96, 8, 2, false, "5 tokens: N and K tails (grouped GEMM)"},
       {37, 64, 32, 16, 4, false, "ragged, fixture shape"},
       {40, 64, 32, 16, 4, true, "all tokens on one expert"},
       {9, 128, 64, 4, 4, false, "top_k == n_experts"},
       {64, 1024, 256, 128, 8, false, "128 experts, top 8"},
+      {3, 1024, 256, 128, 8, false, "decode batch 3 (GEMV path)"},
+      {4, 128, 64, 4, 4, false, "decode batch 4, top_k == n_experts (GEMV path)"},
+      {4, 64, 32, 16, 4, true, "decode batch 4 all on one expert (GEMV path)"},
   };
   for (const MoeCase& c : cases) {
     SCOPED_TRACE(c.what);

@@ -13,6 +13,8 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -165,38 +167,134 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void count_kernel(const int32_t* __restrict__ ids, int32_t* counts, int64_t n_pairs, int n_experts) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_pairs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+// One block does the whole permutation (P is at most a few hundred thousand pairs): shared-memory
+// histogram, warp-0 scan to row offsets, m-tile offsets and the list of active experts, then the
+// scatter. One launch instead of memset + count + scan + scatter.
+constexpr int kPermuteThreads = 1024;
+
+__global__ void __launch_bounds__(kPermuteThreads)
+    permute_kernel(const int32_t* __restrict__ ids, int64_t n_pairs, int n_experts, int top_k,
+                   int32_t* __restrict__ row_offsets, int32_t* __restrict__ tile_offsets,
+                   int32_t* __restrict__ row_token, int32_t* __restrict__ pair_row, int32_t* __restrict__ active,
+                   int32_t* __restrict__ n_active) {
+  extern __shared__ int32_t psm[];
+  int32_t* count = psm;              // [E]
+  int32_t* cursor = psm + n_experts;  // [E]
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     const int e = ids[i];
     if (e < 0 || e >= n_experts) __trap();  // a corrupt routing id is a bug: fail loudly
-    atomicAdd(&counts[e], 1);
+    atomicAdd(&count[e], 1);
   }
-}
-
-// Single thread: E <= a few hundred, so a serial scan costs less than a launch.
-__global__ void scan_kernel(const int32_t* counts, int32_t* row_offsets, int32_t* tile_offsets, int32_t* cursor,
-                            int n_experts) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int rows = 0, tiles = 0;
-  for (int e = 0; e < n_experts; ++e) {
-    row_offsets[e] = rows;
-    tile_offsets[e] = tiles;
-    cursor[e] = rows;
-    rows += counts[e];
-    tiles += (counts[e] + kBM - 1) / kBM;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int rows = 0, tiles = 0, acts = 0;
+    for (int base = 0; base < n_experts; base += 32) {
+      const int e = base + lane;
+      const int c = e < n_experts ? count[e] : 0;
+      const int tl = (c + kBM - 1) / kBM, a = c > 0 ? 1 : 0;
+      int ic = c, it = tl, ia = a;  // inclusive scans
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int uc = __shfl_up_sync(0xffffffffu, ic, o), ut = __shfl_up_sync(0xffffffffu, it, o),
+                  ua = __shfl_up_sync(0xffffffffu, ia, o);
+        if (lane >= o) {
+          ic += uc;
+          it += ut;
+          ia += ua;
+        }
+      }
+      if (e < n_experts) {
+        row_offsets[e] = rows + ic - c;
+        cursor[e] = rows + ic - c;
+        tile_offsets[e] = tiles + it - tl;
+        if (a) active[acts + ia - 1] = e;
+      }
+      rows += __shfl_sync(0xffffffffu, ic, 31);
+      tiles += __shfl_sync(0xffffffffu, it, 31);
+      acts += __shfl_sync(0xffffffffu, ia, 31);
+    }
+    if (lane == 0) {
+      row_offsets[n_experts] = rows;
+      tile_offsets[n_experts] = tiles;
+      *n_active = acts;
+    }
   }
-  row_offsets[n_experts] = rows;
-  tile_offsets[n_experts] = tiles;
-}
-
-__global__ void scatter_kernel(const int32_t* __restrict__ ids, int32_t* cursor, int32_t* __restrict__ row_token,
-                               int32_t* __restrict__ pair_row, int64_t n_pairs, int top_k) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_pairs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     const int row = atomicAdd(&cursor[ids[i]], 1);
     row_token[row] = static_cast<int32_t>(i / top_k);
     pair_row[i] = row;
+  }
+}
+
+// Decode path (few tokens): one warp per output row n of one active expert, weights streamed once with
+// 16-byte loads (the MMA tiles would be 1/32 full); the expert's <= kGemvRows input rows sit in shared
+// memory. kSwiglu: C[row, n] = silu(x W_gate[n]) * (x W_up[n]); plain: C[row, n] = x W[n].
+constexpr int kGemvRows = 4;
+constexpr int kGemvWarps = 8;
+
+template <bool kSwiglu>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    moe_gemv_kernel(const bf16* __restrict__ A, const int32_t* __restrict__ row_token, const bf16* __restrict__ W,
+                    bf16* __restrict__ C, const int32_t* __restrict__ row_offsets, const int32_t* __restrict__ active,
+                    const int32_t* __restrict__ n_active, int N, int K) {
+  extern __shared__ __align__(16) unsigned char gsm[];
+  bf16* xs = reinterpret_cast<bf16*>(gsm);  // [kGemvRows][K]
+  if (static_cast<int>(blockIdx.y) >= *n_active) return;
+  const int e = active[blockIdx.y];
+  const int rb = row_offsets[e], rows_total = row_offsets[e + 1] - rb;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kGemvWarps + warp;
+  const int64_t w_rows = kSwiglu ? 2ll * N : N;
+  const bf16* wg = W + (static_cast<int64_t>(e) * w_rows + n) * K;
+  const bf16* wu = wg + static_cast<int64_t>(N) * K;  // SwiGLU only
+  const int chunks = K / 8;
+  for (int r0 = 0; r0 < rows_total; r0 += kGemvRows) {
+    const int rows = min(kGemvRows, rows_total - r0);
+    __syncthreads();  // the previous chunk's readers are done with xs
+    for (int i = threadIdx.x; i < rows * chunks; i += blockDim.x) {
+      const int r = i / chunks, c = i % chunks;
+      const int64_t src = kSwiglu ? row_token[rb + r0 + r] : rb + r0 + r;
+      *reinterpret_cast<uint4*>(xs + r * K + c * 8) = *reinterpret_cast<const uint4*>(A + src * K + c * 8);
+    }
+    __syncthreads();
+    if (n >= N) continue;
+    float ag[kGemvRows] = {}, au[kGemvRows] = {};
+#pragma unroll 4
+    for (int c = lane; c < chunks; c += 32) {
+      float g8[8], u8[8];
+      load8(wg + c * 8, g8);
+      if (kSwiglu) load8(wu + c * 8, u8);
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r) {
+        if (r < rows) {
+          float x8[8];
+          load8(xs + r * K + c * 8, x8);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            ag[r] += g8[j] * x8[j];
+            if (kSwiglu) au[r] += u8[j] * x8[j];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      ag[r] = warp_sum(ag[r]);
+      if (kSwiglu) au[r] = warp_sum(au[r]);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r) {
+        if (r < rows) {
+          const float v = kSwiglu ? ag[r] / (1.0f + expf(-ag[r])) * au[r] : ag[r];
+          C[static_cast<int64_t>(rb + r0 + r) * N + n] = to_bf16(v);
+        }
+      }
+    }
   }
 }
 
@@ -222,7 +320,7 @@ __global__ void unpermute_kernel(const bf16* __restrict__ y, const int32_t* __re
 }
 
 struct Workspace {
-  int32_t *counts, *row_offsets, *tile_offsets, *cursor, *row_token, *pair_row;
+  int32_t *row_offsets, *tile_offsets, *active, *n_active, *row_token, *pair_row;
   bf16 *act, *y;
 };
 
@@ -237,10 +335,10 @@ Workspace carve(void* base, const MoeShape& s) {
     p += align_up(bytes);
     return r;
   };
-  w.counts = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * s.n_experts));
   w.row_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
   w.tile_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
-  w.cursor = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * s.n_experts));
+  w.active = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
+  w.n_active = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
   w.row_token = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
   w.pair_row = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
   w.act = reinterpret_cast<bf16*>(take(sizeof(bf16) * P * s.inter));
@@ -249,6 +347,48 @@ Workspace carve(void* base, const MoeShape& s) {
 }
 
 int grid_1d(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
+
+// NOTE: the GEMV path wins while each active expert has a handful of rows (decode); the crossover was
+// not tuned (T <= 4 by construction: at most 4 rows per expert when a token's ids are distinct).
+// MXSERVE_MOE_KERNEL=grouped forces the grouped GEMM (benchmark comparisons only).
+bool use_gemv(const MoeShape& s) {
+  const char* v = std::getenv("MXSERVE_MOE_KERNEL");
+  if (v != nullptr && std::strcmp(v, "grouped") == 0) return false;
+  return s.n_tokens <= kGemvRows;
+}
+
+template <bool kSwiglu>
+void launch_gemv(const void* a, const int32_t* row_token, const void* w, bf16* c, const Workspace& ws,
+                 unsigned max_active, int64_t n, int64_t k, cudaStream_t stream) {
+  const size_t smem = sizeof(bf16) * kGemvRows * k;
+  static size_t configured = 48 * 1024;  // NOTE: opt-in above 48 KB of dynamic shared memory
+  if (smem > configured) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(moe_gemv_kernel<kSwiglu>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    configured = smem;
+  }
+  const dim3 grid(ceil_div(n, kGemvWarps), max_active);
+  moe_gemv_kernel<kSwiglu><<<grid, kGemvWarps * 32, smem, stream>>>(
+      static_cast<const bf16*>(a), row_token, static_cast<const bf16*>(w), c, ws.row_offsets, ws.active, ws.n_active,
+      static_cast<int>(n), static_cast<int>(k));
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void launch_grouped(const void* x, const void* gate_up, const void* down, const Workspace& w, const MoeShape& s,
+                    int64_t P, cudaStream_t stream) {
+  // Upper bound on the schedule's tiles: sum_e ceil(c_e / kBM) <= ceil(P / kBM) + min(E, P).
+  const int64_t max_tiles = (P + kBM - 1) / kBM + std::min<int64_t>(s.n_experts, P);
+  const dim3 grid1(static_cast<unsigned>(max_tiles), ceil_div(s.inter, kBW / 2));
+  grouped_gemm_kernel<true><<<grid1, kThreads, 0, stream>>>(
+      static_cast<const bf16*>(x), w.row_token, static_cast<const bf16*>(gate_up), w.act, w.row_offsets,
+      w.tile_offsets, s.n_experts, static_cast<int>(s.inter), static_cast<int>(s.d_model));
+  MX_CUDA_CHECK_LAUNCH();
+  const dim3 grid2(static_cast<unsigned>(max_tiles), ceil_div(s.d_model, kBW));
+  grouped_gemm_kernel<false><<<grid2, kThreads, 0, stream>>>(
+      w.act, nullptr, static_cast<const bf16*>(down), w.y, w.row_offsets, w.tile_offsets, s.n_experts,
+      static_cast<int>(s.d_model), static_cast<int>(s.inter));
+  MX_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace
 
@@ -266,26 +406,19 @@ void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_
   const int64_t P = s.n_tokens * s.top_k;
   MX_CHECK_LT(P, int64_t{1} << 31);
   const Workspace w = carve(workspace, s);
-  MX_CUDA_CHECK(cudaMemsetAsync(w.counts, 0, sizeof(int32_t) * s.n_experts, stream));
-  count_kernel<<<grid_1d(P), 256, 0, stream>>>(topk_ids, w.counts, P, s.n_experts);
-  MX_CUDA_CHECK_LAUNCH();
-  scan_kernel<<<1, 32, 0, stream>>>(w.counts, w.row_offsets, w.tile_offsets, w.cursor, s.n_experts);
-  MX_CUDA_CHECK_LAUNCH();
-  scatter_kernel<<<grid_1d(P), 256, 0, stream>>>(topk_ids, w.cursor, w.row_token, w.pair_row, P, s.top_k);
+  MX_CHECK_LE(s.n_experts, 4096);
+  permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
+      topk_ids, P, s.n_experts, s.top_k, w.row_offsets, w.tile_offsets, w.row_token, w.pair_row, w.active,
+      w.n_active);
   MX_CUDA_CHECK_LAUNCH();
 
-  // Upper bound on the schedule's tiles: sum_e ceil(c_e / kBM) <= ceil(P / kBM) + min(E, P).
-  const int64_t max_tiles = (P + kBM - 1) / kBM + std::min<int64_t>(s.n_experts, P);
-  const dim3 grid1(static_cast<unsigned>(max_tiles), ceil_div(s.inter, kBW / 2));
-  grouped_gemm_kernel<true><<<grid1, kThreads, 0, stream>>>(
-      static_cast<const bf16*>(x), w.row_token, static_cast<const bf16*>(gate_up), w.act, w.row_offsets,
-      w.tile_offsets, s.n_experts, static_cast<int>(s.inter), static_cast<int>(s.d_model));
-  MX_CUDA_CHECK_LAUNCH();
-  const dim3 grid2(static_cast<unsigned>(max_tiles), ceil_div(s.d_model, kBW));
-  grouped_gemm_kernel<false><<<grid2, kThreads, 0, stream>>>(
-      w.act, nullptr, static_cast<const bf16*>(down), w.y, w.row_offsets, w.tile_offsets, s.n_experts,
-      static_cast<int>(s.d_model), static_cast<int>(s.inter));
-  MX_CUDA_CHECK_LAUNCH();
+  if (use_gemv(s)) {
+    const unsigned max_active = static_cast<unsigned>(std::min<int64_t>(s.n_experts, P));
+    launch_gemv<true>(x, w.row_token, gate_up, w.act, w, max_active, s.inter, s.d_model, stream);
+    launch_gemv<false>(w.act, nullptr, down, w.y, w, max_active, s.d_model, s.inter, stream);
+  } else {
+    launch_grouped(x, gate_up, down, w, s, P, stream);
+  }
   unpermute_kernel<<<grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
       w.y, w.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
   MX_CUDA_CHECK_LAUNCH();
