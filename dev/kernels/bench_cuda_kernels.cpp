@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdlib.h>
 #include <string>
 #include <vector>
 
@@ -177,10 +178,14 @@ int main(int argc, char** argv) {
 
   // ---- attention prefill: one sequence, causal chunk from position 0 ----
   // The CUDA-core kernel (design 1) is timed again on a few shapes for comparison: MXSERVE_ATTENTION_KERNEL.
-  for (const char* kernel : {"mma", "simt"}) {
+  // Designs: shared (8 tokens per block share K/V tiles; the default for prefill), warp (one warp per token,
+  // the decode kernel), simt (CUDA cores).
+  for (const char* kernel : {"shared", "warp", "simt"}) {
     const bool simt = std::strcmp(kernel, "simt") == 0;
-    if (simt) setenv("MXSERVE_ATTENTION_KERNEL", "simt", 1);
-    const std::vector<int64_t> chunks = simt || quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 8192, 20480};
+    setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+    std::vector<int64_t> chunks = {1024};
+    if (!quick && std::strcmp(kernel, "shared") == 0) chunks = {1024, 8192, 20480};
+    if (!quick && std::strcmp(kernel, "warp") == 0) chunks = {1024, 8192};
     for (int64_t c : chunks) {
       Tensor kc = bench.random({c, kKvHeads * kHd}, 1.f), vc = bench.random({c, kKvHeads * kHd}, 1.f);
       auto meta = decode_meta(be, 1, c, c, 0);
@@ -202,8 +207,8 @@ int main(int argc, char** argv) {
         rows.push_back({"attention decode batch " + std::to_string(b) + " ctx 8192 [simt]", ms,
                         kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
       }
-      unsetenv("MXSERVE_ATTENTION_KERNEL");
     }
+    unsetenv("MXSERVE_ATTENTION_KERNEL");
   }
 
   // ---- MoE routed experts: decode (bytes of the experts hit) and prefill (FLOPs) ----
@@ -213,7 +218,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(7);
     // Decode sizes run twice: the default (GEMV path for T <= 4) and the grouped GEMM (design 1).
     const std::vector<int64_t> moe_tokens =
-        quick ? std::vector<int64_t>{1, 8, 1024} : std::vector<int64_t>{1, 4, 8, 32, 64, 1024, 8192, -1, -4};
+        quick ? std::vector<int64_t>{1, 8, 1024} : std::vector<int64_t>{1, 4, 8, 32, 64, 1024, 8192, 20480, -1, -4};
     for (int64_t signed_t : moe_tokens) {
       const bool grouped = signed_t < 0;
       const int64_t t = grouped ? -signed_t : signed_t;

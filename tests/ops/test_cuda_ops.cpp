@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdlib.h>
 
 #include "backend/backend.h"
 #include "core/numeric.h"
@@ -254,6 +255,8 @@ TEST_F(CudaOps, PagedAttention) {
   const std::vector<AttnCase> cases = {
       {4, 2, 32, {{1, 1}}, "one token, context 1"},
       {4, 2, 32, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}, {1, 300}}, "ragged, block boundaries"},
+      {4, 2, 32, {{9, 9}, {20, 40}, {1, 5}, {12, 100}}, "prefill-like ragged: sequences straddle 8-token blocks"},
+      {8, 2, 128, {{64, 64}, {1, 700}}, "prefill-like, short: shared kernel with context splits"},
       {8, 2, 128, {{1, 4096}, {1, 3000}}, "long decode: context splits"},
       {8, 2, 128, {{200, 200}, {100, 150}}, "prefill: no split"},
       {4, 4, 64, {{7, 7}, {1, 65}}, "head_dim 64, no GQA"},
@@ -298,9 +301,17 @@ TEST_F(CudaOps, PagedAttention) {
     Tensor q = rand({T, c.nh * c.hd}, 2.f);
     Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
     cpu_->attention(cpu(q), cpu(kc), cpu(vc), cmeta, ref);
-    Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
-    gpu_->attention(gpu_bf16(q), gpu_bf16(kc), gpu_bf16(vc), gmeta, out);
-    EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+    Tensor gq = gpu_bf16(q), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
+    // Every kernel design on every case: the planner's choice, then each one forced (a forced tensor-core
+    // kernel on a shape it does not serve falls back to the CUDA-core one, by the planner's rule).
+    for (const char* kernel : {"", "warp", "shared", "simt"}) {
+      SCOPED_TRACE(kernel);
+      if (*kernel) setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+      Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
+      gpu_->attention(gq, gk, gv, gmeta, out);
+      unsetenv("MXSERVE_ATTENTION_KERNEL");
+      EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+    }
   }
 }
 

@@ -42,8 +42,14 @@ void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStre
 // kernel where it applies, else the CUDA-core one (plan_paged_attention picks; see paged_attention.cu).
 // q, out: bf16 [T, n_heads, head_dim]; caches bf16 [n_slots, n_kv_heads * head_dim].
 // head_dim in {16, 32, 64, 128, 256}; n_heads / n_kv_heads <= 32.
+enum class AttentionKernel {
+  kSimt,    // CUDA-core kernel: any group <= 32, head_dim up to 256
+  kWarp,    // tensor cores, one warp per (token, kv head, split): decode-like batches
+  kShared,  // tensor cores, 8 tokens per block share K/V tiles: prefill-like batches
+};
+const char* attention_kernel_name(AttentionKernel k);
 struct AttentionLaunch {
-  bool use_mma = false;    // tensor-core kernel (head_dim 16..128, group <= 16) or the CUDA-core one
+  AttentionKernel kernel = AttentionKernel::kSimt;
   int n_splits = 1;        // context splits per (token, kv head)
   int split_len = 0;       // keys per split (multiple of the key tile)
   size_t workspace_bytes = 0;

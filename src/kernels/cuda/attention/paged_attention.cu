@@ -5,15 +5,17 @@
 // (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
 // Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
 // sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
-// This file also owns the planner: the tensor-core kernel (paged_attention_mma.cu) serves head_dim
-// 16..128 with groups <= 16; this CUDA-core kernel serves the rest (head_dim 256, groups up to 32) and
-// stays selectable for comparison (MXSERVE_ATTENTION_KERNEL=simt, benchmarks only).
+// This file also owns the planner: the tensor-core kernels (paged_attention_mma.cu: per-warp for
+// decode-like batches, block-shared for prefill-like ones) serve head_dim 16..128 with groups <= 16;
+// this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). MXSERVE_ATTENTION_KERNEL
+// forces one (tests and benchmarks compare the designs).
 // NOTE: CUDA-core FMAs and plain 16-byte loads, split along the context for decode parallelism.
 #include <algorithm>
 #include <cmath>
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/common/bf16.cuh"
@@ -237,10 +239,10 @@ void combine(const void* workspace, void* out, const AttentionParams& p, const A
 namespace {
 
 // Tensor-core kernel: one warp per (token, kv head, split); aim at ~8 resident warps per SM.
-AttentionLaunch plan_mma(const AttentionParams& p, int n_sms) {
+AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
   constexpr int64_t kMinSplit = 128, kAlign = 64;
   AttentionLaunch plan;
-  plan.use_mma = true;
+  plan.kernel = AttentionKernel::kWarp;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
   const int64_t target = 8ll * n_sms;
@@ -258,15 +260,55 @@ AttentionLaunch plan_mma(const AttentionParams& p, int n_sms) {
   return plan;
 }
 
-bool force_simt() {
+// Block-shared tensor-core kernel: blocks of 8 tokens x one kv head; ~2 blocks per SM before splitting.
+AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
+  constexpr int64_t kMinSplit = 256, kAlign = 64;
+  AttentionLaunch plan;
+  plan.kernel = AttentionKernel::kShared;
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  const int64_t tpb = paged_attention_shared_tokens_per_block();
+  const int64_t base = (p.n_tokens + tpb - 1) / tpb * p.n_kv_heads;
+  const int64_t target = 2ll * n_sms;
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (base >= target || max_ctx <= kMinSplit) return plan;
+  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + kAlign - 1) / kAlign * kAlign;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return plan;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  return plan;
+}
+
+// MXSERVE_ATTENTION_KERNEL=simt|warp|shared forces a kernel (tests and benchmarks compare designs).
+const char* forced_kernel() {
   const char* v = std::getenv("MXSERVE_ATTENTION_KERNEL");
-  return v != nullptr && std::strcmp(v, "simt") == 0;
+  return v != nullptr ? v : "";
 }
 
 }  // namespace
 
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kSimt: return "simt";
+    case AttentionKernel::kWarp: return "warp";
+    case AttentionKernel::kShared: return "shared";
+  }
+  return "?";
+}
+
 AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms) {
-  if (paged_attention_mma_supports(p) && !force_simt()) return plan_mma(p, n_sms);
+  const std::string force = forced_kernel();
+  if (paged_attention_mma_supports(p) && force != "simt") {
+    // Prefill-like batches (>= 8 tokens per sequence on average) share K/V tiles across tokens.
+    bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
+    if (force == "warp") shared = false;
+    if (force == "shared") shared = true;
+    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms);
+  }
   AttentionLaunch plan;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;  // bound on any kv_index + 1
   const int64_t base_blocks = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
@@ -297,9 +339,13 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
   MX_CHECK_MSG(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && p.n_heads / p.n_kv_heads <= 32,
                "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
   MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
-  if (plan.use_mma) {
-    paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
-                             plan.split_len, workspace, stream);
+  if (plan.kernel != AttentionKernel::kSimt) {
+    if (plan.kernel == AttentionKernel::kWarp)
+      paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
+                               plan.split_len, workspace, stream);
+    else
+      paged_attention_mma_shared_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p,
+                                      plan.n_splits, plan.split_len, workspace, stream);
     if (plan.n_splits > 1) combine(workspace, out, p, plan, stream);
     return;
   }

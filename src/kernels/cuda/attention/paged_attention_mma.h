@@ -17,4 +17,11 @@ void paged_attention_mma_bf16(const void* q, const void* k_cache, const void* v_
                               const AttentionParams& p, int n_splits, int split_len, void* workspace,
                               cudaStream_t stream);
 
+// Block-shared variant for prefill-like batches: grid (ceil(T / tokens_per_block), n_kv_heads, n_splits).
+int paged_attention_shared_tokens_per_block();
+void paged_attention_mma_shared_bf16(const void* q, const void* k_cache, const void* v_cache,
+                                     const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables,
+                                     void* out, const AttentionParams& p, int n_splits, int split_len,
+                                     void* workspace, cudaStream_t stream);
+
 }  // namespace mxserve::kernels::cuda
