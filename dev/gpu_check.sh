@@ -18,6 +18,12 @@ export MXSERVE_FIXTURE_ROOT="$P/fixtures"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv;
   ldd "$P/bin/test_cuda_ops" | grep -E "not found|cublas|cudart|openblas"; cat "$P/commit.txt"; } 2>&1 | tee "$OUT/gpu.txt"
 
+# Tensor-core instructions per kernel (HMMA = mma.sync / WMMA on Hopper's legacy path, HGMMA = wgmma).
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+[ -x "$CUOBJDUMP" ] && "$CUOBJDUMP" -sass "$P/bin/test_cuda_ops" 2>/dev/null |
+  awk '/Function :/{f=$3} /HMMA|HGMMA/{c[f]++} END{for (k in c) print "sass mma count", c[k], k}' |
+  sed 's/_ZN7mxserve7kernels4cuda[0-9]*_GLOBAL__N__[0-9a-f_]*cu_[0-9a-f]*//' | cut -c1-120 >> "$OUT/gpu.txt"
+
 MXSERVE_CUDA_SYNC=1 timeout 150 "$P/bin/test_cuda_ops" --gtest_color=no > "$OUT/op_tests.log" 2>&1
 RC_OPS=$?
 timeout 100 "$P/bin/test_cuda_fixture" --gtest_color=no > "$OUT/fixture_tests.log" 2>&1
