@@ -17,6 +17,7 @@ const Command kCommands[] = {
     {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3)"},
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors with their detected precision"},
+    {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
 };
 
 void usage(FILE* out) {

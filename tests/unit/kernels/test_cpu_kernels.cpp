@@ -1,0 +1,166 @@
+// The CPU reference kernels against independent, direct formulas (double precision where it matters).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace mxserve::kernels::cpu {
+namespace {
+
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+float logit(float p) { return std::log(p / (1.f - p)); }
+
+TEST(Router, GroupMaskingWithNegativeBiasedScores) {
+  // 8 experts in 4 groups of 2; keep 2 groups; top-2. The bias makes every biased score negative, so
+  // masking with 0 (instead of -inf) would wrongly prefer experts of the dropped groups.
+  RouterParams p{.n_experts = 8, .top_k = 2, .n_group = 4, .topk_group = 2, .norm_topk_prob = true,
+                 .routed_scaling_factor = 2.5f};
+  const float s[8] = {0.10f, 0.20f, 0.90f, 0.80f, 0.30f, 0.35f, 0.60f, 0.70f};
+  float bias[8], logits[8];
+  for (int e = 0; e < 8; ++e) {
+    bias[e] = -1.0f;
+    logits[e] = logit(s[e]);
+  }
+  int32_t ids[2];
+  float w[2];
+  moe_router_f32(logits, bias, ids, w, 1, p);
+  // Group scores (sum of top 2, biased): g0 -1.7, g1 -0.3, g2 -1.35, g3 -0.7 -> keep g1, g3; top-2 = {2, 3}.
+  EXPECT_EQ((std::set<int>{ids[0], ids[1]}), (std::set<int>{2, 3}));
+  EXPECT_NEAR(w[0] + w[1], 2.5f, 1e-5);  // normalized, then scaled
+  EXPECT_NEAR(ids[0] == 2 ? w[0] : w[1], 0.9f / 1.7f * 2.5f, 1e-5);
+
+  // Same scores, keep only 1 group whose members are both negative after bias: with top_k 2 the picks
+  // must stay inside it even though dropped experts would score 0 under a 0-mask.
+  p.topk_group = 1;
+  moe_router_f32(logits, bias, ids, w, 1, p);
+  EXPECT_EQ((std::set<int>{ids[0], ids[1]}), (std::set<int>{2, 3}));
+}
+
+TEST(Router, BiasSelectsButDoesNotWeight) {
+  RouterParams p{.n_experts = 4, .top_k = 1, .n_group = 1, .topk_group = 1, .norm_topk_prob = false,
+                 .routed_scaling_factor = 1.0f};
+  const float s[4] = {0.9f, 0.2f, 0.3f, 0.4f};
+  const float bias[4] = {0.f, 1.0f, 0.f, 0.f};  // expert 1 wins selection only because of its bias
+  float logits[4];
+  for (int e = 0; e < 4; ++e) logits[e] = logit(s[e]);
+  int32_t id;
+  float w;
+  moe_router_f32(logits, bias, &id, &w, 1, p);
+  EXPECT_EQ(id, 1);
+  EXPECT_NEAR(w, 0.2f, 1e-6);  // the unbiased sigmoid score, not 1.2
+}
+
+TEST(Router, TopKEqualsExpertCount) {
+  RouterParams p{.n_experts = 6, .top_k = 6, .n_group = 1, .topk_group = 1, .norm_topk_prob = true,
+                 .routed_scaling_factor = 1.0f};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> n(0.f, 1.f);
+  float logits[12];
+  const float bias[6] = {0.1f, -0.2f, 0.3f, 0.f, 0.05f, -0.4f};
+  for (float& l : logits) l = n(rng);
+  int32_t ids[12];
+  float w[12];
+  moe_router_f32(logits, bias, ids, w, 2, p);
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(std::set<int>(ids + 6 * t, ids + 6 * t + 6).size(), 6u);
+    float total = 0;
+    for (int e = 0; e < 6; ++e) total += sigmoid(logits[6 * t + e]);
+    for (int k = 0; k < 6; ++k) EXPECT_NEAR(w[6 * t + k], sigmoid(logits[6 * t + ids[6 * t + k]]) / total, 1e-6);
+  }
+}
+
+TEST(Rope, PartialNeoxMatchesDirectFormula) {
+  RopeParams p{.n_heads = 3, .head_dim = 16, .rotary_dim = 8, .theta = 10000.f};
+  const int T = 5;
+  std::vector<int32_t> pos = {0, 1, 7, 100, 4095};
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(T * p.n_heads * p.head_dim);
+  for (float& v : x) v = u(rng);
+  const std::vector<float> orig = x;
+  rope_neox_f32(x.data(), pos.data(), T, p);
+  const int half = p.rotary_dim / 2;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < p.n_heads; ++h) {
+      const float* o = &orig[(t * p.n_heads + h) * p.head_dim];
+      const float* r = &x[(t * p.n_heads + h) * p.head_dim];
+      const double tol = 2e-4 * (1 + pos[t] / 1000.0);  // fp32 angle rounding grows with position
+      for (int j = 0; j < half; ++j) {
+        const double a = pos[t] / std::pow(10000.0, 2.0 * j / p.rotary_dim);
+        EXPECT_NEAR(r[j], o[j] * std::cos(a) - o[j + half] * std::sin(a), tol);
+        EXPECT_NEAR(r[j + half], o[j + half] * std::cos(a) + o[j] * std::sin(a), tol);
+      }
+      for (int d = p.rotary_dim; d < p.head_dim; ++d) EXPECT_EQ(r[d], o[d]) << "pass-through dim " << d;
+    }
+}
+
+TEST(RmsNorm, MatchesDefinition) {
+  const int R = 3, C = 7;
+  std::vector<float> x(R * C), w(C), out(R * C);
+  for (int i = 0; i < R * C; ++i) x[i] = static_cast<float>(i % 5) - 2.f;
+  for (int c = 0; c < C; ++c) w[c] = 0.5f + c;
+  rmsnorm_f32(x.data(), w.data(), out.data(), R, C, 1e-5f);
+  for (int r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += x[r * C + c] * x[r * C + c];
+    const double inv = 1.0 / std::sqrt(ss / C + 1e-5);
+    for (int c = 0; c < C; ++c) EXPECT_NEAR(out[r * C + c], w[c] * x[r * C + c] * inv, 1e-5);
+  }
+}
+
+TEST(PagedAttention, MatchesContiguousCausalAttention) {
+  // Two sequences in shuffled blocks of size 3; GQA: 4 query heads over 2 KV heads.
+  AttentionParams p{.n_tokens = 0, .n_seqs = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .block_size = 3,
+                    .max_blocks_per_seq = 3, .scale = 0.35f};
+  const int lens[2] = {7, 4};
+  const int32_t tables[2][3] = {{5, 0, 3}, {2, 4, 0}};
+  const int kvw = p.n_kv_heads * p.head_dim;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> kc(6 * 3 * kvw, NAN), vc(6 * 3 * kvw, NAN);  // unwritten slots poison the result
+  std::vector<std::vector<float>> K(2), V(2);
+  std::vector<int32_t> token_seq, kv_index;
+  std::vector<float> q;
+  for (int s = 0; s < 2; ++s) {
+    K[s].resize(lens[s] * kvw);
+    V[s].resize(lens[s] * kvw);
+    for (int j = 0; j < lens[s]; ++j) {
+      const int slot = tables[s][j / 3] * 3 + j % 3;
+      for (int c = 0; c < kvw; ++c) {
+        K[s][j * kvw + c] = kc[slot * kvw + c] = n(rng);
+        V[s][j * kvw + c] = vc[slot * kvw + c] = n(rng);
+      }
+      token_seq.push_back(s);
+      kv_index.push_back(j);
+      for (int c = 0; c < p.n_heads * p.head_dim; ++c) q.push_back(n(rng));
+    }
+  }
+  p.n_tokens = static_cast<int32_t>(token_seq.size());
+  std::vector<float> out(q.size());
+  paged_attention_f32(q.data(), kc.data(), vc.data(), token_seq.data(), kv_index.data(), &tables[0][0], out.data(), p);
+  for (int t = 0; t < p.n_tokens; ++t)
+    for (int h = 0; h < p.n_heads; ++h) {
+      const int s = token_seq[t], kvh = h / 2;
+      std::vector<double> sc(kv_index[t] + 1);
+      double mx = -1e300, den = 0;
+      for (int j = 0; j <= kv_index[t]; ++j) {
+        double d = 0;
+        for (int c = 0; c < p.head_dim; ++c)
+          d += q[(t * p.n_heads + h) * p.head_dim + c] * K[s][j * kvw + kvh * p.head_dim + c];
+        sc[j] = d * p.scale;
+        mx = std::max(mx, sc[j]);
+      }
+      for (double& v : sc) den += (v = std::exp(v - mx));
+      for (int c = 0; c < p.head_dim; ++c) {
+        double o = 0;
+        for (int j = 0; j <= kv_index[t]; ++j) o += sc[j] / den * V[s][j * kvw + kvh * p.head_dim + c];
+        EXPECT_NEAR(out[(t * p.n_heads + h) * p.head_dim + c], o, 1e-5);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace mxserve::kernels::cpu
