@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tokenizer/cli_commands.h"
 
 namespace {
 
@@ -17,6 +18,9 @@ const Command kCommands[] = {
     {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3)"},
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors with their detected precision"},
+    {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
+    {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
+    {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
     {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
 };
