@@ -4,11 +4,13 @@
 // --shutdown-timeout seconds, abort the rest, stop. A second signal exits at once.
 #include <atomic>
 #include <csignal>
+#include <set>
 #include <cstdio>
 #include <thread>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/spec_flags.h"
 #include "core/logging.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
@@ -46,6 +48,11 @@ runtime:
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
+speculative decoding (MTP):
+  --speculative-algorithm mtp  draft with the model's MTP layer (aliases NEXTN, EAGLE)
+  --speculative-num-steps N    drafted tokens per step (3)
+  --no-speculative-adaptive    keep N fixed (by default N drops when drafts are not accepted)
+  --speculative-simulate-acceptance A  benchmark mode: mean accepted length per step
 )";
 
 std::atomic<int> g_stop_signals{0};
@@ -79,13 +86,15 @@ int cmd_serve(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--config", "--num-layers", "--seed", "--tokenizer", "--backend", "--host", "--port",
+  std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--tokenizer", "--backend", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
-       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"},
-      {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache", "--no-enable-prefix-caching"});
+       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"};
+  std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
+                                      "--no-enable-prefix-caching"};
+  value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
+  bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
+  auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   const Args& a = *args;
   if (!a.positional().empty()) return fail(invalid_argument("unexpected argument '" + a.positional()[0] + "'"));
@@ -130,6 +139,8 @@ int cmd_serve(int argc, char** argv) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
     sc.kv_cache_bytes = kv_bytes;
   }
+  MX_CLI_TRY(spec, parse_spec_flags(a));
+  sc.spec = spec;
   sc.enable_prefix_cache =
       !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
 

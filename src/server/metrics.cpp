@@ -140,6 +140,16 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats) co
   prompt_len_.render("vllm:request_prompt_tokens", labels_, &out);
   header(&out, "vllm:request_generation_tokens", "histogram", "Generated length of finished requests.");
   gen_len_.render("vllm:request_generation_tokens", labels_, &out);
+  header(&out, "vllm:spec_decode_num_drafts_total", "counter", "Verify steps that carried MTP drafts.");
+  sample(&out, "vllm:spec_decode_num_drafts_total", labels_, static_cast<double>(s.spec.num_drafts));
+  header(&out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens.");
+  sample(&out, "vllm:spec_decode_num_draft_tokens_total", labels_, static_cast<double>(s.spec.num_draft_tokens));
+  header(&out, "vllm:spec_decode_num_accepted_tokens_total", "counter", "Accepted drafted tokens.");
+  sample(&out, "vllm:spec_decode_num_accepted_tokens_total", labels_, static_cast<double>(s.spec.num_accepted_tokens));
+  header(&out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted drafts by position.");
+  for (size_t i = 0; i < s.spec.accepted_per_pos.size(); ++i)
+    sample(&out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels_ + ",position=\"" + std::to_string(i) + "\"",
+           static_cast<double>(s.spec.accepted_per_pos[i]));
   header(&out, "mxserve:kv_blocks_total", "gauge", "KV-cache blocks in the pool.");
   sample(&out, "mxserve:kv_blocks_total", labels_, static_cast<double>(s.blocks_total));
   header(&out, "mxserve:kv_blocks_free", "gauge", "KV-cache blocks on the free list.");

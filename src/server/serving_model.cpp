@@ -114,7 +114,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
 
   MX_ASSIGN_OR_RETURN(sm->backend_, backend::make_backend(cfg.backend));
   model::LoadOptions lo;
-  lo.load_mtp = false;
+  lo.load_mtp = cfg.spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
   if (cfg.synthetic_weights) {
 #ifdef MXSERVE_HAVE_SYNTHETIC
     lo.synthetic = true;
@@ -145,6 +145,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ticker.join();
   if (!model.is_ok()) return model.status().with_context("loading the model " + cfg.model_path);
   sm->model_ = std::move(*model);
+  if (cfg.spec.num_steps > 0 && !sm->model_->has_mtp())
+    return invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)");
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const model::ModelConfig& mc = sm->model_->config();
   const int64_t params = estimate_parameters(mc, lo.load_mtp);
@@ -186,11 +188,13 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.max_model_len = max_len;
   ec.max_waiting = cfg.max_queued_requests;
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
+  ec.spec = cfg.spec;
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs
                 << " max_num_batched_tokens=" << cfg.max_num_batched_tokens
                 << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size
                 << " prefix_cache=" << (cfg.enable_prefix_cache ? "on" : "off")
-                << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size();
+                << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size()
+                << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   auto executor = runtime::make_model_executor(*sm->model_, *sm->backend_, n_blocks, cfg.block_size);
   sm->engine_ = std::make_unique<runtime::Engine>(ec, std::move(executor));
   sm->engine_->start();

@@ -34,6 +34,7 @@ struct ServingConfig {
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
+  runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
 };
 
 class ServingModel {

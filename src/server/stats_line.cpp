@@ -19,6 +19,9 @@ std::optional<std::string> StatsLine::update(const runtime::EngineStats& s, cons
   queries_ = queries;
   hits_ = hits;
   steps_ = s.steps;
+  const int64_t drafts = s.spec.num_drafts - drafts_, accepted = s.spec.num_accepted_tokens - accepted_;
+  drafts_ = s.spec.num_drafts;
+  accepted_ = s.spec.num_accepted_tokens;
   if (idle) return std::nullopt;
   char buf[320];
   std::snprintf(buf, sizeof(buf),
@@ -26,7 +29,13 @@ std::optional<std::string> StatsLine::update(const runtime::EngineStats& s, cons
                 "Waiting: %lld reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%, Preemptions: %lld",
                 prompt_tps, gen_tps, static_cast<long long>(s.running), static_cast<long long>(s.waiting),
                 100.0 * kv_cache_usage(s), hit_rate, static_cast<long long>(s.scheduler.preemptions));
-  return std::string(buf);
+  std::string line = buf;
+  if (drafts > 0) {
+    std::snprintf(buf, sizeof(buf), ", Spec acceptance length: %.2f (N=%d)",
+                  1.0 + static_cast<double>(accepted) / static_cast<double>(drafts), s.spec.current_steps);
+    line += buf;
+  }
+  return line;
 }
 
 }  // namespace mxserve::server

@@ -18,7 +18,7 @@ class StatsLine {
 
  private:
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-  int64_t prompt_ = 0, generated_ = 0, queries_ = 0, hits_ = 0, steps_ = 0;
+  int64_t prompt_ = 0, generated_ = 0, queries_ = 0, hits_ = 0, steps_ = 0, drafts_ = 0, accepted_ = 0;
 };
 
 }  // namespace mxserve::server
