@@ -154,10 +154,14 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   MX_LOG(kInfo) << "weights: ~" << params / 1000000.0 << " M parameters, ~"
                 << human_bytes(static_cast<double>(params) * dtype_bits(sm->backend_->weight_dtype()) / 8.0) << " as "
                 << dtype_name(sm->backend_->weight_dtype()) << ", loaded in " << load_s << " s";
-  if (sm->tokenizer_->vocab_size() > mc.vocab_size)
+  if (sm->tokenizer_->vocab_size() > mc.vocab_size && cfg.synthetic_weights) {
+    MX_LOG(kWarn) << "the tokenizer has " << sm->tokenizer_->vocab_size() << " tokens, the model's vocabulary "
+                  << mc.vocab_size << ": prompts with larger ids are rejected per request (synthetic weights: allowed)";
+  } else if (sm->tokenizer_->vocab_size() > mc.vocab_size) {
     return invalid_argument("the tokenizer has " + std::to_string(sm->tokenizer_->vocab_size()) +
                             " tokens but the model's vocabulary is " + std::to_string(mc.vocab_size) +
                             ": wrong --tokenizer for this model?");
+  }
 
   // KV pool.
   const uint64_t per_block = sm->model_->kv_spec(1, cfg.block_size).bytes();
