@@ -169,7 +169,7 @@ TEST(ServerErrors, QueueFullIs503WithRetryAfter) {
   o.max_num_seqs = 1;
   o.max_queued_requests = 1;
   TestServer s(o);
-  const std::string body = R"({"prompt":"a long one","max_tokens":120,"ignore_eos":true})";
+  const std::string body = R"({"prompt":"a long one","max_tokens":240,"ignore_eos":true})";
   std::vector<std::thread> threads;
   std::mutex mutex;
   std::vector<HttpResult> results;
