@@ -16,7 +16,9 @@ struct Command {
 const Command kCommands[] = {
     {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3)"},
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
-    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors with their detected precision"},
+    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
+    {"quantize", mxserve::cli::cmd_quantize,
+     "bf16 checkpoint -> MXFP4 (Quark) or FP8 block (--in DIR --out DIR --scheme mxfp4|fp8-block)"},
 };
 
 void usage(FILE* out) {
