@@ -19,6 +19,8 @@ const Command kCommands[] = {
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
     {"quantize", mxserve::cli::cmd_quantize,
      "bf16 checkpoint -> MXFP4 (Quark) or FP8 block (--in DIR --out DIR --scheme mxfp4|fp8-block)"},
+    {"compare", mxserve::cli::cmd_compare,
+     "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
 };
 
 void usage(FILE* out) {
