@@ -307,6 +307,20 @@ TEST(Quantized, MalformedCheckpointsFailNamingTheTensor) {
   fs::remove_all(base);
 }
 
+TEST(Quantized, ShardedOutputLoadsAndMatchesSingleShard) {
+  const fs::path one = quantize("glm4_moe_tiny_b", quant::Scheme::kMxfp4, quant::ScaleRule::kEven, "one");
+  const fs::path many = quantize("glm4_moe_tiny_b", quant::Scheme::kMxfp4, quant::ScaleRule::kEven, "many",
+                                 [](quant::QuantizeOptions& o) { o.shard_bytes = 64 << 10; });
+  auto ck = io::Checkpoint::open(many.string());
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  EXPECT_GT((*ck)->num_files(), 3u);
+  const Measured a = measure(one, 2), b = measure(many, 2);
+  EXPECT_EQ(a.logits_rel_l2, b.logits_rel_l2);
+  EXPECT_EQ(a.mtp_rel_l2, b.mtp_rel_l2);
+  fs::remove_all(one);
+  fs::remove_all(many);
+}
+
 TEST(Quantized, QuantizerRefusesBadInput) {
   quant::QuantizeOptions o;
   o.in_dir = fixture("glm4_moe_tiny_b").string();
