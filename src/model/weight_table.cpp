@@ -23,7 +23,10 @@ namespace {
 
 std::string allowed_list(const std::vector<Precision>& allowed) {
   std::string s;
-  for (auto p : allowed) s += (s.empty() ? "" : "|") + std::string(precision_name(p));
+  for (auto p : allowed) {
+    if (!s.empty()) s += '|';
+    s += precision_name(p);
+  }
   return s;
 }
 

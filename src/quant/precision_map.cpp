@@ -95,10 +95,17 @@ std::string format_precision_map(const PrecisionMap& map) {
     head.resize(std::max<size_t>(head.size() + 1, 20), ' ');
     out += head;
     for (size_t i = 0; i < lp.groups.size(); ++i) {
-      out += (i ? " | " : "") + lp.groups[i].group + " ";
+      if (i > 0) out += " | ";
+      out += lp.groups[i].group;
+      out += ' ';
       bool first = true;
       for (const auto& [p, n] : lp.groups[i].count) {
-        out += (first ? "" : "+") + p + (n > 1 ? "x" + std::to_string(n) : "");
+        if (!first) out += '+';
+        out += p;
+        if (n > 1) {
+          out += 'x';
+          out += std::to_string(n);
+        }
         first = false;
       }
     }
