@@ -100,10 +100,13 @@ Result<StoredWeight> detect_weight(const io::Checkpoint& ckpt, const std::string
     }
     if (mx_scale != nullptr) {
       const io::TensorInfo& s = *mx_scale->info;
-      if (s.dtype != DType::kF32 || shape_numel(s.shape) != 1)
-        return invalid_argument("tensor '" + s.name + "' (per-tensor scale of FP8 weight '" + name + "') is " +
-                                desc(s) + ", expected f32 [1]");
-      w.precision = Precision::kFp8Tensor;
+      const bool per_tensor = shape_numel(s.shape) == 1 && s.shape.size() <= 1;
+      const bool per_channel = s.shape == Shape{out, 1} || s.shape == Shape{out};
+      if (!is_plain_float(s.dtype) || !(per_tensor || per_channel))
+        return invalid_argument("tensor '" + s.name + "' (scale of FP8 weight '" + name + "' " + desc(info) + ") is " +
+                                desc(s) + ", expected a float [1] (per tensor) or " + shape_to_string({out, 1}) +
+                                " (per output channel)");
+      w.precision = per_tensor ? Precision::kFp8Tensor : Precision::kFp8Channel;
       w.scale_name = s.name;
       w.scale = ckpt.view(*mx_scale);
       return w;

@@ -70,6 +70,21 @@ Result<Fp8Tensors> quantize_fp8_tensor(const Tensor& w, const std::string& name)
   return quantize_blocks(w, std::max<int64_t>(w.dim(0), 1), std::max<int64_t>(w.dim(1), 1), true, name);
 }
 
+Tensor dequantize_fp8_rows(const Tensor& weight, const Tensor& scale) {
+  MX_CHECK(weight.ndim() == 2 && weight.dtype() == DType::kFP8E4M3 && is_plain_float(scale.dtype()));
+  const int64_t rows = weight.dim(0), cols = weight.dim(1);
+  MX_CHECK(scale.numel() == 1 || scale.numel() == rows);
+  std::vector<float> s(static_cast<size_t>(scale.numel()));
+  read_f32(scale, 0, scale.numel(), s.data());
+  Tensor out = Tensor::empty(DType::kF32, {rows, cols});
+  const auto* q = static_cast<const uint8_t*>(weight.raw());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float sr = s[s.size() == 1 ? 0 : r];
+    for (int64_t c = 0; c < cols; ++c) out.data<float>()[r * cols + c] = e4m3_decode(q[r * cols + c]) * sr;
+  }
+  return out;
+}
+
 Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, int64_t br, int64_t bc) {
   MX_CHECK(weight.ndim() == 2 && weight.dtype() == DType::kFP8E4M3 && scale.dtype() == DType::kF32);
   const int64_t rows = weight.dim(0), cols = weight.dim(1);

@@ -34,6 +34,10 @@ Result<Fp8Tensors> quantize_fp8_block(const Tensor& w, int64_t block_rows, int64
                                       const std::string& name);
 Result<Fp8Tensors> quantize_fp8_tensor(const Tensor& w, const std::string& name);
 
+// weight fp8_e4m3 [rows, cols], scale of any float dtype with one element (per tensor) or one per row
+// (per channel) -> f32 [rows, cols]. CHECKed like dequantize_fp8.
+Tensor dequantize_fp8_rows(const Tensor& weight, const Tensor& scale);
+
 // weight fp8_e4m3 [rows, cols], scale f32 grid (block size derived as ceil(rows/grid_rows), like HF) or a
 // single element (per tensor) -> f32 [rows, cols]. Shapes are CHECKed (the binder validated them).
 Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, int64_t block_rows, int64_t block_cols);

@@ -84,12 +84,60 @@ Status parse_fp8(const nlohmann::json& qc, QuantizationConfig& c) {
   return Status::ok();
 }
 
+Status parse_compressed_tensors(const nlohmann::json& qc, QuantizationConfig& c) {
+  const std::string& src = c.source;
+  if (!qc.contains("format") || qc["format"] != "float-quantized")
+    return unsupported(src + ": quantization_config.format: mxserve loads compressed-tensors \"float-quantized\" " +
+                       "(FP8) checkpoints only, found " + (qc.contains("format") ? qc["format"].dump() : "nothing"));
+  if (qc.contains("kv_cache_scheme") && !qc["kv_cache_scheme"].is_null())
+    return unsupported(src + ": quantization_config.kv_cache_scheme is not supported (found " +
+                       qc["kv_cache_scheme"].dump() + ")");
+  if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].empty())
+    return field_error(src, "config_groups", "a non-empty object", qc.value("config_groups", nlohmann::json()));
+  std::optional<Precision> prec;
+  for (const auto& [gname, g] : qc["config_groups"].items()) {
+    const std::string f = "config_groups." + gname;
+    if (!g.contains("targets") || g["targets"] != nlohmann::json::array({"Linear"}))
+      return unsupported(src + ": quantization_config." + f + ".targets: only [\"Linear\"] is supported, found " +
+                         (g.contains("targets") ? g["targets"].dump() : "nothing"));
+    const nlohmann::json w = g.value("weights", nlohmann::json());
+    if (!w.is_object() || w.value("type", "") != "float" || w.value("num_bits", 0) != 8)
+      return unsupported(src + ": quantization_config." + f + ".weights: only 8-bit float weights are supported, found " +
+                         w.dump());
+    const std::string strategy = w.value("strategy", "");
+    Precision p;
+    if (strategy == "channel") {
+      p = Precision::kFp8Channel;
+    } else if (strategy == "tensor") {
+      p = Precision::kFp8Tensor;
+    } else if (strategy == "block") {
+      const auto& b = w.value("block_structure", nlohmann::json());
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0] <= 0 || b[1] <= 0)
+        return field_error(src, f + ".weights.block_structure", "[rows, cols] of positive integers", b);
+      c.block_rows = b[0].get<int64_t>();
+      c.block_cols = b[1].get<int64_t>();
+      p = Precision::kFp8Block;
+    } else {
+      return unsupported(src + ": quantization_config." + f + ".weights.strategy: expected channel, tensor or block, " +
+                         "found " + w.value("strategy", nlohmann::json()).dump());
+    }
+    if (prec && *prec != p)
+      return unsupported(src + ": quantization_config.config_groups: groups with different weight strategies");
+    prec = p;
+    if (g.contains("input_activations") && !g["input_activations"].is_null()) c.activations_quantized = true;
+  }
+  c.fp8_precision = *prec;
+  MX_ASSIGN_OR_RETURN(c.not_convert, string_list(qc, "ignore", src));
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* quant_method_name(QuantMethod m) {
   switch (m) {
     case QuantMethod::kQuark: return "quark";
     case QuantMethod::kFp8: return "fp8";
+    case QuantMethod::kCompressedTensors: return "compressed-tensors";
     case QuantMethod::kGptOssMxfp4: return "mxfp4";
   }
   return "?";
@@ -128,18 +176,25 @@ Result<QuantizationConfig> QuantizationConfig::parse(const nlohmann::json& qc, c
   } else if (method == "fp8") {
     c.method = QuantMethod::kFp8;
     MX_RETURN_IF_ERROR(parse_fp8(qc, c));
+  } else if (method == "compressed-tensors") {
+    c.method = QuantMethod::kCompressedTensors;
+    MX_RETURN_IF_ERROR(parse_compressed_tensors(qc, c));
   } else if (method == "mxfp4") {
     c.method = QuantMethod::kGptOssMxfp4;
     MX_ASSIGN_OR_RETURN(c.not_convert, string_list(qc, "modules_to_not_convert", source));
   } else {
     return unsupported(source + ": quantization_config.quant_method '" + method +
-                       "' is not supported (supported: quark (MXFP4), fp8 (e4m3, block or per tensor), mxfp4 (gpt-oss))");
+                       "' is not supported (supported: quark (MXFP4), fp8 (e4m3, block or per tensor), compressed-tensors " +
+                       "(float-quantized FP8), mxfp4 (gpt-oss))");
   }
   return c;
 }
 
 std::optional<std::string> QuantizationConfig::excluded_by(const std::string& module) const {
-  if (method == QuantMethod::kQuark) {
+  if (method == QuantMethod::kCompressedTensors) {
+    for (const auto& e : not_convert)
+      if (quark_entry_matches(e, module)) return e;  // exact, "re:" (re.match) or glob, like Quark
+  } else if (method == QuantMethod::kQuark) {
     for (const auto& e : exclude)
       if (quark_entry_matches(e, module)) return e;
   } else {
@@ -155,11 +210,13 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
     x.reason = "not a Linear layer";
     return x;
   }
-  if (method == QuantMethod::kFp8 && role == WeightRole::kRouter) {
-    x.reason = "the router is not a Linear layer for quant_method fp8";
+  if ((method == QuantMethod::kFp8 || method == QuantMethod::kCompressedTensors) && role == WeightRole::kRouter) {
+    x.reason = std::string("the router is not a Linear layer for quant_method ") + quant_method_name(method);
     return x;
   }
-  const char* list = method == QuantMethod::kQuark ? "exclude" : "modules_to_not_convert";
+  const char* list = method == QuantMethod::kQuark               ? "exclude"
+                     : method == QuantMethod::kCompressedTensors ? "ignore"
+                                                                 : "modules_to_not_convert";
   if (auto e = excluded_by(module)) {
     x.reason = std::string("listed in ") + list + " by '" + *e + "'";
     return x;
@@ -169,6 +226,7 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
   switch (method) {
     case QuantMethod::kQuark: x.precision = Precision::kMxfp4; break;
     case QuantMethod::kFp8: x.precision = block_rows > 0 ? Precision::kFp8Block : Precision::kFp8Tensor; break;
+    case QuantMethod::kCompressedTensors: x.precision = fp8_precision; break;
     case QuantMethod::kGptOssMxfp4: x.precision = Precision::kMxfp4GptOss; break;
   }
   return x;

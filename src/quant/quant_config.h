@@ -7,6 +7,9 @@
 //   fp8 (DeepSeek / GLM FP8 block): `weight_block_size` [br, bc] (absent: per-tensor scales);
 //     `modules_to_not_convert` / `ignored_layers` entries match a module exactly, as a dotted parent, or
 //     as a glob. Linear layers not listed are FP8; the router (not a Linear in HF) is float.
+//   compressed-tensors (format "float-quantized", e.g. official GLM-4.x FP8): every config group targets
+//     "Linear" with 8-bit float weights, strategy channel | tensor | block; `ignore` entries are exact
+//     names, "re:" regexes or globs. Linear layers not ignored are FP8 of that strategy; router float.
 //   mxfp4 (gpt-oss): parsed and reported; loading it is architecture-specific.
 // Names are always the checkpoint's own (never runtime-fused names). Unknown methods, layer-specific
 // overrides and unsupported specs are errors naming the field.
@@ -23,8 +26,8 @@
 
 namespace mxserve::quant {
 
-enum class QuantMethod { kQuark, kFp8, kGptOssMxfp4 };
-const char* quant_method_name(QuantMethod m);  // "quark", "fp8", "mxfp4"
+enum class QuantMethod { kQuark, kFp8, kCompressedTensors, kGptOssMxfp4 };
+const char* quant_method_name(QuantMethod m);  // "quark", "fp8", "compressed-tensors", "mxfp4"
 
 // What a weight-table entry is, as far as quantization configs are concerned.
 enum class WeightRole {
@@ -45,10 +48,11 @@ struct QuantizationConfig {
   // quark
   std::vector<std::string> exclude;
   std::string scale_calculation_mode;  // informative ("even" etc.); dequantization does not depend on it
-  bool activations_quantized = false;  // input_tensors set (W4A4): activation QDQ is not emulated
-  // fp8
-  std::vector<std::string> not_convert;
-  int64_t block_rows = 0, block_cols = 0;  // 0: per-tensor
+  bool activations_quantized = false;  // input activations quantized (W4A4 / W8A8): QDQ is not emulated
+  // fp8, compressed-tensors
+  std::vector<std::string> not_convert;    // modules_to_not_convert / ignored_layers / ignore
+  int64_t block_rows = 0, block_cols = 0;  // 0: per-tensor (fp8) or see fp8_precision
+  Precision fp8_precision = Precision::kFp8Block;  // what a converted Linear is stored as
 
   static Result<QuantizationConfig> parse(const nlohmann::json& qc, const std::string& source);
 

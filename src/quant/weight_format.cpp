@@ -15,6 +15,7 @@ const char* precision_name(Precision p) {
     case Precision::kMxfp4: return "mxfp4";
     case Precision::kFp8Block: return "fp8-block";
     case Precision::kFp8Tensor: return "fp8-tensor";
+    case Precision::kFp8Channel: return "fp8-channel";
     case Precision::kMxfp4GptOss: return "mxfp4-gptoss";
   }
   return "?";
@@ -55,6 +56,9 @@ std::string expected_storage(Precision p, const Shape& s, int64_t br, int64_t bc
              shape_to_string({(out + br - 1) / br, (in + bc - 1) / bc}) + ")";
     case Precision::kFp8Tensor:
       return "fp8-tensor (weight fp8_e4m3 " + shape_to_string(s) + " + weight_scale f32 [1])";
+    case Precision::kFp8Channel:
+      return "fp8-channel (weight fp8_e4m3 " + shape_to_string(s) + " + weight_scale f32 " +
+             shape_to_string({out, 1}) + ")";
     default: return std::string(precision_name(p)) + " " + shape_to_string(s);
   }
 }
@@ -75,7 +79,8 @@ Tensor to_host_f32(const StoredWeight& w) {
       return flat.reshape(w.shape);
     }
     case Precision::kFp8Block: return dequantize_fp8(w.data, w.scale, w.block_rows, w.block_cols);
-    case Precision::kFp8Tensor: return dequantize_fp8(w.data, w.scale, 1, 1);
+    case Precision::kFp8Tensor:
+    case Precision::kFp8Channel: return dequantize_fp8_rows(w.data, w.scale);
   }
   MX_CHECK_MSG(false, "unhandled precision");
   return {};

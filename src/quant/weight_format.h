@@ -2,7 +2,9 @@
 // it. A quantized weight is one logical [out, in] matrix spread over a data tensor and a scale tensor:
 //   mxfp4        X.weight u8 [out, in/2] + X.weight_scale u8|e8m0 [out, ceil(in/32)]     (AMD Quark)
 //   fp8-block    X.weight f8_e4m3 [out, in] + X.weight_scale_inv f32 [ceil(out/br), ceil(in/bc)]
-//   fp8-tensor   X.weight f8_e4m3 [out, in] + X.weight_scale f32 [1] (or [])
+//   fp8-tensor   X.weight f8_e4m3 [out, in] + X.weight_scale f32|bf16|f16 [1] (or [])
+//   fp8-channel  X.weight f8_e4m3 [out, in] + X.weight_scale f32|bf16|f16 [out, 1] (or [out])
+//                (compressed-tensors "float-quantized", e.g. the official GLM-4.x FP8 releases)
 //   mxfp4-gptoss X_blocks u8 [E, N, in/32, 16] + X_scales u8 [E, N, in/32]              (gpt-oss experts)
 // Invariant: the precision is read from the tensors present, never from names or configs.
 #pragma once
@@ -14,8 +16,8 @@
 
 namespace mxserve::quant {
 
-enum class Precision { kF32, kBF16, kF16, kMxfp4, kFp8Block, kFp8Tensor, kMxfp4GptOss };
-const char* precision_name(Precision p);  // "f32", "bf16", "f16", "mxfp4", "fp8-block", "fp8-tensor", "mxfp4-gptoss"
+enum class Precision { kF32, kBF16, kF16, kMxfp4, kFp8Block, kFp8Tensor, kFp8Channel, kMxfp4GptOss };
+const char* precision_name(Precision p);  // "f32", "bf16", "f16", "mxfp4", "fp8-block", "fp8-tensor", "fp8-channel", "mxfp4-gptoss"
 bool is_quantized(Precision p);
 bool is_float(Precision p);  // f32 / bf16 / f16
 

@@ -6,6 +6,7 @@
 
 #include <variant>
 
+#include "core/logging.h"
 #include "model/layers/blocks.h"
 
 namespace mxserve::model {
@@ -14,7 +15,8 @@ namespace {
 const std::vector<Precision> kFloat = {Precision::kBF16, Precision::kF32, Precision::kF16};
 // Linear weights may be stored quantized; they are dequantized on the host at load (weight_loader.h).
 const std::vector<Precision> kAny = {Precision::kBF16,  Precision::kF32,      Precision::kF16,
-                                     Precision::kMxfp4, Precision::kFp8Block, Precision::kFp8Tensor};
+                                     Precision::kMxfp4, Precision::kFp8Block, Precision::kFp8Tensor,
+                                     Precision::kFp8Channel};
 constexpr WeightRole kLinear = WeightRole::kLinear;
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
@@ -260,6 +262,11 @@ Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const Bo
   if (cfg.quant && cfg.quant->method == quant::QuantMethod::kGptOssMxfp4)
     return unsupported(cfg.source + ": quantization_config.quant_method 'mxfp4' (gpt-oss fused *_blocks / *_scales " +
                        "experts) is not loadable for glm4_moe; use a Quark MXFP4 checkpoint (mxserve quantize)");
+  if (cfg.quant && cfg.quant->activations_quantized) {
+    MX_LOG(kWarn) << cfg.source << ": quantization_config quantizes input activations too (quant_method "
+                  << quant::quant_method_name(cfg.quant->method)
+                  << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
+  }
   auto model = std::make_unique<Glm4MoeModel>(cfg, be);
   MX_RETURN_IF_ERROR(model->load(weights, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
