@@ -70,6 +70,11 @@ Result<Fp8Tensors> quantize_fp8_tensor(const Tensor& w, const std::string& name)
   return quantize_blocks(w, std::max<int64_t>(w.dim(0), 1), std::max<int64_t>(w.dim(1), 1), true, name);
 }
 
+Result<Fp8Tensors> quantize_fp8_channel(const Tensor& w, const std::string& name) {
+  if (w.ndim() != 2) return invalid_argument(name + ": FP8 quantization needs a 2-D weight, found " + w.describe());
+  return quantize_blocks(w, 1, std::max<int64_t>(w.dim(1), 1), false, name);
+}
+
 Tensor dequantize_fp8_rows(const Tensor& weight, const Tensor& scale) {
   MX_CHECK(weight.ndim() == 2 && weight.dtype() == DType::kFP8E4M3 && is_plain_float(scale.dtype()));
   const int64_t rows = weight.dim(0), cols = weight.dim(1);

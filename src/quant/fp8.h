@@ -33,6 +33,8 @@ struct Fp8Tensors {
 Result<Fp8Tensors> quantize_fp8_block(const Tensor& w, int64_t block_rows, int64_t block_cols,
                                       const std::string& name);
 Result<Fp8Tensors> quantize_fp8_tensor(const Tensor& w, const std::string& name);
+// One scale per output row: scale f32 [rows, 1] (compressed-tensors "channel" strategy).
+Result<Fp8Tensors> quantize_fp8_channel(const Tensor& w, const std::string& name);
 
 // weight fp8_e4m3 [rows, cols], scale of any float dtype with one element (per tensor) or one per row
 // (per channel) -> f32 [rows, cols]. CHECKed like dequantize_fp8.

@@ -78,6 +78,22 @@ nlohmann::ordered_json quark_config(ScaleRule rule, const std::vector<std::strin
   return q;
 }
 
+nlohmann::ordered_json compressed_tensors_config(const std::vector<std::string>& keep) {
+  nlohmann::ordered_json w = {{"num_bits", 8},       {"type", "float"},          {"symmetric", true},
+                              {"strategy", "channel"}, {"dynamic", false},       {"group_size", nullptr},
+                              {"block_structure", nullptr}, {"actorder", nullptr}, {"observer", "minmax"}};
+  nlohmann::ordered_json q;
+  q["quant_method"] = "compressed-tensors";
+  q["format"] = "float-quantized";
+  q["quantization_status"] = "compressed";
+  q["config_groups"] = {{"group_0", {{"targets", {"Linear"}}, {"weights", w}, {"input_activations", nullptr},
+                                     {"output_activations", nullptr}}}};
+  q["ignore"] = keep;
+  q["kv_cache_scheme"] = nullptr;
+  q["global_compression_ratio"] = nullptr;
+  return q;
+}
+
 nlohmann::ordered_json fp8_config(const std::vector<std::string>& keep) {
   nlohmann::ordered_json q;
   q["quant_method"] = "fp8";
@@ -96,12 +112,20 @@ Status write_text(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-const char* scheme_name(Scheme s) { return s == Scheme::kMxfp4 ? "mxfp4" : "fp8-block"; }
+const char* scheme_name(Scheme s) {
+  switch (s) {
+    case Scheme::kMxfp4: return "mxfp4";
+    case Scheme::kFp8Block: return "fp8-block";
+    case Scheme::kFp8Channel: return "fp8-channel";
+  }
+  return "?";
+}
 
 Result<Scheme> parse_scheme(const std::string& name) {
   if (name == "mxfp4") return Scheme::kMxfp4;
   if (name == "fp8-block") return Scheme::kFp8Block;
-  return invalid_argument("--scheme '" + name + "': expected mxfp4 or fp8-block");
+  if (name == "fp8-channel") return Scheme::kFp8Channel;
+  return invalid_argument("--scheme '" + name + "': expected mxfp4, fp8-block or fp8-channel");
 }
 
 Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* progress) {
@@ -155,10 +179,13 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
                                   " has an odd input width: MXFP4 cannot pack it (leave it out with --exclude)");
         it.outputs.push_back({name, DType::kU8, {out, in / 2}});
         it.outputs.push_back({module + ".weight_scale", DType::kU8, {out, mx_scale_cols(in)}});
-      } else {
+      } else if (o.scheme == Scheme::kFp8Block) {
         it.outputs.push_back({name, DType::kFP8E4M3, {out, in}});
         it.outputs.push_back({module + ".weight_scale_inv", DType::kF32,
                               {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block}});
+      } else {
+        it.outputs.push_back({name, DType::kFP8E4M3, {out, in}});
+        it.outputs.push_back({module + ".weight_scale", DType::kF32, {out, 1}});
       }
       ++report.n_quantized;
     }
@@ -209,7 +236,9 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
           MX_RETURN_IF_ERROR(writer->append(it.outputs[0].name, q.packed));
           MX_RETURN_IF_ERROR(writer->append(it.outputs[1].name, q.scales));
         } else {
-          MX_ASSIGN_OR_RETURN(Fp8Tensors q, quantize_fp8_block(src, kFp8Block, kFp8Block, it.name));
+          MX_ASSIGN_OR_RETURN(Fp8Tensors q, o.scheme == Scheme::kFp8Block
+                                                ? quantize_fp8_block(src, kFp8Block, kFp8Block, it.name)
+                                                : quantize_fp8_channel(src, it.name));
           MX_RETURN_IF_ERROR(writer->append(it.outputs[0].name, q.weight));
           MX_RETURN_IF_ERROR(writer->append(it.outputs[1].name, q.scale));
         }
@@ -232,8 +261,9 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
   index["metadata"] = {{"total_size", report.bytes_out}};
   index["weight_map"] = weight_map;
   MX_RETURN_IF_ERROR(write_text(o.out_dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
-  cfg["quantization_config"] =
-      o.scheme == Scheme::kMxfp4 ? quark_config(o.scale_rule, report.kept_modules) : fp8_config(report.kept_modules);
+  cfg["quantization_config"] = o.scheme == Scheme::kMxfp4      ? quark_config(o.scale_rule, report.kept_modules)
+                               : o.scheme == Scheme::kFp8Block ? fp8_config(report.kept_modules)
+                                                               : compressed_tensors_config(report.kept_modules);
   MX_RETURN_IF_ERROR(write_text(o.out_dir + "/config.json", cfg.dump(2) + "\n"));
   std::set<std::string> skip = {"config.json", "model.safetensors", "model.safetensors.index.json"};
   if (io::file_exists(o.in_dir + "/model.safetensors.index.json")) {

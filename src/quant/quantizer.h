@@ -1,11 +1,11 @@
-// `mxserve quantize`: a bf16/f16/f32 Hugging Face checkpoint -> MXFP4 (AMD Quark layout and config) or
-// FP8 block (DeepSeek / GLM FP8 layout and config), streaming tensor by tensor: memory is bounded by the
+// `mxserve quantize`: a bf16/f16/f32 Hugging Face checkpoint -> MXFP4 (AMD Quark layout and config),
+// FP8 block (DeepSeek / GLM-5 FP8 layout and config) or FP8 per channel (compressed-tensors), streaming tensor by tensor: memory is bounded by the
 // largest tensor, never the model. Which tensors are quantized (default: routed experts only):
 //   model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight       always candidates
 //   model.layers.N.mlp.shared_experts.{gate,up,down}_proj.weight  with quantize_shared_experts
 // minus modules matching an --exclude glob (module or tensor name) and, with mtp_bf16, every layer
 // N >= num_hidden_layers (the MTP layer). Every other Linear weight (2-D "*.weight", except embeddings)
-// stays as it is and is listed by its checkpoint name in the config's exclude / modules_to_not_convert,
+// stays as it is and is listed by its checkpoint name in the config's exclude / modules_to_not_convert / ignore,
 // so a loader reading the config can check each tensor. Other files (tokenizer, ...) are copied through.
 #pragma once
 
@@ -18,8 +18,12 @@
 
 namespace mxserve::quant {
 
-enum class Scheme { kMxfp4, kFp8Block };
-const char* scheme_name(Scheme s);  // "mxfp4", "fp8-block"
+enum class Scheme {
+  kMxfp4,       // AMD Quark layout and config
+  kFp8Block,    // 128x128 weight_scale_inv, DeepSeek / GLM-5 "fp8" config
+  kFp8Channel,  // per-row weight_scale [out, 1], compressed-tensors "float-quantized" config (GLM-4.x FP8)
+};
+const char* scheme_name(Scheme s);  // "mxfp4", "fp8-block", "fp8-channel"
 Result<Scheme> parse_scheme(const std::string& name);
 
 struct QuantizeOptions {

@@ -62,6 +62,10 @@ TEST_F(Detect, RecognizesEveryStorageForm) {
   ASSERT_TRUE(ft.is_ok()) << ft.status().to_string();
   EXPECT_EQ(ft->precision, Precision::kFp8Tensor);
 
+  auto fc = detect({{"a.weight", z(DType::kFP8E4M3, {4, 4})}, {"a.weight_scale", z(DType::kBF16, {4, 1})}}, "a.weight");
+  ASSERT_TRUE(fc.is_ok()) << fc.status().to_string();
+  EXPECT_EQ(fc->precision, Precision::kFp8Channel);
+
   auto g = open({{"model.layers.0.mlp.experts.gate_up_proj_blocks", z(DType::kU8, {2, 6, 2, 16})},
                  {"model.layers.0.mlp.experts.gate_up_proj_scales", z(DType::kU8, {2, 6, 2})}});
   auto gw = detect_gpt_oss_blocks(*g, "model.layers.0.mlp.experts.gate_up_proj_blocks");
@@ -88,6 +92,8 @@ TEST_F(Detect, MalformedCasesNameTheTensor) {
       {{{"x.weight", z(DType::kFP8E4M3, {300, 64})}, {"x.weight_scale_inv", z(DType::kF32, {2, 1})}},
        {"'x.weight_scale_inv'", "is f32 [2, 1], expected f32 [3, 1]"}},
       {{{"x.weight", z(DType::kI32, {8, 64})}}, {"tensor 'x.weight' has dtype i32"}},
+      {{{"x.weight", z(DType::kFP8E4M3, {8, 64})}, {"x.weight_scale", z(DType::kF32, {8, 2})}},
+       {"'x.weight_scale'", "is f32 [8, 2], expected a float [1] (per tensor) or [8, 1] (per output channel)"}},
   };
   for (const auto& c : cases) {
     auto r = detect(c.tensors, "x.weight");

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/numeric.h"
 #include "quant/fp8.h"
 
 namespace mxserve::quant {
@@ -89,6 +90,22 @@ TEST(Fp8Tensor, SingleScale) {
   EXPECT_FLOAT_EQ(q->scale.data<float>()[0], 21.0f / 448.0f);
   Tensor d = dequantize_fp8(q->weight, q->scale, 1, 1);
   for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(d.data<float>()[i], w.data<float>()[i], 21.0 / 16);
+}
+
+TEST(Fp8Channel, OneScalePerRowAnyFloatDtype) {
+  Tensor w = Tensor::empty(DType::kF32, {3, 5});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>((i % 5) + 1) * (i / 5 + 1);
+  auto q = quantize_fp8_channel(w, "w");
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_EQ(q->scale.shape(), (Shape{3, 1}));
+  for (int r = 0; r < 3; ++r) EXPECT_FLOAT_EQ(q->scale.data<float>()[r], 5.0f * (r + 1) / 448.0f);
+  Tensor d = dequantize_fp8_rows(q->weight, q->scale);
+  for (int64_t i = 0; i < w.numel(); ++i) EXPECT_NEAR(d.data<float>()[i], w.data<float>()[i], w.data<float>()[i] / 16);
+  // bf16 scales (as compressed-tensors exports often store them) dequantize the same way.
+  Tensor s16 = Tensor::empty(DType::kBF16, {3, 1});
+  for (int r = 0; r < 3; ++r) s16.data<uint16_t>()[r] = f32_to_bf16(2.0f);
+  Tensor d16 = dequantize_fp8_rows(q->weight, s16);
+  EXPECT_EQ(d16.data<float>()[0], e4m3_decode(q->weight.data<uint8_t>()[0]) * 2.0f);
 }
 
 TEST(Fp8Block, NonFiniteBlockIsNan) {

@@ -53,6 +53,35 @@ TEST(QuantConfig, ExpectationsPerRole) {
   EXPECT_FALSE(f->expect("model.layers.1.mlp.gate", WeightRole::kRouter).quantized);  // not a Linear in HF
 }
 
+TEST(QuantConfig, CompressedTensorsFloatQuantized) {
+  nlohmann::json ct = {{"quant_method", "compressed-tensors"},
+                       {"format", "float-quantized"},
+                       {"config_groups",
+                        {{"group_0",
+                          {{"targets", {"Linear"}},
+                           {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}}},
+                           {"input_activations", {{"num_bits", 8}, {"type", "float"}, {"dynamic", true}}}}}}},
+                       {"ignore", {"lm_head", "re:.*mlp\\.gate$"}}};
+  auto c = QuantizationConfig::parse(ct, "cfg.json");
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->activations_quantized);
+  EXPECT_EQ(c->expect("model.layers.1.mlp.experts.3.up_proj", WeightRole::kLinear).precision, Precision::kFp8Channel);
+  EXPECT_FALSE(c->expect("lm_head", WeightRole::kLinear).quantized);
+  EXPECT_NE(c->expect("lm_head", WeightRole::kLinear).reason.find("listed in ignore"), std::string::npos);
+  ct["config_groups"]["group_0"]["weights"]["strategy"] = "block";
+  ct["config_groups"]["group_0"]["weights"]["block_structure"] = {128, 128};
+  auto b = QuantizationConfig::parse(ct, "cfg.json");
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(b->expect("x", WeightRole::kLinear).precision, Precision::kFp8Block);
+  EXPECT_EQ(b->block_rows, 128);
+  ct["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
+  auto bad = QuantizationConfig::parse(ct, "cfg.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("config_groups.group_0.weights"), std::string::npos) << bad.status().message();
+  ct["format"] = "pack-quantized";
+  EXPECT_FALSE(QuantizationConfig::parse(ct, "cfg.json").is_ok());
+}
+
 TEST(QuantConfig, UnsupportedConfigsAreNamedErrors) {
   auto m = QuantizationConfig::parse({{"quant_method", "awq"}}, "cfg.json");
   ASSERT_FALSE(m.is_ok());
