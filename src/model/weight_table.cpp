@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "quant/detect.h"
+#include "quant/gpt_oss.h"
 
 namespace mxserve::model {
 
@@ -64,13 +65,25 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
   for (const auto& spec : table) {
     expected.insert(spec.name);
     const io::CheckpointTensor* t = ckpt.find(spec.name);
+    Result<quant::StoredWeight> sw = internal_error("unset");
     if (t == nullptr) {
-      if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
-      continue;
+      // Routed experts may be stored fused, gpt-oss style (quant/gpt_oss.h).
+      auto slice = quant::gpt_oss_expert_slice(ckpt, spec.name);
+      if (!slice.is_ok()) {
+        mismatched.push_back(slice.status().message());
+        continue;
+      }
+      if (!slice->has_value()) {
+        if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
+        continue;
+      }
+      for (const auto& n : (*slice)->consumed) expected.insert(n);
+      sw = std::move((*slice)->weight);
+    } else {
+      for (const auto& s : quant::scale_names_for(spec.name))
+        if (ckpt.find(s) != nullptr) expected.insert(s);  // consumed with the weight (or reported by detect)
+      sw = quant::detect_weight(ckpt, spec.name, dopt);
     }
-    for (const auto& s : quant::scale_names_for(spec.name))
-      if (ckpt.find(s) != nullptr) expected.insert(s);  // consumed with the weight (or reported by detect)
-    auto sw = quant::detect_weight(ckpt, spec.name, dopt);
     if (!sw.is_ok()) {
       mismatched.push_back(sw.status().message());
       continue;

@@ -214,6 +214,10 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
     x.reason = std::string("the router is not a Linear layer for quant_method ") + quant_method_name(method);
     return x;
   }
+  if (method == QuantMethod::kGptOssMxfp4 && module.find(".experts.") == std::string::npos) {
+    x.reason = "only MoE experts are quantized by quant_method mxfp4 (gpt-oss)";
+    return x;
+  }
   const char* list = method == QuantMethod::kQuark               ? "exclude"
                      : method == QuantMethod::kCompressedTensors ? "ignore"
                                                                  : "modules_to_not_convert";

@@ -10,7 +10,8 @@
 //   compressed-tensors (format "float-quantized", e.g. official GLM-4.x FP8): every config group targets
 //     "Linear" with 8-bit float weights, strategy channel | tensor | block; `ignore` entries are exact
 //     names, "re:" regexes or globs. Linear layers not ignored are FP8 of that strategy; router float.
-//   mxfp4 (gpt-oss): parsed and reported; loading it is architecture-specific.
+//   mxfp4 (gpt-oss): only MoE experts (stored fused, quant/gpt_oss.h) are MXFP4, unless listed in
+//     `modules_to_not_convert` (matched like fp8's); everything else is float.
 // Names are always the checkpoint's own (never runtime-fused names). Unknown methods, layer-specific
 // overrides and unsupported specs are errors naming the field.
 #pragma once

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -320,6 +321,86 @@ TEST(Quantized, ShardedOutputLoadsAndMatchesSingleShard) {
   EXPECT_EQ(a.mtp_rel_l2, b.mtp_rel_l2);
   fs::remove_all(one);
   fs::remove_all(many);
+}
+
+// Logits of every fixture case, teacher-forced (no MTP), for bit-exact comparisons between two loads.
+std::vector<float> case_logits(const fs::path& dir) {
+  auto be = backend::make_cpu_backend();
+  auto model = model::load_causal_lm(dir.string(), *be, model::LoadOptions{.load_mtp = false});
+  EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+  if (!model.is_ok()) return {};
+  auto cases = cli::read_fixture_cases(dir.string(), (*model)->config().vocab_size);
+  runtime::SequenceRunner runner(**model, *be, 64, 16);
+  std::vector<float> out;
+  for (const auto& c : *cases) {
+    runtime::SequenceState st;
+    auto step = runner.extend({&st}, {c.input_ids}, true, false);
+    EXPECT_TRUE(step.is_ok());
+    runner.release(st);
+    out.insert(out.end(), step->logits.data<float>(), step->logits.data<float>() + step->logits.numel());
+  }
+  return out;
+}
+
+TEST(Quantized, GptOssFusedExpertsLoadBitIdenticalToQuark) {
+  // The same MXFP4 bits, once per expert (Quark) and once fused with gate/up interleaved (gpt-oss).
+  const fs::path quark = quantize("glm4_moe_tiny_a", quant::Scheme::kMxfp4, quant::ScaleRule::kEven, "gptoss_src");
+  const fs::path gpt = scratch("gptoss");
+  fs::copy(quark, gpt);
+  const int64_t E = 16, I = 32, H = 64;
+  std::map<std::string, Tensor> experts;
+  rewrite(gpt, [&](const std::string& n, const Tensor& t) {
+    if (n.find(".mlp.experts.") == std::string::npos) return io::NamedTensors{{n, t}};
+    experts[n] = t;
+    return io::NamedTensors{};
+  });
+  io::NamedTensors fused;
+  for (int layer : {1, 2, 3}) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts";
+    Tensor gu = Tensor::empty(DType::kU8, {E, 2 * I, H / 32, 16}), gus = Tensor::empty(DType::kU8, {E, 2 * I, H / 32});
+    Tensor dn = Tensor::empty(DType::kU8, {E, H, I / 32, 16}), dns = Tensor::empty(DType::kU8, {E, H, I / 32});
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = p + "." + std::to_string(e) + ".";
+      for (int64_t j = 0; j < I; ++j)
+        for (int which = 0; which < 2; ++which) {  // row 2j gate_j, row 2j+1 up_j
+          const std::string w = ep + (which == 0 ? "gate_proj" : "up_proj");
+          const int64_t r = e * 2 * I + 2 * j + which;
+          std::memcpy(gu.data<uint8_t>() + r * (H / 2), experts.at(w + ".weight").data<uint8_t>() + j * (H / 2), H / 2);
+          std::memcpy(gus.data<uint8_t>() + r * (H / 32), experts.at(w + ".weight_scale").data<uint8_t>() + j * (H / 32), H / 32);
+        }
+      std::memcpy(dn.data<uint8_t>() + e * H * (I / 2), experts.at(ep + "down_proj.weight").raw(), H * (I / 2));
+      std::memcpy(dns.data<uint8_t>() + e * H * (I / 32), experts.at(ep + "down_proj.weight_scale").raw(), H * (I / 32));
+    }
+    fused.push_back({p + ".gate_up_proj_blocks", gu});
+    fused.push_back({p + ".gate_up_proj_scales", gus});
+    fused.push_back({p + ".down_proj_blocks", dn});
+    fused.push_back({p + ".down_proj_scales", dns});
+  }
+  ASSERT_TRUE(io::write_safetensors((gpt / "model-00002-of-00002.safetensors").string(), fused).is_ok());
+  {
+    std::ifstream in(gpt / "model.safetensors.index.json");
+    nlohmann::json index = nlohmann::json::parse(in);
+    for (const auto& [n, _] : fused) index["weight_map"][n] = "model-00002-of-00002.safetensors";
+    std::ofstream(gpt / "model.safetensors.index.json") << index.dump();
+  }
+  {
+    std::ifstream in(gpt / "config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["quantization_config"] = {{"quant_method", "mxfp4"},
+                                  {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.gate",
+                                                              "model.embed_tokens", "lm_head"}}};
+    std::ofstream(gpt / "config.json") << cfg.dump(2);
+  }
+  auto ck = io::Checkpoint::open(gpt.string());
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  const std::string map = quant::format_precision_map(quant::precision_map(**ck, 3, {}));
+  EXPECT_NE(map_line(map, "layer 3 (MTP):").find("mlp.experts mxfp4-gptoss"), std::string::npos) << map;
+  const std::vector<float> a = case_logits(quark), b = case_logits(gpt);
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "not bit-identical";
+  fs::remove_all(quark);
+  fs::remove_all(gpt);
 }
 
 TEST(Quantized, QuantizerRefusesBadInput) {

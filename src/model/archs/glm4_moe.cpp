@@ -17,6 +17,10 @@ const std::vector<Precision> kFloat = {Precision::kBF16, Precision::kF32, Precis
 const std::vector<Precision> kAny = {Precision::kBF16,  Precision::kF32,      Precision::kF16,
                                      Precision::kMxfp4, Precision::kFp8Block, Precision::kFp8Tensor,
                                      Precision::kFp8Channel};
+// Routed experts may also come from gpt-oss style fused *_blocks / *_scales tensors (quant/gpt_oss.h).
+const std::vector<Precision> kExpert = {Precision::kBF16,      Precision::kF32,       Precision::kF16,
+                                        Precision::kMxfp4,     Precision::kFp8Block,  Precision::kFp8Tensor,
+                                        Precision::kFp8Channel, Precision::kMxfp4GptOss};
 constexpr WeightRole kLinear = WeightRole::kLinear;
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
@@ -49,9 +53,9 @@ void add_decoder_layer(std::vector<WeightSpec>& t, const ModelConfig& c, int64_t
   t.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_experts}, kFloat});
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-    t.push_back({ep + "gate_proj.weight", {c.moe_inter, H}, kAny, false, kLinear});
-    t.push_back({ep + "up_proj.weight", {c.moe_inter, H}, kAny, false, kLinear});
-    t.push_back({ep + "down_proj.weight", {H, c.moe_inter}, kAny, false, kLinear});
+    t.push_back({ep + "gate_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
+    t.push_back({ep + "up_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
+    t.push_back({ep + "down_proj.weight", {H, c.moe_inter}, kExpert, false, kLinear});
   }
   if (c.n_shared_experts > 0) {
     const std::string sp = p + "mlp.shared_experts.";
@@ -259,9 +263,6 @@ BindOptions glm4_moe_bind_options(const ModelConfig& c, bool include_mtp) {
 
 Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const BoundWeights& weights,
                                                 backend::Backend& be, bool include_mtp) {
-  if (cfg.quant && cfg.quant->method == quant::QuantMethod::kGptOssMxfp4)
-    return unsupported(cfg.source + ": quantization_config.quant_method 'mxfp4' (gpt-oss fused *_blocks / *_scales " +
-                       "experts) is not loadable for glm4_moe; use a Quark MXFP4 checkpoint (mxserve quantize)");
   if (cfg.quant && cfg.quant->activations_quantized) {
     MX_LOG(kWarn) << cfg.source << ": quantization_config quantizes input activations too (quant_method "
                   << quant::quant_method_name(cfg.quant->method)
