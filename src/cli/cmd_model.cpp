@@ -50,13 +50,33 @@ int cmd_verify_fixture(int argc, char** argv) {
   return report->failures == 0 ? 0 : 1;
 }
 
+// Model source flags shared by generate and serve: --model DIR, or --config FILE --synthetic-weights.
+Result<model::LoadOptions> model_load_options(const Args& args, std::string* path) {
+  model::LoadOptions opt;
+  opt.synthetic = args.has("--synthetic-weights");
+  if (args.has("--model") == args.has("--config"))
+    return invalid_argument("give exactly one of --model DIR or --config FILE (with --synthetic-weights)");
+  if (args.has("--config") && !opt.synthetic)
+    return invalid_argument("--config needs --synthetic-weights (there is no checkpoint to read)");
+  *path = args.has("--model") ? *args.get("--model") : *args.get("--config");
+  MX_ASSIGN_OR_RETURN(int64_t seed, args.get_int("--seed", 0));
+  MX_ASSIGN_OR_RETURN(opt.num_layers_override, args.get_int("--num-layers", 0));
+  if (opt.num_layers_override < 0) return invalid_argument("--num-layers must be positive");
+  opt.seed = static_cast<uint64_t>(seed);
+  return opt;
+}
+
 int cmd_generate(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--model", "--ids", "--max-tokens", "--backend", "--block-size"},
-                          {"--ignore-eos"});
+  auto args = Args::parse(argc, argv,
+                          {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size", "--seed",
+                           "--num-layers"},
+                          {"--ignore-eos", "--synthetic-weights"});
   if (!args.is_ok()) return fail(args.status());
-  auto model_dir = args->get("--model");
+  std::string model_path;
+  auto load = model_load_options(*args, &model_path);
+  if (!load.is_ok()) return fail(load.status());
+  load->load_mtp = false;
   auto ids_text = args->get("--ids");
-  if (!model_dir.is_ok()) return fail(model_dir.status());
   if (!ids_text.is_ok()) return fail(ids_text.status());
   auto ids = parse_id_list(*ids_text, "--ids");
   auto max_tokens = args->get_int("--max-tokens", 16);
@@ -67,7 +87,7 @@ int cmd_generate(int argc, char** argv) {
   if (*max_tokens <= 0 || *block_size <= 0) return fail(invalid_argument("--max-tokens and --block-size must be positive"));
   auto be = backend::make_backend(args->get_or("--backend", "cpu"));
   if (!be.is_ok()) return fail(be.status());
-  auto model = model::load_causal_lm(*model_dir, **be, model::LoadOptions{.load_mtp = false});
+  auto model = model::load_causal_lm(model_path, **be, *load);
   if (!model.is_ok()) return fail(model.status());
   const auto& cfg = (*model)->config();
   for (int32_t id : *ids)
@@ -120,7 +140,6 @@ int cmd_inspect(int argc, char** argv) {
       std::printf("quantization_config: quant_method %s\n", quant::quant_method_name(cfg->quant->method));
   }
   return map.errors.empty() ? 0 : 1;
-  return 0;
 }
 
 }  // namespace mxserve::cli

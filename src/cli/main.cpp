@@ -18,9 +18,10 @@ const Command kCommands[] = {
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
     {"quantize", mxserve::cli::cmd_quantize,
-     "bf16 checkpoint -> MXFP4 (Quark) or FP8 block (--in DIR --out DIR --scheme mxfp4|fp8-block)"},
+     "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel)"},
     {"compare", mxserve::cli::cmd_compare,
      "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
+    {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
 };
 
 void usage(FILE* out) {

@@ -1,8 +1,8 @@
 // Paged KV cache storage and a block allocator. The cache is one K and one V tensor per attention
 // layer (the MTP layer has its own), each [n_blocks * block_size, n_kv_heads * head_dim], so the slot
 // of KV index j of a sequence is block_table[j / block_size] * block_size + j % block_size.
-// Owns: the tensors and which blocks are free. Does not own: block tables (sequences/runtime own them),
-// prefix sharing (the radix tree, later) or any math.
+// Owns: the tensors. Does not own: which blocks are free (BlockPool), block tables (sequences),
+// prefix sharing (RadixCache) or any math.
 #pragma once
 
 #include <cstdint>
@@ -36,21 +36,6 @@ class KvCache {
  private:
   KvCacheSpec spec_;
   std::vector<Tensor> k_, v_;
-};
-
-// Free-list block allocator (LIFO, so recently freed, cache-warm blocks are reused first).
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int64_t n_blocks);
-  // Appends n blocks to out, or fails (allocating nothing) when fewer are free.
-  Status allocate(int64_t n, std::vector<int32_t>& out);
-  void free(const std::vector<int32_t>& blocks);
-  int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
-  int64_t n_blocks() const { return n_blocks_; }
-
- private:
-  int64_t n_blocks_;
-  std::vector<int32_t> free_;
 };
 
 }  // namespace mxserve::kvcache

@@ -33,11 +33,15 @@ class CausalLM {
 };
 
 struct LoadOptions {
-  bool load_mtp = true;  // bind and load the MTP layer when the config declares one
+  bool load_mtp = true;             // bind and load the MTP layer when the config declares one
+  bool synthetic = false;           // deterministic random weights from the config alone (no checkpoint)
+  uint64_t seed = 0;                // synthetic weights' seed
+  int64_t num_layers_override = 0;  // > 0: keep only the first N decoder layers (truncated model)
 };
 
 // Reads config.json + the checkpoint in dir, validates every tensor, uploads weights to the backend.
-Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend::Backend& be,
+// With options.synthetic, `path` is a config.json (or a directory holding one) and no checkpoint is read.
+Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& path, backend::Backend& be,
                                                  const LoadOptions& options);
 
 }  // namespace mxserve::model

@@ -9,6 +9,14 @@
 
 namespace mxserve::model {
 
+BoundWeight::BoundWeight(Tensor host, Precision p) {
+  MX_CHECK_MSG(quant::is_float(p), "BoundWeight(Tensor, Precision) takes plain float weights, got " << precision_name(p));
+  stored.precision = p;
+  stored.shape = host.shape();
+  stored.data = host;
+  this->host = std::move(host);
+}
+
 const BoundWeight* BoundWeights::find(const std::string& name) const {
   auto it = map_.find(name);
   return it == map_.end() ? nullptr : &it->second;

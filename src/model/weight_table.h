@@ -34,6 +34,12 @@ struct WeightSpec {
 };
 
 struct BoundWeight {
+  BoundWeight() = default;
+  explicit BoundWeight(quant::StoredWeight s) : host(s.data), stored(std::move(s)) {}
+  // A plain float host tensor (synthetic weights, tests): precision f32, bf16 or f16.
+  BoundWeight(Tensor host, Precision p);
+
+  Tensor host;                 // the stored data tensor (== stored.data; packed u8 for MXFP4)
   quant::StoredWeight stored;  // views into the mapped checkpoint (data + scale) and the precision
   Precision precision() const { return stored.precision; }
   const Shape& shape() const { return stored.shape; }  // logical

@@ -19,7 +19,7 @@ Status SequenceRunner::reserve(SequenceState& seq, int64_t new_len) {
 }
 
 void SequenceRunner::release(SequenceState& seq) {
-  blocks_.free(seq.block_table);
+  blocks_.unref_all(seq.block_table);
   seq.block_table.clear();
   seq.tokens.clear();
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvcache/block_pool.h"
 #include "kvcache/kv_cache.h"
 #include "model/causal_lm.h"
 
@@ -43,7 +44,7 @@ class SequenceRunner {
   backend::Backend& be_;
   int64_t block_size_;
   std::unique_ptr<kvcache::KvCache> kv_;
-  kvcache::BlockAllocator blocks_;
+  kvcache::BlockPool blocks_;
 };
 
 int32_t argmax_row(const Tensor& host_logits, int64_t row);

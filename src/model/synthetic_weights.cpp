@@ -1,0 +1,76 @@
+#include "model/synthetic_weights.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/numeric.h"
+
+namespace mxserve::model {
+namespace {
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// Standard normal from two counter-based uniforms (Box-Muller).
+float normal(uint64_t stream, uint64_t i) {
+  const uint64_t a = mix64(stream ^ (2 * i)), b = mix64(stream ^ (2 * i + 1));
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+  const double u2 = static_cast<double>(b >> 11) * (1.0 / 9007199254740992.0);
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+}  // namespace
+
+uint64_t synthetic_weight_bytes(const std::vector<WeightSpec>& table) {
+  uint64_t bytes = 0;
+  for (const auto& s : table)
+    if (!s.optional) bytes += 2ull * static_cast<uint64_t>(shape_numel(s.shape));
+  return bytes;
+}
+
+BoundWeights make_synthetic_weights(const std::vector<WeightSpec>& table, int64_t d_model, uint64_t seed) {
+  BoundWeights out;
+  for (const auto& spec : table) {
+    if (spec.optional) continue;
+    const uint64_t stream = mix64(seed ^ name_hash(spec.name));
+    const int64_t n = shape_numel(spec.shape);
+    if (ends_with(spec.name, "e_score_correction_bias")) {
+      Tensor t = Tensor::empty(DType::kF32, spec.shape);
+      for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = 0.02f * normal(stream, i);
+      out.add(spec.name, BoundWeight{t, Precision::kF32});
+      continue;
+    }
+    float mean = 0.f, stddev = 0.02f;
+    if (ends_with(spec.name, "norm.weight")) {
+      mean = 1.0f;  // RMSNorm gains around 1
+      stddev = 0.05f;
+    } else if (ends_with(spec.name, "mlp.gate.weight")) {
+      stddev = 1.0f / std::sqrt(static_cast<float>(d_model));  // router logits ~N(0, 1): spread routing
+    } else if (ends_with(spec.name, ".bias")) {
+      stddev = 0.02f;
+    }
+    Tensor t = Tensor::empty(DType::kBF16, spec.shape);
+    uint16_t* p = t.data<uint16_t>();
+#pragma omp parallel for if (n > (1 << 20))
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(mean + stddev * normal(stream, static_cast<uint64_t>(i)));
+    out.add(spec.name, BoundWeight{t, Precision::kBF16});
+  }
+  return out;
+}
+
+}  // namespace mxserve::model

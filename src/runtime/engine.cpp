@@ -1,0 +1,256 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "runtime/sampler.h"
+
+namespace mxserve::runtime {
+namespace {
+
+Status validate_sampling(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    return invalid_argument("temperature " + std::to_string(p.temperature) + " must be a finite number >= 0");
+  if (!(p.top_p > 0 && p.top_p <= 1)) return invalid_argument("top_p " + std::to_string(p.top_p) + " must be in (0, 1]");
+  if (p.top_k < 0) return invalid_argument("top_k " + std::to_string(p.top_k) + " must be >= 0 (0 = off)");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return invalid_argument("min_p " + std::to_string(p.min_p) + " must be in [0, 1]");
+  if (p.max_tokens < 1) return invalid_argument("max_tokens " + std::to_string(p.max_tokens) + " must be >= 1");
+  if (p.logprobs > 20) return invalid_argument("logprobs " + std::to_string(p.logprobs) + " exceeds the limit of 20");
+  if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
+    return invalid_argument("presence_penalty must be in [-2, 2]");
+  if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
+    return invalid_argument("frequency_penalty must be in [-2, 2]");
+  return Status::ok();
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> executor)
+    : config_(config), executor_(std::move(executor)), pool_(config.n_blocks), scheduler_(config.scheduler, pool_) {
+  MX_CHECK_GT(config_.n_blocks, 0);
+  stats_.blocks_total = config_.n_blocks;
+  stats_.blocks_free = config_.n_blocks;
+}
+
+Engine::~Engine() { stop(); }
+
+Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
+  const int64_t V = executor_->vocab_size();
+  const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
+  if (n_prompt == 0) return invalid_argument("the prompt is empty");
+  for (size_t i = 0; i < spec.prompt.size(); ++i)
+    if (spec.prompt[i] < 0 || spec.prompt[i] >= V)
+      return invalid_argument("prompt token " + std::to_string(i) + " = " + std::to_string(spec.prompt[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  MX_RETURN_IF_ERROR(validate_sampling(spec.sampling));
+  const int64_t total = n_prompt + spec.sampling.max_tokens;
+  if (total > config_.max_model_len)
+    return invalid_argument("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
+                            std::to_string(spec.sampling.max_tokens) + ") = " + std::to_string(total) +
+                            " exceeds the model's context limit of " + std::to_string(config_.max_model_len));
+  if (scheduler_.blocks_needed(total) > config_.n_blocks)
+    return invalid_argument("prompt + max_tokens = " + std::to_string(total) + " tokens can never fit in the KV cache (" +
+                            std::to_string(config_.n_blocks * config_.scheduler.block_size) + " tokens)");
+  auto seq = std::make_unique<Sequence>();
+  seq->tokens = std::move(spec.prompt);
+  seq->prompt_len = static_cast<int32_t>(n_prompt);
+  seq->sampling = std::move(spec.sampling);
+  seq->times.arrival = Clock::now();
+  seq->on_event = std::move(on_event);
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    int64_t waiting;
+    {
+      std::lock_guard<std::mutex> s(stats_mutex_);
+      waiting = stats_.waiting;
+    }
+    if (waiting + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting)
+      return unavailable("the waiting queue is full (" + std::to_string(config_.max_waiting) +
+                         " requests): the server is overloaded, retry later");
+    seq->id = next_id_++;
+    seq->admit_order = next_order_++;
+    seq->seed = std::random_device{}() ^ (seq->id * 0x9e3779b97f4a7c15ull);
+    const RequestId id = seq->id;
+    inbox_.push_back(std::move(seq));
+    inbox_cv_.notify_one();
+    return id;
+  }
+}
+
+void Engine::abort(RequestId id) {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  abort_inbox_.push_back(id);
+  inbox_cv_.notify_one();
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<Sequence>> fresh;
+  std::vector<RequestId> aborts;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    fresh.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (auto& s : fresh) {
+    Sequence* seq = s.get();
+    seqs_[seq->id] = std::move(s);
+    scheduler_.add_waiting(seq);
+  }
+  for (RequestId id : aborts) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;  // already finished: nothing to do
+    finish(it->second.get(), FinishReason::kAbort);
+  }
+}
+
+void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+  scheduler_.remove(seq);
+  scheduler_.release(seq);
+  seq->state = SeqState::kFinished;
+  seq->times.finished = Clock::now();
+  {
+    std::lock_guard<std::mutex> s(stats_mutex_);
+    if (reason == FinishReason::kAbort) ++stats_.aborted;
+    else ++stats_.finished;
+  }
+  if (reason == FinishReason::kAbort || reason == FinishReason::kError) {
+    TokenEvent ev;
+    ev.id = seq->id;
+    ev.finish = reason;
+    ev.error = error;
+    ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};
+    if (seq->on_event) seq->on_event(ev);
+  }
+  seqs_.erase(seq->id);
+}
+
+Status Engine::run_plan(const SchedulePlan& plan) {
+  model::ForwardBatch batch = build_forward_batch(plan);
+  std::vector<const ScheduledChunk*> sampled;
+  const auto scheduled_at = Clock::now();
+  for (const auto& c : plan.chunks) {
+    if (c.needs_sample) sampled.push_back(&c);
+    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
+  }
+  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
+  Tensor& logits = out.logits;
+  scheduler_.commit(plan);
+  const int64_t V = executor_->vocab_size();
+  const auto now = Clock::now();
+  int64_t generated = 0;
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Sequence* seq = sampled[r]->seq;
+    std::span<float> row(logits.data<float>() + r * V, V);
+    std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
+    SampleResult s = sample_token(row, seq->sampling, seq->seed, seq->n_generated(), gen);
+    seq->tokens.push_back(s.token);
+    ++generated;
+    if (!seq->times.first_token) seq->times.first_token = now;
+    seq->times.last_token = now;
+    TokenEvent ev;
+    ev.id = seq->id;
+    ev.token = s.token;
+    ev.logprob = s.logprob;
+    ev.top_logprobs = std::move(s.top_logprobs);
+    const auto& sp = seq->sampling;
+    const bool is_eos = !sp.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(),
+                                                    static_cast<int64_t>(s.token)) != config_.eos_token_ids.end();
+    const bool is_stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), s.token) != sp.stop_token_ids.end();
+    if (is_eos || is_stop) ev.finish = FinishReason::kStop;
+    else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
+      ev.finish = FinishReason::kLength;
+    if (ev.finish != FinishReason::kNone) ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};
+    if (seq->on_event) seq->on_event(ev);
+    if (ev.finish != FinishReason::kNone) finish(seq, ev.finish);
+  }
+  std::lock_guard<std::mutex> s(stats_mutex_);
+  stats_.generated_tokens += generated;
+  stats_.prompt_tokens += plan.n_prefill_tokens;
+  return Status::ok();
+}
+
+bool Engine::step() {
+  drain_inbox();
+  SchedulePlan plan = scheduler_.schedule();
+  bool worked = !plan.empty();
+  if (worked) {
+    Status s = run_plan(plan);
+    if (!s.is_ok()) {
+      // A failed forward is a bug, not the requests' fault: fail the batch's requests, keep serving.
+      MX_LOG(kError) << "forward failed: " << s.to_string();
+      std::vector<Sequence*> victims;
+      for (const auto& c : plan.chunks)
+        if (std::find(victims.begin(), victims.end(), c.seq) == victims.end()) victims.push_back(c.seq);
+      for (Sequence* v : victims) finish(v, FinishReason::kError, s.to_string());
+    }
+  }
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_.steps += worked ? 1 : 0;
+  stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  stats_.running = static_cast<int64_t>(scheduler_.running().size());
+  stats_.blocks_free = pool_.n_free();
+  stats_.blocks_cached = scheduler_.prefix_cache() ? scheduler_.prefix_cache()->n_evictable() : 0;
+  stats_.scheduler = scheduler_.counters();
+  return worked;
+}
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  std::lock_guard<std::mutex> s(stats_mutex_);
+  return inbox_.empty() && abort_inbox_.empty() && stats_.waiting == 0 && stats_.running == 0;
+}
+
+void Engine::start() {
+  stop_ = false;
+  loop_ = std::thread([this] {
+    while (!stop_) {
+      if (!step()) {
+        std::unique_lock<std::mutex> lock(inbox_mutex_);
+        inbox_cv_.wait_for(lock, std::chrono::milliseconds(20),
+                           [this] { return stop_ || !inbox_.empty() || !abort_inbox_.empty(); });
+      }
+    }
+  });
+}
+
+void Engine::stop() {
+  stop_ = true;
+  inbox_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+Status Engine::check_invariants() const {
+  std::vector<int32_t> expected(config_.n_blocks, 0);
+  for (const auto& [id, seq] : seqs_) {
+    for (int32_t b : seq->block_table) {
+      if (b < 0 || b >= config_.n_blocks) return internal_error("request " + std::to_string(id) + " holds bad block");
+      ++expected[b];
+    }
+    if (seq->state == SeqState::kRunning &&
+        static_cast<int64_t>(seq->block_table.size()) * config_.scheduler.block_size < seq->n_computed)
+      return internal_error("request " + std::to_string(id) + ": block table shorter than its computed tokens");
+    if (seq->state == SeqState::kWaiting && !seq->block_table.empty())
+      return internal_error("waiting request " + std::to_string(id) + " holds blocks");
+  }
+  if (auto* cache = const_cast<Scheduler&>(scheduler_).prefix_cache())
+    cache->for_each_block([&](int32_t b, int64_t) { ++expected[b]; });
+  int64_t free_count = 0;
+  for (int64_t b = 0; b < config_.n_blocks; ++b) {
+    if (pool_.ref_count(static_cast<int32_t>(b)) != expected[b])
+      return internal_error("block " + std::to_string(b) + " has " + std::to_string(pool_.ref_count(b)) +
+                            " references, holders account for " + std::to_string(expected[b]));
+    free_count += expected[b] == 0;
+  }
+  if (free_count != pool_.n_free()) return internal_error("free-list size disagrees with reference counts");
+  return Status::ok();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace mxserve::runtime

@@ -1,0 +1,94 @@
+// Engine: the serving loop. Requests arrive through a thread-safe queue; each step the scheduler builds
+// one batch (decodes + prefill chunks), the executor runs it, the sampler picks tokens, and events go
+// back through each request's callback (called on the engine thread). Finished or aborted requests
+// release their blocks. step() can be driven directly (deterministic tests) or by start()'s thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "kvcache/block_pool.h"
+#include "runtime/executor.h"
+#include "runtime/scheduler.h"
+
+namespace mxserve::runtime {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t n_blocks = 0;             // KV pool size
+  int64_t max_model_len = 4096;     // prompt + max_tokens limit
+  int64_t max_waiting = 1024;       // bounded waiting queue: beyond it submit() returns kUnavailable
+  std::vector<int64_t> eos_token_ids;
+};
+
+struct EngineStats {
+  int64_t waiting = 0;
+  int64_t running = 0;
+  int64_t blocks_total = 0;
+  int64_t blocks_free = 0;
+  int64_t blocks_cached = 0;  // held only by the prefix cache (evictable)
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t finished = 0;
+  int64_t aborted = 0;
+  SchedulerCounters scheduler;
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> executor);
+  ~Engine();
+
+  // Validates and queues a request. Errors: kInvalidArgument (too long, bad ids/params, can never fit
+  // in the KV cache), kUnavailable (waiting queue full). Thread-safe.
+  Result<RequestId> submit(RequestSpec spec, EventCallback on_event);
+  // Aborts a request at any stage; it gets a final event with FinishReason::kAbort. Thread-safe.
+  void abort(RequestId id);
+
+  // Runs one scheduling step. Returns false when there was nothing to do.
+  bool step();
+  void start();  // background loop thread
+  void stop();
+  bool idle() const;
+
+  EngineStats stats() const;
+  // Engine-thread only (tests): every block's reference count equals the number of sequences holding it
+  // plus one if the prefix cache holds it; running sequences' tables cover their computed tokens.
+  Status check_invariants() const;
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  void drain_inbox();
+  void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
+  Status run_plan(const SchedulePlan& plan);
+
+  EngineConfig config_;
+  std::unique_ptr<ModelExecutor> executor_;
+  kvcache::BlockPool pool_;
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // engine thread only
+
+  mutable std::mutex inbox_mutex_;
+  std::condition_variable inbox_cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<RequestId> abort_inbox_;
+  std::atomic<int64_t> n_pending_{0};  // submitted, not yet finished (for the waiting-queue bound)
+  RequestId next_id_ = 1;
+  uint64_t next_order_ = 0;
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+
+  std::thread loop_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace mxserve::runtime

@@ -1,0 +1,40 @@
+// ModelExecutor: runs one ForwardBatch and returns host logits for its logit rows. The engine talks to
+// the model only through this, so the scheduler can be simulated with a fake model in tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "model/causal_lm.h"
+#include "model/forward_batch.h"
+
+namespace mxserve::runtime {
+
+struct ExecOutput {
+  Tensor logits;  // host f32 [len(batch.logit_rows), V]
+  Tensor hidden;  // on the backend, [T, H] post-norm hidden states when batch.want_hidden
+};
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+  virtual int64_t vocab_size() const = 0;
+  virtual Result<ExecOutput> execute(const model::ForwardBatch& batch) = 0;
+  // The MTP (NextN) draft layer, when the model has one (see CausalLM::forward_mtp).
+  virtual bool has_mtp() const { return false; }
+  virtual Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) {
+    return unsupported("this model has no MTP layer");
+  }
+  // out[i] = hidden[rows[i]], on the backend.
+  virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
+};
+
+// The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.
+std::unique_ptr<ModelExecutor> make_model_executor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks,
+                                                   int64_t block_size);
+
+// KV blocks that fit in `bytes` for this model (K and V of every layer, MTP layer included).
+int64_t kv_blocks_for_bytes(const model::CausalLM& model, int64_t block_size, uint64_t bytes);
+
+}  // namespace mxserve::runtime

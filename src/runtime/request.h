@@ -1,0 +1,72 @@
+// Requests as the engine sees them: what the caller asks for (RequestSpec + SamplingParams), what it
+// gets back (TokenEvent), and the typed reasons a request is refused or ends.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mxserve::runtime {
+
+using Clock = std::chrono::steady_clock;
+using RequestId = uint64_t;
+
+struct SamplingParams {
+  float temperature = 1.0f;        // 0 = greedy (deterministic)
+  float top_p = 1.0f;              // nucleus mass in (0, 1]
+  int32_t top_k = 0;               // 0 = off
+  float min_p = 0.0f;              // drop tokens with p < min_p * p_max
+  std::optional<uint64_t> seed;    // reproducible sampling when set
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids (unless ignore_eos)
+  bool ignore_eos = false;
+  int32_t logprobs = -1;           // -1: none; 0: the sampled token's; n: plus the n most likely
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+};
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;     // token ids
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct TopLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
+  int32_t completion_tokens = 0;
+};
+
+// One generated token (or the final notice of an abort/error, with token = -1).
+struct TokenEvent {
+  RequestId id = 0;
+  int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<TopLogprob> top_logprobs;
+  FinishReason finish = FinishReason::kNone;  // set on the last event of the request
+  std::string error;                          // when finish == kError
+  Usage usage;                                // filled on the last event
+};
+
+using EventCallback = std::function<void(const TokenEvent&)>;
+
+// Per-request timestamps for metrics (TTFT, ITL, E2E, queueing).
+struct RequestTimes {
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_scheduled;
+  std::optional<Clock::time_point> first_token;
+  std::optional<Clock::time_point> last_token;
+  std::optional<Clock::time_point> finished;
+};
+
+}  // namespace mxserve::runtime

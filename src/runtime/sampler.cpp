@@ -1,0 +1,109 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+namespace mxserve::runtime {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+double counter_uniform(uint64_t seed, uint64_t counter) {
+  const uint64_t r = splitmix64(splitmix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
+  return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
+}
+
+SampleResult sample_token(std::span<float> logits, const SamplingParams& p, uint64_t request_seed, uint64_t step,
+                          std::span<const int32_t> generated) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  SampleResult out;
+  // Raw log-softmax for reported logprobs.
+  const float raw_max = *std::max_element(logits.begin(), logits.end());
+  double raw_sum = 0;
+  for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
+  const double raw_lse = raw_max + std::log(raw_sum);
+
+  std::vector<float> raw;
+  if (p.logprobs >= 0) raw.assign(logits.begin(), logits.end());
+  if ((p.presence_penalty != 0.f || p.frequency_penalty != 0.f) && !generated.empty()) {
+    std::unordered_map<int32_t, int32_t> counts;
+    for (int32_t t : generated) ++counts[t];
+    for (const auto& [t, c] : counts) logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+  }
+
+  if (p.temperature <= 0.f) {
+    out.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    int64_t n = V;
+    if (p.top_k > 0 && p.top_k < V) {
+      std::nth_element(idx.begin(), idx.begin() + p.top_k, idx.end(),
+                       [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+      n = p.top_k;
+    }
+    std::sort(idx.begin(), idx.begin() + n, [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    std::vector<double> prob(n);
+    const double mx = logits[idx[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += prob[i] = std::exp((logits[idx[i]] - mx) / p.temperature);
+    for (double& q : prob) q /= sum;
+    if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p (always keeps the top token)
+      double cum = 0;
+      int64_t keep = 0;
+      while (keep < n && (keep == 0 || cum < p.top_p)) cum += prob[keep++];
+      n = keep;
+    }
+    if (p.min_p > 0.f) {
+      const double floor_p = p.min_p * prob[0];
+      int64_t keep = 1;
+      while (keep < n && prob[keep] >= floor_p) ++keep;
+      n = keep;
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += prob[i];
+    const double u = counter_uniform(p.seed.value_or(request_seed), step) * total;
+    double acc = 0;
+    out.token = idx[n - 1];
+    for (int64_t i = 0; i < n; ++i) {
+      acc += prob[i];
+      if (u < acc) {
+        out.token = idx[i];
+        break;
+      }
+    }
+  }
+  const float chosen_raw = raw.empty() ? logits[out.token] : raw[out.token];
+  out.logprob = static_cast<float>(chosen_raw - raw_lse);
+  if (p.logprobs > 0) {
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = std::min<int64_t>(p.logprobs, V);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return raw[a] > raw[b]; });
+    for (int64_t i = 0; i < k; ++i) out.top_logprobs.push_back({idx[i], static_cast<float>(raw[idx[i]] - raw_lse)});
+  }
+  return out;
+}
+
+}  // namespace mxserve::runtime

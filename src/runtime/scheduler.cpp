@@ -1,0 +1,163 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace mxserve::runtime {
+
+Scheduler::Scheduler(const SchedulerConfig& config, kvcache::BlockPool& pool) : config_(config), pool_(pool) {
+  if (config_.enable_prefix_cache) cache_ = std::make_unique<kvcache::RadixCache>(pool_, config_.block_size);
+}
+
+void Scheduler::add_waiting(Sequence* seq) {
+  seq->state = SeqState::kWaiting;
+  waiting_.push_back(seq);
+}
+
+bool Scheduler::reserve(Sequence* seq, int64_t n_tokens) {
+  const int64_t need = blocks_needed(n_tokens) - static_cast<int64_t>(seq->block_table.size());
+  if (need <= 0) return true;
+  if (pool_.n_free() < need && cache_) counters_.evicted_blocks += cache_->evict(need - pool_.n_free());
+  if (pool_.n_free() < need) return false;
+  MX_CHECK(pool_.allocate(need, seq->block_table).is_ok());
+  return true;
+}
+
+void Scheduler::cache_blocks(Sequence* seq) {
+  if (!cache_ || seq->n_computed < config_.block_size) return;
+  cache_->insert(std::span<const int32_t>(seq->tokens.data(), seq->n_computed), seq->block_table);
+}
+
+void Scheduler::release(Sequence* seq) {
+  cache_blocks(seq);
+  pool_.unref_all(seq->block_table);
+  seq->block_table.clear();
+  seq->n_computed = 0;
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  release(seq);
+  ++seq->n_preemptions;
+  ++counters_.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  seq->state = SeqState::kWaiting;
+  waiting_.push_front(seq);  // it keeps its place ahead of newer requests
+}
+
+void Scheduler::remove(Sequence* seq) {
+  auto r = std::find(running_.begin(), running_.end(), seq);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), seq);
+  if (w != waiting_.end()) waiting_.erase(w);
+}
+
+SchedulePlan Scheduler::schedule() {
+  SchedulePlan plan;
+  int64_t budget = config_.max_num_batched_tokens;
+  int64_t prefill_budget = config_.chunked_prefill_size;
+
+  // 1. Decodes (one token left), oldest first. Out of blocks -> preempt the newest running sequence.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    if (seq->n_remaining() != 1) {
+      ++i;
+      continue;
+    }
+    if (!reserve(seq, seq->n_computed + 1)) {
+      Sequence* victim = running_.back();
+      // Drop chunks already planned for the victim this step (it restarts from scratch).
+      plan.chunks.erase(std::remove_if(plan.chunks.begin(), plan.chunks.end(),
+                                       [&](const ScheduledChunk& c) {
+                                         if (c.seq != victim) return false;
+                                         plan.n_tokens -= c.n_tokens;
+                                         budget += c.n_tokens;
+                                         return true;
+                                       }),
+                        plan.chunks.end());
+      preempt(victim);
+      plan.preempted.push_back(victim);
+      if (victim == seq) continue;  // running_[i] is now the next sequence
+      continue;                     // retry seq with the freed blocks
+    }
+    plan.chunks.push_back({seq, seq->n_computed, 1, true});
+    plan.n_tokens += 1;
+    --budget;
+    ++i;
+  }
+
+  // 2. Running sequences mid-prefill continue with a chunk.
+  for (Sequence* seq : running_) {
+    if (seq->n_remaining() <= 1 || budget <= 0 || prefill_budget <= 0) continue;
+    const int64_t n = std::min<int64_t>({seq->n_remaining(), budget, prefill_budget});
+    if (!reserve(seq, seq->n_computed + n)) break;
+    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), seq->n_computed + n == (int64_t)seq->tokens.size()});
+    plan.n_tokens += n;
+    plan.n_prefill_tokens += n;
+    budget -= n;
+    prefill_budget -= n;
+  }
+
+  // 3. Admit waiting sequences FCFS.
+  while (!waiting_.empty() && budget > 0 && prefill_budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_running) {
+    Sequence* seq = waiting_.front();
+    MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
+    const int64_t len = static_cast<int64_t>(seq->tokens.size());
+    if (cache_) {
+      // Never match the last token: its logits are needed to sample the next one.
+      auto m = cache_->match(seq->tokens, len - 1);
+      seq->block_table = std::move(m.blocks);
+      seq->n_computed = static_cast<int32_t>(m.n_tokens);
+      counters_.prefix_queries_tokens += len - 1;
+      counters_.prefix_hit_tokens += m.n_tokens;
+    }
+    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
+    const int64_t n = std::min<int64_t>({len - seq->n_computed, budget, prefill_budget});
+    if (!reserve(seq, seq->n_computed + n)) {
+      release(seq);  // give the matched prefix back; try again next step
+      break;
+    }
+    waiting_.pop_front();
+    seq->state = SeqState::kRunning;
+    running_.push_back(seq);
+    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), seq->n_computed + n == len});
+    plan.n_tokens += n;
+    plan.n_prefill_tokens += n;
+    budget -= n;
+    prefill_budget -= n;
+  }
+  return plan;
+}
+
+model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
+  model::ForwardBatch batch;
+  batch.token_ids.reserve(plan.n_tokens);
+  batch.positions.reserve(plan.n_tokens);
+  batch.seqs.reserve(plan.chunks.size());
+  for (const auto& c : plan.chunks) {
+    model::SequenceSpan span;
+    span.token_begin = batch.n_tokens();
+    span.n_tokens = c.n_tokens;
+    span.kv_len = c.start + c.n_tokens;
+    span.block_table = c.seq->block_table;
+    batch.token_ids.insert(batch.token_ids.end(), c.seq->tokens.begin() + c.start,
+                           c.seq->tokens.begin() + c.start + c.n_tokens);
+    for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
+    if (c.needs_sample) batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);
+    batch.seqs.push_back(std::move(span));
+  }
+  return batch;
+}
+
+void Scheduler::commit(const SchedulePlan& plan) {
+  for (const auto& c : plan.chunks) {
+    Sequence* seq = c.seq;
+    MX_CHECK_EQ(seq->n_computed, c.start);
+    seq->n_computed += c.n_tokens;
+    // Record the prompt's blocks as prefill progresses (decode blocks are recorded at release).
+    if (c.n_tokens > 1) cache_blocks(seq);
+  }
+}
+
+}  // namespace mxserve::runtime

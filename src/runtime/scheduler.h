@@ -1,0 +1,94 @@
+// Scheduler: decides what runs each step, and keeps the KV bookkeeping (blocks, prefix cache) exact.
+// Policy (one step):
+//   1. every running sequence with exactly one token left to compute (a decode) gets it -- decodes first,
+//      so a stream of long prefills can never starve them;
+//   2. running sequences mid-prefill continue with a chunk;
+//   3. waiting sequences are admitted FCFS (prefix-cache lookup first) while the budgets allow.
+//   Budgets per step: at most max_num_batched_tokens tokens in all, at most chunked_prefill_size of them
+//   prefill tokens, at most max_running sequences running.
+// Starvation bound: a running decode is scheduled in every step until it finishes or is preempted; a step
+// carries at most chunked_prefill_size prefill tokens, so a decode waits at most one step that holds
+// (n_decodes + chunked_prefill_size) tokens between two of its tokens.
+// Out of blocks: evict unreferenced prefix-cache leaves (LRU), then preempt the newest running sequence
+// (its computed full blocks go to the prefix cache; it is re-queued at the front to recompute).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "kvcache/block_pool.h"
+#include "kvcache/radix_cache.h"
+#include "model/forward_batch.h"
+#include "runtime/sequence.h"
+
+namespace mxserve::runtime {
+
+struct SchedulerConfig {
+  int64_t block_size = 16;
+  int64_t max_num_batched_tokens = 8192;
+  int64_t chunked_prefill_size = 2048;
+  int64_t max_running = 256;
+  bool enable_prefix_cache = true;
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t start = 0;       // first token index of this chunk (== seq->n_computed at schedule time)
+  int32_t n_tokens = 0;    // tokens [start, start + n_tokens) are computed this step
+  bool needs_sample = false;  // the chunk ends at the sequence's last token: sample the next one
+};
+
+struct SchedulePlan {
+  std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+  std::vector<Sequence*> preempted;    // sequences preempted while planning (now waiting)
+  int64_t n_tokens = 0;
+  int64_t n_prefill_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+struct SchedulerCounters {
+  int64_t prefix_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;      // of which found
+  int64_t preemptions = 0;
+  int64_t evicted_blocks = 0;
+};
+
+// The forward batch for a plan: chunks in order; a logit row for each chunk that needs a sample.
+model::ForwardBatch build_forward_batch(const SchedulePlan& plan);
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kvcache::BlockPool& pool);
+
+  void add_waiting(Sequence* seq);  // at the back (new) -- FCFS
+  SchedulePlan schedule();
+  // After the step ran: advance n_computed for every chunk and record finished prefill blocks.
+  void commit(const SchedulePlan& plan);
+  // Releases a finished/aborted sequence's blocks (full computed blocks go to the prefix cache first).
+  void release(Sequence* seq);
+  // Removes a sequence from the waiting or running list (abort); does not release blocks.
+  void remove(Sequence* seq);
+
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const SchedulerCounters& counters() const { return counters_; }
+  kvcache::RadixCache* prefix_cache() { return cache_.get(); }
+  int64_t blocks_needed(int64_t n_tokens) const { return (n_tokens + config_.block_size - 1) / config_.block_size; }
+
+ private:
+  // Makes room for seq to hold n_tokens; may evict cache leaves; returns false when the pool is dry.
+  bool reserve(Sequence* seq, int64_t n_tokens);
+  void preempt(Sequence* seq);
+  void cache_blocks(Sequence* seq);
+
+  SchedulerConfig config_;
+  kvcache::BlockPool& pool_;
+  std::unique_ptr<kvcache::RadixCache> cache_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order
+  SchedulerCounters counters_;
+};
+
+}  // namespace mxserve::runtime

@@ -1,0 +1,33 @@
+// Sequence: the engine's state of one request -- its tokens, how many have K/V in the cache, the blocks
+// holding them, sampling state and timestamps. Owned by the Engine; scheduled by the Scheduler.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/request.h"
+
+namespace mxserve::runtime {
+
+enum class SeqState { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  RequestId id = 0;
+  uint64_t admit_order = 0;          // FCFS order of submission; preempted sequences keep theirs
+  std::vector<int32_t> tokens;       // prompt + generated
+  int32_t prompt_len = 0;
+  int32_t n_computed = 0;            // tokens [0, n_computed) have K/V in the cache
+  std::vector<int32_t> block_table;  // blocks holding tokens [0, n_computed) (+ reserved room)
+  int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
+  int32_t n_preemptions = 0;
+  SamplingParams sampling;
+  uint64_t seed = 0;                 // per-request default seed (sampling.seed overrides)
+  SeqState state = SeqState::kWaiting;
+  RequestTimes times;
+  EventCallback on_event;
+
+  int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
+  int32_t n_remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+}  // namespace mxserve::runtime
