@@ -40,6 +40,7 @@ Result<Fp8Tensors> quantize_blocks(const Tensor& w, int64_t br, int64_t bc, bool
   Fp8Tensors out{Tensor::empty(DType::kFP8E4M3, {rows, cols}),
                  Tensor::empty(DType::kF32, per_tensor ? Shape{1} : Shape{gr, gc})};
   auto* q = out.weight.data<uint8_t>();
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols > (1 << 16))
   for (int64_t bi = 0; bi < gr; ++bi) {
     for (int64_t bj = 0; bj < gc; ++bj) {
       const int64_t r0 = bi * br, r1 = std::min(rows, r0 + br), c0 = bj * bc, c1 = std::min(cols, c0 + bc);
@@ -83,6 +84,7 @@ Tensor dequantize_fp8_rows(const Tensor& weight, const Tensor& scale) {
   read_f32(scale, 0, scale.numel(), s.data());
   Tensor out = Tensor::empty(DType::kF32, {rows, cols});
   const auto* q = static_cast<const uint8_t*>(weight.raw());
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {
     const float sr = s[s.size() == 1 ? 0 : r];
     for (int64_t c = 0; c < cols; ++c) out.data<float>()[r * cols + c] = e4m3_decode(q[r * cols + c]) * sr;
@@ -99,6 +101,7 @@ Tensor dequantize_fp8(const Tensor& weight, const Tensor& scale, int64_t br, int
   Tensor out = Tensor::empty(DType::kF32, {rows, cols});
   const auto* q = static_cast<const uint8_t*>(weight.raw());
   const auto* sb = static_cast<const uint8_t*>(scale.raw());
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       float s;

@@ -95,19 +95,25 @@ void mxfp4_quantize_row(const float* x, int64_t k, ScaleRule rule, uint8_t* pack
     const uint8_t s = finite ? e8m0_scale_for(amax, rule) : kE8M0Nan;
     scales[b] = s;
     if (s == kE8M0Nan) continue;  // codes stay 0; the NaN scale makes the block NaN
-    const int e = static_cast<int>(s) - 127;
+    // x * 2^-e is exact (a power of two; |x| * 2^-e < 8 so no overflow), like ldexp, and cheaper.
+    const float inv = std::ldexp(1.0f, 127 - static_cast<int>(s));
     for (int64_t i = begin; i < end; ++i) {
-      const uint8_t code = e2m1_encode(std::ldexp(x[i], -e));
+      const uint8_t code = e2m1_encode(x[i] * inv);
       packed[i / 2] |= (i % 2 == 0) ? code : static_cast<uint8_t>(code << 4);
     }
   }
 }
 
 void mxfp4_dequantize_row(const uint8_t* packed, const uint8_t* scales, int64_t k, float* out) {
-  for (int64_t i = 0; i < k; ++i) {
-    const uint8_t s = scales[i / kMxBlock];
-    const uint8_t code = (i % 2 == 0) ? (packed[i / 2] & 0x0f) : (packed[i / 2] >> 4);
-    out[i] = s == kE8M0Nan ? NAN : std::ldexp(e2m1_decode(code), static_cast<int>(s) - 127);
+  for (int64_t b = 0; b < mx_scale_cols(k); ++b) {
+    const uint8_t s = scales[b];
+    const float scale = s == kE8M0Nan ? NAN : std::ldexp(1.0f, static_cast<int>(s) - 127);
+    const int64_t end = std::min(k, (b + 1) * kMxBlock);
+    for (int64_t i = b * kMxBlock; i < end; i += 2) {  // k is even, blocks start even
+      const uint8_t byte = packed[i / 2];
+      out[i] = e2m1_decode(byte & 0x0f) * scale;    // exact: a power-of-two scale
+      out[i + 1] = e2m1_decode(byte >> 4) * scale;
+    }
   }
 }
 
@@ -119,11 +125,15 @@ Result<MxTensors> quantize_mxfp4(const Tensor& w, ScaleRule rule, const std::str
     return invalid_argument(name + ": MXFP4 packs two elements per byte along the input dimension, but " +
                             w.describe() + " has an odd input width " + std::to_string(k));
   MxTensors out{Tensor::empty(DType::kU8, {rows, k / 2}), Tensor::empty(DType::kU8, {rows, mx_scale_cols(k)})};
-  std::vector<float> row(static_cast<size_t>(k));
-  for (int64_t r = 0; r < rows; ++r) {
-    read_f32(w, r * k, k, row.data());
-    mxfp4_quantize_row(row.data(), k, rule, out.packed.data<uint8_t>() + r * (k / 2),
-                       out.scales.data<uint8_t>() + r * mx_scale_cols(k));
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      read_f32(w, r * k, k, row.data());
+      mxfp4_quantize_row(row.data(), k, rule, out.packed.data<uint8_t>() + r * (k / 2),
+                         out.scales.data<uint8_t>() + r * mx_scale_cols(k));
+    }
   }
   return out;
 }
@@ -135,6 +145,7 @@ Tensor dequantize_mxfp4(const Tensor& packed, const Tensor& scales, int64_t k) {
   Tensor out = Tensor::empty(DType::kF32, {rows, k});
   const auto* p = static_cast<const uint8_t*>(packed.raw());
   const auto* s = static_cast<const uint8_t*>(scales.raw());
+#pragma omp parallel for schedule(static) if (rows * k > (1 << 16))
   for (int64_t r = 0; r < rows; ++r)
     mxfp4_dequantize_row(p + r * (k / 2), s + r * mx_scale_cols(k), k, out.data<float>() + r * k);
   return out;
