@@ -8,7 +8,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev          # unit tests
   nlohmann-json3-dev                 # JSON: config.json, safetensors headers, HTTP bodies
   libopenblas-dev                    # CPU backend: large fp32 matmuls
-  libonig-dev libicu-dev             # tokenizer: Unicode regex (Oniguruma, as HF tokenizers) + normalization
+  libicu-dev                         # tokenizer: Unicode normalization (NFC/NFKC)
   libpcre2-dev                       # tokenizer: PCRE2 (UTF + UCP, JIT) -- the regex engine mxserve_tokenizer uses
   libcurl4-openssl-dev               # bench: HTTP client (curl multi)
 )

@@ -3,6 +3,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#ifdef MXSERVE_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#endif
 #include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -176,8 +179,14 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda")
-    return unsupported("--backend cuda: the CUDA backend is not part of this build yet (use --backend cpu)");
+  if (name == "cuda") {
+#ifdef MXSERVE_HAVE_CUDA
+    return make_cuda_backend();
+#else
+    return unsupported("--backend cuda: this build has no CUDA backend (configure with nvcc present, "
+                       "-DMXSERVE_CUDA=ON)");
+#endif
+  }
   return invalid_argument("--backend '" + name + "': expected cpu or cuda");
 }
 

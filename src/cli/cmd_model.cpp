@@ -12,7 +12,12 @@
 #include "model/config.h"
 #include "model/weight_table.h"
 #include "quant/precision_map.h"
+#include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
+#include "cli/spec_flags.h"
+
+#include <chrono>
+#include <set>
 
 namespace mxserve::cli {
 namespace {
@@ -67,15 +72,19 @@ Result<model::LoadOptions> model_load_options(const Args& args, std::string* pat
 }
 
 int cmd_generate(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size", "--seed",
-                           "--num-layers"},
-                          {"--ignore-eos", "--synthetic-weights"});
+  std::set<std::string> value_flags = {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size",
+                                       "--seed", "--num-layers"};
+  std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
+  value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
+  bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
+  auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   std::string model_path;
   auto load = model_load_options(*args, &model_path);
   if (!load.is_ok()) return fail(load.status());
-  load->load_mtp = false;
+  auto spec = parse_spec_flags(*args);
+  if (!spec.is_ok()) return fail(spec.status());
+  load->load_mtp = spec->num_steps > 0;
   auto ids_text = args->get("--ids");
   if (!ids_text.is_ok()) return fail(ids_text.status());
   auto ids = parse_id_list(*ids_text, "--ids");
@@ -89,19 +98,46 @@ int cmd_generate(int argc, char** argv) {
   if (!be.is_ok()) return fail(be.status());
   auto model = model::load_causal_lm(model_path, **be, *load);
   if (!model.is_ok()) return fail(model.status());
+  if (spec->num_steps > 0 && !(*model)->has_mtp())
+    return fail(invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)"));
   const auto& cfg = (*model)->config();
-  for (int32_t id : *ids)
-    if (id >= cfg.vocab_size)
-      return fail(invalid_argument("--ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                   std::to_string(cfg.vocab_size) + ")"));
-  const int64_t total = static_cast<int64_t>(ids->size()) + *max_tokens;
-  runtime::SequenceRunner runner(**model, **be, total / *block_size + 2, *block_size);
-  std::vector<int64_t> stop = args->has("--ignore-eos") ? std::vector<int64_t>{} : cfg.eos_token_ids;
-  auto out = runner.greedy(*ids, *max_tokens, 512, stop);
-  if (!out.is_ok()) return fail(out.status());
+
+  runtime::EngineConfig ec;
+  ec.scheduler.block_size = *block_size;
+  ec.n_blocks = (static_cast<int64_t>(ids->size()) + *max_tokens + 32) / *block_size + 4;
+  ec.max_model_len = static_cast<int64_t>(ids->size()) + *max_tokens + 1;
+  ec.eos_token_ids = cfg.eos_token_ids;
+  ec.spec = *spec;
+  runtime::Engine engine(ec, runtime::make_model_executor(**model, **be, ec.n_blocks, ec.scheduler.block_size));
+  runtime::RequestSpec req;
+  req.prompt = *ids;
+  req.sampling.temperature = 0;
+  req.sampling.max_tokens = static_cast<int32_t>(*max_tokens);
+  req.sampling.ignore_eos = args->has("--ignore-eos");
+  std::vector<int32_t> out;
+  runtime::Usage usage;
+  std::string error;
+  auto id = engine.submit(req, [&](const runtime::TokenEvent& ev) {
+    if (ev.token >= 0) out.push_back(ev.token);
+    if (ev.finish != runtime::FinishReason::kNone) usage = ev.usage;
+    if (ev.finish == runtime::FinishReason::kError) error = ev.error;
+  });
+  if (!id.is_ok()) return fail(id.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!engine.idle()) engine.step();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!error.empty()) return fail(internal_error(error), 1);
   std::ostringstream os;
-  for (size_t i = 0; i < out->size(); ++i) os << (i ? "," : "") << (*out)[i];
+  for (size_t i = 0; i < out.size(); ++i) os << (i ? "," : "") << out[i];
   std::printf("%s\n", os.str().c_str());
+  std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s)", out.size(), secs, out.size() / secs);
+  if (spec->num_steps > 0)
+    std::fprintf(stderr, "; speculative: %lld drafted, %lld accepted (acceptance length %.2f per step)",
+                 static_cast<long long>(usage.spec_draft_tokens), static_cast<long long>(usage.spec_accepted_tokens),
+                 engine.stats().spec.num_drafts > 0
+                     ? 1.0 + static_cast<double>(engine.stats().spec.num_accepted_tokens) / engine.stats().spec.num_drafts
+                     : 1.0);
+  std::fprintf(stderr, "\n");
   return 0;
 }
 

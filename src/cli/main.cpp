@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tokenizer/cli_commands.h"
 
 namespace {
 
@@ -21,6 +22,9 @@ const Command kCommands[] = {
      "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel)"},
     {"compare", mxserve::cli::cmd_compare,
      "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
+    {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
+    {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
+    {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
 };
 

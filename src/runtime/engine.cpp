@@ -28,9 +28,36 @@ Status validate_sampling(const SamplingParams& p) {
 
 }  // namespace
 
+namespace {
+SchedulerConfig with_spec(SchedulerConfig s, const SpecConfig& spec) {
+  s.track_draft_kv = spec.num_steps > 0;
+  return s;
+}
+}  // namespace
+
+Usage usage_of(const Sequence& seq) {
+  Usage u;
+  u.prompt_tokens = seq.prompt_len;
+  u.cached_tokens = std::max(seq.cached_tokens, 0);
+  u.completion_tokens = seq.n_generated();
+  u.spec_draft_tokens = seq.spec_drafted;
+  u.spec_accepted_tokens = seq.spec_accepted;
+  return u;
+}
+
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> executor)
-    : config_(config), executor_(std::move(executor)), pool_(config.n_blocks), scheduler_(config.scheduler, pool_) {
+    : config_(config),
+      executor_(std::move(executor)),
+      pool_(config.n_blocks),
+      scheduler_(with_spec(config.scheduler, config.spec), pool_),
+      spec_policy_(config.spec) {
   MX_CHECK_GT(config_.n_blocks, 0);
+  if (config_.spec.num_steps > 0 && !executor_->has_mtp())
+    MX_CHECK_MSG(false, "speculative decoding needs a model with an MTP layer (checked by the caller)");
+  if (config_.spec.simulate_acceptance)
+    MX_LOG(kWarn) << "--speculative-simulate-acceptance " << *config_.spec.simulate_acceptance
+                  << ": drafts are accepted at a fixed rate regardless of the model; the OUTPUT TEXT IS "
+                     "MEANINGLESS (benchmark mode)";
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
 }
@@ -121,55 +148,10 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
     ev.id = seq->id;
     ev.finish = reason;
     ev.error = error;
-    ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};
+    ev.usage = usage_of(*seq);
     if (seq->on_event) seq->on_event(ev);
   }
   seqs_.erase(seq->id);
-}
-
-Status Engine::run_plan(const SchedulePlan& plan) {
-  model::ForwardBatch batch = build_forward_batch(plan);
-  std::vector<const ScheduledChunk*> sampled;
-  const auto scheduled_at = Clock::now();
-  for (const auto& c : plan.chunks) {
-    if (c.needs_sample) sampled.push_back(&c);
-    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
-  }
-  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
-  Tensor& logits = out.logits;
-  scheduler_.commit(plan);
-  const int64_t V = executor_->vocab_size();
-  const auto now = Clock::now();
-  int64_t generated = 0;
-  for (size_t r = 0; r < sampled.size(); ++r) {
-    Sequence* seq = sampled[r]->seq;
-    std::span<float> row(logits.data<float>() + r * V, V);
-    std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
-    SampleResult s = sample_token(row, seq->sampling, seq->seed, seq->n_generated(), gen);
-    seq->tokens.push_back(s.token);
-    ++generated;
-    if (!seq->times.first_token) seq->times.first_token = now;
-    seq->times.last_token = now;
-    TokenEvent ev;
-    ev.id = seq->id;
-    ev.token = s.token;
-    ev.logprob = s.logprob;
-    ev.top_logprobs = std::move(s.top_logprobs);
-    const auto& sp = seq->sampling;
-    const bool is_eos = !sp.ignore_eos && std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(),
-                                                    static_cast<int64_t>(s.token)) != config_.eos_token_ids.end();
-    const bool is_stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), s.token) != sp.stop_token_ids.end();
-    if (is_eos || is_stop) ev.finish = FinishReason::kStop;
-    else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
-      ev.finish = FinishReason::kLength;
-    if (ev.finish != FinishReason::kNone) ev.usage = {seq->prompt_len, std::max(seq->cached_tokens, 0), seq->n_generated()};
-    if (seq->on_event) seq->on_event(ev);
-    if (ev.finish != FinishReason::kNone) finish(seq, ev.finish);
-  }
-  std::lock_guard<std::mutex> s(stats_mutex_);
-  stats_.generated_tokens += generated;
-  stats_.prompt_tokens += plan.n_prefill_tokens;
-  return Status::ok();
 }
 
 bool Engine::step() {
@@ -177,14 +159,16 @@ bool Engine::step() {
   SchedulePlan plan = scheduler_.schedule();
   bool worked = !plan.empty();
   if (worked) {
+    std::vector<RequestId> in_plan;
+    for (const auto& c : plan.chunks) in_plan.push_back(c.seq->id);
     Status s = run_plan(plan);
     if (!s.is_ok()) {
       // A failed forward is a bug, not the requests' fault: fail the batch's requests, keep serving.
       MX_LOG(kError) << "forward failed: " << s.to_string();
-      std::vector<Sequence*> victims;
-      for (const auto& c : plan.chunks)
-        if (std::find(victims.begin(), victims.end(), c.seq) == victims.end()) victims.push_back(c.seq);
-      for (Sequence* v : victims) finish(v, FinishReason::kError, s.to_string());
+      for (RequestId id : in_plan) {
+        auto it = seqs_.find(id);
+        if (it != seqs_.end()) finish(it->second.get(), FinishReason::kError, s.to_string());
+      }
     }
   }
   std::lock_guard<std::mutex> lock(stats_mutex_);

@@ -17,6 +17,7 @@
 #include "kvcache/block_pool.h"
 #include "runtime/executor.h"
 #include "runtime/scheduler.h"
+#include "runtime/spec/speculative.h"
 
 namespace mxserve::runtime {
 
@@ -26,6 +27,16 @@ struct EngineConfig {
   int64_t max_model_len = 4096;     // prompt + max_tokens limit
   int64_t max_waiting = 1024;       // bounded waiting queue: beyond it submit() returns kUnavailable
   std::vector<int64_t> eos_token_ids;
+  SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
+};
+
+struct SpecStats {  // names after vLLM's spec_decode_* metrics
+  int64_t num_drafts = 0;           // verify steps that carried drafts
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i
+  double acceptance_rate = 0;       // the adaptive policy's current estimate
+  int32_t current_steps = 0;        // N chosen for the latest step
 };
 
 struct EngineStats {
@@ -40,7 +51,11 @@ struct EngineStats {
   int64_t finished = 0;
   int64_t aborted = 0;
   SchedulerCounters scheduler;
+  SpecStats spec;
 };
+
+// The usage block of a request's final event.
+Usage usage_of(const Sequence& seq);
 
 class Engine {
  public:
@@ -69,6 +84,17 @@ class Engine {
   void drain_inbox();
   void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
   Status run_plan(const SchedulePlan& plan);
+  // Emits one generated token; returns true when the request is finished by it.
+  bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
+  // Speculative decoding: MTP over the rows the target just computed, then N-1 draft steps.
+  struct MtpRows {
+    Sequence* seq;
+    int32_t first_pos;   // positions [first_pos, last_pos] (target rows just computed)
+    int32_t last_pos;
+    int32_t first_row;   // row of first_pos in the target batch (hidden states)
+  };
+  Status extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& target_hidden);
+  bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;
   std::unique_ptr<ModelExecutor> executor_;
@@ -86,6 +112,8 @@ class Engine {
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
+
+  SpecPolicy spec_policy_;
 
   std::thread loop_;
   std::atomic<bool> stop_{false};

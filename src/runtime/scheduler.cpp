@@ -25,8 +25,9 @@ bool Scheduler::reserve(Sequence* seq, int64_t n_tokens) {
 }
 
 void Scheduler::cache_blocks(Sequence* seq) {
-  if (!cache_ || seq->n_computed < config_.block_size) return;
-  cache_->insert(std::span<const int32_t>(seq->tokens.data(), seq->n_computed), seq->block_table);
+  const int32_t n = config_.track_draft_kv ? std::min(seq->n_computed, seq->n_draft_computed) : seq->n_computed;
+  if (!cache_ || n < config_.block_size) return;
+  cache_->insert(std::span<const int32_t>(seq->tokens.data(), n), seq->block_table);
 }
 
 void Scheduler::release(Sequence* seq) {
@@ -34,6 +35,9 @@ void Scheduler::release(Sequence* seq) {
   pool_.unref_all(seq->block_table);
   seq->block_table.clear();
   seq->n_computed = 0;
+  seq->n_draft_computed = 0;
+  seq->drafts.clear();
+  seq->draft_q.clear();
 }
 
 void Scheduler::preempt(Sequence* seq) {
@@ -64,7 +68,12 @@ SchedulePlan Scheduler::schedule() {
       ++i;
       continue;
     }
-    if (!reserve(seq, seq->n_computed + 1)) {
+    if (static_cast<int64_t>(seq->drafts.size()) + 1 > budget) {  // no room to verify drafts this step
+      seq->drafts.clear();
+      seq->draft_q.clear();
+    }
+    const int32_t n = 1 + static_cast<int32_t>(seq->drafts.size());
+    if (!reserve(seq, seq->n_computed + n)) {
       Sequence* victim = running_.back();
       // Drop chunks already planned for the victim this step (it restarts from scratch).
       plan.chunks.erase(std::remove_if(plan.chunks.begin(), plan.chunks.end(),
@@ -80,9 +89,9 @@ SchedulePlan Scheduler::schedule() {
       if (victim == seq) continue;  // running_[i] is now the next sequence
       continue;                     // retry seq with the freed blocks
     }
-    plan.chunks.push_back({seq, seq->n_computed, 1, true});
-    plan.n_tokens += 1;
-    --budget;
+    plan.chunks.push_back({seq, seq->n_computed, n, n - 1, true});
+    plan.n_tokens += n;
+    budget -= n;
     ++i;
   }
 
@@ -91,7 +100,8 @@ SchedulePlan Scheduler::schedule() {
     if (seq->n_remaining() <= 1 || budget <= 0 || prefill_budget <= 0) continue;
     const int64_t n = std::min<int64_t>({seq->n_remaining(), budget, prefill_budget});
     if (!reserve(seq, seq->n_computed + n)) break;
-    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), seq->n_computed + n == (int64_t)seq->tokens.size()});
+    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0,
+                           seq->n_computed + n == static_cast<int64_t>(seq->tokens.size())});
     plan.n_tokens += n;
     plan.n_prefill_tokens += n;
     budget -= n;
@@ -112,6 +122,7 @@ SchedulePlan Scheduler::schedule() {
       counters_.prefix_queries_tokens += len - 1;
       counters_.prefix_hit_tokens += m.n_tokens;
     }
+    seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
     if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
     const int64_t n = std::min<int64_t>({len - seq->n_computed, budget, prefill_budget});
     if (!reserve(seq, seq->n_computed + n)) {
@@ -121,7 +132,7 @@ SchedulePlan Scheduler::schedule() {
     waiting_.pop_front();
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
-    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), seq->n_computed + n == len});
+    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0, seq->n_computed + n == len});
     plan.n_tokens += n;
     plan.n_prefill_tokens += n;
     budget -= n;
@@ -141,10 +152,16 @@ model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
     span.n_tokens = c.n_tokens;
     span.kv_len = c.start + c.n_tokens;
     span.block_table = c.seq->block_table;
+    const int32_t n_real = c.n_tokens - c.n_drafts;
     batch.token_ids.insert(batch.token_ids.end(), c.seq->tokens.begin() + c.start,
-                           c.seq->tokens.begin() + c.start + c.n_tokens);
+                           c.seq->tokens.begin() + c.start + n_real);
+    batch.token_ids.insert(batch.token_ids.end(), c.seq->drafts.begin(), c.seq->drafts.begin() + c.n_drafts);
     for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
-    if (c.needs_sample) batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);
+    if (c.n_drafts > 0) {  // verification needs the target's logits at every row
+      for (int32_t i = 0; i < c.n_tokens; ++i) batch.logit_rows.push_back(span.token_begin + i);
+    } else if (c.needs_sample) {
+      batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);
+    }
     batch.seqs.push_back(std::move(span));
   }
   return batch;
@@ -154,7 +171,7 @@ void Scheduler::commit(const SchedulePlan& plan) {
   for (const auto& c : plan.chunks) {
     Sequence* seq = c.seq;
     MX_CHECK_EQ(seq->n_computed, c.start);
-    seq->n_computed += c.n_tokens;
+    seq->n_computed += c.n_tokens - c.n_drafts;  // accepted drafts are added by the engine after verifying
     // Record the prompt's blocks as prefill progresses (decode blocks are recorded at release).
     if (c.n_tokens > 1) cache_blocks(seq);
   }

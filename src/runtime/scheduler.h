@@ -31,12 +31,14 @@ struct SchedulerConfig {
   int64_t chunked_prefill_size = 2048;
   int64_t max_running = 256;
   bool enable_prefix_cache = true;
+  bool track_draft_kv = false;  // speculative decoding: only cache blocks whose MTP-layer KV is complete
 };
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int32_t start = 0;       // first token index of this chunk (== seq->n_computed at schedule time)
   int32_t n_tokens = 0;    // tokens [start, start + n_tokens) are computed this step
+  int32_t n_drafts = 0;    // the last n_drafts rows are the sequence's drafts (speculative verify)
   bool needs_sample = false;  // the chunk ends at the sequence's last token: sample the next one
 };
 
@@ -75,11 +77,11 @@ class Scheduler {
   const std::vector<Sequence*>& running() const { return running_; }
   const SchedulerCounters& counters() const { return counters_; }
   kvcache::RadixCache* prefix_cache() { return cache_.get(); }
+  // Makes room for seq to hold n_tokens (evicting cache leaves if needed); false when the pool is dry.
+  bool reserve(Sequence* seq, int64_t n_tokens);
   int64_t blocks_needed(int64_t n_tokens) const { return (n_tokens + config_.block_size - 1) / config_.block_size; }
 
  private:
-  // Makes room for seq to hold n_tokens; may evict cache leaves; returns false when the pool is dry.
-  bool reserve(Sequence* seq, int64_t n_tokens);
   void preempt(Sequence* seq);
   void cache_blocks(Sequence* seq);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/request.h"
+#include "runtime/spec/speculative.h"
 
 namespace mxserve::runtime {
 
@@ -25,6 +26,15 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
   RequestTimes times;
   EventCallback on_event;
+
+  // Speculative decoding (MTP): the draft layer's KV covers positions [0, n_draft_computed); `drafts`
+  // are proposals for the tokens after the last one, verified in the next step; draft_q their draft
+  // distributions (sampling mode only).
+  int32_t n_draft_computed = 0;
+  std::vector<int32_t> drafts;
+  std::vector<TokenDistribution> draft_q;
+  int64_t spec_drafted = 0;
+  int64_t spec_accepted = 0;
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t n_remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }

@@ -1,0 +1,313 @@
+// The CUDA backend: bf16 activations and weights on one GPU and one stream; fp32 accumulation in every
+// kernel; the router and logits in f32; a paged bf16 KV cache. Each op validates dtypes and shapes once
+// at its entry and fails loudly (naming the op and tensors) on anything it does not implement -- no
+// fallback to another backend. Device memory comes from a caching allocator (no cudaMalloc per op).
+// Owns: the stream, the allocator, the cuBLASLt plans. Does not own: any kernel code (kernels/cuda).
+#include "backend/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "core/numeric.h"
+#include "kernels/cuda/common/caching_allocator.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+
+namespace mxserve::backend {
+namespace {
+
+namespace kc = kernels::cuda;
+
+void expect(const Tensor& t, DType dt, const char* op, const char* what) {
+  MX_CHECK_MSG(t.dtype() == dt, "cuda " << op << ": " << what << " is " << t.describe() << ", expected "
+                                        << dtype_name(dt) << " (not implemented on the CUDA backend)");
+  MX_CHECK_MSG(t.device().type == DeviceType::kCUDA || t.numel() == 0,
+               "cuda " << op << ": " << what << " is on " << t.device().to_string());
+  MX_CHECK_MSG(t.is_contiguous(), "cuda " << op << ": " << what << " is not contiguous");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    MX_CUDA_CHECK(cudaSetDevice(device_));
+    MX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MX_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, device_));
+    pool_ = kc::CachingAllocator::create(device_);
+    gemm_ = std::make_unique<kc::LtGemm>(stream_);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // teardown: let queued work finish before handles go
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::cuda(device_); }
+  DType activation_dtype() const override { return DType::kBF16; }
+  DType weight_dtype() const override { return DType::kBF16; }
+  bool supports(Op) const override { return true; }
+
+  // ---- memory ----
+  Tensor alloc(DType dtype, Shape shape) override {
+    auto bytes = dtype_bytes(dtype, static_cast<uint64_t>(shape_numel(shape)));
+    MX_CHECK_MSG(bytes.has_value(), "cuda alloc: " << dtype_name(dtype) << shape_to_string(shape));
+    return Tensor::from_storage(pool_->allocate(*bytes), dtype, std::move(shape));
+  }
+
+  void copy_weight(const Tensor& host, Tensor& dst) override {
+    MX_CHECK_MSG(host.numel() == dst.numel(), "cuda copy_weight: " << host.describe() << " into " << dst.describe());
+    MX_CHECK_MSG(host.device().type == DeviceType::kCPU && dst.device().type == DeviceType::kCUDA,
+                 "cuda copy_weight: host " << host.device().to_string() << " -> " << dst.device().to_string());
+    const int64_t n = host.numel();
+    const auto* src = static_cast<const uint8_t*>(host.raw());
+    auto read = [&](int64_t i) -> float {  // mmap offsets need not be aligned: memcpy each element
+      switch (host.dtype()) {
+        case DType::kF32: {
+          float v;
+          std::memcpy(&v, src + 4 * i, 4);
+          return v;
+        }
+        case DType::kBF16: {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);
+          return bf16_to_f32(v);
+        }
+        case DType::kF16: {
+          uint16_t v;
+          std::memcpy(&v, src + 2 * i, 2);
+          return f16_to_f32(v);
+        }
+        default: MX_CHECK_MSG(false, "cuda copy_weight: unsupported source " << host.describe());
+      }
+      return 0.f;
+    };
+    if (dst.dtype() == DType::kBF16 && host.dtype() == DType::kBF16) {
+      MX_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), host.raw(), 2 * n, cudaMemcpyHostToDevice, stream_));
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host tensor may be a temporary
+    } else if (dst.dtype() == DType::kBF16) {
+      std::vector<uint16_t> staged(n);
+      for (int64_t i = 0; i < n; ++i) staged[i] = f32_to_bf16(read(i));
+      MX_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), staged.data(), 2 * n, cudaMemcpyHostToDevice, stream_));
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // staged is freed on return
+    } else if (dst.dtype() == DType::kF32) {
+      std::vector<float> staged(n);
+      for (int64_t i = 0; i < n; ++i) staged[i] = read(i);
+      MX_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), staged.data(), 4 * n, cudaMemcpyHostToDevice, stream_));
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } else {
+      MX_CHECK_MSG(false, "cuda copy_weight: unsupported destination " << dst.describe());
+    }
+  }
+
+  Tensor upload(const Tensor& host) override {
+    MX_CHECK_MSG(host.device().type == DeviceType::kCPU && host.is_contiguous(),
+                 "cuda upload: " << host.describe() << " on " << host.device().to_string());
+    Tensor t = alloc(host.dtype(), host.shape());
+    if (host.nbytes() > 0) {
+      MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+      // NOTE: the caller may free the host buffer on return, so wait for the copy. This costs CPU/GPU
+      // overlap per step; a pinned staging ring for per-step metadata is later work.
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return t;
+  }
+
+  Tensor to_host(const Tensor& t) override {
+    MX_CHECK_MSG(t.is_contiguous(), "cuda to_host: " << t.describe() << " is not contiguous");
+    if (t.device().type == DeviceType::kCPU) {
+      Tensor h = Tensor::empty(t.dtype(), t.shape());
+      std::memcpy(h.raw(), t.raw(), t.nbytes());
+      return h;
+    }
+    Tensor raw = Tensor::empty(t.dtype(), t.shape());
+    if (t.nbytes() > 0)
+      MX_CUDA_CHECK(cudaMemcpyAsync(raw.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (t.dtype() != DType::kBF16) return raw;  // f32 and integer tensors: exact
+    Tensor f = Tensor::empty(DType::kF32, t.shape());
+    const auto* s = raw.data<uint16_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) f.data<float>()[i] = bf16_to_f32(s[i]);
+    return f;
+  }
+
+  void synchronize() override { MX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- ops ----
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    expect(table, DType::kBF16, "embedding", "table");
+    expect(ids, DType::kI32, "embedding", "ids");
+    expect(out, DType::kBF16, "embedding", "out");
+    MX_CHECK_EQ(out.numel(), ids.numel() * table.dim(1));
+    kc::gather_rows(table.raw(), ids.data<int32_t>(), out.raw(), ids.numel(), table.dim(1) * 2, stream_);
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    expect(x, DType::kBF16, "rmsnorm", "x");
+    expect(w, DType::kBF16, "rmsnorm", "w");
+    expect(out, DType::kBF16, "rmsnorm", "out");
+    const int64_t cols = w.numel();
+    MX_CHECK_EQ(x.numel() % cols, 0);
+    MX_CHECK_EQ(out.numel(), x.numel());
+    kc::rmsnorm_bf16(x.raw(), w.raw(), out.raw(), x.numel() / cols, cols, eps, stream_);
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+    expect(x, DType::kBF16, "linear", "x");
+    expect(w, DType::kBF16, "linear", "w");
+    MX_CHECK_MSG(w.ndim() == 2, "cuda linear: w is " << w.describe());
+    MX_CHECK_MSG(out.dtype() == DType::kBF16 || out.dtype() == DType::kF32,
+                 "cuda linear: out is " << out.describe() << " (bf16 or f32 implemented)");
+    expect(out, out.dtype(), "linear", "out");
+    if (bias) expect(*bias, DType::kBF16, "linear", "bias");
+    const int64_t n = w.dim(0), k = w.dim(1);
+    MX_CHECK_EQ(x.numel() % k, 0);
+    const int64_t m = x.numel() / k;
+    MX_CHECK_EQ(out.numel(), m * n);
+    gemm_->run(x.raw(), w.raw(), bias ? bias->raw() : nullptr, out.raw(), out.dtype() == DType::kF32, m, n, k);
+  }
+
+  void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) override {
+    expect(x, DType::kBF16, "rope", "x");
+    expect(positions, DType::kI32, "rope", "positions");
+    MX_CHECK_EQ(x.numel(), positions.numel() * p.n_heads * p.head_dim);
+    MX_CHECK_MSG(p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim, "cuda rope: rotary_dim " << p.rotary_dim);
+    kc::rope_neox_bf16(x.raw(), positions.data<int32_t>(), positions.numel(), p, stream_);
+  }
+
+  void silu_mul(const Tensor& gate_up, Tensor& out) override {
+    expect(gate_up, DType::kBF16, "silu_mul", "gate_up");
+    expect(out, DType::kBF16, "silu_mul", "out");
+    const int64_t inter = out.dim(-1);
+    MX_CHECK_EQ(gate_up.numel(), 2 * out.numel());
+    kc::silu_mul_bf16(gate_up.raw(), out.raw(), out.numel() / inter, inter, stream_);
+  }
+
+  void add(Tensor& x, const Tensor& y) override {
+    MX_CHECK_EQ(x.numel(), y.numel());
+    MX_CHECK_MSG(x.dtype() == y.dtype(), "cuda add: " << x.describe() << " += " << y.describe());
+    if (x.dtype() == DType::kF32) {
+      kc::add_f32(x.data<float>(), y.data<float>(), x.numel(), stream_);
+    } else {
+      expect(x, DType::kBF16, "add", "x");
+      expect(y, DType::kBF16, "add", "y");
+      kc::add_bf16(x.raw(), y.raw(), x.numel(), stream_);
+    }
+  }
+
+  void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
+                Tensor& v_cache) override {
+    expect(k, DType::kBF16, "kv_write", "k");
+    expect(v, DType::kBF16, "kv_write", "v");
+    expect(k_cache, DType::kBF16, "kv_write", "k_cache");
+    expect(v_cache, DType::kBF16, "kv_write", "v_cache");
+    expect(meta.slot_mapping, DType::kI32, "kv_write", "slot_mapping");
+    const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
+    MX_CHECK_EQ(k.numel(), v.numel());
+    MX_CHECK_EQ(k.numel() % width, 0);
+    MX_CHECK_EQ(k_cache.numel() % width, 0);
+    kc::kv_write_bf16(k.raw(), v.raw(), meta.slot_mapping.data<int32_t>(), k_cache.raw(), v_cache.raw(),
+                      k.numel() / width, width, stream_);
+  }
+
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
+                 Tensor& out) override {
+    expect(q, DType::kBF16, "attention", "q");
+    expect(k_cache, DType::kBF16, "attention", "k_cache");
+    expect(v_cache, DType::kBF16, "attention", "v_cache");
+    expect(out, DType::kBF16, "attention", "out");
+    for (const Tensor* t : {&meta.token_seq, &meta.kv_index, &meta.block_tables})
+      expect(*t, DType::kI32, "attention", "metadata");
+    const auto& p = meta.params;
+    MX_CHECK_EQ(q.numel(), static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim);
+    MX_CHECK_EQ(out.numel(), q.numel());
+    const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_);
+    Tensor ws;
+    if (plan.workspace_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(plan.workspace_bytes)});
+    kc::paged_attention_bf16(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
+                             meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), out.raw(), p, plan,
+                             ws.raw(), stream_);
+  }
+
+  void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
+              Tensor& topk_ids, Tensor& topk_weights) override {
+    expect(x, DType::kBF16, "router", "x");
+    expect(gate_w, DType::kBF16, "router", "gate_w");
+    expect(bias, DType::kF32, "router", "e_score_correction_bias");
+    expect(topk_ids, DType::kI32, "router", "topk_ids");
+    expect(topk_weights, DType::kF32, "router", "topk_weights");
+    const int64_t n_tokens = x.dim(0);
+    MX_CHECK_EQ(gate_w.dim(0), p.n_experts);
+    MX_CHECK_EQ(topk_ids.numel(), n_tokens * p.top_k);
+    // Router GEMM: bf16 operands, fp32 accumulation and fp32 logits (the scores are computed in fp32).
+    Tensor logits = alloc(DType::kF32, {n_tokens, p.n_experts});
+    gemm_->run(x.raw(), gate_w.raw(), nullptr, logits.raw(), /*out_f32=*/true, n_tokens, p.n_experts, x.dim(1));
+    kc::moe_router(logits.data<float>(), bias.numel() > 0 ? bias.data<float>() : nullptr,
+                   topk_ids.data<int32_t>(), topk_weights.data<float>(), n_tokens, p, stream_);
+  }
+
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
+                   Tensor& out) override {
+    expect(x, DType::kBF16, "moe_experts", "x");
+    expect(topk_ids, DType::kI32, "moe_experts", "topk_ids");
+    expect(topk_weights, DType::kF32, "moe_experts", "topk_weights");
+    expect(ex.gate_up, DType::kBF16, "moe_experts", "gate_up");
+    expect(ex.down, DType::kBF16, "moe_experts", "down");
+    expect(out, DType::kBF16, "moe_experts", "out");
+    kc::MoeShape s;
+    s.n_tokens = x.dim(0);
+    s.d_model = x.dim(1);
+    s.top_k = static_cast<int32_t>(topk_ids.dim(1));
+    s.n_experts = static_cast<int32_t>(ex.gate_up.dim(0));
+    s.inter = ex.down.dim(2);
+    MX_CHECK_EQ(ex.gate_up.dim(1), 2 * s.inter);
+    MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model);
+    MX_CHECK_EQ(ex.down.dim(1), s.d_model);
+    MX_CHECK_EQ(out.numel(), s.n_tokens * s.d_model);
+    Tensor ws = alloc(DType::kU8, {static_cast<int64_t>(kc::moe_workspace_bytes(s))});
+    kc::moe_experts_bf16(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), ex.gate_up.raw(),
+                         ex.down.raw(), out.raw(), s, ws.raw(), stream_);
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    expect(rows, DType::kI32, "gather_rows", "rows");
+    MX_CHECK_MSG(x.dtype() == out.dtype() && x.is_contiguous() && out.is_contiguous(),
+                 "cuda gather_rows: " << x.describe() << " -> " << out.describe());
+    const int64_t row_bytes = static_cast<int64_t>(x.nbytes() / x.dim(0));
+    MX_CHECK_EQ(out.nbytes(), static_cast<uint64_t>(row_bytes * rows.numel()));
+    kc::gather_rows(x.raw(), rows.data<int32_t>(), out.raw(), rows.numel(), row_bytes, stream_);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  int device_ = 0;
+  int n_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<kc::CachingAllocator> pool_;
+  std::unique_ptr<kc::LtGemm> gemm_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return unavailable(std::string("--backend cuda: no usable CUDA device (") + cudaGetErrorString(err) + ")");
+  }
+  if (count == 0) return unavailable("--backend cuda: no CUDA device present");
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(0));
+}
+
+CUstream_st* cuda_backend_stream(Backend& be) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  MX_CHECK_MSG(cuda != nullptr, "cuda_backend_stream: backend '" << be.name() << "' is not the CUDA backend");
+  return cuda->stream();
+}
+
+}  // namespace mxserve::backend

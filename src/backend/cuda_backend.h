@@ -1,0 +1,21 @@
+// The CUDA backend's factory. Built only when MXSERVE_HAVE_CUDA; make_backend("cuda") calls it.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace mxserve::backend {
+
+// A CUDA backend on device 0 (bf16 activations and weights), or a Status naming why not
+// (no device, driver error).
+Result<std::unique_ptr<Backend>> make_cuda_backend();
+
+}  // namespace mxserve::backend
+
+struct CUstream_st;
+namespace mxserve::backend {
+// The CUDA backend's stream (benchmarks time it with events); CHECK-fails for another backend.
+CUstream_st* cuda_backend_stream(Backend& be);
+}  // namespace mxserve::backend

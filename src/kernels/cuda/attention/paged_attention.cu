@@ -1,0 +1,362 @@
+// Paged causal GQA attention (prefill and decode are the same kernel): one block per (token, kv head,
+// context split) serves the kv head's whole query-head group, so each K/V tile is read once per group.
+// Key tiles of 64 go through shared memory; softmax is online (flash-style) in fp32 with expf, the
+// scores are dot * scale exactly as the CPU reference. With n_splits > 1 each split writes its partial
+// (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
+// Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
+// sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
+// This file also owns the planner: the tensor-core kernels (paged_attention_mma.cu: per-warp for
+// decode-like batches, block-shared for prefill-like ones) serve head_dim 16..128 with groups <= 16;
+// this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). MXSERVE_ATTENTION_KERNEL
+// forces one (tests and benchmarks compare the designs).
+// NOTE: CUDA-core FMAs and plain 16-byte loads, split along the context for decode parallelism.
+#include <algorithm>
+#include <cmath>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/attention/paged_attention_mma.h"
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+constexpr int kKeyTile = 64;
+constexpr int kThreads = 128;
+constexpr int kMinSplitKeys = 256;
+
+template <int HD>
+constexpr int padded_row() {
+  return HD + 8;  // keeps rows 16-byte aligned and makes 16-byte row reads bank-conflict free
+}
+
+template <int HD>
+size_t smem_bytes(int group) {
+  return 2ull * kKeyTile * padded_row<HD>() * sizeof(bf16) +
+         (2ull * group * HD + static_cast<size_t>(group) * kKeyTile + 3ull * group) * sizeof(float) +
+         kKeyTile * sizeof(int);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                           const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+                           const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
+                           bf16* __restrict__ out, float* __restrict__ ws, AttentionParams p, int n_splits,
+                           int split_len) {
+  constexpr int KS = padded_row<HD>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int G = p.n_heads / p.n_kv_heads;
+  bf16* k_s = reinterpret_cast<bf16*>(smem);            // [kKeyTile][KS]
+  bf16* v_s = k_s + kKeyTile * KS;                       // [kKeyTile][KS]
+  float* q_s = reinterpret_cast<float*>(v_s + kKeyTile * KS);  // [G][HD]
+  float* acc_s = q_s + G * HD;                           // [G][HD]
+  float* p_s = acc_s + G * HD;                           // [G][kKeyTile] scores, then probabilities
+  float* m_s = p_s + G * kKeyTile;                       // [G] running max
+  float* l_s = m_s + G;                                  // [G] running sum
+  float* alpha_s = l_s + G;                              // [G] rescale of this tile
+  int* slot_s = reinterpret_cast<int*>(alpha_s + G);     // [kKeyTile]
+
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.z;
+  const int n_ctx = kv_index[t] + 1;
+  const int kv_begin = split * split_len;
+  const int kv_end = min(n_ctx, kv_begin + split_len);
+  const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
+  const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+
+  for (int i = threadIdx.x; i < G * HD; i += kThreads) {
+    const int h = i / HD, d = i % HD;
+    q_s[i] = to_f32(q[(t * p.n_heads + kvh * G + h) * HD + d]);
+    acc_s[i] = 0.f;
+  }
+  for (int h = threadIdx.x; h < G; h += kThreads) {
+    m_s[h] = -INFINITY;
+    l_s[h] = 0.f;
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kKeyTile) {
+    const int n_keys = min(kKeyTile, kv_end - k0);
+    for (int j = threadIdx.x; j < kKeyTile; j += kThreads) {
+      const int idx = k0 + j;
+      slot_s[j] = j < n_keys ? table[idx / p.block_size] * p.block_size + idx % p.block_size : -1;
+    }
+    __syncthreads();
+    constexpr int kChunks = HD / 8;
+    for (int i = threadIdx.x; i < kKeyTile * kChunks; i += kThreads) {
+      const int j = i / kChunks, c = i % kChunks;
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+      if (slot_s[j] >= 0) {
+        const int64_t off = static_cast<int64_t>(slot_s[j]) * kv_width + kvh * HD + c * 8;
+        kr = *reinterpret_cast<const uint4*>(k_cache + off);
+        vr = *reinterpret_cast<const uint4*>(v_cache + off);
+      }
+      *reinterpret_cast<uint4*>(k_s + j * KS + c * 8) = kr;
+      *reinterpret_cast<uint4*>(v_s + j * KS + c * 8) = vr;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * kKeyTile; i += kThreads) {
+      const int h = i / kKeyTile, j = i % kKeyTile;
+      float s = -INFINITY;
+      if (j < n_keys) {
+        const float* qh = q_s + h * HD;
+        const bf16* kj = k_s + j * KS;
+        float dot = 0.f;
+#pragma unroll
+        for (int c = 0; c < HD; c += 8) {
+          float kf[8];
+          load8(kj + c, kf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dot += qh[c + e] * kf[e];
+        }
+        s = dot * p.scale;
+      }
+      p_s[i] = s;
+    }
+    __syncthreads();
+    for (int h = warp; h < G; h += kThreads / 32) {
+      float* ph = p_s + h * kKeyTile;
+      const float m_old = m_s[h];
+      float mx = -INFINITY;
+      for (int j = lane; j < kKeyTile; j += 32) mx = fmaxf(mx, ph[j]);
+      mx = warp_max(mx);
+      const float m_new = fmaxf(m_old, mx);  // finite: the tile holds at least one key
+      float sum = 0.f;
+      for (int j = lane; j < kKeyTile; j += 32) {
+        const float e = j < n_keys ? expf(ph[j] - m_new) : 0.f;
+        ph[j] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        alpha_s[h] = alpha;
+        l_s[h] = l_s[h] * alpha + sum;
+        m_s[h] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += kThreads) {
+      const int h = i / HD, d = i % HD;
+      const float* ph = p_s + h * kKeyTile;
+      float a = acc_s[i] * alpha_s[h];
+      for (int j = 0; j < n_keys; ++j) a += ph[j] * to_f32(v_s[j * KS + d]);
+      acc_s[i] = a;
+    }
+    __syncthreads();
+  }
+
+  for (int i = threadIdx.x; i < G * HD; i += kThreads) {
+    const int h = i / HD, d = i % HD;
+    const int64_t head_row = t * p.n_heads + kvh * G + h;
+    if (n_splits == 1) {
+      const float l = l_s[h];
+      out[head_row * HD + d] = to_bf16(l > 0.f ? acc_s[i] / l : 0.f);
+    } else {
+      const int64_t part = head_row * n_splits + split;
+      const int64_t n_parts = static_cast<int64_t>(p.n_tokens) * p.n_heads * n_splits;
+      ws[part * HD + d] = acc_s[i];
+      if (d == 0) {
+        ws[n_parts * HD + part] = m_s[h];
+        ws[n_parts * (HD + 1) + part] = l_s[h];
+      }
+    }
+  }
+}
+
+// One block per (token, head); thread d merges the splits' partial results for output dim d.
+template <int HD>
+__global__ void attention_combine_kernel(const float* __restrict__ ws, bf16* __restrict__ out, int64_t n_rows,
+                                         int n_splits) {
+  const int64_t row = blockIdx.x;
+  const int d = threadIdx.x;
+  const int64_t n_parts = n_rows * n_splits;
+  const float* m = ws + n_parts * HD + row * n_splits;
+  const float* l = ws + n_parts * (HD + 1) + row * n_splits;
+  float mx = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, m[s]);
+  float denom = 0.f, acc = 0.f;
+  for (int s = 0; s < n_splits; ++s) {
+    if (m[s] == -INFINITY) continue;  // a split past this token's context
+    const float w = expf(m[s] - mx);
+    denom += l[s] * w;
+    acc += ws[(row * n_splits + s) * HD + d] * w;
+  }
+  out[row * HD + d] = to_bf16(denom > 0.f ? acc / denom : 0.f);
+}
+
+template <int HD>
+void launch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+            const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
+            const AttentionLaunch& plan, void* workspace, cudaStream_t stream) {
+  const int group = p.n_heads / p.n_kv_heads;
+  const size_t smem = smem_bytes<HD>(group);
+  static size_t configured = 0;  // NOTE: opt-in above 48 KB of dynamic shared memory, once per size
+  if (smem > 48 * 1024 && smem > configured) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    configured = smem;
+  }
+  const dim3 grid(p.n_tokens, p.n_kv_heads, plan.n_splits);
+  paged_attention_kernel<HD><<<grid, kThreads, smem, stream>>>(
+      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
+      kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, plan.n_splits,
+      plan.split_len);
+  MX_CUDA_CHECK_LAUNCH();
+  if (plan.n_splits > 1) {
+    const int64_t rows = static_cast<int64_t>(p.n_tokens) * p.n_heads;
+    attention_combine_kernel<HD><<<static_cast<unsigned>(rows), HD, 0, stream>>>(
+        static_cast<const float*>(workspace), static_cast<bf16*>(out), rows, plan.n_splits);
+    MX_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void combine(const void* workspace, void* out, const AttentionParams& p, const AttentionLaunch& plan,
+             cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(p.n_tokens) * p.n_heads;
+  const auto* ws = static_cast<const float*>(workspace);
+  auto* o = static_cast<bf16*>(out);
+  const unsigned grid = static_cast<unsigned>(rows);
+  switch (p.head_dim) {
+    case 16: attention_combine_kernel<16><<<grid, 16, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 32: attention_combine_kernel<32><<<grid, 32, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 64: attention_combine_kernel<64><<<grid, 64, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    case 128: attention_combine_kernel<128><<<grid, 128, 0, stream>>>(ws, o, rows, plan.n_splits); break;
+    default: MX_CHECK_MSG(false, "attention combine: head_dim " << p.head_dim);
+  }
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace {
+
+// Tensor-core kernel: one warp per (token, kv head, split); aim at ~8 resident warps per SM.
+AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
+  constexpr int64_t kMinSplit = 128, kAlign = 64;
+  AttentionLaunch plan;
+  plan.kernel = AttentionKernel::kWarp;
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
+  const int64_t target = 8ll * n_sms;
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (base >= target || max_ctx <= kMinSplit) return plan;
+  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + kAlign - 1) / kAlign * kAlign;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return plan;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  return plan;
+}
+
+// Block-shared tensor-core kernel: blocks of 8 tokens x one kv head; ~2 blocks per SM before splitting.
+AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
+  constexpr int64_t kMinSplit = 256, kAlign = 64;
+  AttentionLaunch plan;
+  plan.kernel = AttentionKernel::kShared;
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  const int64_t tpb = paged_attention_shared_tokens_per_block();
+  const int64_t base = (p.n_tokens + tpb - 1) / tpb * p.n_kv_heads;
+  const int64_t target = 2ll * n_sms;
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (base >= target || max_ctx <= kMinSplit) return plan;
+  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + kAlign - 1) / kAlign * kAlign;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return plan;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  return plan;
+}
+
+// MXSERVE_ATTENTION_KERNEL=simt|warp|shared forces a kernel (tests and benchmarks compare designs).
+const char* forced_kernel() {
+  const char* v = std::getenv("MXSERVE_ATTENTION_KERNEL");
+  return v != nullptr ? v : "";
+}
+
+}  // namespace
+
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kSimt: return "simt";
+    case AttentionKernel::kWarp: return "warp";
+    case AttentionKernel::kShared: return "shared";
+  }
+  return "?";
+}
+
+AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms) {
+  const std::string force = forced_kernel();
+  if (paged_attention_mma_supports(p) && force != "simt") {
+    // Prefill-like batches (>= 8 tokens per sequence on average) share K/V tiles across tokens.
+    bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
+    if (force == "warp") shared = false;
+    if (force == "shared") shared = true;
+    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms);
+  }
+  AttentionLaunch plan;
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;  // bound on any kv_index + 1
+  const int64_t base_blocks = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
+  if (base_blocks >= 2 * n_sms || max_ctx <= kMinSplitKeys) {
+    plan.n_splits = 1;
+    plan.split_len = 1 << 30;
+    return plan;
+  }
+  const int64_t want = (2 * n_sms + base_blocks - 1) / base_blocks;
+  const int64_t most = (max_ctx + kMinSplitKeys - 1) / kMinSplitKeys;
+  int64_t splits = std::min(want, most);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + kKeyTile - 1) / kKeyTile * kKeyTile;
+  splits = (max_ctx + len - 1) / len;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  if (splits > 1)
+    plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  else
+    plan.split_len = 1 << 30;
+  return plan;
+}
+
+void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                          const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
+                          const AttentionLaunch& plan, void* workspace, cudaStream_t stream) {
+  if (p.n_tokens == 0) return;
+  MX_CHECK_MSG(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0 && p.n_heads / p.n_kv_heads <= 32,
+               "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
+  MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
+  if (plan.kernel != AttentionKernel::kSimt) {
+    if (plan.kernel == AttentionKernel::kWarp)
+      paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
+                               plan.split_len, workspace, stream);
+    else
+      paged_attention_mma_shared_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p,
+                                      plan.n_splits, plan.split_len, workspace, stream);
+    if (plan.n_splits > 1) combine(workspace, out, p, plan, stream);
+    return;
+  }
+  switch (p.head_dim) {
+    case 16: launch<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
+    case 32: launch<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
+    case 64: launch<64>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
+    case 128: launch<128>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
+    case 256: launch<256>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan, workspace, stream); break;
+    default: MX_CHECK_MSG(false, "paged attention: head_dim " << p.head_dim << " is not built (16, 32, 64, 128, 256)");
+  }
+}
+
+}  // namespace mxserve::kernels::cuda

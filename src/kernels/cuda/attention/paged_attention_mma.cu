@@ -1,0 +1,455 @@
+// Paged causal GQA attention on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate), FA2-style:
+// one warp per (token, kv head, context split). The warp's 16 MMA rows are the token's query heads of
+// that kv head (G <= 16, padded with zero rows), so decode gets tensor cores through GQA and every
+// K/V tile is read once per head group. Keys stream through a private 3-stage cp.async pipeline of
+// 16-key tiles; S = Q K^T stays in registers, the online softmax runs on the accumulator fragments
+// and P (rounded to bf16) feeds the P V product directly as the A operand.
+// Invariants: as the CUDA-core kernel (paged_attention.cu): token t attends to [0, kv_index[t]];
+// split partials use the same workspace layout, merged by the same combine kernel.
+// Two kernels share the per-tile math (process_tile): the per-warp one above for decode-like batches,
+// and a block-shared one for prefill-like batches (8 tokens per block share each 64-key K/V tile).
+// NOTE: mma.sync (HMMA), not wgmma: Hopper's warpgroup MMA with TMA loads is the next step for
+// prefill. ldmatrix / mma.sync / cp.async are the sm_80+ seam; a HIP port maps them to MFMA.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention/paged_attention_mma.h"
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;        // per-warp kernel: warps per block
+constexpr int kKeys = 16;         // per-warp kernel: keys per tile
+constexpr int kSharedWarps = 8;   // shared kernel: tokens (warps) per block
+constexpr int kSharedKeys = 64;   // shared kernel: keys per tile
+constexpr int kStages = 3;
+
+template <int HD>
+constexpr int row_stride() {
+  return HD + 8;  // 16-byte aligned rows; 8 consecutive rows hit distinct bank quads (ldmatrix conflict free)
+}
+
+template <int HD>
+constexpr size_t smem_per_warp() {
+  return static_cast<size_t>(kStages) * 2 * kKeys * row_stride<HD>() * sizeof(bf16);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_addr(p)));
+}
+
+// d += a * b for one m16n8k16 tile. a: rows (g, g+8) x cols (2q, 2q+8) pairs; b: k (2q, 2q+8) x n g.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Per-warp softmax state: O accumulator fragments, running max and (lane-partial) sum of rows g, g + 8.
+template <int HD>
+struct WarpState {
+  float o[HD / 8][4];
+  float m[2];
+  float l[2];
+};
+
+// Q of one token as A fragments: row = head within the group (zero past G), col = head dim.
+template <int HD>
+__device__ __forceinline__ void load_q(const bf16* qbase, int G, int lane, uint32_t (&qa)[HD / 16][4]) {
+  const int g = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), col = ks * 16 + 8 * (i / 2) + 2 * tq;
+      qa[ks][i] = row < G ? *reinterpret_cast<const uint32_t*>(qbase + row * HD + col) : 0u;
+    }
+}
+
+// One tile of KEYS keys (K and V rows in shared memory, row stride HD + 8) for one warp: S = Q K^T,
+// mask keys >= kv_end, online softmax update, O += P V. Precondition: k0 < kv_end (>= 1 valid key).
+template <int HD, int KEYS>
+__device__ __forceinline__ void process_tile(const bf16* kd, const bf16* vd, int k0, int kv_end, float scale,
+                                             const uint32_t (&qa)[HD / 16][4], WarpState<HD>& st, int lane) {
+  constexpr int R = row_stride<HD>();
+  constexpr int KSTEPS = HD / 16, NT = HD / 8, ST = KEYS / 8;
+  const int tq = lane % 4;
+  float s[ST][4];  // [key n8 tile][row g: 0,1 | row g+8: 2,3]
+#pragma unroll
+  for (int nt = 0; nt < ST; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks += 2) {
+      uint32_t b0, b1, b2, b3;
+      if (ks + 1 < KSTEPS) {
+        ldsm_x4(b0, b1, b2, b3, kd + (nt * 8 + lane % 8) * R + ks * 16 + (lane / 8) * 8);
+        mma16816(s[nt], qa[ks], b0, b1);
+        mma16816(s[nt], qa[ks + 1], b2, b3);
+      } else {
+        ldsm_x2(b0, b1, kd + (nt * 8 + lane % 8) * R + ks * 16 + ((lane / 8) % 2) * 8);
+        mma16816(s[nt], qa[ks], b0, b1);
+      }
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = k0 + nt * 8 + 2 * tq + (e % 2);
+      s[nt][e] = key < kv_end ? s[nt][e] * scale : -INFINITY;
+      mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+    }
+  float alpha[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    const float m_new = fmaxf(st.m[hr], mx[hr]);  // finite: the tile holds at least one key
+    alpha[hr] = st.m[hr] == -INFINITY ? 0.f : expf(st.m[hr] - m_new);
+    st.m[hr] = m_new;
+    st.l[hr] *= alpha[hr];
+  }
+#pragma unroll
+  for (int nt = 0; nt < ST; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = expf(s[nt][e] - st.m[e / 2]);  // masked: exp(-inf) = 0
+      st.l[e / 2] += s[nt][e];
+    }
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] *= alpha[e / 2];
+#pragma unroll
+  for (int j = 0; j < KEYS / 16; ++j) {
+    const uint32_t pa[4] = {pack_bf16(s[2 * j][0], s[2 * j][1]), pack_bf16(s[2 * j][2], s[2 * j][3]),
+                            pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]), pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+      uint32_t b0, b1, b2, b3;
+      const int i = lane / 8;
+      ldsm_x4_trans(b0, b1, b2, b3, vd + (j * 16 + (i % 2) * 8 + lane % 8) * R + n * 8 + (i / 2) * 8);
+      mma16816(st.o[n], pa, b0, b1);
+      mma16816(st.o[n + 1], pa, b2, b3);
+    }
+  }
+}
+
+// Final output (n_splits == 1) or this split's partial (max, sum, unnormalized O) into workspace.
+template <int HD>
+__device__ __forceinline__ void write_result(WarpState<HD>& st, int64_t t, int kvh, int split, int n_splits, int G,
+                                             const AttentionParams& p, bf16* out, float* ws, int lane) {
+  constexpr int NT = HD / 8;
+  const int g = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 1);
+    st.l[hr] += __shfl_xor_sync(0xffffffffu, st.l[hr], 2);
+  }
+  const int64_t n_parts = static_cast<int64_t>(p.n_tokens) * p.n_heads * n_splits;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = g + 8 * hr;
+    if (row >= G) continue;
+    const int64_t head_row = t * p.n_heads + static_cast<int64_t>(kvh) * G + row;
+    if (n_splits == 1) {
+      const float inv = st.l[hr] > 0.f ? 1.f / st.l[hr] : 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        *reinterpret_cast<uint32_t*>(out + head_row * HD + n * 8 + 2 * tq) =
+            pack_bf16(st.o[n][2 * hr] * inv, st.o[n][2 * hr + 1] * inv);
+    } else {
+      const int64_t part = head_row * n_splits + split;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        ws[part * HD + n * 8 + 2 * tq] = st.o[n][2 * hr];
+        ws[part * HD + n * 8 + 2 * tq + 1] = st.o[n][2 * hr + 1];
+      }
+      if (tq == 0) {
+        ws[n_parts * HD + part] = st.m[hr];
+        ws[n_parts * (HD + 1) + part] = st.l[hr];
+      }
+    }
+  }
+}
+
+template <int HD>
+__device__ __forceinline__ void init_state(WarpState<HD>& st) {
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+}
+
+// Decode-style kernel: each warp owns one (token, kv head, split) and a private pipeline of 16-key tiles.
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_mma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                               const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+                               const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
+                               bf16* __restrict__ out, float* __restrict__ ws, AttentionParams p, int n_splits,
+                               int split_len, int64_t n_items) {
+  constexpr int R = row_stride<HD>();
+  constexpr int CH = HD / 8;  // 16-byte chunks per K/V row
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (item >= n_items) return;  // warps are independent: no block-wide barrier below
+  bf16* wsm = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kKeys * R;
+
+  const int split = static_cast<int>(item % n_splits);
+  const int64_t tk = item / n_splits;
+  const int kvh = static_cast<int>(tk % p.n_kv_heads);
+  const int64_t t = tk / p.n_kv_heads;
+  const int G = p.n_heads / p.n_kv_heads;
+  const int n_ctx = kv_index[t] + 1;
+  const int kv_begin = split * split_len;
+  const int kv_end = min(n_ctx, kv_begin + split_len);
+  const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
+  const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+
+  uint32_t qa[HD / 16][4];
+  load_q<HD>(q + (t * p.n_heads + static_cast<int64_t>(kvh) * G) * HD, G, lane, qa);
+
+  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kKeys - 1) / kKeys : 0;
+  auto load_tile = [&](int stage, int tile) {
+    bf16* kd = wsm + stage * 2 * kKeys * R;
+    bf16* vd = kd + kKeys * R;
+    const int k0 = kv_begin + tile * kKeys;
+#pragma unroll
+    for (int c = lane; c < kKeys * CH; c += 32) {
+      const int j = c / CH, d = (c % CH) * 8;
+      const int key = k0 + j;
+      const bool ok = key < kv_end;
+      int64_t off = 0;
+      if (ok) off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
+                    kvh * HD + d;
+      cp_async16(kd + j * R + d, k_cache + off, ok);  // invalid keys are zero-filled: finite, then masked
+      cp_async16(vd + j * R + d, v_cache + off, ok);
+    }
+  };
+
+  WarpState<HD> st;
+  init_state(st);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_tiles) load_tile(s, s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();
+    if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
+    cp_async_commit();
+    const bf16* kd = wsm + (it % kStages) * 2 * kKeys * R;
+    process_tile<HD, kKeys>(kd, kd + kKeys * R, kv_begin + it * kKeys, kv_end, p.scale, qa, st, lane);
+  }
+  cp_async_wait<0>();
+  write_result<HD>(st, t, kvh, split, n_splits, G, p, out, ws, lane);
+}
+
+// Prefill-style kernel: a block of kSharedWarps warps serves kSharedWarps consecutive tokens of one kv head;
+// K/V tiles of kSharedKeys keys are loaded once into shared memory for all of them (kSharedWarps x the
+// reuse of the per-warp kernel). Tokens of different sequences in one block are served one sequence
+// after the other (warps of other sequences skip the math but keep the barriers).
+template <int HD>
+__global__ void __launch_bounds__(kSharedWarps * 32)
+    paged_attention_mma_shared_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                                      const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+                                      const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
+                                      bf16* __restrict__ out, float* __restrict__ ws, AttentionParams p, int n_splits,
+                                      int split_len) {
+  constexpr int R = row_stride<HD>();
+  constexpr int CH = HD / 8;
+  constexpr int KEYS = kSharedKeys;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int seq_s[kSharedWarps], end_s[kSharedWarps];
+  bf16* tiles = reinterpret_cast<bf16*>(smem);  // [kStages][K | V][KEYS][R]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kSharedWarps;
+  if (threadIdx.x < kSharedWarps) {
+    const int64_t tt = t0 + threadIdx.x;
+    seq_s[threadIdx.x] = tt < p.n_tokens ? token_seq[tt] : -1;
+    end_s[threadIdx.x] = tt < p.n_tokens ? kv_index[tt] + 1 : 0;
+  }
+  __syncthreads();
+  const int64_t t = t0 + warp;
+  const bool has_token = t < p.n_tokens;
+  const int G = p.n_heads / p.n_kv_heads;
+  const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+  const int kv_begin = split * split_len;
+  const int my_seq = seq_s[warp];
+  const int my_end = min(end_s[warp], kv_begin + split_len);
+
+  uint32_t qa[HD / 16][4];
+  if (has_token) load_q<HD>(q + (t * p.n_heads + static_cast<int64_t>(kvh) * G) * HD, G, lane, qa);
+  WarpState<HD> st;
+  init_state(st);
+
+  for (int w0 = 0; w0 < kSharedWarps; ++w0) {  // each distinct sequence of the block, in order
+    const int sq = seq_s[w0];
+    if (sq < 0) break;
+    bool seen = false;
+    int end = 0;
+    for (int w1 = 0; w1 < kSharedWarps; ++w1) {
+      if (seq_s[w1] != sq) continue;
+      if (w1 < w0) seen = true;
+      end = max(end, end_s[w1]);
+    }
+    if (seen) continue;
+    const int kv_end = min(end, kv_begin + split_len);
+    const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + KEYS - 1) / KEYS : 0;
+    const int32_t* table = block_tables + static_cast<int64_t>(sq) * p.max_blocks_per_seq;
+    const bool mine = has_token && my_seq == sq;
+    auto load_tile = [&](int stage, int tile) {
+      bf16* kd = tiles + stage * 2 * KEYS * R;
+      bf16* vd = kd + KEYS * R;
+      const int k0 = kv_begin + tile * KEYS;
+      for (int c = threadIdx.x; c < KEYS * CH; c += kSharedWarps * 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        const int key = k0 + j;
+        const bool ok = key < kv_end;
+        int64_t off = 0;
+        if (ok)
+          off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
+                kvh * HD + d;
+        cp_async16(kd + j * R + d, k_cache + off, ok);
+        cp_async16(vd + j * R + d, v_cache + off, ok);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < n_tiles) load_tile(s, s);
+      cp_async_commit();
+    }
+    for (int it = 0; it < n_tiles; ++it) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
+      cp_async_commit();
+      const int k0 = kv_begin + it * KEYS;
+      if (mine && k0 < my_end) {
+        const bf16* kd = tiles + (it % kStages) * 2 * KEYS * R;
+        process_tile<HD, KEYS>(kd, kd + KEYS * R, k0, my_end, p.scale, qa, st, lane);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the stages are reused by the next sequence
+  }
+  if (has_token) write_result<HD>(st, t, kvh, split, n_splits, G, p, out, ws, lane);
+}
+
+template <int HD>
+void launch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+            const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p, int n_splits,
+            int split_len, void* workspace, cudaStream_t stream) {
+  const size_t smem = kWarps * smem_per_warp<HD>();
+  static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
+  if (!configured) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    configured = true;
+  }
+  const int64_t items = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads * n_splits;
+  const int64_t blocks = (items + kWarps - 1) / kWarps;
+  MX_CHECK_LT(blocks, int64_t{1} << 31);
+  paged_attention_mma_kernel<HD><<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(
+      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
+      kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, n_splits, split_len, items);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+void launch_shared(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                   const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
+                   int n_splits, int split_len, void* workspace, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kStages) * 2 * kSharedKeys * row_stride<HD>() * sizeof(bf16);
+  static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
+  if (!configured) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_shared_kernel<HD>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n_tokens + kSharedWarps - 1) / kSharedWarps), p.n_kv_heads, n_splits);
+  paged_attention_mma_shared_kernel<HD><<<grid, kSharedWarps * 32, smem, stream>>>(
+      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
+      kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, n_splits, split_len);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int paged_attention_shared_tokens_per_block() { return kSharedWarps; }
+
+void paged_attention_mma_shared_bf16(const void* q, const void* k_cache, const void* v_cache,
+                                     const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables,
+                                     void* out, const AttentionParams& p, int n_splits, int split_len,
+                                     void* workspace, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16: launch_shared<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 32: launch_shared<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 64: launch_shared<64>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 128: launch_shared<128>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    default: MX_CHECK_MSG(false, "paged_attention_mma_shared: head_dim " << p.head_dim << " is not built");
+  }
+}
+
+bool paged_attention_mma_supports(const AttentionParams& p) {
+  const int group = p.n_kv_heads > 0 ? p.n_heads / p.n_kv_heads : 0;
+  return group >= 1 && group <= 16 &&
+         (p.head_dim == 16 || p.head_dim == 32 || p.head_dim == 64 || p.head_dim == 128);
+}
+
+void paged_attention_mma_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                              const int32_t* kv_index, const int32_t* block_tables, void* out,
+                              const AttentionParams& p, int n_splits, int split_len, void* workspace,
+                              cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 16: launch<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 32: launch<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 64: launch<64>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    case 128: launch<128>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
+    default: MX_CHECK_MSG(false, "paged_attention_mma: head_dim " << p.head_dim << " is not built");
+  }
+}
+
+}  // namespace mxserve::kernels::cuda

@@ -1,0 +1,79 @@
+// CachingAllocator: size-rounded free lists over cudaMalloc (see the header for the stream invariant).
+#include "kernels/cuda/common/caching_allocator.h"
+
+#include "kernels/cuda/common/cuda_check.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+// 512 B granularity up to 1 MiB, then 1 MiB (so near-equal large requests share blocks).
+uint64_t round_size(uint64_t bytes) {
+  if (bytes == 0) bytes = 1;
+  const uint64_t g = bytes <= (1ull << 20) ? 512 : (1ull << 20);
+  return (bytes + g - 1) / g * g;
+}
+
+}  // namespace
+
+std::shared_ptr<CachingAllocator> CachingAllocator::create(int device) {
+  return std::shared_ptr<CachingAllocator>(new CachingAllocator(device));
+}
+
+CachingAllocator::~CachingAllocator() {
+  for (auto& [size, p] : free_) cudaFree(p);  // teardown: errors are not actionable here
+}
+
+std::shared_ptr<Storage> CachingAllocator::allocate(uint64_t bytes) {
+  const uint64_t rounded = round_size(bytes);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(rounded);
+    if (it != free_.end()) {
+      p = it->second;
+      free_.erase(it);
+      cached_ -= rounded;
+    }
+    in_use_ += rounded;
+  }
+  if (p == nullptr) {
+    cudaError_t err = cudaMalloc(&p, rounded);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
+      MX_CUDA_CHECK(cudaDeviceSynchronize());
+      release_cached();
+      err = cudaMalloc(&p, rounded);
+    }
+    MX_CHECK_MSG(err == cudaSuccess, "cudaMalloc of " << rounded << " bytes failed: " << cudaGetErrorString(err)
+                                                      << " (in use " << in_use_ << " bytes)");
+  }
+  auto self = shared_from_this();
+  return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
+                                   [self, rounded](void* q) { self->give_back(q, rounded); });
+}
+
+void CachingAllocator::give_back(void* p, uint64_t rounded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.emplace(rounded, p);
+  in_use_ -= rounded;
+  cached_ += rounded;
+}
+
+void CachingAllocator::release_cached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, p] : free_) MX_CUDA_CHECK(cudaFree(p));
+  free_.clear();
+  cached_ = 0;
+}
+
+uint64_t CachingAllocator::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+uint64_t CachingAllocator::bytes_cached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+
+}  // namespace mxserve::kernels::cuda

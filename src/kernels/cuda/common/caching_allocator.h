@@ -1,0 +1,40 @@
+// CachingAllocator: device memory for the CUDA backend without a cudaMalloc per op. Freed blocks go to
+// a free list keyed by their rounded size and are handed out again to the next request of that size.
+// Invariant: all work runs on the backend's one stream, so a block freed on the host (its last tensor
+// dropped) can be reused by any later op at once: stream order puts the reuse after the last use.
+// Does not own: streams, or any multi-stream safety (events per block come with multi-stream work).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/tensor.h"
+
+namespace mxserve::kernels::cuda {
+
+class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
+ public:
+  static std::shared_ptr<CachingAllocator> create(int device);
+  ~CachingAllocator();
+
+  // A 256-byte aligned block of at least `bytes`; the Storage's deleter returns it to this pool.
+  std::shared_ptr<Storage> allocate(uint64_t bytes);
+  // Frees every cached (unused) block back to the driver.
+  void release_cached();
+
+  uint64_t bytes_in_use() const;
+  uint64_t bytes_cached() const;
+
+ private:
+  explicit CachingAllocator(int device) : device_(device) {}
+  void give_back(void* p, uint64_t rounded);
+
+  int device_;
+  mutable std::mutex mu_;
+  std::multimap<uint64_t, void*> free_;  // rounded size -> block
+  uint64_t in_use_ = 0, cached_ = 0;
+};
+
+}  // namespace mxserve::kernels::cuda

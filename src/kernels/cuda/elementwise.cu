@@ -1,0 +1,220 @@
+// Memory-bound elementwise and row kernels of the CUDA backend: row gather (embedding), RMSNorm,
+// partial NeoX RoPE, SwiGLU activation, residual add, paged KV write, random fill. bf16 storage, fp32
+// math, one rounding per output. NOTE: all are simple one-pass kernels with 16-byte accesses where the
+// row width allows; fusing them into neighbours (norm + residual, q/k norm + RoPE) is later work.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace mxserve::kernels::cuda {
+
+bool sync_after_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("MXSERVE_CUDA_SYNC");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+// One thread per 16-byte chunk (or 4-byte word / byte when the row width is not a multiple of 16).
+template <typename Word>
+__global__ void gather_rows_kernel(const Word* __restrict__ x, const int32_t* __restrict__ rows,
+                                   Word* __restrict__ out, int64_t n_rows, int64_t words_per_row) {
+  const int64_t total = n_rows * words_per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / words_per_row, c = i % words_per_row;
+    out[i] = x[static_cast<int64_t>(rows[r]) * words_per_row + c];
+  }
+}
+
+// One warp per row, two passes: sum of squares, then scale (the second read hits L1/L2). In place is
+// safe: pass 2 reads and writes the same chunks from the same lane.
+__global__ void rmsnorm_kernel(const bf16* x, const bf16* __restrict__ w, bf16* out, int64_t rows, int cols,
+                               float eps) {
+  const int warps = blockDim.x / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int chunks = cols / 8;
+  const bf16* xr = x + row * cols;
+  float ss = 0.f;
+  for (int c = lane; c < chunks; c += 32) {
+    float v[8];
+    load8(xr + c * 8, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(cols) + eps);
+  bf16* orow = out + row * cols;
+  for (int c = lane; c < chunks; c += 32) {
+    float v[8], wv[8], o[8];
+    load8(xr + c * 8, v);
+    load8(w + c * 8, wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = wv[j] * (v[j] * inv);
+    store8(orow + c * 8, o);
+  }
+}
+
+// One thread per (token, rotary pair j, head).
+__global__ void rope_neox_kernel(bf16* x, const int32_t* __restrict__ positions, int64_t n_tokens, RopeParams p) {
+  const int half = p.rotary_dim / 2;
+  const int64_t total = n_tokens * half * p.n_heads;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int h = static_cast<int>(i % p.n_heads);
+    const int j = static_cast<int>((i / p.n_heads) % half);
+    const int64_t t = i / (static_cast<int64_t>(p.n_heads) * half);
+    // Same arithmetic as the CPU reference: inv_freq from a double pow rounded to f32, angle in f32.
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(p.rotary_dim);
+    const float inv_freq = 1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(exponent)));
+    const float angle = static_cast<float>(positions[t]) * inv_freq;
+    float s, c;
+    sincosf(angle, &s, &c);
+    bf16* v = x + (t * p.n_heads + h) * p.head_dim;
+    const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
+    v[j] = to_bf16(x1 * c - x2 * s);
+    v[j + half] = to_bf16(x2 * c + x1 * s);
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out, int64_t n_tokens,
+                                int64_t inter) {
+  const int64_t total = n_tokens * inter;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / inter, c = i % inter;
+    const float g = to_f32(gate_up[t * 2 * inter + c]);
+    const float u = to_f32(gate_up[t * 2 * inter + inter + c]);
+    out[i] = to_bf16(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(T* x, const T* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_f32<T>(to_f32(x[i]) + to_f32(y[i]));
+}
+
+// One thread per 8-element chunk of one token's K and V rows.
+__global__ void kv_write_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                const int32_t* __restrict__ slots, bf16* k_cache, bf16* v_cache, int64_t n_tokens,
+                                int64_t kv_width) {
+  const int64_t chunks = kv_width / 8, total = n_tokens * chunks;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / chunks, c = i % chunks;
+    const int64_t dst = static_cast<int64_t>(slots[t]) * kv_width + c * 8, src = t * kv_width + c * 8;
+    *reinterpret_cast<uint4*>(k_cache + dst) = *reinterpret_cast<const uint4*>(k + src);
+    *reinterpret_cast<uint4*>(v_cache + dst) = *reinterpret_cast<const uint4*>(v + src);
+  }
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_random_kernel(bf16* out, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = splitmix64(seed * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(i));
+    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = to_bf16((2.0f * u - 1.0f) * scale);
+  }
+}
+
+}  // namespace
+
+void gather_rows(const void* x, const int32_t* rows, void* out, int64_t n_rows, int64_t row_bytes,
+                 cudaStream_t stream) {
+  if (n_rows == 0 || row_bytes == 0) return;
+  if (row_bytes % 16 == 0) {
+    const int64_t w = row_bytes / 16;
+    gather_rows_kernel<<<grid_for(n_rows * w), kThreads, 0, stream>>>(static_cast<const uint4*>(x), rows,
+                                                                       static_cast<uint4*>(out), n_rows, w);
+  } else if (row_bytes % 4 == 0) {
+    const int64_t w = row_bytes / 4;
+    gather_rows_kernel<<<grid_for(n_rows * w), kThreads, 0, stream>>>(static_cast<const uint32_t*>(x), rows,
+                                                                       static_cast<uint32_t*>(out), n_rows, w);
+  } else {
+    gather_rows_kernel<<<grid_for(n_rows * row_bytes), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(x), rows, static_cast<uint8_t*>(out), n_rows, row_bytes);
+  }
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_bf16(const void* x, const void* w, void* out, int64_t rows, int64_t cols, float eps,
+                  cudaStream_t stream) {
+  if (rows == 0) return;
+  MX_CHECK_MSG(cols % 8 == 0, "rmsnorm_bf16: cols " << cols << " is not a multiple of 8");
+  constexpr int kWarps = 4;
+  const int grid = ceil_div(rows, kWarps);
+  const auto* xb = static_cast<const bf16*>(x);
+  const auto* wb = static_cast<const bf16*>(w);
+  auto* ob = static_cast<bf16*>(out);
+  rmsnorm_kernel<<<grid, kWarps * 32, 0, stream>>>(xb, wb, ob, rows, static_cast<int>(cols), eps);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void rope_neox_bf16(void* x, const int32_t* positions, int64_t n_tokens, const RopeParams& p, cudaStream_t stream) {
+  const int64_t total = n_tokens * (p.rotary_dim / 2) * p.n_heads;
+  if (total == 0) return;
+  rope_neox_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<bf16*>(x), positions, n_tokens, p);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_bf16(const void* gate_up, void* out, int64_t n_tokens, int64_t inter, cudaStream_t stream) {
+  if (n_tokens * inter == 0) return;
+  silu_mul_kernel<<<grid_for(n_tokens * inter), kThreads, 0, stream>>>(static_cast<const bf16*>(gate_up),
+                                                                        static_cast<bf16*>(out), n_tokens, inter);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void add_bf16(void* x, const void* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<bf16><<<grid_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(x), static_cast<const bf16*>(y), n);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void add_f32(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<float><<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
+                   int64_t n_tokens, int64_t kv_width, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  MX_CHECK_MSG(kv_width % 8 == 0, "kv_write_bf16: kv_width " << kv_width);
+  kv_write_kernel<<<grid_for(n_tokens * kv_width / 8), kThreads, 0, stream>>>(
+      static_cast<const bf16*>(k), static_cast<const bf16*>(v), slot_mapping, static_cast<bf16*>(k_cache),
+      static_cast<bf16*>(v_cache), n_tokens, kv_width);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(out), n, seed, scale);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxserve::kernels::cuda

@@ -1,0 +1,111 @@
+// Engine::extend_and_draft: the MTP (NextN) draft stage of speculative decoding, chain mode.
+//   1. extend: the MTP layer runs over every position p the target just computed, with token x_{p+1}
+//      and the target's post-norm hidden state h_p (its own KV layer, the target's positions), so its
+//      KV stays caught up; the last row of a decoding sequence proposes draft d_1;
+//   2. draft: N-1 more MTP steps, each fed the previous draft token and the MTP layer's own output
+//      hidden state, propose d_2..d_N. Their KV writes are tentative: the next extend rewrites them.
+// The target verifies [x_last, d_1..d_N] in the next step (engine_step.cpp).
+#include "core/check.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace mxserve::runtime {
+namespace {
+
+int32_t pick_draft(const TokenDistribution& q, const Sequence& seq, uint64_t counter) {
+  if (seq.sampling.temperature <= 0.f) return q.argmax();
+  const uint64_t seed = seq.sampling.seed.value_or(seq.seed) ^ 0xD1D1D1D1ull;
+  return q.draw(counter_uniform(seed, counter));
+}
+
+}  // namespace
+
+Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& target_hidden) {
+  model::ForwardBatch ext;
+  ext.want_hidden = true;
+  std::vector<int32_t> hidden_rows;
+  std::vector<size_t> decoding;  // indices into rows whose sequence proposes drafts
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const MtpRows& r = rows[i];
+    Sequence* seq = r.seq;
+    model::SequenceSpan span;
+    span.token_begin = ext.n_tokens();
+    span.n_tokens = r.last_pos - r.first_pos + 1;
+    span.kv_len = r.last_pos + 1;
+    span.block_table = seq->block_table;
+    for (int32_t p = r.first_pos; p <= r.last_pos; ++p) {
+      ext.token_ids.push_back(seq->tokens[p + 1]);
+      ext.positions.push_back(p);
+      hidden_rows.push_back(r.first_row + (p - r.first_pos));
+    }
+    if (seq->n_remaining() == 1) {  // prefill done: propose drafts for the next step
+      ext.logit_rows.push_back(span.token_begin + span.n_tokens - 1);
+      decoding.push_back(i);
+    }
+    ext.seqs.push_back(std::move(span));
+  }
+  Tensor h_in = executor_->select_rows(target_hidden, hidden_rows);
+  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute_mtp(ext, h_in));
+  for (const MtpRows& r : rows) r.seq->n_draft_computed = r.last_pos + 1;
+
+  const int32_t n_steps = spec_policy_.steps_for(static_cast<int64_t>(scheduler_.running().size()),
+                                                 config_.scheduler.max_num_batched_tokens);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.spec.current_steps = n_steps;
+  }
+  if (n_steps == 0 || decoding.empty()) return Status::ok();
+
+  const int64_t V = executor_->vocab_size();
+  struct Drafting {
+    Sequence* seq;
+    int32_t hidden_row;  // row of the sequence's latest MTP output in the latest hidden tensor
+  };
+  std::vector<Drafting> active;
+  for (size_t k = 0; k < decoding.size(); ++k) {
+    const MtpRows& r = rows[decoding[k]];
+    Sequence* seq = r.seq;
+    // Room for the drafts' KV now and for verifying them next step; no room -> plain decoding.
+    if (!scheduler_.reserve(seq, static_cast<int64_t>(seq->tokens.size()) + n_steps)) continue;
+    std::span<const float> lr(out.logits.data<float>() + k * V, V);
+    TokenDistribution q = sampling_distribution(lr, seq->sampling);
+    seq->drafts = {pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64)};
+    if (seq->sampling.temperature > 0.f) seq->draft_q = {std::move(q)};
+    const auto& span = ext.seqs[decoding[k]];
+    active.push_back({seq, span.token_begin + span.n_tokens - 1});
+  }
+  Tensor hidden = out.hidden;
+  for (int32_t j = 2; j <= n_steps && !active.empty(); ++j) {
+    model::ForwardBatch d;
+    d.want_hidden = true;
+    std::vector<int32_t> hrows;
+    for (size_t a = 0; a < active.size(); ++a) {
+      Sequence* seq = active[a].seq;
+      const int32_t pos = static_cast<int32_t>(seq->tokens.size()) - 3 + j;  // draft d_{j-1} sits here
+      model::SequenceSpan span;
+      span.token_begin = static_cast<int32_t>(a);
+      span.n_tokens = 1;
+      span.kv_len = pos + 1;
+      span.block_table = seq->block_table;
+      d.seqs.push_back(std::move(span));
+      d.token_ids.push_back(seq->drafts.back());
+      d.positions.push_back(pos);
+      d.logit_rows.push_back(static_cast<int32_t>(a));
+      hrows.push_back(active[a].hidden_row);
+    }
+    Tensor hd = executor_->select_rows(hidden, hrows);
+    MX_ASSIGN_OR_RETURN(ExecOutput step, executor_->execute_mtp(d, hd));
+    for (size_t a = 0; a < active.size(); ++a) {
+      Sequence* seq = active[a].seq;
+      std::span<const float> lr(step.logits.data<float>() + a * V, V);
+      TokenDistribution q = sampling_distribution(lr, seq->sampling);
+      seq->drafts.push_back(pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64 + j));
+      if (seq->sampling.temperature > 0.f) seq->draft_q.push_back(std::move(q));
+      active[a].hidden_row = static_cast<int32_t>(a);
+    }
+    hidden = step.hidden;
+  }
+  return Status::ok();
+}
+
+}  // namespace mxserve::runtime

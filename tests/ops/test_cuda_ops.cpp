@@ -1,0 +1,400 @@
+// Every CUDA op against the CPU reference backend on random inputs at small serving shapes and the edge
+// cases DESIGN.md section 4 lists (1 token, ragged batches, KV block boundaries, context splits, experts
+// with no tokens, all tokens on one expert, top_k == n_experts). Inputs are bf16-representable, so
+// both backends see identical values; the CUDA outputs are poisoned (NaN) first, so an unwritten element
+// fails. Tolerances, declared per op:
+//   exact        embedding, gather_rows, kv_write (copies); router ids (inputs on an exact grid)
+//   kTolBf16Out  4e-3 rel L2: ops whose only difference is the final bf16 rounding (~2^-9 / sqrt 3)
+//   kTolGemm     1e-2 rel L2: GEMM-based ops with bf16 intermediates (MoE act and y)
+//   kTolF32      1e-5 rel L2: f32 outputs from identical bf16 operands (logits GEMM, router weights)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "core/numeric.h"
+#include "model/forward_batch.h"
+
+namespace mxserve {
+namespace {
+
+using backend::Backend;
+
+constexpr double kTolBf16Out = 4e-3;
+constexpr double kTolGemm = 1e-2;
+constexpr double kTolF32 = 1e-5;
+
+struct Err {
+  double rel_l2 = 0, max_abs = 0;
+};
+
+// Host f32 tensors of equal size; NaN anywhere gives infinity.
+Err error(const Tensor& got, const Tensor& ref) {
+  EXPECT_EQ(got.numel(), ref.numel());
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = got.data<float>()[i], b = ref.data<float>()[i];
+    if (std::isnan(a) || std::isnan(b)) return {INFINITY, INFINITY};
+    num += (a - b) * (a - b);
+    den += b * b;
+    mx = std::max(mx, std::fabs(a - b));
+  }
+  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = backend::make_backend("cuda");
+    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
+    gpu_ = std::move(*r);
+    cpu_ = backend::make_cpu_backend();
+  }
+
+  // Host f32 tensor of bf16-representable values uniform in [-scale, scale).
+  Tensor rand(Shape s, float scale = 1.f) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    Tensor t = Tensor::empty(DType::kF32, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_)));
+    return t;
+  }
+  Tensor ints(Shape s, int lo, int hi) {
+    std::uniform_int_distribution<int> u(lo, hi);
+    Tensor t = Tensor::empty(DType::kI32, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = u(rng_);
+    return t;
+  }
+  Tensor cpu(const Tensor& host) { return cpu_->upload(host); }
+  Tensor gpu_bf16(const Tensor& host_f32) {
+    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
+    gpu_->copy_weight(host_f32, d);
+    return d;
+  }
+  Tensor gpu_exact(const Tensor& host) { return gpu_->upload(host); }
+  // A bf16 (or f32) device tensor full of NaN: every element the op should write is checked.
+  Tensor poison(DType dt, Shape s) {
+    Tensor h = Tensor::empty(dt, s);
+    if (dt == DType::kBF16)
+      for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
+    else
+      for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = NAN;
+    return gpu_->upload(h);
+  }
+  Tensor host(const Tensor& t) { return gpu_->to_host(t); }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::mt19937 rng_{20261129};
+};
+
+void expect_exact(const Tensor& got, const Tensor& ref) {
+  ASSERT_EQ(got.numel(), ref.numel());
+  ASSERT_EQ(got.nbytes(), ref.nbytes());
+  EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.nbytes()), 0);
+}
+
+// Prints every measured error (the op test table in docs/cuda.md comes from these lines).
+#define EXPECT_WITHIN(got, ref, tol)                                                             \
+  do {                                                                                           \
+    const Err e_ = error(got, ref);                                                              \
+    std::printf("[ err      ] %-28s rel_l2 %.3e  max_abs %.3e  (tol %.0e)\n",                     \
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), e_.rel_l2,      \
+                e_.max_abs, static_cast<double>(tol));                                           \
+    EXPECT_LE(e_.rel_l2, tol) << "rel_l2 " << e_.rel_l2 << " max_abs " << e_.max_abs;            \
+  } while (0)
+
+// ---- copies: exact -------------------------------------------------------------------------------
+
+TEST_F(CudaOps, EmbeddingExact) {
+  for (int64_t T : {1, 37}) {
+    for (int64_t H : {64, 4096}) {
+      Tensor table = rand({300, H});
+      Tensor ids = ints({T}, 0, 299);
+      Tensor ref = cpu_->alloc(DType::kF32, {T, H});
+      cpu_->embedding(cpu(table), ids, ref);
+      Tensor out = poison(DType::kBF16, {T, H});
+      gpu_->embedding(gpu_bf16(table), gpu_exact(ids), out);
+      expect_exact(host(out), ref);
+    }
+  }
+}
+
+TEST_F(CudaOps, GatherRowsExact) {
+  Tensor x = rand({10, 72});
+  Tensor rows = ints({13}, 0, 9);
+  Tensor ref = cpu_->alloc(DType::kF32, {13, 72});
+  cpu_->gather_rows(cpu(x), rows, ref);
+  Tensor out = poison(DType::kBF16, {13, 72});
+  gpu_->gather_rows(gpu_bf16(x), gpu_exact(rows), out);
+  expect_exact(host(out), ref);
+  Tensor out32 = poison(DType::kF32, {13, 72});  // f32 rows (logits) too
+  gpu_->gather_rows(gpu_exact(x), gpu_exact(rows), out32);
+  expect_exact(host(out32), ref);
+}
+
+TEST_F(CudaOps, KvWriteExactAtBlockBoundaries) {
+  const int64_t bs = 16, n_blocks = 6, width = 2 * 32;
+  Tensor kc = rand({n_blocks * bs, width}), vc = rand({n_blocks * bs, width});
+  // Slots 15/16 and 31/32 straddle block boundaries; the rest are random and distinct.
+  std::vector<int32_t> slots = {15, 16, 31, 32, 0, 95, 47, 48, 63, 64, 70};
+  const int64_t T = static_cast<int64_t>(slots.size());
+  Tensor k = rand({T, width}), v = rand({T, width});
+  backend::AttentionMeta cm, gm;
+  Tensor sm = Tensor::view_of(slots.data(), DType::kI32, {T});
+  cm.slot_mapping = cpu(sm);
+  gm.slot_mapping = gpu_exact(sm);
+  cm.params.n_kv_heads = gm.params.n_kv_heads = 2;
+  cm.params.head_dim = gm.params.head_dim = 32;
+  Tensor ck = cpu(kc), cv = cpu(vc), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
+  cpu_->kv_write(cpu(k), cpu(v), cm, ck, cv);
+  gpu_->kv_write(gpu_bf16(k), gpu_bf16(v), gm, gk, gv);
+  expect_exact(host(gk), ck);
+  expect_exact(host(gv), cv);
+}
+
+// ---- elementwise ---------------------------------------------------------------------------------
+
+TEST_F(CudaOps, RmsNorm) {
+  struct Case {
+    int64_t rows, cols;
+    bool in_place;
+  };
+  for (const Case& c : {Case{1, 64, false}, Case{7, 4096, false}, Case{33 * 4, 128, true}, Case{5, 32, true}}) {
+    Tensor x = rand({c.rows, c.cols}, 3.f), w = rand({c.cols});
+    Tensor ref = cpu_->alloc(DType::kF32, {c.rows, c.cols});
+    cpu_->rmsnorm(cpu(x), cpu(w), 1e-5f, ref);
+    Tensor gx = gpu_bf16(x);
+    Tensor out = c.in_place ? gx : poison(DType::kBF16, {c.rows, c.cols});
+    gpu_->rmsnorm(gx, gpu_bf16(w), 1e-5f, out);
+    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " cols " << c.cols);
+    EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+  }
+}
+
+TEST_F(CudaOps, RopePartialNeox) {
+  struct Case {
+    int64_t T;
+    int nh, hd, rd;
+  };
+  for (const Case& c : {Case{1, 4, 32, 16}, Case{19, 4, 32, 16}, Case{9, 12, 128, 64}}) {
+    Tensor x = rand({c.T, c.nh, c.hd});
+    Tensor pos = ints({c.T}, 0, 32767);
+    if (c.T == 1) pos.data<int32_t>()[0] = 0;
+    kernels::RopeParams p;
+    p.n_heads = c.nh;
+    p.head_dim = c.hd;
+    p.rotary_dim = c.rd;
+    p.theta = c.hd == 128 ? 1000000.f : 10000.f;
+    Tensor cx = cpu(x), gx = gpu_bf16(x);
+    cpu_->rope(cx, pos, p);
+    gpu_->rope(gx, gpu_exact(pos), p);
+    SCOPED_TRACE(testing::Message() << "T " << c.T << " hd " << c.hd);
+    EXPECT_WITHIN(host(gx), cx, kTolBf16Out);
+  }
+}
+
+TEST_F(CudaOps, SiluMulAndAdd) {
+  for (int64_t T : {1, 9}) {
+    for (int64_t I : {32, 1408}) {
+      Tensor gu = rand({T, 2 * I}, 4.f);
+      Tensor ref = cpu_->alloc(DType::kF32, {T, I});
+      cpu_->silu_mul(cpu(gu), ref);
+      Tensor out = poison(DType::kBF16, {T, I});
+      gpu_->silu_mul(gpu_bf16(gu), out);
+      EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+    }
+  }
+  Tensor a = rand({17, 64}), b = rand({17, 64});
+  Tensor ca = cpu(a), ga = gpu_bf16(a);
+  cpu_->add(ca, cpu(b));
+  gpu_->add(ga, gpu_bf16(b));
+  EXPECT_WITHIN(host(ga), ca, kTolBf16Out);
+}
+
+// ---- GEMMs ---------------------------------------------------------------------------------------
+
+TEST_F(CudaOps, Linear) {
+  struct Case {
+    int64_t m, n, k;
+    bool bias, f32_out;
+  };
+  for (const Case& c : {Case{1, 64, 64, false, false}, Case{5, 96, 64, true, false}, Case{33, 4096, 512, true, false},
+                        Case{64, 1000, 4096, false, false}, Case{3, 384, 64, false, true},
+                        Case{1, 151552 / 16, 4096, false, true}}) {
+    Tensor x = rand({c.m, c.k}), w = rand({c.n, c.k}, 0.05f), b = rand({c.n});
+    Tensor ref = cpu_->alloc(DType::kF32, {c.m, c.n});
+    Tensor cb = cpu(b);
+    cpu_->linear(cpu(x), cpu(w), c.bias ? &cb : nullptr, ref);
+    Tensor gb = gpu_bf16(b);
+    Tensor out = poison(c.f32_out ? DType::kF32 : DType::kBF16, {c.m, c.n});
+    gpu_->linear(gpu_bf16(x), gpu_bf16(w), c.bias ? &gb : nullptr, out);
+    SCOPED_TRACE(testing::Message() << "M " << c.m << " N " << c.n << " K " << c.k << (c.bias ? " +bias" : "")
+                                    << (c.f32_out ? " f32" : " bf16"));
+    EXPECT_WITHIN(host(out), ref, c.f32_out ? kTolF32 : kTolBf16Out);
+  }
+}
+
+// ---- attention -----------------------------------------------------------------------------------
+
+struct SeqCase {
+  int32_t n_tokens, kv_len;
+};
+
+struct AttnCase {
+  int nh, kvh, hd;
+  std::vector<SeqCase> seqs;
+  const char* what;
+};
+
+TEST_F(CudaOps, PagedAttention) {
+  const std::vector<AttnCase> cases = {
+      {4, 2, 32, {{1, 1}}, "one token, context 1"},
+      {4, 2, 32, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}, {1, 300}}, "ragged, block boundaries"},
+      {4, 2, 32, {{9, 9}, {20, 40}, {1, 5}, {12, 100}}, "prefill-like ragged: sequences straddle 8-token blocks"},
+      {8, 2, 128, {{64, 64}, {1, 700}}, "prefill-like, short: shared kernel with context splits"},
+      {8, 2, 128, {{1, 4096}, {1, 3000}}, "long decode: context splits"},
+      {8, 2, 128, {{200, 200}, {100, 150}}, "prefill: no split"},
+      {4, 4, 64, {{7, 7}, {1, 65}}, "head_dim 64, no GQA"},
+      {8, 1, 16, {{9, 9}, {1, 40}}, "head_dim 16, one kv head (fixture b shape)"},
+      {96, 8, 128, {{1, 2000}, {4, 700}}, "GLM-4.5-Air heads (group 12)"},
+      {96, 8, 128, {{300, 300}, {1, 8192}}, "GLM-4.5-Air heads: prefill chunk + long decode"},
+      {32, 1, 64, {{5, 5}, {1, 600}}, "group 32: CUDA-core kernel"},
+      {16, 1, 256, {{3, 40}, {1, 300}}, "head_dim 256: CUDA-core kernel"},
+  };
+  const int64_t bs = 16;
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    model::ForwardBatch batch;
+    int64_t blocks_needed = 0;
+    for (const SeqCase& s : c.seqs) blocks_needed += (s.kv_len + bs - 1) / bs;
+    const int64_t n_blocks = blocks_needed + 3;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    int64_t next_block = 0;
+    for (const SeqCase& s : c.seqs) {
+      model::SequenceSpan span;
+      span.token_begin = batch.n_tokens();
+      span.n_tokens = s.n_tokens;
+      span.kv_len = s.kv_len;
+      for (int64_t b = 0; b < (s.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next_block++]);
+      for (int32_t i = 0; i < s.n_tokens; ++i) {
+        batch.token_ids.push_back(0);
+        batch.positions.push_back(s.kv_len - s.n_tokens + i);
+      }
+      batch.seqs.push_back(span);
+    }
+    const int64_t T = batch.n_tokens();
+    kernels::AttentionParams shape;
+    shape.n_heads = c.nh;
+    shape.n_kv_heads = c.kvh;
+    shape.head_dim = c.hd;
+    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    Tensor kc = rand({n_blocks * bs, c.kvh * c.hd}, 2.f), vc = rand({n_blocks * bs, c.kvh * c.hd});
+    Tensor q = rand({T, c.nh * c.hd}, 2.f);
+    Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
+    cpu_->attention(cpu(q), cpu(kc), cpu(vc), cmeta, ref);
+    Tensor gq = gpu_bf16(q), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
+    // Every kernel design on every case: the planner's choice, then each one forced (a forced tensor-core
+    // kernel on a shape it does not serve falls back to the CUDA-core one, by the planner's rule).
+    for (const char* kernel : {"", "warp", "shared", "simt"}) {
+      SCOPED_TRACE(kernel);
+      if (*kernel) setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+      Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
+      gpu_->attention(gq, gk, gv, gmeta, out);
+      unsetenv("MXSERVE_ATTENTION_KERNEL");
+      EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+    }
+  }
+}
+
+// ---- MoE -----------------------------------------------------------------------------------------
+
+struct RouterCase {
+  int E, K, n_group, topk_group;
+  int64_t T;
+};
+
+// Router inputs on an exact grid (x in k/4, w in k/8, H = 64: every dot product is exact in fp32 in any
+// order), so ids must match exactly, ties included (both sides break ties toward the lower index).
+TEST_F(CudaOps, RouterExact) {
+  for (const RouterCase& c : {RouterCase{16, 4, 4, 2, 1}, RouterCase{16, 4, 4, 2, 37}, RouterCase{128, 8, 1, 1, 33},
+                              RouterCase{8, 8, 1, 1, 5}, RouterCase{64, 6, 8, 3, 20}}) {
+    SCOPED_TRACE(testing::Message() << "E " << c.E << " K " << c.K << " groups " << c.n_group << "/" << c.topk_group
+                                    << " T " << c.T);
+    const int64_t H = 64;
+    Tensor x = ints({c.T, H}, -2, 2), w = ints({c.E, H}, -3, 3), bias = ints({c.E}, -16, 16);
+    Tensor xf = Tensor::empty(DType::kF32, {c.T, H}), wf = Tensor::empty(DType::kF32, {c.E, H});
+    Tensor bf = Tensor::empty(DType::kF32, {c.E});
+    for (int64_t i = 0; i < xf.numel(); ++i) xf.data<float>()[i] = x.data<int32_t>()[i] / 4.f;
+    for (int64_t i = 0; i < wf.numel(); ++i) wf.data<float>()[i] = w.data<int32_t>()[i] / 8.f;
+    for (int64_t i = 0; i < bf.numel(); ++i) bf.data<float>()[i] = bias.data<int32_t>()[i] / 64.f;
+    kernels::RouterParams p;
+    p.n_experts = c.E;
+    p.top_k = c.K;
+    p.n_group = c.n_group;
+    p.topk_group = c.topk_group;
+    p.routed_scaling_factor = 2.5f;
+    Tensor cid = cpu_->alloc(DType::kI32, {c.T, c.K}), cw = cpu_->alloc(DType::kF32, {c.T, c.K});
+    cpu_->router(cpu(xf), cpu(wf), cpu(bf), p, cid, cw);
+    Tensor gid = gpu_->alloc(DType::kI32, {c.T, c.K});
+    Tensor gw = poison(DType::kF32, {c.T, c.K});
+    gpu_->router(gpu_bf16(xf), gpu_bf16(wf), gpu_exact(bf), p, gid, gw);
+    expect_exact(host(gid), cid);
+    EXPECT_WITHIN(host(gw), cw, kTolF32);
+  }
+}
+
+struct MoeCase {
+  int64_t T, H, I;
+  int E, K;
+  bool one_expert;  // every token's first slot on expert 3
+  const char* what;
+};
+
+TEST_F(CudaOps, MoeExperts) {
+  const std::vector<MoeCase> cases = {
+      {1, 256, 96, 8, 2, false, "one token: most experts empty (GEMV path)"},
+      {5, 256, 96, 8, 2, false, "5 tokens: N and K tails (grouped GEMM)"},
+      {37, 64, 32, 16, 4, false, "ragged, fixture shape"},
+      {40, 64, 32, 16, 4, true, "all tokens on one expert"},
+      {9, 128, 64, 4, 4, false, "top_k == n_experts"},
+      {64, 1024, 256, 128, 8, false, "128 experts, top 8"},
+      {3, 1024, 256, 128, 8, false, "decode batch 3 (GEMV path)"},
+      {4, 128, 64, 4, 4, false, "decode batch 4, top_k == n_experts (GEMV path)"},
+      {4, 64, 32, 16, 4, true, "decode batch 4 all on one expert (GEMV path)"},
+  };
+  for (const MoeCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    Tensor x = rand({c.T, c.H});
+    Tensor gate_up = rand({c.E, 2 * c.I, c.H}, 2.f / std::sqrt(static_cast<float>(c.H)));
+    Tensor down = rand({c.E, c.H, c.I}, 2.f / std::sqrt(static_cast<float>(c.I)));
+    Tensor ids = Tensor::empty(DType::kI32, {c.T, c.K});
+    std::vector<int32_t> experts(c.E);
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::iota(experts.begin(), experts.end(), 0);
+      std::shuffle(experts.begin(), experts.end(), rng_);
+      if (c.one_expert) std::swap(*std::find(experts.begin(), experts.end(), 3), experts[0]);
+      for (int k = 0; k < c.K; ++k) ids.data<int32_t>()[t * c.K + k] = experts[k];
+    }
+    Tensor wts = rand({c.T, c.K});
+    for (int64_t i = 0; i < wts.numel(); ++i) wts.data<float>()[i] = std::fabs(wts.data<float>()[i]);
+    Tensor out0 = rand({c.T, c.H});
+    backend::ExpertWeights cex{cpu(gate_up), cpu(down)}, gex{gpu_bf16(gate_up), gpu_bf16(down)};
+    Tensor ref = cpu(out0);
+    cpu_->moe_experts(cpu(x), ids, wts, cex, ref);
+    Tensor out = gpu_bf16(out0);
+    gpu_->moe_experts(gpu_bf16(x), gpu_exact(ids), gpu_exact(wts), gex, out);
+    EXPECT_WITHIN(host(out), ref, kTolGemm);
+  }
+}
+
+}  // namespace
+}  // namespace mxserve

@@ -1,0 +1,197 @@
+// MTP speculative decoding with the real tiny models on the CPU backend: lossless for greedy (identical
+// outputs with and without speculation, alone and batched, with and without prefix reuse), the draft's
+// logits equal the fixture's mtp_logits, and the counters add up.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "backend/backend.h"
+#include "cli/fixture.h"
+#include "model/causal_lm.h"
+#include "runtime/engine.h"
+
+namespace mxserve::runtime {
+namespace {
+
+struct Loaded {
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
+  std::unique_ptr<model::CausalLM> lm;
+  std::vector<cli::FixtureCase> cases;
+};
+
+Loaded& fixture(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  auto& slot = cache[name];
+  if (!slot) {
+    slot = std::make_unique<Loaded>();
+    const std::string dir = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/" + name;
+    auto m = model::load_causal_lm(dir, *slot->be, model::LoadOptions{});
+    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+    slot->lm = std::move(*m);
+    auto cases = cli::read_fixture_cases(dir, slot->lm->config().vocab_size);
+    EXPECT_TRUE(cases.is_ok());
+    slot->cases = std::move(*cases);
+  }
+  return *slot;
+}
+
+// What the recorder saw: the first MTP call (the extend over the prompt), all rows' logits.
+struct MtpRecord {
+  model::ForwardBatch first_batch_;
+  Tensor first_logits_;
+};
+
+// Records the MTP layer's logits of every row (the engine only asks for the last row's).
+class RecordingExecutor final : public ModelExecutor {
+ public:
+  RecordingExecutor(std::unique_ptr<ModelExecutor> inner, MtpRecord* record)
+      : inner_(std::move(inner)), record_(record) {}
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
+  bool has_mtp() const override { return inner_->has_mtp(); }
+  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
+  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
+    model::ForwardBatch all = b;
+    all.logit_rows.clear();
+    for (int32_t r = 0; r < b.n_tokens(); ++r) all.logit_rows.push_back(r);
+    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(all, h));
+    const int64_t V = vocab_size();
+    if (first_ && record_) {  // keep the first MTP call (the extend over the prompt)
+      record_->first_batch_ = b;
+      record_->first_logits_ = out.logits;
+      first_ = false;
+    }
+    Tensor picked = Tensor::empty(DType::kF32, {static_cast<int64_t>(b.logit_rows.size()), V});
+    for (size_t i = 0; i < b.logit_rows.size(); ++i)
+      std::memcpy(picked.data<float>() + i * V, out.logits.data<float>() + b.logit_rows[i] * V, sizeof(float) * V);
+    out.logits = picked;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ModelExecutor> inner_;
+  MtpRecord* record_;
+  bool first_ = true;
+};
+
+struct Result_ {
+  std::map<size_t, std::vector<int32_t>> tokens;
+  std::map<size_t, Usage> usage;
+  EngineStats stats;
+};
+
+Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps, bool prefix_cache, bool batched,
+            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt) {
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 4;
+  cfg.scheduler.max_num_batched_tokens = 256;
+  cfg.scheduler.chunked_prefill_size = 128;
+  cfg.scheduler.enable_prefix_cache = prefix_cache;
+  cfg.n_blocks = 256;
+  cfg.max_model_len = 512;
+  cfg.spec.num_steps = spec_steps;
+  cfg.spec.adaptive = false;
+  cfg.spec.simulate_acceptance = simulate;
+  Engine engine(cfg, std::make_unique<RecordingExecutor>(make_model_executor(*m.lm, *m.be, cfg.n_blocks, 4), record));
+  Result_ out;
+  std::map<RequestId, size_t> index;
+  auto submit = [&](size_t i) {
+    auto id = engine.submit(specs[i], [&out, &index](const TokenEvent& ev) {
+      const size_t k = index.at(ev.id);
+      if (ev.token >= 0) out.tokens[k].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) out.usage[k] = ev.usage;
+    });
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    index[*id] = i;
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    submit(i);
+    if (!batched)
+      while (!engine.idle()) engine.step();
+  }
+  while (!engine.idle()) {
+    engine.step();
+    EXPECT_TRUE(engine.check_invariants().is_ok());
+  }
+  out.stats = engine.stats();
+  return out;
+}
+
+std::vector<RequestSpec> prompts_of(const Loaded& m, int32_t max_tokens) {
+  std::vector<RequestSpec> specs;
+  for (const auto& c : m.cases) {
+    RequestSpec s;
+    s.prompt = c.input_ids;
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = max_tokens;
+    s.sampling.ignore_eos = true;
+    specs.push_back(s);
+  }
+  specs.push_back(specs.back());  // a repeat: served from the prefix cache when it is on
+  return specs;
+}
+
+class SpecFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SpecFixture, GreedyOutputsIdenticalWithAndWithoutSpeculation) {
+  Loaded& m = fixture(GetParam());
+  const auto specs = prompts_of(m, 12);
+  const Result_ plain = run(m, specs, 0, false, false);
+  for (int32_t steps : {1, 3}) {
+    for (bool prefix : {false, true}) {
+      for (bool batched : {false, true}) {
+        const Result_ sp = run(m, specs, steps, prefix, batched);
+        for (size_t i = 0; i < specs.size(); ++i)
+          EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i))
+              << GetParam() << " request " << i << " steps " << steps << " prefix " << prefix << " batched " << batched;
+        EXPECT_GT(sp.stats.spec.num_draft_tokens, 0);
+        int64_t drafted = 0, accepted = 0;
+        for (const auto& [i, u] : sp.usage) {
+          drafted += u.spec_draft_tokens;
+          accepted += u.spec_accepted_tokens;
+        }
+        EXPECT_EQ(drafted, sp.stats.spec.num_draft_tokens);
+        EXPECT_EQ(accepted, sp.stats.spec.num_accepted_tokens);
+      }
+    }
+  }
+  // The greedy continuation is also the fixture's reference greedy.
+  for (size_t i = 0; i < m.cases.size(); ++i) {
+    std::vector<int32_t> head(plain.tokens.at(i).begin(), plain.tokens.at(i).begin() + m.cases[i].greedy.size());
+    EXPECT_EQ(head, m.cases[i].greedy) << "case " << i;
+  }
+}
+
+TEST_P(SpecFixture, DraftLogitsEqualFixtureMtpLogits) {
+  Loaded& m = fixture(GetParam());
+  const auto& c = m.cases[3];  // 64 tokens
+  RequestSpec s;
+  s.prompt = c.input_ids;
+  s.sampling.temperature = 0;
+  s.sampling.max_tokens = 2;
+  s.sampling.ignore_eos = true;
+  MtpRecord rec_data;
+  MtpRecord* rec = &rec_data;
+  run(m, {s}, 2, false, false, rec);
+  // The first MTP call is the extend over positions 0..T-1; rows 0..T-2 are exactly the fixture's rows.
+  const int64_t T = static_cast<int64_t>(c.input_ids.size()), V = m.lm->config().vocab_size;
+  ASSERT_EQ(rec->first_batch_.n_tokens(), T);
+  auto e = cli::compare(rec->first_logits_.data<float>(), c.mtp_logits.data<float>(), (T - 1) * V);
+  EXPECT_LT(e.rel_l2, 1e-4);
+}
+
+TEST_P(SpecFixture, SimulatedAcceptanceAcceptsAtTheRequestedRate) {
+  Loaded& m = fixture(GetParam());
+  auto specs = prompts_of(m, 24);
+  const Result_ r = run(m, specs, 3, false, true, nullptr, 4.0);  // accept all 3 drafts every step
+  EXPECT_EQ(r.stats.spec.num_accepted_tokens, r.stats.spec.num_draft_tokens);
+  ASSERT_EQ(r.stats.spec.accepted_per_pos.size(), 3u);
+  EXPECT_EQ(r.stats.spec.accepted_per_pos[0], r.stats.spec.num_drafts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SpecFixture, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+
+}  // namespace
+}  // namespace mxserve::runtime
