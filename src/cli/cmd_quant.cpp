@@ -184,7 +184,7 @@ int cmd_quantize(int argc, char** argv) {
                           {"--quantize-shared-experts"});
   if (!args.is_ok()) return fail(args.status());
   if (!args->positional().empty())
-    return fail(invalid_argument("usage: mxserve quantize --in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel "
+    return fail(invalid_argument("usage: mxserve quantize --in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor "
                                  "[--scale-rule even|floor|ceil] [--exclude GLOB ...] [--quantize-shared-experts] "
                                  "[--mtp-layer same|bf16] [--shard-size-mb N]"));
   auto in = args->get("--in");

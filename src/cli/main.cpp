@@ -19,7 +19,7 @@ const Command kCommands[] = {
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
     {"quantize", mxserve::cli::cmd_quantize,
-     "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel)"},
+     "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor)"},
     {"compare", mxserve::cli::cmd_compare,
      "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
     {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},

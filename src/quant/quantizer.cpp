@@ -78,9 +78,9 @@ nlohmann::ordered_json quark_config(ScaleRule rule, const std::vector<std::strin
   return q;
 }
 
-nlohmann::ordered_json compressed_tensors_config(const std::vector<std::string>& keep) {
+nlohmann::ordered_json compressed_tensors_config(const std::vector<std::string>& keep, const char* strategy) {
   nlohmann::ordered_json w = {{"num_bits", 8},       {"type", "float"},          {"symmetric", true},
-                              {"strategy", "channel"}, {"dynamic", false},       {"group_size", nullptr},
+                              {"strategy", strategy}, {"dynamic", false},        {"group_size", nullptr},
                               {"block_structure", nullptr}, {"actorder", nullptr}, {"observer", "minmax"}};
   nlohmann::ordered_json q;
   q["quant_method"] = "compressed-tensors";
@@ -117,6 +117,7 @@ const char* scheme_name(Scheme s) {
     case Scheme::kMxfp4: return "mxfp4";
     case Scheme::kFp8Block: return "fp8-block";
     case Scheme::kFp8Channel: return "fp8-channel";
+    case Scheme::kFp8Tensor: return "fp8-tensor";
   }
   return "?";
 }
@@ -125,7 +126,8 @@ Result<Scheme> parse_scheme(const std::string& name) {
   if (name == "mxfp4") return Scheme::kMxfp4;
   if (name == "fp8-block") return Scheme::kFp8Block;
   if (name == "fp8-channel") return Scheme::kFp8Channel;
-  return invalid_argument("--scheme '" + name + "': expected mxfp4, fp8-block or fp8-channel");
+  if (name == "fp8-tensor") return Scheme::kFp8Tensor;
+  return invalid_argument("--scheme '" + name + "': expected mxfp4, fp8-block, fp8-channel or fp8-tensor");
 }
 
 Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* progress) {
@@ -185,7 +187,8 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
                               {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block}});
       } else {
         it.outputs.push_back({name, DType::kFP8E4M3, {out, in}});
-        it.outputs.push_back({module + ".weight_scale", DType::kF32, {out, 1}});
+        it.outputs.push_back({module + ".weight_scale", DType::kF32,
+                              o.scheme == Scheme::kFp8Channel ? Shape{out, 1} : Shape{1}});
       }
       ++report.n_quantized;
     }
@@ -238,7 +241,8 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
         } else {
           MX_ASSIGN_OR_RETURN(Fp8Tensors q, o.scheme == Scheme::kFp8Block
                                                 ? quantize_fp8_block(src, kFp8Block, kFp8Block, it.name)
-                                                : quantize_fp8_channel(src, it.name));
+                                            : o.scheme == Scheme::kFp8Channel ? quantize_fp8_channel(src, it.name)
+                                                                              : quantize_fp8_tensor(src, it.name));
           MX_RETURN_IF_ERROR(writer->append(it.outputs[0].name, q.weight));
           MX_RETURN_IF_ERROR(writer->append(it.outputs[1].name, q.scale));
         }
@@ -263,7 +267,9 @@ Result<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o, std::FILE* 
   MX_RETURN_IF_ERROR(write_text(o.out_dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
   cfg["quantization_config"] = o.scheme == Scheme::kMxfp4      ? quark_config(o.scale_rule, report.kept_modules)
                                : o.scheme == Scheme::kFp8Block ? fp8_config(report.kept_modules)
-                                                               : compressed_tensors_config(report.kept_modules);
+                               : o.scheme == Scheme::kFp8Channel
+                                   ? compressed_tensors_config(report.kept_modules, "channel")
+                                   : compressed_tensors_config(report.kept_modules, "tensor");
   MX_RETURN_IF_ERROR(write_text(o.out_dir + "/config.json", cfg.dump(2) + "\n"));
   std::set<std::string> skip = {"config.json", "model.safetensors", "model.safetensors.index.json"};
   if (io::file_exists(o.in_dir + "/model.safetensors.index.json")) {

@@ -22,8 +22,9 @@ enum class Scheme {
   kMxfp4,       // AMD Quark layout and config
   kFp8Block,    // 128x128 weight_scale_inv, DeepSeek / GLM-5 "fp8" config
   kFp8Channel,  // per-row weight_scale [out, 1], compressed-tensors "float-quantized" config (GLM-4.x FP8)
+  kFp8Tensor,   // one weight_scale [1] per tensor, compressed-tensors config with strategy "tensor"
 };
-const char* scheme_name(Scheme s);  // "mxfp4", "fp8-block", "fp8-channel"
+const char* scheme_name(Scheme s);  // "mxfp4", "fp8-block", "fp8-channel", "fp8-tensor"
 Result<Scheme> parse_scheme(const std::string& name);
 
 struct QuantizeOptions {

@@ -165,8 +165,10 @@ TEST(Quantized, EveryFixtureEverySchemeWithinDocumentedBounds) {
   const Scheme schemes[] = {{"mxfp4_even", quant::Scheme::kMxfp4, quant::ScaleRule::kEven, kMxfp4Bound, 1000},
                             {"mxfp4_floor", quant::Scheme::kMxfp4, quant::ScaleRule::kFloor, kMxfp4Bound, 3},
                             {"mxfp4_ceil", quant::Scheme::kMxfp4, quant::ScaleRule::kCeil, kMxfp4Bound, 3},
+                            // per tensor equals block on these tiny tensors (each fits one 128x128 block)
                             {"fp8_block", quant::Scheme::kFp8Block, quant::ScaleRule::kEven, kFp8Bound, 1000},
-                            {"fp8_channel", quant::Scheme::kFp8Channel, quant::ScaleRule::kEven, kFp8Bound, 3}};
+                            {"fp8_channel", quant::Scheme::kFp8Channel, quant::ScaleRule::kEven, kFp8Bound, 3},
+                            {"fp8_tensor", quant::Scheme::kFp8Tensor, quant::ScaleRule::kEven, kFp8Bound, 1}};
   for (const char* fx : {"glm4_moe_tiny_a", "glm4_moe_tiny_b"}) {
     for (const auto& s : schemes) {
       const fs::path dir = quantize(fx, s.scheme, s.rule, s.tag);
