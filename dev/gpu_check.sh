@@ -33,6 +33,20 @@ RC_VER=0
 for f in "$P"/fixtures/*/; do
   timeout 60 "$P/bin/mxserve" verify-fixture "$f" --backend cuda --max-rel-l2 2e-2 >> "$OUT/verify.log" 2>&1 || RC_VER=$?
 done
+timeout 120 "$P/bin/test_cuda_engine" --gtest_color=no > "$OUT/engine_tests.log" 2>&1
+RC_ENG=$?
+# The engine end to end on the GPU: the embedded default (synthetic) and a truncated GLM-4.5-Air
+# (synthetic, 2 layers: one dense, one MoE) with and without MTP speculation at simulated acceptance.
+{
+  timeout 60 "$P/bin/mxserve" generate --config "$P/configs/tiny.json" --synthetic-weights --backend cuda \
+    --ids 9707,11,1879 --max-tokens 64 --ignore-eos
+  for spec in "" "--speculative-algorithm mtp --speculative-num-steps 1 --speculative-simulate-acceptance 2" \
+              "--speculative-algorithm mtp --speculative-num-steps 3 --speculative-simulate-acceptance 3"; do
+    timeout 120 "$P/bin/mxserve" generate --config "$P/configs/air.json" --synthetic-weights --num-layers 2 \
+      --backend cuda --ids 9707,11,1879 --max-tokens 256 --ignore-eos $spec
+  done
+} > "$OUT/engine_e2e.log" 2>&1
+RC_E2E=$?
 RC_SAN=skipped
 if [ $SANITIZE = 1 ] && command -v compute-sanitizer > /dev/null; then
   timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$P/bin/test_cuda_ops" --gtest_color=no \
@@ -47,10 +61,12 @@ fi
 
 {
   echo "==== summary ===="
-  echo "op tests rc=$RC_OPS   fixture tests rc=$RC_FIX   verify-fixture rc=$RC_VER   sanitizer rc=$RC_SAN   bench rc=$RC_BENCH"
+  echo "op tests rc=$RC_OPS   fixture tests rc=$RC_FIX   verify-fixture rc=$RC_VER   engine tests rc=$RC_ENG   engine e2e rc=$RC_E2E   sanitizer rc=$RC_SAN   bench rc=$RC_BENCH"
   grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|rel_l2 [0-9]|Expected|Which is|actual" "$OUT/op_tests.log" | head -60
   grep -E "^\[  FAILED|flips|step .*cuda|Failure" "$OUT/fixture_tests.log" | head -30
   cat "$OUT/verify.log"
+  grep -E "^\[  (     OK|FAILED ) \]|requests differ|note:" "$OUT/engine_tests.log" | head -20
+  grep -E "generated|error|speculative" "$OUT/engine_e2e.log" | head -20
   [ -f "$OUT/sanitizer.log" ] && grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/sanitizer.log" | head -10
   [ -f "$OUT/bench.log" ] && tail -30 "$OUT/bench.log"
 } 2>&1 | tee "$OUT/summary.txt"

@@ -7,13 +7,17 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$1; DEST=$2
 rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/fixtures"
 cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cuda_fixture" \
+   "$BUILD/tests/model/test_cuda_engine" \
    "$BUILD/tests/ops/bench_cuda_kernels" "$DEST/bin/"
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"
+mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
+cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
 LIBS=$(mktemp -d)
-for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
-  p=$(ldd "$BUILD/tests/ops/test_cuda_ops" | awk -v l=$l '$1 == l {print $3}')
+# Debian libraries the GPU image may lack (BLAS for the CPU reference, ICU + PCRE2 for the tokenizer).
+for l in $(ldd "$BUILD/mxserve" | awk '$1 ~ /^lib(openblas|gfortran|quadmath|gomp|icu|pcre2)/ {print $1}'); do
+  p=$(ldd "$BUILD/mxserve" | awk -v l=$l '$1 == l {print $3}')
   cp -L "$p" "$LIBS/$l"
 done
 tar -cJf "$DEST/libs.tar.xz" -C "$LIBS" .

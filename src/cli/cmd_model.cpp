@@ -1,5 +1,6 @@
 // verify-fixture, generate, inspect: the model-level subcommands.
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -8,7 +9,9 @@
 #include "cli/fixture.h"
 #include "io/checkpoint.h"
 #include "model/causal_lm.h"
+#include "model/config.h"
 #include "model/weight_table.h"
+#include "quant/precision_map.h"
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
 #include "cli/spec_flags.h"
@@ -145,20 +148,34 @@ int cmd_inspect(int argc, char** argv) {
   const std::string path = args->positional()[0];
   auto ckpt = io::Checkpoint::open(path);
   if (!ckpt.is_ok()) return fail(ckpt.status());
+  int64_t n_layers = -1;
+  quant::DetectOptions dopt;
+  std::optional<model::ModelConfig> cfg;
+  if (io::is_directory(path) && io::file_exists(path + "/config.json")) {
+    auto c = model::load_model_config(path);
+    if (!c.is_ok()) return fail(c.status());
+    cfg = *c;
+    n_layers = cfg->n_layers;
+    if (cfg->quant && cfg->quant->block_rows > 0) {
+      dopt.fp8_block_rows = cfg->quant->block_rows;
+      dopt.fp8_block_cols = cfg->quant->block_cols;
+    }
+  }
   std::printf("%-64s %-9s %-22s %s\n", "tensor", "dtype", "shape", "precision");
   for (const auto& name : (*ckpt)->names()) {
     const auto* t = (*ckpt)->find(name);
-    auto prec = model::detect_precision(t->info->dtype, name);
     std::printf("%-64s %-9s %-22s %s\n", name.c_str(), dtype_name(t->info->dtype),
-                shape_to_string(t->info->shape).c_str(), prec.is_ok() ? model::precision_name(*prec) : "unsupported");
+                shape_to_string(t->info->shape).c_str(), quant::tensor_precision_label(**ckpt, name, dopt).c_str());
   }
   std::printf("%zu tensors in %zu file(s)\n", (*ckpt)->names().size(), (*ckpt)->num_files());
-  if (io::is_directory(path) && io::file_exists(path + "/config.json")) {
-    auto cfg = model::load_model_config(path);
-    if (!cfg.is_ok()) return fail(cfg.status());
+  const quant::PrecisionMap map = quant::precision_map(**ckpt, n_layers, dopt);
+  std::printf("precision map (Linear weights; counts after 'x'):\n%s", quant::format_precision_map(map).c_str());
+  if (cfg) {
     std::printf("config: %s\n", model::describe_config(*cfg).c_str());
+    if (cfg->quant)
+      std::printf("quantization_config: quant_method %s\n", quant::quant_method_name(cfg->quant->method));
   }
-  return 0;
+  return map.errors.empty() ? 0 : 1;
 }
 
 }  // namespace mxserve::cli

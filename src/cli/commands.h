@@ -7,6 +7,8 @@ namespace mxserve::cli {
 int cmd_verify_fixture(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 

@@ -17,7 +17,11 @@ struct Command {
 const Command kCommands[] = {
     {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3)"},
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
-    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors with their detected precision"},
+    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
+    {"quantize", mxserve::cli::cmd_quantize,
+     "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor)"},
+    {"compare", mxserve::cli::cmd_compare,
+     "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
     {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
     {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
     {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},

@@ -191,7 +191,10 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& json, const std::st
     return contradiction(source, "torch_dtype vs dtype", dtype_name(*dt_a), dtype_name(*dt_b));
   c.dtype = dt_a ? *dt_a : dt_b.value_or(DType::kBF16);
   if (json.contains("quantization_config") && !json["quantization_config"].is_null())
+  {
     c.quantization_config = json["quantization_config"];
+    MX_ASSIGN_OR_RETURN(c.quant, quant::QuantizationConfig::parse(*c.quantization_config, source));
+  }
 
   MX_RETURN_IF_ERROR(validate(f, c));
   return c;

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "model/registry.h"
+#include "quant/quant_config.h"
 
 namespace mxserve::model {
 
@@ -50,7 +51,8 @@ struct ModelConfig {
   int64_t n_mtp_layers = 0;        // num_nextn_predict_layers (0 or 1)
   std::vector<int64_t> eos_token_ids;
   DType dtype = DType::kBF16;      // torch_dtype / dtype
-  std::optional<nlohmann::json> quantization_config;
+  std::optional<nlohmann::json> quantization_config;  // as written
+  std::optional<quant::QuantizationConfig> quant;     // the same, typed (parse errors fail the config)
 
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense; }  // the MTP layer is MoE too
   int64_t shared_inter() const { return moe_inter * n_shared_experts; }

@@ -3,23 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "core/hash.h"
 #include "core/numeric.h"
 
 namespace mxserve::model {
 namespace {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t name_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t name_hash(const std::string& s) { return fnv1a(s); }
 
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string x(suffix);

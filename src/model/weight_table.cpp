@@ -4,16 +4,17 @@
 #include <unordered_set>
 
 #include "core/check.h"
+#include "quant/detect.h"
+#include "quant/gpt_oss.h"
 
 namespace mxserve::model {
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kF32: return "f32";
-    case Precision::kBF16: return "bf16";
-    case Precision::kF16: return "f16";
-  }
-  return "?";
+BoundWeight::BoundWeight(Tensor host, Precision p) {
+  MX_CHECK_MSG(quant::is_float(p), "BoundWeight(Tensor, Precision) takes plain float weights, got " << precision_name(p));
+  stored.precision = p;
+  stored.shape = host.shape();
+  stored.data = host;
+  this->host = std::move(host);
 }
 
 const BoundWeight* BoundWeights::find(const std::string& name) const {
@@ -27,27 +28,36 @@ const BoundWeight& BoundWeights::at(const std::string& name) const {
   return *w;
 }
 
-Result<Precision> detect_precision(DType dt, const std::string& name) {
-  switch (dt) {
-    case DType::kF32: return Precision::kF32;
-    case DType::kBF16: return Precision::kBF16;
-    case DType::kF16: return Precision::kF16;
-    case DType::kU8:
-      return unsupported("tensor '" + name + "' is u8 (a packed MXFP4 weight?): quantized weights are not " +
-                         "supported by this build yet");
-    case DType::kFP8E4M3:
-      return unsupported("tensor '" + name + "' is fp8_e4m3: FP8 weights are not supported by this build yet");
-    default:
-      return unsupported("tensor '" + name + "' has dtype " + dtype_name(dt) + ", not a weight precision");
-  }
-}
-
 namespace {
+
 std::string allowed_list(const std::vector<Precision>& allowed) {
   std::string s;
-  for (auto p : allowed) s += (s.empty() ? "" : "|") + std::string(precision_name(p));
+  for (auto p : allowed) {
+    if (!s.empty()) s += '|';
+    s += precision_name(p);
+  }
   return s;
 }
+
+std::string module_of(const std::string& name) {
+  const std::string w = ".weight";
+  if (name.size() > w.size() && name.compare(name.size() - w.size(), w.size(), w) == 0)
+    return name.substr(0, name.size() - w.size());
+  return name;
+}
+
+// Checks one detected weight against quantization_config; empty when they agree.
+std::string config_disagreement(const quant::QuantizationConfig& qc, const WeightSpec& spec,
+                                const quant::StoredWeight& sw, int64_t br, int64_t bc) {
+  const quant::Expectation x = qc.expect(module_of(spec.name), spec.role);
+  const bool found_quantized = quant::is_quantized(sw.precision);
+  if (x.quantized == found_quantized && (!x.quantized || x.precision == sw.precision)) return "";
+  const std::string expected = x.quantized ? quant::expected_storage(x.precision, spec.shape, br, bc)
+                                           : "unquantized (bf16|f32|f16) " + shape_to_string(spec.shape);
+  return spec.name + ": quantization_config (quant_method " + quant::quant_method_name(qc.method) + ", " + qc.source +
+         ") expects " + expected + " because it is " + x.reason + ", but the checkpoint stores " + sw.describe();
+}
+
 }  // namespace
 
 Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<WeightSpec>& table,
@@ -55,36 +65,72 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
   std::vector<std::string> missing, mismatched, unexpected;
   BoundWeights bound;
   std::unordered_set<std::string> expected;
+  quant::DetectOptions dopt;
+  if (options.quant && options.quant->block_rows > 0) {
+    dopt.fp8_block_rows = options.quant->block_rows;
+    dopt.fp8_block_cols = options.quant->block_cols;
+  }
   for (const auto& spec : table) {
     expected.insert(spec.name);
     const io::CheckpointTensor* t = ckpt.find(spec.name);
+    Result<quant::StoredWeight> sw = internal_error("unset");
     if (t == nullptr) {
-      if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
+      // Routed experts may be stored fused, gpt-oss style (quant/gpt_oss.h).
+      auto slice = quant::gpt_oss_expert_slice(ckpt, spec.name);
+      if (!slice.is_ok()) {
+        mismatched.push_back(slice.status().message());
+        continue;
+      }
+      if (!slice->has_value()) {
+        if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
+        continue;
+      }
+      for (const auto& n : (*slice)->consumed) expected.insert(n);
+      sw = std::move((*slice)->weight);
+    } else {
+      for (const auto& s : quant::scale_names_for(spec.name))
+        if (ckpt.find(s) != nullptr) expected.insert(s);  // consumed with the weight (or reported by detect)
+      sw = quant::detect_weight(ckpt, spec.name, dopt);
+    }
+    if (!sw.is_ok()) {
+      mismatched.push_back(sw.status().message());
       continue;
     }
-    if (t->info->shape != spec.shape) {
-      mismatched.push_back(spec.name + ": expected shape " + shape_to_string(spec.shape) + ", found " +
-                           shape_to_string(t->info->shape));
+    if (sw->shape != spec.shape) {
+      std::string m = spec.name + ": expected shape " + shape_to_string(spec.shape) + ", found " +
+                      shape_to_string(sw->shape);
+      if (quant::is_quantized(sw->precision)) m += " (stored as " + sw->describe() + ")";
+      mismatched.push_back(m);
       continue;
     }
-    auto prec = detect_precision(t->info->dtype, spec.name);
-    if (!prec.is_ok()) {
-      mismatched.push_back(prec.status().message());
-      continue;
-    }
-    if (std::find(spec.allowed.begin(), spec.allowed.end(), *prec) == spec.allowed.end()) {
+    if (std::find(spec.allowed.begin(), spec.allowed.end(), sw->precision) == spec.allowed.end()) {
       mismatched.push_back(spec.name + ": expected precision " + allowed_list(spec.allowed) + ", found " +
-                           precision_name(*prec));
+                           sw->describe());
       continue;
     }
-    bound.add(spec.name, BoundWeight{ckpt.view(*t), *prec});
+    if (options.quant) {
+      const std::string d = config_disagreement(*options.quant, spec, *sw, dopt.fp8_block_rows, dopt.fp8_block_cols);
+      if (!d.empty()) {
+        mismatched.push_back(d);
+        continue;
+      }
+    }
+    bound.add(spec.name, BoundWeight{std::move(sw).value()});
   }
   for (const auto& name : ckpt.names()) {
     if (expected.count(name)) continue;
     if (std::find(options.ignored.begin(), options.ignored.end(), name) != options.ignored.end()) continue;
     bool by_prefix = false;
     for (const auto& p : options.ignored_prefixes) by_prefix |= name.rfind(p, 0) == 0;
-    if (!by_prefix) unexpected.push_back(name);
+    if (by_prefix) continue;
+    if (quant::is_gpt_oss_blocks_name(name)) {
+      auto g = quant::detect_gpt_oss_blocks(ckpt, name);
+      unexpected.push_back(name + (g.is_ok() ? " (" + g->describe() + ": gpt-oss fused MXFP4 experts, which this " +
+                                                   "architecture's weight table does not use)"
+                                             : " (" + g.status().message() + ")"));
+      continue;
+    }
+    unexpected.push_back(name);
   }
   if (missing.empty() && mismatched.empty() && unexpected.empty()) return bound;
 

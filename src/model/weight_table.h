@@ -1,8 +1,13 @@
-// The weight table: every tensor an architecture expects (name, expected shape, allowed precisions),
-// and the binder that checks a checkpoint against it. The binder reports every problem at once --
-// missing, unexpected and mismatched tensors, by name, with expected vs found -- never the first only.
+// The weight table: every tensor an architecture expects (name, expected logical shape, allowed
+// precisions, quantization role), and the binder that checks a checkpoint against it. The binder reports
+// every problem at once -- missing, unexpected and mismatched tensors, by name, with expected vs found --
+// never the first only.
+// Precision is detected per tensor from the tensors present (quant/detect.h: u8 weight + weight_scale is
+// MXFP4, fp8_e4m3 + weight_scale_inv is FP8 block, ...), then checked against the table's allowed set and
+// against quantization_config when there is one. Scale tensors are consumed with their weight.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -10,23 +15,34 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
+#include "quant/quant_config.h"
+#include "quant/weight_format.h"
 
 namespace mxserve::model {
 
 // Storage precision of one logical weight, detected from the tensors present (never guessed).
-enum class Precision { kF32, kBF16, kF16 };
-const char* precision_name(Precision p);
+using quant::Precision;
+using quant::precision_name;
+using quant::WeightRole;
 
 struct WeightSpec {
   std::string name;                  // HF on-disk name, e.g. "model.layers.3.mlp.gate.weight"
-  Shape shape;                       // expected logical shape
+  Shape shape;                       // expected logical shape ([out, in] even when stored packed)
   std::vector<Precision> allowed;    // precisions the engine can load for this tensor
   bool optional = false;             // may be absent (e.g. lm_head when tied)
+  WeightRole role = WeightRole::kNone;  // what quantization_config says about it (Linear / router / never)
 };
 
 struct BoundWeight {
-  Tensor host;          // view into the mapped checkpoint
-  Precision precision;
+  BoundWeight() = default;
+  explicit BoundWeight(quant::StoredWeight s) : host(s.data), stored(std::move(s)) {}
+  // A plain float host tensor (synthetic weights, tests): precision f32, bf16 or f16.
+  BoundWeight(Tensor host, Precision p);
+
+  Tensor host;                 // the stored data tensor (== stored.data; packed u8 for MXFP4)
+  quant::StoredWeight stored;  // views into the mapped checkpoint (data + scale) and the precision
+  Precision precision() const { return stored.precision; }
+  const Shape& shape() const { return stored.shape; }  // logical
 };
 
 class BoundWeights {
@@ -46,13 +62,12 @@ struct BindOptions {
   std::vector<std::string> ignored;
   // Name prefixes that are ignored (e.g. the MTP layer when the config declares none).
   std::vector<std::string> ignored_prefixes;
+  // config.json's quantization_config: every Linear weight's detected precision must agree with it.
+  std::optional<quant::QuantizationConfig> quant;
 };
 
 // Checks every tensor; on success all non-optional specs are bound. Errors name checkpoint and tensors.
 Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<WeightSpec>& table,
                                   const BindOptions& options);
-
-// Precision of a single stored tensor, when it is a plain float tensor.
-Result<Precision> detect_precision(DType stored_dtype, const std::string& tensor_name);
 
 }  // namespace mxserve::model

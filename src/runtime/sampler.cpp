@@ -1,5 +1,8 @@
 #include "runtime/sampler.h"
 
+#include "core/hash.h"
+#include "runtime/spec/speculative.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -18,17 +21,8 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 double counter_uniform(uint64_t seed, uint64_t counter) {
-  const uint64_t r = splitmix64(splitmix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
+  const uint64_t r = mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
   return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
 }
 
@@ -53,46 +47,9 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& p, uint
   if (p.temperature <= 0.f) {
     out.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
-    std::vector<int32_t> idx(V);
-    std::iota(idx.begin(), idx.end(), 0);
-    int64_t n = V;
-    if (p.top_k > 0 && p.top_k < V) {
-      std::nth_element(idx.begin(), idx.begin() + p.top_k, idx.end(),
-                       [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-      n = p.top_k;
-    }
-    std::sort(idx.begin(), idx.begin() + n, [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    std::vector<double> prob(n);
-    const double mx = logits[idx[0]];
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += prob[i] = std::exp((logits[idx[i]] - mx) / p.temperature);
-    for (double& q : prob) q /= sum;
-    if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p (always keeps the top token)
-      double cum = 0;
-      int64_t keep = 0;
-      while (keep < n && (keep == 0 || cum < p.top_p)) cum += prob[keep++];
-      n = keep;
-    }
-    if (p.min_p > 0.f) {
-      const double floor_p = p.min_p * prob[0];
-      int64_t keep = 1;
-      while (keep < n && prob[keep] >= floor_p) ++keep;
-      n = keep;
-    }
-    double total = 0;
-    for (int64_t i = 0; i < n; ++i) total += prob[i];
-    const double u = counter_uniform(p.seed.value_or(request_seed), step) * total;
-    double acc = 0;
-    out.token = idx[n - 1];
-    for (int64_t i = 0; i < n; ++i) {
-      acc += prob[i];
-      if (u < acc) {
-        out.token = idx[i];
-        break;
-      }
-    }
+    // The same processed distribution speculative verification uses (spec/speculative.h).
+    const TokenDistribution d = sampling_distribution(logits, p);
+    out.token = d.draw(counter_uniform(p.seed.value_or(request_seed), step));
   }
   const float chosen_raw = raw.empty() ? logits[out.token] : raw[out.token];
   out.logprob = static_cast<float>(chosen_raw - raw_lse);

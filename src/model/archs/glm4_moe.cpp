@@ -6,12 +6,22 @@
 
 #include <variant>
 
+#include "core/logging.h"
 #include "model/layers/blocks.h"
 
 namespace mxserve::model {
 namespace {
 
 const std::vector<Precision> kFloat = {Precision::kBF16, Precision::kF32, Precision::kF16};
+// Linear weights may be stored quantized; they are dequantized on the host at load (weight_loader.h).
+const std::vector<Precision> kAny = {Precision::kBF16,  Precision::kF32,      Precision::kF16,
+                                     Precision::kMxfp4, Precision::kFp8Block, Precision::kFp8Tensor,
+                                     Precision::kFp8Channel};
+// Routed experts may also come from gpt-oss style fused *_blocks / *_scales tensors (quant/gpt_oss.h).
+const std::vector<Precision> kExpert = {Precision::kBF16,      Precision::kF32,       Precision::kF16,
+                                        Precision::kMxfp4,     Precision::kFp8Block,  Precision::kFp8Tensor,
+                                        Precision::kFp8Channel, Precision::kMxfp4GptOss};
+constexpr WeightRole kLinear = WeightRole::kLinear;
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
 
@@ -20,10 +30,10 @@ void add_decoder_layer(std::vector<WeightSpec>& t, const ModelConfig& c, int64_t
   const int64_t H = c.d_model, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
   t.push_back({p + "input_layernorm.weight", {H}, kFloat});
   t.push_back({p + "post_attention_layernorm.weight", {H}, kFloat});
-  t.push_back({p + "self_attn.q_proj.weight", {q, H}, kFloat});
-  t.push_back({p + "self_attn.k_proj.weight", {kv, H}, kFloat});
-  t.push_back({p + "self_attn.v_proj.weight", {kv, H}, kFloat});
-  t.push_back({p + "self_attn.o_proj.weight", {H, q}, kFloat});
+  t.push_back({p + "self_attn.q_proj.weight", {q, H}, kAny, false, kLinear});
+  t.push_back({p + "self_attn.k_proj.weight", {kv, H}, kAny, false, kLinear});
+  t.push_back({p + "self_attn.v_proj.weight", {kv, H}, kAny, false, kLinear});
+  t.push_back({p + "self_attn.o_proj.weight", {H, q}, kAny, false, kLinear});
   if (c.attention_bias) {
     t.push_back({p + "self_attn.q_proj.bias", {q}, kFloat});
     t.push_back({p + "self_attn.k_proj.bias", {kv}, kFloat});
@@ -34,24 +44,24 @@ void add_decoder_layer(std::vector<WeightSpec>& t, const ModelConfig& c, int64_t
     t.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, kFloat});
   }
   if (!moe) {
-    t.push_back({p + "mlp.gate_proj.weight", {c.dense_inter, H}, kFloat});
-    t.push_back({p + "mlp.up_proj.weight", {c.dense_inter, H}, kFloat});
-    t.push_back({p + "mlp.down_proj.weight", {H, c.dense_inter}, kFloat});
+    t.push_back({p + "mlp.gate_proj.weight", {c.dense_inter, H}, kAny, false, kLinear});
+    t.push_back({p + "mlp.up_proj.weight", {c.dense_inter, H}, kAny, false, kLinear});
+    t.push_back({p + "mlp.down_proj.weight", {H, c.dense_inter}, kAny, false, kLinear});
     return;
   }
-  t.push_back({p + "mlp.gate.weight", {c.n_experts, H}, kFloat});
+  t.push_back({p + "mlp.gate.weight", {c.n_experts, H}, kAny, false, WeightRole::kRouter});
   t.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_experts}, kFloat});
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-    t.push_back({ep + "gate_proj.weight", {c.moe_inter, H}, kFloat});
-    t.push_back({ep + "up_proj.weight", {c.moe_inter, H}, kFloat});
-    t.push_back({ep + "down_proj.weight", {H, c.moe_inter}, kFloat});
+    t.push_back({ep + "gate_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
+    t.push_back({ep + "up_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
+    t.push_back({ep + "down_proj.weight", {H, c.moe_inter}, kExpert, false, kLinear});
   }
   if (c.n_shared_experts > 0) {
     const std::string sp = p + "mlp.shared_experts.";
-    t.push_back({sp + "gate_proj.weight", {c.shared_inter(), H}, kFloat});
-    t.push_back({sp + "up_proj.weight", {c.shared_inter(), H}, kFloat});
-    t.push_back({sp + "down_proj.weight", {H, c.shared_inter()}, kFloat});
+    t.push_back({sp + "gate_proj.weight", {c.shared_inter(), H}, kAny, false, kLinear});
+    t.push_back({sp + "up_proj.weight", {c.shared_inter(), H}, kAny, false, kLinear});
+    t.push_back({sp + "down_proj.weight", {H, c.shared_inter()}, kAny, false, kLinear});
   }
 }
 
@@ -226,13 +236,13 @@ std::vector<WeightSpec> glm4_moe_weight_table(const ModelConfig& c, bool include
   t.push_back({"model.embed_tokens.weight", {c.vocab_size, c.d_model}, kFloat});
   t.push_back({"model.norm.weight", {c.d_model}, kFloat});
   // A tied checkpoint may still carry an lm_head copy; an untied one must have it.
-  t.push_back({"lm_head.weight", {c.vocab_size, c.d_model}, kFloat, /*optional=*/c.tie_word_embeddings});
+  t.push_back({"lm_head.weight", {c.vocab_size, c.d_model}, kAny, /*optional=*/c.tie_word_embeddings, kLinear});
   for (int64_t l = 0; l < c.n_layers; ++l) add_decoder_layer(t, c, l, c.is_moe_layer(l));
   if (include_mtp) {
     const std::string p = layer_prefix(c.n_layers);
     t.push_back({p + "enorm.weight", {c.d_model}, kFloat});
     t.push_back({p + "hnorm.weight", {c.d_model}, kFloat});
-    t.push_back({p + "eh_proj.weight", {c.d_model, 2 * c.d_model}, kFloat});
+    t.push_back({p + "eh_proj.weight", {c.d_model, 2 * c.d_model}, kAny, false, kLinear});
     t.push_back({p + "shared_head.norm.weight", {c.d_model}, kFloat});
     add_decoder_layer(t, c, c.n_layers, /*moe=*/true);
   }
@@ -247,11 +257,17 @@ BindOptions glm4_moe_bind_options(const ModelConfig& c, bool include_mtp) {
   // MTP layers the config declares but the caller chose not to load.
   if (!include_mtp)
     for (int64_t i = 0; i < c.n_mtp_layers; ++i) o.ignored_prefixes.push_back(layer_prefix(c.n_layers + i));
+  o.quant = c.quant;
   return o;
 }
 
 Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const BoundWeights& weights,
                                                 backend::Backend& be, bool include_mtp) {
+  if (cfg.quant && cfg.quant->activations_quantized) {
+    MX_LOG(kWarn) << cfg.source << ": quantization_config quantizes input activations too (quant_method "
+                  << quant::quant_method_name(cfg.quant->method)
+                  << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
+  }
   auto model = std::make_unique<Glm4MoeModel>(cfg, be);
   MX_RETURN_IF_ERROR(model->load(weights, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));

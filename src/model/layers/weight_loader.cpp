@@ -3,18 +3,25 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "quant/weight_format.h"
 
 namespace mxserve::model {
 
+Tensor WeightLoader::host_float(const std::string& name) const {
+  const BoundWeight& w = weights_.at(name);
+  if (quant::is_float(w.precision())) return w.stored.data;
+  return quant::to_host_f32(w.stored);
+}
+
 Tensor WeightLoader::get(const std::string& name) {
-  const Tensor& host = weights_.at(name).host;
+  const Tensor host = host_float(name);
   Tensor dst = be_.alloc(be_.weight_dtype(), host.shape());
   be_.copy_weight(host, dst);
   return dst;
 }
 
 Tensor WeightLoader::get_f32(const std::string& name) {
-  const Tensor& host = weights_.at(name).host;
+  const Tensor host = host_float(name);
   Tensor dst = be_.alloc(DType::kF32, host.shape());
   be_.copy_weight(host, dst);
   return dst;
@@ -27,15 +34,15 @@ Tensor WeightLoader::concat_rows(const std::vector<std::string>& names) {
 
 Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) {
   MX_CHECK(!groups.empty() && !groups[0].empty());
-  const int64_t cols = weights_.at(groups[0][0]).host.dim(1);
+  const int64_t cols = weights_.at(groups[0][0]).shape().at(1);
   int64_t rows = 0;
-  for (const auto& n : groups[0]) rows += weights_.at(n).host.dim(0);
+  for (const auto& n : groups[0]) rows += weights_.at(n).shape().at(0);
   const int64_t G = static_cast<int64_t>(groups.size());
   Tensor dst = be_.alloc(be_.weight_dtype(), {G * rows, cols});
   int64_t r = 0;
   for (const auto& group : groups) {
     for (const auto& n : group) {
-      const Tensor& host = weights_.at(n).host;
+      const Tensor host = host_float(n);
       MX_CHECK_EQ(host.dim(1), cols);
       Tensor slice = dst.slice_rows(r, r + host.dim(0));
       be_.copy_weight(host, slice);
@@ -47,7 +54,7 @@ Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) 
 }
 
 Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end) {
-  const Tensor& host = weights_.at(name).host;
+  const Tensor host = host_float(name);
   MX_CHECK(host.ndim() == 2 && 0 <= begin && begin < end && end <= host.dim(1));
   const int64_t rows = host.dim(0), width = end - begin;
   const int64_t esize = dtype_bits(host.dtype()) / 8;

@@ -1,5 +1,8 @@
 // WeightLoader: moves bound checkpoint tensors onto a backend in the layouts the kernels want
 // (fused gate|up rows, experts stacked to [E, ...], column slices). Names come from the weight table.
+// Quantized weights (MXFP4, FP8) are dequantized on the host to f32 here, one tensor at a time, and then
+// handed to Backend::copy_weight like any float weight. NOTE: GPU-resident 4-bit storage and fused
+// dequantizing kernels are issue 9; until then a quantized checkpoint costs full-precision device memory.
 #pragma once
 
 #include <string>
@@ -27,6 +30,10 @@ class WeightLoader {
   bool has(const std::string& name) const { return weights_.find(name) != nullptr; }
 
  private:
+  // The weight as a host float tensor of its logical shape: a view for float weights, a dequantized f32
+  // copy for quantized ones.
+  Tensor host_float(const std::string& name) const;
+
   backend::Backend& be_;
   const BoundWeights& weights_;
 };

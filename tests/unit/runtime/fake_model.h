@@ -8,16 +8,10 @@
 #include <span>
 #include <vector>
 
+#include "core/hash.h"
 #include "runtime/executor.h"
 
 namespace mxserve::runtime::testing {
-
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 inline uint64_t context_hash(std::span<const int32_t> tokens) {
   uint64_t h = 0x1234;
