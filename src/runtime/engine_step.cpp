@@ -84,11 +84,14 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       // Accepted drafts' K/V were written by the verify forward: they are computed tokens now.
       for (int32_t i = 0; i <= v.n_accepted && !done; ++i) {
         const int32_t token = i < v.n_accepted ? accepted[i] : v.next_token;
-        std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
-        float lmax = *std::max_element(lr.begin(), lr.end());
-        double z = 0;
-        for (float x : lr) z += std::exp(static_cast<double>(x - lmax));
-        const float logprob = static_cast<float>(lr[token] - lmax - std::log(z));
+        float logprob = 0.f;
+        if (sp.logprobs >= 0) {  // raw log-softmax, as sample_token reports it
+          std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
+          const float lmax = *std::max_element(lr.begin(), lr.end());
+          double z = 0;
+          for (float x : lr) z += std::exp(static_cast<double>(x - lmax));
+          logprob = static_cast<float>(lr[token] - lmax - std::log(z));
+        }
         if (i < v.n_accepted) ++seq->n_computed;
         done = emit_token(seq, token, logprob, {});
         ++generated;

@@ -31,10 +31,14 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& p, uint
   const int64_t V = static_cast<int64_t>(logits.size());
   SampleResult out;
   // Raw log-softmax for reported logprobs.
-  const float raw_max = *std::max_element(logits.begin(), logits.end());
-  double raw_sum = 0;
-  for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
-  const double raw_lse = raw_max + std::log(raw_sum);
+  // Raw log-softmax for reported logprobs: only when asked (an O(V) pass of exp).
+  double raw_lse = 0;
+  if (p.logprobs >= 0) {
+    const float raw_max = *std::max_element(logits.begin(), logits.end());
+    double raw_sum = 0;
+    for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
+    raw_lse = raw_max + std::log(raw_sum);
+  }
 
   std::vector<float> raw;
   if (p.logprobs >= 0) raw.assign(logits.begin(), logits.end());
@@ -51,8 +55,7 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& p, uint
     const TokenDistribution d = sampling_distribution(logits, p);
     out.token = d.draw(counter_uniform(p.seed.value_or(request_seed), step));
   }
-  const float chosen_raw = raw.empty() ? logits[out.token] : raw[out.token];
-  out.logprob = static_cast<float>(chosen_raw - raw_lse);
+  if (p.logprobs >= 0) out.logprob = static_cast<float>(raw[out.token] - raw_lse);
   if (p.logprobs > 0) {
     std::vector<int32_t> idx(V);
     std::iota(idx.begin(), idx.end(), 0);

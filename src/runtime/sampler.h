@@ -13,7 +13,7 @@ namespace mxserve::runtime {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.f;                   // log-softmax of the raw logits at the chosen token
+  float logprob = 0.f;                   // log-softmax of the raw logits at the token (params.logprobs >= 0)
   std::vector<TopLogprob> top_logprobs;  // the n most likely tokens under the raw logits
 };
 
