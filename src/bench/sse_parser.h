@@ -15,6 +15,11 @@ class SseParser {
   // Calls on_event(std::string_view data) for every complete event that carried a data field.
   template <typename F>
   void feed(const char* p, size_t n, F&& on_event) {
+    if (n == 0) return;
+    if (skip_lf_) {                                            // a \r ended the previous chunk
+      skip_lf_ = false;
+      if (p[0] == '\n') { ++p; --n; }
+    }
     buf_.append(p, n);
     size_t pos = 0;
     const size_t size = buf_.size();
@@ -24,8 +29,8 @@ class SseParser {
       if (eol == size) break;                                  // incomplete line
       size_t next = eol + 1;
       if (buf_[eol] == '\r') {
-        if (next == size) break;                               // \r at the end: maybe \r\n, wait
-        if (buf_[next] == '\n') ++next;
+        if (next == size) skip_lf_ = true;                     // its \n, if any, comes next chunk
+        else if (buf_[next] == '\n') ++next;
       }
       line(std::string_view(buf_).substr(pos, eol - pos), on_event);
       pos = next;
@@ -60,6 +65,7 @@ class SseParser {
   std::string buf_;
   std::string data_;
   bool has_data_ = false;
+  bool skip_lf_ = false;
 };
 
 }  // namespace mxserve::bench

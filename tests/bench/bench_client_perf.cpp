@@ -1,0 +1,2 @@
+#include "fake_openai_server.h"
+int main(){return 0;}

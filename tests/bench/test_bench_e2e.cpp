@@ -1,0 +1,278 @@
+// End-to-end: the real client (curl multi event loop) against the in-process fake server on
+// 127.0.0.1 with scripted timings. Counts, token sums and cached fractions must be exact; timings
+// equal the scripted values within kTol (loopback + scheduling noise on a shared 2-core machine).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "bench/bench_run.h"
+#include "bench/load_runner.h"
+#include "bench/metrics.h"
+#include "bench/report.h"
+#include "fake_openai_server.h"
+
+namespace mxserve::bench {
+namespace {
+
+using testing::FakeOpenAiServer;
+using testing::FakePlan;
+using testing::FakeRequest;
+using testing::LruPrefixCache;
+
+constexpr double kTol = 0.005;  // 5 ms
+
+BenchConfig base_config(const std::string& url) {
+  BenchConfig c;
+  c.base_url = url;
+  c.model = "fake-model";
+  c.tokenizer = "builtin:words";
+  c.progress = false;
+  c.warmup_requests = 0;
+  c.request_timeout_s = 20;
+  return c;
+}
+
+TEST(BenchE2E, ScriptedTimingsGiveHandComputedMetrics) {
+  // Request k (arrival order; constant 50 ms spacing keeps it): TTFT 20(k+1) ms, 5 gaps of 10 ms,
+  // prompt_tokens 100, cached 10k. k = 10: HTTP 503. k = 11: error event after the first token.
+  FakeOpenAiServer server([](const FakeRequest& r) {
+    FakePlan p;
+    p.ttft_s = 0.02 * static_cast<double>(r.seq + 1);
+    p.gap_s = 0.01;
+    p.tokens = 6;
+    p.prompt_tokens = 100;
+    p.cached_tokens = 10 * r.seq;
+    p.comment = "keep-alive";
+    if (r.seq == 10) p.status = 503;
+    if (r.seq == 11) {
+      p.ttft_s = 0.01;
+      p.error_after_first = true;
+    }
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  BenchConfig c = base_config(server.base_url());
+  c.workload.input_len = 30;
+  c.workload.output_len = 6;
+  c.arrival.kind = ArrivalKind::kConstant;
+  c.rates = {20};
+  c.num_requests = 12;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  Status s = run.run();
+  ASSERT_TRUE(s.is_ok()) << s.to_string() << err.str();
+  ASSERT_EQ(run.points().size(), 1u);
+  const RateMetrics& m = run.points()[0].metrics;
+  EXPECT_EQ(m.sent, 12);
+  EXPECT_EQ(m.completed, 10);
+  EXPECT_EQ(m.failed, 2);
+  EXPECT_EQ(m.errors.at("http 503"), 1);
+  EXPECT_EQ(m.errors.at("stream error"), 1);
+  EXPECT_EQ(m.output_tokens, 60);
+  EXPECT_EQ(m.input_tokens, 1000);
+  EXPECT_EQ(m.cached_tokens, 450);                 // 10 * (0+...+9)
+  EXPECT_DOUBLE_EQ(m.cached_fraction, 0.45);
+  EXPECT_NEAR(m.success_rate, 10.0 / 12.0, 1e-12);
+  // TTFT sorted {20, 40, ..., 200 ms}: p50 110 ms; p95 at position 0.95*9 = 8.55 -> 180 + 0.55*20
+  // = 191 ms; p99 at 8.91 -> 180 + 0.91*20 = 198.2 ms
+  EXPECT_NEAR(m.ttft.p50, 0.110, kTol);
+  EXPECT_NEAR(m.ttft.p95, 0.191, kTol);
+  EXPECT_NEAR(m.ttft.p99, 0.1982, kTol);
+  EXPECT_NEAR(m.itl.p50, 0.010, 0.002);
+  EXPECT_EQ(m.itl.count, 50);
+  EXPECT_NEAR(m.tpot.p50, 0.010, 0.002);
+  EXPECT_NEAR(m.e2e.p50, 0.160, kTol);             // TTFT + 50 ms
+  // Duration: first send 0 -> request 9 ends at 0.45 + 0.2 + 0.05 = 0.70 s.
+  EXPECT_NEAR(m.duration_s, 0.70, kTol);
+  EXPECT_NEAR(m.request_throughput, 10 / 0.70, 10 / 0.70 * 0.01);
+  EXPECT_NEAR(m.output_tps, 60 / 0.70, 60 / 0.70 * 0.01);
+  EXPECT_NEAR(m.total_tps, 1060 / 0.70, 1060 / 0.70 * 0.01);
+  EXPECT_NE(out.str().find("| Offered RPS | Sustained RPS | Total tok/s/node | TTFT p50 / p95 | Success |"), std::string::npos);
+}
+
+TEST(BenchE2E, KneeOfAQueueingServer) {
+  // One FIFO "prefill slot" with 20 ms service: TTFT = wait + 20 ms; capacity 50 req/s. With 40
+  // constant-rate requests the queue grows by d = 20 ms - 1/rate per request above 50 req/s.
+  // Hand computation (SLO p95 60 ms, stationarity 1.5x): 20 P, 40 P, 80 F | 60 F, 50 P, 55 F,
+  // 52.5 F (d = 0.95 ms: last-quarter TTFT ~53 ms > 1.5 x ~25 ms) -> width 2.5 <= tolerance: knee 50.
+  std::mutex mu;
+  int64_t busy_until = 0;
+  FakeOpenAiServer server([&](const FakeRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    const int64_t start = std::max(busy_until, r.arrival_ns);
+    busy_until = start + 20'000'000;
+    FakePlan p;
+    p.ttft_s = static_cast<double>(busy_until - r.arrival_ns) * 1e-9;
+    p.tokens = 2;
+    p.gap_s = 0.001;
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  BenchConfig c = base_config(server.base_url());
+  c.workload.input_len = 20;
+  c.workload.output_len = 2;
+  c.arrival.kind = ArrivalKind::kConstant;
+  c.rates = {20, 40, 80};
+  c.num_requests = 40;
+  c.find_knee = true;
+  c.knee.slo_ttft_p95_s = 0.060;
+  c.knee_tolerance = 2.5;
+  c.output_json = ::testing::TempDir() + "/bench_knee.json";
+  c.plot_prefix = ::testing::TempDir() + "/bench_knee";
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  Status s = run.run();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_NE(run.knee(), nullptr);
+  std::vector<std::pair<double, bool>> trials;
+  for (const KneeTrial& t : run.knee()->trials) trials.push_back({t.rate, t.pass});
+  const std::vector<std::pair<double, bool>> want = {{20, true}, {40, true}, {80, false}, {60, false},
+                                                     {50, true}, {55, false}, {52.5, false}};
+  EXPECT_EQ(trials, want) << out.str();
+  EXPECT_DOUBLE_EQ(run.knee()->knee_rate, 50);
+  // The result file and both plots exist and say what they should.
+  std::ifstream j(c.output_json);
+  nlohmann::json doc = nlohmann::json::parse(j);
+  EXPECT_EQ(doc["knee"]["knee_rate"].get<double>(), 50);
+  EXPECT_EQ(doc["points"].size(), 7u);
+  std::ifstream svg(c.plot_prefix + "_ttft.svg");
+  std::stringstream ss;
+  ss << svg.rdbuf();
+  EXPECT_NE(ss.str().find("knee 50.000 req/s"), std::string::npos);
+  EXPECT_NE(ss.str().find("SLO p95 0.06 s"), std::string::npos);
+  EXPECT_NE(ss.str().find("</svg>"), std::string::npos);
+  std::ifstream svg2(c.plot_prefix + "_throughput.svg");
+  EXPECT_TRUE(svg2.good());
+}
+
+double measured_hit_rate(int64_t warmup) {
+  std::mutex mu;
+  LruPrefixCache cache(16, 1 << 20);
+  FakeOpenAiServer server([&](const FakeRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    FakePlan p;
+    p.ttft_s = 0.001;
+    p.tokens = 2;
+    p.cached_tokens = cache.lookup_insert(r.prompt);
+    return p;
+  });
+  EXPECT_TRUE(server.start());
+  BenchConfig c = base_config(server.base_url());
+  c.workload.kind = WorkloadKind::kSharedPrefix;
+  c.workload.input_len = 1000;
+  c.workload.output_len = 2;
+  c.workload.cache_hit_rate = 0.6;
+  c.workload.num_groups = 4;
+  c.max_concurrency = 1;
+  c.num_requests = 60;
+  c.warmup_requests = warmup;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  Status s = run.run();
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return run.points().at(0).metrics.cached_fraction;
+}
+
+TEST(BenchE2E, SharedPrefixHitsTargetAgainstLruCache) {
+  // Warm (4 priming warm-up requests): P/L = 0.6; the 16-word block cache serves floor(600/16)*16 = 592.
+  const double warm = measured_hit_rate(-1);
+  EXPECT_NEAR(warm, 0.6, 0.02);
+  EXPECT_NEAR(warm, 0.592, 1e-9);
+  // Cold (priming counted): h * (1 - G/N) = 0.6 * (1 - 4/60) = 0.56, block-rounded 0.592*(56/60).
+  const double cold = measured_hit_rate(0);
+  EXPECT_NEAR(cold, 0.6 * (1 - 4.0 / 60), 0.02);
+}
+
+TEST(BenchE2E, ClosedLoopSingleStreamAndCompletions) {
+  FakeOpenAiServer server([](const FakeRequest& r) {
+    FakePlan p;
+    p.ttft_s = 0.03;
+    p.gap_s = 0.002;
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  BenchConfig c = base_config(server.base_url());
+  c.model = "";  // resolved from /v1/models
+  c.endpoint = Endpoint::kCompletions;
+  c.workload.kind = WorkloadKind::kSingleStream;
+  c.workload.input_len = 500;
+  c.workload.output_len = 51;
+  c.max_concurrency = 1;
+  c.num_requests = 3;
+  c.warmup_requests = 1;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  Status s = run.run();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const RateMetrics& m = run.points().at(0).metrics;
+  EXPECT_EQ(run.result()["model"], "fake-model");
+  EXPECT_EQ(m.warmup, 1);
+  EXPECT_EQ(m.completed, 3);
+  EXPECT_EQ(m.input_tokens, 1500);              // fake server counts words = the codec's tokens
+  EXPECT_EQ(m.output_tokens, 153);
+  EXPECT_NEAR(m.output_speed.p50, 500, 40);     // 50 gaps of 2 ms after the first token
+  EXPECT_NEAR(m.ttft.p50, 0.03, kTol);
+  EXPECT_EQ(server.requests(), 4);
+}
+
+TEST(BenchE2E, TransportFailuresAndTimeouts) {
+  FakeOpenAiServer server([](const FakeRequest& r) {
+    FakePlan p;
+    p.ttft_s = r.seq == 0 ? 5.0 : 0.001;  // request 0 exceeds the 0.3 s timeout
+    p.tokens = 2;
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  HttpTarget t;
+  t.url = server.base_url() + "/v1/chat/completions";
+  t.request_timeout_s = 0.3;
+  LoadPlan plan;
+  plan.offsets = {0, 0.01, 0.02};
+  BodySource src = [](int64_t) -> Result<RequestSpec> {
+    RequestSpec s;
+    s.body = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true})";
+    return s;
+  };
+  auto r = run_load(t, plan, src, RunOptions{});
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r->records.size(), 3u);
+  EXPECT_FALSE(r->records[0].ok);
+  EXPECT_NE(r->records[0].error.find("timeout"), std::string::npos);
+  EXPECT_TRUE(r->records[1].ok);
+  // Nothing listens on this port (the server was bound and closed): connection refused.
+  int dead_port;
+  {
+    FakeOpenAiServer tmp([](const FakeRequest&) { return FakePlan{}; });
+    ASSERT_TRUE(tmp.start());
+    dead_port = tmp.port();
+  }
+  t.url = "http://127.0.0.1:" + std::to_string(dead_port) + "/v1/chat/completions";
+  plan.offsets = {0};
+  auto dead = run_load(t, plan, src, RunOptions{});
+  ASSERT_TRUE(dead.is_ok());
+  EXPECT_FALSE(dead->records[0].ok);
+  EXPECT_NE(dead->records[0].error.find("transport"), std::string::npos);
+}
+
+TEST(Cost, DollarsPerMillionTokens) {
+  RateMetrics m;
+  m.total_tps = 2626;
+  m.output_tps = 125;
+  CostConfig c;
+  c.gpu_hour_price = 2.0;
+  c.compare_price = 3.0;
+  c.compare_gpus = 8;
+  c.compare_throughput = 3192;
+  const CostFigures f = compute_cost(m, 8, c);
+  // 16 $/h; total: 16e6 / (2626*3600) = 1.69247 $/Mtok; output: 16e6/(125*3600) = 35.5556
+  EXPECT_NEAR(f.usd_per_mtok_total, 16e6 / (2626.0 * 3600), 1e-9);
+  EXPECT_NEAR(f.usd_per_mtok_output, 16e6 / (125.0 * 3600), 1e-9);
+  EXPECT_NEAR(f.breakeven_tps, 2626 * 24.0 / 16.0, 1e-9);
+  EXPECT_NEAR(f.perf_per_dollar_ratio, (2626.0 / 16) / (3192.0 / 24), 1e-9);
+}
+
+}  // namespace
+}  // namespace mxserve::bench
