@@ -1,6 +1,6 @@
 // LoadRunner: drives one rate point: sends requests on schedule over HTTP and records timings.
-// Owns: the single event-loop thread (libcurl multi + socket callbacks + epoll + one timerfd for
-// both curl's timeouts and the next arrival), the client-side concurrency gate, per-request
+// Owns: the single event-loop thread (libcurl multi + socket callbacks + epoll_pwait2 whose
+// nanosecond timeout serves both curl's timers and the next arrival), the client-side concurrency gate, per-request
 // timeouts, the live progress callback, and the optional timing probe.
 // Does not own: what is sent (BodySource) or what the numbers mean (metrics.h).
 // Invariant: a request is stamped sent_s immediately before its handle is added to curl, and every

@@ -1,2 +1,116 @@
+// Client benchmark (a program, not a test; docs/perf/bench-client.md): the bench client against the
+// in-process fast fake server on 127.0.0.1, both sharing the machine's cores.
+//   bench_client_perf [--rate R] [--duration S] [--tokens K] [--gap-ms G] [--ttft-ms T]
+// Open-loop Poisson at R req/s; each request streams K token events G ms apart, so about
+// R*(T + (K-1)G) streams are open at once and R*K events/s arrive.
+// Timing error (per SSE event) = client stamp (start of the curl write callback that delivers the
+// event) - server stamp (CLOCK_MONOTONIC just before the server's send() of that event). It bounds
+// how late the client's timestamps are (loopback delivery + wake-up + parsing queue included).
+// Send lag (per request) = actual send - scheduled arrival.
+#include <time.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench/arrivals.h"
+#include "bench/load_runner.h"
+#include "bench/metrics.h"
 #include "fake_openai_server.h"
-int main(){return 0;}
+
+using namespace mxserve::bench;
+using namespace mxserve::bench::testing;
+
+static double thread_cpu_s() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+  double rate = 1000, duration = 10, gap_ms = 20, ttft_ms = 10;
+  int64_t tokens = 100;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const double v = std::atof(argv[i + 1]);
+    if (a == "--rate") rate = v;
+    else if (a == "--duration") duration = v;
+    else if (a == "--tokens") tokens = static_cast<int64_t>(v);
+    else if (a == "--gap-ms") gap_ms = v;
+    else if (a == "--ttft-ms") ttft_ms = v;
+    else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
+  }
+  FakeOpenAiServer server([&](const FakeRequest&) {
+    FakePlan p;
+    p.ttft_s = ttft_ms * 1e-3;
+    p.gap_s = gap_ms * 1e-3;
+    p.tokens = tokens;
+    p.prompt_tokens = 8;
+    p.stamp = true;
+    p.empty_role_chunk = false;
+    return p;
+  });
+  if (!server.start()) { std::fprintf(stderr, "server start failed\n"); return 1; }
+  HttpTarget t;
+  t.url = server.base_url() + "/v1/chat/completions";
+  t.request_timeout_s = 60;
+  LoadPlan plan;
+  ArrivalConfig ac;
+  ac.seed = 1;
+  auto sched = make_arrival_schedule(ac, rate, -1, duration, 0);
+  if (!sched.is_ok()) { std::fprintf(stderr, "%s\n", sched.status().to_string().c_str()); return 2; }
+  plan.offsets = std::move(sched).value();
+  const std::string body = R"({"model":"fake","messages":[{"role":"user","content":"the quick brown fox"}],"max_tokens":)" +
+                           std::to_string(tokens) + R"(,"stream":true,"stream_options":{"include_usage":true}})";
+  BodySource src = [&](int64_t) -> mxserve::Result<RequestSpec> {
+    RequestSpec s;
+    s.body = body;
+    return s;
+  };
+  RunOptions opt;
+  opt.timing_probe = true;
+  opt.progress_interval_s = 2.0;
+  opt.progress = [](const Progress& p) {
+    std::fprintf(stderr, "  %5.1fs sent %lld done %lld failed %lld in-flight %lld\n", p.elapsed_s,
+                 static_cast<long long>(p.sent), static_cast<long long>(p.done), static_cast<long long>(p.failed),
+                 static_cast<long long>(p.in_flight));
+  };
+  const double cpu0 = thread_cpu_s();
+  auto r = run_load(t, plan, src, opt);
+  const double cpu = thread_cpu_s() - cpu0;
+  if (!r.is_ok()) { std::fprintf(stderr, "%s\n", r.status().to_string().c_str()); return 1; }
+  int64_t events = 0, ok = 0;
+  double first_token = 1e300, last_token = 0;
+  for (const RequestRecord& rec : r->records) {
+    events += rec.token_chunks;
+    ok += rec.ok;
+    if (rec.first_token_s >= 0) first_token = std::min(first_token, rec.first_token_s);
+    last_token = std::max(last_token, rec.last_token_s);
+  }
+  // Steady-state event rate: events while the schedule runs (excluding ramp-up/drain).
+  const double ramp = ttft_ms * 1e-3 + (tokens - 1) * gap_ms * 1e-3;
+  int64_t steady = 0;
+  for (const RequestRecord& rec : r->records) {
+    if (rec.first_token_s < 0) continue;
+    double tt = rec.first_token_s;
+    if (tt >= ramp && tt < duration) ++steady;
+    for (float g : rec.itl_s) {
+      tt += g;
+      if (tt >= ramp && tt < duration) ++steady;
+    }
+  }
+  const Dist err = summarize(r->probe_error_s);
+  const Dist lag = summarize(r->send_lag_s);
+  const double steady_window = duration - ramp;
+  std::printf("requests %zu ok %lld  max in flight %lld  wall %.2f s  client thread CPU %.2f s (%.0f%% of one core)\n",
+              r->records.size(), static_cast<long long>(ok), static_cast<long long>(r->max_in_flight), r->wall_s, cpu,
+              100 * cpu / r->wall_s);
+  std::printf("SSE token events %lld  overall %.0f/s  steady-state %.0f/s (window %.1f-%.1f s)\n",
+              static_cast<long long>(events), events / (last_token - first_token), steady / steady_window, ramp, duration);
+  std::printf("timing error (client stamp - server send), ms: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (n=%lld)\n",
+              err.p50 * 1e3, err.p90 * 1e3, err.p99 * 1e3, err.max * 1e3, static_cast<long long>(err.count));
+  std::printf("send lag (sent - scheduled), ms: p50 %.3f  p99 %.3f  max %.3f\n", lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3);
+  server.stop();
+  return ok == static_cast<int64_t>(r->records.size()) ? 0 : 1;
+}

@@ -8,7 +8,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,9 +65,8 @@ bool FakeOpenAiServer::start() {
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  for (int fd : {listen_fd_, timer_fd_, stop_fd_}) {
+  for (int fd : {listen_fd_, stop_fd_}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -89,34 +87,26 @@ void FakeOpenAiServer::stop() {
     delete c;
   }
   conns_.clear();
-  for (int* fd : {&listen_fd_, &epoll_fd_, &timer_fd_, &stop_fd_})
+  for (int* fd : {&listen_fd_, &epoll_fd_, &stop_fd_})
     if (*fd >= 0) { close(*fd); *fd = -1; }
-}
-
-void FakeOpenAiServer::arm_timer() {
-  itimerspec its{};
-  if (!heap_.empty()) {
-    const int64_t at = std::max<int64_t>(heap_.front().at_ns, 1);
-    its.it_value.tv_sec = at / 1'000'000'000;
-    its.it_value.tv_nsec = at % 1'000'000'000;
-  }
-  timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
 void FakeOpenAiServer::loop() {
   std::vector<epoll_event> events(512);
   while (true) {
-    arm_timer();
-    const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
+    timespec ts{};
+    timespec* tsp = nullptr;
+    if (!heap_.empty()) {
+      const int64_t wait_ns = std::max<int64_t>(0, heap_.front().at_ns - now_ns());
+      ts.tv_sec = wait_ns / 1'000'000'000;
+      ts.tv_nsec = wait_ns % 1'000'000'000;
+      tsp = &ts;
+    }
+    const int n = epoll_pwait2(epoll_fd_, events.data(), static_cast<int>(events.size()), tsp, nullptr);
     if (n < 0 && errno != EINTR) return;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == stop_fd_) return;
-      if (fd == timer_fd_) {
-        uint64_t x;
-        [[maybe_unused]] ssize_t r = read(timer_fd_, &x, sizeof x);
-        continue;
-      }
       if (fd == listen_fd_) {
         while (true) {
           const int cfd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);

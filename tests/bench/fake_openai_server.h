@@ -1,6 +1,6 @@
 // FakeOpenAiServer: an in-process OpenAI-compatible streaming server for bench tests and the client
-// benchmark. Listens on 127.0.0.1 only (ephemeral port); one epoll thread; a timerfd-driven
-// scheduler sends each SSE event at its scripted time. Owns: HTTP/1.1 keep-alive parsing
+// benchmark. Listens on 127.0.0.1 only (ephemeral port); one epoll thread; a min-heap scheduler
+// sends each SSE event at its scripted time. Owns: HTTP/1.1 keep-alive parsing
 // (Content-Length bodies), chunked SSE responses, scripted failures, usage with cached_tokens.
 // Does not own the script (tests supply it; LruPrefixCache helps simulate prefix caching).
 // Invariant: event k of a request is written no earlier than arrival + ttft + sum(gaps[0..k-1]).
@@ -66,10 +66,9 @@ class FakeOpenAiServer {
   void flush(Conn& c);
   void close_conn(int fd);
   void send_next_event(Conn& c);
-  void arm_timer();
 
   FakeScript script_;
-  int listen_fd_ = -1, epoll_fd_ = -1, timer_fd_ = -1, stop_fd_ = -1;
+  int listen_fd_ = -1, epoll_fd_ = -1, stop_fd_ = -1;
   int port_ = 0;
   std::thread thread_;
   std::atomic<int64_t> requests_{0};
