@@ -80,7 +80,7 @@ const std::set<std::string> kValueFlags = {
     "--max-concurrency", "--num-requests", "--duration", "--warmup-requests", "--request-timeout", "--sweep",
     "--slo-ttft-p95", "--min-success", "--knee-tolerance", "--knee-max-bisections", "--gpus",
     "--gpu-hour-price", "--compare-price", "--compare-gpus", "--compare-throughput", "--output-json",
-    "--plot-prefix"};
+    "--plot-prefix", "--http-client"};
 
 }  // namespace
 
@@ -94,6 +94,7 @@ A load generator for OpenAI-compatible servers (mxserve, vLLM, sglang, llama.cpp
 server:    --base-url URL (or --host H --port P)  --model NAME (default: first of /v1/models)
            --endpoint chat|completions (chat)  --api-key KEY ($OPENAI_API_KEY)
            --request-timeout 600s  --extra-body JSON  --temperature T  --no-ignore-eos
+           --http-client auto|native|curl (auto: native epoll client for http://, libcurl for https://)
 workload:  --workload random|shared-prefix|single-stream|file (random)
            --tokenizer PATH (tokenizer.json or model dir; builtin:words for test servers only)
            --input-len N (1024)  --output-len N (128)  --range-ratio r (0: exact; [L(1-r), L(1+r)])
@@ -233,6 +234,7 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
     MX_ASSIGN_OR_RETURN(c.request_timeout_s, parse_seconds("--request-timeout", v["--request-timeout"]));
     if (!(c.request_timeout_s > 0)) return bad("--request-timeout", v["--request-timeout"], "must be > 0");
   }
+  if (has("--http-client")) { MX_ASSIGN_OR_RETURN(c.http_client, parse_http_client_kind(v["--http-client"])); }
   c.find_knee = flags.count("--find-knee") > 0;
   if (has("--slo-ttft-p95")) {
     MX_ASSIGN_OR_RETURN(c.knee.slo_ttft_p95_s, parse_seconds("--slo-ttft-p95", v["--slo-ttft-p95"]));

@@ -11,6 +11,7 @@
 
 #include "bench/arrivals.h"
 #include "bench/knee.h"
+#include "bench/load_runner.h"
 #include "bench/workload.h"
 #include "core/status.h"
 
@@ -44,6 +45,7 @@ struct BenchConfig {
   double duration_s = 0;          // per rate point, measured window for arrivals
   int64_t warmup_requests = -1;   // -1: workload default (shared-prefix G, single-stream 1, else 0)
   double request_timeout_s = 600;
+  HttpClientKind http_client = HttpClientKind::kAuto;
 
   bool find_knee = false;
   KneeCriteria knee;

@@ -140,6 +140,7 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
   target.request_timeout_s = c_.request_timeout_s;
   const bool tty = isatty(STDERR_FILENO);
   RunOptions opt;
+  opt.http_client = c_.http_client;
   opt.progress_interval_s = tty ? 1.0 : 10.0;
   const std::string label = closed ? "C=" + std::to_string(c_.max_concurrency) : (std::isinf(rate) ? "inf" : std::to_string(rate).substr(0, 6));
   if (c_.progress) {

@@ -1,7 +1,8 @@
 // LoadRunner: drives one rate point: sends requests on schedule over HTTP and records timings.
-// Owns: the single event-loop thread (libcurl multi + socket callbacks + epoll_pwait2 whose
-// nanosecond timeout serves both curl's timers and the next arrival), the client-side concurrency gate, per-request
-// timeouts, the live progress callback, and the optional timing probe.
+// Owns: the single-threaded scheduling loop (arrivals or the closed loop, the client-side
+// concurrency gate, the progress callback) over an HttpEngine (http_engine.h: a native epoll
+// HTTP/1.1 client, or libcurl multi), whose waits use epoll_pwait2's nanosecond timeout for both
+// the engine's timers and the next arrival.
 // Does not own: what is sent (BodySource) or what the numbers mean (metrics.h).
 // Invariant: a request is stamped sent_s immediately before its handle is added to curl, and every
 // response byte is stamped at the start of the write callback that delivers it.
@@ -58,7 +59,11 @@ struct RunResult {
 using BodySource = std::function<Result<RequestSpec>(int64_t index)>;
 using ProgressFn = std::function<void(const Progress&)>;
 
+enum class HttpClientKind { kAuto, kNative, kCurl };  // auto: native for http://, curl for https://
+Result<HttpClientKind> parse_http_client_kind(const std::string& name);
+
 struct RunOptions {
+  HttpClientKind http_client = HttpClientKind::kAuto;
   double progress_interval_s = 1.0;
   ProgressFn progress;                // may be empty
   bool timing_probe = false;          // read "mx_t" stamps from events (fake servers only)

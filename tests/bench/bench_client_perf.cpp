@@ -1,6 +1,7 @@
 // Client benchmark (a program, not a test; docs/perf/bench-client.md): the bench client against the
 // in-process fast fake server on 127.0.0.1, both sharing the machine's cores.
 //   bench_client_perf [--rate R] [--duration S] [--tokens K] [--gap-ms G] [--ttft-ms T]
+//                     [--http-client native|curl]
 // Open-loop Poisson at R req/s; each request streams K token events G ms apart, so about
 // R*(T + (K-1)G) streams are open at once and R*K events/s arrive.
 // Timing error (per SSE event) = client stamp (start of the curl write callback that delivers the
@@ -31,6 +32,7 @@ static double thread_cpu_s() {
 int main(int argc, char** argv) {
   double rate = 1000, duration = 10, gap_ms = 20, ttft_ms = 10;
   int64_t tokens = 100;
+  HttpClientKind client = HttpClientKind::kNative;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const double v = std::atof(argv[i + 1]);
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = static_cast<int64_t>(v);
     else if (a == "--gap-ms") gap_ms = v;
     else if (a == "--ttft-ms") ttft_ms = v;
+    else if (a == "--http-client") client = std::string(argv[i + 1]) == "curl" ? HttpClientKind::kCurl : HttpClientKind::kNative;
     else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
   FakeOpenAiServer server([&](const FakeRequest&) {
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
   };
   RunOptions opt;
   opt.timing_probe = true;
+  opt.http_client = client;
   opt.progress_interval_s = 2.0;
   opt.progress = [](const Progress& p) {
     std::fprintf(stderr, "  %5.1fs sent %lld done %lld failed %lld in-flight %lld\n", p.elapsed_s,

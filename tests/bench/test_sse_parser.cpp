@@ -78,3 +78,44 @@ TEST(OpenAiStreamReader, CompletionsTextAndErrors) {
 
 }  // namespace
 }  // namespace mxserve::bench
+
+namespace mxserve::bench {
+namespace {
+
+// The fast classifier must agree with the full JSON parse wherever it answers.
+TEST(ClassifyChunkFast, AgreesWithFullParse) {
+  struct Case {
+    const char* data;
+    FastChunk want;
+  };
+  const Case cases[] = {
+      {R"({"choices":[{"index":0,"delta":{"content":"hi"}}]})", FastChunk::kToken},
+      {R"({"choices" : [ {"delta" : {"content" : "x"}} ]})", FastChunk::kToken},
+      {R"({"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})", FastChunk::kNotToken},
+      {R"({"choices":[{"index":0,"delta":{"content":null},"finish_reason":"stop"}]})", FastChunk::kNotToken},
+      {R"({"choices":[]})", FastChunk::kNotToken},
+      {R"({"choices":[{"text":"a"}]})", FastChunk::kToken},
+      {R"({"choices":[{"text":""}]})", FastChunk::kNotToken},
+      {R"({"choices":[{"delta":{"reasoning_content":"th"}}]})", FastChunk::kToken},
+      {R"({"choices":[{"delta":{"reasoning":"th","content":null}}]})", FastChunk::kToken},
+      {R"({"choices":[{"delta":{"content":"say \"content\": \"\""}}]})", FastChunk::kToken},
+      {R"({"choices":[{"delta":{"content":"\"text\":\"\""}}]})", FastChunk::kToken},
+      {R"({"choices":[],"usage":{"prompt_tokens":1}})", FastChunk::kNeedsParse},
+      {R"({"error":{"message":"x"}})", FastChunk::kNeedsParse},
+      {R"({"choices":[{"index":0,"text":""},{"index":1,"text":"b"}]})", FastChunk::kNeedsParse},
+      {R"({"object":"x"})", FastChunk::kNeedsParse},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(classify_chunk_fast(c.data), c.want) << c.data;
+    // Whatever the path, the reader's token count matches the expected class.
+    RequestRecord r;
+    OpenAiStreamReader reader(&r);
+    const std::string ev = std::string("data: ") + c.data + "\n\n";
+    reader.feed(ev.data(), ev.size(), 1.0);
+    if (c.want == FastChunk::kToken) EXPECT_EQ(r.token_chunks, 1) << c.data;
+    if (c.want == FastChunk::kNotToken) EXPECT_EQ(r.token_chunks, 0) << c.data;
+  }
+}
+
+}  // namespace
+}  // namespace mxserve::bench

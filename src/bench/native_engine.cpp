@@ -1,0 +1,504 @@
+// NativeEngine: a minimal epoll HTTP/1.1 client for streaming POSTs (see http_engine.h).
+// Owns: URL parsing (http://host[:port][/prefix]), name resolution once per run, non-blocking
+// connects, keep-alive reuse (a request that fails on a reused connection before any response
+// byte is retried once on a fresh one), response head parsing, Content-Length / chunked /
+// until-close framing, and per-request timeouts. One recv per readiness event: a short read means
+// the socket is drained (epoll is level-triggered and reports the rest).
+// Invariant: a connection carries at most one request at a time (no pipelining).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/http_engine.h"
+
+namespace mxserve::bench {
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+constexpr size_t kReadBuf = 256 * 1024;
+
+struct Url {
+  std::string host, port, path;
+};
+
+Result<Url> parse_http_url(const std::string& url) {
+  if (url.rfind("http://", 0) != 0) return invalid_argument("not an http:// URL: " + url);
+  const std::string rest = url.substr(7);
+  const size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  Url u;
+  u.path = slash == std::string::npos ? "/" : rest.substr(slash);
+  if (!authority.empty() && authority[0] == '[') {  // [v6]:port
+    const size_t close = authority.find(']');
+    if (close == std::string::npos) return invalid_argument("bad IPv6 host in " + url);
+    u.host = authority.substr(1, close - 1);
+    u.port = close + 1 < authority.size() && authority[close + 1] == ':' ? authority.substr(close + 2) : "80";
+  } else {
+    const size_t colon = authority.rfind(':');
+    u.host = authority.substr(0, colon);
+    u.port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
+  }
+  if (u.host.empty() || u.port.empty()) return invalid_argument("bad host:port in " + url);
+  return u;
+}
+
+bool iequals_prefix(const char* p, size_t n, const char* name) {
+  const size_t len = std::strlen(name);
+  if (n < len) return false;
+  for (size_t i = 0; i < len; ++i)
+    if (std::tolower(static_cast<unsigned char>(p[i])) != name[i]) return false;
+  return true;
+}
+
+enum class ConnState { kConnecting, kWriting, kHead, kBody, kIdle };
+enum class Framing { kLength, kChunked, kUntilClose };
+enum class ChunkState { kSize, kData, kDataCrlf, kTrailer };
+
+struct Conn {
+  int fd = -1;
+  uint64_t gen = 0;
+  ConnState state = ConnState::kConnecting;
+  std::unique_ptr<Transfer> t;
+  std::string out;
+  size_t out_off = 0;
+  std::string line;             // partial head / chunk-size / trailer line
+  Framing framing = Framing::kUntilClose;
+  ChunkState chunk = ChunkState::kSize;
+  int64_t remaining = 0;
+  bool keep_alive = true;
+  bool reused = false;
+  bool got_bytes = false;
+  bool retried = false;
+};
+
+class NativeEngine final : public HttpEngine {
+ public:
+  explicit NativeEngine(RunTracker& tracker) : tracker_(tracker), buf_(kReadBuf) {}
+  ~NativeEngine() override {
+    for (auto& [fd, c] : conns_) close(fd);
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    if (addr_) freeaddrinfo(addr_);
+  }
+
+  Status init() {
+    MX_ASSIGN_OR_RETURN(Url u, parse_http_url(tracker_.target().url));
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    const int rc = getaddrinfo(u.host.c_str(), u.port.c_str(), &hints, &addr_);
+    if (rc != 0 || !addr_) return unavailable("resolve " + u.host + ":" + u.port + ": " + gai_strerror(rc));
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return internal_error(std::string("epoll_create1: ") + std::strerror(errno));
+    head_ = "POST " + u.path + " HTTP/1.1\r\nHost: " + u.host + ":" + u.port +
+            "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nUser-Agent: mxserve-bench\r\n";
+    for (const std::string& h : tracker_.target().headers) head_ += h + "\r\n";
+    head_ += "Content-Length: ";
+    return Status::ok();
+  }
+
+  Status start(std::unique_ptr<Transfer> t) override {
+    t->rec.http_status = 0;
+    const double deadline = t->rec.sent_s + tracker_.target().request_timeout_s;
+    Conn* c = nullptr;
+    while (!idle_.empty() && !c) {
+      auto it = conns_.find(idle_.back());
+      idle_.pop_back();
+      if (it != conns_.end() && it->second->state == ConnState::kIdle) c = it->second.get();
+    }
+    if (c) {
+      c->reused = true;
+    } else {
+      MX_ASSIGN_OR_RETURN(c, open_conn());
+    }
+    begin(*c, std::move(t));
+    ++in_flight_;
+    timeouts_.push({deadline, c->fd, c->gen});
+    if (c->state == ConnState::kWriting) write_some(*c);
+    return Status::ok();
+  }
+
+  Status wait(double timeout_s) override {
+    timespec ts{};
+    timespec* tsp = nullptr;
+    if (std::isfinite(timeout_s)) {
+      const int64_t ns = static_cast<int64_t>(std::max(0.0, timeout_s) * 1e9) + 1;
+      ts.tv_sec = ns / 1'000'000'000;
+      ts.tv_nsec = ns % 1'000'000'000;
+      tsp = &ts;
+    }
+    const int n = epoll_pwait2(epoll_fd_, events_, kMaxEvents, tsp, nullptr);
+    if (n < 0 && errno != EINTR) return internal_error(std::string("epoll_pwait2: ") + std::strerror(errno));
+    for (int i = 0; i < n; ++i) {
+      auto it = conns_.find(events_[i].data.fd);
+      if (it == conns_.end()) continue;
+      on_event(*it->second, events_[i].events);
+    }
+    expire_timeouts();
+    return Status::ok();
+  }
+
+  double next_deadline() const override { return timeouts_.empty() ? kNever : timeouts_.top().at; }
+  int64_t in_flight() const override { return in_flight_; }
+
+ private:
+  struct Timeout {
+    double at;
+    int fd;
+    uint64_t gen;
+    bool operator>(const Timeout& o) const { return at > o.at; }
+  };
+  static constexpr int kMaxEvents = 1024;
+
+  Result<Conn*> open_conn() {
+    const int fd = socket(addr_->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return internal_error(std::string("socket: ") + std::strerror(errno));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    const int rc = connect(fd, addr_->ai_addr, addr_->ai_addrlen);
+    c->state = rc == 0 ? ConnState::kWriting : ConnState::kConnecting;
+    if (rc != 0 && errno != EINPROGRESS) c->state = ConnState::kConnecting;  // error surfaces via SO_ERROR
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    Conn* raw = c.get();
+    conns_[fd] = std::move(c);
+    return raw;
+  }
+
+  void begin(Conn& c, std::unique_ptr<Transfer> t) {
+    c.gen = ++gen_;
+    c.out = head_ + std::to_string(t->body.size()) + "\r\n\r\n" + t->body;
+    c.out_off = 0;
+    c.line.clear();
+    c.framing = Framing::kUntilClose;
+    c.chunk = ChunkState::kSize;
+    c.remaining = 0;
+    c.keep_alive = true;
+    c.got_bytes = false;
+    c.t = std::move(t);
+    if (c.state == ConnState::kIdle) c.state = ConnState::kWriting;
+    set_events(c, EPOLLIN | EPOLLOUT);
+  }
+
+  void set_events(Conn& c, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = c.fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  void close_conn(Conn& c) {
+    const int fd = c.fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    conns_.erase(fd);  // destroys c
+  }
+
+  // Ends the request on `c` with a transport error (or retries it once on a fresh connection).
+  void fail(Conn& c, const std::string& why) {
+    std::unique_ptr<Transfer> t = std::move(c.t);
+    const bool retry = c.reused && !c.got_bytes && !c.retried;
+    close_conn(c);
+    if (!t) return;
+    if (retry) {
+      auto fresh = open_conn();
+      if (fresh.is_ok()) {
+        Conn* n = *fresh;
+        begin(*n, std::move(t));
+        n->retried = true;
+        timeouts_.push({n->t->rec.sent_s + tracker_.target().request_timeout_s, n->fd, n->gen});
+        return;
+      }
+    }
+    --in_flight_;
+    tracker_.finish(std::move(t), "transport: " + why);
+  }
+
+  void complete(Conn& c) {
+    std::unique_ptr<Transfer> t = std::move(c.t);
+    --in_flight_;
+    if (c.keep_alive && c.framing != Framing::kUntilClose) {
+      c.state = ConnState::kIdle;
+      c.reused = false;
+      c.retried = false;
+      c.gen = ++gen_;
+      set_events(c, EPOLLIN);
+      idle_.push_back(c.fd);
+    } else {
+      close_conn(c);
+    }
+    tracker_.finish(std::move(t), "");
+  }
+
+  void write_some(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      const ssize_t w = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        fail(c, std::string("send: ") + std::strerror(errno));
+        return;
+      }
+      c.out_off += static_cast<size_t>(w);
+    }
+    c.out.clear();
+    c.out.shrink_to_fit();
+    c.state = ConnState::kHead;
+    set_events(c, EPOLLIN);
+  }
+
+  void on_event(Conn& c, uint32_t events) {
+    if (c.state == ConnState::kIdle) {  // the server closed (or wrote to) an idle connection
+      close_conn(c);
+      return;
+    }
+    if (c.state == ConnState::kConnecting) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        fail(c, std::string("connect: ") + std::strerror(err));
+        return;
+      }
+      if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+      c.state = ConnState::kWriting;
+    }
+    if (c.state == ConnState::kWriting) {
+      write_some(c);
+      return;
+    }
+    read_some(c);
+  }
+
+  void read_some(Conn& c) {
+    const ssize_t n = ::recv(c.fd, buf_.data(), buf_.size(), 0);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      fail(c, std::string("recv: ") + std::strerror(errno));
+      return;
+    }
+    if (n == 0) {
+      if (c.state == ConnState::kBody && c.framing == Framing::kUntilClose) complete(c);
+      else fail(c, c.got_bytes ? "connection closed mid-response" : "connection closed before a response");
+      return;
+    }
+    c.got_bytes = true;
+    const double now = tracker_.now_s();
+    const char* p = buf_.data();
+    size_t left = static_cast<size_t>(n);
+    const int fd = c.fd;
+    const uint64_t gen = c.gen;
+    while (left > 0 || (c.state == ConnState::kBody && done_framing(c))) {
+      if (c.state == ConnState::kHead) {
+        if (!parse_head(c, p, left)) return;  // need more, or failed
+        continue;
+      }
+      if (c.state != ConnState::kBody) return;
+      if (done_framing(c)) {
+        complete(c);
+        return;
+      }
+      if (!body(c, p, left, now)) return;
+      auto it = conns_.find(fd);
+      if (it == conns_.end() || it->second->gen != gen) return;
+    }
+  }
+
+  static bool done_framing(const Conn& c) {
+    return (c.framing == Framing::kLength && c.remaining == 0) ||
+           (c.framing == Framing::kChunked && c.chunk == ChunkState::kTrailer && c.remaining < 0);
+  }
+
+  // Consumes head bytes; returns true when the head is complete (state kBody) and bytes remain
+  // to process, false when more input is needed or the request failed.
+  bool parse_head(Conn& c, const char*& p, size_t& left) {
+    const size_t old = c.line.size();
+    c.line.append(p, left);
+    const size_t end = c.line.find("\r\n\r\n", old >= 3 ? old - 3 : 0);
+    if (end == std::string::npos) {
+      p += left;
+      left = 0;
+      if (c.line.size() > 65536) fail(c, "response head over 64 KiB");
+      return false;
+    }
+    const size_t used = end + 4 - old;
+    p += used;
+    left -= used;
+    const std::string head = c.line.substr(0, end);
+    c.line.clear();
+    if (head.size() < 12 || head.compare(0, 5, "HTTP/") != 0) {
+      fail(c, "malformed response head");
+      return false;
+    }
+    const int status = std::atoi(head.c_str() + 9);
+    if (status >= 100 && status < 200) return true;  // interim response: parse the next head
+    c.t->rec.http_status = status;
+    c.keep_alive = head.compare(5, 3, "1.1") == 0;
+    c.framing = Framing::kUntilClose;
+    size_t pos = head.find("\r\n");
+    while (pos != std::string::npos) {
+      const size_t start = pos + 2;
+      const size_t next = head.find("\r\n", start);
+      const size_t len = (next == std::string::npos ? head.size() : next) - start;
+      const char* l = head.data() + start;
+      auto value = [&](size_t name_len) {
+        std::string v(l + name_len, len - name_len);
+        for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        return v;
+      };
+      if (iequals_prefix(l, len, "content-length:")) {
+        if (c.framing != Framing::kChunked) {
+          c.framing = Framing::kLength;
+          c.remaining = std::strtoll(l + 15, nullptr, 10);
+        }
+      } else if (iequals_prefix(l, len, "transfer-encoding:")) {
+        if (value(18).find("chunked") != std::string::npos) {
+          c.framing = Framing::kChunked;
+          c.chunk = ChunkState::kSize;
+          c.remaining = 0;
+        }
+      } else if (iequals_prefix(l, len, "connection:")) {
+        const std::string v = value(11);
+        if (v.find("close") != std::string::npos) c.keep_alive = false;
+        if (v.find("keep-alive") != std::string::npos) c.keep_alive = true;
+      }
+      pos = next;
+    }
+    c.state = ConnState::kBody;
+    return true;
+  }
+
+  // Consumes body bytes; returns false if the connection was failed.
+  bool body(Conn& c, const char*& p, size_t& left, double now) {
+    if (c.framing == Framing::kUntilClose) {
+      c.t->on_body(p, left, now);
+      p += left;
+      left = 0;
+      return true;
+    }
+    if (c.framing == Framing::kLength) {
+      const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
+      c.t->on_body(p, k, now);
+      p += k;
+      left -= k;
+      c.remaining -= static_cast<int64_t>(k);
+      return true;
+    }
+    while (left > 0) {
+      switch (c.chunk) {
+        case ChunkState::kData: {
+          const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
+          c.t->on_body(p, k, now);
+          p += k;
+          left -= k;
+          c.remaining -= static_cast<int64_t>(k);
+          if (c.remaining == 0) {
+            c.chunk = ChunkState::kDataCrlf;
+            c.remaining = 2;
+          }
+          break;
+        }
+        case ChunkState::kDataCrlf: {
+          const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
+          p += k;
+          left -= k;
+          c.remaining -= static_cast<int64_t>(k);
+          if (c.remaining == 0) c.chunk = ChunkState::kSize;
+          break;
+        }
+        case ChunkState::kSize:
+        case ChunkState::kTrailer: {
+          const void* nl = std::memchr(p, '\n', left);
+          const size_t k = nl ? static_cast<size_t>(static_cast<const char*>(nl) - p) + 1 : left;
+          c.line.append(p, k);
+          p += k;
+          left -= k;
+          if (!nl) {
+            if (c.line.size() > 4096) {
+              fail(c, "chunk header line too long");
+              return false;
+            }
+            break;
+          }
+          std::string l = std::move(c.line);
+          c.line.clear();
+          while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+          if (c.chunk == ChunkState::kTrailer) {
+            if (l.empty()) {
+              c.remaining = -1;  // message complete
+              return true;
+            }
+            break;
+          }
+          char* end = nullptr;
+          const long long size = std::strtoll(l.c_str(), &end, 16);
+          if (end == l.c_str() || size < 0) {
+            fail(c, "bad chunk size '" + l.substr(0, 20) + "'");
+            return false;
+          }
+          if (size == 0) {
+            c.chunk = ChunkState::kTrailer;
+            c.remaining = 0;
+          } else {
+            c.chunk = ChunkState::kData;
+            c.remaining = size;
+          }
+          break;
+        }
+      }
+    }
+    return true;
+  }
+
+  void expire_timeouts() {
+    const double now = tracker_.now_s();
+    while (!timeouts_.empty() && timeouts_.top().at <= now) {
+      const Timeout to = timeouts_.top();
+      timeouts_.pop();
+      auto it = conns_.find(to.fd);
+      if (it == conns_.end() || it->second->gen != to.gen || !it->second->t) continue;
+      Conn& c = *it->second;
+      c.retried = true;  // no retry on timeout
+      c.reused = false;
+      std::unique_ptr<Transfer> t = std::move(c.t);
+      close_conn(c);
+      --in_flight_;
+      tracker_.finish(std::move(t), "timeout after " + std::to_string(tracker_.target().request_timeout_s) + " s");
+    }
+  }
+
+  RunTracker& tracker_;
+  std::vector<char> buf_;
+  addrinfo* addr_ = nullptr;
+  int epoll_fd_ = -1;
+  std::string head_;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns_;
+  std::vector<int> idle_;
+  std::priority_queue<Timeout, std::vector<Timeout>, std::greater<Timeout>> timeouts_;
+  uint64_t gen_ = 0;
+  int64_t in_flight_ = 0;
+  epoll_event events_[kMaxEvents];
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpEngine>> make_native_engine(RunTracker& tracker) {
+  auto e = std::make_unique<NativeEngine>(tracker);
+  MX_RETURN_IF_ERROR(e->init());
+  return std::unique_ptr<HttpEngine>(std::move(e));
+}
+
+}  // namespace mxserve::bench
