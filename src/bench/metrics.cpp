@@ -45,6 +45,7 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
   RateMetrics m;
   m.offered_rate = offered_rate;
   m.max_concurrency = max_concurrency;
+  double first_sched = std::numeric_limits<double>::infinity(), last_sched = -first_sched;
   double first_send = std::numeric_limits<double>::infinity();
   double last_end = -std::numeric_limits<double>::infinity();
   std::vector<double> ttft, tpot, itl, e2e, queue, speed;
@@ -58,6 +59,8 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
       continue;
     }
     ++m.sent;
+    first_sched = std::min(first_sched, r.scheduled_s);
+    last_sched = std::max(last_sched, r.scheduled_s);
     if (r.sent_s >= 0) first_send = std::min(first_send, r.sent_s);
     if (r.end_s >= 0) last_end = std::max(last_end, r.end_s);
     if (r.sent_s >= 0) queue.push_back(r.sent_s - r.scheduled_s);
@@ -93,6 +96,8 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
     }
     for (float g : r.itl_s) itl.push_back(g);
   }
+  if (m.sent > 1 && last_sched > first_sched)
+    m.realized_arrival_rate = static_cast<double>(m.sent - 1) / (last_sched - first_sched);
   if (m.sent > 0) m.success_rate = static_cast<double>(m.completed) / static_cast<double>(m.sent);
   if (last_end > first_send) m.duration_s = last_end - first_send;
   if (m.duration_s > 0) {
@@ -141,6 +146,7 @@ nlohmann::json rate_metrics_to_json(const RateMetrics& m, int gpus) {
   j["success_rate"] = m.success_rate;
   j["duration_s"] = m.duration_s;
   j["request_throughput"] = m.request_throughput;
+  j["realized_arrival_rate"] = m.realized_arrival_rate;
   j["total_input_tokens"] = m.input_tokens;
   j["total_output_tokens"] = m.output_tokens;
   j["total_cached_tokens"] = m.cached_tokens;

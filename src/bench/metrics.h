@@ -43,6 +43,7 @@ struct RateMetrics {
   double success_rate = 0;            // completed / sent
   double duration_s = 0;
   double request_throughput = 0;      // completed / duration
+  double realized_arrival_rate = 0;   // (measured requests - 1) / span of their scheduled times
   int64_t input_tokens = 0, output_tokens = 0, cached_tokens = 0;
   int64_t usage_reports = 0, cached_reports = 0;
   double input_tps = 0, output_tps = 0, total_tps = 0, prefill_computed_tps = 0;

@@ -69,6 +69,8 @@ void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus) {
   row(os, "Total input tokens:", std::to_string(m.input_tokens));
   row(os, "Total generated tokens:", std::to_string(m.output_tokens));
   row(os, "Request throughput (req/s):", fmt("%.3f", m.request_throughput));
+  if (std::isfinite(m.offered_rate))
+    row(os, "Realized arrival rate (req/s):", fmt("%.3f", m.realized_arrival_rate));
   row(os, "Input token throughput (tok/s):", fmt("%.2f", m.input_tps));
   row(os, "Output token throughput (tok/s):", fmt("%.2f", m.output_tps));
   row(os, "Total token throughput (tok/s):", fmt("%.2f", m.total_tps));

@@ -35,7 +35,9 @@ BenchConfig base_config(const std::string& url) {
   return c;
 }
 
-TEST(BenchE2E, ScriptedTimingsGiveHandComputedMetrics) {
+class ScriptedTimings : public ::testing::TestWithParam<HttpClientKind> {};
+
+TEST_P(ScriptedTimings, GiveHandComputedMetrics) {
   // Request k (arrival order; constant 50 ms spacing keeps it): TTFT 20(k+1) ms, 5 gaps of 10 ms,
   // prompt_tokens 100, cached 10k. k = 10: HTTP 503. k = 11: error event after the first token.
   FakeOpenAiServer server([](const FakeRequest& r) {
@@ -60,6 +62,7 @@ TEST(BenchE2E, ScriptedTimingsGiveHandComputedMetrics) {
   c.arrival.kind = ArrivalKind::kConstant;
   c.rates = {20};
   c.num_requests = 12;
+  c.http_client = GetParam();
   std::ostringstream out, err;
   BenchRun run(c, out, err);
   Status s = run.run();
@@ -92,6 +95,9 @@ TEST(BenchE2E, ScriptedTimingsGiveHandComputedMetrics) {
   EXPECT_NEAR(m.total_tps, 1060 / 0.70, 1060 / 0.70 * 0.01);
   EXPECT_NE(out.str().find("| Offered RPS | Sustained RPS | Total tok/s/node | TTFT p50 / p95 | Success |"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, ScriptedTimings, ::testing::Values(HttpClientKind::kNative, HttpClientKind::kCurl),
+                         [](const auto& info) { return info.param == HttpClientKind::kCurl ? "curl" : "native"; });
 
 TEST(BenchE2E, KneeOfAQueueingServer) {
   // One FIFO "prefill slot" with 20 ms service: TTFT = wait + 20 ms; capacity 50 req/s. With 40
