@@ -67,7 +67,7 @@ Result<std::vector<double>> parse_rate_list(const std::string& flag, const std::
 }
 
 const std::set<std::string> kBoolFlags = {"--find-knee", "--no-ignore-eos", "--ignore-eos", "--no-progress",
-                                          "--disable-tqdm", "--help", "-h"};
+                                          "--disable-tqdm", "--help", "-h", "--no-server-metrics"};
 const std::map<std::string, std::string> kAliases = {
     {"--random-input-len", "--input-len"},   {"--random-output-len", "--output-len"},
     {"--random-range-ratio", "--range-ratio"}, {"--dataset-path", "--dataset"},
@@ -109,6 +109,7 @@ sweeps:    --sweep 0.5,1,1.5,2,2.25,2.4  --find-knee --slo-ttft-p95 5s [--min-su
 cost:      --gpus N  --gpu-hour-price USD  --compare-price USD [--compare-gpus N]
            [--compare-throughput TOK_S]
 output:    --output-json FILE  --plot-prefix PATH (default: FILE without .json)  --no-progress
+           --no-server-metrics (do not read spec-decode / prefix-cache counters from GET /metrics)
 )";
 }
 
@@ -285,6 +286,7 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
       c.plot_prefix.resize(c.plot_prefix.size() - 5);
   }
   c.progress = !flags.count("--no-progress");
+  c.scrape_server_metrics = !flags.count("--no-server-metrics");
 
   // Load shape and stop conditions.
   if (single) {

@@ -58,6 +58,7 @@ struct BenchConfig {
   std::string output_json;        // result file ("" : none)
   std::string plot_prefix;        // SVG files <prefix>_throughput.svg, <prefix>_ttft.svg
   bool progress = true;
+  bool scrape_server_metrics = true;  // GET /metrics before/after each point
   bool closed_loop() const { return rates.empty(); }
 };
 

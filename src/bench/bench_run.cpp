@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "bench/arrivals.h"
 #include "bench/metrics.h"
 #include "bench/plots.h"
+#include "bench/server_metrics.h"
 #include "bench/svg_plot.h"
 
 namespace mxserve::bench {
@@ -154,14 +156,26 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
       else err_ << buf << "\n";
     };
   }
+  std::optional<MetricSample> before;
+  if (c_.scrape_server_metrics && !metrics_endpoint_missing_) {
+    auto s = scrape_metrics(c_.base_url, c_.api_key);
+    if (s.is_ok()) before = std::move(s).value();
+    else metrics_endpoint_missing_ = true;  // the server exports no /metrics: nothing to report
+  }
   MX_ASSIGN_OR_RETURN(RunResult rr, run_load(target, plan, source, opt));
+  SpecDecodeFigures server_figures;
+  if (before) {
+    auto after = scrape_metrics(c_.base_url, c_.api_key);
+    if (after.is_ok()) server_figures = diff_server_metrics(*before, *after);
+  }
   if (c_.progress && tty) err_ << "\n";
   PointResult pr;
   pr.metrics = compute_rate_metrics(rr.records, closed ? INFINITY : rate, c_.max_concurrency);
   pr.metrics.max_in_flight = rr.max_in_flight;
   pr.verdict = judge(pr.metrics, c_.knee);
   pr.phase = phase;
-  print_metrics_block(out_, pr.metrics, c_.gpus);
+  pr.server = server_figures;
+  print_metrics_block(out_, pr.metrics, c_.gpus, &pr.server);
   if (pr.metrics.input_token_error > 0.01)
     err_ << "mxserve bench: WARNING: the server counted prompt tokens up to "
          << std::to_string(pr.metrics.input_token_error * 100).substr(0, 5)

@@ -52,6 +52,7 @@ class BenchRun {
   KneeResult knee_;
   bool has_knee_ = false;
   nlohmann::json result_;
+  bool metrics_endpoint_missing_ = false;
 };
 
 // GET {base_url}/v1/models and return data[0].id.

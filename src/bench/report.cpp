@@ -59,7 +59,7 @@ CostFigures compute_cost(const RateMetrics& m, int gpus, const CostConfig& c) {
   return f;
 }
 
-void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus) {
+void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus, const SpecDecodeFigures* server) {
   os << "============ Serving Benchmark Result (rate " << rate_str(m.offered_rate) << " req/s"
      << (m.max_concurrency > 0 ? ", max concurrency " + std::to_string(m.max_concurrency) : std::string()) << ") ============\n";
   row(os, "Requests sent / completed / failed:", std::to_string(m.sent) + " / " + std::to_string(m.completed) + " / " + std::to_string(m.failed));
@@ -90,6 +90,10 @@ void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus) {
   if (m.max_concurrency > 0) row(os, "Client queue time P95 (ms):", fmt("%.2f", m.client_queue.p95 * 1e3));
   if (m.output_speed.count > 0)
     row(os, "Output speed after first token P50 (tok/s):", fmt("%.2f", m.output_speed.p50));
+  if (server && server->acceptance_rate) row(os, "Spec decode acceptance rate (server):", fmt("%.4f", *server->acceptance_rate));
+  if (server && server->acceptance_length) row(os, "Spec decode acceptance length (server):", fmt("%.3f", *server->acceptance_length));
+  if (server && server->prefix_cache_hit_rate)
+    row(os, "Prefix cache hit rate (server /metrics):", fmt("%.4f", *server->prefix_cache_hit_rate));
   for (const auto& [kind, n] : m.errors) row(os, "Errors '" + kind + "':", std::to_string(n));
   for (const std::string& e : m.error_samples) os << "  e.g. " << e << "\n";
   os << "==================================================\n";
@@ -166,6 +170,7 @@ nlohmann::json result_json(const BenchConfig& c, const std::string& model, const
   for (const PointResult& p : points) {
     nlohmann::json pj = rate_metrics_to_json(p.metrics, c.gpus);
     pj["phase"] = p.phase;
+    pj["server_metrics"] = spec_figures_to_json(p.server);
     if (c.find_knee) pj["slo"] = {{"pass", p.verdict.pass}, {"reason", p.verdict.reason}};
     const CostFigures f = compute_cost(p.metrics, c.gpus, c.cost);
     if (f.valid) {

@@ -13,6 +13,7 @@
 #include "bench/bench_config.h"
 #include "bench/knee.h"
 #include "bench/metrics.h"
+#include "bench/server_metrics.h"
 
 namespace mxserve::bench {
 
@@ -20,6 +21,7 @@ struct PointResult {
   RateMetrics metrics;
   Verdict verdict;        // meaningful when a SLO is judged
   std::string phase;      // "sweep", "grid", "bisect", "single"
+  SpecDecodeFigures server;  // from the server's /metrics, when it exports them
 };
 
 // Cost of one rate point. $/Mtok = gpu_hour_price * gpus * 1e6 / (tok/s * 3600).
@@ -35,7 +37,7 @@ struct CostFigures {
 };
 CostFigures compute_cost(const RateMetrics& m, int gpus, const CostConfig& c);
 
-void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus);
+void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus, const SpecDecodeFigures* server = nullptr);
 void print_summary_table(std::ostream& os, const std::vector<PointResult>& points, const BenchConfig& c,
                          const KneeResult* knee);
 nlohmann::json result_json(const BenchConfig& c, const std::string& model, const nlohmann::json& workload,

@@ -223,6 +223,13 @@ void FakeOpenAiServer::handle_request(Conn& c, const std::string& method, const 
     respond(200, R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
     return;
   }
+  if (method == "GET" && path == "/metrics" && metrics_text) {
+    const std::string text = metrics_text();
+    write_out(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(text.size()) +
+                     "\r\n\r\n" + text);
+    flush(c);
+    return;
+  }
   if (method != "POST" || (path != "/v1/chat/completions" && path != "/v1/completions")) {
     respond(404, R"({"error":{"message":"not found","type":"not_found","code":404}})");
     return;

@@ -56,6 +56,8 @@ class FakeOpenAiServer {
   int port() const { return port_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int64_t requests() const { return requests_.load(); }
+  // Body of GET /metrics (Prometheus text); unset: 404. Set before start(); called on the server thread.
+  std::function<std::string()> metrics_text;
 
   struct Conn;
  private:

@@ -3,6 +3,7 @@
 // equal the scripted values within kTol (loopback + scheduling noise on a shared 2-core machine).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "bench/load_runner.h"
 #include "bench/metrics.h"
 #include "bench/report.h"
+#include "bench/server_metrics.h"
 #include "fake_openai_server.h"
 
 namespace mxserve::bench {
@@ -278,6 +280,79 @@ TEST(Cost, DollarsPerMillionTokens) {
   EXPECT_NEAR(f.usd_per_mtok_output, 16e6 / (125.0 * 3600), 1e-9);
   EXPECT_NEAR(f.breakeven_tps, 2626 * 24.0 / 16.0, 1e-9);
   EXPECT_NEAR(f.perf_per_dollar_ratio, (2626.0 / 16) / (3192.0 / 24), 1e-9);
+}
+
+}  // namespace
+}  // namespace mxserve::bench
+
+namespace mxserve::bench {
+namespace {
+
+using testing::FakeOpenAiServer;
+using testing::FakePlan;
+using testing::FakeRequest;
+
+BenchConfig metrics_config(const std::string& url) {
+  BenchConfig c;
+  c.base_url = url;
+  c.model = "fake-model";
+  c.tokenizer = "builtin:words";
+  c.progress = false;
+  c.warmup_requests = 0;
+  c.request_timeout_s = 20;
+  return c;
+}
+
+TEST(ServerMetrics, PrometheusParsingAndSpecDecodeDiff) {
+  const MetricSample a = parse_prometheus_text(
+      "# HELP x\n# TYPE vllm:spec_decode_num_drafts counter\n"
+      "vllm:spec_decode_num_drafts_total{model_name=\"m\",engine=\"0\"} 100\n"
+      "vllm:spec_decode_num_drafts_total{model_name=\"m\",engine=\"1\"} 50\n"
+      "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 450\n"
+      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 300\n"
+      "vllm:prefix_cache_queries_total 1000\nvllm:prefix_cache_hits_total 400\n");
+  EXPECT_DOUBLE_EQ(a.at("vllm:spec_decode_num_drafts"), 150);
+  MetricSample b = a;
+  b["vllm:spec_decode_num_drafts"] += 10;
+  b["vllm:spec_decode_num_draft_tokens"] += 30;
+  b["vllm:spec_decode_num_accepted_tokens"] += 24;
+  b["vllm:prefix_cache_queries"] += 100;
+  b["vllm:prefix_cache_hits"] += 60;
+  const SpecDecodeFigures f = diff_server_metrics(a, b);
+  EXPECT_DOUBLE_EQ(*f.acceptance_rate, 0.8);     // 24 / 30
+  EXPECT_DOUBLE_EQ(*f.acceptance_length, 3.4);   // 1 + 24 / 10
+  EXPECT_DOUBLE_EQ(*f.prefix_cache_hit_rate, 0.6);
+  EXPECT_FALSE(diff_server_metrics({}, {}).acceptance_rate.has_value());
+}
+
+TEST(ServerMetrics, ScrapedAroundEachRatePoint) {
+  std::atomic<int64_t> served{0};
+  FakeOpenAiServer server([&](const FakeRequest&) {
+    ++served;
+    FakePlan p;
+    p.tokens = 3;
+    return p;
+  });
+  // Each request: 2 drafts of 3 tokens, 4 accepted -> rate 4/6, length 1 + 4/2 = 3.
+  server.metrics_text = [&] {
+    const int64_t n = served.load();
+    return "vllm:spec_decode_num_drafts_total " + std::to_string(2 * n) + "\nvllm:spec_decode_num_draft_tokens_total " +
+           std::to_string(6 * n) + "\nvllm:spec_decode_num_accepted_tokens_total " + std::to_string(4 * n) + "\n";
+  };
+  ASSERT_TRUE(server.start());
+  BenchConfig c = metrics_config(server.base_url());
+  c.workload.input_len = 10;
+  c.workload.output_len = 3;
+  c.rates = {100};
+  c.num_requests = 5;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  ASSERT_TRUE(run.run().is_ok());
+  const SpecDecodeFigures& f = run.points().at(0).server;
+  ASSERT_TRUE(f.acceptance_rate.has_value());
+  EXPECT_NEAR(*f.acceptance_rate, 4.0 / 6, 1e-12);
+  EXPECT_NEAR(*f.acceptance_length, 3.0, 1e-12);
+  EXPECT_NE(out.str().find("Spec decode acceptance length (server):"), std::string::npos);
 }
 
 }  // namespace
