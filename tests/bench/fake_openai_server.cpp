@@ -50,7 +50,7 @@ struct FakeOpenAiServer::Conn {
 FakeOpenAiServer::FakeOpenAiServer(FakeScript script) : script_(std::move(script)) {}
 FakeOpenAiServer::~FakeOpenAiServer() { stop(); }
 
-bool FakeOpenAiServer::start() {
+bool FakeOpenAiServer::start(int port) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return false;
   int one = 1;
@@ -58,7 +58,7 @@ bool FakeOpenAiServer::start() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
   if (listen(listen_fd_, 4096) != 0) return false;
   socklen_t len = sizeof addr;

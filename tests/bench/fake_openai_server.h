@@ -50,8 +50,8 @@ class FakeOpenAiServer {
  public:
   explicit FakeOpenAiServer(FakeScript script);
   ~FakeOpenAiServer();
-  // Binds 127.0.0.1:0 and starts the thread; returns false on failure.
-  bool start();
+  // Binds 127.0.0.1:port (0: ephemeral) and starts the thread; returns false on failure.
+  bool start(int port = 0);
   void stop();
   int port() const { return port_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
