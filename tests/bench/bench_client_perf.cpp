@@ -1,13 +1,14 @@
 // Client benchmark (a program, not a test; docs/perf/bench-client.md): the bench client against the
 // in-process fast fake server on 127.0.0.1, both sharing the machine's cores.
 //   bench_client_perf [--rate R] [--duration S] [--tokens K] [--gap-ms G] [--ttft-ms T]
-//                     [--http-client native|curl]
+//                     [--http-client native|curl] [--pin 1] (server thread on CPU 1, client on CPU 0)
 // Open-loop Poisson at R req/s; each request streams K token events G ms apart, so about
 // R*(T + (K-1)G) streams are open at once and R*K events/s arrive.
 // Timing error (per SSE event) = client stamp (start of the curl write callback that delivers the
 // event) - server stamp (CLOCK_MONOTONIC just before the server's send() of that event). It bounds
 // how late the client's timestamps are (loopback delivery + wake-up + parsing queue included).
 // Send lag (per request) = actual send - scheduled arrival.
+#include <sched.h>
 #include <time.h>
 
 #include <cstdio>
@@ -29,10 +30,18 @@ static double thread_cpu_s() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 
+static void pin_to_cpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
 int main(int argc, char** argv) {
   double rate = 1000, duration = 10, gap_ms = 20, ttft_ms = 10;
   int64_t tokens = 100;
   HttpClientKind client = HttpClientKind::kNative;
+  bool pin = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const double v = std::atof(argv[i + 1]);
@@ -41,6 +50,7 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = static_cast<int64_t>(v);
     else if (a == "--gap-ms") gap_ms = v;
     else if (a == "--ttft-ms") ttft_ms = v;
+    else if (a == "--pin") pin = v != 0;
     else if (a == "--http-client") client = std::string(argv[i + 1]) == "curl" ? HttpClientKind::kCurl : HttpClientKind::kNative;
     else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
@@ -54,7 +64,9 @@ int main(int argc, char** argv) {
     p.empty_role_chunk = false;
     return p;
   });
+  if (pin) pin_to_cpu(1);  // the server thread inherits CPU 1; the client then moves to CPU 0
   if (!server.start()) { std::fprintf(stderr, "server start failed\n"); return 1; }
+  if (pin) pin_to_cpu(0);
   HttpTarget t;
   t.url = server.base_url() + "/v1/chat/completions";
   t.request_timeout_s = 60;

@@ -283,18 +283,23 @@ void FakeOpenAiServer::handle_request(Conn& c, const std::string& method, const 
 }
 
 void FakeOpenAiServer::send_next_event(Conn& c) {
-  std::string ev;
+  // NOTE: formatted into one stack buffer and sent directly when nothing is queued: at 100k
+  // events/s the fake server shares the machine with the client it is measuring.
+  char buf[1024];
   const int64_t k = c.sent++;
-  std::string stamp;
-  if (c.plan.stamp) stamp = ",\"mx_t\":" + std::to_string(now_ns());
   const bool last = c.sent >= c.tokens;
+  char stamp[48] = "";
+  if (c.plan.stamp) std::snprintf(stamp, sizeof stamp, ",\"mx_t\":%lld", static_cast<long long>(now_ns()));
   const char* finish = last ? "\"length\"" : "null";
-  if (c.chat)
-    ev = "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t" +
-         std::to_string(k) + " \"},\"finish_reason\":" + finish + "}]" + stamp + "}\n\n";
-  else
-    ev = "data: {\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t" + std::to_string(k) +
-         " \",\"finish_reason\":" + finish + "}]" + stamp + "}\n\n";
+  int n = c.chat ? std::snprintf(buf + 16, sizeof buf - 16,
+                                 "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":"
+                                 "{\"content\":\"t%lld \"},\"finish_reason\":%s}]%s}\n\n",
+                                 static_cast<long long>(k), finish, stamp)
+                 : std::snprintf(buf + 16, sizeof buf - 16,
+                                 "data: {\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t%lld \","
+                                 "\"finish_reason\":%s}]%s}\n\n",
+                                 static_cast<long long>(k), finish, stamp);
+  std::string ev(buf + 16, static_cast<size_t>(n));
   bool end = last;
   if (c.plan.error_after_first && k == 0) {
     ev += "data: {\"error\":{\"message\":\"scripted mid-stream failure\",\"type\":\"server_error\",\"code\":500}}\n\n";
@@ -310,8 +315,22 @@ void FakeOpenAiServer::send_next_event(Conn& c) {
   }
   if (end) ev += "data: [DONE]\n\n";
   char hex[32];
-  std::snprintf(hex, sizeof hex, "%zx\r\n", ev.size());
-  write_out(c, hex + ev + "\r\n" + (end ? "0\r\n\r\n" : ""));
+  const int hn = std::snprintf(hex, sizeof hex, "%zx\r\n", ev.size());
+  if (!end && c.out.empty() && ev.size() + static_cast<size_t>(hn) + 2 + 16 <= sizeof buf) {
+    // Fast path: frame in place and send with one syscall.
+    char* start = buf + 16 - hn;
+    std::memcpy(start, hex, static_cast<size_t>(hn));
+    std::memcpy(buf + 16 + ev.size(), "\r\n", 2);
+    const size_t len = static_cast<size_t>(hn) + ev.size() + 2;
+    const ssize_t w = ::send(c.fd, start, len, MSG_NOSIGNAL);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      close_conn(c.fd);
+      return;
+    }
+    if (w < static_cast<ssize_t>(len)) c.out.append(start + std::max<ssize_t>(w, 0), len - static_cast<size_t>(std::max<ssize_t>(w, 0)));
+  } else {
+    write_out(c, std::string(hex, static_cast<size_t>(hn)) + ev + "\r\n" + (end ? "0\r\n\r\n" : ""));
+  }
   if (end) {
     c.streaming = false;
   } else {
@@ -321,7 +340,7 @@ void FakeOpenAiServer::send_next_event(Conn& c) {
     std::push_heap(heap_.begin(), heap_.end(), std::greater<Due>());
   }
   const int fd = c.fd;
-  flush(c);
+  if (!c.out.empty()) flush(c);
   if (end && conns_.count(fd) && !c.in.empty()) on_readable(c);
 }
 
