@@ -1,9 +1,9 @@
 // NativeEngine: a minimal epoll HTTP/1.1 client for streaming POSTs (see http_engine.h).
 // Owns: URL parsing (http://host[:port][/prefix]), name resolution once per run, non-blocking
 // connects, keep-alive reuse (a request that fails on a reused connection before any response
-// byte is retried once on a fresh one), response head parsing, Content-Length / chunked /
-// until-close framing, and per-request timeouts. One recv per readiness event: a short read means
-// the socket is drained (epoll is level-triggered and reports the rest).
+// byte is retried once on a fresh one) and per-request timeouts; response parsing is
+// http1_response.h. One recv per readiness event: epoll is level-triggered, so a socket with more
+// data is reported again on the next wait.
 // Invariant: a connection carries at most one request at a time (no pipelining).
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/http1_response.h"
 #include "bench/http_engine.h"
 
 namespace mxserve::bench {
@@ -54,17 +55,7 @@ Result<Url> parse_http_url(const std::string& url) {
   return u;
 }
 
-bool iequals_prefix(const char* p, size_t n, const char* name) {
-  const size_t len = std::strlen(name);
-  if (n < len) return false;
-  for (size_t i = 0; i < len; ++i)
-    if (std::tolower(static_cast<unsigned char>(p[i])) != name[i]) return false;
-  return true;
-}
-
-enum class ConnState { kConnecting, kWriting, kHead, kBody, kIdle };
-enum class Framing { kLength, kChunked, kUntilClose };
-enum class ChunkState { kSize, kData, kDataCrlf, kTrailer };
+enum class ConnState { kConnecting, kWriting, kReading, kIdle };
 
 struct Conn {
   int fd = -1;
@@ -73,11 +64,7 @@ struct Conn {
   std::unique_ptr<Transfer> t;
   std::string out;
   size_t out_off = 0;
-  std::string line;             // partial head / chunk-size / trailer line
-  Framing framing = Framing::kUntilClose;
-  ChunkState chunk = ChunkState::kSize;
-  int64_t remaining = 0;
-  bool keep_alive = true;
+  Http1Response response;
   bool reused = false;
   bool got_bytes = false;
   bool retried = false;
@@ -183,11 +170,7 @@ class NativeEngine final : public HttpEngine {
     c.gen = ++gen_;
     c.out = head_ + std::to_string(t->body.size()) + "\r\n\r\n" + t->body;
     c.out_off = 0;
-    c.line.clear();
-    c.framing = Framing::kUntilClose;
-    c.chunk = ChunkState::kSize;
-    c.remaining = 0;
-    c.keep_alive = true;
+    c.response.reset();
     c.got_bytes = false;
     c.t = std::move(t);
     if (c.state == ConnState::kIdle) c.state = ConnState::kWriting;
@@ -231,7 +214,7 @@ class NativeEngine final : public HttpEngine {
   void complete(Conn& c) {
     std::unique_ptr<Transfer> t = std::move(c.t);
     --in_flight_;
-    if (c.keep_alive && c.framing != Framing::kUntilClose) {
+    if (c.response.keep_alive()) {
       c.state = ConnState::kIdle;
       c.reused = false;
       c.retried = false;
@@ -256,7 +239,7 @@ class NativeEngine final : public HttpEngine {
     }
     c.out.clear();
     c.out.shrink_to_fit();
-    c.state = ConnState::kHead;
+    c.state = ConnState::kReading;
     set_events(c, EPOLLIN);
   }
 
@@ -290,177 +273,22 @@ class NativeEngine final : public HttpEngine {
       fail(c, std::string("recv: ") + std::strerror(errno));
       return;
     }
+    Http1Response::State st;
     if (n == 0) {
-      if (c.state == ConnState::kBody && c.framing == Framing::kUntilClose) complete(c);
-      else fail(c, c.got_bytes ? "connection closed mid-response" : "connection closed before a response");
-      return;
+      st = c.response.on_eof();
+    } else {
+      c.got_bytes = true;
+      const double now = tracker_.now_s();
+      Transfer* t = c.t.get();
+      st = c.response.feed(buf_.data(), static_cast<size_t>(n), [&](const char* p, size_t k) {
+        if (t->rec.http_status == 0) t->rec.http_status = c.response.status();
+        t->on_body(p, k, now);
+      });
+      if (t->rec.http_status == 0 && c.response.state() != Http1Response::State::kHead)
+        t->rec.http_status = c.response.status();
     }
-    c.got_bytes = true;
-    const double now = tracker_.now_s();
-    const char* p = buf_.data();
-    size_t left = static_cast<size_t>(n);
-    const int fd = c.fd;
-    const uint64_t gen = c.gen;
-    while (left > 0 || (c.state == ConnState::kBody && done_framing(c))) {
-      if (c.state == ConnState::kHead) {
-        if (!parse_head(c, p, left)) return;  // need more, or failed
-        continue;
-      }
-      if (c.state != ConnState::kBody) return;
-      if (done_framing(c)) {
-        complete(c);
-        return;
-      }
-      if (!body(c, p, left, now)) return;
-      auto it = conns_.find(fd);
-      if (it == conns_.end() || it->second->gen != gen) return;
-    }
-  }
-
-  static bool done_framing(const Conn& c) {
-    return (c.framing == Framing::kLength && c.remaining == 0) ||
-           (c.framing == Framing::kChunked && c.chunk == ChunkState::kTrailer && c.remaining < 0);
-  }
-
-  // Consumes head bytes; returns true when the head is complete (state kBody) and bytes remain
-  // to process, false when more input is needed or the request failed.
-  bool parse_head(Conn& c, const char*& p, size_t& left) {
-    const size_t old = c.line.size();
-    c.line.append(p, left);
-    const size_t end = c.line.find("\r\n\r\n", old >= 3 ? old - 3 : 0);
-    if (end == std::string::npos) {
-      p += left;
-      left = 0;
-      if (c.line.size() > 65536) fail(c, "response head over 64 KiB");
-      return false;
-    }
-    const size_t used = end + 4 - old;
-    p += used;
-    left -= used;
-    const std::string head = c.line.substr(0, end);
-    c.line.clear();
-    if (head.size() < 12 || head.compare(0, 5, "HTTP/") != 0) {
-      fail(c, "malformed response head");
-      return false;
-    }
-    const int status = std::atoi(head.c_str() + 9);
-    if (status >= 100 && status < 200) return true;  // interim response: parse the next head
-    c.t->rec.http_status = status;
-    c.keep_alive = head.compare(5, 3, "1.1") == 0;
-    c.framing = Framing::kUntilClose;
-    size_t pos = head.find("\r\n");
-    while (pos != std::string::npos) {
-      const size_t start = pos + 2;
-      const size_t next = head.find("\r\n", start);
-      const size_t len = (next == std::string::npos ? head.size() : next) - start;
-      const char* l = head.data() + start;
-      auto value = [&](size_t name_len) {
-        std::string v(l + name_len, len - name_len);
-        for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        return v;
-      };
-      if (iequals_prefix(l, len, "content-length:")) {
-        if (c.framing != Framing::kChunked) {
-          c.framing = Framing::kLength;
-          c.remaining = std::strtoll(l + 15, nullptr, 10);
-        }
-      } else if (iequals_prefix(l, len, "transfer-encoding:")) {
-        if (value(18).find("chunked") != std::string::npos) {
-          c.framing = Framing::kChunked;
-          c.chunk = ChunkState::kSize;
-          c.remaining = 0;
-        }
-      } else if (iequals_prefix(l, len, "connection:")) {
-        const std::string v = value(11);
-        if (v.find("close") != std::string::npos) c.keep_alive = false;
-        if (v.find("keep-alive") != std::string::npos) c.keep_alive = true;
-      }
-      pos = next;
-    }
-    c.state = ConnState::kBody;
-    return true;
-  }
-
-  // Consumes body bytes; returns false if the connection was failed.
-  bool body(Conn& c, const char*& p, size_t& left, double now) {
-    if (c.framing == Framing::kUntilClose) {
-      c.t->on_body(p, left, now);
-      p += left;
-      left = 0;
-      return true;
-    }
-    if (c.framing == Framing::kLength) {
-      const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
-      c.t->on_body(p, k, now);
-      p += k;
-      left -= k;
-      c.remaining -= static_cast<int64_t>(k);
-      return true;
-    }
-    while (left > 0) {
-      switch (c.chunk) {
-        case ChunkState::kData: {
-          const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
-          c.t->on_body(p, k, now);
-          p += k;
-          left -= k;
-          c.remaining -= static_cast<int64_t>(k);
-          if (c.remaining == 0) {
-            c.chunk = ChunkState::kDataCrlf;
-            c.remaining = 2;
-          }
-          break;
-        }
-        case ChunkState::kDataCrlf: {
-          const size_t k = std::min<size_t>(left, static_cast<size_t>(c.remaining));
-          p += k;
-          left -= k;
-          c.remaining -= static_cast<int64_t>(k);
-          if (c.remaining == 0) c.chunk = ChunkState::kSize;
-          break;
-        }
-        case ChunkState::kSize:
-        case ChunkState::kTrailer: {
-          const void* nl = std::memchr(p, '\n', left);
-          const size_t k = nl ? static_cast<size_t>(static_cast<const char*>(nl) - p) + 1 : left;
-          c.line.append(p, k);
-          p += k;
-          left -= k;
-          if (!nl) {
-            if (c.line.size() > 4096) {
-              fail(c, "chunk header line too long");
-              return false;
-            }
-            break;
-          }
-          std::string l = std::move(c.line);
-          c.line.clear();
-          while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-          if (c.chunk == ChunkState::kTrailer) {
-            if (l.empty()) {
-              c.remaining = -1;  // message complete
-              return true;
-            }
-            break;
-          }
-          char* end = nullptr;
-          const long long size = std::strtoll(l.c_str(), &end, 16);
-          if (end == l.c_str() || size < 0) {
-            fail(c, "bad chunk size '" + l.substr(0, 20) + "'");
-            return false;
-          }
-          if (size == 0) {
-            c.chunk = ChunkState::kTrailer;
-            c.remaining = 0;
-          } else {
-            c.chunk = ChunkState::kData;
-            c.remaining = size;
-          }
-          break;
-        }
-      }
-    }
-    return true;
+    if (st == Http1Response::State::kDone) complete(c);
+    else if (st == Http1Response::State::kError) fail(c, c.response.error());
   }
 
   void expire_timeouts() {
