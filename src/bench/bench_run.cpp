@@ -143,15 +143,19 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
   const bool tty = isatty(STDERR_FILENO);
   RunOptions opt;
   opt.http_client = c_.http_client;
+  opt.stop = stop_;
   opt.progress_interval_s = tty ? 1.0 : 10.0;
-  const std::string label = closed ? "C=" + std::to_string(c_.max_concurrency) : (std::isinf(rate) ? "inf" : std::to_string(rate).substr(0, 6));
+  char rate_buf[32];
+  std::snprintf(rate_buf, sizeof rate_buf, "%g", rate);
+  const std::string label = closed ? "C=" + std::to_string(c_.max_concurrency) : std::string(rate_buf);
   if (c_.progress) {
     opt.progress = [&, label](const Progress& p) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "[rate %s] %6.1fs sent %lld done %lld failed %lld in-flight %lld TTFT p95 %s", label.c_str(),
-                    p.elapsed_s, static_cast<long long>(p.sent), static_cast<long long>(p.done),
-                    static_cast<long long>(p.failed), static_cast<long long>(p.in_flight),
-                    p.ttft_p95_s < 0 ? "-" : (std::to_string(p.ttft_p95_s).substr(0, 6) + "s").c_str());
+      char ttft[32] = "-";
+      if (p.ttft_p95_s >= 0) std::snprintf(ttft, sizeof ttft, "%.3fs", p.ttft_p95_s);
+      std::snprintf(buf, sizeof buf, "[rate %s] %6.1fs sent %lld done %lld failed %lld in-flight %lld TTFT p95 %s",
+                    label.c_str(), p.elapsed_s, static_cast<long long>(p.sent), static_cast<long long>(p.done),
+                    static_cast<long long>(p.failed), static_cast<long long>(p.in_flight), ttft);
       if (tty) err_ << "\r\033[K" << buf << std::flush;
       else err_ << buf << "\n";
     };
@@ -163,6 +167,7 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
     else metrics_endpoint_missing_ = true;  // the server exports no /metrics: nothing to report
   }
   MX_ASSIGN_OR_RETURN(RunResult rr, run_load(target, plan, source, opt));
+  if (rr.stopped) interrupted_ = true;
   SpecDecodeFigures server_figures;
   if (before) {
     auto after = scrape_metrics(c_.base_url, c_.api_key);
@@ -200,6 +205,8 @@ Status BenchRun::write_outputs() {
 
 Status BenchRun::run() {
   MX_RETURN_IF_ERROR(prepare());
+  const Status kInterrupted = unavailable("interrupted");
+  auto stopping = [&] { return interrupted_ || (stop_ && stop_->load()); };
   err_ << "mxserve bench: " << model_ << " at " << endpoint_url(c_) << ", workload " << workload_->describe().dump()
        << ", arrivals " << (c_.closed_loop() ? "closed loop" : arrival_kind_name(c_.arrival.kind))
        << ", warm-up " << c_.warmup_requests << " request(s) per point\n";
@@ -213,14 +220,28 @@ Status BenchRun::run() {
     std::string phase = "grid";
     size_t grid_seen = 0;
     auto eval = [&](double rate) -> Result<Verdict> {
+      if (stopping()) return kInterrupted;
       if (++grid_seen > c_.rates.size() || rate != c_.rates[grid_seen - 1]) phase = "bisect";
       MX_ASSIGN_OR_RETURN(PointResult p, run_point(rate, phase));
       return p.verdict;
     };
-    MX_ASSIGN_OR_RETURN(knee_, find_knee(kc, eval));
-    has_knee_ = true;
+    Result<KneeResult> k = find_knee(kc, eval);
+    if (k.is_ok()) {
+      knee_ = std::move(k).value();
+      has_knee_ = !interrupted_;
+    } else if (!stopping()) {
+      return k.status();
+    }
   } else {
-    for (double r : c_.rates) MX_RETURN_IF_ERROR(run_point(r, c_.rates.size() > 1 ? "sweep" : "single-rate").status());
+    for (double r : c_.rates) {
+      if (stopping()) break;
+      MX_RETURN_IF_ERROR(run_point(r, c_.rates.size() > 1 ? "sweep" : "single-rate").status());
+    }
+  }
+  if (stopping()) {
+    interrupted_ = true;
+    err_ << "mxserve bench: interrupted: results cover the " << points_.size() << " point(s) that ran"
+         << (c_.find_knee ? "; the knee search did not finish" : "") << "\n";
   }
   return write_outputs();
 }

@@ -6,6 +6,7 @@
 // (shared-prefix points share only the group prefixes, by design).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -27,6 +28,10 @@ class BenchRun {
  public:
   BenchRun(BenchConfig config, std::ostream& out, std::ostream& err)
       : c_(std::move(config)), out_(out), err_(err) {}
+  // A flag that, once true, ends the run early: the current point drains, no further point
+  // starts, and the table, JSON and plots cover what finished. (cmd_bench wires it to SIGINT.)
+  void set_stop_flag(const std::atomic<bool>* stop) { stop_ = stop; }
+  bool interrupted() const { return interrupted_; }
   Status run();
   // Results, for tests.
   const std::vector<PointResult>& points() const { return points_; }
@@ -53,6 +58,8 @@ class BenchRun {
   bool has_knee_ = false;
   nlohmann::json result_;
   bool metrics_endpoint_missing_ = false;
+  const std::atomic<bool>* stop_ = nullptr;
+  bool interrupted_ = false;
 };
 
 // GET {base_url}/v1/models and return data[0].id.

@@ -69,9 +69,13 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
     tracker.note_in_flight(engine->in_flight());
     return Status::ok();
   };
+  bool stopped = false;
   while (true) {
     double now = tracker.now_s();
-    if (open_loop) {
+    stopped = stopped || (opt.stop && opt.stop->load());
+    if (stopped) {
+      // issue nothing more; in-flight requests drain below
+    } else if (open_loop) {
       while (next < n_open && plan.offsets[next] <= now && can_issue()) {
         MX_RETURN_IF_ERROR(issue(next, plan.offsets[next]));
         ++next;
@@ -84,9 +88,9 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
       }
     }
     now = tracker.now_s();
-    const bool all_issued = open_loop ? next >= n_open
-                                      : ((plan.num_requests >= 0 && next >= plan.num_requests) ||
-                                         (plan.duration_s > 0 && now >= plan.duration_s));
+    const bool all_issued = stopped || (open_loop ? next >= n_open
+                                                  : ((plan.num_requests >= 0 && next >= plan.num_requests) ||
+                                                     (plan.duration_s > 0 && now >= plan.duration_s)));
     if (all_issued && engine->in_flight() == 0) break;
     if (now >= next_progress) {
       tracker.report_progress(now, engine->in_flight());
@@ -98,7 +102,9 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
     MX_RETURN_IF_ERROR(engine->wait(deadline - now));
   }
   tracker.report_progress(tracker.now_s(), 0);
-  return tracker.take_result();
+  RunResult result = tracker.take_result();
+  result.stopped = stopped;
+  return result;
 }
 
 }  // namespace mxserve::bench

@@ -8,6 +8,7 @@
 // response byte is stamped at the start of the write callback that delivers it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,6 +55,7 @@ struct RunResult {
   std::vector<double> send_lag_s;     // open loop without a gate: sent_s - scheduled_s
   std::vector<double> probe_error_s;  // timing probe: client stamp - server send stamp
   int64_t max_in_flight = 0;
+  bool stopped = false;               // RunOptions::stop ended the schedule early
 };
 
 using BodySource = std::function<Result<RequestSpec>(int64_t index)>;
@@ -67,6 +69,8 @@ struct RunOptions {
   double progress_interval_s = 1.0;
   ProgressFn progress;                // may be empty
   bool timing_probe = false;          // read "mx_t" stamps from events (fake servers only)
+  // When it turns true (e.g. from a SIGINT handler): issue nothing more, drain what is in flight.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const BodySource& source,
