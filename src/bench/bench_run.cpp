@@ -126,6 +126,8 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
   // Open loop: build every body before the clock starts so prompt building never delays a send.
   std::vector<RequestSpec> prebuilt;
   if (!closed) {
+    if (plan.offsets.size() >= 200)
+      err_ << "mxserve bench: building " << plan.offsets.size() << " prompts before the clock starts\n";
     prebuilt.reserve(plan.offsets.size());
     for (size_t i = 0; i < plan.offsets.size(); ++i) {
       MX_ASSIGN_OR_RETURN(RequestSpec s, build_request(stream, static_cast<int64_t>(i)));
