@@ -49,7 +49,7 @@ Result<std::string> fetch_first_model(const std::string& base_url, const std::st
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &http);
   curl_easy_cleanup(e);
   curl_slist_free_all(headers);
-  if (rc != CURLE_OK) return unavailable("GET " + url + ": " + curl_easy_strerror(rc) + " (is the server up? or pass --model)");
+  if (rc != CURLE_OK) return unavailable("GET " + url + ": " + curl_easy_strerror(rc) + " (is the server up?)");
   if (http != 200) return unavailable("GET " + url + ": http " + std::to_string(http) + " (pass --model)");
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
@@ -63,6 +63,11 @@ Status BenchRun::prepare() {
     MX_ASSIGN_OR_RETURN(model_, fetch_first_model(c_.base_url, c_.api_key));
   } else {
     model_ = c_.model;
+    // Reachability check: a server without /v1/models is fine, one that refuses connections is not.
+    auto probe = fetch_first_model(c_.base_url, c_.api_key);
+    if (!probe.is_ok() && probe.status().code() == StatusCode::kUnavailable &&
+        probe.status().message().find(": http ") == std::string::npos)
+      return probe.status();
   }
   if (!c_.tokenizer.empty()) {
     MX_ASSIGN_OR_RETURN(codec_, make_token_codec(c_.tokenizer));
