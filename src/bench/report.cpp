@@ -123,6 +123,12 @@ void print_summary_table(std::ostream& os, const std::vector<PointResult>& point
     if (judged) os << " " << (p.verdict.pass ? "pass" : "FAIL: " + p.verdict.reason) << " |";
     os << "\n";
   }
+  if (c.workload.kind == WorkloadKind::kSingleStream && !points.empty()) {
+    const RateMetrics& m = points.back().metrics;
+    os << "Single stream (Artificial Analysis method, " << m.completed << " runs, " << c.workload.input_len << " in / "
+       << c.workload.output_len << " out): output speed P50 " << fmt("%.1f", m.output_speed.p50)
+       << " tok/s (first to last token), TTFT P50 " << fmt("%.3f", m.ttft.p50) << " s\n";
+  }
   if (cost) {
     os << "Cost: " << fmt("%.2f", c.cost.gpu_hour_price) << " USD/GPU-hour x " << c.gpus
        << " GPUs; $/Mtok total counts input (cached included) + output tokens, output counts generated tokens only.\n";
