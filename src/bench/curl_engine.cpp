@@ -18,6 +18,7 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 
 struct CurlState {
   CURL* easy = nullptr;
+  RunTracker* tracker = nullptr;
   char errbuf[CURL_ERROR_SIZE] = {0};
 };
 
@@ -62,6 +63,7 @@ class CurlEngine final : public HttpEngine {
       return internal_error("curl_easy_init failed");
     }
     st->easy = e;
+    st->tracker = &tracker_;
     t->engine_state = st;
     const HttpTarget& target = tracker_.target();
     curl_easy_setopt(e, CURLOPT_URL, target.url.c_str());
@@ -76,7 +78,6 @@ class CurlEngine final : public HttpEngine {
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(target.request_timeout_s * 1000));
-    write_tracker_ = &tracker_;
     const CURLMcode mc = curl_multi_add_handle(multi_, e);
     if (mc != CURLM_OK) {
       curl_easy_cleanup(e);
@@ -140,10 +141,11 @@ class CurlEngine final : public HttpEngine {
   }
   static size_t write_cb(char* p, size_t size, size_t n, void* ud) {
     auto* t = static_cast<Transfer*>(ud);
-    const double now = write_tracker_->now_s();
+    auto* st = static_cast<CurlState*>(t->engine_state);
+    const double now = st->tracker->now_s();
     if (t->rec.http_status == 0) {
       long code = 0;
-      curl_easy_getinfo(static_cast<CurlState*>(t->engine_state)->easy, CURLINFO_RESPONSE_CODE, &code);
+      curl_easy_getinfo(st->easy, CURLINFO_RESPONSE_CODE, &code);
       t->rec.http_status = static_cast<int>(code);
     }
     t->on_body(p, size * n, now);
@@ -180,7 +182,6 @@ class CurlEngine final : public HttpEngine {
     }
   }
 
-  static inline thread_local RunTracker* write_tracker_ = nullptr;
   RunTracker& tracker_;
   CURLM* multi_ = nullptr;
   curl_slist* headers_ = nullptr;
