@@ -2,6 +2,7 @@
 // in-process fast fake server on 127.0.0.1, both sharing the machine's cores.
 //   bench_client_perf [--rate R] [--duration S] [--tokens K] [--gap-ms G] [--ttft-ms T]
 //                     [--http-client native|curl] [--pin 1] (server thread on CPU 1, client on CPU 0)
+//                     [--server-batch-us 200] (the fake server sends events due within 200 us together)
 // Open-loop Poisson at R req/s; each request streams K token events G ms apart, so about
 // R*(T + (K-1)G) streams are open at once and R*K events/s arrive.
 // Timing error (per SSE event) = client stamp (start of the curl write callback that delivers the
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   int64_t tokens = 100;
   HttpClientKind client = HttpClientKind::kNative;
   bool pin = false;
+  double batch_us = 200;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const double v = std::atof(argv[i + 1]);
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
     else if (a == "--gap-ms") gap_ms = v;
     else if (a == "--ttft-ms") ttft_ms = v;
     else if (a == "--pin") pin = v != 0;
+    else if (a == "--server-batch-us") batch_us = v;
     else if (a == "--http-client") client = std::string(argv[i + 1]) == "curl" ? HttpClientKind::kCurl : HttpClientKind::kNative;
     else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
     p.empty_role_chunk = false;
     return p;
   });
+  server.batch_window_ns = static_cast<int64_t>(batch_us * 1e3);
   if (pin) pin_to_cpu(1);  // the server thread inherits CPU 1; the client then moves to CPU 0
   if (!server.start()) { std::fprintf(stderr, "server start failed\n"); return 1; }
   if (pin) pin_to_cpu(0);
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   const double cpu0 = thread_cpu_s();
   auto r = run_load(t, plan, src, opt);
   const double cpu = thread_cpu_s() - cpu0;
+  const double server_cpu = server.thread_cpu_seconds();
   if (!r.is_ok()) { std::fprintf(stderr, "%s\n", r.status().to_string().c_str()); return 1; }
   int64_t events = 0, ok = 0;
   double first_token = 1e300, last_token = 0;
@@ -122,6 +127,10 @@ int main(int argc, char** argv) {
   std::printf("requests %zu ok %lld  max in flight %lld  wall %.2f s  client thread CPU %.2f s (%.0f%% of one core)\n",
               r->records.size(), static_cast<long long>(ok), static_cast<long long>(r->max_in_flight), r->wall_s, cpu,
               100 * cpu / r->wall_s);
+  std::printf("server thread CPU %.2f s (%.0f%% of one core); machine load average now: ", server_cpu,
+              100 * server_cpu / r->wall_s);
+  std::fflush(stdout);
+  [[maybe_unused]] int rc = std::system("cat /proc/loadavg");
   std::printf("SSE token events %lld  overall %.0f/s  steady-state %.0f/s (window %.1f-%.1f s)\n",
               static_cast<long long>(events), events / (last_token - first_token), steady / steady_window, ramp, duration);
   std::printf("timing error (client stamp - server send), ms: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (n=%lld)\n",

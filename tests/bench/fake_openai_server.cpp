@@ -8,6 +8,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,15 @@ bool FakeOpenAiServer::start(int port) {
   return true;
 }
 
+double FakeOpenAiServer::thread_cpu_seconds() {
+  if (!thread_.joinable()) return 0;
+  clockid_t cid;
+  if (pthread_getcpuclockid(thread_.native_handle(), &cid) != 0) return 0;
+  timespec ts;
+  clock_gettime(cid, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 void FakeOpenAiServer::stop() {
   if (thread_.joinable()) {
     uint64_t one = 1;
@@ -97,7 +107,7 @@ void FakeOpenAiServer::loop() {
     timespec ts{};
     timespec* tsp = nullptr;
     if (!heap_.empty()) {
-      const int64_t wait_ns = std::max<int64_t>(0, heap_.front().at_ns - now_ns());
+      const int64_t wait_ns = std::max<int64_t>(0, heap_.front().at_ns - batch_window_ns - now_ns());
       ts.tv_sec = wait_ns / 1'000'000'000;
       ts.tv_nsec = wait_ns % 1'000'000'000;
       tsp = &ts;
@@ -129,7 +139,7 @@ void FakeOpenAiServer::loop() {
       if (events[i].events & EPOLLOUT) flush(c);
       if (conns_.count(fd) && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(c);
     }
-    const int64_t now = now_ns();
+    const int64_t now = now_ns() + batch_window_ns;
     while (!heap_.empty() && heap_.front().at_ns <= now) {
       std::pop_heap(heap_.begin(), heap_.end(), std::greater<Due>());
       const Due d = heap_.back();

@@ -56,6 +56,11 @@ class FakeOpenAiServer {
   int port() const { return port_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int64_t requests() const { return requests_.load(); }
+  // Events due within this window of now are sent together (early by at most the window): fewer
+  // wake-ups for a fast server. 0 (default): each event at its time. Set before start().
+  int64_t batch_window_ns = 0;
+  // CPU seconds used so far by the server thread (for the client benchmark's report).
+  double thread_cpu_seconds();
   // Body of GET /metrics (Prometheus text); unset: 404. Set before start(); called on the server thread.
   std::function<std::string()> metrics_text;
 
