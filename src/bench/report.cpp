@@ -171,6 +171,9 @@ nlohmann::json result_json(const BenchConfig& c, const std::string& model, const
                   {"closed_loop", c.closed_loop()}, {"max_concurrency", c.max_concurrency},
                   {"num_requests", c.num_requests}, {"duration_s", c.duration_s}, {"seed", c.arrival.seed}};
   j["ignore_eos"] = c.ignore_eos;
+  j["http_client"] = c.http_client == HttpClientKind::kCurl     ? "curl"
+                     : c.http_client == HttpClientKind::kNative ? "native"
+                                                                : "auto";
   j["gpus"] = c.gpus;
   nlohmann::json arr = nlohmann::json::array();
   for (const PointResult& p : points) {
