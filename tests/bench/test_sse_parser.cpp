@@ -112,8 +112,11 @@ TEST(ClassifyChunkFast, AgreesWithFullParse) {
     OpenAiStreamReader reader(&r);
     const std::string ev = std::string("data: ") + c.data + "\n\n";
     reader.feed(ev.data(), ev.size(), 1.0);
-    if (c.want == FastChunk::kToken) EXPECT_EQ(r.token_chunks, 1) << c.data;
-    if (c.want == FastChunk::kNotToken) EXPECT_EQ(r.token_chunks, 0) << c.data;
+    if (c.want == FastChunk::kToken) {
+      EXPECT_EQ(r.token_chunks, 1) << c.data;
+    } else if (c.want == FastChunk::kNotToken) {
+      EXPECT_EQ(r.token_chunks, 0) << c.data;
+    }
   }
 }
 

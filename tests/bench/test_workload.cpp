@@ -45,7 +45,9 @@ TEST_F(WorkloadTest, SharedPrefixLengthsAndGroups) {
   for (int i = 0; i < 40; ++i) {
     auto p = (*w)->prompt(0, i);
     ASSERT_TRUE(p.is_ok());
-    if (i < 4) EXPECT_EQ(p->group, i);  // priming requests cover every group in order
+    if (i < 4) {
+      EXPECT_EQ(p->group, i);  // priming requests cover every group in order
+    }
     EXPECT_EQ(p->input_tokens, 2000);
     EXPECT_EQ(static_cast<int64_t>(count(p->text)), 2000);
     EXPECT_EQ(p->prefix_tokens, 1200);
