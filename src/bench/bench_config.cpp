@@ -67,7 +67,7 @@ Result<std::vector<double>> parse_rate_list(const std::string& flag, const std::
 }
 
 const std::set<std::string> kBoolFlags = {"--find-knee", "--no-ignore-eos", "--ignore-eos", "--no-progress",
-                                          "--disable-tqdm", "--help", "-h", "--no-server-metrics"};
+                                          "--disable-tqdm", "--help", "-h", "--no-server-metrics", "--save-requests"};
 const std::map<std::string, std::string> kAliases = {
     {"--random-input-len", "--input-len"},   {"--random-output-len", "--output-len"},
     {"--random-range-ratio", "--range-ratio"}, {"--dataset-path", "--dataset"},
@@ -110,6 +110,7 @@ cost:      --gpus N  --gpu-hour-price USD  --compare-price USD [--compare-gpus N
            [--compare-throughput TOK_S]
 output:    --output-json FILE  --plot-prefix PATH (default: FILE without .json)  --no-progress
            --no-server-metrics (do not read spec-decode / prefix-cache counters from GET /metrics)
+           --save-requests (per-request records in the JSON: times, tokens, status, error)
 )";
 }
 
@@ -287,6 +288,7 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
   }
   c.progress = !flags.count("--no-progress");
   c.scrape_server_metrics = !flags.count("--no-server-metrics");
+  c.save_requests = flags.count("--save-requests") > 0;
 
   // Load shape and stop conditions.
   if (single) {

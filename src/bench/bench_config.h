@@ -59,6 +59,7 @@ struct BenchConfig {
   std::string plot_prefix;        // SVG files <prefix>_throughput.svg, <prefix>_ttft.svg
   bool progress = true;
   bool scrape_server_metrics = true;  // GET /metrics before/after each point
+  bool save_requests = false;         // per-request records in the JSON
   bool closed_loop() const { return rates.empty(); }
 };
 

@@ -187,6 +187,7 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
   pr.verdict = judge(pr.metrics, c_.knee);
   pr.phase = phase;
   pr.server = server_figures;
+  if (c_.save_requests) pr.requests = requests_to_json(rr.records);
   print_metrics_block(out_, pr.metrics, c_.gpus, &pr.server);
   if (pr.metrics.input_token_error > 0.01)
     err_ << "mxserve bench: WARNING: the server counted prompt tokens up to "

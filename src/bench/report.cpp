@@ -39,6 +39,29 @@ std::string iso_now() {
 
 }  // namespace
 
+nlohmann::json requests_to_json(const std::vector<RequestRecord>& records) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const RequestRecord& r : records) {
+    arr.push_back({{"index", r.index},
+                   {"warmup", r.warmup},
+                   {"group", r.group},
+                   {"scheduled_s", r.scheduled_s},
+                   {"sent_s", r.sent_s},
+                   {"ttft_s", r.first_token_s >= 0 ? r.ttft() : -1.0},
+                   {"e2e_s", r.last_token_s >= 0 ? r.e2e() : -1.0},
+                   {"end_s", r.end_s},
+                   {"content_chunks", r.token_chunks},
+                   {"output_tokens", r.output_tokens},
+                   {"prompt_tokens", r.prompt_tokens},
+                   {"intended_input_tokens", r.intended_input},
+                   {"cached_tokens", r.cached_tokens},
+                   {"http_status", r.http_status},
+                   {"ok", r.ok},
+                   {"error", r.error}});
+  }
+  return arr;
+}
+
 CostFigures compute_cost(const RateMetrics& m, int gpus, const CostConfig& c) {
   CostFigures f;
   if (c.gpu_hour_price <= 0 || gpus <= 0 || m.total_tps <= 0) return f;
@@ -180,6 +203,7 @@ nlohmann::json result_json(const BenchConfig& c, const std::string& model, const
     nlohmann::json pj = rate_metrics_to_json(p.metrics, c.gpus);
     pj["phase"] = p.phase;
     pj["server_metrics"] = spec_figures_to_json(p.server);
+    if (!p.requests.is_null()) pj["requests"] = p.requests;
     if (c.find_knee) pj["slo"] = {{"pass", p.verdict.pass}, {"reason", p.verdict.reason}};
     const CostFigures f = compute_cost(p.metrics, c.gpus, c.cost);
     if (f.valid) {

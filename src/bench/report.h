@@ -22,7 +22,11 @@ struct PointResult {
   Verdict verdict;        // meaningful when a SLO is judged
   std::string phase;      // "sweep", "grid", "bisect", "single"
   SpecDecodeFigures server;  // from the server's /metrics, when it exports them
+  nlohmann::json requests;   // per-request records with --save-requests (null otherwise)
 };
+
+// One JSON object per request (times in seconds from the point's start; -1 = did not happen).
+nlohmann::json requests_to_json(const std::vector<RequestRecord>& records);
 
 // Cost of one rate point. $/Mtok = gpu_hour_price * gpus * 1e6 / (tok/s * 3600).
 struct CostFigures {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "bench/bench_command.h"
 #include "bench/bench_run.h"
 #include "bench/load_runner.h"
 #include "bench/metrics.h"
@@ -266,6 +267,40 @@ TEST(BenchE2E, TransportFailuresAndTimeouts) {
   ASSERT_TRUE(dead.is_ok());
   EXPECT_FALSE(dead->records[0].ok);
   EXPECT_NE(dead->records[0].error.find("transport"), std::string::npos);
+}
+
+TEST(BenchCommand, ExitCodesAndFiles) {
+  FakeOpenAiServer server([](const FakeRequest&) {
+    FakePlan p;
+    p.ttft_s = 0.005;
+    p.tokens = 4;
+    p.cached_tokens = 2;
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  auto call = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    static std::string name = "bench";
+    argv.push_back(name.data());
+    for (auto& a : args) argv.push_back(a.data());
+    return cmd_bench(static_cast<int>(argv.size()), argv.data());
+  };
+  EXPECT_EQ(call({"--help"}), 0);
+  EXPECT_EQ(call({"--request-rate", "x"}), 2);
+  const std::string json = ::testing::TempDir() + "/bench_cmd.json";
+  EXPECT_EQ(call({"--base-url", server.base_url(), "--tokenizer", "builtin:words", "--input-len", "16",
+                  "--output-len", "4", "--sweep", "50,100", "--num-requests", "6", "--no-progress",
+                  "--save-requests", "--gpus", "2", "--gpu-hour-price", "1.5", "--output-json", json}),
+            0);
+  std::ifstream f(json);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  ASSERT_EQ(doc["points"].size(), 2u);
+  EXPECT_EQ(doc["model"], "fake-model");
+  EXPECT_EQ(doc["points"][0]["requests"].size(), 6u);
+  EXPECT_EQ(doc["points"][1]["completed"], 6);
+  EXPECT_DOUBLE_EQ(doc["points"][0]["cached_fraction"].get<double>(), 2.0 / 16);
+  EXPECT_TRUE(doc["points"][0]["cost"].contains("usd_per_mtok_total"));
+  EXPECT_TRUE(std::ifstream(::testing::TempDir() + "/bench_cmd_ttft.svg").good());
 }
 
 TEST(Cost, DollarsPerMillionTokens) {
