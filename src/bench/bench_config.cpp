@@ -72,7 +72,7 @@ const std::map<std::string, std::string> kAliases = {
     {"--random-input-len", "--input-len"},   {"--random-output-len", "--output-len"},
     {"--random-range-ratio", "--range-ratio"}, {"--dataset-path", "--dataset"},
     {"--num-prompts", "--num-requests"},     {"--disable-tqdm", "--no-progress"},
-    {"--save-result", "--output-json"},      {"-h", "--help"}};
+    {"-h", "--help"}};
 const std::set<std::string> kValueFlags = {
     "--base-url", "--host", "--port", "--model", "--tokenizer", "--corpus", "--api-key", "--endpoint",
     "--workload", "--input-len", "--output-len", "--range-ratio", "--cache-hit-rate", "--num-prefix-groups",

@@ -172,7 +172,7 @@ class CurlEngine final : public HttpEngine {
       if (t->rec.http_status == 0) t->rec.http_status = static_cast<int>(http);
       std::string transport;
       if (code == CURLE_OPERATION_TIMEDOUT)
-        transport = "timeout after " + std::to_string(tracker_.target().request_timeout_s) + " s";
+        transport = timeout_message(tracker_.target().request_timeout_s);
       else if (code != CURLE_OK)
         transport = std::string("transport: ") + (st->errbuf[0] ? st->errbuf : curl_easy_strerror(code));
       curl_easy_cleanup(easy);

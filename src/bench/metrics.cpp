@@ -34,6 +34,7 @@ Dist summarize(std::vector<double> v) {
 
 namespace {
 std::string error_kind(const std::string& e) {
+  if (e.rfind("timeout", 0) == 0) return "timeout";
   if (e.rfind("http ", 0) == 0) return e.substr(0, std::min<size_t>(e.size(), 8));  // "http 503"
   const size_t colon = e.find(':');
   return colon == std::string::npos ? e : e.substr(0, colon);

@@ -319,7 +319,7 @@ class NativeEngine final : public HttpEngine {
       std::unique_ptr<Transfer> t = std::move(c.t);
       close_conn(c);
       --in_flight_;
-      tracker_.finish(std::move(t), "timeout after " + std::to_string(tracker_.target().request_timeout_s) + " s");
+      tracker_.finish(std::move(t), timeout_message(tracker_.target().request_timeout_s));
     }
   }
 

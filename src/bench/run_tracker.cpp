@@ -3,10 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace mxserve::bench {
 
 constexpr size_t kMaxErrorBody = 512;
+
+std::string timeout_message(double timeout_s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "timeout after %g s", timeout_s);
+  return buf;
+}
 
 void Transfer::on_body(const char* p, size_t n, double now_s) {
   if (rec.http_status == 200) {

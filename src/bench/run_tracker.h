@@ -26,6 +26,9 @@ struct Transfer {
   void on_body(const char* p, size_t n, double now_s);
 };
 
+// "timeout after 600 s": the error text of a request that ran out of --request-timeout.
+std::string timeout_message(double timeout_s);
+
 class RunTracker {
  public:
   RunTracker(const HttpTarget& target, const LoadPlan& plan, const RunOptions& options);

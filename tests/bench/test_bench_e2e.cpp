@@ -39,65 +39,91 @@ BenchConfig base_config(const std::string& url) {
   return c;
 }
 
+// Timing checks that miss only because the shared machine stalled a thread are retried (at most
+// kAttempts runs); counts and token sums must be exact on every run.
+constexpr int kAttempts = 3;
+
+struct TimingChecks {
+  std::vector<std::string> misses;
+  void near(const char* what, double got, double want, double tol) {
+    if (std::fabs(got - want) > tol)
+      misses.push_back(std::string(what) + " = " + std::to_string(got) + ", want " + std::to_string(want) + " +- " +
+                       std::to_string(tol));
+  }
+  std::string str() const {
+    std::string s;
+    for (const std::string& m : misses) s += m + "; ";
+    return s;
+  }
+};
+
 class ScriptedTimings : public ::testing::TestWithParam<HttpClientKind> {};
 
 TEST_P(ScriptedTimings, GiveHandComputedMetrics) {
-  // Request k (arrival order; constant 100 ms spacing keeps it): TTFT 40(k+1) ms, 5 gaps of 20 ms,
-  // prompt_tokens 100, cached 10k. k = 10: HTTP 503. k = 11: error event after the first token.
-  FakeOpenAiServer server([](const FakeRequest& r) {
-    FakePlan p;
-    p.ttft_s = 0.04 * static_cast<double>(r.seq + 1);
-    p.gap_s = 0.02;
-    p.tokens = 6;
-    p.prompt_tokens = 100;
-    p.cached_tokens = 10 * r.seq;
-    p.comment = "keep-alive";
-    if (r.seq == 10) p.status = 503;
-    if (r.seq == 11) {
-      p.ttft_s = 0.01;
-      p.error_after_first = true;
-    }
-    return p;
-  });
-  ASSERT_TRUE(server.start());
-  BenchConfig c = base_config(server.base_url());
-  c.workload.input_len = 30;
-  c.workload.output_len = 6;
-  c.arrival.kind = ArrivalKind::kConstant;
-  c.rates = {10};
-  c.num_requests = 12;
-  c.http_client = GetParam();
-  std::ostringstream out, err;
-  BenchRun run(c, out, err);
-  Status s = run.run();
-  ASSERT_TRUE(s.is_ok()) << s.to_string() << err.str();
-  ASSERT_EQ(run.points().size(), 1u);
-  const RateMetrics& m = run.points()[0].metrics;
-  EXPECT_EQ(m.sent, 12);
-  EXPECT_EQ(m.completed, 10);
-  EXPECT_EQ(m.failed, 2);
-  EXPECT_EQ(m.errors.at("http 503"), 1);
-  EXPECT_EQ(m.errors.at("stream error"), 1);
-  EXPECT_EQ(m.output_tokens, 60);
-  EXPECT_EQ(m.input_tokens, 1000);
-  EXPECT_EQ(m.cached_tokens, 450);                 // 10 * (0+...+9)
-  EXPECT_DOUBLE_EQ(m.cached_fraction, 0.45);
-  EXPECT_NEAR(m.success_rate, 10.0 / 12.0, 1e-12);
-  // TTFT sorted {40, 80, ..., 400 ms}: p50 220 ms; p95 at position 0.95*9 = 8.55 -> 360 + 0.55*40
-  // = 382 ms; p99 at 8.91 -> 360 + 0.91*40 = 396.4 ms
-  EXPECT_NEAR(m.ttft.p50, 0.220, kTol);
-  EXPECT_NEAR(m.ttft.p95, 0.382, kTol);
-  EXPECT_NEAR(m.ttft.p99, 0.3964, kTol);
-  EXPECT_NEAR(m.itl.p50, 0.020, kTol);
-  EXPECT_EQ(m.itl.count, 50);
-  EXPECT_NEAR(m.tpot.p50, 0.020, kTol / 5);        // (E2E - TTFT)/5: noise divided by 5
-  EXPECT_NEAR(m.e2e.p50, 0.320, kTol);             // TTFT + 100 ms
-  // Duration: first send 0 -> request 9 ends at 0.9 + 0.4 + 0.1 = 1.4 s.
-  EXPECT_NEAR(m.duration_s, 1.4, kTol);
-  EXPECT_NEAR(m.request_throughput, 10 / 1.4, 10 / 1.4 * 0.012);
-  EXPECT_NEAR(m.output_tps, 60 / 1.4, 60 / 1.4 * 0.012);
-  EXPECT_NEAR(m.total_tps, 1060 / 1.4, 1060 / 1.4 * 0.012);
-  EXPECT_NE(out.str().find("| Offered RPS | Sustained RPS | Total tok/s/node | TTFT p50 / p95 | Success |"), std::string::npos);
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    // Request k (arrival order; constant 100 ms spacing keeps it): TTFT 40(k+1) ms, 5 gaps of
+    // 20 ms, prompt_tokens 100, cached 10k. k = 10: HTTP 503. k = 11: error event after the first
+    // token.
+    FakeOpenAiServer server([](const FakeRequest& r) {
+      FakePlan p;
+      p.ttft_s = 0.04 * static_cast<double>(r.seq + 1);
+      p.gap_s = 0.02;
+      p.tokens = 6;
+      p.prompt_tokens = 100;
+      p.cached_tokens = 10 * r.seq;
+      p.comment = "keep-alive";
+      if (r.seq == 10) p.status = 503;
+      if (r.seq == 11) {
+        p.ttft_s = 0.01;
+        p.error_after_first = true;
+      }
+      return p;
+    });
+    ASSERT_TRUE(server.start());
+    BenchConfig c = base_config(server.base_url());
+    c.workload.input_len = 30;
+    c.workload.output_len = 6;
+    c.arrival.kind = ArrivalKind::kConstant;
+    c.rates = {10};
+    c.num_requests = 12;
+    c.http_client = GetParam();
+    std::ostringstream out, err;
+    BenchRun run(c, out, err);
+    Status s = run.run();
+    ASSERT_TRUE(s.is_ok()) << s.to_string() << err.str();
+    ASSERT_EQ(run.points().size(), 1u);
+    const RateMetrics& m = run.points()[0].metrics;
+    EXPECT_EQ(m.sent, 12);
+    EXPECT_EQ(m.completed, 10);
+    EXPECT_EQ(m.failed, 2);
+    EXPECT_EQ(m.errors.at("http 503"), 1);
+    EXPECT_EQ(m.errors.at("stream error"), 1);
+    EXPECT_EQ(m.output_tokens, 60);
+    EXPECT_EQ(m.input_tokens, 1000);
+    EXPECT_EQ(m.cached_tokens, 450);  // 10 * (0+...+9)
+    EXPECT_DOUBLE_EQ(m.cached_fraction, 0.45);
+    EXPECT_NEAR(m.success_rate, 10.0 / 12.0, 1e-12);
+    EXPECT_EQ(m.itl.count, 50);
+    EXPECT_NE(out.str().find("| Offered RPS | Sustained RPS | Total tok/s/node | TTFT p50 / p95 | Success |"),
+              std::string::npos);
+    TimingChecks t;
+    // TTFT sorted {40, 80, ..., 400 ms}: p50 220 ms; p95 at position 0.95*9 = 8.55 -> 360 +
+    // 0.55*40 = 382 ms; p99 at 8.91 -> 360 + 0.91*40 = 396.4 ms
+    t.near("ttft p50", m.ttft.p50, 0.220, kTol);
+    t.near("ttft p95", m.ttft.p95, 0.382, kTol);
+    t.near("ttft p99", m.ttft.p99, 0.3964, kTol);
+    t.near("itl p50", m.itl.p50, 0.020, kTol);
+    t.near("tpot p50", m.tpot.p50, 0.020, kTol / 5);  // (E2E - TTFT)/5: noise divided by 5
+    t.near("e2e p50", m.e2e.p50, 0.320, kTol);        // TTFT + 100 ms
+    // Duration: first send 0 -> request 9 ends at 0.9 + 0.4 + 0.1 = 1.4 s.
+    t.near("duration", m.duration_s, 1.4, kTol);
+    t.near("request throughput", m.request_throughput, 10 / 1.4, 10 / 1.4 * 0.012);
+    t.near("output tok/s", m.output_tps, 60 / 1.4, 60 / 1.4 * 0.012);
+    t.near("total tok/s", m.total_tps, 1060 / 1.4, 1060 / 1.4 * 0.012);
+    if (t.misses.empty()) return;
+    if (attempt == kAttempts) ADD_FAILURE() << "timings off in all " << kAttempts << " runs; last: " << t.str();
+    else std::cerr << "attempt " << attempt << " timings off (machine stall?): " << t.str() << "\n";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, ScriptedTimings, ::testing::Values(HttpClientKind::kNative, HttpClientKind::kCurl),
@@ -110,54 +136,63 @@ TEST(BenchE2E, KneeOfAQueueingServer) {
   // bisect 24 F (d = 8.3 ms: p95 ~ 50 + 37 d = 358 ms), 20 P (d = 0), 22 F (d = 4.5 ms),
   // 21 F (d = 2.4 ms: p95 ~138 ms passes the SLO, but the last-quarter median ~133 ms is 2.1x the
   // first quarter's ~62 ms) -> width 1 <= tolerance: knee 20.
-  std::mutex mu;
-  int64_t busy_until = 0;
-  FakeOpenAiServer server([&](const FakeRequest& r) {
-    std::lock_guard<std::mutex> lock(mu);
-    const int64_t start = std::max(busy_until, r.arrival_ns);
-    busy_until = start + 50'000'000;
-    FakePlan p;
-    p.ttft_s = static_cast<double>(busy_until - r.arrival_ns) * 1e-9;
-    p.tokens = 2;
-    p.gap_s = 0.001;
-    return p;
-  });
-  ASSERT_TRUE(server.start());
-  BenchConfig c = base_config(server.base_url());
-  c.workload.input_len = 20;
-  c.workload.output_len = 2;
-  c.arrival.kind = ArrivalKind::kConstant;
-  c.rates = {8, 16, 32};
-  c.num_requests = 40;
-  c.find_knee = true;
-  c.knee.slo_ttft_p95_s = 0.150;
-  c.knee_tolerance = 1;
-  c.output_json = ::testing::TempDir() + "/bench_knee.json";
-  c.plot_prefix = ::testing::TempDir() + "/bench_knee";
-  std::ostringstream out, err;
-  BenchRun run(c, out, err);
-  Status s = run.run();
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  ASSERT_NE(run.knee(), nullptr);
-  std::vector<std::pair<double, bool>> trials;
-  for (const KneeTrial& t : run.knee()->trials) trials.push_back({t.rate, t.pass});
-  const std::vector<std::pair<double, bool>> want = {{8, true},  {16, true}, {32, false}, {24, false},
-                                                     {20, true}, {22, false}, {21, false}};
-  EXPECT_EQ(trials, want) << out.str();
-  EXPECT_DOUBLE_EQ(run.knee()->knee_rate, 20);
-  // The result file and both plots exist and say what they should.
-  std::ifstream j(c.output_json);
-  nlohmann::json doc = nlohmann::json::parse(j);
-  EXPECT_EQ(doc["knee"]["knee_rate"].get<double>(), 20);
-  EXPECT_EQ(doc["points"].size(), 7u);
-  std::ifstream svg(c.plot_prefix + "_ttft.svg");
-  std::stringstream ss;
-  ss << svg.rdbuf();
-  EXPECT_NE(ss.str().find("knee 20.000 req/s"), std::string::npos);
-  EXPECT_NE(ss.str().find("SLO p95 0.15 s"), std::string::npos);
-  EXPECT_NE(ss.str().find("</svg>"), std::string::npos);
-  std::ifstream svg2(c.plot_prefix + "_throughput.svg");
-  EXPECT_TRUE(svg2.good());
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    std::mutex mu;
+    int64_t busy_until = 0;
+    FakeOpenAiServer server([&](const FakeRequest& r) {
+      std::lock_guard<std::mutex> lock(mu);
+      const int64_t start = std::max(busy_until, r.arrival_ns);
+      busy_until = start + 50'000'000;
+      FakePlan p;
+      p.ttft_s = static_cast<double>(busy_until - r.arrival_ns) * 1e-9;
+      p.tokens = 2;
+      p.gap_s = 0.001;
+      return p;
+    });
+    ASSERT_TRUE(server.start());
+    BenchConfig c = base_config(server.base_url());
+    c.workload.input_len = 20;
+    c.workload.output_len = 2;
+    c.arrival.kind = ArrivalKind::kConstant;
+    c.rates = {8, 16, 32};
+    c.num_requests = 40;
+    c.find_knee = true;
+    c.knee.slo_ttft_p95_s = 0.150;
+    c.knee_tolerance = 1;
+    c.output_json = ::testing::TempDir() + "/bench_knee.json";
+    c.plot_prefix = ::testing::TempDir() + "/bench_knee";
+    std::ostringstream out, err;
+    BenchRun run(c, out, err);
+    Status s = run.run();
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    ASSERT_NE(run.knee(), nullptr);
+    std::vector<std::pair<double, bool>> trials;
+    for (const KneeTrial& t : run.knee()->trials) trials.push_back({t.rate, t.pass});
+    const std::vector<std::pair<double, bool>> want = {{8, true},  {16, true}, {32, false}, {24, false},
+                                                       {20, true}, {22, false}, {21, false}};
+    if (trials != want || run.knee()->knee_rate != 20) {
+      if (attempt < kAttempts) {
+        std::cerr << "attempt " << attempt << ": knee trials differ (machine stall?), retrying\n";
+        continue;
+      }
+      EXPECT_EQ(trials, want) << out.str();
+      EXPECT_DOUBLE_EQ(run.knee()->knee_rate, 20);
+    }
+    // The result file and both plots exist and say what they should.
+    std::ifstream j(c.output_json);
+    nlohmann::json doc = nlohmann::json::parse(j);
+    EXPECT_EQ(doc["knee"]["knee_rate"].get<double>(), 20);
+    EXPECT_EQ(doc["points"].size(), 7u);
+    std::ifstream svg(c.plot_prefix + "_ttft.svg");
+    std::stringstream ss;
+    ss << svg.rdbuf();
+    EXPECT_NE(ss.str().find("knee 20.000 req/s"), std::string::npos);
+    EXPECT_NE(ss.str().find("SLO p95 0.15 s"), std::string::npos);
+    EXPECT_NE(ss.str().find("</svg>"), std::string::npos);
+    std::ifstream svg2(c.plot_prefix + "_throughput.svg");
+    EXPECT_TRUE(svg2.good());
+    return;
+  }
 }
 
 double measured_hit_rate(int64_t warmup) {
@@ -199,35 +234,42 @@ TEST(BenchE2E, SharedPrefixHitsTargetAgainstLruCache) {
 }
 
 TEST(BenchE2E, ClosedLoopSingleStreamAndCompletions) {
-  FakeOpenAiServer server([](const FakeRequest& r) {
-    FakePlan p;
-    p.ttft_s = 0.03;
-    p.gap_s = 0.005;
-    return p;
-  });
-  ASSERT_TRUE(server.start());
-  BenchConfig c = base_config(server.base_url());
-  c.model = "";  // resolved from /v1/models
-  c.endpoint = Endpoint::kCompletions;
-  c.workload.kind = WorkloadKind::kSingleStream;
-  c.workload.input_len = 500;
-  c.workload.output_len = 51;
-  c.max_concurrency = 1;
-  c.num_requests = 3;
-  c.warmup_requests = 1;
-  std::ostringstream out, err;
-  BenchRun run(c, out, err);
-  Status s = run.run();
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  const RateMetrics& m = run.points().at(0).metrics;
-  EXPECT_EQ(run.result()["model"], "fake-model");
-  EXPECT_EQ(m.warmup, 1);
-  EXPECT_EQ(m.completed, 3);
-  EXPECT_EQ(m.input_tokens, 1500);              // fake server counts words = the codec's tokens
-  EXPECT_EQ(m.output_tokens, 153);
-  EXPECT_NEAR(m.output_speed.p50, 200, 20);     // 50 gaps of 5 ms after the first token
-  EXPECT_NEAR(m.ttft.p50, 0.03, kTol);
-  EXPECT_EQ(server.requests(), 4);
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    FakeOpenAiServer server([](const FakeRequest&) {
+      FakePlan p;
+      p.ttft_s = 0.03;
+      p.gap_s = 0.005;
+      return p;
+    });
+    ASSERT_TRUE(server.start());
+    BenchConfig c = base_config(server.base_url());
+    c.model = "";  // resolved from /v1/models
+    c.endpoint = Endpoint::kCompletions;
+    c.workload.kind = WorkloadKind::kSingleStream;
+    c.workload.input_len = 500;
+    c.workload.output_len = 51;
+    c.max_concurrency = 1;
+    c.num_requests = 3;
+    c.warmup_requests = 1;
+    std::ostringstream out, err;
+    BenchRun run(c, out, err);
+    Status s = run.run();
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const RateMetrics& m = run.points().at(0).metrics;
+    EXPECT_EQ(run.result()["model"], "fake-model");
+    EXPECT_EQ(m.warmup, 1);
+    EXPECT_EQ(m.completed, 3);
+    EXPECT_EQ(m.input_tokens, 1500);  // the fake server counts words = the codec's tokens
+    EXPECT_EQ(m.output_tokens, 153);
+    EXPECT_EQ(server.requests(), 4);
+    EXPECT_NE(out.str().find("Single stream (Artificial Analysis method, 3 runs"), std::string::npos);
+    TimingChecks t;
+    t.near("output speed p50", m.output_speed.p50, 200, 20);  // 50 gaps of 5 ms after the first token
+    t.near("ttft p50", m.ttft.p50, 0.03, kTol);
+    if (t.misses.empty()) return;
+    if (attempt == kAttempts) ADD_FAILURE() << "timings off in all " << kAttempts << " runs; last: " << t.str();
+    else std::cerr << "attempt " << attempt << " timings off (machine stall?): " << t.str() << "\n";
+  }
 }
 
 TEST(BenchE2E, TransportFailuresAndTimeouts) {
