@@ -1,4 +1,4 @@
-// Corpus: the real English text prompts are cut from, and its token ids under the run's codec.
+// TokenCorpus: the real English text prompts are cut from, and its token ids under the run's codec.
 // Owns: access to the embedded Brown-corpus extract (data/brown_extract.txt, linked into the binary,
 // so the product needs no data files at run time) or a user file given with `--corpus FILE`.
 // Invariant: ids() is non-empty after a successful load (loading fails on an empty corpus).

@@ -1,4 +1,4 @@
-// End-to-end: the real client (curl multi event loop) against the in-process fake server on
+// End-to-end: the real client (native engine; libcurl where noted) against the in-process fake server on
 // 127.0.0.1 with scripted timings. Counts, token sums and cached fractions must be exact; timings
 // equal the scripted values within kTol: loopback + scheduling noise on a shared 2-core machine,
 // where other builds can push the load average to 10 (scripted times are 10x larger than kTol).
