@@ -54,6 +54,7 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
   int64_t chunks = 0;
   double e2e_sum = 0;
   int64_t cached_prompt_tokens = 0;
+  std::map<int64_t, double> bins;  // output tokens per 1 s bin
   for (const RequestRecord& r : records) {
     if (r.warmup) {
       ++m.warmup;
@@ -96,7 +97,17 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
         speed.push_back(static_cast<double>(out - 1) / (r.last_token_s - r.first_token_s));
     }
     for (float g : r.itl_s) itl.push_back(g);
+    if (r.token_chunks > 0) {
+      const double per_chunk = static_cast<double>(out) / static_cast<double>(r.token_chunks);
+      double t = r.first_token_s;
+      bins[static_cast<int64_t>(std::floor(t))] += per_chunk;
+      for (float g : r.itl_s) {
+        t += g;
+        bins[static_cast<int64_t>(std::floor(t))] += per_chunk;
+      }
+    }
   }
+  for (const auto& [second, tokens] : bins) m.peak_output_tps = std::max(m.peak_output_tps, tokens);
   if (m.sent > 1 && last_sched > first_sched)
     m.realized_arrival_rate = static_cast<double>(m.sent - 1) / (last_sched - first_sched);
   if (m.sent > 0) m.success_rate = static_cast<double>(m.completed) / static_cast<double>(m.sent);
@@ -164,6 +175,7 @@ nlohmann::json rate_metrics_to_json(const RateMetrics& m, int gpus) {
   j["requests_reporting_cached_tokens"] = m.cached_reports;
   j["requests_reporting_usage"] = m.usage_reports;
   j["tokens_per_chunk"] = m.tokens_per_chunk;
+  j["peak_output_throughput"] = m.peak_output_tps;
   j["avg_concurrency"] = m.avg_concurrency;
   j["max_in_flight"] = m.max_in_flight;
   j["ttft_ms"] = dist_to_json(m.ttft, 1e3);

@@ -10,6 +10,8 @@
 //  - throughputs = token sums / duration; total = input + output (cached prefix tokens count as
 //    input, as in vLLM/sglang); prefill-computed = input - cached;
 //  - cached fraction = sum(cached_tokens)/sum(prompt_tokens) over requests whose usage reported it;
+//  - peak output tok/s = the most tokens received in one 1-second bin (vLLM/sglang bin the same way;
+//    a chunk counts output tokens / content chunks of its request);
 //  - tokens per chunk = output tokens / content chunks (> 1 when the server streams several tokens
 //    per step, e.g. accepted speculative tokens).
 // Invariant: every field is a deterministic function of the records and the run parameters.
@@ -49,6 +51,7 @@ struct RateMetrics {
   double input_tps = 0, output_tps = 0, total_tps = 0, prefill_computed_tps = 0;
   double cached_fraction = -1;        // -1: server reported no cached_tokens
   double tokens_per_chunk = 0;
+  double peak_output_tps = 0;         // most output tokens in any 1 s bin of the run clock
   double avg_concurrency = 0;         // Little's law: sum E2E / duration
   int64_t max_in_flight = 0;
   Dist ttft, tpot, itl, e2e, client_queue, output_speed;  // output_speed in tok/s

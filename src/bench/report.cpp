@@ -96,6 +96,7 @@ void print_metrics_block(std::ostream& os, const RateMetrics& m, int gpus, const
     row(os, "Realized arrival rate (req/s):", fmt("%.3f", m.realized_arrival_rate));
   row(os, "Input token throughput (tok/s):", fmt("%.2f", m.input_tps));
   row(os, "Output token throughput (tok/s):", fmt("%.2f", m.output_tps));
+  row(os, "Peak output token throughput (tok/s):", fmt("%.2f", m.peak_output_tps));
   row(os, "Total token throughput (tok/s):", fmt("%.2f", m.total_tps));
   row(os, "Prefill-computed throughput (tok/s):", fmt("%.2f", m.prefill_computed_tps));
   if (gpus > 0) {

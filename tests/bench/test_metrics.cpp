@@ -93,6 +93,9 @@ TEST(RateMetrics, HandComputedScript) {
   EXPECT_NEAR(m.ttft_first_quarter_p50, 0.1, 1e-12);
   EXPECT_NEAR(m.ttft_last_quarter_p50, 0.4, 1e-12);
   EXPECT_EQ(m.errors.at("http 503"), 1);
+  // Token times: request i emits at i+0.1(i+1) + 0.05k, k = 0..10. Bin [0,1): req 0 (0.1..0.6)
+  // 11; bin [1,2): req 1 (1.2..1.7) 11; ... each request falls in its own bin -> peak 11.
+  EXPECT_DOUBLE_EQ(m.peak_output_tps, 11);
   // avg concurrency = sum E2E / duration = (0.6+0.7+0.8+0.9)/3.9
   EXPECT_NEAR(m.avg_concurrency, 3.0 / 3.9, 1e-12);
 }
