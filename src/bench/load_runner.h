@@ -54,6 +54,7 @@ struct RunResult {
   double wall_s = 0;                  // loop start to last completion
   std::vector<double> send_lag_s;     // open loop without a gate: sent_s - scheduled_s
   std::vector<double> probe_error_s;  // timing probe: client stamp - server send stamp
+  std::vector<float> probe_time_s;    // timing probe: the client stamp of each sample
   int64_t max_in_flight = 0;
   bool stopped = false;               // RunOptions::stop ended the schedule early
 };

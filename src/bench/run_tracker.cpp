@@ -31,6 +31,7 @@ double RunTracker::now_s() const { return static_cast<double>(monotonic_ns() - s
 void RunTracker::probe_cb(void* ctx, int64_t server_ns, double client_now_s) {
   auto* self = static_cast<RunTracker*>(ctx);
   self->result_.probe_error_s.push_back(client_now_s - static_cast<double>(server_ns - self->start_ns_) * 1e-9);
+  self->result_.probe_time_s.push_back(static_cast<float>(client_now_s));
 }
 
 std::unique_ptr<Transfer> RunTracker::make_transfer(int64_t index, double scheduled_s, RequestSpec spec) {

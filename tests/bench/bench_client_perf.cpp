@@ -12,7 +12,12 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,6 +34,39 @@ static double thread_cpu_s() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+// Per-second CPU accounting: jiffies used by the whole machine and by this process, so each second
+// of the run can be labelled with how much CPU other processes took from the 2 cores.
+struct CpuSample {
+  double t = 0;
+  long long machine_busy = 0, machine_total = 0, self = 0;
+};
+
+static CpuSample sample_cpu(double t) {
+  CpuSample c;
+  c.t = t;
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    long long v[10] = {0};
+    if (std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                    &v[7]) == 8) {
+      c.machine_busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+      c.machine_total = c.machine_busy + v[3] + v[4];
+    }
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen("/proc/self/stat", "r")) {
+    char buf[1024];
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    const char* p = std::strrchr(buf, ')');
+    long long utime = 0, stime = 0;
+    // Fields after ')': state(3) ... utime is field 14, stime 15.
+    if (p && std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime, &stime) == 2)
+      c.self = utime + stime;
+    std::fclose(f);
+  }
+  return c;
 }
 
 static void pin_to_cpu(int cpu) {
@@ -96,8 +134,19 @@ int main(int argc, char** argv) {
                  static_cast<long long>(p.sent), static_cast<long long>(p.done), static_cast<long long>(p.failed),
                  static_cast<long long>(p.in_flight));
   };
+  std::vector<CpuSample> cpu_samples;
+  std::atomic<bool> sampling{true};
+  const int64_t t0 = monotonic_ns();
+  std::thread sampler([&] {
+    while (sampling.load()) {
+      cpu_samples.push_back(sample_cpu(static_cast<double>(monotonic_ns() - t0) * 1e-9));
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
   const double cpu0 = thread_cpu_s();
   auto r = run_load(t, plan, src, opt);
+  sampling = false;
+  sampler.join();
   const double cpu = thread_cpu_s() - cpu0;
   const double server_cpu = server.thread_cpu_seconds();
   if (!r.is_ok()) { std::fprintf(stderr, "%s\n", r.status().to_string().c_str()); return 1; }
@@ -136,6 +185,28 @@ int main(int argc, char** argv) {
   std::printf("timing error (client stamp - server send), ms: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (n=%lld)\n",
               err.p50 * 1e3, err.p90 * 1e3, err.p99 * 1e3, err.max * 1e3, static_cast<long long>(err.count));
   std::printf("send lag (sent - scheduled), ms: p50 %.3f  p99 %.3f  max %.3f\n", lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3);
+  // Per second of the steady window: events, timing error p50/p99, and the share of the 2 cores
+  // that other processes used in that second (machine busy minus this process).
+  std::printf("per second (steady window): t  events  err_p50_ms  err_p99_ms  others_cpu%%\n");
+  std::vector<Dist> quiet, busy;
+  for (size_t k = 0; k + 1 < cpu_samples.size(); ++k) {
+    const CpuSample& a = cpu_samples[k];
+    const CpuSample& b = cpu_samples[k + 1];
+    if (a.t < ramp || b.t > duration) continue;
+    std::vector<double> errs;
+    for (size_t i = 0; i < r->probe_time_s.size(); ++i)
+      if (r->probe_time_s[i] >= a.t && r->probe_time_s[i] < b.t) errs.push_back(r->probe_error_s[i]);
+    const long long total = b.machine_total - a.machine_total;
+    const double others = total > 0 ? 100.0 * static_cast<double>((b.machine_busy - a.machine_busy) - (b.self - a.self)) /
+                                          static_cast<double>(total)
+                                    : 0;
+    const Dist d = summarize(errs);
+    std::printf("  %5.1f  %7zu  %9.3f  %9.3f  %5.1f\n", a.t, errs.size(), d.p50 * 1e3, d.p99 * 1e3, others);
+    (others < 5 ? quiet : busy).push_back(d);
+  }
+  std::printf("seconds with others < 5%% CPU: %zu (p99 <= 1 ms in %zu); other seconds: %zu (p99 <= 1 ms in %zu)\n",
+              quiet.size(), static_cast<size_t>(std::count_if(quiet.begin(), quiet.end(), [](const Dist& d) { return d.p99 <= 1e-3; })),
+              busy.size(), static_cast<size_t>(std::count_if(busy.begin(), busy.end(), [](const Dist& d) { return d.p99 <= 1e-3; })));
   server.stop();
   return ok == static_cast<int64_t>(r->records.size()) ? 0 : 1;
 }
