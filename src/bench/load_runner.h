@@ -4,8 +4,8 @@
 // HTTP/1.1 client, or libcurl multi), whose waits use epoll_pwait2's nanosecond timeout for both
 // the engine's timers and the next arrival.
 // Does not own: what is sent (BodySource) or what the numbers mean (metrics.h).
-// Invariant: a request is stamped sent_s immediately before its handle is added to curl, and every
-// response byte is stamped at the start of the write callback that delivers it.
+// Invariant: a request is stamped sent_s immediately before the engine starts it; response bytes
+// are stamped with the kernel's receive time (native engine) or when the engine reads them (curl).
 #pragma once
 
 #include <atomic>
@@ -55,6 +55,7 @@ struct RunResult {
   std::vector<double> send_lag_s;     // open loop without a gate: sent_s - scheduled_s
   std::vector<double> probe_error_s;  // timing probe: client stamp - server send stamp
   std::vector<float> probe_time_s;    // timing probe: the client stamp of each sample
+  std::vector<double> read_lag_s;     // timing probe, native engine: read time - kernel receive time
   int64_t max_in_flight = 0;
   bool stopped = false;               // RunOptions::stop ended the schedule early
 };

@@ -167,6 +167,7 @@ class NativeEngine final : public HttpEngine {
     if (fd < 0) return internal_error(std::string("socket: ") + std::strerror(errno));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);  // kernel receive times, see read_some
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     const int rc = connect(fd, addr_->ai_addr, addr_->ai_addrlen);
@@ -281,8 +282,21 @@ class NativeEngine final : public HttpEngine {
     read_some(c);
   }
 
+  // NOTE: the stamp of received bytes is the kernel's receive time of the last segment read
+  // (SO_TIMESTAMPNS; CLOCK_REALTIME, mapped to the monotonic run clock with an offset sampled at
+  // each read), not the time this thread got around to reading them: a client thread that waits
+  // for a CPU behind other processes, or behind a batch of other sockets, still stamps each event
+  // when it arrived. Bytes without a timestamp fall back to the read time. The difference (read
+  // lag) is reported to the tracker as a measure of the loop's headroom.
   void read_some(Conn& c) {
-    const ssize_t n = ::recv(c.fd, buf_.data(), buf_.size(), 0);
+    iovec iov{buf_.data(), buf_.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec)) + 64];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(c.fd, &msg, 0);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
       fail(c, std::string("recv: ") + std::strerror(errno));
@@ -293,7 +307,19 @@ class NativeEngine final : public HttpEngine {
       st = c.response.on_eof();
     } else {
       c.got_bytes = true;
-      const double now = tracker_.now_s();
+      const double read_time = tracker_.now_s();
+      double now = read_time;
+      for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        timespec kernel_rt;
+        std::memcpy(&kernel_rt, CMSG_DATA(cm), sizeof kernel_rt);
+        timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        const double age = static_cast<double>(rt.tv_sec - kernel_rt.tv_sec) +
+                           static_cast<double>(rt.tv_nsec - kernel_rt.tv_nsec) * 1e-9;
+        if (age >= 0 && age < 60) now = std::max(c.t->rec.sent_s, tracker_.now_s() - age);
+      }
+      tracker_.note_read_lag(read_time - now);
       Transfer* t = c.t.get();
       st = c.response.feed(buf_.data(), static_cast<size_t>(n), [&](const char* p, size_t k) {
         if (t->rec.http_status == 0) t->rec.http_status = c.response.status();

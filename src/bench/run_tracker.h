@@ -40,6 +40,10 @@ class RunTracker {
   // transport_error: "" when the HTTP exchange completed; else "timeout ..." / "transport: ...".
   void finish(std::unique_ptr<Transfer> t, const std::string& transport_error);
   void report_progress(double now, int64_t in_flight);
+  // Engines with kernel receive timestamps: how long received bytes waited for the loop.
+  void note_read_lag(double lag_s) {
+    if (opt_.timing_probe) result_.read_lag_s.push_back(lag_s);
+  }
   void note_in_flight(int64_t n) { result_.max_in_flight = std::max(result_.max_in_flight, n); }
   double last_completion_s() const { return last_completion_s_; }
   RunResult take_result();

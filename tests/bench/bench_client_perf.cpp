@@ -5,9 +5,10 @@
 //                     [--server-batch-us 200] (the fake server sends events due within 200 us together)
 // Open-loop Poisson at R req/s; each request streams K token events G ms apart, so about
 // R*(T + (K-1)G) streams are open at once and R*K events/s arrive.
-// Timing error (per SSE event) = client stamp (start of the curl write callback that delivers the
-// event) - server stamp (CLOCK_MONOTONIC just before the server's send() of that event). It bounds
-// how late the client's timestamps are (loopback delivery + wake-up + parsing queue included).
+// Timing error (per SSE event) = the client's stamp of the event (native engine: the kernel's
+// receive time of the segment, SO_TIMESTAMPNS; curl engine: when curl hands over the bytes) - the
+// server's stamp (CLOCK_MONOTONIC just before its send() of that event). Read lag (native engine)
+// = when the loop read the bytes - their kernel receive time: the loop's headroom.
 // Send lag (per request) = actual send - scheduled arrival.
 #include <sched.h>
 #include <time.h>
@@ -185,6 +186,11 @@ int main(int argc, char** argv) {
   std::printf("timing error (client stamp - server send), ms: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  (n=%lld)\n",
               err.p50 * 1e3, err.p90 * 1e3, err.p99 * 1e3, err.max * 1e3, static_cast<long long>(err.count));
   std::printf("send lag (sent - scheduled), ms: p50 %.3f  p99 %.3f  max %.3f\n", lag.p50 * 1e3, lag.p99 * 1e3, lag.max * 1e3);
+  if (!r->read_lag_s.empty()) {
+    const Dist rl = summarize(r->read_lag_s);
+    std::printf("read lag (loop read time - kernel receive stamp; headroom, not error), ms: p50 %.3f  p99 %.3f  max %.3f\n",
+                rl.p50 * 1e3, rl.p99 * 1e3, rl.max * 1e3);
+  }
   // Per second of the steady window: events, timing error p50/p99, and the share of the 2 cores
   // that other processes used in that second (machine busy minus this process).
   std::printf("per second (steady window): t  events  err_p50_ms  err_p99_ms  others_cpu%%\n");
