@@ -1,22 +1,42 @@
-// The one-file adapter from bench's TokenCodec to the model tokenizer (mxserve::tokenizer).
-// Owns: load_model_token_codec(). Until the tokenizer module is merged it fails loudly: `mxserve
-// bench` never substitutes an approximate count for the target model's tokenizer.
-// At merge, replace the body with (sketch):
-//   MX_ASSIGN_OR_RETURN(auto tok, is_directory(path) ? tokenizer::Tokenizer::load_dir(path)
-//                                                    : tokenizer::Tokenizer::load(path));
-//   return std::make_unique<ModelTokenCodec>(std::move(tok), path);
-// where ModelTokenCodec::encode(text) = tok->encode(text, /*add_special_tokens=*/false) and
-// decode(ids) = tok->decode(ids, /*skip_special_tokens=*/false), exact_for_model() = true.
+// The one-file adapter from bench's TokenCodec to the model tokenizer (mxserve::tokenizer): prompts are
+// built and counted with the target model's own tokenizer (tokenizer.json file or model directory).
+#include <sys/stat.h>
+
 #include "bench/token_codec.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mxserve::bench {
+namespace {
+
+class ModelTokenCodec final : public TokenCodec {
+ public:
+  ModelTokenCodec(std::unique_ptr<tokenizer::Tokenizer> tok, std::string path)
+      : tok_(std::move(tok)), path_(std::move(path)) {}
+  Result<std::vector<int32_t>> encode(std::string_view text) const override {
+    return tok_->encode(text, /*add_special_tokens=*/false);
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    return tok_->decode(ids, /*skip_special_tokens=*/false);
+  }
+  std::string describe() const override { return "tokenizer at " + path_; }
+  bool exact_for_model() const override { return true; }
+
+ private:
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::string path_;
+};
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<TokenCodec>> load_model_token_codec(const std::string& path) {
-  return unsupported(
-      "this build of mxserve bench has no model tokenizer linked in (tokenizer module not merged yet), "
-      "so it cannot count tokens for '" + path +
-      "'. Use --tokenizer builtin:words only against test servers (1 token = 1 word, approximate), "
-      "or --workload file with explicit prompts");
+  auto tok = is_dir(path) ? tokenizer::Tokenizer::load_dir(path) : tokenizer::Tokenizer::load(path);
+  if (!tok.is_ok()) return tok.status().with_context("--tokenizer " + path);
+  return std::unique_ptr<TokenCodec>(std::make_unique<ModelTokenCodec>(std::move(*tok), path));
 }
 
 }  // namespace mxserve::bench

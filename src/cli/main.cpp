@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/bench_command.h"
 #include "cli/commands.h"
 #include "tokenizer/cli_commands.h"
 
@@ -26,6 +27,7 @@ const Command kCommands[] = {
     {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
     {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
     {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
+    {"bench", mxserve::bench::cmd_bench, "load-test an OpenAI-compatible server (RPS sweep, TTFT knee, cost)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
 };
 

