@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  cmake ninja-build g++ pkg-config ccache git
+  cmake ninja-build g++ pkg-config ccache git curl
   libgtest-dev libgmock-dev          # unit tests
   nlohmann-json3-dev                 # JSON: config.json, safetensors headers, HTTP bodies
   libopenblas-dev                    # CPU backend: large fp32 matmuls
