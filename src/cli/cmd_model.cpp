@@ -68,12 +68,13 @@ Result<model::LoadOptions> model_load_options(const Args& args, std::string* pat
   MX_ASSIGN_OR_RETURN(opt.num_layers_override, args.get_int("--num-layers", 0));
   if (opt.num_layers_override < 0) return invalid_argument("--num-layers must be positive");
   opt.seed = static_cast<uint64_t>(seed);
+  opt.synthetic_quantization = args.get_or("--quantization", "");
   return opt;
 }
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> value_flags = {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size",
-                                       "--seed", "--num-layers"};
+                                       "--seed", "--num-layers", "--quantization"};
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());

@@ -26,6 +26,7 @@ model:
   --synthetic-weights          deterministic random weights instead of a checkpoint
   --num-layers N               override num_hidden_layers (synthetic weights)
   --seed N                     synthetic weight seed (0)
+  --quantization mxfp4|fp8-block  synthetic routed experts stored in that precision (synthetic weights)
   --tokenizer DIR              tokenizer.json + tokenizer_config.json (default: the model directory)
   --backend cpu|cuda           (cpu)
 server:
@@ -86,7 +87,7 @@ int cmd_serve(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-  std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--tokenizer", "--backend", "--host", "--port",
+  std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"};
@@ -117,6 +118,9 @@ int cmd_serve(int argc, char** argv) {
   sc.num_layers = num_layers;
   MX_CLI_TRY(seed, a.get_int("--seed", 0));
   sc.seed = static_cast<uint64_t>(seed);
+  sc.synthetic_quantization = a.get_or("--quantization", "");
+  if (!sc.synthetic_quantization.empty() && !synthetic)
+    return fail(invalid_argument("--quantization needs --synthetic-weights (a checkpoint's precision is read from it)"));
   sc.tokenizer_dir = a.get_or("--tokenizer", "");
   sc.backend = a.get_or("--backend", "cpu");
   if (sc.backend != "cpu" && sc.backend != "cuda") return fail(invalid_argument("--backend must be cpu or cuda"));

@@ -12,6 +12,8 @@ namespace mxserve::model {
 Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend::Backend& be,
                                                  const LoadOptions& options) {
   MX_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(dir));
+  if (!options.synthetic_quantization.empty() && !options.synthetic)
+    return invalid_argument("--quantization applies to --synthetic-weights (a checkpoint's precision is read from it)");
   if (options.num_layers_override > 0) {
     if (!options.synthetic)
       return invalid_argument("--num-layers truncates a model and needs --synthetic-weights (a checkpoint's "
@@ -31,6 +33,10 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
                       << synthetic_weight_bytes(table) / (1 << 20) << " MiB bf16) for " << describe_config(cfg)
                       << " onto " << be.name();
         BoundWeights w = make_synthetic_weights(table, cfg.d_model, options.seed);
+        MX_RETURN_IF_ERROR(quantize_synthetic_experts(w, options.synthetic_quantization));
+        if (!options.synthetic_quantization.empty())
+          MX_LOG(kInfo) << "synthetic routed experts stored as " << options.synthetic_quantization
+                        << " (dequantized on load: GPU-resident 4-bit weights are issue 9)";
         return make_glm4_moe(cfg, w, be, mtp);
       }
     }

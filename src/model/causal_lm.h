@@ -37,6 +37,7 @@ struct LoadOptions {
   bool synthetic = false;           // deterministic random weights from the config alone (no checkpoint)
   uint64_t seed = 0;                // synthetic weights' seed
   int64_t num_layers_override = 0;  // > 0: keep only the first N decoder layers (truncated model)
+  std::string synthetic_quantization;  // synthetic weights' precision plan: "", "mxfp4", "fp8-block" (experts)
 };
 
 // Reads config.json + the checkpoint in dir, validates every tensor, uploads weights to the backend.

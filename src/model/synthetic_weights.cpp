@@ -5,6 +5,8 @@
 
 #include "core/hash.h"
 #include "core/numeric.h"
+#include "quant/fp8.h"
+#include "quant/mxfp4.h"
 
 namespace mxserve::model {
 namespace {
@@ -61,6 +63,37 @@ BoundWeights make_synthetic_weights(const std::vector<WeightSpec>& table, int64_
     out.add(spec.name, BoundWeight{t, Precision::kBF16});
   }
   return out;
+}
+
+Status quantize_synthetic_experts(BoundWeights& weights, const std::string& scheme) {
+  if (scheme.empty() || scheme == "bf16") return Status::ok();
+  if (scheme != "mxfp4" && scheme != "fp8-block")
+    return invalid_argument("--quantization '" + scheme + "': expected mxfp4, fp8-block or bf16");
+  for (const std::string& name : weights.names()) {
+    if (name.find(".mlp.experts.") == std::string::npos || !ends_with(name, ".weight")) continue;
+    const BoundWeight& w = weights.at(name);
+    quant::StoredWeight s;
+    s.name = name;
+    s.shape = w.host.shape();
+    if (scheme == "mxfp4") {
+      MX_ASSIGN_OR_RETURN(quant::MxTensors q, quant::quantize_mxfp4(w.host, quant::ScaleRule::kEven, name));
+      s.precision = quant::Precision::kMxfp4;
+      s.data = q.packed;
+      s.scale_name = name + "_scale";
+      s.scale = q.scales;
+    } else {
+      MX_ASSIGN_OR_RETURN(quant::Fp8Tensors q,
+                          quant::quantize_fp8_block(w.host, quant::kFp8Block, quant::kFp8Block, name));
+      s.precision = quant::Precision::kFp8Block;
+      s.data = q.weight;
+      s.scale_name = name + "_scale_inv";
+      s.scale = q.scale;
+      s.block_rows = quant::kFp8Block;
+      s.block_cols = quant::kFp8Block;
+    }
+    weights.add(name, BoundWeight(std::move(s)));
+  }
+  return Status::ok();
 }
 
 }  // namespace mxserve::model

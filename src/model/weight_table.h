@@ -50,6 +50,11 @@ class BoundWeights {
   const BoundWeight* find(const std::string& name) const;
   const BoundWeight& at(const std::string& name) const;  // CHECKs presence (names come from the table)
   void add(const std::string& name, BoundWeight w) { map_[name] = std::move(w); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [n, w] : map_) out.push_back(n);
+    return out;
+  }
   size_t size() const { return map_.size(); }
 
  private:

@@ -120,6 +120,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
     lo.synthetic = true;
     lo.seed = cfg.seed;
     lo.num_layers_override = cfg.num_layers;
+    lo.synthetic_quantization = cfg.synthetic_quantization;
 #else
     return unsupported("--synthetic-weights: this build has no synthetic weight generator yet");
 #endif

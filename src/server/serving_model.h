@@ -23,6 +23,7 @@ struct ServingConfig {
   bool synthetic_weights = false;
   int64_t num_layers = 0;          // > 0: override num_hidden_layers (synthetic weights only)
   uint64_t seed = 0;               // synthetic weights
+  std::string synthetic_quantization;  // synthetic routed experts: "", "mxfp4", "fp8-block"
   std::string tokenizer_dir;       // default: the model directory
   std::string backend = "cpu";
   int64_t max_model_len = 0;       // 0: max_position_embeddings, capped by the KV capacity

@@ -60,3 +60,29 @@ TEST(SyntheticWeights, DeterministicRealShapesAndSpreadRouting) {
 
 }  // namespace
 }  // namespace mxserve::model
+
+namespace mxserve::model {
+namespace {
+
+TEST(SyntheticWeights, PrecisionPlanQuantizesRoutedExpertsOnly) {
+  auto cfg = load_model_config(std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a");
+  ASSERT_TRUE(cfg.is_ok());
+  const auto table = glm4_moe_weight_table(*cfg, true);
+  for (const char* scheme : {"mxfp4", "fp8-block"}) {
+    BoundWeights w = make_synthetic_weights(table, cfg->d_model, 3);
+    ASSERT_TRUE(quantize_synthetic_experts(w, scheme).is_ok());
+    const auto expected = std::string(scheme) == "mxfp4" ? quant::Precision::kMxfp4 : quant::Precision::kFp8Block;
+    EXPECT_EQ(w.at("model.layers.1.mlp.experts.5.up_proj.weight").precision(), expected);
+    EXPECT_EQ(w.at("model.layers.3.mlp.experts.0.down_proj.weight").precision(), expected) << "MTP layer too";
+    EXPECT_EQ(w.at("model.layers.1.mlp.experts.5.up_proj.weight").shape(), (Shape{32, 64}));
+    EXPECT_EQ(w.at("model.layers.1.mlp.shared_experts.up_proj.weight").precision(), quant::Precision::kBF16);
+    EXPECT_EQ(w.at("model.layers.1.self_attn.q_proj.weight").precision(), quant::Precision::kBF16);
+    EXPECT_EQ(w.at("model.layers.1.mlp.gate.weight").precision(), quant::Precision::kBF16);
+  }
+  BoundWeights w = make_synthetic_weights(table, cfg->d_model, 3);
+  Status bad = quantize_synthetic_experts(w, "int3");
+  EXPECT_NE(bad.message().find("'int3'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mxserve::model

@@ -2,6 +2,7 @@
 // preemption must not change greedy outputs; seeded sampling is reproducible.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "backend/backend.h"
@@ -138,6 +139,42 @@ TEST(EngineModel, SeededSamplingIsReproducibleAcrossBatching) {
   EngineRun a = run_engine(specs, 512, true, true);
   EngineRun b = run_engine(specs, 512, false, false);
   for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(a.tokens[i], b.tokens[i]) << "request " << i;
+}
+
+}  // namespace
+}  // namespace mxserve::runtime
+
+namespace mxserve::runtime {
+namespace {
+
+TEST(EngineModel, SyntheticQuantizedExpertsStayCloseToBf16) {
+  auto be = backend::make_cpu_backend();
+  const std::string cfg = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a/config.json";
+  std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 41, 7, 300, 12, 64, 1, 2};
+  auto logits_of = [&](const std::string& scheme) {
+    model::LoadOptions o{.load_mtp = false, .synthetic = true, .seed = 11};
+    o.synthetic_quantization = scheme;
+    auto lm = model::load_causal_lm(cfg, *be, o);
+    EXPECT_TRUE(lm.is_ok()) << lm.status().to_string();
+    SequenceRunner runner(**lm, *be, 16, 4);
+    SequenceState seq;
+    auto step = runner.extend({&seq}, {prompt}, true, false);
+    EXPECT_TRUE(step.is_ok());
+    return step->logits;
+  };
+  Tensor ref = logits_of("");
+  for (const char* scheme : {"mxfp4", "fp8-block"}) {
+    Tensor q = logits_of(scheme);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      const double d = q.data<float>()[i] - ref.data<float>()[i];
+      num += d * d;
+      den += static_cast<double>(ref.data<float>()[i]) * ref.data<float>()[i];
+    }
+    const double rel = std::sqrt(num / den);
+    EXPECT_GT(rel, 0.0) << scheme << ": quantization must change something";
+    EXPECT_LT(rel, 0.12) << scheme;
+  }
 }
 
 }  // namespace
