@@ -26,7 +26,8 @@ model:
   --synthetic-weights          deterministic random weights instead of a checkpoint
   --num-layers N               override num_hidden_layers (synthetic weights)
   --seed N                     synthetic weight seed (0)
-  --quantization mxfp4|fp8-block  synthetic routed experts stored in that precision (synthetic weights)
+  --quantization EXPERTS[:REST]  synthetic weights' precision plan, each mxfp4|fp8-block|bf16
+                               (e.g. mxfp4:fp8-block: MXFP4 routed experts, FP8 other projections)
   --tokenizer DIR              tokenizer.json + tokenizer_config.json (default: the model directory)
   --backend cpu|cuda           (cpu)
 server:

@@ -65,33 +65,51 @@ BoundWeights make_synthetic_weights(const std::vector<WeightSpec>& table, int64_
   return out;
 }
 
-Status quantize_synthetic_experts(BoundWeights& weights, const std::string& scheme) {
-  if (scheme.empty() || scheme == "bf16") return Status::ok();
-  if (scheme != "mxfp4" && scheme != "fp8-block")
-    return invalid_argument("--quantization '" + scheme + "': expected mxfp4, fp8-block or bf16");
+namespace {
+
+Status quantize_one(BoundWeights& weights, const std::string& name, const std::string& scheme) {
+  const BoundWeight& w = weights.at(name);
+  quant::StoredWeight s;
+  s.name = name;
+  s.shape = w.host.shape();
+  if (scheme == "mxfp4") {
+    MX_ASSIGN_OR_RETURN(quant::MxTensors q, quant::quantize_mxfp4(w.host, quant::ScaleRule::kEven, name));
+    s.precision = quant::Precision::kMxfp4;
+    s.data = q.packed;
+    s.scale_name = name + "_scale";
+    s.scale = q.scales;
+  } else {
+    MX_ASSIGN_OR_RETURN(quant::Fp8Tensors q, quant::quantize_fp8_block(w.host, quant::kFp8Block, quant::kFp8Block, name));
+    s.precision = quant::Precision::kFp8Block;
+    s.data = q.weight;
+    s.scale_name = name + "_scale_inv";
+    s.scale = q.scale;
+    s.block_rows = quant::kFp8Block;
+    s.block_cols = quant::kFp8Block;
+  }
+  weights.add(name, BoundWeight(std::move(s)));
+  return Status::ok();
+}
+
+bool valid_scheme(const std::string& s) { return s == "mxfp4" || s == "fp8-block" || s == "bf16"; }
+
+}  // namespace
+
+Status quantize_synthetic_experts(BoundWeights& weights, const std::string& plan) {
+  if (plan.empty()) return Status::ok();
+  // PLAN = EXPERTS[:REST], e.g. "mxfp4" or "mxfp4:fp8-block" (routed experts MXFP4, other projections FP8).
+  const size_t colon = plan.find(':');
+  const std::string experts = plan.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "bf16" : plan.substr(colon + 1);
+  if (!valid_scheme(experts) || !valid_scheme(rest))
+    return invalid_argument("--quantization '" + plan +
+                            "': expected EXPERTS[:REST] with each of mxfp4, fp8-block or bf16 (e.g. mxfp4:fp8-block)");
   for (const std::string& name : weights.names()) {
-    if (name.find(".mlp.experts.") == std::string::npos || !ends_with(name, ".weight")) continue;
-    const BoundWeight& w = weights.at(name);
-    quant::StoredWeight s;
-    s.name = name;
-    s.shape = w.host.shape();
-    if (scheme == "mxfp4") {
-      MX_ASSIGN_OR_RETURN(quant::MxTensors q, quant::quantize_mxfp4(w.host, quant::ScaleRule::kEven, name));
-      s.precision = quant::Precision::kMxfp4;
-      s.data = q.packed;
-      s.scale_name = name + "_scale";
-      s.scale = q.scales;
-    } else {
-      MX_ASSIGN_OR_RETURN(quant::Fp8Tensors q,
-                          quant::quantize_fp8_block(w.host, quant::kFp8Block, quant::kFp8Block, name));
-      s.precision = quant::Precision::kFp8Block;
-      s.data = q.weight;
-      s.scale_name = name + "_scale_inv";
-      s.scale = q.scale;
-      s.block_rows = quant::kFp8Block;
-      s.block_cols = quant::kFp8Block;
-    }
-    weights.add(name, BoundWeight(std::move(s)));
+    if (!ends_with(name, "_proj.weight")) continue;  // Linear weights only: no router, norms, embeddings, head
+    const bool routed = name.find(".mlp.experts.") != std::string::npos;
+    // The MTP layer's eh_proj stays bf16, as in the published FP8 / MXFP4 GLM checkpoints.
+    const std::string& scheme = routed ? experts : (ends_with(name, "eh_proj.weight") ? std::string("bf16") : rest);
+    if (scheme != "bf16") MX_RETURN_IF_ERROR(quantize_one(weights, name, scheme));
   }
   return Status::ok();
 }

@@ -80,6 +80,13 @@ TEST(SyntheticWeights, PrecisionPlanQuantizesRoutedExpertsOnly) {
     EXPECT_EQ(w.at("model.layers.1.mlp.gate.weight").precision(), quant::Precision::kBF16);
   }
   BoundWeights w = make_synthetic_weights(table, cfg->d_model, 3);
+  ASSERT_TRUE(quantize_synthetic_experts(w, "mxfp4:fp8-block").is_ok());
+  EXPECT_EQ(w.at("model.layers.1.mlp.experts.5.up_proj.weight").precision(), quant::Precision::kMxfp4);
+  EXPECT_EQ(w.at("model.layers.1.self_attn.q_proj.weight").precision(), quant::Precision::kFp8Block);
+  EXPECT_EQ(w.at("model.layers.0.mlp.down_proj.weight").precision(), quant::Precision::kFp8Block);
+  EXPECT_EQ(w.at("model.layers.3.eh_proj.weight").precision(), quant::Precision::kBF16);
+  EXPECT_EQ(w.at("model.layers.1.mlp.gate.weight").precision(), quant::Precision::kBF16);
+  EXPECT_EQ(w.at("lm_head.weight").precision(), quant::Precision::kBF16);
   Status bad = quantize_synthetic_experts(w, "int3");
   EXPECT_NE(bad.message().find("'int3'"), std::string::npos);
 }

@@ -163,7 +163,7 @@ TEST(EngineModel, SyntheticQuantizedExpertsStayCloseToBf16) {
     return step->logits;
   };
   Tensor ref = logits_of("");
-  for (const char* scheme : {"mxfp4", "fp8-block"}) {
+  for (const char* scheme : {"mxfp4", "fp8-block", "mxfp4:fp8-block"}) {
     Tensor q = logits_of(scheme);
     double num = 0, den = 0;
     for (int64_t i = 0; i < ref.numel(); ++i) {
