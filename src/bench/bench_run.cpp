@@ -1,7 +1,7 @@
 // BenchRun (see bench_run.h).
 #include "bench/bench_run.h"
 
-#include <curl/curl.h>
+#include "bench/http_get.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -18,12 +18,6 @@
 namespace mxserve::bench {
 namespace {
 
-size_t collect_cb(char* p, size_t s, size_t n, void* ud) {
-  auto* out = static_cast<std::string*>(ud);
-  if (out->size() < (1u << 20)) out->append(p, s * n);
-  return s * n;
-}
-
 std::string endpoint_url(const BenchConfig& c) {
   return c.base_url + (c.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions");
 }
@@ -31,26 +25,11 @@ std::string endpoint_url(const BenchConfig& c) {
 }  // namespace
 
 Result<std::string> fetch_first_model(const std::string& base_url, const std::string& api_key) {
-  curl_global_init(CURL_GLOBAL_DEFAULT);
-  CURL* e = curl_easy_init();
-  if (!e) return internal_error("curl_easy_init failed");
-  std::string body;
   const std::string url = base_url + "/v1/models";
-  curl_slist* headers = nullptr;
-  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
-  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &collect_cb);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  const CURLcode rc = curl_easy_perform(e);
-  long http = 0;
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &http);
-  curl_easy_cleanup(e);
-  curl_slist_free_all(headers);
-  if (rc != CURLE_OK) return unavailable("GET " + url + ": " + curl_easy_strerror(rc) + " (is the server up?)");
-  if (http != 200) return unavailable("GET " + url + ": http " + std::to_string(http) + " (pass --model)");
+  auto got = http_get(url, api_key, 10000L);
+  if (!got.is_ok()) return unavailable(got.status().message() + " (is the server up?)");
+  if (got->status != 200) return unavailable("GET " + url + ": http " + std::to_string(got->status) + " (pass --model)");
+  const std::string& body = got->body;
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
       !j["data"][0].contains("id") || !j["data"][0]["id"].is_string())

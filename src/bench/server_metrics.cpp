@@ -1,18 +1,12 @@
 // Prometheus scraping and spec-decode figures (see server_metrics.h).
 #include "bench/server_metrics.h"
 
-#include <curl/curl.h>
+#include "bench/http_get.h"
 
 #include <cstdlib>
 
 namespace mxserve::bench {
 namespace {
-
-size_t collect(char* p, size_t s, size_t n, void* ud) {
-  auto* out = static_cast<std::string*>(ud);
-  if (out->size() < (32u << 20)) out->append(p, s * n);
-  return s * n;
-}
 
 std::optional<double> get(const MetricSample& m, const std::string& name) {
   auto it = m.find(name);
@@ -57,25 +51,10 @@ MetricSample parse_prometheus_text(std::string_view text) {
 }
 
 Result<MetricSample> scrape_metrics(const std::string& base_url, const std::string& api_key) {
-  CURL* e = curl_easy_init();
-  if (!e) return internal_error("curl_easy_init failed");
-  std::string body;
   const std::string url = base_url + "/metrics";
-  curl_slist* headers = nullptr;
-  if (!api_key.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + api_key).c_str());
-  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &collect);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  const CURLcode rc = curl_easy_perform(e);
-  long http = 0;
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &http);
-  curl_easy_cleanup(e);
-  curl_slist_free_all(headers);
-  if (rc != CURLE_OK) return unavailable("GET " + url + ": " + curl_easy_strerror(rc));
-  if (http != 200) return not_found("GET " + url + ": http " + std::to_string(http));
+  MX_ASSIGN_OR_RETURN(HttpGetResult got, http_get(url, api_key, 5000L));
+  if (got.status != 200) return not_found("GET " + url + ": http " + std::to_string(got.status));
+  const std::string& body = got.body;
   return parse_prometheus_text(body);
 }
 
