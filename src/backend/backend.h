@@ -28,10 +28,25 @@ struct AttentionMeta {
   kernels::AttentionParams params;
 };
 
-// Stacked routed-expert weights of one MoE layer, in the backend's weight dtype.
+// How the routed experts of one MoE layer are stored on a backend.
+enum class ExpertFormat {
+  kFloat,  // gate_up / down in the backend's weight dtype (bf16 on CUDA, f32 on CPU)
+  kMxfp4,  // OCP MXFP4: packed E2M1 codes (2 per byte, element 2i in the low nibble) + E8M0 scale per 32 along K
+};
+const char* expert_format_name(ExpertFormat f);
+
+// Stacked routed-expert weights of one MoE layer.
+//   kFloat: gate_up [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up: transformers 5.x in-memory layout), down [E, H, I].
+//   kMxfp4: gate_up u8 [E, 2I, H/2], gate_up_scales u8 [E, 2I, H/32]; down u8 [E, H, I/2],
+//           down_scales u8 [E, H, I/32] (H % 32 == 0, I % 32 == 0; same row order as kFloat).
 struct ExpertWeights {
-  Tensor gate_up;  // [E, 2I, H]: rows 0..I-1 gate, I..2I-1 up (transformers 5.x in-memory layout)
-  Tensor down;     // [E, H, I]
+  Tensor gate_up;
+  Tensor down;
+  ExpertFormat format = ExpertFormat::kFloat;
+  Tensor gate_up_scales;  // kMxfp4 only
+  Tensor down_scales;     // kMxfp4 only
+  int64_t n_experts() const { return gate_up.dim(0); }
+  int64_t inter() const { return gate_up.dim(1) / 2; }
 };
 
 class Backend {
@@ -42,6 +57,8 @@ class Backend {
   virtual DType activation_dtype() const = 0;  // f32 on CPU, bf16 on CUDA
   virtual DType weight_dtype() const = 0;      // dtype float weights are stored in on this backend
   virtual bool supports(Op op) const = 0;
+  // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
+  virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }
 
   // ---- memory ----
   virtual Tensor alloc(DType dtype, Shape shape) = 0;

@@ -117,6 +117,8 @@ class CpuBackend final : public Backend {
   }
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
                    Tensor& out) override {
+    MX_CHECK_MSG(ex.format == ExpertFormat::kFloat,
+                 "cpu moe_experts: experts stored as " << expert_format_name(ex.format) << " (the loader dequantizes for cpu)");
     const int64_t n_tokens = x.dim(0), d = x.dim(1), top_k = topk_ids.dim(1);
     const int64_t n_experts = ex.gate_up.dim(0), inter = ex.down.dim(2);
     // Group (token, slot) pairs by expert: plain gather -> GEMM -> SwiGLU -> GEMM -> weighted scatter.
@@ -171,6 +173,14 @@ const char* op_name(Op op) {
     case Op::kRouter: return "router";
     case Op::kMoeExperts: return "moe_experts";
     case Op::kGatherRows: return "gather_rows";
+  }
+  return "?";
+}
+
+const char* expert_format_name(ExpertFormat f) {
+  switch (f) {
+    case ExpertFormat::kFloat: return "float";
+    case ExpertFormat::kMxfp4: return "mxfp4";
   }
   return "?";
 }

@@ -72,14 +72,14 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
   MoeBlock m;
   m.gate = wl.get(p + "gate.weight");
   m.correction_bias = wl.get_f32(p + "gate.e_score_correction_bias");
-  std::vector<std::vector<std::string>> gate_up, down;
+  std::vector<std::vector<std::string>> gate_up;
+  std::vector<std::string> down;
   for (int64_t e = 0; e < cfg.n_experts; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
     gate_up.push_back({ep + "gate_proj.weight", ep + "up_proj.weight"});
-    down.push_back({ep + "down_proj.weight"});
+    down.push_back(ep + "down_proj.weight");
   }
-  m.experts.gate_up = wl.stack(gate_up);
-  m.experts.down = wl.stack(down);
+  m.experts = wl.experts(gate_up, down);
   if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.");
   return m;
 }

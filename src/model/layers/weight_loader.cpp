@@ -53,6 +53,16 @@ Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) 
   return dst.reshape({G, rows, cols});
 }
 
+backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::string>>& gate_up_groups,
+                                             const std::vector<std::string>& down_names) {
+  backend::ExpertWeights ex;
+  std::vector<std::vector<std::string>> down;
+  for (const auto& n : down_names) down.push_back({n});
+  ex.gate_up = stack(gate_up_groups);
+  ex.down = stack(down);
+  return ex;
+}
+
 Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end) {
   const Tensor host = host_float(name);
   MX_CHECK(host.ndim() == 2 && 0 <= begin && begin < end && end <= host.dim(1));

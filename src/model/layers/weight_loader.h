@@ -25,6 +25,12 @@ class WeightLoader {
   Tensor concat_rows(const std::vector<std::string>& names);
   // Per-expert groups: group g (concatenated along rows) becomes slice g of a [G, rows, cols] tensor.
   Tensor stack(const std::vector<std::vector<std::string>>& groups);
+  // The routed experts of one MoE layer: gate_up_groups[e] = {gate_proj, up_proj} names of expert e,
+  // down_names[e] = its down_proj. Stored in the backend's float weight dtype, or kept as MXFP4 when the
+  // checkpoint (or synthetic plan) stores them so and the backend runs that format
+  // (Backend::supports_expert_format); see backend::ExpertWeights for the layouts.
+  backend::ExpertWeights experts(const std::vector<std::vector<std::string>>& gate_up_groups,
+                                 const std::vector<std::string>& down_names);
   // Columns [begin, end) of a 2-D tensor: [rows, end - begin].
   Tensor columns(const std::string& name, int64_t begin, int64_t end);
   bool has(const std::string& name) const { return weights_.find(name) != nullptr; }

@@ -1,0 +1,55 @@
+// MXFP4 routed experts on the GPU (issue 9): the launcher contract between the kernels
+// (src/kernels/cuda/moe_mxfp4/*.cu), the offline tuner (`mxserve tune-moe`), the microbenchmark
+// (`mxserve bench-kernels moe`) and the CUDA backend's run-time selection (src/kernels/moe_tuning.*).
+//
+// Layouts (backend::ExpertWeights, ExpertFormat::kMxfp4), E experts, H d_model, I expert width:
+//   gate_up_q u8 [E, 2I, H/2]  E2M1 codes, element 2i of a row in the low nibble; rows 0..I-1 gate, I..2I-1 up
+//   gate_up_s u8 [E, 2I, H/32] E8M0 scale per 32 consecutive K elements (value = 2^(s - 127), 0xFF = NaN)
+//   down_q    u8 [E, H, I/2],  down_s u8 [E, H, I/32]
+// x, out bf16 [T, H]; topk_ids i32 / topk_weights f32 [T, K]. H % 32 == 0, I % 32 == 0.
+// out[t] += sum_k w[t, k] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t, k] (fp32 accumulate).
+//
+// Kernel variants are named (e.g. "gemv_r4", "mma_m64n128k64_s3"): the tuned tables store the names
+// chosen for each GEMM per token-count bucket, so a table stays readable and a renamed or removed
+// variant is caught at load (unknown name -> error naming the table file).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace mxserve::kernels::cuda {
+
+struct MoeMxfp4Weights {
+  const uint8_t* gate_up_q = nullptr;
+  const uint8_t* gate_up_s = nullptr;
+  const uint8_t* down_q = nullptr;
+  const uint8_t* down_s = nullptr;
+};
+
+// Which variant runs each of the two grouped GEMMs (indices into moe_mxfp4_variants(gemm)).
+enum class MoeGemm { kGateUp = 0, kDown = 1 };
+struct MoeMxfp4Plan {
+  int gate_up = 0;
+  int down = 0;
+};
+
+// The names of the compiled variants for one GEMM, in a fixed order (the tuner's candidate list).
+const std::vector<std::string>& moe_mxfp4_variants(MoeGemm gemm);
+// Index of a variant name, or -1.
+int moe_mxfp4_variant_index(MoeGemm gemm, const std::string& name);
+// Whether a variant can run this shape (alignment, tile divisibility); the tuner skips the others.
+bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s);
+// The documented heuristic used for a shape with no tuned table (always supported).
+MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s);
+
+size_t moe_mxfp4_workspace_bytes(const MoeShape& s);
+void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk_weights, const MoeMxfp4Weights& w,
+                       void* out, const MoeShape& s, const MoeMxfp4Plan& plan, void* workspace, cudaStream_t stream);
+
+}  // namespace mxserve::kernels::cuda
