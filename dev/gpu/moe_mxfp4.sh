@@ -58,7 +58,8 @@ done
   echo "==== moe_mxfp4 summary ($(( $(date +%s) - START )) s) ===="
   echo "test rc=$RC_TEST   bench rc:$RC_BENCH   tune rc:$RC_TUNE   (124 = timeout)"
   grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|Expected|Which is|seed" "$OUT/moe_mxfp4_test.log" | head -40
-  grep -E "rel_l2" "$OUT/moe_mxfp4_test.log" | sort -t' ' -k1,1 | awk '{print}' | sort -g -k 2 | tail -5
+  echo "-- the 5 largest errors (rel_l2 first):"
+  grep rel_l2 "$OUT/moe_mxfp4_test.log" | awk '{for (i = 1; i < NF; i++) if ($i == "rel_l2") print $(i + 1), $0}' | sort -g | tail -5
   for b in air glm52; do echo "-- bench $b"; grep -E "^\| [0-9]|ceilings|error" "$OUT/moe_bench_$b.log" "$OUT/moe_bench_$b.md" 2>/dev/null | head -20; done
   for f in "$OUT"/moe_tune_E*.log; do echo "-- $(basename $f)"; grep -E "^m=|wrote|REJECTED|error" "$f" | head -20; done
   ls -la "$OUT/moe_tables"

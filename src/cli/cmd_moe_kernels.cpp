@@ -82,6 +82,9 @@ int parse_moe_args(const Args& a, MoeArgs* out) {
   return 0;
 }
 
+#ifdef MXSERVE_HAVE_CUDA
+namespace kc = kernels::cuda;
+
 std::string json_escape(const std::string& s) {
   std::string r;
   for (char c : s) {
@@ -91,8 +94,6 @@ std::string json_escape(const std::string& s) {
   return r;
 }
 
-#ifdef MXSERVE_HAVE_CUDA
-namespace kc = kernels::cuda;
 
 // Everything one MoE shape needs on the device: MXFP4 (and optionally bf16) weights, routing sets,
 // activations, output, workspace; timing with CUDA events on the backend's stream.
@@ -169,7 +170,8 @@ class MoeRig {
   }
 
   void run_mxfp4(const kc::MoeMxfp4Plan& plan, int i) {
-    const kc::MoeMxfp4Weights w{gu_q_, gu_s_, dn_q_, dn_s_};
+    const kc::MoeMxfp4Weights w{static_cast<const uint8_t*>(gu_q_), static_cast<const uint8_t*>(gu_s_),
+                                static_cast<const uint8_t*>(dn_q_), static_cast<const uint8_t*>(dn_s_)};
     kc::moe_experts_mxfp4(x_, static_cast<const int32_t*>(ids_[i % n_rot_]), static_cast<const float*>(wts_[i % n_rot_]),
                           w, out_, s_, plan, ws_, stream_);
   }
