@@ -87,20 +87,31 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
             *reinterpret_cast<const uint4*>(p.a + src * K + k0 + u * 8);
       }
       __syncthreads();
-#pragma unroll 2
-      for (int kk = 0; kk < klen; kk += 128) {
-        const int blk = (k0 + kk) / 32 + t;  // this thread's E8M0 block
-        const bool kin = blk < n_blocks;
-        uint4 qa = make_uint4(0, 0, 0, 0), qb = make_uint4(0, 0, 0, 0);
-        uint32_t sa = 127, sb = 127;
-        if (kin && ok_a) {
+      // This thread's 16 code bytes + E8M0 byte of rows g and g+8 for the k step at kk (zeros past K or N).
+      auto load_w = [&](int kk, uint4& qa, uint4& qb, uint32_t& sa, uint32_t& sb) {
+        qa = qb = make_uint4(0, 0, 0, 0);
+        sa = sb = 127;
+        if ((k0 + kk) / 32 + t >= n_blocks) return;
+        if (ok_a) {
           qa = __ldg(reinterpret_cast<const uint4*>(qa_p + (k0 + kk) / 2));
           sa = __ldg(sa_p + (k0 + kk) / 32);
         }
-        if (kin && ok_b) {
+        if (ok_b) {
           qb = __ldg(reinterpret_cast<const uint4*>(qb_p + (k0 + kk) / 2));
           sb = __ldg(sb_p + (k0 + kk) / 32);
         }
+      };
+      // NOTE: the next step's weights are requested before this step's dequant + MMAs (software prefetch,
+      // distance 1) so two steps of 16-byte loads are in flight per lane (decode is latency x bytes bound).
+      uint4 qa, qb;
+      uint32_t sa, sb;
+      load_w(0, qa, qb, sa, sb);
+#pragma unroll 2
+      for (int kk = 0; kk < klen; kk += 128) {
+        const bool kin = (k0 + kk) / 32 + t < n_blocks;
+        uint4 na = make_uint4(0, 0, 0, 0), nb = make_uint4(0, 0, 0, 0);
+        uint32_t nsa = 127, nsb = 127;
+        if (kk + 128 < klen) load_w(kk + 128, na, nb, nsa, nsb);
         uint32_t a[8][4];
         dequant_step(qa, qb, mxfp4_factor(sa), mxfp4_factor(sb), a);
 #pragma unroll
@@ -124,6 +135,10 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
 #pragma unroll
           for (int j = 0; j < 8; ++j) mma_bf16_16816(acc[nt], a[j], xw[2 * j], xw[2 * j + 1]);
         }
+        qa = na;
+        qb = nb;
+        sa = nsa;
+        sb = nsb;
       }
     }
     // c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, token 2t+1)
@@ -148,9 +163,10 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
 
 template <int kWarps, int kTokens, bool kSwiglu>
 void launch(const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  // KC: as many k columns as fit a shared-memory budget (32 KB for <= 16 tokens: more blocks per SM at
-  // decode; 64 KB above), a multiple of 128, no more than K rounded up.
-  const int budget = kTokens <= 16 ? 32 * 1024 : 64 * 1024;
+  // KC: as many k columns as fit a 64 KB shared-memory budget, a multiple of 128, no more than K rounded up.
+  // NOTE: at T 8 this is all of K = 4096 (GLM-4.5-Air gate_up): one barrier pair per pass, so the weight
+  // stream of a decode step never drains at a chunk boundary; 3 blocks per SM is more than decode fills.
+  constexpr int budget = 64 * 1024;
   const int k_up = (a.k + 127) / 128 * 128;
   const int kc = std::min(k_up, std::max(128, budget / (2 * kTokens) / 128 * 128));
   const size_t smem = sizeof(bf16) * kTokens * (kc + 16);
