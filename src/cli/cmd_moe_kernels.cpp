@@ -123,6 +123,7 @@ class MoeRig {
   }
   ~MoeRig() {
     for (void* p : allocs_) cudaFree(p);
+    for (void* p : per_m_) cudaFree(p);
     cudaEventDestroy(e0_);
     cudaEventDestroy(e1_);
   }
