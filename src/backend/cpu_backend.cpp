@@ -156,6 +156,21 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < rows.numel(); ++i)
       std::memcpy(f32(out) + i * cols, f32(x) + static_cast<int64_t>(r[i]) * cols, sizeof(float) * cols);
   }
+  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
+    MX_CHECK_MSG(dst.is_contiguous(), "cpu fill_synthetic: dst " << dst.describe() << " is not contiguous");
+    if (p.kind == kernels::SyntheticKind::kMxfp4) {
+      MX_CHECK_MSG(dst.dtype() == DType::kU8 && dst.numel() == p.rows * p.cols / 2 && scales &&
+                       scales->dtype() == DType::kU8 && scales->numel() == p.rows * p.cols / 32,
+                   "cpu fill_synthetic mxfp4: dst " << dst.describe() << ", scales "
+                                                    << (scales ? scales->describe() : "none") << " for [" << p.rows
+                                                    << ", " << p.cols << "]");
+      kernels::cpu::synthetic_fill(p, dst.raw(), false, scales->data<uint8_t>());
+      return;
+    }
+    MX_CHECK_MSG((dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16) && dst.numel() == p.rows * p.cols,
+                 "cpu fill_synthetic: dst " << dst.describe() << " for [" << p.rows << ", " << p.cols << "]");
+    kernels::cpu::synthetic_fill(p, dst.raw(), dst.dtype() == DType::kBF16, nullptr);
+  }
 };
 
 }  // namespace
@@ -173,6 +188,7 @@ const char* op_name(Op op) {
     case Op::kRouter: return "router";
     case Op::kMoeExperts: return "moe_experts";
     case Op::kGatherRows: return "gather_rows";
+    case Op::kFillSynthetic: return "fill_synthetic";
   }
   return "?";
 }

@@ -11,5 +11,6 @@ int cmd_quantize(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_bench_model(int argc, char** argv);
 
 }  // namespace mxserve::cli
