@@ -37,10 +37,11 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
         MX_LOG(kInfo) << "synthetic weights generated on " << be.name() << " (seed " << options.seed << ", plan "
                       << plan.experts << ":" << plan.rest << ", " << synthetic_weight_bytes(table) / (1 << 20)
                       << " MiB as bf16) for " << describe_config(cfg);
-        if (plan.experts != "bf16")
+        if (plan.experts != "bf16") {
           MX_LOG(kInfo) << "synthetic routed experts: " << plan.experts
                         << (packed ? " stored packed on the device"
                                    : " values, dequantized on load (this backend runs float experts)");
+        }
         const auto t0 = std::chrono::steady_clock::now();
         WeightLoader wl(be, src);
         MX_ASSIGN_OR_RETURN(auto model, make_glm4_moe(cfg, wl, be, mtp));
