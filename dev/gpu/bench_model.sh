@@ -39,7 +39,8 @@ RC_MX=$?
 # 4. Full GLM-4.5-Air (46 layers) with MXFP4 experts: load time and memory (4 decode tokens). Without
 #    packed MXFP4 support in the CUDA backend the experts dequantize to bf16 (~200 GB): expect an
 #    out-of-memory error then, which the log shows.
-/usr/bin/time -v timeout 90 "$P/bin/mxserve" generate --config "$AIR" --synthetic-weights --backend cuda \
+TIMEV=(); [ -x /usr/bin/time ] && TIMEV=(/usr/bin/time -v)   # peak host memory when available
+"${TIMEV[@]}" timeout 90 "$P/bin/mxserve" generate --config "$AIR" --synthetic-weights --backend cuda \
   --quantization mxfp4 --ids 9707,11,1879 --max-tokens 4 --ignore-eos > "$OUT/load_full_air.log" 2>&1
 RC_FULL=$?
 nvidia-smi --query-gpu=memory.used --format=csv >> "$OUT/load_full_air.log" 2>&1
