@@ -8,7 +8,7 @@
 namespace mxserve::model {
 
 Tensor WeightLoader::host_float(const std::string& name) const {
-  const BoundWeight& w = weights_->at(name);
+  const BoundWeight& w = weights_.at(name);
   if (quant::is_float(w.precision())) return w.stored.data;
   return quant::to_host_f32(w.stored);
 }
@@ -37,9 +37,9 @@ Tensor WeightLoader::concat_rows(const std::vector<std::string>& names) {
 Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) {
   MX_CHECK(!groups.empty() && !groups[0].empty());
   if (synthetic_) return synthetic_stack(groups);
-  const int64_t cols = weights_->at(groups[0][0]).shape().at(1);
+  const int64_t cols = weights_.at(groups[0][0]).shape().at(1);
   int64_t rows = 0;
-  for (const auto& n : groups[0]) rows += weights_->at(n).shape().at(0);
+  for (const auto& n : groups[0]) rows += weights_.at(n).shape().at(0);
   const int64_t G = static_cast<int64_t>(groups.size());
   Tensor dst = be_.alloc(be_.weight_dtype(), {G * rows, cols});
   int64_t r = 0;

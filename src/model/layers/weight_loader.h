@@ -19,9 +19,10 @@ namespace mxserve::model {
 
 class WeightLoader {
  public:
-  WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(&weights) {}
-  // Synthetic weights generated on the backend; `synthetic` must outlive the loader.
-  WeightLoader(backend::Backend& be, const SyntheticSource& synthetic) : be_(be), synthetic_(&synthetic) {}
+  WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(weights) {}
+  // Synthetic weights generated on the backend (no checkpoint tensors); `synthetic` must outlive the loader.
+  WeightLoader(backend::Backend& be, const SyntheticSource& synthetic)
+      : be_(be), weights_(no_weights()), synthetic_(&synthetic) {}
 
   // One tensor in the backend's weight dtype.
   Tensor get(const std::string& name);
@@ -40,7 +41,7 @@ class WeightLoader {
   // Columns [begin, end) of a 2-D tensor: [rows, end - begin].
   Tensor columns(const std::string& name, int64_t begin, int64_t end);
   bool has(const std::string& name) const {
-    return synthetic_ ? synthetic_->shapes.count(name) > 0 : weights_->find(name) != nullptr;
+    return synthetic_ ? synthetic_->shapes.count(name) > 0 : weights_.find(name) != nullptr;
   }
 
  private:
@@ -57,9 +58,14 @@ class WeightLoader {
   backend::ExpertWeights synthetic_experts(const std::vector<std::vector<std::string>>& gate_up_groups,
                                            const std::vector<std::string>& down_names);
 
+  static const BoundWeights& no_weights() {
+    static const BoundWeights empty;
+    return empty;
+  }
+
   backend::Backend& be_;
-  const BoundWeights* weights_ = nullptr;
-  const SyntheticSource* synthetic_ = nullptr;
+  const BoundWeights& weights_;
+  const SyntheticSource* synthetic_ = nullptr;  // set: every tensor is generated (synthetic_* helpers)
 };
 
 }  // namespace mxserve::model
