@@ -11,7 +11,7 @@ cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cu
    "$BUILD/tests/ops/bench_cuda_kernels" "$DEST/bin/"
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
-cp "$SRC/dev/gpu_check.sh" "$DEST/"
+cp "$SRC/dev/gpu_check.sh" "$SRC/dev/gpu/spec_perf.sh" "$DEST/"
 mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
 LIBS=$(mktemp -d)

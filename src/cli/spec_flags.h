@@ -13,7 +13,8 @@ namespace mxserve::cli {
 inline const std::set<std::string> kSpecValueFlags = {"--speculative-algorithm", "--speculative-num-steps",
                                                       "--speculative-simulate-acceptance"};
 // --no-speculative-adaptive: keep N fixed (the adaptive policy is on by default)
-inline const std::set<std::string> kSpecBoolFlags = {"--no-speculative-adaptive"};
+// --speculative-skip-self-test: skip the post-load acceptance self-test
+inline const std::set<std::string> kSpecBoolFlags = {"--no-speculative-adaptive", "--speculative-skip-self-test"};
 
 Result<runtime::SpecConfig> parse_spec_flags(const Args& args);
 

@@ -48,8 +48,9 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& 
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute_mtp(ext, h_in));
   for (const MtpRows& r : rows) r.seq->n_draft_computed = r.last_pos + 1;
 
-  const int32_t n_steps = spec_policy_.steps_for(static_cast<int64_t>(scheduler_.running().size()),
+  const int32_t n_steps = spec_policy_.steps_for(static_cast<int64_t>(decoding.size()),
                                                  config_.scheduler.max_num_batched_tokens);
+  spec_last_n_ = n_steps;
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     stats_.spec.current_steps = n_steps;
