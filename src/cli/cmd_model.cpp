@@ -133,7 +133,7 @@ std::vector<int32_t> synthetic_prompt(int64_t len, int64_t vocab) {
 // they share no prefix), greedy. Prints the tokens (print_tokens), a summary and a RESULT JSON line.
 Status generate_once(model::CausalLM& model, backend::Backend& be, const std::vector<int32_t>& ids,
                      const GenerateRun& run, int64_t max_tokens, int64_t block_size, bool ignore_eos,
-                     bool print_tokens) {
+                     bool print_tokens, bool report = true) {
   const auto& cfg = model.config();
   const auto& spec = run.spec;
   const int64_t batch = run.batch;
@@ -172,6 +172,7 @@ Status generate_once(model::CausalLM& model, backend::Backend& be, const std::ve
   const auto t1 = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(t1 - t0).count();
   if (!error.empty()) return internal_error(error);
+  if (!report) return Status::ok();
   if (print_tokens)
     for (const auto& out : outs) {
       std::ostringstream os;
@@ -270,7 +271,7 @@ int cmd_generate(int argc, char** argv) {
     GenerateRun warm{1, runs.front().spec};
     for (const auto& r : runs) if (r.spec.num_steps > warm.spec.num_steps) warm.spec = r.spec;
     std::vector<int32_t> short_ids(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), 32));
-    if (Status st = generate_once(**model, **be, short_ids, warm, 8, *block_size, true, false); !st.is_ok())
+    if (Status st = generate_once(**model, **be, short_ids, warm, 8, *block_size, true, false, false); !st.is_ok())
       return fail(st, 1);
   } else {
     runs.push_back({*batch, *spec});

@@ -80,7 +80,8 @@ void log_spec_self_test(const SpecSelfTestReport& r) {
                 << "* wrong precision or under the wrong tensor names - e.g. a quantized checkpoint whose\n"
                 << "* quantizer exclude-list named the MTP layer differently, so it was quantized or skipped;\n"
                 << "* also check eh_proj / enorm / hnorm / shared_head are present and not zero.\n"
-                << "* Use --speculative-skip-self-test to skip this check.\n"
+                << "* (Expected with --synthetic-weights: random drafts never agree; benchmark with\n"
+                << "* --speculative-simulate-acceptance.) Use --speculative-skip-self-test to skip this check.\n"
                 << "*********************************************************************************";
 }
 
