@@ -11,6 +11,8 @@
 # The roofline column is bytes touched per step / 4.3 TB/s (measured H200 copy bandwidth), per
 # /work/shared/research/anchors-perf.md 5d, for this 2-layer model.
 #   usage: spec_perf.sh [--no-mxfp4]
+# Dry run of the plumbing on a CPU (tiny sizes): SPEC_PERF_BACKEND=cpu SPEC_PERF_CONFIG=tiny.json
+#   SPEC_PERF_SINGLE_PROMPT=64 SPEC_PERF_BATCH_PROMPT=32 SPEC_PERF_TOKENS=16 SPEC_PERF_BATCHES="2 4" spec_perf.sh --no-mxfp4
 set -u
 P=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/mxserve_gpu}
@@ -21,30 +23,37 @@ for a in "$@"; do case $a in --no-mxfp4) MXFP4=0 ;; esac; done
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
 MX="$P/bin/mxserve"
-COMMON=(--config "$P/configs/air.json" --synthetic-weights --num-layers 2 --backend cuda --ignore-eos --prompt-len 32)
+BACKEND=${SPEC_PERF_BACKEND:-cuda}
+CONFIG=${SPEC_PERF_CONFIG:-$P/configs/air.json}
+SP=${SPEC_PERF_SINGLE_PROMPT:-10000}
+BP=${SPEC_PERF_BATCH_PROMPT:-1024}
+TOKENS=${SPEC_PERF_TOKENS:-256}
+BATCHES=${SPEC_PERF_BATCHES:-8 32 64}
+COMMON=(--config "$CONFIG" --synthetic-weights --num-layers 2 --backend "$BACKEND" --ignore-eos --prompt-len 32)
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; cat "$P/commit.txt"; } > "$OUT/spec_perf_env.txt" 2>&1
 
-SINGLE="b=1,n=0,p=10000"
+SINGLE="b=1,n=0,p=$SP"
 for n in 1 2 3; do
   for a in 1.5 2.0 2.5 3.0; do
-    awk -v a=$a -v n=$n 'BEGIN{exit !(a <= n + 1)}' && SINGLE="$SINGLE;b=1,n=$n,a=$a,adaptive=0,p=10000"
+    awk -v a=$a -v n=$n 'BEGIN{exit !(a <= n + 1)}' && SINGLE="$SINGLE;b=1,n=$n,a=$a,adaptive=0,p=$SP"
   done
 done
 BATCH=""
-for b in 8 32 64; do
-  BATCH="$BATCH;b=$b,n=0,p=1024;b=$b,n=3,a=2.0,adaptive=0,p=1024;b=$b,n=3,a=2.0,adaptive=1,p=1024"
+for b in $BATCHES; do
+  BATCH="$BATCH;b=$b,n=0,p=$BP;b=$b,n=3,a=2.0,adaptive=0,p=$BP;b=$b,n=3,a=2.0,adaptive=1,p=$BP"
 done
 
 run() {  # label, extra flags...
   local label=$1; shift
-  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens 256 --runs "$SINGLE" > /dev/null 2> "$OUT/spec_single_$label.log"
+  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "$SINGLE" > /dev/null 2> "$OUT/spec_single_$label.log"
   echo "single $label rc=$?" >> "$OUT/spec_perf_env.txt"
-  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens 256 --runs "${BATCH#;}" > /dev/null 2> "$OUT/spec_batch_$label.log"
+  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "${BATCH#;}" > /dev/null 2> "$OUT/spec_batch_$label.log"
   echo "batch $label rc=$?" >> "$OUT/spec_perf_env.txt"
 }
 run bf16
 [ $MXFP4 = 1 ] && run mxfp4 --quantization mxfp4
 
+export SPEC_PERF_CONFIG="${SPEC_PERF_CONFIG:-GLM-4.5-Air config}" SPEC_PERF_BACKEND=$BACKEND
 python3 - "$OUT" "$P/configs/air.json" <<'PY' > "$OUT/spec_perf.md"
 import json, os, sys
 out, cfgp = sys.argv[1], sys.argv[2]
@@ -69,7 +78,7 @@ def model_bytes(fmt, moe_layers=1):
 def roofline(fmt, B, C, n, A, spec=True, moe_layers=1):
     target, mtp = model_bytes(fmt, moe_layers)
     if not spec: b = target(B, B, C)
-    elif n == 0: b = target(B, B, C) + mtp(B, B, C)
+    elif n == 0: b = target(B, B, C) + mtp(B, B, C) - 2 * head  # paused: the extend skips the MTP head
     else: b = target(B * (n + 1), B, C) + mtp(B * A, B, C) + (n - 1) * mtp(B, B, C)
     return B * A / (b / BW), b
 def results(path):
@@ -78,7 +87,8 @@ def results(path):
         for line in open(path):
             if line.startswith("RESULT "): r.append(json.loads(line[7:]))
     return r
-print("# MTP speculative decoding, GLM-4.5-Air config, synthetic weights, 2 layers + MTP, one GPU\n")
+print(f"# MTP speculative decoding, {os.environ.get('SPEC_PERF_CONFIG', 'GLM-4.5-Air config')}, synthetic weights, "
+      f"2 layers + MTP, backend {os.environ.get('SPEC_PERF_BACKEND', 'cuda')}\n")
 print(open(os.path.join(out, "spec_perf_env.txt")).read().replace("\n", "  \n"))
 print("Decode tok/s from the moment every sequence has its first token. Acceptance is simulated "
       "(`--speculative-simulate-acceptance A`: floor(A - 1 + u) drafts accepted per step; all draft and verify "
@@ -90,18 +100,18 @@ for fmt in ("bf16", "mxfp4"):
     single, batch = results(f"{out}/spec_single_{fmt}.log"), results(f"{out}/spec_batch_{fmt}.log")
     if not single and not batch:
         print(f"## {fmt}: no results (see spec_single_{fmt}.log / spec_batch_{fmt}.log)\n"); continue
-    print(f"## {fmt} routed experts\n\n### Single stream, 10k-token prompt\n")
+    print(f"## {fmt} routed experts\n\n### Single stream, {single[0]['prompt_len'] if single else '?'}-token prompt\n")
     print("| N | simulated A | measured A | decode tok/s | speedup | roofline tok/s | GB/step | 46-layer Air roofline (speedup) |\n|---|---|---|---|---|---|---|---|")
-    full0 = roofline(fmt, 1, 10000, 0, 1.0, spec=False, moe_layers=45)[0]
     base = next((r["decode_tok_s"] for r in single if r["spec_steps"] == 0), None)
     for r in single:
         n, A = r["spec_steps"], r["acceptance_length"]
         rl, b = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0)
         sp = f"{r['decode_tok_s'] / base:.2f}x" if base else "-"
         full = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0, moe_layers=45)[0]
+        full0 = roofline(fmt, 1, r["prompt_len"], 0, 1.0, spec=False, moe_layers=45)[0]
         print(f"| {n or 'off'} | {r['simulate'] or '-'} | {A:.2f} | {r['decode_tok_s']:.1f} | {sp} | {rl:.0f} | {b / 1e9:.2f} | "
               f"{full:.0f} ({full / full0:.2f}x) |")
-    print("\n### Aggregate decode throughput, 1k-token prompts, simulated A = 2.0\n")
+    print(f"\n### Aggregate decode throughput, {batch[0]['prompt_len'] if batch else '?'}-token prompts, simulated A = 2.0\n")
     print("| batch | mode | final N | measured A | decode tok/s | vs off | policy est. gain | roofline tok/s |\n|---|---|---|---|---|---|---|---|")
     offs = {r["batch"]: r["decode_tok_s"] for r in batch if r["spec_steps"] == 0}
     for r in batch:

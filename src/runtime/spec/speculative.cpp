@@ -216,6 +216,7 @@ TreeVerdict verify_tree_impl(const DraftTree& tree, const std::vector<TokenDistr
 SpecPolicy::SpecPolicy(const SpecConfig& cfg)
     : cfg_(cfg),
       alpha_(std::max(cfg.num_steps, 0), 0.7),  // optimistic prior: measured within a few steps
+      alpha_obs_(std::max(cfg.num_steps, 0), 0),
       cells_(kMaxBuckets, std::vector<Cell>(std::max(cfg.num_steps, 0) + 1)),
       bucket_steps_(kMaxBuckets, 0),
       exploring_(kMaxBuckets, -1),
@@ -273,9 +274,12 @@ int32_t SpecPolicy::steps_for(int64_t n_decoding, int64_t token_budget) {
     exploring_[b] = -1;
   }
   // 2. Unmeasured candidates first (largest N first: speculation is usually the better bet).
+  // Drafts that are (almost) never accepted cannot pay at any cost: explore only N = 0 then (the periodic
+  // re-measurement below still refreshes the acceptance now and then).
+  const bool useless = alpha_obs_.empty() || (alpha_obs_[0] >= kMinAcceptObs && alpha_[0] < kUselessAlpha);
   if (choice < 0 && step >= defer_until_[b])
     for (int32_t n = n_max; n >= 0; --n)
-      if (row[n].samples < kMinSamples) {
+      if (row[n].samples < kMinSamples && (n == 0 || !useless)) {
         choice = exploring_[b] = n;
         explore_start_[b] = step;
         break;
@@ -312,8 +316,11 @@ void SpecPolicy::record(int32_t drafted, int32_t accepted) {
   const double r = static_cast<double>(accepted) / drafted;
   rate_ = 0.9 * rate_ + 0.1 * r;
   // Position i (0-based) was reached when the first i drafts were accepted; its outcome is known.
-  for (int32_t i = 0; i < drafted && i <= accepted && i < static_cast<int32_t>(alpha_.size()); ++i)
-    alpha_[i] = (1 - kAcceptEma) * alpha_[i] + kAcceptEma * (i < accepted ? 1.0 : 0.0);
+  // A running mean over the first observations (the prior counts as one), then an EMA of weight kAcceptEma.
+  for (int32_t i = 0; i < drafted && i <= accepted && i < static_cast<int32_t>(alpha_.size()); ++i) {
+    const double w = std::max(kAcceptEma, 1.0 / static_cast<double>(++alpha_obs_[i] + 1));
+    alpha_[i] = (1 - w) * alpha_[i] + w * (i < accepted ? 1.0 : 0.0);
+  }
 }
 
 void SpecPolicy::record_step(int32_t n_verified, int64_t n_decoding, double seconds) {

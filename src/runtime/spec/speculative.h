@@ -86,7 +86,9 @@ class SpecPolicy {
   static constexpr int64_t kExploreEvery = 64;  // steps of a bucket between re-measurements
   static constexpr int64_t kExploreTimeout = 16;  // steps an exploration may wait for a steady sample
   static constexpr double kTimeEma = 0.2;       // weight of a new step time
-  static constexpr double kAcceptEma = 0.05;    // weight of a new per-position acceptance outcome
+  static constexpr double kAcceptEma = 0.05;    // weight of a new per-position acceptance outcome (after warm-up)
+  static constexpr double kUselessAlpha = 0.05;  // first-draft acceptance below which N > 0 is not explored
+  static constexpr int64_t kMinAcceptObs = 8;    // ... once this many first drafts were judged
 
   explicit SpecPolicy(const SpecConfig& cfg);
   // Drafts to propose for the next step given the number of decoding sequences and the step token budget.
@@ -116,6 +118,7 @@ class SpecPolicy {
   SpecConfig cfg_;
   double rate_ = 0.7;          // EMA of accepted / drafted (reported)
   std::vector<double> alpha_;  // [num_steps] conditional acceptance per draft position
+  std::vector<int64_t> alpha_obs_;  // [num_steps] outcomes observed per position
   std::vector<std::vector<Cell>> cells_;  // [bucket][N]
   std::vector<int64_t> bucket_steps_;     // steps_for calls per bucket
   std::vector<int32_t> exploring_;        // per bucket: the N being (re)measured, -1 none

@@ -85,7 +85,7 @@ struct Result_ {
 };
 
 Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps, bool prefix_cache, bool batched,
-            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt) {
+            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false) {
   EngineConfig cfg;
   cfg.scheduler.block_size = 4;
   cfg.scheduler.max_num_batched_tokens = 256;
@@ -94,7 +94,7 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
   cfg.n_blocks = 256;
   cfg.max_model_len = 512;
   cfg.spec.num_steps = spec_steps;
-  cfg.spec.adaptive = false;
+  cfg.spec.adaptive = adaptive;
   cfg.spec.simulate_acceptance = simulate;
   Engine engine(cfg, std::make_unique<RecordingExecutor>(make_model_executor(*m.lm, *m.be, cfg.n_blocks, 4), record));
   Result_ out;
@@ -211,6 +211,18 @@ class ZeroedMtpExecutor final : public ModelExecutor {
  private:
   std::unique_ptr<ModelExecutor> inner_;
 };
+
+// The adaptive policy on real (random-weight) drafts: it explores N = 3..0, the drafts are ~never accepted,
+// so it settles on N = 0 (the extend then skips the MTP head); greedy outputs stay identical throughout.
+TEST_P(SpecFixture, AdaptivePolicyStaysLosslessAndPausesUselessDrafts) {
+  Loaded& m = fixture(GetParam());
+  const auto specs = prompts_of(m, 40);
+  const Result_ plain = run(m, specs, 0, true, true);
+  const Result_ sp = run(m, specs, 3, true, true, nullptr, std::nullopt, /*adaptive=*/true);
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << GetParam() << " request " << i;
+  EXPECT_GT(sp.stats.spec.num_draft_tokens, 0) << "explored N > 0";
+  EXPECT_EQ(sp.stats.spec.current_steps, 0) << "acceptance ~0: speculation paused";
+}
 
 // The fixtures' weights are random, so their MTP layer (correct, and equal to HF's) agrees with the
 // target ~never: on them the self-test runs end to end and a zeroed draft is flagged; healthy-vs-broken
