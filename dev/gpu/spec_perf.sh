@@ -43,12 +43,11 @@ for b in $BATCHES; do
   BATCH="$BATCH;b=$b,n=0,p=$BP;b=$b,n=3,a=2.0,adaptive=0,p=$BP;b=$b,n=3,a=2.0,adaptive=1,p=$BP"
 done
 
-run() {  # label, extra flags...
+run() {  # label, extra flags...: one process per format (the synthetic model loads once, ~25 s)
   local label=$1; shift
-  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "$SINGLE" > /dev/null 2> "$OUT/spec_single_$label.log"
-  echo "single $label rc=$?" >> "$OUT/spec_perf_env.txt"
-  timeout 100 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "${BATCH#;}" > /dev/null 2> "$OUT/spec_batch_$label.log"
-  echo "batch $label rc=$?" >> "$OUT/spec_perf_env.txt"
+  timeout 110 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "$SINGLE$BATCH" > /dev/null \
+    2> "$OUT/spec_runs_$label.log"
+  echo "runs $label rc=$?" >> "$OUT/spec_perf_env.txt"
 }
 run bf16
 [ $MXFP4 = 1 ] && run mxfp4 --quantization mxfp4
@@ -97,9 +96,10 @@ print("Decode tok/s from the moment every sequence has its first token. Acceptan
       "shared head dominate every step, so speculation cannot pay here even at the roofline; the last column is the "
       "same roofline for the full 46-layer model, where it does.\n")
 for fmt in ("bf16", "mxfp4"):
-    single, batch = results(f"{out}/spec_single_{fmt}.log"), results(f"{out}/spec_batch_{fmt}.log")
-    if not single and not batch:
-        print(f"## {fmt}: no results (see spec_single_{fmt}.log / spec_batch_{fmt}.log)\n"); continue
+    runs = results(f"{out}/spec_runs_{fmt}.log")
+    single, batch = [r for r in runs if r["batch"] == 1], [r for r in runs if r["batch"] > 1]
+    if not runs:
+        print(f"## {fmt}: no results (see spec_runs_{fmt}.log)\n"); continue
     print(f"## {fmt} routed experts\n\n### Single stream, {single[0]['prompt_len'] if single else '?'}-token prompt\n")
     print("| N | simulated A | measured A | decode tok/s | speedup | roofline tok/s | GB/step | 46-layer Air roofline (speedup) |\n|---|---|---|---|---|---|---|---|")
     base = next((r["decode_tok_s"] for r in single if r["spec_steps"] == 0), None)
