@@ -17,7 +17,8 @@ mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/co
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
 LIBS=$(mktemp -d)
 # Debian libraries the GPU image may lack (BLAS for the CPU reference, ICU + PCRE2 for the tokenizer).
-for l in $(ldd "$BUILD/mxserve" | awk '$1 ~ /^lib(openblas|gfortran|quadmath|gomp|icu|pcre2)/ {print $1}'); do
+# Every shared library mxserve resolves here except glibc's own and CUDA's (the GPU image has those).
+for l in $(ldd "$BUILD/mxserve" | awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)[.-]/ {print $1}'); do
   p=$(ldd "$BUILD/mxserve" | awk -v l=$l '$1 == l {print $3}')
   cp -L "$p" "$LIBS/$l"
 done

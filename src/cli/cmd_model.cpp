@@ -16,8 +16,11 @@
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
 #include "cli/spec_flags.h"
+#include "runtime/spec/self_test.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 namespace mxserve::cli {
@@ -73,9 +76,146 @@ Result<model::LoadOptions> model_load_options(const Args& args, std::string* pat
   return opt;
 }
 
+namespace {
+
+struct GenerateRun {
+  int64_t batch = 1;
+  runtime::SpecConfig spec;
+  int64_t prompt_len = 0;  // > 0: a synthetic prompt of this length instead of the command's
+};
+
+// --runs "b=1,n=0;b=1,n=3,a=2.5;b=8,n=3,a=2,adaptive=0": several engine runs over one loaded model.
+Result<std::vector<GenerateRun>> parse_runs(const std::string& text, const runtime::SpecConfig& base) {
+  std::vector<GenerateRun> runs;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ';')) {
+    if (item.find_first_not_of(" ") == std::string::npos) continue;
+    GenerateRun r;
+    r.spec = base;
+    r.spec.simulate_acceptance.reset();
+    std::stringstream fields(item);
+    std::string f;
+    while (std::getline(fields, f, ',')) {
+      f.erase(0, f.find_first_not_of(" "));
+      f.erase(f.find_last_not_of(" ") + 1);
+      const auto eq = f.find('=');
+      if (eq == std::string::npos) return invalid_argument("--runs: field '" + f + "' is not key=value");
+      const std::string k = f.substr(0, eq), v = f.substr(eq + 1);
+      try {
+        if (k == "b") r.batch = std::stoll(v);
+        else if (k == "n") r.spec.num_steps = static_cast<int32_t>(std::stoll(v));
+        else if (k == "a") r.spec.simulate_acceptance = std::stod(v);
+        else if (k == "adaptive") r.spec.adaptive = v != "0";
+        else if (k == "p") r.prompt_len = std::stoll(v);
+        else return invalid_argument("--runs: unknown key '" + k + "' (b, n, a, adaptive, p)");
+      } catch (const std::exception&) {
+        return invalid_argument("--runs: bad value in '" + f + "'");
+      }
+    }
+    if (r.batch < 1 || r.spec.num_steps < 0 || r.spec.num_steps > 16 || r.prompt_len < 0)
+      return invalid_argument("--runs: '" + item + "': need b >= 1, n in [0, 16], p >= 0");
+    if (r.spec.simulate_acceptance && !(*r.spec.simulate_acceptance >= 1.0 && *r.spec.simulate_acceptance <= r.spec.num_steps + 1.0))
+      return invalid_argument("--runs: '" + item + "': a must be in [1, n + 1]");
+    runs.push_back(r);
+  }
+  if (runs.empty()) return invalid_argument("--runs: no runs");
+  return runs;
+}
+
+// --prompt-len L: ids 1000, 1001, ... modulo the vocabulary.
+std::vector<int32_t> synthetic_prompt(int64_t len, int64_t vocab) {
+  std::vector<int32_t> ids(len);
+  for (int64_t i = 0; i < len; ++i) ids[i] = static_cast<int32_t>((1000 + i) % vocab);
+  return ids;
+}
+
+// One engine over `model`: `run.batch` copies of the prompt (copy i with its first token shifted by i, so
+// they share no prefix), greedy. Prints the tokens (print_tokens), a summary and a RESULT JSON line.
+Status generate_once(model::CausalLM& model, backend::Backend& be, const std::vector<int32_t>& ids,
+                     const GenerateRun& run, int64_t max_tokens, int64_t block_size, bool ignore_eos,
+                     bool print_tokens, bool report = true) {
+  const auto& cfg = model.config();
+  const auto& spec = run.spec;
+  const int64_t batch = run.batch;
+  runtime::EngineConfig ec;
+  ec.scheduler.block_size = block_size;
+  const int64_t per_seq = static_cast<int64_t>(ids.size()) + max_tokens + 32 + spec.num_steps;
+  ec.n_blocks = batch * ((per_seq + block_size - 1) / block_size) + 4;
+  ec.max_model_len = static_cast<int64_t>(ids.size()) + max_tokens + 1;
+  ec.scheduler.max_num_batched_tokens = std::max<int64_t>(ec.scheduler.max_num_batched_tokens, batch * (spec.num_steps + 1));
+  ec.eos_token_ids = cfg.eos_token_ids;
+  ec.spec = spec;
+  runtime::Engine engine(ec, runtime::make_model_executor(model, be, ec.n_blocks, ec.scheduler.block_size));
+  std::vector<std::vector<int32_t>> outs(batch);
+  std::vector<runtime::Usage> usages(batch);
+  std::vector<std::chrono::steady_clock::time_point> first_token(batch);
+  std::string error;
+  for (int64_t b = 0; b < batch; ++b) {
+    runtime::RequestSpec req;
+    req.prompt = ids;
+    if (b > 0) req.prompt[0] = static_cast<int32_t>((req.prompt[0] + b) % cfg.vocab_size);
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = static_cast<int32_t>(max_tokens);
+    req.sampling.ignore_eos = ignore_eos;
+    auto id = engine.submit(req, [&, b](const runtime::TokenEvent& ev) {
+      if (ev.token >= 0) {
+        if (outs[b].empty()) first_token[b] = std::chrono::steady_clock::now();
+        outs[b].push_back(ev.token);
+      }
+      if (ev.finish != runtime::FinishReason::kNone) usages[b] = ev.usage;
+      if (ev.finish == runtime::FinishReason::kError) error = ev.error;
+    });
+    if (!id.is_ok()) return id.status();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!engine.idle()) engine.step();
+  const auto t1 = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  if (!error.empty()) return internal_error(error);
+  if (!report) return Status::ok();
+  if (print_tokens)
+    for (const auto& out : outs) {
+      std::ostringstream os;
+      for (size_t i = 0; i < out.size(); ++i) os << (i ? "," : "") << out[i];
+      std::printf("%s\n", os.str().c_str());
+    }
+  // Decode throughput: from the moment every sequence has its first token (prefill over) to the end.
+  auto all_first = t0;
+  int64_t total = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    total += static_cast<int64_t>(outs[b].size());
+    if (!outs[b].empty()) all_first = std::max(all_first, first_token[b]);
+  }
+  const double prefill_s = std::chrono::duration<double>(all_first - t0).count();
+  const double decode_s = std::chrono::duration<double>(t1 - all_first).count();
+  const double decode_tok_s = decode_s > 0 ? static_cast<double>(total - batch) / decode_s : 0.0;
+  const runtime::EngineStats st = engine.stats();
+  const double acc_len =
+      st.spec.num_drafts > 0 ? 1.0 + static_cast<double>(st.spec.num_accepted_tokens) / st.spec.num_drafts : 1.0;
+  const runtime::Usage& usage = usages[0];
+  std::fprintf(stderr, "generated %lld tokens in %.3f s (%.1f tok/s)", static_cast<long long>(total), secs, total / secs);
+  if (spec.num_steps > 0)
+    std::fprintf(stderr, "; speculative: %lld drafted, %lld accepted (acceptance length %.2f per step)",
+                 static_cast<long long>(usage.spec_draft_tokens), static_cast<long long>(usage.spec_accepted_tokens),
+                 acc_len);
+  std::fprintf(stderr, "\n");
+  // One machine-readable line (dev/gpu/spec_perf.sh parses it).
+  std::fprintf(stderr,
+               "RESULT {\"batch\":%lld,\"prompt_len\":%zu,\"generated\":%lld,\"seconds\":%.4f,\"prefill_s\":%.4f,"
+               "\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"spec_steps\":%d,\"simulate\":%.2f,\"adaptive\":%s,"
+               "\"acceptance_length\":%.3f,\"final_n\":%d,\"estimated_gain\":%.3f,\"engine_steps\":%lld}\n",
+               static_cast<long long>(batch), ids.size(), static_cast<long long>(total), secs, prefill_s, decode_s,
+               decode_tok_s, spec.num_steps, spec.simulate_acceptance.value_or(0.0), spec.adaptive ? "true" : "false",
+               acc_len, st.spec.current_steps, st.spec.estimated_gain, static_cast<long long>(st.steps));
+  return Status::ok();
+}
+
+}  // namespace
+
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> value_flags = {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size",
-                                       "--seed", "--num-layers", "--quantization"};
+                                       "--seed", "--num-layers", "--quantization", "--batch", "--prompt-len", "--runs"};
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
@@ -87,9 +227,27 @@ int cmd_generate(int argc, char** argv) {
   auto spec = parse_spec_flags(*args);
   if (!spec.is_ok()) return fail(spec.status());
   load->load_mtp = spec->num_steps > 0;
-  auto ids_text = args->get("--ids");
-  if (!ids_text.is_ok()) return fail(ids_text.status());
-  auto ids = parse_id_list(*ids_text, "--ids");
+  // --runs "b=..,n=..,a=..,adaptive=..;...": several engine runs over one loaded model (benchmarks).
+  std::vector<GenerateRun> runs;
+  if (args->has("--runs")) {
+    auto parsed = parse_runs(args->get_or("--runs", ""), *spec);
+    if (!parsed.is_ok()) return fail(parsed.status());
+    runs = std::move(*parsed);
+    for (const auto& r : runs) load->load_mtp = load->load_mtp || r.spec.num_steps > 0;
+  }
+  // --ids a,b,c or --prompt-len L (ids 1000, 1001, ... modulo the vocabulary: a benchmark prompt).
+  if (args->has("--ids") == args->has("--prompt-len")) return fail(invalid_argument("give exactly one of --ids or --prompt-len"));
+  Result<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (args->has("--ids")) {
+    auto ids_text = args->get("--ids");
+    if (!ids_text.is_ok()) return fail(ids_text.status());
+    ids = parse_id_list(*ids_text, "--ids");
+  }
+  auto prompt_len = args->get_int("--prompt-len", 0);
+  if (!prompt_len.is_ok()) return fail(prompt_len.status());
+  auto batch = args->get_int("--batch", 1);
+  if (!batch.is_ok()) return fail(batch.status());
+  if (*batch < 1 || *batch > 4096) return fail(invalid_argument("--batch must be in [1, 4096]"));
   auto max_tokens = args->get_int("--max-tokens", 16);
   auto block_size = args->get_int("--block-size", 16);
   if (!ids.is_ok()) return fail(ids.status());
@@ -100,53 +258,30 @@ int cmd_generate(int argc, char** argv) {
   if (!be.is_ok()) return fail(be.status());
   auto model = model::load_causal_lm(model_path, **be, *load);
   if (!model.is_ok()) return fail(model.status());
-  if (spec->num_steps > 0 && !(*model)->has_mtp())
+  if (load->load_mtp && !(*model)->has_mtp())
     return fail(invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)"));
   const auto& cfg = (*model)->config();
+  if (Status st = runtime::spec_self_test_after_load(**model, **be, *spec, *block_size); !st.is_ok()) return fail(st);
 
-  runtime::EngineConfig ec;
-  ec.scheduler.block_size = *block_size;
-  ec.n_blocks = (static_cast<int64_t>(ids->size()) + *max_tokens + 32) / *block_size + 4;
-  ec.max_model_len = static_cast<int64_t>(ids->size()) + *max_tokens + 1;
-  ec.eos_token_ids = cfg.eos_token_ids;
-  ec.spec = *spec;
-  runtime::Engine engine(ec, runtime::make_model_executor(**model, **be, ec.n_blocks, ec.scheduler.block_size));
-  runtime::RequestSpec req;
-  req.prompt = *ids;
-  req.sampling.temperature = 0;
-  req.sampling.max_tokens = static_cast<int32_t>(*max_tokens);
-  req.sampling.ignore_eos = args->has("--ignore-eos");
-  std::vector<int32_t> out;
-  runtime::Usage usage;
-  std::string error;
-  std::chrono::steady_clock::time_point first_token;
-  auto id = engine.submit(req, [&](const runtime::TokenEvent& ev) {
-    if (ev.token >= 0 && out.empty()) first_token = std::chrono::steady_clock::now();
-    if (ev.token >= 0) out.push_back(ev.token);
-    if (ev.finish != runtime::FinishReason::kNone) usage = ev.usage;
-    if (ev.finish == runtime::FinishReason::kError) error = ev.error;
-  });
-  if (!id.is_ok()) return fail(id.status());
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!engine.idle()) engine.step();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!error.empty()) return fail(internal_error(error), 1);
-  std::ostringstream os;
-  for (size_t i = 0; i < out.size(); ++i) os << (i ? "," : "") << out[i];
-  std::printf("%s\n", os.str().c_str());
-  std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s)", out.size(), secs, out.size() / secs);
-  if (out.size() > 1) {  // steady state: the first step carries the prefill and one-time kernel loading
-    const double ttft = std::chrono::duration<double>(first_token - t0).count();
-    std::fprintf(stderr, "; time to first token %.3f s, decode %.1f tok/s", ttft,
-                 static_cast<double>(out.size() - 1) / std::max(secs - ttft, 1e-9));
+  if (args->has("--prompt-len")) {
+    if (*prompt_len < 1) return fail(invalid_argument("--prompt-len must be positive"));
+    ids = synthetic_prompt(*prompt_len, cfg.vocab_size);
   }
-  if (spec->num_steps > 0)
-    std::fprintf(stderr, "; speculative: %lld drafted, %lld accepted (acceptance length %.2f per step)",
-                 static_cast<long long>(usage.spec_draft_tokens), static_cast<long long>(usage.spec_accepted_tokens),
-                 engine.stats().spec.num_drafts > 0
-                     ? 1.0 + static_cast<double>(engine.stats().spec.num_accepted_tokens) / engine.stats().spec.num_drafts
-                     : 1.0);
-  std::fprintf(stderr, "\n");
+  if (!runs.empty()) {
+    // Warm-up (CUDA context, kernels, allocator): not reported.
+    GenerateRun warm{1, runs.front().spec};
+    for (const auto& r : runs) if (r.spec.num_steps > warm.spec.num_steps) warm.spec = r.spec;
+    std::vector<int32_t> short_ids(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), 32));
+    if (Status st = generate_once(**model, **be, short_ids, warm, 8, *block_size, true, false, false); !st.is_ok())
+      return fail(st, 1);
+  } else {
+    runs.push_back({*batch, *spec});
+  }
+  for (const auto& r : runs)
+    if (Status st = generate_once(**model, **be, r.prompt_len > 0 ? synthetic_prompt(r.prompt_len, cfg.vocab_size) : *ids, r, *max_tokens, *block_size, args->has("--ignore-eos"),
+                                  !args->has("--runs"));
+        !st.is_ok())
+      return fail(st, 1);
   return 0;
 }
 

@@ -10,10 +10,14 @@
 namespace mxserve::cli {
 
 // --speculative-algorithm mtp, --speculative-num-steps N, --speculative-simulate-acceptance A
+// --speculative-eagle-topk 1, --speculative-num-draft-tokens N+1: sglang's spelling of chain mode (tree mode,
+// topk > 1, is refused: not implemented yet)
 inline const std::set<std::string> kSpecValueFlags = {"--speculative-algorithm", "--speculative-num-steps",
-                                                      "--speculative-simulate-acceptance"};
+                                                      "--speculative-simulate-acceptance", "--speculative-eagle-topk",
+                                                      "--speculative-num-draft-tokens"};
 // --no-speculative-adaptive: keep N fixed (the adaptive policy is on by default)
-inline const std::set<std::string> kSpecBoolFlags = {"--no-speculative-adaptive"};
+// --speculative-skip-self-test: skip the post-load acceptance self-test
+inline const std::set<std::string> kSpecBoolFlags = {"--no-speculative-adaptive", "--speculative-skip-self-test"};
 
 Result<runtime::SpecConfig> parse_spec_flags(const Args& args);
 

@@ -35,8 +35,10 @@ struct SpecStats {  // names after vLLM's spec_decode_* metrics
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;
   std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i
-  double acceptance_rate = 0;       // the adaptive policy's current estimate
+  double acceptance_rate = 0;       // the adaptive policy's current estimate (accepted / drafted EMA)
   int32_t current_steps = 0;        // N chosen for the latest step
+  double expected_accepted = 0;     // the policy's E[accepted drafts per step | current N]
+  double estimated_gain = 1;        // estimated decode throughput at current N over N = 0 (1: unmeasured)
 };
 
 struct EngineStats {
@@ -114,6 +116,7 @@ class Engine {
   EngineStats stats_;
 
   SpecPolicy spec_policy_;
+  int32_t spec_last_n_ = -1;  // N the latest draft stage chose (verified by the next step)
 
   std::thread loop_;
   std::atomic<bool> stop_{false};

@@ -38,6 +38,8 @@ bool greedy_ids_suffice(const SamplingParams& sp) {
 }
 
 Status Engine::run_plan(const SchedulePlan& plan) {
+  const auto step_t0 = Clock::now();
+  const int32_t n_verified = spec_last_n_;  // the N the previous step drafted (the policy's choice)
   model::ForwardBatch batch = build_forward_batch(plan);
   const bool spec = spec_enabled();
   batch.want_hidden = spec;
@@ -50,13 +52,14 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
   scheduler_.commit(plan);
   const int64_t V = executor_->vocab_size();
-  int64_t generated = 0, logit_row = 0, row = 0;
+  int64_t generated = 0, logit_row = 0, row = 0, n_decode = 0;
   std::vector<Sequence*> finished;
   std::vector<MtpRows> mtp_rows;
   SpecStats spec_delta;
   for (const auto& c : plan.chunks) {
     Sequence* seq = c.seq;
     bool done = false;
+    if (c.needs_sample || c.n_drafts > 0) ++n_decode;
     if (c.n_drafts > 0) {
       // Verify: the target's rows p_0..p_N against drafts d_1..d_N.
       const auto& sp = seq->sampling;
@@ -137,6 +140,9 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   }
   Status mtp_status = Status::ok();
   if (!mtp_rows.empty()) mtp_status = extend_and_draft(mtp_rows, out.hidden);
+  if (spec && plan.n_prefill_tokens == 0 && n_decode > 0)  // a pure decode step: its cost teaches the policy
+    spec_policy_.record_step(n_verified, n_decode,
+                             std::chrono::duration<double>(Clock::now() - step_t0).count());
   for (Sequence* seq : finished) finish(seq, FinishReason::kStop);
   std::lock_guard<std::mutex> s(stats_mutex_);
   stats_.generated_tokens += generated;
@@ -149,6 +155,8 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   for (size_t i = 0; i < spec_delta.accepted_per_pos.size(); ++i)
     stats_.spec.accepted_per_pos[i] += spec_delta.accepted_per_pos[i];
   stats_.spec.acceptance_rate = spec_policy_.acceptance_rate();
+  stats_.spec.expected_accepted = spec_policy_.expected_accepted(stats_.spec.current_steps);
+  stats_.spec.estimated_gain = spec_policy_.estimated_gain();
   return mtp_status;
 }
 

@@ -150,6 +150,15 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats) co
   for (size_t i = 0; i < s.spec.accepted_per_pos.size(); ++i)
     sample(&out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels_ + ",position=\"" + std::to_string(i) + "\"",
            static_cast<double>(s.spec.accepted_per_pos[i]));
+  header(&out, "vllm:spec_decode_draft_acceptance_rate", "gauge", "Adaptive policy's EMA of accepted / drafted.");
+  sample(&out, "vllm:spec_decode_draft_acceptance_rate", labels_, s.spec.acceptance_rate);
+  header(&out, "mxserve:spec_decode_num_speculative_tokens", "gauge", "Draft length N the adaptive policy chose last.");
+  sample(&out, "mxserve:spec_decode_num_speculative_tokens", labels_, static_cast<double>(s.spec.current_steps));
+  header(&out, "mxserve:spec_decode_expected_accepted_tokens", "gauge", "Expected accepted drafts per step at the current N.");
+  sample(&out, "mxserve:spec_decode_expected_accepted_tokens", labels_, s.spec.expected_accepted);
+  header(&out, "mxserve:spec_decode_estimated_gain", "gauge",
+         "Estimated decode throughput at the current N over plain decoding (1 while unmeasured).");
+  sample(&out, "mxserve:spec_decode_estimated_gain", labels_, s.spec.estimated_gain);
   header(&out, "mxserve:kv_blocks_total", "gauge", "KV-cache blocks in the pool.");
   sample(&out, "mxserve:kv_blocks_total", labels_, static_cast<double>(s.blocks_total));
   header(&out, "mxserve:kv_blocks_free", "gauge", "KV-cache blocks on the free list.");

@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "io/checkpoint.h"
 #include "runtime/executor.h"
+#include "runtime/spec/self_test.h"
 
 #if __has_include("model/synthetic_weights.h")
 #define MXSERVE_HAVE_SYNTHETIC 1
@@ -200,6 +201,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " prefix_cache=" << (cfg.enable_prefix_cache ? "on" : "off")
                 << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size()
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
+  // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
+  MX_RETURN_IF_ERROR(runtime::spec_self_test_after_load(*sm->model_, *sm->backend_, cfg.spec, cfg.block_size));
   auto executor = runtime::make_model_executor(*sm->model_, *sm->backend_, n_blocks, cfg.block_size);
   sm->engine_ = std::make_unique<runtime::Engine>(ec, std::move(executor));
   sm->engine_->start();

@@ -11,6 +11,7 @@
 #include "cli/fixture.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
+#include "runtime/spec/self_test.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -83,6 +84,23 @@ TEST_P(CudaEngine, SpeculationIsLosslessOnTheGpu) {
               mismatched, specs.size());
   EXPECT_EQ(mismatched, 0);
   EXPECT_GT(st.spec.num_draft_tokens, 0);
+}
+
+// The post-load self-test runs end to end on the GPU (the fixtures' weights are random, so their draft
+// agrees ~never: the acceptance is printed, not judged; the CPU suite checks the verdicts).
+TEST_P(CudaEngine, SpeculativeSelfTestRunsOnTheGpu) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  auto lm = model::load_causal_lm(fixture_dir(GetParam()), **be, model::LoadOptions{});
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  SpecConfig spec;
+  spec.num_steps = 2;
+  auto rep = run_spec_self_test(make_model_executor(**lm, **be, 64, 16), spec, 64, 16);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  std::printf("%s: GPU self-test %lld/%lld drafts accepted\n", GetParam().c_str(), static_cast<long long>(rep->accepted),
+              static_cast<long long>(rep->drafted));
+  EXPECT_EQ(rep->prompts, 4);
+  EXPECT_GT(rep->drafted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));

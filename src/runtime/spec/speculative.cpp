@@ -133,33 +133,205 @@ ChainVerdict verify_chain_impl(std::span<const int32_t> drafts, const std::vecto
   return v;
 }
 
-int32_t SpecPolicy::steps_for(int64_t n_decoding, int64_t token_budget) {
-  if (cfg_.num_steps <= 0) return 0;
-  int32_t n = cfg_.num_steps;
-  if (cfg_.adaptive && !cfg_.simulate_acceptance) {
-    if (cooldown_ > 0) {
-      --cooldown_;
-      return 0;
-    }
-    // Expected tokens per verify with N drafts at acceptance a: (1 - a^(N+1)) / (1 - a). Stop adding
-    // drafts once the next one is expected to be accepted less than a quarter of the time.
-    while (n > 1 && std::pow(rate_, n) < 0.25) --n;
-    if (observed_ >= 32 && rate_ < 0.15) {  // not paying: plain decoding, probe again later
-      cooldown_ = 64;
-      rate_ = 0.3;
-      return 0;
+namespace {
+
+// norm(max(0, P - Q)) over P's support; empty when P <= Q everywhere.
+TokenDistribution residual(const TokenDistribution& P, const TokenDistribution& Q) {
+  TokenDistribution r;
+  double z = 0;
+  for (size_t j = 0; j < P.ids.size(); ++j) {
+    const double m = std::max(0.0, P.probs[j] - Q.prob_of(P.ids[j]));
+    if (m > 0) {
+      r.ids.push_back(P.ids[j]);
+      r.probs.push_back(m);
+      z += m;
     }
   }
+  for (double& m : r.probs) m /= z;
+  return r;
+}
+
+TokenDistribution point_mass(int32_t token) {
+  TokenDistribution d;
+  d.ids = {token};
+  d.probs = {1.0};
+  return d;
+}
+
+}  // namespace
+
+TreeVerdict verify_tree_impl(const DraftTree& tree, const std::vector<TokenDistribution>& q,
+                             const std::vector<TokenDistribution>& p, bool greedy, const std::vector<double>& u) {
+  const size_t M = tree.tokens.size();
+  MX_CHECK_EQ(tree.parents.size(), M);
+  MX_CHECK_EQ(p.size(), M + 1);
+  MX_CHECK(tree.proposal.empty() || tree.proposal.size() == M);
+  std::vector<std::vector<int32_t>> children(M + 1);  // [node + 1]: children in node order
+  for (size_t i = 0; i < M; ++i) {
+    MX_CHECK_MSG(tree.parents[i] >= -1 && tree.parents[i] < static_cast<int32_t>(i), "tree nodes must be topological");
+    children[tree.parents[i] + 1].push_back(static_cast<int32_t>(i));
+  }
+  TreeVerdict v;
+  int32_t cur = -1;  // the root
+  size_t k = 0;      // uniforms used
+  for (;;) {
+    const auto& kids = children[cur + 1];
+    if (greedy) {
+      const int32_t t = p[cur + 1].argmax();
+      int32_t next = -1;
+      for (int32_t c : kids)
+        if (tree.tokens[c] == t) {
+          next = c;
+          break;
+        }
+      if (next < 0) {
+        v.next_token = t;
+        return v;
+      }
+      v.path.push_back(cur = next);
+      continue;
+    }
+    TokenDistribution P = p[cur + 1];
+    int32_t next = -1;
+    for (int32_t c : kids) {
+      const int32_t pi = tree.proposal.empty() ? -1 : tree.proposal[c];
+      const TokenDistribution Q = pi < 0 ? point_mass(tree.tokens[c]) : q[pi];
+      const double qc = Q.prob_of(tree.tokens[c]), pc = P.prob_of(tree.tokens[c]);
+      if (qc > 0 && u[k++] < std::min(1.0, pc / qc)) {
+        next = c;
+        break;
+      }
+      TokenDistribution r = residual(P, Q);
+      if (r.ids.empty()) break;  // P <= Q on P's support: P and Q agree, draw from P as it is
+      P = std::move(r);
+    }
+    if (next < 0) {
+      v.next_token = P.draw(u[u.size() - 1]);
+      return v;
+    }
+    v.path.push_back(cur = next);
+  }
+}
+
+SpecPolicy::SpecPolicy(const SpecConfig& cfg)
+    : cfg_(cfg),
+      alpha_(std::max(cfg.num_steps, 0), 0.7),  // optimistic prior: measured within a few steps
+      alpha_obs_(std::max(cfg.num_steps, 0), 0),
+      cells_(kMaxBuckets, std::vector<Cell>(std::max(cfg.num_steps, 0) + 1)),
+      bucket_steps_(kMaxBuckets, 0),
+      exploring_(kMaxBuckets, -1),
+      explore_start_(kMaxBuckets, 0),
+      defer_until_(kMaxBuckets, 0) {}
+
+int SpecPolicy::bucket_of(int64_t n_decoding) {
+  int b = 0;
+  while (b + 1 < kMaxBuckets && (int64_t{1} << (b + 1)) <= n_decoding) ++b;
+  return b;
+}
+
+double SpecPolicy::expected_accepted(int32_t n) const {
+  double e = 0, reach = 1;
+  for (int32_t i = 0; i < n && i < static_cast<int32_t>(alpha_.size()); ++i) {
+    reach *= alpha_[i];
+    e += reach;
+  }
+  return e;
+}
+
+double SpecPolicy::step_time(int32_t n, int64_t n_decoding) const {
+  if (n < 0 || n >= static_cast<int32_t>(cells_[0].size())) return -1;
+  const Cell& c = cells_[bucket_of(n_decoding)][n];
+  return c.samples > 0 ? c.t : -1;
+}
+
+int32_t SpecPolicy::steps_for(int64_t n_decoding, int64_t token_budget) {
+  if (cfg_.num_steps <= 0) return 0;
   // Never let drafts crowd out the batch: keep (N+1) * decodes within the step budget.
-  while (n > 0 && n_decoding * (n + 1) > token_budget) --n;
-  return n;
+  int32_t n_max = cfg_.num_steps;
+  while (n_max > 0 && n_decoding * (n_max + 1) > token_budget) --n_max;
+  if (!cfg_.adaptive || n_decoding <= 0) return last_choice_ = n_max;
+  const int b = bucket_of(n_decoding);
+  last_bucket_ = b;
+  const int64_t step = ++bucket_steps_[b];
+  std::vector<Cell>& row = cells_[b];
+  int32_t choice = -1;
+  // 1. Keep measuring the candidate under exploration until it has a fresh steady sample.
+  // An exploration that cannot complete (every step also carries prefill, so none is steady) is
+  // abandoned after kExploreTimeout steps and not retried in this bucket for kExploreEvery steps.
+  if (exploring_[b] >= 0 && exploring_[b] <= n_max) {
+    const Cell& c = row[exploring_[b]];
+    const bool done = c.samples >= kMinSamples && c.last_step >= step - 2;
+    if (done) {
+      exploring_[b] = -1;
+    } else if (step - explore_start_[b] > kExploreTimeout) {
+      row[exploring_[b]].last_step = step;
+      exploring_[b] = -1;
+      defer_until_[b] = step + kExploreEvery;
+    } else {
+      choice = exploring_[b];
+    }
+  } else {
+    exploring_[b] = -1;
+  }
+  // 2. Unmeasured candidates first (largest N first: speculation is usually the better bet).
+  // Drafts that are (almost) never accepted cannot pay at any cost: explore only N = 0 then (the periodic
+  // re-measurement below still refreshes the acceptance now and then).
+  const bool useless = alpha_obs_.empty() || (alpha_obs_[0] >= kMinAcceptObs && alpha_[0] < kUselessAlpha);
+  if (choice < 0 && step >= defer_until_[b])
+    for (int32_t n = n_max; n >= 0; --n)
+      if (row[n].samples < kMinSamples && (n == 0 || !useless)) {
+        choice = exploring_[b] = n;
+        explore_start_[b] = step;
+        break;
+      }
+  // 3. Periodically re-measure the stalest candidate.
+  if (choice < 0 && step % kExploreEvery == 0) {
+    int32_t stalest = 0;
+    for (int32_t n = 1; n <= n_max; ++n)
+      if (row[n].last_step < row[stalest].last_step) stalest = n;
+    if (row[stalest].samples >= kMinSamples) row[stalest].samples = kMinSamples - 1;  // one fresh sample completes it
+    choice = exploring_[b] = stalest;
+    explore_start_[b] = step;
+  }
+  // 4. Exploit: maximize (1 + E[accepted | N]) / t(N, b); ties go to the smaller N.
+  double best = -1;
+  int32_t best_n = 0;
+  for (int32_t n = 0; n <= n_max; ++n) {
+    if (row[n].samples < kMinSamples) continue;
+    const double score = (1.0 + expected_accepted(n)) / row[n].t;
+    if (score > best) {
+      best = score;
+      best_n = n;
+    }
+  }
+  if (choice < 0) choice = best_n;
+  gain_ = row[0].samples >= kMinSamples && row[choice].samples >= kMinSamples
+              ? (1.0 + expected_accepted(choice)) / row[choice].t * row[0].t
+              : 1.0;
+  return last_choice_ = choice;
 }
 
 void SpecPolicy::record(int32_t drafted, int32_t accepted) {
   if (drafted <= 0) return;
   const double r = static_cast<double>(accepted) / drafted;
   rate_ = 0.9 * rate_ + 0.1 * r;
-  observed_ += drafted;
+  // Position i (0-based) was reached when the first i drafts were accepted; its outcome is known.
+  // A running mean over the first observations (the prior counts as one), then an EMA of weight kAcceptEma.
+  for (int32_t i = 0; i < drafted && i <= accepted && i < static_cast<int32_t>(alpha_.size()); ++i) {
+    const double w = std::max(kAcceptEma, 1.0 / static_cast<double>(++alpha_obs_[i] + 1));
+    alpha_[i] = (1 - w) * alpha_[i] + w * (i < accepted ? 1.0 : 0.0);
+  }
+}
+
+void SpecPolicy::record_step(int32_t n_verified, int64_t n_decoding, double seconds) {
+  if (!cfg_.adaptive || n_decoding <= 0 || seconds <= 0) return;
+  if (n_verified != last_choice_) return;  // mixed step (verified one N, drafted another): not steady
+  if (n_verified < 0 || n_verified >= static_cast<int32_t>(cells_[0].size())) return;
+  const int b = bucket_of(n_decoding);
+  Cell& c = cells_[b][n_verified];
+  c.t = c.samples == 0 ? seconds : (1 - kTimeEma) * c.t + kTimeEma * seconds;
+  ++c.samples;
+  c.last_step = bucket_steps_[b];
 }
 
 }  // namespace mxserve::runtime

@@ -15,6 +15,7 @@ struct SpecConfig {
   int32_t num_steps = 0;                      // N: drafted tokens per step (0 = off)
   bool adaptive = true;                       // lower N (down to 0) when speculation does not pay
   std::optional<double> simulate_acceptance;  // benchmark mode: mean accepted length (incl. bonus)
+  bool self_test = true;                      // post-load acceptance self-test (runtime/spec/self_test.h)
 };
 
 // The distribution sample_token draws from (temperature, top-k, top-p, min-p applied), sparse.
@@ -41,20 +42,91 @@ template <typename Uniform>
 ChainVerdict verify_chain(std::span<const int32_t> drafts, const std::vector<TokenDistribution>& q,
                           const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms);
 
-// Adaptive policy: tracks acceptance and decides N for the next step (see docs/speculative.md).
+// Tree verification (the maths of tree mode; the engine's tree drafting/attention is not wired yet).
+// Nodes 0..M-1 in topological order (parent < child); parent -1 is the root (the last verified token).
+// p[0] is the target's distribution at the root, p[i + 1] at node i. Each node also names the proposal
+// it was drawn from, proposal[i]: an index into q, or -1 for a deterministic pick (top-k drafting: the
+// candidate set is a function of q, so each candidate's proposal is a point mass on itself).
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+  std::vector<int32_t> proposal;  // empty: all deterministic
+};
+struct TreeVerdict {
+  std::vector<int32_t> path;  // accepted nodes, root to leaf
+  int32_t next_token = -1;    // bonus (target at the last accepted node) or correction
+};
+// Greedy: follow the child whose token equals argmax p at the current node (the longest such path).
+// Sampling (multi-candidate recursive rejection, SpecInfer/EAGLE): at the current node with target
+// distribution P, try the children in order; child c with proposal Q_c is accepted with probability
+// min(1, P(c) / Q_c(c)) (deterministic: Q_c = delta_c, so min(1, P(c))); on rejection
+// P <- norm(max(0, P - Q_c)) (deterministic: P with c removed, renormalized) and the next child is tried.
+// An accepted child becomes the current node (its own p); when no child is accepted the next token is
+// drawn from the current P. Exact: the emitted tokens follow the target distribution, provided sibling
+// children sharing a sampled proposal were drawn i.i.d. from it.
+// uniforms(i) must return independent U[0,1) draws.
+template <typename Uniform>
+TreeVerdict verify_tree(const DraftTree& tree, const std::vector<TokenDistribution>& q,
+                        const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms);
+TreeVerdict verify_tree_impl(const DraftTree& tree, const std::vector<TokenDistribution>& q,
+                             const std::vector<TokenDistribution>& p, bool greedy, const std::vector<double>& u);
+
+// Adaptive, cost-aware draft-length policy (docs/speculative.md, "Never slower").
+// Inputs: per-position conditional acceptance EMAs alpha_i (chain: P(draft i accepted | draft i-1 was)),
+// and an EMA of the measured decode step wall time t(N, b) per draft length N in [0, num_steps] and
+// batch-size bucket b = floor(log2(decoding sequences)). Each step it picks the N maximizing the expected
+// decode throughput B * (1 + E[accepted | N]) / t(N, b), E[accepted | N] = sum_{i<=N} prod_{j<=i} alpha_j;
+// N = 0 (plain decoding, the MTP layer still keeps its KV caught up) is always a candidate. Unmeasured
+// (N, b) cells are explored first (kMinSamples steady steps each); afterwards one candidate is re-measured
+// every kExploreEvery steps of a bucket (the stalest), so the choice follows changing acceptance and load.
 class SpecPolicy {
  public:
-  explicit SpecPolicy(const SpecConfig& cfg) : cfg_(cfg) {}
-  // Drafts to propose this step given the number of decoding sequences and the step token budget.
+  static constexpr int kMaxBuckets = 16;
+  static constexpr int64_t kMinSamples = 3;     // steady steps measured before a cell is trusted
+  static constexpr int64_t kExploreEvery = 64;  // steps of a bucket between re-measurements
+  static constexpr int64_t kExploreTimeout = 16;  // steps an exploration may wait for a steady sample
+  static constexpr double kTimeEma = 0.2;       // weight of a new step time
+  static constexpr double kAcceptEma = 0.05;    // weight of a new per-position acceptance outcome (after warm-up)
+  static constexpr double kUselessAlpha = 0.05;  // first-draft acceptance below which N > 0 is not explored
+  static constexpr int64_t kMinAcceptObs = 8;    // ... once this many first drafts were judged
+
+  explicit SpecPolicy(const SpecConfig& cfg);
+  // Drafts to propose for the next step given the number of decoding sequences and the step token budget.
   int32_t steps_for(int64_t n_decoding, int64_t token_budget);
+  // One verified sequence: `drafted` drafts, the first `accepted` of them accepted.
   void record(int32_t drafted, int32_t accepted);
+  // One decode step's wall time (no prefill in it) that verified `n_verified` drafts per sequence for
+  // `n_decoding` sequences. Counted only when the step also drafted the same N (a steady step).
+  void record_step(int32_t n_verified, int64_t n_decoding, double seconds);
+
   double acceptance_rate() const { return rate_; }  // EMA of accepted / drafted
+  double expected_accepted(int32_t n) const;        // E[accepted | N = n] from the alpha_i
+  // Estimated throughput of the current choice over plain decoding (N = 0) at the latest batch bucket;
+  // 1 when either cell is unmeasured.
+  double estimated_gain() const { return gain_; }
+  // Mean measured step time of (n, bucket of n_decoding), or a negative value when unmeasured (tests).
+  double step_time(int32_t n, int64_t n_decoding) const;
 
  private:
+  struct Cell {
+    double t = 0;          // EMA of seconds per step
+    int64_t samples = 0;
+    int64_t last_step = -1;  // bucket step counter at the latest sample
+  };
+  static int bucket_of(int64_t n_decoding);
+
   SpecConfig cfg_;
-  double rate_ = 0.7;        // optimistic start: probe before judging
-  int64_t cooldown_ = 0;     // steps left with speculation paused
-  int64_t observed_ = 0;
+  double rate_ = 0.7;          // EMA of accepted / drafted (reported)
+  std::vector<double> alpha_;  // [num_steps] conditional acceptance per draft position
+  std::vector<int64_t> alpha_obs_;  // [num_steps] outcomes observed per position
+  std::vector<std::vector<Cell>> cells_;  // [bucket][N]
+  std::vector<int64_t> bucket_steps_;     // steps_for calls per bucket
+  std::vector<int32_t> exploring_;        // per bucket: the N being (re)measured, -1 none
+  std::vector<int64_t> explore_start_;    // per bucket: step the exploration began
+  std::vector<int64_t> defer_until_;      // per bucket: no exploration of unmeasured cells before this step
+  int32_t last_choice_ = -1;
+  int last_bucket_ = 0;
+  double gain_ = 1.0;
 };
 
 ChainVerdict verify_chain_impl(std::span<const int32_t> drafts, const std::vector<TokenDistribution>& q,
@@ -67,6 +139,14 @@ ChainVerdict verify_chain(std::span<const int32_t> drafts, const std::vector<Tok
   std::vector<double> u(2 * drafts.size() + 2);
   for (size_t i = 0; i < u.size(); ++i) u[i] = uniforms(i);
   return verify_chain_impl(drafts, q, p, greedy, u);
+}
+
+template <typename Uniform>
+TreeVerdict verify_tree(const DraftTree& tree, const std::vector<TokenDistribution>& q,
+                        const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms) {
+  std::vector<double> u(tree.tokens.size() + tree.tokens.size() + 2);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = uniforms(i);
+  return verify_tree_impl(tree, q, p, greedy, u);
 }
 
 }  // namespace mxserve::runtime

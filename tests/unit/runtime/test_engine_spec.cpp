@@ -11,6 +11,8 @@
 #include "cli/fixture.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
+#include "runtime/spec/self_test.h"
+#include "fake_model.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -85,7 +87,7 @@ struct Result_ {
 };
 
 Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps, bool prefix_cache, bool batched,
-            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt) {
+            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false) {
   EngineConfig cfg;
   cfg.scheduler.block_size = 4;
   cfg.scheduler.max_num_batched_tokens = 256;
@@ -94,7 +96,7 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
   cfg.n_blocks = 256;
   cfg.max_model_len = 512;
   cfg.spec.num_steps = spec_steps;
-  cfg.spec.adaptive = false;
+  cfg.spec.adaptive = adaptive;
   cfg.spec.simulate_acceptance = simulate;
   Engine engine(cfg, std::make_unique<RecordingExecutor>(make_model_executor(*m.lm, *m.be, cfg.n_blocks, 4), record));
   Result_ out;
@@ -193,7 +195,123 @@ TEST_P(SpecFixture, SimulatedAcceptanceAcceptsAtTheRequestedRate) {
   EXPECT_EQ(r.stats.spec.accepted_per_pos[0], r.stats.spec.num_drafts);
 }
 
+// The test hook for a broken draft layer: the MTP layer's output is zeroed (as if its shared head or
+// eh_proj were loaded as zeros), so it always proposes token 0.
+class ZeroedMtpExecutor final : public ModelExecutor {
+ public:
+  explicit ZeroedMtpExecutor(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
+  bool has_mtp() const override { return inner_->has_mtp(); }
+  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
+  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
+    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(b, h));
+    std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ModelExecutor> inner_;
+};
+
+// The adaptive policy on real (random-weight) drafts: it explores N = 3..0, the drafts are ~never accepted,
+// so it settles on N = 0 (the extend then skips the MTP head); greedy outputs stay identical throughout.
+TEST_P(SpecFixture, AdaptivePolicyStaysLosslessAndPausesUselessDrafts) {
+  Loaded& m = fixture(GetParam());
+  const auto specs = prompts_of(m, 40);
+  const Result_ plain = run(m, specs, 0, true, true);
+  const Result_ sp = run(m, specs, 3, true, true, nullptr, std::nullopt, /*adaptive=*/true);
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << GetParam() << " request " << i;
+  EXPECT_GT(sp.stats.spec.num_draft_tokens, 0) << "explored N > 0";
+  EXPECT_EQ(sp.stats.spec.current_steps, 0) << "acceptance ~0: speculation paused";
+}
+
+// The fixtures' weights are random, so their MTP layer (correct, and equal to HF's) agrees with the
+// target ~never: on them the self-test runs end to end and a zeroed draft is flagged; healthy-vs-broken
+// is checked on a fake model whose draft is an oracle (OracleMtpModel below).
+TEST_P(SpecFixture, SelfTestRunsOnTheFixtureAndFlagsAZeroedDraft) {
+  Loaded& m = fixture(GetParam());
+  SpecConfig spec;
+  spec.num_steps = 2;
+  auto real = run_spec_self_test(make_model_executor(*m.lm, *m.be, 64, 4), spec, 64, 4);
+  ASSERT_TRUE(real.is_ok()) << real.status().to_string();
+  EXPECT_EQ(real->prompts, 4);
+  EXPECT_GT(real->verify_steps, 40);
+  EXPECT_EQ(real->drafted, 2 * real->verify_steps);
+  std::printf("%s: self-test acceptance %.3f (random weights)\n", GetParam().c_str(), real->acceptance_rate());
+  auto bad = run_spec_self_test(std::make_unique<ZeroedMtpExecutor>(make_model_executor(*m.lm, *m.be, 64, 4)), spec, 64, 4);
+  ASSERT_TRUE(bad.is_ok()) << bad.status().to_string();
+  EXPECT_GT(bad->drafted, 0);
+  EXPECT_FALSE(bad->healthy()) << "zeroed draft acceptance " << bad->acceptance_rate();
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpecFixture, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+
+// A fake target (testing::FakeModel's context hash over a fake KV of token ids) with an oracle MTP
+// layer: the MTP row (position p, token x_{p+1}) keeps its own fake KV (x_{p+1} at index p + 1) and
+// predicts from the context it sees, exactly what the target would predict there. So a healthy draft
+// accepts every greedy draft; the zeroed hook accepts ~1/V.
+class OracleMtpModel final : public ModelExecutor {
+ public:
+  OracleMtpModel(int64_t n_blocks, int64_t block_size, int64_t vocab)
+      : target_(n_blocks * block_size, -1), draft_(n_blocks * block_size, -1), bs_(block_size), vocab_(vocab) {}
+  int64_t vocab_size() const override { return vocab_; }
+  bool has_mtp() const override { return true; }
+  Tensor select_rows(const Tensor& h, const std::vector<int32_t>&) override { return h; }
+  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return run(b, false); }
+  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor&) override { return run(b, true); }
+
+ private:
+  Result<ExecOutput> run(const model::ForwardBatch& batch, bool mtp) {
+    MX_RETURN_IF_ERROR(batch.validate(vocab_, static_cast<int64_t>(target_.size()) / bs_, bs_));
+    // Each row's token is stored at its position: target row j holds x_j, MTP row p holds x_{p+1}.
+    for (const auto& s : batch.seqs)
+      for (int32_t i = 0; i < s.n_tokens; ++i)
+        (mtp ? draft_ : target_)[slot(s, s.kv_len - s.n_tokens + i)] = batch.token_ids[s.token_begin + i];
+    Tensor logits = Tensor::empty(DType::kF32, {static_cast<int64_t>(batch.logit_rows.size()), vocab_});
+    std::vector<int32_t> ctx;
+    for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
+      const int32_t row = batch.logit_rows[r];
+      for (const auto& s : batch.seqs) {
+        if (row < s.token_begin || row >= s.token_begin + s.n_tokens) continue;
+        const int32_t pos = s.kv_len - s.n_tokens + (row - s.token_begin);
+        ctx.clear();
+        if (!mtp) {
+          for (int32_t k = 0; k <= pos; ++k) ctx.push_back(target_[slot(s, k)]);
+        } else {  // x_0 from the target's KV, x_1..x_p from the MTP layer's own, then the row's x_{p+1}
+          ctx.push_back(target_[slot(s, 0)]);
+          for (int32_t k = 0; k < pos; ++k) ctx.push_back(draft_[slot(s, k)]);
+          ctx.push_back(batch.token_ids[row]);
+        }
+      }
+      testing::fake_logits(testing::context_hash(ctx), vocab_, logits.data<float>() + r * vocab_);
+    }
+    return ExecOutput{logits, Tensor()};
+  }
+  int64_t slot(const model::SequenceSpan& s, int32_t j) const {
+    return static_cast<int64_t>(s.block_table[j / bs_]) * bs_ + j % bs_;
+  }
+  std::vector<int32_t> target_, draft_;
+  int64_t bs_, vocab_;
+};
+
+TEST(SpecSelfTest, HealthyDraftPassesAndAZeroedDraftIsFlagged) {
+  SpecConfig spec;
+  spec.num_steps = 3;
+  auto good = run_spec_self_test(std::make_unique<OracleMtpModel>(64, 4, 512), spec, 64, 4);
+  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  EXPECT_EQ(good->prompts, 4);
+  EXPECT_GT(good->drafted, 0);
+  EXPECT_GT(good->acceptance_rate(), 0.9);
+  EXPECT_TRUE(good->healthy());
+  log_spec_self_test(*good);
+  auto bad = run_spec_self_test(std::make_unique<ZeroedMtpExecutor>(std::make_unique<OracleMtpModel>(64, 4, 512)),
+                                spec, 64, 4);
+  ASSERT_TRUE(bad.is_ok()) << bad.status().to_string();
+  EXPECT_LT(bad->acceptance_rate(), 0.05);
+  EXPECT_FALSE(bad->healthy());
+  log_spec_self_test(*bad);  // the loud warning, visible in the test log
+}
 
 }  // namespace
 }  // namespace mxserve::runtime
