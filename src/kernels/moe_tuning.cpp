@@ -129,15 +129,17 @@ const char* moe_regime_name(MoeRegime r) {
 int select_moe_bucket(const MoeTuningTable& t, int64_t m) {
   if (m <= 0) return -1;
   const MoeRegime r = moe_regime(m);
-  const double lm = std::log(static_cast<double>(m));
+  // Log distance |ln b - ln m| compared exactly: the ratio max(b, m) / min(b, m) as a fraction.
   int best = -1;
-  double best_d = 0;
+  __int128 best_num = 0, best_den = 1;
   for (size_t i = 0; i < t.entries.size(); ++i) {  // sorted by m: a tie keeps the smaller bucket
-    if (moe_regime(t.entries[i].m) != r) continue;
-    const double d = std::fabs(std::log(static_cast<double>(t.entries[i].m)) - lm);
-    if (best < 0 || d < best_d) {
+    const int64_t b = t.entries[i].m;
+    if (moe_regime(b) != r) continue;
+    const __int128 num = std::max(b, m), den = std::min(b, m);
+    if (best < 0 || num * best_den < best_num * den) {
       best = static_cast<int>(i);
-      best_d = d;
+      best_num = num;
+      best_den = den;
     }
   }
   return best;
@@ -153,8 +155,9 @@ Status MoeTuningSet::add_tables(std::vector<MoeTuningTable> tables) {
   }
   for (auto& t : tables) {
     auto it = tables_.find(t.key);
-    if (it != tables_.end())
+    if (it != tables_.end()) {
       MX_LOG(kInfo) << "MoE tuning: " << t.source << " overrides " << it->second.source << " for " << t.key.describe();
+    }
     tables_[t.key] = std::move(t);
   }
   return Status::ok();
@@ -179,7 +182,9 @@ Status MoeTuningSet::add_dir(const std::string& dir) {
     if (e.path().extension() == ".json") files.push_back(e.path().string());
   if (ec) return not_found("--moe-tuning-dir " + dir + ": " + ec.message());
   std::sort(files.begin(), files.end());
-  if (files.empty()) MX_LOG(kWarn) << "--moe-tuning-dir " << dir << ": no *.json tables in it";
+  if (files.empty()) {
+    MX_LOG(kWarn) << "--moe-tuning-dir " << dir << ": no *.json tables in it";
+  }
   std::vector<MoeTuningTable> tables;
   for (const auto& p : files) {
     MX_ASSIGN_OR_RETURN(MoeTuningTable t, read_moe_tuning_file(p));

@@ -20,10 +20,11 @@ bool checkpoint_experts_all_mxfp4(const BoundWeights& w, const std::vector<std::
   for (const auto& g : gate_up_groups)
     for (const auto& n : g) total++, mx += w.at(n).precision() == Precision::kMxfp4;
   for (const auto& n : down_names) total++, mx += w.at(n).precision() == Precision::kMxfp4;
-  if (mx > 0 && mx < total)
-    MX_LOG(kWarn) << "routed experts of " << down_names.front() << " ...: " << mx << " of " << total
+  if (mx > 0 && mx < total) {
+    MX_LOG(kWarn) << "routed experts (" << down_names.front() << " and the rest of its layer): " << mx << " of " << total
                   << " tensors are mxfp4, the others not: dequantizing the whole layer to float (full-precision "
                      "device memory, the bf16 expert kernels)";
+  }
   return total > 0 && mx == total;
 }
 
@@ -150,7 +151,7 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
     if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names);
     MX_LOG(kWarn) << "mxfp4 experts cannot stay packed on " << be_.name() << ": " << problem
                   << ". Dequantizing this layer's experts to " << dtype_name(be_.weight_dtype())
-                  << " (4x the device memory, the bf16 expert kernels)";
+                  << " (full-precision device memory, the bf16 expert kernels)";
   }
   backend::ExpertWeights ex;
   std::vector<std::vector<std::string>> down;
