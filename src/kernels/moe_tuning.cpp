@@ -282,8 +282,13 @@ MoeKernelSelector::Resolved& MoeKernelSelector::resolve_locked(const MoeTuningKe
       r.buckets.push_back(c);
       os << " m" << e.m << "=" << e.gate_up << "+" << e.down;
     }
-    os << " (decode <= " << kMoeDecodeMaxM << " < between < " << kMoePrefillMinM
-       << " <= prefill; a token count with no bucket in its regime runs the heuristic)";
+    bool has_regime[3] = {false, false, false};
+    for (const auto& e : r.table.entries) has_regime[static_cast<int>(moe_regime(e.m))] = true;
+    for (MoeRegime reg : {MoeRegime::kDecode, MoeRegime::kBetween, MoeRegime::kPrefill})
+      if (!has_regime[static_cast<int>(reg)] && !r.table.entries.empty())
+        os << " " << moe_regime_name(reg) << "=heuristic(no bucket)";
+    os << " (regimes: decode M <= " << kMoeDecodeMaxM << ", between, prefill M >= " << kMoePrefillMinM
+       << "; a bucket is used only within its regime)";
     info_(os.str());
   }
   r.unsupported_warned.assign(r.buckets.size(), false);
@@ -300,7 +305,18 @@ MoeChoice MoeKernelSelector::choose(const MoeTuningKey& key, int64_t m) {
   Resolved& r = resolve_locked(key);
   if (!r.has_table) return {};
   const int b = select_moe_bucket(r.table, m);
-  if (b < 0) return {};
+  if (b < 0) {
+    const MoeRegime reg = moe_regime(m);
+    bool& warned = r.regime_warned[static_cast<int>(reg)];
+    if (!warned && m > 0) {
+      warned = true;
+      warn_("MoE kernels: " + r.table.source + " has no " + moe_regime_name(reg) + " bucket for " + key.describe() +
+            ": " + std::to_string(m) + " tokens (and every other " + moe_regime_name(reg) +
+            "-size call) run the untuned heuristic; buckets are never borrowed across regimes. Re-tune with more "
+            "token counts: `" + key.tune_command() + "`");
+    }
+    return {};
+  }
   const MoeChoice& c = r.buckets[b];
   if (catalog_.supports && (!catalog_.supports(0, c.gate_up, key, m) || !catalog_.supports(1, c.down, key, m))) {
     if (!r.unsupported_warned[b]) {
@@ -323,6 +339,8 @@ std::vector<MoeKernelConfigRow> MoeKernelSelector::rows() const {
       out.push_back({key.shape_label(), "any", "heuristic", "heuristic", "heuristic"});
       continue;
     }
+    bool has_regime[3] = {false, false, false};
+    for (const auto& e : r.table.entries) has_regime[static_cast<int>(moe_regime(e.m))] = true;
     for (size_t i = 0; i < r.table.entries.size(); ++i) {
       const auto& e = r.table.entries[i];
       if (r.unsupported_warned[i])
@@ -330,6 +348,9 @@ std::vector<MoeKernelConfigRow> MoeKernelSelector::rows() const {
       else
         out.push_back({key.shape_label(), std::to_string(e.m), e.gate_up, e.down, "table"});
     }
+    for (MoeRegime reg : {MoeRegime::kDecode, MoeRegime::kBetween, MoeRegime::kPrefill})
+      if (!has_regime[static_cast<int>(reg)])
+        out.push_back({key.shape_label(), moe_regime_name(reg), "heuristic", "heuristic", "heuristic"});
   }
   return out;
 }

@@ -115,7 +115,8 @@ Status validate_moe_tuning(const MoeTuningSet& set, const std::function<int(int,
 // One row of the chosen configuration (the start-up log and the mxserve:moe_kernel_config gauge).
 struct MoeKernelConfigRow {
   std::string shape;    // "E128_H4096_I1408_K8_mxfp4"
-  std::string bucket;   // "16", or "any" when the whole shape runs the heuristic
+  std::string bucket;   // "16"; "decode" / "between" / "prefill" for a regime the table has no bucket in;
+                        // "any" when the whole shape runs the heuristic (no table, or a table without entries)
   std::string gate_up;  // variant name, or "heuristic"
   std::string down;
   std::string source;   // "table" | "heuristic"
@@ -138,7 +139,8 @@ class MoeKernelSelector {
   // the tune-moe command when there is no table. Later calls for the same key do nothing.
   void prepare(const MoeTuningKey& key);
   // The pair for n_tokens = m (prepares the shape when needed). A tabled variant that does not support the
-  // shape -> the heuristic and one loud warning per (shape, bucket).
+  // shape -> the heuristic and one loud warning per (shape, bucket); a table with no bucket in m's regime ->
+  // the heuristic and one warning per (shape, regime).
   MoeChoice choose(const MoeTuningKey& key, int64_t m);
   std::vector<MoeKernelConfigRow> rows() const;
 
@@ -148,6 +150,7 @@ class MoeKernelSelector {
     MoeTuningTable table;                   // a copy: a later --moe-tuning-dir cannot change it under us
     std::vector<MoeChoice> buckets;         // per table entry
     std::vector<bool> unsupported_warned;
+    bool regime_warned[3] = {false, false, false};  // per MoeRegime: a table with no bucket of that regime
   };
   Resolved& resolve_locked(const MoeTuningKey& key);
 

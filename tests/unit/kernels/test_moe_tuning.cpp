@@ -344,10 +344,19 @@ TEST(MoeKernelSelector, TableChoicesPerBucketAndRows) {
   EXPECT_EQ(c12.gate_up, 1);
   EXPECT_EQ(c12.down, 1);
   EXPECT_TRUE(sel.choose(k, 200).heuristic);   // between: no bucket of that regime
+  EXPECT_TRUE(sel.choose(k, 300).heuristic);
   EXPECT_TRUE(sel.choose(k, 2048).heuristic);  // prefill: never the decode buckets
+  EXPECT_TRUE(sel.choose(k, 4096).heuristic);
   EXPECT_EQ(cap.info.size(), 1u);
+  ASSERT_EQ(cap.warn.size(), 2u);  // once per regime without buckets, naming it
+  EXPECT_NE(cap.warn[0].find("no between bucket"), std::string::npos) << cap.warn[0];
+  EXPECT_NE(cap.warn[1].find("no prefill bucket"), std::string::npos) << cap.warn[1];
+  EXPECT_NE(cap.warn[1].find("mxserve tune-moe --experts 8"), std::string::npos) << cap.warn[1];
   const auto rows = sel.rows();
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[2].bucket, "between");
+  EXPECT_EQ(rows[2].source, "heuristic");
+  EXPECT_EQ(rows[3].bucket, "prefill");
   EXPECT_EQ(rows[0].shape, "E8_H64_I32_K2_mxfp4");
   EXPECT_EQ(rows[0].bucket, "1");
   EXPECT_EQ(rows[0].gate_up, "gu_a");
@@ -375,7 +384,7 @@ TEST(MoeKernelSelector, UnsupportedVariantFallsBackWithOneWarning) {
   EXPECT_NE(cap.warn[0].find("embedded:test_gpu_E8_H64_I32_K2_mxfp4.json"), std::string::npos) << cap.warn[0];
   EXPECT_FALSE(sel.choose(k, 1).heuristic);  // the other bucket is unaffected
   const auto rows = sel.rows();
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 4u);  // buckets 1 and 16, and the between / prefill regimes the table lacks
   EXPECT_EQ(rows[1].source, "heuristic");
   EXPECT_EQ(rows[1].gate_up, "heuristic");
 }
