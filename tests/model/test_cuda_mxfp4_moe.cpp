@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -22,10 +23,12 @@
 
 #include "backend/backend.h"
 #include "cli/fixture.h"
+#include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
 #include "model/archs/glm4_moe.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
+#include "model/layers/weight_loader.h"
 #include "model/synthetic_weights.h"
 #include "quant/quantizer.h"
 #include "runtime/sequence_runner.h"
@@ -100,11 +103,41 @@ TEST(CudaMxfp4Moe, PackedExpertsMatchTheCpuBackend) {
   ASSERT_TRUE(cpu_lm.is_ok()) << cpu_lm.status().to_string();
   EXPECT_TRUE(cpu->moe_kernel_configs().empty());  // the CPU backend dequantized (no MXFP4 experts to select for)
 
-  size_t free_before = 0, free_after = 0;
+  // The loader itself, on the device: layer 0's experts stay packed (u8 on the GPU, the checkpoint's bytes).
+  {
+    auto cfg = model::load_model_config(dir.string());
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    auto ckpt = io::Checkpoint::open(dir.string());
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    auto bound = model::bind_weights(**ckpt, model::glm4_moe_weight_table(*cfg, false),
+                                     model::glm4_moe_bind_options(*cfg, false));
+    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+    std::vector<std::vector<std::string>> gate_up;
+    std::vector<std::string> down;
+    for (int e = 0; e < 8; ++e) {
+      const std::string p = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+      gate_up.push_back({p + "gate_proj.weight", p + "up_proj.weight"});
+      down.push_back(p + "down_proj.weight");
+    }
+    ASSERT_EQ(bound->at(down[0]).precision(), quant::Precision::kMxfp4);
+    model::WeightLoader wl(**cuda, *bound);
+    const backend::ExpertWeights ex = wl.experts(gate_up, down);
+    ASSERT_EQ(ex.format, backend::ExpertFormat::kMxfp4);
+    for (const Tensor* t : {&ex.gate_up, &ex.gate_up_scales, &ex.down, &ex.down_scales}) {
+      EXPECT_EQ(t->dtype(), DType::kU8);
+      EXPECT_EQ(t->device().type, DeviceType::kCUDA);
+    }
+    EXPECT_EQ(ex.gate_up.shape(), (Shape{8, 64, 32}));
+    EXPECT_EQ(ex.gate_up_scales.shape(), (Shape{8, 64, 2}));
+    EXPECT_EQ(ex.down.shape(), (Shape{8, 64, 16}));
+    EXPECT_EQ(ex.down_scales.shape(), (Shape{8, 64, 1}));
+    const Tensor codes = (*cuda)->to_host(ex.gate_up);
+    const Tensor& up1 = bound->at(gate_up[1][1]).stored.data;  // expert 1, up rows follow its 32 gate rows
+    EXPECT_EQ(std::memcmp(codes.data<uint8_t>() + (64 + 32) * 32, up1.raw(), up1.nbytes()), 0);
+  }
+
   auto cuda_lm = model::load_causal_lm(dir.string(), **cuda, model::LoadOptions{});
   ASSERT_TRUE(cuda_lm.is_ok()) << cuda_lm.status().to_string();
-  (void)free_before;
-  (void)free_after;
 
   // The CUDA backend records a selection only for experts stored as MXFP4 (prepare_moe on each MoE layer):
   // one shape E8_H64_I32_K2_mxfp4, with no tuned table for this GPU -> the heuristic.
