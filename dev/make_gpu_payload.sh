@@ -12,6 +12,7 @@ cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cu
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"
+mkdir -p "$DEST/gpu" && cp "$SRC"/dev/gpu/*.sh "$DEST/gpu/"
 mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
 LIBS=$(mktemp -d)

@@ -176,6 +176,29 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- attention decode, split heuristic sweep: warps per SM the split count aims for ----
+  if (!quick) {
+    for (const char* target : {"4", "16", "32"}) {
+      setenv("MXSERVE_ATTENTION_SPLIT_TARGET", target, 1);
+      const int64_t ctx = 8192;
+      for (int64_t b : {1, 8, 32, 64}) {
+        const double kv_bytes = 2.0 * b * ctx * kKvHeads * kHd * 2;
+        const int n_rot = static_cast<int>(std::max(1.0, std::ceil(256e6 / kv_bytes)));
+        const int64_t blocks_per_call = b * ((ctx + kBlock - 1) / kBlock);
+        Tensor kc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
+        Tensor vc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
+        std::vector<mx::backend::AttentionMeta> metas;
+        for (int r = 0; r < n_rot; ++r) metas.push_back(decode_meta(be, b, ctx, 1, r * blocks_per_call));
+        Tensor q = bench.random({b, kHeads * kHd}, 1.f);
+        Tensor o = be.alloc(DType::kBF16, {b, kHeads * kHd});
+        const double ms = bench.time([&](int i) { be.attention(q, kc, vc, metas[i % n_rot], o); }, 20);
+        rows.push_back({"attention decode batch " + std::to_string(b) + " ctx 8192 [split target " + target +
+                            "/SM]", ms, kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
+      }
+    }
+    unsetenv("MXSERVE_ATTENTION_SPLIT_TARGET");
+  }
+
   // ---- attention prefill: one sequence, causal chunk from position 0 ----
   // The CUDA-core kernel (design 1) is timed again on a few shapes for comparison: MXSERVE_ATTENTION_KERNEL.
   // Designs: shared (8 tokens per block share K/V tiles; the default for prefill), warp (one warp per token,

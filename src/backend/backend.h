@@ -17,7 +17,7 @@
 namespace mxserve::backend {
 
 enum class Op {
-  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows,
+  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax,
 };
 const char* op_name(Op op);
 
@@ -95,6 +95,8 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const ExpertWeights& experts, Tensor& out) = 0;
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;          // out[r] = x[rows[r]]
+  // Greedy token per row: out i32 [R] = argmax over f32 logits [R, V], ties to the lowest index.
+  virtual void argmax_rows(const Tensor& logits, Tensor& out) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -1,4 +1,5 @@
 // The CPU backend: fp32 activations and weights, every op a call into kernels/cpu (the reference).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -156,6 +157,14 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < rows.numel(); ++i)
       std::memcpy(f32(out) + i * cols, f32(x) + static_cast<int64_t>(r[i]) * cols, sizeof(float) * cols);
   }
+  void argmax_rows(const Tensor& logits, Tensor& out) override {
+    const int64_t V = logits.dim(1);
+    MX_CHECK_EQ(out.numel(), logits.dim(0));
+    for (int64_t r = 0; r < logits.dim(0); ++r) {
+      const float* row = f32(logits) + r * V;
+      out.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    }
+  }
 };
 
 }  // namespace
@@ -173,6 +182,7 @@ const char* op_name(Op op) {
     case Op::kRouter: return "router";
     case Op::kMoeExperts: return "moe_experts";
     case Op::kGatherRows: return "gather_rows";
+    case Op::kArgmax: return "argmax";
   }
   return "?";
 }

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "kernels/cuda/sampling/argmax.h"
 #include "kernels/moe_tuning.h"
 
 namespace mxserve::backend {
@@ -73,6 +74,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // teardown: let queued work finish before handles go
+    if (staging_ != nullptr) cudaFreeHost(staging_);
     gemm_.reset();
     cudaStreamDestroy(stream_);
   }
@@ -146,12 +148,27 @@ class CudaBackend final : public Backend {
     MX_CHECK_MSG(host.device().type == DeviceType::kCPU && host.is_contiguous(),
                  "cuda upload: " << host.describe() << " on " << host.device().to_string());
     Tensor t = alloc(host.dtype(), host.shape());
-    if (host.nbytes() > 0) {
-      MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
-      // NOTE: the caller may free the host buffer on return, so wait for the copy. This costs CPU/GPU
-      // overlap per step; a pinned staging ring for per-step metadata is later work.
+    const size_t n = host.nbytes();
+    if (n == 0) return t;
+    if (n > kStagingBytes / 4) {
+      // Large (rare: weights go through copy_weight): the caller may free the host buffer on return.
+      MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), n, cudaMemcpyHostToDevice, stream_));
       MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return t;
     }
+    // Per-step metadata (ids, positions, slots, block tables): staged through a pinned ring so the host
+    // never waits for the GPU here. The ring is reused from its start only after the stream drained
+    // (one synchronize per kStagingBytes uploaded).
+    if (staging_ == nullptr) MX_CUDA_CHECK(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault));
+    staging_off_ = (staging_off_ + 255) & ~size_t{255};
+    if (staging_off_ + n > kStagingBytes) {
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      staging_off_ = 0;
+    }
+    char* src = static_cast<char*>(staging_) + staging_off_;
+    std::memcpy(src, host.raw(), n);
+    MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), src, n, cudaMemcpyHostToDevice, stream_));
+    staging_off_ += n;
     return t;
   }
 
@@ -381,11 +398,22 @@ class CudaBackend final : public Backend {
     kc::gather_rows(x.raw(), rows.data<int32_t>(), out.raw(), rows.numel(), row_bytes, stream_);
   }
 
+  void argmax_rows(const Tensor& logits, Tensor& out) override {
+    expect(logits, DType::kF32, "argmax_rows", "logits");
+    expect(out, DType::kI32, "argmax_rows", "out");
+    MX_CHECK_MSG(logits.ndim() == 2 && out.numel() == logits.dim(0),
+                 "cuda argmax_rows: " << logits.describe() << " -> " << out.describe());
+    kc::argmax_rows_f32(logits.data<float>(), out.data<int32_t>(), logits.dim(0), logits.dim(1), stream_);
+  }
+
   cudaStream_t stream() const { return stream_; }
 
  private:
+  static constexpr size_t kStagingBytes = size_t{64} << 20;
   int device_ = 0;
   int n_sms_ = 0;
+  void* staging_ = nullptr;  // pinned upload ring (see upload)
+  size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<kc::CachingAllocator> pool_;
   std::unique_ptr<kc::LtGemm> gemm_;

@@ -77,7 +77,7 @@ const std::set<std::string> kValueFlags = {
     "--base-url", "--host", "--port", "--model", "--tokenizer", "--corpus", "--api-key", "--endpoint",
     "--workload", "--input-len", "--output-len", "--range-ratio", "--cache-hit-rate", "--num-prefix-groups",
     "--dataset", "--seed", "--temperature", "--extra-body", "--request-rate", "--arrival", "--burstiness",
-    "--max-concurrency", "--num-requests", "--duration", "--warmup-requests", "--request-timeout", "--sweep",
+    "--max-concurrency", "--num-requests", "--duration", "--warmup-requests", "--ready-timeout", "--request-timeout", "--sweep",
     "--slo-ttft-p95", "--min-success", "--knee-tolerance", "--knee-max-bisections", "--gpus",
     "--gpu-hour-price", "--compare-price", "--compare-gpus", "--compare-throughput", "--output-json",
     "--plot-prefix", "--http-client"};
@@ -104,6 +104,7 @@ workload:  --workload random|shared-prefix|single-stream|file (random)
 arrivals:  --request-rate R (req/s, 'inf' = all at once)  --arrival poisson|constant|gamma (poisson)
            --burstiness k (gamma shape; 1 = Poisson)  --max-concurrency C (closed loop without a rate)
            --num-requests N | --duration 60s (per rate point)  --warmup-requests W (excluded)
+           --ready-timeout S (300: wait while GET /health answers 503, the server loading)
 sweeps:    --sweep 0.5,1,1.5,2,2.25,2.4  --find-knee --slo-ttft-p95 5s [--min-success 0.99]
            [--knee-tolerance 0.05] [--knee-max-bisections 8]
 cost:      --gpus N  --gpu-hour-price USD  --compare-price USD [--compare-gpus N]
@@ -227,6 +228,10 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
   if (has("--duration")) {
     MX_ASSIGN_OR_RETURN(c.duration_s, parse_seconds("--duration", v["--duration"]));
     if (!(c.duration_s > 0)) return bad("--duration", v["--duration"], "must be > 0");
+  }
+  if (has("--ready-timeout")) {
+    MX_ASSIGN_OR_RETURN(c.ready_timeout_s, parse_seconds("--ready-timeout", v["--ready-timeout"]));
+    if (c.ready_timeout_s < 0) return bad("--ready-timeout", v["--ready-timeout"], "must be >= 0");
   }
   if (has("--warmup-requests")) {
     MX_ASSIGN_OR_RETURN(c.warmup_requests, parse_int("--warmup-requests", v["--warmup-requests"]));

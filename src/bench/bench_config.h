@@ -43,6 +43,7 @@ struct BenchConfig {
   int64_t max_concurrency = 0;    // with no rate: closed loop; with a rate: client gate
   int64_t num_requests = -1;      // per rate point, measured (warm-up added on top)
   double duration_s = 0;          // per rate point, measured window for arrivals
+  double ready_timeout_s = 300;   // --ready-timeout: wait this long for /health 200 while the server loads
   int64_t warmup_requests = -1;   // -1: workload default (shared-prefix G, single-stream 1, else 0)
   double request_timeout_s = 600;
   HttpClientKind http_client = HttpClientKind::kAuto;

@@ -4,10 +4,12 @@
 #include "bench/http_get.h"
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "bench/arrivals.h"
 #include "bench/metrics.h"
@@ -37,7 +39,28 @@ Result<std::string> fetch_first_model(const std::string& base_url, const std::st
   return j["data"][0]["id"].get<std::string>();
 }
 
+// A server that answers /health with 503 is still loading (or draining): wait, up to the timeout, so the
+// first measured point does not land on a cold server. No /health (404, other servers) or an
+// unreachable server: go on, the next check reports it.
+namespace {
+Status wait_until_ready(const std::string& base_url, const std::string& api_key, double timeout_s, std::ostream& err) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool said = false;
+  for (;;) {
+    auto got = http_get(base_url + "/health", api_key, 5000L);
+    if (!got.is_ok() || got->status != 503) return Status::ok();
+    if (std::chrono::steady_clock::now() >= deadline)
+      return unavailable(base_url + "/health still 503 after " + std::to_string(static_cast<int>(timeout_s)) +
+                         " s (--ready-timeout)");
+    if (!said) err << "mxserve bench: waiting for " << base_url << "/health (503: the server is loading)\n";
+    said = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+}  // namespace
+
 Status BenchRun::prepare() {
+  MX_RETURN_IF_ERROR(wait_until_ready(c_.base_url, c_.api_key, c_.ready_timeout_s, err_));
   if (c_.model.empty()) {
     MX_ASSIGN_OR_RETURN(model_, fetch_first_model(c_.base_url, c_.api_key));
   } else {

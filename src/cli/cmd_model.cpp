@@ -1,4 +1,5 @@
 // verify-fixture, generate, inspect: the model-level subcommands.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -121,7 +122,9 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> out;
   runtime::Usage usage;
   std::string error;
+  std::chrono::steady_clock::time_point first_token;
   auto id = engine.submit(req, [&](const runtime::TokenEvent& ev) {
+    if (ev.token >= 0 && out.empty()) first_token = std::chrono::steady_clock::now();
     if (ev.token >= 0) out.push_back(ev.token);
     if (ev.finish != runtime::FinishReason::kNone) usage = ev.usage;
     if (ev.finish == runtime::FinishReason::kError) error = ev.error;
@@ -135,6 +138,11 @@ int cmd_generate(int argc, char** argv) {
   for (size_t i = 0; i < out.size(); ++i) os << (i ? "," : "") << out[i];
   std::printf("%s\n", os.str().c_str());
   std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s)", out.size(), secs, out.size() / secs);
+  if (out.size() > 1) {  // steady state: the first step carries the prefill and one-time kernel loading
+    const double ttft = std::chrono::duration<double>(first_token - t0).count();
+    std::fprintf(stderr, "; time to first token %.3f s, decode %.1f tok/s", ttft,
+                 static_cast<double>(out.size() - 1) / std::max(secs - ttft, 1e-9));
+  }
   if (spec->num_steps > 0)
     std::fprintf(stderr, "; speculative: %lld drafted, %lld accepted (acceptance length %.2f per step)",
                  static_cast<long long>(usage.spec_draft_tokens), static_cast<long long>(usage.spec_accepted_tokens),

@@ -23,6 +23,7 @@ struct ForwardBatch {
   std::vector<SequenceSpan> seqs;   // contiguous, in row order, covering all T rows
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted
   bool want_hidden = false;         // also return the post-final-norm hidden state of every row
+  bool want_host_logits = true;     // copy the logit rows to the host (false: greedy ids only, see executor.h)
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // Checks row coverage, KV lengths, block tables against the cache geometry, ids against the vocab.

@@ -44,6 +44,9 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& 
     }
     ext.seqs.push_back(std::move(span));
   }
+  ext.want_host_logits = false;  // greedy drafts need only the device argmax
+  for (size_t k : decoding)
+    if (rows[k].seq->sampling.temperature > 0.f) ext.want_host_logits = true;
   Tensor h_in = executor_->select_rows(target_hidden, hidden_rows);
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute_mtp(ext, h_in));
   for (const MtpRows& r : rows) r.seq->n_draft_computed = r.last_pos + 1;
@@ -67,10 +70,14 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& 
     Sequence* seq = r.seq;
     // Room for the drafts' KV now and for verifying them next step; no room -> plain decoding.
     if (!scheduler_.reserve(seq, static_cast<int64_t>(seq->tokens.size()) + n_steps)) continue;
-    std::span<const float> lr(out.logits.data<float>() + k * V, V);
-    TokenDistribution q = sampling_distribution(lr, seq->sampling);
-    seq->drafts = {pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64)};
-    if (seq->sampling.temperature > 0.f) seq->draft_q = {std::move(q)};
+    if (seq->sampling.temperature <= 0.f) {
+      seq->drafts = {out.greedy_token(static_cast<int64_t>(k))};
+    } else {
+      std::span<const float> lr(out.logits.data<float>() + k * V, V);
+      TokenDistribution q = sampling_distribution(lr, seq->sampling);
+      seq->drafts = {pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64)};
+      seq->draft_q = {std::move(q)};
+    }
     const auto& span = ext.seqs[decoding[k]];
     active.push_back({seq, span.token_begin + span.n_tokens - 1});
   }
@@ -78,6 +85,9 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& 
   for (int32_t j = 2; j <= n_steps && !active.empty(); ++j) {
     model::ForwardBatch d;
     d.want_hidden = true;
+    d.want_host_logits = false;
+    for (const Drafting& a : active)
+      if (a.seq->sampling.temperature > 0.f) d.want_host_logits = true;
     std::vector<int32_t> hrows;
     for (size_t a = 0; a < active.size(); ++a) {
       Sequence* seq = active[a].seq;
@@ -97,10 +107,14 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& 
     MX_ASSIGN_OR_RETURN(ExecOutput step, executor_->execute_mtp(d, hd));
     for (size_t a = 0; a < active.size(); ++a) {
       Sequence* seq = active[a].seq;
-      std::span<const float> lr(step.logits.data<float>() + a * V, V);
-      TokenDistribution q = sampling_distribution(lr, seq->sampling);
-      seq->drafts.push_back(pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64 + j));
-      if (seq->sampling.temperature > 0.f) seq->draft_q.push_back(std::move(q));
+      if (seq->sampling.temperature <= 0.f) {
+        seq->drafts.push_back(step.greedy_token(static_cast<int64_t>(a)));
+      } else {
+        std::span<const float> lr(step.logits.data<float>() + a * V, V);
+        TokenDistribution q = sampling_distribution(lr, seq->sampling);
+        seq->drafts.push_back(pick_draft(q, *seq, static_cast<uint64_t>(seq->n_generated()) * 64 + j));
+        seq->draft_q.push_back(std::move(q));
+      }
       active[a].hidden_row = static_cast<int32_t>(a);
     }
     hidden = step.hidden;

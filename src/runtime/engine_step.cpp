@@ -31,10 +31,19 @@ bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector
   return ev.finish != FinishReason::kNone;
 }
 
+// True when a request's next token is the plain argmax of its raw logits (no temperature, logprobs or
+// penalties), so the device-side argmax is all the host needs.
+bool greedy_ids_suffice(const SamplingParams& sp) {
+  return sp.temperature <= 0.f && sp.logprobs < 0 && sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f;
+}
+
 Status Engine::run_plan(const SchedulePlan& plan) {
   model::ForwardBatch batch = build_forward_batch(plan);
   const bool spec = spec_enabled();
   batch.want_hidden = spec;
+  batch.want_host_logits = false;
+  for (const auto& c : plan.chunks)
+    if ((c.n_drafts > 0 || c.needs_sample) && !greedy_ids_suffice(c.seq->sampling)) batch.want_host_logits = true;
   const auto scheduled_at = Clock::now();
   for (const auto& c : plan.chunks)
     if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
@@ -52,10 +61,13 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       // Verify: the target's rows p_0..p_N against drafts d_1..d_N.
       const auto& sp = seq->sampling;
       const bool greedy = sp.temperature <= 0.f;
-      std::vector<TokenDistribution> p(c.n_tokens);
-      for (int32_t i = 0; i < c.n_tokens; ++i) {
-        std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
-        p[i] = sampling_distribution(lr, sp);
+      std::vector<TokenDistribution> p;  // sampled requests only: greedy ones need the argmax ids alone
+      if (!greedy) {
+        p.resize(c.n_tokens);
+        for (int32_t i = 0; i < c.n_tokens; ++i) {
+          std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
+          p[i] = sampling_distribution(lr, sp);
+        }
       }
       const uint64_t seed = sp.seed.value_or(seq->seed) ^ 0xA5A5A5A5ull;
       const uint64_t base = static_cast<uint64_t>(seq->n_generated()) * 64;
@@ -64,7 +76,13 @@ Status Engine::run_plan(const SchedulePlan& plan) {
         // Benchmark mode: accept a fixed expected number of drafts, whatever they are.
         const double want = *config_.spec.simulate_acceptance - 1.0 + counter_uniform(seed, base);
         v.n_accepted = std::clamp(static_cast<int32_t>(want), 0, c.n_drafts);
-        v.next_token = greedy ? p[v.n_accepted].argmax() : p[v.n_accepted].draw(counter_uniform(seed, base + 1));
+        v.next_token = greedy ? out.greedy_token(logit_row + v.n_accepted)
+                              : p[v.n_accepted].draw(counter_uniform(seed, base + 1));
+      } else if (greedy) {
+        // Accept while d_{i+1} == argmax p_i; the next token is the argmax after the last accepted draft.
+        while (v.n_accepted < c.n_drafts && seq->drafts[v.n_accepted] == out.greedy_token(logit_row + v.n_accepted))
+          ++v.n_accepted;
+        v.next_token = out.greedy_token(logit_row + v.n_accepted);
       } else {
         v = verify_chain(std::span<const int32_t>(seq->drafts.data(), c.n_drafts), seq->draft_q, p, greedy,
                          [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
@@ -98,10 +116,14 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       }
       logit_row += c.n_tokens;
     } else if (c.needs_sample) {
-      std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
-      std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
-      SampleResult s = sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), gen);
-      done = emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
+      if (greedy_ids_suffice(seq->sampling)) {
+        done = emit_token(seq, out.greedy_token(logit_row), 0.f, {});
+      } else {
+        std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
+        std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
+        SampleResult s = sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), gen);
+        done = emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
+      }
       ++generated;
       logit_row += 1;
     }

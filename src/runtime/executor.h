@@ -12,8 +12,11 @@
 namespace mxserve::runtime {
 
 struct ExecOutput {
-  Tensor logits;  // host f32 [len(batch.logit_rows), V]
-  Tensor hidden;  // on the backend, [T, H] post-norm hidden states when batch.want_hidden
+  Tensor logits;                // host f32 [len(batch.logit_rows), V]; empty when !batch.want_host_logits
+  std::vector<int32_t> argmax;  // [len(batch.logit_rows)] greedy token of each logit row (computed on the device)
+  Tensor hidden;                // on the backend, [T, H] post-norm hidden states when batch.want_hidden
+  // The greedy token of logit row r, from argmax when present (fake executors may fill only logits).
+  int32_t greedy_token(int64_t r) const;
 };
 
 class ModelExecutor {

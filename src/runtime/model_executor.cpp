@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "core/check.h"
 #include "runtime/executor.h"
 
@@ -14,12 +16,12 @@ class CausalLmExecutor final : public ModelExecutor {
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
-    return ExecOutput{be_.to_host(out.logits), out.hidden};
+    return finish(batch, out);
   }
   bool has_mtp() const override { return model_.has_mtp(); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
-    return ExecOutput{be_.to_host(out.logits), out.hidden};
+    return finish(batch, out);
   }
   Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) override {
     const int64_t R = static_cast<int64_t>(rows.size());
@@ -30,6 +32,21 @@ class CausalLmExecutor final : public ModelExecutor {
   }
 
  private:
+  // Greedy ids are reduced on the device (R x 4 bytes back); the full logits cross only when asked for.
+  ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out) {
+    ExecOutput r;
+    r.hidden = out.hidden;
+    const int64_t R = out.logits.numel() > 0 ? out.logits.dim(0) : 0;
+    if (R > 0) {
+      Tensor ids = be_.alloc(DType::kI32, {R});
+      be_.argmax_rows(out.logits, ids);
+      Tensor host_ids = be_.to_host(ids);
+      r.argmax.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + R);
+    }
+    if (batch.want_host_logits) r.logits = be_.to_host(out.logits);
+    return r;
+  }
+
   model::CausalLM& model_;
   backend::Backend& be_;
   std::unique_ptr<kvcache::KvCache> kv_;
@@ -40,6 +57,14 @@ class CausalLmExecutor final : public ModelExecutor {
 std::unique_ptr<ModelExecutor> make_model_executor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks,
                                                    int64_t block_size) {
   return std::make_unique<CausalLmExecutor>(model, be, n_blocks, block_size);
+}
+
+int32_t ExecOutput::greedy_token(int64_t r) const {
+  if (!argmax.empty()) return argmax.at(static_cast<size_t>(r));
+  MX_CHECK_MSG(logits.numel() > 0, "ExecOutput: neither argmax nor logits for row " << r);
+  const int64_t V = logits.dim(1);
+  const float* p = logits.data<float>() + r * V;
+  return static_cast<int32_t>(std::max_element(p, p + V) - p);
 }
 
 int64_t kv_blocks_for_bytes(const model::CausalLM& model, int64_t block_size, uint64_t bytes) {

@@ -229,6 +229,11 @@ void FakeOpenAiServer::handle_request(Conn& c, const std::string& method, const 
                      "\r\n\r\n" + json);
     flush(c);
   };
+  if (method == "GET" && path == "/health" && health_503_count >= 0) {
+    const int64_t n = health_probes.fetch_add(1);
+    respond(n < health_503_count ? 503 : 200, "{}");
+    return;
+  }
   if (method == "GET" && path == "/v1/models") {
     respond(200, R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})");
     return;

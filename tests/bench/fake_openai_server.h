@@ -62,6 +62,9 @@ class FakeOpenAiServer {
   // CPU seconds used so far by the server thread (for the client benchmark's report).
   double thread_cpu_seconds();
   // Body of GET /metrics (Prometheus text); unset: 404. Set before start(); called on the server thread.
+  // GET /health: 503 for the first `health_503_count` probes, then 200 (-1: no /health, 404). Set before start().
+  int64_t health_503_count = -1;
+  std::atomic<int64_t> health_probes{0};
   std::function<std::string()> metrics_text;
 
   struct Conn;

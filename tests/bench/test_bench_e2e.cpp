@@ -435,5 +435,40 @@ TEST(ServerMetrics, ScrapedAroundEachRatePoint) {
   EXPECT_NE(out.str().find("Spec decode acceptance length (server):"), std::string::npos);
 }
 
+
+// A server still loading answers /health with 503: the bench waits (no request is sent before it is
+// ready) and gives up after --ready-timeout with an error naming /health.
+TEST(BenchE2E, WaitsForHealthBeforeTheFirstPoint) {
+  {
+    FakeOpenAiServer server([](const FakeRequest&) { return FakePlan{}; });
+    server.health_503_count = 3;
+    ASSERT_TRUE(server.start());
+    BenchConfig c = base_config(server.base_url());
+    c.num_requests = 2;
+    c.max_concurrency = 1;
+    std::ostringstream out, err;
+    BenchRun run(c, out, err);
+    Status s = run.run();
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(server.health_probes.load(), 4);  // 3 x 503, then 200
+    EXPECT_EQ(server.requests(), 2);
+    EXPECT_NE(err.str().find("waiting for"), std::string::npos) << err.str();
+  }
+  {
+    FakeOpenAiServer server([](const FakeRequest&) { return FakePlan{}; });
+    server.health_503_count = 1000000;
+    ASSERT_TRUE(server.start());
+    BenchConfig c = base_config(server.base_url());
+    c.num_requests = 1;
+    c.ready_timeout_s = 1.0;
+    std::ostringstream out, err;
+    BenchRun run(c, out, err);
+    Status s = run.run();
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("/health"), std::string::npos) << s.to_string();
+    EXPECT_EQ(server.requests(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace mxserve::bench

@@ -137,6 +137,28 @@ TEST_F(CudaOps, GatherRowsExact) {
   expect_exact(host(out32), ref);
 }
 
+TEST_F(CudaOps, ArgmaxRowsExact) {
+  // Vocabularies with and without 16-byte rows, ties (lowest index wins), one row and many.
+  for (int64_t V : {151552, 1001, 7}) {
+    for (int64_t R : {1, 37}) {
+      Tensor x = rand({R, V});
+      for (int64_t r = 0; r < R; r += 3) {  // plant a tie for the maximum
+        float* row = x.data<float>() + r * V;
+        const float m = *std::max_element(row, row + V) + 1.f;
+        row[V - 1] = m;
+        row[V / 2] = m;
+      }
+      Tensor ref = Tensor::empty(DType::kI32, {R});
+      cpu_->argmax_rows(x, ref);
+      Tensor init = Tensor::empty(DType::kI32, {R});
+      for (int64_t r = 0; r < R; ++r) init.data<int32_t>()[r] = -1;
+      Tensor out = gpu_->upload(init);
+      gpu_->argmax_rows(gpu_exact(x), out);
+      expect_exact(host(out), ref);
+    }
+  }
+}
+
 TEST_F(CudaOps, KvWriteExactAtBlockBoundaries) {
   const int64_t bs = 16, n_blocks = 6, width = 2 * 32;
   Tensor kc = rand({n_blocks * bs, width}), vc = rand({n_blocks * bs, width});

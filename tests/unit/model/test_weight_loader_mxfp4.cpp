@@ -55,6 +55,7 @@ class Mxfp4ClaimingBackend final : public backend::Backend {
     cpu_->moe_experts(x, ids, w, ex, out);
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override { cpu_->gather_rows(x, rows, out); }
+  void argmax_rows(const Tensor& logits, Tensor& out) override { cpu_->argmax_rows(logits, out); }
 
  private:
   std::unique_ptr<backend::Backend> cpu_ = backend::make_cpu_backend();

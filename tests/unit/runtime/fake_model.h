@@ -72,7 +72,7 @@ class FakeModel final : public ModelExecutor {
     }
     ++steps_;
     tokens_ += batch.n_tokens();
-    return ExecOutput{logits, Tensor()};
+    return ExecOutput{logits, {}, Tensor()};
   }
   Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>&) override { return hidden; }
   int64_t steps() const { return steps_; }

@@ -55,6 +55,7 @@ class RecordingExecutor final : public ModelExecutor {
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
     model::ForwardBatch all = b;
     all.logit_rows.clear();
+    all.want_host_logits = true;  // recorded in full; the engine then reads the picked rows' logits
     for (int32_t r = 0; r < b.n_tokens(); ++r) all.logit_rows.push_back(r);
     MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(all, h));
     const int64_t V = vocab_size();
@@ -67,6 +68,7 @@ class RecordingExecutor final : public ModelExecutor {
     for (size_t i = 0; i < b.logit_rows.size(); ++i)
       std::memcpy(picked.data<float>() + i * V, out.logits.data<float>() + b.logit_rows[i] * V, sizeof(float) * V);
     out.logits = picked;
+    out.argmax.clear();  // rows changed: greedy tokens come from the picked logits
     return out;
   }
 

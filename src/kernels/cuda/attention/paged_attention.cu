@@ -28,6 +28,7 @@ namespace {
 constexpr int kKeyTile = 64;
 constexpr int kThreads = 128;
 constexpr int kMinSplitKeys = 256;
+constexpr int64_t kDefaultWarpSplitTarget = 8;  // warps per SM, decode kernel (plan_warp)
 
 template <int HD>
 constexpr int padded_row() {
@@ -239,13 +240,22 @@ void combine(const void* workspace, void* out, const AttentionParams& p, const A
 namespace {
 
 // Tensor-core kernel: one warp per (token, kv head, split); aim at ~8 resident warps per SM.
+// Warps (token, kv head, split) the decode kernel aims for per SM: more splits put more K/V bytes in
+// flight per SM (HBM latency) at the cost of a larger combine. MXSERVE_ATTENTION_SPLIT_TARGET overrides
+// the default (benchmarks sweep it; see docs/perf/cuda-baseline.md).
+int64_t warp_split_target_per_sm() {
+  const char* v = std::getenv("MXSERVE_ATTENTION_SPLIT_TARGET");
+  const int64_t n = v != nullptr ? std::atoll(v) : 0;
+  return n > 0 ? n : kDefaultWarpSplitTarget;
+}
+
 AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
   constexpr int64_t kMinSplit = 128, kAlign = 64;
   AttentionLaunch plan;
   plan.kernel = AttentionKernel::kWarp;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
-  const int64_t target = 8ll * n_sms;
+  const int64_t target = warp_split_target_per_sm() * n_sms;
   plan.n_splits = 1;
   plan.split_len = 1 << 30;
   if (base >= target || max_ctx <= kMinSplit) return plan;
