@@ -7,6 +7,7 @@
 #           model (bench_model.sh), spec (spec_perf.sh), or any dev/gpu/NAME.sh copied into the payload.
 set -u
 P=$(cd "$1" && pwd); shift
+export MXSERVE_PAYLOAD="$P"
 FINAL_OUT=${OUT:-/tmp/mxserve_gpu}
 WORK=/tmp/mxserve_stages
 rm -rf "$WORK"; mkdir -p "$WORK" "$FINAL_OUT"

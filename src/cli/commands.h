@@ -11,5 +11,7 @@ int cmd_quantize(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_tune_moe(int argc, char** argv);       // cmd_moe_kernels.cpp
+int cmd_bench_kernels(int argc, char** argv);  // cmd_moe_kernels.cpp
 
 }  // namespace mxserve::cli

@@ -29,6 +29,8 @@ const Command kCommands[] = {
     {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
     {"bench", mxserve::bench::cmd_bench, "load-test an OpenAI-compatible server (RPS sweep, TTFT knee, cost)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
+    {"tune-moe", mxserve::cli::cmd_tune_moe, "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)"},
+    {"bench-kernels", mxserve::cli::cmd_bench_kernels, "MoE kernel microbenchmark: bench-kernels moe --experts E ... (CUDA)"},
 };
 
 void usage(FILE* out) {

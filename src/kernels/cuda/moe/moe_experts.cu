@@ -19,6 +19,7 @@
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/moe/moe_permute.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -167,69 +168,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block does the whole permutation (P is at most a few hundred thousand pairs): shared-memory
-// histogram, warp-0 scan to row offsets, m-tile offsets and the list of active experts, then the
-// scatter. One launch instead of memset + count + scan + scatter.
-constexpr int kPermuteThreads = 1024;
-
-__global__ void __launch_bounds__(kPermuteThreads)
-    permute_kernel(const int32_t* __restrict__ ids, int64_t n_pairs, int n_experts, int top_k,
-                   int32_t* __restrict__ row_offsets, int32_t* __restrict__ tile_offsets,
-                   int32_t* __restrict__ row_token, int32_t* __restrict__ pair_row, int32_t* __restrict__ active,
-                   int32_t* __restrict__ n_active) {
-  extern __shared__ int32_t psm[];
-  int32_t* count = psm;              // [E]
-  int32_t* cursor = psm + n_experts;  // [E]
-  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
-    const int e = ids[i];
-    if (e < 0 || e >= n_experts) __trap();  // a corrupt routing id is a bug: fail loudly
-    atomicAdd(&count[e], 1);
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int rows = 0, tiles = 0, acts = 0;
-    for (int base = 0; base < n_experts; base += 32) {
-      const int e = base + lane;
-      const int c = e < n_experts ? count[e] : 0;
-      const int tl = (c + kBM - 1) / kBM, a = c > 0 ? 1 : 0;
-      int ic = c, it = tl, ia = a;  // inclusive scans
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int uc = __shfl_up_sync(0xffffffffu, ic, o), ut = __shfl_up_sync(0xffffffffu, it, o),
-                  ua = __shfl_up_sync(0xffffffffu, ia, o);
-        if (lane >= o) {
-          ic += uc;
-          it += ut;
-          ia += ua;
-        }
-      }
-      if (e < n_experts) {
-        row_offsets[e] = rows + ic - c;
-        cursor[e] = rows + ic - c;
-        tile_offsets[e] = tiles + it - tl;
-        if (a) active[acts + ia - 1] = e;
-      }
-      rows += __shfl_sync(0xffffffffu, ic, 31);
-      tiles += __shfl_sync(0xffffffffu, it, 31);
-      acts += __shfl_sync(0xffffffffu, ia, 31);
-    }
-    if (lane == 0) {
-      row_offsets[n_experts] = rows;
-      tile_offsets[n_experts] = tiles;
-      *n_active = acts;
-    }
-  }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
-    const int row = atomicAdd(&cursor[ids[i]], 1);
-    row_token[row] = static_cast<int32_t>(i / top_k);
-    pair_row[i] = row;
-  }
-}
-
 // Decode path (few tokens): one warp per output row n of one active expert, weights streamed once with
 // 16-byte loads (the MMA tiles would be 1/32 full); the expert's <= kGemvRows input rows sit in shared
 // memory. kSwiglu: C[row, n] = silu(x W_gate[n]) * (x W_up[n]); plain: C[row, n] = x W[n].
@@ -298,56 +236,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
 }
 
-// One thread per (token, 8 columns).
-__global__ void unpermute_kernel(const bf16* __restrict__ y, const int32_t* __restrict__ pair_row,
-                                 const float* __restrict__ weights, bf16* out, int64_t n_tokens, int64_t d_model,
-                                 int top_k) {
-  const int64_t chunks = d_model / 8;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_tokens * chunks;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / chunks, c = (i % chunks) * 8;
-    float acc[8];
-    load8(out + t * d_model + c, acc);
-    for (int k = 0; k < top_k; ++k) {
-      const float w = weights[t * top_k + k];
-      float v[8];
-      load8(y + static_cast<int64_t>(pair_row[t * top_k + k]) * d_model + c, v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += w * v[j];
-    }
-    store8(out + t * d_model + c, acc);
-  }
-}
-
-struct Workspace {
-  int32_t *row_offsets, *tile_offsets, *active, *n_active, *row_token, *pair_row;
-  bf16 *act, *y;
-};
-
-size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
-
-Workspace carve(void* base, const MoeShape& s) {
-  const int64_t P = s.n_tokens * s.top_k;
-  auto* p = static_cast<char*>(base);
-  Workspace w;
-  auto take = [&](size_t bytes) {
-    char* r = p;
-    p += align_up(bytes);
-    return r;
-  };
-  w.row_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
-  w.tile_offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
-  w.active = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
-  w.n_active = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (s.n_experts + 1)));
-  w.row_token = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
-  w.pair_row = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * P));
-  w.act = reinterpret_cast<bf16*>(take(sizeof(bf16) * P * s.inter));
-  w.y = reinterpret_cast<bf16*>(take(sizeof(bf16) * P * s.d_model));
-  return w;
-}
-
-int grid_1d(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
-
 // NOTE: the GEMV path wins while each active expert has a handful of rows (decode); the crossover was
 // not tuned (T <= 4 by construction: at most 4 rows per expert when a token's ids are distinct).
 // MXSERVE_MOE_KERNEL=grouped forces the grouped GEMM (benchmark comparisons only).
@@ -358,7 +246,7 @@ bool use_gemv(const MoeShape& s) {
 }
 
 template <bool kSwiglu>
-void launch_gemv(const void* a, const int32_t* row_token, const void* w, bf16* c, const Workspace& ws,
+void launch_gemv(const void* a, const int32_t* row_token, const void* w, bf16* c, const MoeWorkspace& ws,
                  unsigned max_active, int64_t n, int64_t k, cudaStream_t stream) {
   const size_t smem = sizeof(bf16) * kGemvRows * k;
   static size_t configured = 48 * 1024;  // NOTE: opt-in above 48 KB of dynamic shared memory
@@ -374,7 +262,7 @@ void launch_gemv(const void* a, const int32_t* row_token, const void* w, bf16* c
   MX_CUDA_CHECK_LAUNCH();
 }
 
-void launch_grouped(const void* x, const void* gate_up, const void* down, const Workspace& w, const MoeShape& s,
+void launch_grouped(const void* x, const void* gate_up, const void* down, const MoeWorkspace& w, const MoeShape& s,
                     int64_t P, cudaStream_t stream) {
   // Upper bound on the schedule's tiles: sum_e ceil(c_e / kBM) <= ceil(P / kBM) + min(E, P).
   const int64_t max_tiles = (P + kBM - 1) / kBM + std::min<int64_t>(s.n_experts, P);
@@ -392,11 +280,7 @@ void launch_grouped(const void* x, const void* gate_up, const void* down, const 
 
 }  // namespace
 
-size_t moe_workspace_bytes(const MoeShape& s) {
-  const int64_t P = s.n_tokens * s.top_k;
-  return 4 * align_up(sizeof(int32_t) * (s.n_experts + 1)) + 2 * align_up(sizeof(int32_t) * P) +
-         align_up(sizeof(bf16) * P * s.inter) + align_up(sizeof(bf16) * P * s.d_model);
-}
+size_t moe_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s); }
 
 void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* gate_up,
                       const void* down, void* out, const MoeShape& s, void* workspace, cudaStream_t stream) {
@@ -405,10 +289,10 @@ void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_
                "moe_experts_bf16: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 8");
   const int64_t P = s.n_tokens * s.top_k;
   MX_CHECK_LT(P, int64_t{1} << 31);
-  const Workspace w = carve(workspace, s);
+  const MoeWorkspace w = moe_carve_workspace(workspace, s);
   MX_CHECK_LE(s.n_experts, 4096);
-  permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
-      topk_ids, P, s.n_experts, s.top_k, w.row_offsets, w.tile_offsets, w.row_token, w.pair_row, w.active,
+  moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
+      topk_ids, P, s.n_experts, s.top_k, kBM, w.row_offsets, w.tile_offsets, w.row_token, w.pair_row, w.active,
       w.n_active);
   MX_CUDA_CHECK_LAUNCH();
 
@@ -419,7 +303,7 @@ void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_
   } else {
     launch_grouped(x, gate_up, down, w, s, P, stream);
   }
-  unpermute_kernel<<<grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
+  moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
       w.y, w.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
   MX_CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,123 @@
+// MXFP4 routed experts (moe_mxfp4.h): the variant registry, the heuristic, and the launch sequence
+//   permute (moe/moe_permute.cuh) -> GEMM 1 gate_up + SwiGLU -> GEMM 2 down -> weighted un-permute,
+// all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe/moe_permute.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+// The same list serves both GEMMs (each kernel has a SwiGLU and a plain instance). Order is the tuner's.
+//   simt_r4       design 1: CUDA-core GEMV, 4 rows of an expert per weight pass (decode only)
+//   tc_w{64,128}_t{T}  design 2: mma.sync, {4,8} warps x 16 weight rows per block, T expert rows per pass
+enum Variant { kSimtR4, kTcW64T8, kTcW128T8, kTcW128T16, kTcW128T32, kTcW128T64, kNumVariants };
+const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8",
+                                         "tc_w128_t16", "tc_w128_t32", "tc_w128_t64"};
+
+// NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
+// (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
+constexpr int64_t kSimtMaxTokens = 64;
+
+void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+  switch (variant) {
+    case kSimtR4: launch_mxfp4_simt(swiglu, a, stream); return;
+    case kTcW64T8: launch_mxfp4_tc<4, 8>(swiglu, a, stream); return;
+    case kTcW128T8: launch_mxfp4_tc<8, 8>(swiglu, a, stream); return;
+    case kTcW128T16: launch_mxfp4_tc<8, 16>(swiglu, a, stream); return;
+    case kTcW128T32: launch_mxfp4_tc<8, 32>(swiglu, a, stream); return;
+    case kTcW128T64: launch_mxfp4_tc<8, 64>(swiglu, a, stream); return;
+    default: MX_CHECK_MSG(false, "moe_experts_mxfp4: no variant " << variant);
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& moe_mxfp4_variants(MoeGemm) { return kNames; }
+
+int moe_mxfp4_variant_index(MoeGemm gemm, const std::string& name) {
+  const auto& v = moe_mxfp4_variants(gemm);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
+  if (variant < 0 || variant >= kNumVariants) return false;
+  if (s.d_model % 32 != 0 || s.inter % 32 != 0 || s.d_model <= 0 || s.inter <= 0) return false;
+  const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
+  if (variant == kSimtR4) return s.n_tokens <= kSimtMaxTokens && 4 * 2 * k <= 227 * 1024;
+  return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)
+}
+
+// Heuristic (no tuned table): tc variants only (always supported), the pass width T from the mean rows
+// per active expert r = P / min(E, P): T = 8 for r <= 8 (decode; 4-warp blocks while P <= 64 so a few
+// experts still spread over all SMs), 16 for r <= 16, 32 for r <= 48, else 64. Same rule for both GEMMs.
+MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
+  const int64_t P = std::max<int64_t>(1, s.n_tokens * s.top_k);
+  const int64_t active = std::max<int64_t>(1, std::min<int64_t>(s.n_experts, P));
+  const int64_t r = (P + active - 1) / active;
+  int v;
+  if (r <= 8) v = P <= 64 ? kTcW64T8 : kTcW128T8;
+  else if (r <= 16) v = kTcW128T16;
+  else if (r <= 48) v = kTcW128T32;
+  else v = kTcW128T64;
+  return {v, v};
+}
+
+size_t moe_mxfp4_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s); }
+
+void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk_weights, const MoeMxfp4Weights& w,
+                       void* out, const MoeShape& s, const MoeMxfp4Plan& plan, void* workspace, cudaStream_t stream) {
+  if (s.n_tokens == 0) return;
+  MX_CHECK_MSG(s.d_model % 32 == 0 && s.inter % 32 == 0,
+               "moe_experts_mxfp4: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 32");
+  MX_CHECK_MSG(moe_mxfp4_variant_supports(MoeGemm::kGateUp, plan.gate_up, s) &&
+                   moe_mxfp4_variant_supports(MoeGemm::kDown, plan.down, s),
+               "moe_experts_mxfp4: plan (gate_up " << plan.gate_up << ", down " << plan.down
+                                                  << ") not supported for n_tokens " << s.n_tokens << " d_model "
+                                                  << s.d_model << " inter " << s.inter);
+  MX_CHECK_MSG(w.gate_up_q && w.gate_up_s && w.down_q && w.down_s, "moe_experts_mxfp4: null weight pointer");
+  const int64_t P = s.n_tokens * s.top_k;
+  MX_CHECK_LT(P, int64_t{1} << 31);
+  MX_CHECK_LE(s.n_experts, 4096);
+  const MoeWorkspace ws = moe_carve_workspace(workspace, s);
+  moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
+      topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
+      ws.n_active);
+  MX_CUDA_CHECK_LAUNCH();
+
+  Mxfp4GemmArgs g;
+  g.row_offsets = ws.row_offsets;
+  g.active = ws.active;
+  g.n_active = ws.n_active;
+  g.max_active = static_cast<int>(std::min<int64_t>(s.n_experts, P));
+  g.a = static_cast<const bf16*>(x);
+  g.row_token = ws.row_token;
+  g.wq = w.gate_up_q;
+  g.ws = w.gate_up_s;
+  g.c = ws.act;
+  g.n = static_cast<int>(s.inter);
+  g.k = static_cast<int>(s.d_model);
+  run_gemm(plan.gate_up, true, g, stream);
+
+  g.a = ws.act;
+  g.row_token = nullptr;
+  g.wq = w.down_q;
+  g.ws = w.down_s;
+  g.c = ws.y;
+  g.n = static_cast<int>(s.d_model);
+  g.k = static_cast<int>(s.inter);
+  run_gemm(plan.down, false, g, stream);
+
+  moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
+      ws.y, ws.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mxserve::kernels::cuda

@@ -1,0 +1,36 @@
+// Internal to moe_mxfp4/: the arguments every MXFP4 grouped-GEMM variant takes and their launchers.
+// One launch covers all active experts (grid.y walks the device-side active list; surplus blocks exit).
+//   gate_up (kSwiglu): A = x [T, K] gathered through row_token, W = [E, 2N, K] (gate rows then up rows),
+//                      C = act [P, N] = silu(A W_gate^T) * (A W_up^T);  N = inter, K = d_model
+//   down (plain):      A = act [P, K] (row = permuted row), W = [E, N, K], C = y [P, N];  N = d_model, K = inter
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/common/bf16.cuh"
+
+namespace mxserve::kernels::cuda {
+
+struct Mxfp4GemmArgs {
+  const bf16* a = nullptr;
+  const int32_t* row_token = nullptr;  // gate_up only
+  const uint8_t* wq = nullptr;         // u8 [E, rows, K/2]
+  const uint8_t* ws = nullptr;         // u8 [E, rows, K/32]
+  bf16* c = nullptr;                   // [P, N]
+  const int32_t* row_offsets = nullptr;
+  const int32_t* active = nullptr;
+  const int32_t* n_active = nullptr;
+  int max_active = 0;  // grid.y bound: min(E, P)
+  int n = 0, k = 0;
+};
+
+// Design 1 (CUDA cores): one warp per output feature, fp32 FMA, <= 4 rows of an expert per weight pass.
+void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 2 (tensor cores, mma.sync m16n8k16 bf16): weights stream global -> registers -> dequant -> the
+// MMA's A operand (16 weight rows per warp); kTokens rows of the expert per pass from shared memory.
+template <int kWarps, int kTokens>
+void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+
+}  // namespace mxserve::kernels::cuda

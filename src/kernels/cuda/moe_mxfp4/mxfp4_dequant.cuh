@@ -1,0 +1,65 @@
+// In-register MXFP4 dequantization shared by the MXFP4 MoE kernels: E2M1 code pairs -> bf16x2 and the
+// E8M0 block scale -> the bf16 factor that finishes the conversion. Plain integer + bf16x2 ops (sm_80+).
+//
+// The bit trick: an E2M1 magnitude (e1 e0 m) dropped into bf16 bits 8..6 (the low two exponent bits and
+// the top mantissa bit), sign into bit 15, reads as value * 2^-126 exactly, code 1 (0.5) becoming the
+// subnormal 2^-127 (bf16 multiplies keep subnormals). Multiplying by 2^126 * 2^(s-127) = 2^(s-1) gives
+// the dequantized weight, exact in bf16 (2 mantissa bits times a power of two).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace mxserve::kernels::cuda {
+
+// Byte i (compile-time) of w as bf16x2 bits (lo nibble -> low half, hi nibble -> high half), value * 2^-126.
+// w4 = w << 4: its byte i carries the lo nibble of w's byte i in its top 4 bits.
+template <int kByte>
+__device__ __forceinline__ uint32_t e2m1_pair_raw(uint32_t w, uint32_t w4) {
+  // x: byte 1 <- byte i of w4 (lo nibble at bits 12..15), byte 3 <- byte i of w (hi nibble at bits 28..31)
+  constexpr uint32_t kSel = kByte | (kByte << 4) | ((4 + kByte) << 8) | ((4 + kByte) << 12);
+  const uint32_t x = __byte_perm(w4, w, kSel);
+  return (x & 0x80008000u) | ((x >> 6) & 0x01C001C0u);
+}
+
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t bits) {
+  return *reinterpret_cast<const __nv_bfloat162*>(&bits);
+}
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+
+// E8M0 byte s -> the factor(s) turning raw pairs into weights. 2^(s-1) is a bf16 normal for s <= 128
+// (every real checkpoint: |w| < 256); above that two multiplies (2^126 then 2^(s-127)); 255 is NaN.
+struct Mxfp4Factor {
+  uint32_t f1, f2;  // bf16x2 bits
+  bool two_step;
+};
+__device__ __forceinline__ Mxfp4Factor mxfp4_factor(uint32_t s) {
+  Mxfp4Factor f;
+  f.two_step = s > 128;
+  const uint32_t h1 = f.two_step ? (253u << 7) : ((s + 126u) << 7);  // 2^126 or 2^(s-1)
+  const uint32_t h2 = s == 255u ? 0x7FC0u : (s << 7);                 // NaN or 2^(s-127)
+  f.f1 = h1 | (h1 << 16);
+  f.f2 = h2 | (h2 << 16);
+  return f;
+}
+__device__ __forceinline__ uint32_t mxfp4_apply(uint32_t raw, const Mxfp4Factor& f) {
+  __nv_bfloat162 v = __hmul2(as_bf162(raw), as_bf162(f.f1));
+  if (f.two_step) v = __hmul2(v, as_bf162(f.f2));
+  return as_u32(v);
+}
+
+// The exact E2M1 values of a raw pair (scale not applied): raw * 2^126.
+__device__ __forceinline__ __nv_bfloat162 e2m1_pair_value(uint32_t raw) {
+  constexpr uint32_t k2p126 = (253u << 7) | ((253u << 7) << 16);
+  return __hmul2(as_bf162(raw), as_bf162(k2p126));
+}
+
+// 2^(s-127) as f32 (s = 0 is the subnormal 2^-127; 255 NaN).
+__device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
+  if (s == 0) return __uint_as_float(0x00400000u);
+  if (s == 255) return __uint_as_float(0x7FC00000u);
+  return __uint_as_float(s << 23);
+}
+
+}  // namespace mxserve::kernels::cuda
