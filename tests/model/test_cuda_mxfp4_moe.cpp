@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -48,8 +49,11 @@ fs::path scratch(const std::string& tag) {
 }
 
 // A glm4_moe config with every width a multiple of 32; 2 MoE layers, 8 experts, top-2, no MTP layer.
+// MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
 nlohmann::json small_config() {
-  std::ifstream in(fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures/glm4_moe_tiny_b/config.json");
+  const char* env = std::getenv("MXSERVE_FIXTURE_ROOT");
+  const fs::path root = env ? fs::path(env) : fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures";
+  std::ifstream in(root / "glm4_moe_tiny_b/config.json");
   nlohmann::json c = nlohmann::json::parse(in);
   c["hidden_size"] = 64;
   c["intermediate_size"] = 128;
