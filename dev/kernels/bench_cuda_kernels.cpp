@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
+#include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/forward_batch.h"
@@ -42,25 +43,11 @@ struct Row {
 class Bench {
  public:
   explicit Bench(mx::backend::Backend& be) : be_(be), stream_(mx::backend::cuda_backend_stream(be)) {
-    MX_CUDA_CHECK(cudaEventCreate(&e0_));
-    MX_CUDA_CHECK(cudaEventCreate(&e1_));
   }
 
   // Median over 5 regions of `reps` calls; ms per call.
   double time(const std::function<void(int)>& fn, int reps) {
-    for (int i = 0; i < 2; ++i) fn(i);
-    std::vector<double> v;
-    for (int r = 0; r < 5; ++r) {
-      MX_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-      for (int i = 0; i < reps; ++i) fn(i);
-      MX_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-      MX_CUDA_CHECK(cudaEventSynchronize(e1_));
-      float ms = 0;
-      MX_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-      v.push_back(ms / reps);
-    }
-    std::sort(v.begin(), v.end());
-    return v[2];
+    return mx::kernels::cuda::time_on_stream(stream_, fn, reps);
   }
 
   Tensor random(mx::Shape s, float scale) {
@@ -74,7 +61,6 @@ class Bench {
  private:
   mx::backend::Backend& be_;
   cudaStream_t stream_;
-  cudaEvent_t e0_, e1_;
   uint64_t seed_ = 1;
 };
 
@@ -122,28 +108,12 @@ int main(int argc, char** argv) {
   MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::vector<Row> rows;
 
-  // ---- ceilings ----
-  double copy_gbs = 0, gemm_tflops = 0;
-  {
-    const int64_t n = 1ll << 31;  // 2 GiB each way
-    void *a = nullptr, *b = nullptr;
-    MX_CUDA_CHECK(cudaMalloc(&a, n));
-    MX_CUDA_CHECK(cudaMalloc(&b, n));
-    MX_CUDA_CHECK(cudaMemsetAsync(a, 1, n, bench.stream()));
-    const double ms = bench.time([&](int) { MX_CUDA_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, bench.stream())); }, 5);
-    copy_gbs = 2.0 * n / (ms * 1e-3) / 1e9;
-    MX_CUDA_CHECK(cudaFree(a));
-    MX_CUDA_CHECK(cudaFree(b));
-    rows.push_back({"ceiling: device copy 2 GiB (read+write)", ms, 2.0 * n, 0});
-  }
-  {
-    const int64_t n = 8192;
-    Tensor x = bench.random({n, n}, 1.f), w = bench.random({n, n}, 1.f);
-    Tensor y = be.alloc(DType::kBF16, {n, n});
-    const double ms = bench.time([&](int) { be.linear(x, w, nullptr, y); }, 5);
-    gemm_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
-    rows.push_back({"ceiling: cuBLASLt bf16 GEMM 8192^3", ms, 0, 2.0 * n * n * n});
-  }
+  // ---- ceilings (kernels/cuda/ceilings.h, shared with `mxserve bench-model`) ----
+  const mx::kernels::cuda::Ceilings ceil = mx::kernels::cuda::measure_ceilings(bench.stream());
+  const double copy_gbs = ceil.copy_gbs, gemm_tflops = ceil.gemm_tflops;
+  rows.push_back({"ceiling: device copy 2 GiB (read+write)", ceil.copy_ms, 2.0 * ceil.copy_bytes, 0});
+  rows.push_back({"ceiling: cuBLASLt bf16 GEMM 8192^3", ceil.gemm_ms, 0,
+                  2.0 * ceil.gemm_n * ceil.gemm_n * ceil.gemm_n});
 
   // ---- dense projection (q_proj) at decode ----
   {

@@ -13,11 +13,12 @@
 #include "core/tensor.h"
 #include "kernels/moe_tuning.h"
 #include "kernels/op_params.h"
+#include "kernels/synthetic_fill.h"
 
 namespace mxserve::backend {
 
 enum class Op {
-  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax,
+  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax, kFillSynthetic,
 };
 const char* op_name(Op op);
 
@@ -97,6 +98,10 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;          // out[r] = x[rows[r]]
   // Greedy token per row: out i32 [R] = argmax over f32 logits [R, V], ties to the lowest index.
   virtual void argmax_rows(const Tensor& logits, Tensor& out) = 0;
+  // Synthetic weights generated in place (kernels/synthetic_fill.h: the same bits on every backend).
+  // kNormal / kMxfp4Dequant: dst float [p.rows, p.cols] (f32 or bf16); kMxfp4: dst u8 packed codes
+  // [p.rows, p.cols/2] and *scales u8 [p.rows, p.cols/32] (p.cols % 32 == 0, whole rows).
+  virtual void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -165,6 +165,21 @@ class CpuBackend final : public Backend {
       out.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
     }
   }
+  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
+    MX_CHECK_MSG(dst.is_contiguous(), "cpu fill_synthetic: dst " << dst.describe() << " is not contiguous");
+    if (p.kind == kernels::SyntheticKind::kMxfp4) {
+      MX_CHECK_MSG(dst.dtype() == DType::kU8 && dst.numel() == p.rows * p.cols / 2 && scales &&
+                       scales->dtype() == DType::kU8 && scales->numel() == p.rows * p.cols / 32,
+                   "cpu fill_synthetic mxfp4: dst " << dst.describe() << ", scales "
+                                                    << (scales ? scales->describe() : "none") << " for [" << p.rows
+                                                    << ", " << p.cols << "]");
+      kernels::cpu::synthetic_fill(p, dst.raw(), false, scales->data<uint8_t>());
+      return;
+    }
+    MX_CHECK_MSG((dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16) && dst.numel() == p.rows * p.cols,
+                 "cpu fill_synthetic: dst " << dst.describe() << " for [" << p.rows << ", " << p.cols << "]");
+    kernels::cpu::synthetic_fill(p, dst.raw(), dst.dtype() == DType::kBF16, nullptr);
+  }
 };
 
 }  // namespace
@@ -183,6 +198,7 @@ const char* op_name(Op op) {
     case Op::kMoeExperts: return "moe_experts";
     case Op::kGatherRows: return "gather_rows";
     case Op::kArgmax: return "argmax";
+    case Op::kFillSynthetic: return "fill_synthetic";
   }
   return "?";
 }

@@ -19,6 +19,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/sampling/argmax.h"
+#include "kernels/cuda/synthetic_fill.h"
 #include "kernels/moe_tuning.h"
 
 namespace mxserve::backend {
@@ -404,6 +405,28 @@ class CudaBackend final : public Backend {
     MX_CHECK_MSG(logits.ndim() == 2 && out.numel() == logits.dim(0),
                  "cuda argmax_rows: " << logits.describe() << " -> " << out.describe());
     kc::argmax_rows_f32(logits.data<float>(), out.data<int32_t>(), logits.dim(0), logits.dim(1), stream_);
+  }
+
+  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
+    if (p.kind == kernels::SyntheticKind::kMxfp4) {
+      expect(dst, DType::kU8, "fill_synthetic", "packed codes");
+      MX_CHECK_MSG(scales != nullptr, "cuda fill_synthetic: mxfp4 needs a scales tensor");
+      expect(*scales, DType::kU8, "fill_synthetic", "scales");
+      MX_CHECK_MSG(p.cols % 32 == 0 && p.src_cols == p.cols && p.col_offset == 0 &&
+                       dst.numel() == p.rows * p.cols / 2 && scales->numel() == p.rows * p.cols / 32,
+                   "cuda fill_synthetic mxfp4: dst " << dst.describe() << ", scales " << scales->describe()
+                                                     << " for [" << p.rows << ", " << p.cols << "]");
+      kc::synthetic_fill(p, dst.raw(), false, scales->data<uint8_t>(), stream_);
+      return;
+    }
+    MX_CHECK_MSG(dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16,
+                 "cuda fill_synthetic: dst " << dst.describe() << " (f32 or bf16 implemented)");
+    expect(dst, dst.dtype(), "fill_synthetic", "dst");
+    MX_CHECK_MSG(dst.numel() == p.rows * p.cols,
+                 "cuda fill_synthetic: dst " << dst.describe() << " for [" << p.rows << ", " << p.cols << "]");
+    MX_CHECK_MSG(p.kind == kernels::SyntheticKind::kNormal || (p.cols % 32 == 0 && p.src_cols == p.cols),
+                 "cuda fill_synthetic mxfp4-dequant: cols " << p.cols << " (whole rows, a multiple of 32)");
+    kc::synthetic_fill(p, dst.raw(), dst.dtype() == DType::kBF16, nullptr, stream_);
   }
 
   cudaStream_t stream() const { return stream_; }

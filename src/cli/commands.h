@@ -13,5 +13,6 @@ int cmd_bench_scheduler(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_tune_moe(int argc, char** argv);       // cmd_moe_kernels.cpp
 int cmd_bench_kernels(int argc, char** argv);  // cmd_moe_kernels.cpp
+int cmd_bench_model(int argc, char** argv);
 
 }  // namespace mxserve::cli

@@ -28,6 +28,8 @@ const Command kCommands[] = {
     {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
     {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
     {"bench", mxserve::bench::cmd_bench, "load-test an OpenAI-compatible server (RPS sweep, TTFT knee, cost)"},
+    {"bench-model", mxserve::cli::cmd_bench_model,
+     "time one attention and one MoE layer + the decode step on a backend (--config FILE --synthetic-weights)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
     {"tune-moe", mxserve::cli::cmd_tune_moe, "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)"},
     {"bench-kernels", mxserve::cli::cmd_bench_kernels, "MoE kernel microbenchmark: bench-kernels moe --experts E ... (CUDA)"},

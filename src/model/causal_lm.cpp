@@ -3,9 +3,11 @@
 #include "core/logging.h"
 #include "io/checkpoint.h"
 #include "model/archs/glm4_moe.h"
+#include "model/layers/weight_loader.h"
 #include "model/synthetic_weights.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace mxserve::model {
 
@@ -26,18 +28,27 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
   }
   const bool mtp = options.load_mtp && cfg.n_mtp_layers > 0;
   if (options.synthetic) {
+    MX_ASSIGN_OR_RETURN(SyntheticPlan plan, parse_synthetic_plan(options.synthetic_quantization));
     switch (cfg.arch) {
       case Architecture::kGlm4Moe: {
         const auto table = glm4_moe_weight_table(cfg, mtp);
-        MX_LOG(kInfo) << "synthetic weights (seed " << options.seed << ", "
-                      << synthetic_weight_bytes(table) / (1 << 20) << " MiB bf16) for " << describe_config(cfg)
-                      << " onto " << be.name();
-        BoundWeights w = make_synthetic_weights(table, cfg.d_model, options.seed);
-        MX_RETURN_IF_ERROR(quantize_synthetic_experts(w, options.synthetic_quantization));
-        if (!options.synthetic_quantization.empty())
-          MX_LOG(kInfo) << "synthetic routed experts stored as " << options.synthetic_quantization
-                        << " (dequantized on load: GPU-resident 4-bit weights are issue 9)";
-        return make_glm4_moe(cfg, w, be, mtp);
+        const SyntheticSource src = make_synthetic_source(table, cfg.d_model, options.seed, plan);
+        const bool packed = plan.experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
+        MX_LOG(kInfo) << "synthetic weights generated on " << be.name() << " (seed " << options.seed << ", plan "
+                      << plan.experts << ":" << plan.rest << ", " << synthetic_weight_bytes(table) / (1 << 20)
+                      << " MiB as bf16) for " << describe_config(cfg);
+        if (plan.experts != "bf16") {
+          MX_LOG(kInfo) << "synthetic routed experts: " << plan.experts
+                        << (packed ? " stored packed on the device"
+                                   : " values, dequantized on load (this backend runs float experts)");
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        WeightLoader wl(be, src);
+        MX_ASSIGN_OR_RETURN(auto model, make_glm4_moe(cfg, wl, be, mtp));
+        be.synchronize();
+        MX_LOG(kInfo) << "synthetic weights ready in "
+                      << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
+        return model;
       }
     }
   }

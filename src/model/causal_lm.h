@@ -2,6 +2,7 @@
 // paged KV cache, plus the MTP (NextN) draft forward when the checkpoint has one.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,12 @@ struct ForwardOutput {
   Tensor hidden;  // [T, H] post-final-norm hidden states when batch.want_hidden (MTP input)
 };
 
+// One part of a decoder layer, for per-layer benchmarks (mxserve bench-model).
+enum class LayerPart {
+  kAttention,  // input RMSNorm, q/k/v (+bias, q/k norm), RoPE, KV write, paged attention, o_proj, residual add
+  kMlp,        // post-attention RMSNorm, dense MLP or MoE (router + shared + routed experts), residual add
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -30,6 +37,14 @@ class CausalLM {
   // Returns logits of batch.logit_rows and (if want_hidden) the draft's output hidden states.
   virtual Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
                                             kvcache::KvCache& kv) = 0;
+  // Benchmarks: binds one part of decoder layer `layer` to a batch (its metadata uploaded once, here) and
+  // returns a closure that runs x += part(norm(x)) on x [T, H] in the activation dtype, enqueueing backend
+  // work without synchronizing. The closure references kv and this model: it must not outlive them.
+  virtual Result<std::function<void(Tensor& x)>> bind_layer_part(int64_t layer, LayerPart part,
+                                                                  const ForwardBatch& batch, kvcache::KvCache& kv) {
+    (void)layer, (void)part, (void)batch, (void)kv;
+    return unsupported("bind_layer_part: not implemented for this model");
+  }
 };
 
 struct LoadOptions {

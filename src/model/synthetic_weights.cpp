@@ -3,64 +3,97 @@
 #include <cmath>
 #include <string>
 
-#include "core/hash.h"
-#include "core/numeric.h"
+#include "core/check.h"
 #include "quant/fp8.h"
 #include "quant/mxfp4.h"
 
 namespace mxserve::model {
 namespace {
 
-uint64_t name_hash(const std::string& s) { return fnv1a(s); }
-
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string x(suffix);
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
 
-// Standard normal from two counter-based uniforms (Box-Muller).
-float normal(uint64_t stream, uint64_t i) {
-  const uint64_t a = mix64(stream ^ (2 * i)), b = mix64(stream ^ (2 * i + 1));
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-  const double u2 = static_cast<double>(b >> 11) * (1.0 / 9007199254740992.0);
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-}
+bool valid_scheme(const std::string& s) { return s == "mxfp4" || s == "fp8-block" || s == "bf16"; }
+
+bool is_bias_f32(const std::string& name) { return ends_with(name, "e_score_correction_bias"); }
 
 }  // namespace
+
+Result<SyntheticPlan> parse_synthetic_plan(const std::string& plan) {
+  SyntheticPlan p;
+  if (plan.empty()) return p;
+  const size_t colon = plan.find(':');
+  p.experts = plan.substr(0, colon);
+  p.rest = colon == std::string::npos ? "bf16" : plan.substr(colon + 1);
+  if (!valid_scheme(p.experts) || !valid_scheme(p.rest))
+    return invalid_argument("--quantization '" + plan +
+                            "': expected EXPERTS[:REST] with each of mxfp4, fp8-block or bf16 (e.g. mxfp4:fp8-block)");
+  return p;
+}
+
+std::string synthetic_scheme(const SyntheticPlan& plan, const std::string& name) {
+  if (!ends_with(name, "_proj.weight")) return "bf16";  // Linear weights only: no router, norms, embeddings, head
+  if (name.find(".mlp.experts.") != std::string::npos) return plan.experts;
+  if (ends_with(name, "eh_proj.weight")) return "bf16";  // the MTP eh_proj stays bf16 in published checkpoints
+  return plan.rest;
+}
+
+SyntheticSource make_synthetic_source(const std::vector<WeightSpec>& table, int64_t d_model, uint64_t seed,
+                                      const SyntheticPlan& plan) {
+  SyntheticSource s;
+  s.seed = seed;
+  s.d_model = d_model;
+  s.plan = plan;
+  for (const auto& spec : table)
+    if (!spec.optional) s.shapes[spec.name] = spec.shape;
+  return s;
+}
+
+kernels::SyntheticFill synthetic_fill_params(const SyntheticSource& src, const std::string& name) {
+  const auto it = src.shapes.find(name);
+  MX_CHECK_MSG(it != src.shapes.end(), "synthetic weights: no tensor '" << name << "' in the weight table");
+  const Shape& shape = it->second;
+  kernels::SyntheticFill p;
+  p.stream = kernels::synthetic_stream(src.seed, name.c_str());
+  p.cols = shape.back();
+  p.rows = shape_numel(shape) / p.cols;
+  p.src_cols = p.cols;
+  if (is_bias_f32(name)) {
+    p.keep_f32 = true;
+  } else if (ends_with(name, "norm.weight")) {
+    p.mean = 1.0f;
+    p.stddev = 0.05f;
+  } else if (ends_with(name, "mlp.gate.weight")) {
+    p.stddev = 1.0f / std::sqrt(static_cast<float>(src.d_model));
+  }
+  return p;
+}
+
+Tensor synthetic_host_tensor(const SyntheticSource& src, const std::string& name) {
+  const kernels::SyntheticFill p = synthetic_fill_params(src, name);
+  const bool f32 = is_bias_f32(name);
+  Tensor t = Tensor::empty(f32 ? DType::kF32 : DType::kBF16, src.shapes.at(name));
+  kernels::cpu::synthetic_fill(p, t.raw(), !f32, nullptr);
+  return t;
+}
 
 uint64_t synthetic_weight_bytes(const std::vector<WeightSpec>& table) {
   uint64_t bytes = 0;
   for (const auto& s : table)
-    if (!s.optional) bytes += 2ull * static_cast<uint64_t>(shape_numel(s.shape));
+    if (!s.optional) bytes += (is_bias_f32(s.name) ? 4ull : 2ull) * static_cast<uint64_t>(shape_numel(s.shape));
   return bytes;
 }
 
 BoundWeights make_synthetic_weights(const std::vector<WeightSpec>& table, int64_t d_model, uint64_t seed) {
+  const SyntheticSource src = make_synthetic_source(table, d_model, seed, SyntheticPlan{});
   BoundWeights out;
   for (const auto& spec : table) {
     if (spec.optional) continue;
-    const uint64_t stream = mix64(seed ^ name_hash(spec.name));
-    const int64_t n = shape_numel(spec.shape);
-    if (ends_with(spec.name, "e_score_correction_bias")) {
-      Tensor t = Tensor::empty(DType::kF32, spec.shape);
-      for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = 0.02f * normal(stream, i);
-      out.add(spec.name, BoundWeight{t, Precision::kF32});
-      continue;
-    }
-    float mean = 0.f, stddev = 0.02f;
-    if (ends_with(spec.name, "norm.weight")) {
-      mean = 1.0f;  // RMSNorm gains around 1
-      stddev = 0.05f;
-    } else if (ends_with(spec.name, "mlp.gate.weight")) {
-      stddev = 1.0f / std::sqrt(static_cast<float>(d_model));  // router logits ~N(0, 1): spread routing
-    } else if (ends_with(spec.name, ".bias")) {
-      stddev = 0.02f;
-    }
-    Tensor t = Tensor::empty(DType::kBF16, spec.shape);
-    uint16_t* p = t.data<uint16_t>();
-#pragma omp parallel for if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(mean + stddev * normal(stream, static_cast<uint64_t>(i)));
-    out.add(spec.name, BoundWeight{t, Precision::kBF16});
+    Tensor t = synthetic_host_tensor(src, spec.name);
+    const Precision p = t.dtype() == DType::kF32 ? Precision::kF32 : Precision::kBF16;
+    out.add(spec.name, BoundWeight{t, p});
   }
   return out;
 }
@@ -91,24 +124,12 @@ Status quantize_one(BoundWeights& weights, const std::string& name, const std::s
   return Status::ok();
 }
 
-bool valid_scheme(const std::string& s) { return s == "mxfp4" || s == "fp8-block" || s == "bf16"; }
-
 }  // namespace
 
 Status quantize_synthetic_experts(BoundWeights& weights, const std::string& plan) {
-  if (plan.empty()) return Status::ok();
-  // PLAN = EXPERTS[:REST], e.g. "mxfp4" or "mxfp4:fp8-block" (routed experts MXFP4, other projections FP8).
-  const size_t colon = plan.find(':');
-  const std::string experts = plan.substr(0, colon);
-  const std::string rest = colon == std::string::npos ? "bf16" : plan.substr(colon + 1);
-  if (!valid_scheme(experts) || !valid_scheme(rest))
-    return invalid_argument("--quantization '" + plan +
-                            "': expected EXPERTS[:REST] with each of mxfp4, fp8-block or bf16 (e.g. mxfp4:fp8-block)");
+  MX_ASSIGN_OR_RETURN(SyntheticPlan p, parse_synthetic_plan(plan));
   for (const std::string& name : weights.names()) {
-    if (!ends_with(name, "_proj.weight")) continue;  // Linear weights only: no router, norms, embeddings, head
-    const bool routed = name.find(".mlp.experts.") != std::string::npos;
-    // The MTP layer's eh_proj stays bf16, as in the published FP8 / MXFP4 GLM checkpoints.
-    const std::string& scheme = routed ? experts : (ends_with(name, "eh_proj.weight") ? std::string("bf16") : rest);
+    const std::string scheme = synthetic_scheme(p, name);
     if (scheme != "bf16") MX_RETURN_IF_ERROR(quantize_one(weights, name, scheme));
   }
   return Status::ok();

@@ -4,6 +4,8 @@
 //   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
 #include "model/archs/glm4_moe.h"
 
+#include <functional>
+#include <memory>
 #include <variant>
 
 #include "core/logging.h"
@@ -92,8 +94,7 @@ class Glm4MoeModel final : public CausalLM {
  public:
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be) : cfg_(cfg), be_(be) {}
 
-  Status load(const BoundWeights& weights, bool include_mtp) {
-    WeightLoader wl(be_, weights);
+  Status load(WeightLoader& wl, bool include_mtp) {
     embed_ = wl.get("model.embed_tokens.weight");
     final_norm_ = wl.get("model.norm.weight");
     lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get("lm_head.weight");
@@ -161,6 +162,34 @@ class Glm4MoeModel final : public CausalLM {
     run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers);
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
     return head(batch, x);
+  }
+
+  Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
+                                                       kvcache::KvCache& kv) override {
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    if (layer < 0 || layer >= cfg_.n_layers)
+      return invalid_argument("bind_layer_part: layer " + std::to_string(layer) + " of " +
+                              std::to_string(cfg_.n_layers));
+    auto up = std::make_shared<Uploaded>(upload_batch(batch, kv));
+    const DecoderLayer* L = &layers_[layer];
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    if (part == LayerPart::kAttention) {
+      return std::function<void(Tensor&)>([this, up, L, eps, layer, &kv](Tensor& x) {
+        Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+        Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+        be_.rmsnorm(x, L->input_norm, eps, h);
+        L->attn.forward(be_, cfg_, h, up->positions, up->meta, kv.k(layer), kv.v(layer), o);
+        be_.add(x, o);
+      });
+    }
+    return std::function<void(Tensor&)>([this, L, eps](Tensor& x) {
+      Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+      Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+      be_.rmsnorm(x, L->post_norm, eps, h);
+      if (const auto* moe = std::get_if<MoeBlock>(&L->mlp)) moe->forward(be_, cfg_, h, o);
+      else std::get<SwigluMlp>(L->mlp).forward(be_, h, o);
+      be_.add(x, o);
+    });
   }
 
  private:
@@ -268,8 +297,14 @@ Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const Bo
                   << quant::quant_method_name(cfg.quant->method)
                   << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
+  WeightLoader wl(be, weights);
+  return make_glm4_moe(cfg, wl, be, include_mtp);
+}
+
+Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
+                                                bool include_mtp) {
   auto model = std::make_unique<Glm4MoeModel>(cfg, be);
-  MX_RETURN_IF_ERROR(model->load(weights, include_mtp));
+  MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 

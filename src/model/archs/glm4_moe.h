@@ -9,11 +9,16 @@
 
 namespace mxserve::model {
 
+class WeightLoader;
+
 // Every tensor of a glm4_moe checkpoint (HF on-disk names), the MTP layer included when declared.
 std::vector<WeightSpec> glm4_moe_weight_table(const ModelConfig& cfg, bool include_mtp);
 BindOptions glm4_moe_bind_options(const ModelConfig& cfg, bool include_mtp);
 
 Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const BoundWeights& weights,
                                                 backend::Backend& be, bool include_mtp);
+// Same, from any weight source (a checkpoint's BoundWeights or synthetic weights generated on the backend).
+Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, WeightLoader& weights, backend::Backend& be,
+                                                bool include_mtp);
 
 }  // namespace mxserve::model

@@ -103,6 +103,7 @@ Tensor WeightLoader::host_float(const std::string& name) const {
 }
 
 Tensor WeightLoader::get(const std::string& name) {
+  if (synthetic_) return synthetic_get(name, be_.weight_dtype());
   const Tensor host = host_float(name);
   Tensor dst = be_.alloc(be_.weight_dtype(), host.shape());
   be_.copy_weight(host, dst);
@@ -110,6 +111,7 @@ Tensor WeightLoader::get(const std::string& name) {
 }
 
 Tensor WeightLoader::get_f32(const std::string& name) {
+  if (synthetic_) return synthetic_get(name, DType::kF32);
   const Tensor host = host_float(name);
   Tensor dst = be_.alloc(DType::kF32, host.shape());
   be_.copy_weight(host, dst);
@@ -123,6 +125,7 @@ Tensor WeightLoader::concat_rows(const std::vector<std::string>& names) {
 
 Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) {
   MX_CHECK(!groups.empty() && !groups[0].empty());
+  if (synthetic_) return synthetic_stack(groups);
   const int64_t cols = weights_.at(groups[0][0]).shape().at(1);
   int64_t rows = 0;
   for (const auto& n : groups[0]) rows += weights_.at(n).shape().at(0);
@@ -144,6 +147,7 @@ Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) 
 
 backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::string>>& gate_up_groups,
                                              const std::vector<std::string>& down_names) {
+  if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
   if (be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
@@ -162,6 +166,13 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
 }
 
 Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end) {
+  if (synthetic_) {
+    const Shape shape = synthetic_shape(name);
+    MX_CHECK(shape.size() == 2 && 0 <= begin && begin < end && end <= shape[1]);
+    Tensor dst = be_.alloc(be_.weight_dtype(), {shape[0], end - begin});
+    synthetic_fill(name, dst, begin, end);
+    return dst;
+  }
   const Tensor host = host_float(name);
   MX_CHECK(host.ndim() == 2 && 0 <= begin && begin < end && end <= host.dim(1));
   const int64_t rows = host.dim(0), width = end - begin;

@@ -7,12 +7,16 @@
 // MoE kernels. NOTE: every other quantized weight (FP8 projections, MXFP4 non-expert linears) still costs
 // full-precision device memory; widths that are not multiples of 32 fall back to dequantized experts with
 // a warning naming the tensor.
+// Synthetic source (model/synthetic_weights.h): the same calls generate every tensor on the backend
+// (Backend::fill_synthetic) instead of copying a host tensor -- no host image of the model; helpers
+// named synthetic_* hold that branch.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/synthetic_weights.h"
 #include "model/weight_table.h"
 
 namespace mxserve::model {
@@ -20,6 +24,9 @@ namespace mxserve::model {
 class WeightLoader {
  public:
   WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(weights) {}
+  // Synthetic weights generated on the backend (no checkpoint tensors); `synthetic` must outlive the loader.
+  WeightLoader(backend::Backend& be, const SyntheticSource& synthetic)
+      : be_(be), weights_(no_weights()), synthetic_(&synthetic) {}
 
   // One tensor in the backend's weight dtype.
   Tensor get(const std::string& name);
@@ -37,7 +44,9 @@ class WeightLoader {
                                  const std::vector<std::string>& down_names);
   // Columns [begin, end) of a 2-D tensor: [rows, end - begin].
   Tensor columns(const std::string& name, int64_t begin, int64_t end);
-  bool has(const std::string& name) const { return weights_.find(name) != nullptr; }
+  bool has(const std::string& name) const {
+    return synthetic_ ? synthetic_->shapes.count(name) > 0 : weights_.find(name) != nullptr;
+  }
   backend::Backend& backend() { return be_; }
 
  private:
@@ -45,8 +54,23 @@ class WeightLoader {
   // copy for quantized ones.
   Tensor host_float(const std::string& name) const;
 
+  // ---- synthetic branch (weight_loader_synthetic.cpp) ----
+  Shape synthetic_shape(const std::string& name) const;
+  // Generates columns [begin, end) of tensor `name` into dst [rows, end - begin] in dst's dtype, per the plan.
+  void synthetic_fill(const std::string& name, Tensor& dst, int64_t begin, int64_t end);
+  Tensor synthetic_get(const std::string& name, DType dtype);
+  Tensor synthetic_stack(const std::vector<std::vector<std::string>>& groups);
+  backend::ExpertWeights synthetic_experts(const std::vector<std::vector<std::string>>& gate_up_groups,
+                                           const std::vector<std::string>& down_names);
+
+  static const BoundWeights& no_weights() {
+    static const BoundWeights empty;
+    return empty;
+  }
+
   backend::Backend& be_;
   const BoundWeights& weights_;
+  const SyntheticSource* synthetic_ = nullptr;  // set: every tensor is generated (synthetic_* helpers)
 };
 
 }  // namespace mxserve::model

@@ -56,6 +56,9 @@ class Mxfp4ClaimingBackend final : public backend::Backend {
   }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override { cpu_->gather_rows(x, rows, out); }
   void argmax_rows(const Tensor& logits, Tensor& out) override { cpu_->argmax_rows(logits, out); }
+  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
+    cpu_->fill_synthetic(p, dst, scales);
+  }
 
  private:
   std::unique_ptr<backend::Backend> cpu_ = backend::make_cpu_backend();

@@ -1,0 +1,392 @@
+// mxserve bench-model: the real model layer code, timed per layer on a backend with synthetic weights.
+// One attention layer (layer 0: input norm, q/k/v, RoPE, KV write, paged attention, o_proj) and one MoE
+// layer (the first MoE layer's MLP part: post-attention norm, router, shared expert, routed experts) at
+// decode batches x contexts and at prefill chunks; then the truncated model's full decode step (forward +
+// lm_head + logits to the host + greedy argmax on the host, as the engine does). Each figure comes with
+// the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
+// Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens):
+//   attention bytes = w (q, k, v, o weights + biases) + KV read (2 kv_width a per cached token, every
+//                     sequence's context once) + KV write (2 kv_width a per token)
+//                     + a T (4 H + 4 q_dim + 4 kv_dim)  [norm in/out, residual in/out, q/k/v/attn out written+read]
+//   attention FLOPs = 2 T (2 q_dim H + 2 kv_dim H) + 4 n_heads head_dim sum_t(keys attended by t)
+//   MoE bytes       = router E H w + shared 3 H I_s w + n_hit 3 H I w_e + a T (4 H + K (2 I + H))
+//                     n_hit = E (1 - (1 - K/E)^T) (expected experts hit under uniform routing);
+//                     w_e = 0.5 + 1/32 for packed MXFP4, else w
+//   MoE FLOPs       = 2 T (E H + 3 H I_s + K 3 H I)
+//   decode step     = all layers' weights (MoE: experts hit at T = batch) + lm_head + KV read; roofline
+//                     tok/s = batch / (bytes / copy bandwidth)
+// Owns: the command. Does not own: the model code (model/), the ceilings (kernels/cuda/ceilings.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/logging.h"
+#include "kvcache/kv_cache.h"
+#include "model/causal_lm.h"
+#include "model/synthetic_weights.h"
+#ifdef MXSERVE_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#include "kernels/cuda/ceilings.h"
+#endif
+
+namespace mxserve::cli {
+namespace {
+
+const char* kUsage = R"(usage: mxserve bench-model --config FILE --synthetic-weights [flags]
+  --backend cpu|cuda          (cuda for meaningful numbers; cpu runs tiny configs as a smoke test)
+  --num-layers N              truncate the model (e.g. 2: layer 0 dense, layer 1 MoE)
+  --quantization EXPERTS[:REST]  synthetic precision plan (mxfp4, fp8-block, bf16)
+  --seed N                    synthetic weight seed (0)
+  --batches 1,8,32,64         decode batch sizes
+  --contexts 2048,8192        decode context lengths (tokens cached per sequence)
+  --prefill 1024,8192,20480   prefill chunk sizes (one sequence from position 0)
+  --model-batches 1,8         full decode-step batches (context: the first of --contexts)
+  --block-size N              KV block size (16)
+  --md FILE  --json FILE      write the results
+)";
+
+int fail(const Status& s, int code = 2) {
+  std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+  return code;
+}
+
+Result<std::vector<int64_t>> parse_sizes(const Args& a, const std::string& flag, const std::string& fallback) {
+  std::vector<int64_t> out;
+  std::stringstream ss(a.get_or(flag, fallback));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v <= 0) return invalid_argument(flag + ": '" + item + "' is not a positive integer");
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct Row {
+  std::string part;  // attention | moe | model
+  std::string mode;  // decode | prefill | step
+  int64_t batch = 0, context = 0, tokens = 0;
+  double ms = 0, bytes = 0, flops = 0;
+  double tok_s = 0, roofline_tok_s = 0;  // model rows
+};
+
+class Timer {
+ public:
+  explicit Timer(backend::Backend& be) : be_(be) {}
+  // Median ms per call of fn over timed regions after warm-up (CUDA events on the CUDA backend).
+  double time(const std::function<void()>& fn, int reps) {
+#ifdef MXSERVE_HAVE_CUDA
+    if (be_.name() == "cuda")
+      return kernels::cuda::time_on_stream(reinterpret_cast<cudaStream_t>(backend::cuda_backend_stream(be_)),
+                                           [&](int) { fn(); }, reps);
+#endif
+    for (int i = 0; i < 2; ++i) fn();
+    be_.synchronize();
+    std::vector<double> v;
+    for (int r = 0; r < 3; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) fn();
+      be_.synchronize();
+      v.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps);
+    }
+    std::sort(v.begin(), v.end());
+    return v[1];
+  }
+
+ private:
+  backend::Backend& be_;
+};
+
+// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively.
+model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits) {
+  model::ForwardBatch fb;
+  const int64_t blocks = (ctx + block_size - 1) / block_size;
+  for (int64_t s = 0; s < b; ++s) {
+    model::SequenceSpan span;
+    span.token_begin = fb.n_tokens();
+    span.n_tokens = static_cast<int32_t>(n_tokens);
+    span.kv_len = static_cast<int32_t>(ctx);
+    for (int64_t k = 0; k < blocks; ++k) span.block_table.push_back(static_cast<int32_t>(s * blocks + k));
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      if (logits) fb.logit_rows.push_back(fb.n_tokens());
+      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % 1000));
+      fb.positions.push_back(static_cast<int32_t>(ctx - n_tokens + i));
+    }
+    fb.seqs.push_back(span);
+  }
+  return fb;
+}
+
+void fill_random(backend::Backend& be, Tensor& t, uint64_t stream, float stddev) {
+  kernels::SyntheticFill p;
+  p.stream = stream;
+  p.stddev = stddev;
+  p.cols = t.dim(-1);
+  p.rows = t.numel() / p.cols;
+  p.src_cols = p.cols;
+  be.fill_synthetic(p, t, nullptr);
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+}  // namespace
+
+int cmd_bench_model(int argc, char** argv) {
+  auto args = Args::parse(argc, argv,
+                          {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
+                           "--prefill", "--model-batches", "--block-size", "--md", "--json"},
+                          {"--synthetic-weights", "--help"});
+  if (!args.is_ok()) return fail(args.status());
+  if (args->has("--help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (!args->has("--config") || !args->has("--synthetic-weights"))
+    return fail(invalid_argument(std::string("bench-model needs --config FILE --synthetic-weights\n") + kUsage));
+  auto batches = parse_sizes(*args, "--batches", "1,8,32,64");
+  auto contexts = parse_sizes(*args, "--contexts", "2048,8192");
+  auto prefill = parse_sizes(*args, "--prefill", "1024,8192,20480");
+  auto model_batches = parse_sizes(*args, "--model-batches", "1,8");
+  auto block_size = args->get_int("--block-size", 16);
+  auto seed = args->get_int("--seed", 0);
+  auto num_layers = args->get_int("--num-layers", 0);
+  for (const Status& s : {batches.status(), contexts.status(), prefill.status(), model_batches.status(),
+                          block_size.status(), seed.status(), num_layers.status()})
+    if (!s.is_ok()) return fail(s);
+  if (*block_size <= 0 || *num_layers < 0) return fail(invalid_argument("--block-size and --num-layers must be positive"));
+  auto plan = model::parse_synthetic_plan(args->get_or("--quantization", ""));
+  if (!plan.is_ok()) return fail(plan.status());
+
+  auto made = backend::make_backend(args->get_or("--backend", "cpu"));
+  if (!made.is_ok()) return fail(made.status());
+  backend::Backend& be = **made;
+  model::LoadOptions lo;
+  lo.load_mtp = false;
+  lo.synthetic = true;
+  lo.seed = static_cast<uint64_t>(*seed);
+  lo.num_layers_override = *num_layers;
+  lo.synthetic_quantization = args->get_or("--quantization", "");
+  const auto t_load = std::chrono::steady_clock::now();
+  auto loaded = model::load_causal_lm(*args->get("--config"), be, lo);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  be.synchronize();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  model::CausalLM& lm = **loaded;
+  const model::ModelConfig& c = lm.config();
+  std::fprintf(stderr, "bench-model: %s on %s, %lld layers, plan %s:%s, loaded in %.2f s\n", c.source.c_str(),
+               be.name().c_str(), static_cast<long long>(c.n_layers), plan->experts.c_str(), plan->rest.c_str(), load_s);
+
+  int64_t moe_layer = -1;
+  for (int64_t l = 0; l < c.n_layers && moe_layer < 0; ++l)
+    if (c.is_moe_layer(l)) moe_layer = l;
+
+  // ---- ceilings ----
+  double copy_gbs = 0, gemm_tflops = 0;
+#ifdef MXSERVE_HAVE_CUDA
+  if (be.name() == "cuda") {
+    const auto ceil = kernels::cuda::measure_ceilings(reinterpret_cast<cudaStream_t>(backend::cuda_backend_stream(be)));
+    copy_gbs = ceil.copy_gbs;
+    gemm_tflops = ceil.gemm_tflops;
+    std::fprintf(stderr, "ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", copy_gbs, gemm_tflops);
+  }
+#endif
+
+  // ---- sizes and byte / FLOP formulas ----
+  const double w = dtype_bits(be.weight_dtype()) / 8.0, a = dtype_bits(be.activation_dtype()) / 8.0;
+  const bool packed = plan->experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
+  const double we = packed ? 0.5 + 1.0 / 32 : w;
+  const double H = static_cast<double>(c.d_model), qd = static_cast<double>(c.n_heads * c.head_dim),
+               kvd = static_cast<double>(c.n_kv_heads * c.head_dim), E = static_cast<double>(c.n_experts),
+               K = static_cast<double>(c.top_k), I = static_cast<double>(c.moe_inter),
+               Is = static_cast<double>(c.shared_inter()), Id = static_cast<double>(c.dense_inter);
+  const double attn_w = (2 * qd * H + 2 * kvd * H + (c.attention_bias ? qd + 2 * kvd : 0)) * w;
+  auto n_hit = [&](double T) { return E * (1.0 - std::pow(1.0 - K / E, T)); };
+  auto attn_bytes = [&](double T, double kv_tokens) {
+    return attn_w + 2 * kvd * a * kv_tokens + 2 * kvd * a * T + a * T * (4 * H + 4 * qd + 4 * kvd);
+  };
+  auto attn_flops = [&](double T, double keys) { return 2 * T * (2 * qd * H + 2 * kvd * H) + 4 * qd * keys; };
+  auto moe_weight_bytes = [&](double T) { return E * H * w + 3 * H * Is * w + n_hit(T) * 3 * H * I * we; };
+  auto moe_bytes = [&](double T) { return moe_weight_bytes(T) + a * T * (4 * H + K * (2 * I + H)); };
+  auto moe_flops = [&](double T) { return 2 * T * (E * H + 3 * H * Is + K * 3 * H * I); };
+
+  // ---- KV cache: room for the largest case, random K/V ----
+  int64_t max_tokens = 0;
+  for (int64_t b : *batches)
+    for (int64_t ctx : *contexts) max_tokens = std::max(max_tokens, b * ((ctx + *block_size - 1) / *block_size) * *block_size);
+  for (int64_t p : *prefill) max_tokens = std::max(max_tokens, ((p + *block_size - 1) / *block_size) * *block_size);
+  for (int64_t b : *model_batches)
+    max_tokens = std::max(max_tokens, b * ((contexts->front() + *block_size - 1) / *block_size) * *block_size);
+  kvcache::KvCache kv(lm.kv_spec(max_tokens / *block_size + 1, *block_size),
+                      [&](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
+  for (int64_t l = 0; l < kv.spec().n_layers; ++l) {
+    fill_random(be, kv.k(l), 1000 + 2 * l, 1.f);
+    fill_random(be, kv.v(l), 1001 + 2 * l, 1.f);
+  }
+  std::fprintf(stderr, "KV cache: %lld blocks of %lld (%.1f MiB)\n", static_cast<long long>(kv.spec().n_blocks),
+               static_cast<long long>(*block_size), kv.spec().bytes() / 1048576.0);
+
+  Timer timer(be);
+  std::vector<Row> rows;
+  auto run_part = [&](int64_t layer, model::LayerPart part, const model::ForwardBatch& fb, int reps) -> Result<double> {
+    MX_ASSIGN_OR_RETURN(auto fn, lm.bind_layer_part(layer, part, fb, kv));
+    Tensor x = be.alloc(be.activation_dtype(), {fb.n_tokens(), c.d_model});
+    fill_random(be, x, 77, 1.f);
+    return timer.time([&] { fn(x); }, reps);
+  };
+
+  // ---- decode ----
+  for (int64_t ctx : *contexts) {
+    for (int64_t b : *batches) {
+      const auto fb = make_batch(b, ctx, 1, *block_size, false);
+      auto ms = run_part(0, model::LayerPart::kAttention, fb, 20);
+      if (!ms.is_ok()) return fail(ms.status(), 1);
+      rows.push_back({"attention", "decode", b, ctx, b, *ms, attn_bytes(b, double(b) * ctx), attn_flops(b, double(b) * ctx)});
+      std::fprintf(stderr, "attention decode b=%lld ctx=%lld: %.1f us\n", (long long)b, (long long)ctx, *ms * 1e3);
+    }
+  }
+  if (moe_layer >= 0) {
+    for (int64_t b : *batches) {
+      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false);
+      auto ms = run_part(moe_layer, model::LayerPart::kMlp, fb, 20);
+      if (!ms.is_ok()) return fail(ms.status(), 1);
+      rows.push_back({"moe", "decode", b, 0, b, *ms, moe_bytes(b), moe_flops(b)});
+      std::fprintf(stderr, "moe decode b=%lld: %.1f us\n", (long long)b, *ms * 1e3);
+    }
+  } else {
+    std::fprintf(stderr, "note: no MoE layer in the first %lld layers: MoE rows skipped\n", (long long)c.n_layers);
+  }
+
+  // ---- prefill: one sequence, a causal chunk from position 0 ----
+  for (int64_t p : *prefill) {
+    const auto fb = make_batch(1, p, p, *block_size, false);
+    const int reps = p >= 4096 ? 1 : 3;
+    auto ms = run_part(0, model::LayerPart::kAttention, fb, reps);
+    if (!ms.is_ok()) return fail(ms.status(), 1);
+    const double keys = double(p) * (p + 1) / 2;
+    rows.push_back({"attention", "prefill", 1, p, p, *ms, attn_bytes(p, p), attn_flops(p, keys)});
+    std::fprintf(stderr, "attention prefill %lld: %.1f us\n", (long long)p, *ms * 1e3);
+    if (moe_layer >= 0) {
+      auto mms = run_part(moe_layer, model::LayerPart::kMlp, fb, reps);
+      if (!mms.is_ok()) return fail(mms.status(), 1);
+      rows.push_back({"moe", "prefill", 1, p, p, *mms, moe_bytes(p), moe_flops(p)});
+      std::fprintf(stderr, "moe prefill %lld: %.1f us\n", (long long)p, *mms * 1e3);
+    }
+  }
+
+  // ---- the truncated model's decode step: forward + lm_head + logits to host + greedy on the host ----
+  const int64_t step_ctx = contexts->front();
+  for (int64_t b : *model_batches) {
+    const auto fb = make_batch(b, step_ctx, 1, *block_size, true);
+    std::vector<int32_t> picked(b);
+    Status err = Status::ok();
+    auto step = [&] {
+      auto out = lm.forward(fb, kv);
+      if (!out.is_ok()) {
+        err = out.status();
+        return;
+      }
+      const Tensor logits = be.to_host(out->logits);  // f32 [b, V]
+      for (int64_t r = 0; r < b; ++r) {
+        const float* row = logits.data<float>() + r * c.vocab_size;
+        picked[r] = static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+      }
+    };
+    std::vector<double> v;
+    for (int i = 0; i < 3; ++i) step();
+    for (int i = 0; i < 10 && err.is_ok(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      v.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (!err.is_ok()) return fail(err, 1);
+    std::sort(v.begin(), v.end());
+    double bytes = H * w + static_cast<double>(c.vocab_size) * H * w;  // final norm + lm_head
+    double flops = 2.0 * b * c.vocab_size * H;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      bytes += attn_bytes(b, double(b) * step_ctx);
+      flops += attn_flops(b, double(b) * step_ctx);
+      if (c.is_moe_layer(l)) {
+        bytes += moe_bytes(b);
+        flops += moe_flops(b);
+      } else {
+        bytes += 3 * H * Id * w + a * b * (4 * H + 3 * Id);
+        flops += 2.0 * b * 3 * H * Id;
+      }
+    }
+    Row r{"model", "step", b, step_ctx, b, v[v.size() / 2], bytes, flops};
+    r.tok_s = b / (r.ms * 1e-3);
+    r.roofline_tok_s = copy_gbs > 0 ? b / (bytes / (copy_gbs * 1e9)) : 0;
+    rows.push_back(r);
+    std::fprintf(stderr, "model decode step b=%lld ctx=%lld: %.3f ms, %.1f tok/s\n", (long long)b, (long long)step_ctx,
+                 r.ms, r.tok_s);
+  }
+
+  // ---- report ----
+  auto pct = [](double x, double ceil) { return ceil > 0 ? fmt("%.1f%%", 100 * x / ceil) : std::string("n/a"); };
+  std::ostringstream md;
+  md << "model: " << c.source << ", " << c.n_layers << " layers (attention: layer 0; MoE: layer " << moe_layer
+     << "), experts " << plan->experts << (packed ? " (packed)" : "") << ", rest " << plan->rest << ", backend "
+     << be.name() << ", load " << fmt("%.2f", load_s) << " s\n";
+  md << "ceilings: copy " << (copy_gbs > 0 ? fmt("%.0f GB/s", copy_gbs) : "n/a") << ", bf16 GEMM "
+     << (gemm_tflops > 0 ? fmt("%.0f TFLOP/s", gemm_tflops) : "n/a") << "\n\n";
+  md << "| layer | mode | batch | context | tokens | time (us) | MB | GB/s | % copy BW | TFLOP/s | % GEMM |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Row& r : rows) {
+    if (r.part == "model") continue;
+    const double s = r.ms * 1e-3, gbs = r.bytes / s / 1e9, tf = r.flops / s / 1e12;
+    md << "| " << r.part << " | " << r.mode << " | " << r.batch << " | " << r.context << " | " << r.tokens << " | "
+       << fmt("%.1f", r.ms * 1e3) << " | " << fmt("%.1f", r.bytes / 1e6) << " | " << fmt("%.0f", gbs) << " | "
+       << pct(gbs, copy_gbs) << " | " << fmt("%.1f", tf) << " | " << pct(tf, gemm_tflops) << " |\n";
+  }
+  md << "\n| truncated model decode step | batch | context | step (ms) | tok/s | weights+KV MB per step | roofline tok/s | % roofline |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Row& r : rows) {
+    if (r.part != "model") continue;
+    md << "| " << c.n_layers << " layers + lm_head | " << r.batch << " | " << r.context << " | " << fmt("%.3f", r.ms)
+       << " | " << fmt("%.1f", r.tok_s) << " | " << fmt("%.1f", r.bytes / 1e6) << " | "
+       << (r.roofline_tok_s > 0 ? fmt("%.1f", r.roofline_tok_s) : "n/a") << " | " << pct(r.tok_s, r.roofline_tok_s)
+       << " |\n";
+  }
+  std::printf("%s", md.str().c_str());
+
+  std::ostringstream js;
+  js << "{\n  \"config\": \"" << c.source << "\",\n  \"backend\": \"" << be.name() << "\",\n  \"n_layers\": "
+     << c.n_layers << ",\n  \"moe_layer\": " << moe_layer << ",\n  \"experts\": \"" << plan->experts
+     << "\",\n  \"experts_packed\": " << (packed ? "true" : "false") << ",\n  \"rest\": \"" << plan->rest
+     << "\",\n  \"load_s\": " << load_s << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"gemm_tflops\": " << gemm_tflops
+     << ",\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    js << "    {\"part\": \"" << r.part << "\", \"mode\": \"" << r.mode << "\", \"batch\": " << r.batch
+       << ", \"context\": " << r.context << ", \"tokens\": " << r.tokens << ", \"ms\": " << r.ms
+       << ", \"bytes\": " << r.bytes << ", \"flops\": " << r.flops;
+    if (r.part == "model") js << ", \"tok_s\": " << r.tok_s << ", \"roofline_tok_s\": " << r.roofline_tok_s;
+    js << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  js << "  ]\n}\n";
+  for (const auto& [flag, text] : {std::pair<std::string, std::string>{"--md", md.str()}, {"--json", js.str()}}) {
+    if (!args->has(flag)) continue;
+    const std::string path = *args->get(flag);
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return fail(invalid_argument(flag + " " + path + ": cannot open for writing"));
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace mxserve::cli
