@@ -7,9 +7,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/moe_tuning.h"
 #include "kernels/op_params.h"
 #include "kernels/synthetic_fill.h"
 
@@ -60,6 +62,12 @@ class Backend {
   virtual bool supports(Op op) const = 0;
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }
+  // Called once per MoE layer after its experts are loaded: a backend with tuned kernel selection resolves
+  // the shape here, so its chosen configs (or the missing-table warning) are logged at start-up.
+  virtual void prepare_moe(const ExpertWeights& experts, int64_t top_k) {}
+  // The MoE kernel configurations chosen so far, per shape and token-count bucket (the start-up log and
+  // the mxserve:moe_kernel_config gauge); empty on a backend without tuned selection. Thread-safe.
+  virtual std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const { return {}; }
 
   // ---- memory ----
   virtual Tensor alloc(DType dtype, Shape shape) = 0;

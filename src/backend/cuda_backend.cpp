@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/check.h"
@@ -16,8 +17,10 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/synthetic_fill.h"
+#include "kernels/moe_tuning.h"
 
 namespace mxserve::backend {
 namespace {
@@ -32,6 +35,24 @@ void expect(const Tensor& t, DType dt, const char* op, const char* what) {
   MX_CHECK_MSG(t.is_contiguous(), "cuda " << op << ": " << what << " is not contiguous");
 }
 
+// The kernels' variant list as the selector sees it (kernels/moe_tuning.h; gemm 0 = gate_up, 1 = down).
+kernels::MoeVariantCatalog mxfp4_catalog() {
+  kernels::MoeVariantCatalog c;
+  c.index = [](int gemm, const std::string& name) {
+    return kc::moe_mxfp4_variant_index(static_cast<kc::MoeGemm>(gemm), name);
+  };
+  c.supports = [](int gemm, int variant, const kernels::MoeTuningKey& k, int64_t n_tokens) {
+    kc::MoeShape s;
+    s.n_tokens = n_tokens;
+    s.d_model = k.hidden;
+    s.inter = k.inter;
+    s.n_experts = static_cast<int32_t>(k.experts);
+    s.top_k = static_cast<int32_t>(k.top_k);
+    return kc::moe_mxfp4_variant_supports(static_cast<kc::MoeGemm>(gemm), variant, s);
+  };
+  return c;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -40,6 +61,17 @@ class CudaBackend final : public Backend {
     MX_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, device_));
     pool_ = kc::CachingAllocator::create(device_);
     gemm_ = std::make_unique<kc::LtGemm>(stream_);
+    cudaDeviceProp prop{};
+    MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    gpu_name_ = prop.name;
+    moe_selector_ = std::make_unique<kernels::MoeKernelSelector>(&kernels::global_moe_tuning(),
+                                                                 &kernels::global_moe_tuning_mutex(), mxfp4_catalog());
+  }
+
+  // Every variant name in the loaded tables must be compiled into this binary (an error names the table file).
+  Status validate_moe_tables() {
+    std::lock_guard<std::mutex> lock(kernels::global_moe_tuning_mutex());
+    return kernels::validate_moe_tuning(kernels::global_moe_tuning(), mxfp4_catalog().index);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // teardown: let queued work finish before handles go
@@ -53,6 +85,13 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::kBF16; }
   DType weight_dtype() const override { return DType::kBF16; }
   bool supports(Op) const override { return true; }
+  bool supports_expert_format(ExpertFormat f) const override {
+    return f == ExpertFormat::kFloat || f == ExpertFormat::kMxfp4;
+  }
+  void prepare_moe(const ExpertWeights& ex, int64_t top_k) override {
+    if (ex.format == ExpertFormat::kMxfp4) moe_selector_->prepare(moe_key(ex, top_k));
+  }
+  std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const override { return moe_selector_->rows(); }
 
   // ---- memory ----
   Tensor alloc(DType dtype, Shape shape) override {
@@ -272,9 +311,18 @@ class CudaBackend final : public Backend {
     expect(x, DType::kBF16, "moe_experts", "x");
     expect(topk_ids, DType::kI32, "moe_experts", "topk_ids");
     expect(topk_weights, DType::kF32, "moe_experts", "topk_weights");
+    expect(out, DType::kBF16, "moe_experts", "out");
+    switch (ex.format) {
+      case ExpertFormat::kFloat: return moe_experts_float(x, topk_ids, topk_weights, ex, out);
+      case ExpertFormat::kMxfp4: return moe_experts_mxfp4(x, topk_ids, topk_weights, ex, out);
+    }
+    MX_CHECK_MSG(false, "cuda moe_experts: expert format " << expert_format_name(ex.format) << " not implemented");
+  }
+
+  void moe_experts_float(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
+                         Tensor& out) {
     expect(ex.gate_up, DType::kBF16, "moe_experts", "gate_up");
     expect(ex.down, DType::kBF16, "moe_experts", "down");
-    expect(out, DType::kBF16, "moe_experts", "out");
     kc::MoeShape s;
     s.n_tokens = x.dim(0);
     s.d_model = x.dim(1);
@@ -288,6 +336,58 @@ class CudaBackend final : public Backend {
     Tensor ws = alloc(DType::kU8, {static_cast<int64_t>(kc::moe_workspace_bytes(s))});
     kc::moe_experts_bf16(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), ex.gate_up.raw(),
                          ex.down.raw(), out.raw(), s, ws.raw(), stream_);
+  }
+
+  // MXFP4 experts (layouts in backend.h): the variant pair comes from the tuned table of this GPU and shape
+  // for the bucket of M = n_tokens, else the kernels' heuristic (kernels/moe_tuning.h has the rule).
+  void moe_experts_mxfp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
+                         Tensor& out) {
+    expect(ex.gate_up, DType::kU8, "moe_experts", "gate_up (mxfp4 codes)");
+    expect(ex.gate_up_scales, DType::kU8, "moe_experts", "gate_up_scales (e8m0)");
+    expect(ex.down, DType::kU8, "moe_experts", "down (mxfp4 codes)");
+    expect(ex.down_scales, DType::kU8, "moe_experts", "down_scales (e8m0)");
+    kc::MoeShape s;
+    s.n_tokens = x.dim(0);
+    s.d_model = x.dim(1);
+    s.top_k = static_cast<int32_t>(topk_ids.dim(1));
+    s.n_experts = static_cast<int32_t>(ex.gate_up.dim(0));
+    s.inter = ex.inter();
+    MX_CHECK_MSG(s.d_model % 32 == 0 && s.inter % 32 == 0,
+                 "cuda moe_experts mxfp4: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 32");
+    MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model / 2);
+    MX_CHECK_EQ(ex.gate_up_scales.dim(0), s.n_experts);
+    MX_CHECK_EQ(ex.gate_up_scales.dim(1), 2 * s.inter);
+    MX_CHECK_EQ(ex.gate_up_scales.dim(2), s.d_model / 32);
+    MX_CHECK_EQ(ex.down.dim(0), s.n_experts);
+    MX_CHECK_EQ(ex.down.dim(1), s.d_model);
+    MX_CHECK_EQ(ex.down.dim(2), s.inter / 2);
+    MX_CHECK_EQ(ex.down_scales.dim(1), s.d_model);
+    MX_CHECK_EQ(ex.down_scales.dim(2), s.inter / 32);
+    MX_CHECK_EQ(out.numel(), s.n_tokens * s.d_model);
+    const kernels::MoeChoice c = moe_selector_->choose(moe_key(ex, s.top_k), s.n_tokens);
+    kc::MoeMxfp4Plan plan = kc::moe_mxfp4_heuristic_plan(s);
+    if (!c.heuristic) plan = kc::MoeMxfp4Plan{c.gate_up, c.down};
+    kc::MoeMxfp4Weights w;
+    w.gate_up_q = ex.gate_up.data<uint8_t>();
+    w.gate_up_s = ex.gate_up_scales.data<uint8_t>();
+    w.down_q = ex.down.data<uint8_t>();
+    w.down_s = ex.down_scales.data<uint8_t>();
+    const size_t ws_bytes = kc::moe_mxfp4_workspace_bytes(s);
+    Tensor ws;
+    if (ws_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+    kc::moe_experts_mxfp4(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s, plan,
+                          ws_bytes > 0 ? ws.raw() : nullptr, stream_);
+  }
+
+  kernels::MoeTuningKey moe_key(const ExpertWeights& ex, int64_t top_k) const {
+    kernels::MoeTuningKey k;
+    k.gpu = gpu_name_;
+    k.experts = ex.n_experts();
+    k.inter = ex.inter();
+    k.hidden = ex.format == ExpertFormat::kMxfp4 ? ex.down.dim(1) : ex.gate_up.dim(2);
+    k.top_k = top_k;
+    k.dtype = expert_format_name(ex.format);
+    return k;
   }
 
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
@@ -340,6 +440,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<kc::CachingAllocator> pool_;
   std::unique_ptr<kc::LtGemm> gemm_;
+  std::string gpu_name_;  // cudaDeviceProp::name: the tuned tables' key
+  std::unique_ptr<kernels::MoeKernelSelector> moe_selector_;
 };
 
 }  // namespace
@@ -352,7 +454,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend() {
     return unavailable(std::string("--backend cuda: no usable CUDA device (") + cudaGetErrorString(err) + ")");
   }
   if (count == 0) return unavailable("--backend cuda: no CUDA device present");
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(0));
+  auto be = std::make_unique<CudaBackend>(0);
+  MX_RETURN_IF_ERROR(be->validate_moe_tables());
+  return std::unique_ptr<Backend>(std::move(be));
 }
 
 CUstream_st* cuda_backend_stream(Backend& be) {

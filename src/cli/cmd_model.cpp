@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/fixture.h"
 #include "io/checkpoint.h"
+#include "kernels/moe_tuning.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "model/weight_table.h"
@@ -215,7 +216,8 @@ Status generate_once(model::CausalLM& model, backend::Backend& be, const std::ve
 
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> value_flags = {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size",
-                                       "--seed", "--num-layers", "--quantization", "--batch", "--prompt-len", "--runs"};
+                                       "--seed", "--num-layers", "--quantization", "--batch", "--prompt-len", "--runs",
+                                       "--moe-tuning-dir"};
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
@@ -254,6 +256,8 @@ int cmd_generate(int argc, char** argv) {
   if (!max_tokens.is_ok()) return fail(max_tokens.status());
   if (!block_size.is_ok()) return fail(block_size.status());
   if (*max_tokens <= 0 || *block_size <= 0) return fail(invalid_argument("--max-tokens and --block-size must be positive"));
+  if (args->has("--moe-tuning-dir"))  // before the backend: it validates every table's variant names
+    if (Status s = kernels::add_global_moe_tuning_dir(args->get_or("--moe-tuning-dir", "")); !s.is_ok()) return fail(s);
   auto be = backend::make_backend(args->get_or("--backend", "cpu"));
   if (!be.is_ok()) return fail(be.status());
   auto model = model::load_causal_lm(model_path, **be, *load);

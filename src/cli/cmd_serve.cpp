@@ -30,6 +30,8 @@ model:
                                (e.g. mxfp4:fp8-block: MXFP4 routed experts, FP8 other projections)
   --tokenizer DIR              tokenizer.json + tokenizer_config.json (default: the model directory)
   --backend cpu|cuda           (cpu)
+  --moe-tuning-dir DIR         MoE kernel tables (*.json from `mxserve tune-moe`) added to, and overriding, the
+                               ones built in from configs/moe/ (docs/cuda.md "MXFP4 MoE: tuned tables and selection")
 server:
   --host ADDR                  (127.0.0.1; 0.0.0.0 for all interfaces)
   --port N                     (8000)
@@ -88,7 +90,7 @@ int cmd_serve(int argc, char** argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-  std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--host", "--port",
+  std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--moe-tuning-dir", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"};
@@ -124,6 +126,7 @@ int cmd_serve(int argc, char** argv) {
     return fail(invalid_argument("--quantization needs --synthetic-weights (a checkpoint's precision is read from it)"));
   sc.tokenizer_dir = a.get_or("--tokenizer", "");
   sc.backend = a.get_or("--backend", "cpu");
+  sc.moe_tuning_dir = a.get_or("--moe-tuning-dir", "");
   if (sc.backend != "cpu" && sc.backend != "cuda") return fail(invalid_argument("--backend must be cpu or cuda"));
   MX_CLI_TRY(max_model_len, a.get_int("--max-model-len", 0));
   if (max_model_len < 0) return fail(invalid_argument("--max-model-len must be positive"));

@@ -132,8 +132,12 @@ void HttpServer::install_routes() {
   });
   s.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
     std::optional<runtime::EngineStats> stats;
-    if (ctx.ready) stats = ctx.model.engine->stats();
-    res.set_content(ctx.metrics.render(stats), "text/plain; version=0.0.4; charset=utf-8");
+    std::vector<kernels::MoeKernelConfigRow> moe;
+    if (ctx.ready) {
+      stats = ctx.model.engine->stats();
+      if (ctx.model.moe_kernel_configs) moe = ctx.model.moe_kernel_configs();
+    }
+    res.set_content(ctx.metrics.render(stats, moe), "text/plain; version=0.0.4; charset=utf-8");
   });
 }
 

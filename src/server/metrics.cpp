@@ -100,7 +100,8 @@ double kv_cache_usage(const runtime::EngineStats& s) {
   return static_cast<double>(used) / static_cast<double>(s.blocks_total);
 }
 
-std::string Metrics::render(const std::optional<runtime::EngineStats>& stats) const {
+std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
+                            const std::vector<kernels::MoeKernelConfigRow>& moe) const {
   std::string out;
   out.reserve(16384);
   const runtime::EngineStats s = stats.value_or(runtime::EngineStats{});
@@ -169,6 +170,16 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats) co
   sample(&out, "mxserve:engine_steps_total", labels_, static_cast<double>(s.steps));
   header(&out, "mxserve:requests_aborted_total", "counter", "Requests aborted (client disconnects, stop strings).");
   sample(&out, "mxserve:requests_aborted_total", labels_, static_cast<double>(s.aborted));
+  if (!moe.empty()) {
+    header(&out, "mxserve:moe_kernel_config", "gauge",
+           "MoE expert kernel variants chosen per shape and token-count bucket (source table|heuristic); always 1.");
+    for (const auto& r : moe)
+      sample(&out, "mxserve:moe_kernel_config",
+             labels_ + ",shape=\"" + escape_label(r.shape) + "\",bucket=\"" + escape_label(r.bucket) +
+                 "\",gate_up=\"" + escape_label(r.gate_up) + "\",down=\"" + escape_label(r.down) + "\",source=\"" +
+                 escape_label(r.source) + "\"",
+             1.0);
+  }
   return out;
 }
 

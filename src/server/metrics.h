@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/moe_tuning.h"
 #include "runtime/engine.h"
 
 namespace mxserve::server {
@@ -49,8 +50,10 @@ class Metrics {
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t generation_tokens() const { return generation_tokens_; }
 
-  // Prometheus text format 0.0.4. stats is absent while the model is loading.
-  std::string render(const std::optional<runtime::EngineStats>& stats) const;
+  // Prometheus text format 0.0.4. stats is absent while the model is loading. moe: the backend's chosen MoE
+  // kernel configs, one mxserve:moe_kernel_config{shape,bucket,gate_up,down,source} 1 sample each.
+  std::string render(const std::optional<runtime::EngineStats>& stats,
+                     const std::vector<kernels::MoeKernelConfigRow>& moe = {}) const;
 
  private:
   std::string labels_;  // model_name="..."

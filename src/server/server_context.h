@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "kernels/moe_tuning.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -33,6 +35,8 @@ struct ModelServices {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::optional<tokenizer::ChatTemplate> chat_template;  // absent: /v1/chat/completions is a 400
   int64_t max_model_len = 0;
+  // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
+  std::function<std::vector<kernels::MoeKernelConfigRow>()> moe_kernel_configs;
 };
 
 struct ServerContext {

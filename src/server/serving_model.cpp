@@ -13,6 +13,7 @@
 
 #include "core/logging.h"
 #include "io/checkpoint.h"
+#include "kernels/moe_tuning.h"
 #include "runtime/executor.h"
 #include "runtime/spec/self_test.h"
 
@@ -113,6 +114,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
     MX_LOG(kWarn) << "no chat template in " << tok_dir << ": /v1/chat/completions is disabled";
   }
 
+  if (!cfg.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
+    MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(cfg.moe_tuning_dir));
   MX_ASSIGN_OR_RETURN(sm->backend_, backend::make_backend(cfg.backend));
   model::LoadOptions lo;
   lo.load_mtp = cfg.spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
@@ -215,6 +218,8 @@ ModelServices ServingModel::services() {
   s.tokenizer = tokenizer_.get();
   s.chat_template = chat_template_;
   s.max_model_len = max_model_len_;
+  backend::Backend* be = backend_.get();
+  s.moe_kernel_configs = [be] { return be->moe_kernel_configs(); };
   return s;
 }
 

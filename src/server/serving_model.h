@@ -26,6 +26,7 @@ struct ServingConfig {
   std::string synthetic_quantization;  // synthetic routed experts: "", "mxfp4", "fp8-block"
   std::string tokenizer_dir;       // default: the model directory
   std::string backend = "cpu";
+  std::string moe_tuning_dir;      // --moe-tuning-dir: MoE kernel tables added to / overriding the embedded ones
   int64_t max_model_len = 0;       // 0: max_position_embeddings, capped by the KV capacity
   int64_t block_size = 16;
   int64_t max_num_batched_tokens = 2048;

@@ -80,6 +80,7 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
     down.push_back(ep + "down_proj.weight");
   }
   m.experts = wl.experts(gate_up, down);
+  wl.backend().prepare_moe(m.experts, cfg.top_k);  // tuned-kernel selection logged at start-up (issue 9)
   if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.");
   return m;
 }

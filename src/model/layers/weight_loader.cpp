@@ -3,9 +3,98 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/logging.h"
+#include "quant/mxfp4.h"
 #include "quant/weight_format.h"
 
 namespace mxserve::model {
+namespace {
+
+// ---- checkpoint MXFP4 experts kept packed (issue 9). Only the BoundWeights branch lives here. ----
+
+// Whether every routed-expert tensor of the layer is stored as MXFP4. A layer that mixes MXFP4 with other
+// precisions is dequantized (loudly: the checkpoint is unusual and costs full-precision memory).
+bool checkpoint_experts_all_mxfp4(const BoundWeights& w, const std::vector<std::vector<std::string>>& gate_up_groups,
+                                  const std::vector<std::string>& down_names) {
+  size_t mx = 0, total = 0;
+  for (const auto& g : gate_up_groups)
+    for (const auto& n : g) total++, mx += w.at(n).precision() == Precision::kMxfp4;
+  for (const auto& n : down_names) total++, mx += w.at(n).precision() == Precision::kMxfp4;
+  if (mx > 0 && mx < total) {
+    MX_LOG(kWarn) << "routed experts (" << down_names.front() << " and the rest of its layer): " << mx << " of " << total
+                  << " tensors are mxfp4, the others not: dequantizing the whole layer to float (full-precision "
+                     "device memory, the bf16 expert kernels)";
+  }
+  return total > 0 && mx == total;
+}
+
+// Empty when the MXFP4 expert kernels can run these widths, else why not, naming the first bad tensor.
+std::string checkpoint_mxfp4_width_problem(const BoundWeights& w,
+                                           const std::vector<std::vector<std::string>>& gate_up_groups,
+                                           const std::vector<std::string>& down_names) {
+  auto check = [&](const std::string& n) -> std::string {
+    const Shape& s = w.at(n).shape();  // logical [out, in]
+    if (s.size() != 2 || s[1] % quant::kMxBlock != 0)
+      return n + ": in-features " + (s.size() == 2 ? std::to_string(s[1]) : shape_to_string(s)) +
+             " is not a multiple of 32 (the MXFP4 expert kernels need whole 32-element scale blocks)";
+    return {};
+  };
+  for (const auto& g : gate_up_groups)
+    for (const auto& n : g)
+      if (auto p = check(n); !p.empty()) return p;
+  for (const auto& n : down_names)
+    if (auto p = check(n); !p.empty()) return p;
+  return {};
+}
+
+// Stacks per-expert packed codes and E8M0 scales, groups[e] concatenated along rows, into host u8
+// [G, rows, cols/2] and [G, rows, cols/32] (the same row order as the float stack), then uploads both.
+void stack_checkpoint_mxfp4(backend::Backend& be, const BoundWeights& w,
+                            const std::vector<std::vector<std::string>>& groups, Tensor* codes, Tensor* scales) {
+  const int64_t cols = w.at(groups[0][0]).shape().at(1);
+  int64_t rows = 0;
+  for (const auto& n : groups[0]) rows += w.at(n).shape().at(0);
+  const int64_t G = static_cast<int64_t>(groups.size());
+  const int64_t qcols = cols / 2, scols = cols / quant::kMxBlock;
+  // NOTE: one layer's codes are staged on the host (e.g. 160 x 3072 x 2560 B = 1.26 GB for GLM-4.5 gate_up);
+  // a per-expert device copy would need a raw copy-into-slice on Backend.
+  Tensor hq = Tensor::empty(DType::kU8, {G, rows, qcols});
+  Tensor hs = Tensor::empty(DType::kU8, {G, rows, scols});
+  int64_t r = 0;  // row over G * rows
+  for (const auto& group : groups) {
+    for (const auto& n : group) {
+      const quant::StoredWeight& sw = w.at(n).stored;
+      const int64_t nr = sw.shape.at(0);
+      MX_CHECK_MSG(sw.shape.at(1) == cols && sw.data.numel() == nr * qcols && sw.scale.numel() == nr * scols &&
+                       sw.data.nbytes() == static_cast<uint64_t>(nr * qcols) &&
+                       sw.scale.nbytes() == static_cast<uint64_t>(nr * scols),
+                   "mxfp4 experts: " << sw.describe() << " does not stack as [" << nr << ", " << qcols << "] + ["
+                                     << nr << ", " << scols << "]");
+      std::memcpy(hq.data<uint8_t>() + r * qcols, sw.data.raw(), nr * qcols);
+      std::memcpy(hs.data<uint8_t>() + r * scols, sw.scale.raw(), nr * scols);
+      r += nr;
+    }
+  }
+  MX_CHECK_EQ(r, G * rows);
+  *codes = be.upload(hq);
+  *scales = be.upload(hs);
+}
+
+backend::ExpertWeights checkpoint_experts_mxfp4(backend::Backend& be, const BoundWeights& w,
+                                                const std::vector<std::vector<std::string>>& gate_up_groups,
+                                                const std::vector<std::string>& down_names) {
+  backend::ExpertWeights ex;
+  ex.format = backend::ExpertFormat::kMxfp4;
+  std::vector<std::vector<std::string>> down;
+  for (const auto& n : down_names) down.push_back({n});
+  stack_checkpoint_mxfp4(be, w, gate_up_groups, &ex.gate_up, &ex.gate_up_scales);  // [E, 2I, H/2], [E, 2I, H/32]
+  stack_checkpoint_mxfp4(be, w, down, &ex.down, &ex.down_scales);                  // [E, H, I/2], [E, H, I/32]
+  MX_CHECK_EQ(ex.down.dim(1), ex.gate_up.dim(2) * 2);
+  MX_CHECK_EQ(ex.down.dim(2) * 4, ex.gate_up.dim(1));  // I/2 * 4 == 2I
+  return ex;
+}
+
+}  // namespace
 
 Tensor WeightLoader::host_float(const std::string& name) const {
   const BoundWeight& w = weights_.at(name);
@@ -59,6 +148,15 @@ Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) 
 backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::string>>& gate_up_groups,
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
+  MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
+  if (be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+      checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
+    const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
+    if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names);
+    MX_LOG(kWarn) << "mxfp4 experts cannot stay packed on " << be_.name() << ": " << problem
+                  << ". Dequantizing this layer's experts to " << dtype_name(be_.weight_dtype())
+                  << " (full-precision device memory, the bf16 expert kernels)";
+  }
   backend::ExpertWeights ex;
   std::vector<std::vector<std::string>> down;
   for (const auto& n : down_names) down.push_back({n});

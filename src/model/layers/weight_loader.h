@@ -1,8 +1,12 @@
 // WeightLoader: moves bound checkpoint tensors onto a backend in the layouts the kernels want
 // (fused gate|up rows, experts stacked to [E, ...], column slices). Names come from the weight table.
 // Quantized weights (MXFP4, FP8) are dequantized on the host to f32 here, one tensor at a time, and then
-// handed to Backend::copy_weight like any float weight. NOTE: GPU-resident 4-bit storage and fused
-// dequantizing kernels are issue 9; until then a quantized checkpoint costs full-precision device memory.
+// handed to Backend::copy_weight like any float weight -- except the routed experts of an MXFP4 checkpoint
+// on a backend that runs them packed (Backend::supports_expert_format(kMxfp4), the CUDA backend): experts()
+// keeps their E2M1 codes + E8M0 scales as stacked u8 tensors (backend::ExpertWeights) for the fused MXFP4
+// MoE kernels. NOTE: every other quantized weight (FP8 projections, MXFP4 non-expert linears) still costs
+// full-precision device memory; widths that are not multiples of 32 fall back to dequantized experts with
+// a warning naming the tensor.
 // Synthetic source (model/synthetic_weights.h): the same calls generate every tensor on the backend
 // (Backend::fill_synthetic) instead of copying a host tensor -- no host image of the model; helpers
 // named synthetic_* hold that branch.
@@ -43,6 +47,7 @@ class WeightLoader {
   bool has(const std::string& name) const {
     return synthetic_ ? synthetic_->shapes.count(name) > 0 : weights_.find(name) != nullptr;
   }
+  backend::Backend& backend() { return be_; }
 
  private:
   // The weight as a host float tensor of its logical shape: a view for float weights, a dequantized f32
