@@ -12,6 +12,7 @@ for a in "$@"; do
   case $a in --no-bench) BENCH=0 ;; --sanitize) SANITIZE=1 ;; esac
 done
 tar -xJf "$P/libs.tar.xz" -C "$P/lib"
+[ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures"
@@ -35,6 +36,12 @@ for f in "$P"/fixtures/*/; do
 done
 timeout 120 "$P/bin/test_cuda_engine" --gtest_color=no > "$OUT/engine_tests.log" 2>&1
 RC_ENG=$?
+# Synthetic weights (CUDA bits == CPU bits), the MXFP4 MoE kernels (every variant vs the CPU reference) and
+# MXFP4 experts through the loader and the backend's tuned-table selection.
+RC_MORE=0
+for t in test_cuda_synthetic test_cuda_moe_mxfp4 test_cuda_mxfp4_moe; do
+  timeout 150 "$P/bin/$t" --gtest_color=no > "$OUT/$t.log" 2>&1 || RC_MORE=$?
+done
 # The engine end to end on the GPU: the embedded default (synthetic) and a truncated GLM-4.5-Air
 # (synthetic, 2 layers: one dense, one MoE) with and without MTP speculation at simulated acceptance.
 {
@@ -61,11 +68,14 @@ fi
 
 {
   echo "==== summary ===="
-  echo "op tests rc=$RC_OPS   fixture tests rc=$RC_FIX   verify-fixture rc=$RC_VER   engine tests rc=$RC_ENG   engine e2e rc=$RC_E2E   sanitizer rc=$RC_SAN   bench rc=$RC_BENCH"
+  echo "op tests rc=$RC_OPS   fixture tests rc=$RC_FIX   verify-fixture rc=$RC_VER   engine tests rc=$RC_ENG   synthetic/mxfp4 tests rc=$RC_MORE   engine e2e rc=$RC_E2E   sanitizer rc=$RC_SAN   bench rc=$RC_BENCH"
   grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|rel_l2 [0-9]|Expected|Which is|actual" "$OUT/op_tests.log" | head -60
   grep -E "^\[  FAILED|flips|step .*cuda|Failure" "$OUT/fixture_tests.log" | head -30
   cat "$OUT/verify.log"
   grep -E "^\[  (     OK|FAILED ) \]|requests differ|note:" "$OUT/engine_tests.log" | head -20
+  for t in test_cuda_synthetic test_cuda_moe_mxfp4 test_cuda_mxfp4_moe; do
+    grep -E "^\[  (PASSED|FAILED) |^\[  FAILED \]|Failure" "$OUT/$t.log" | sed "s/^/$t: /" | head -8
+  done
   grep -E "generated|error|speculative" "$OUT/engine_e2e.log" | head -20
   [ -f "$OUT/sanitizer.log" ] && grep -E "ERROR SUMMARY|Invalid|out of bounds" "$OUT/sanitizer.log" | head -10
   [ -f "$OUT/bench.log" ] && tail -30 "$OUT/bench.log"

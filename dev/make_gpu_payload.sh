@@ -26,4 +26,6 @@ done
 tar -cJf "$DEST/libs.tar.xz" -C "$LIBS" .
 rm -rf "$LIBS"
 (cd "$SRC" && git log -1 --format='commit %H %s' && git status --short | head -5) > "$DEST/commit.txt"
+# Binaries travel xz-compressed (the device tool carries at most 64 MiB); run_all.sh / gpu_check.sh unpack them.
+tar -cJf "$DEST/bin.tar.xz" -C "$DEST" bin && rm -rf "$DEST/bin"
 du -sh "$DEST"

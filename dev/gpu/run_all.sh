@@ -12,7 +12,8 @@ FINAL_OUT=${OUT:-/tmp/mxserve_gpu}
 WORK=/tmp/mxserve_stages
 rm -rf "$WORK"; mkdir -p "$WORK" "$FINAL_OUT"
 : > "$WORK/summary.txt"
-# The libraries the GPU image may lack travel in the payload (see dev/make_gpu_payload.sh).
+# The binaries and the libraries the GPU image may lack travel compressed in the payload (dev/make_gpu_payload.sh).
+[ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
 mkdir -p "$P/lib" && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
@@ -35,7 +36,8 @@ for spec in "$@"; do
   rc=$?
   echo "==== stage $name rc=$rc ($(( $(date +%s) - start )) s of $limit)" | tee -a "$WORK/summary.txt"
   tail -40 "$WORK/$name/stdout.log" >> "$WORK/summary.txt"
+  # After every stage, so a call cut short still returns what finished.
+  tar -czf "$FINAL_OUT/logs.tar.gz" -C "$WORK" .
+  cp "$WORK/summary.txt" "$FINAL_OUT/summary.txt"
 done
-tar -czf "$FINAL_OUT/logs.tar.gz" -C "$WORK" .
-cp "$WORK/summary.txt" "$FINAL_OUT/summary.txt"
 cat "$WORK/summary.txt"

@@ -14,7 +14,7 @@
 # Dry run of the plumbing on a CPU (tiny sizes): SPEC_PERF_BACKEND=cpu SPEC_PERF_CONFIG=tiny.json
 #   SPEC_PERF_SINGLE_PROMPT=64 SPEC_PERF_BATCH_PROMPT=32 SPEC_PERF_TOKENS=16 SPEC_PERF_BATCHES="2 4" spec_perf.sh --no-mxfp4
 set -u
-P=$(cd "$(dirname "$0")" && pwd)
+P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}  # the payload folder (this script sits in its gpu/)
 OUT=${OUT:-/tmp/mxserve_gpu}
 mkdir -p "$OUT" "$P/lib"
 MXFP4=1
@@ -29,7 +29,8 @@ SP=${SPEC_PERF_SINGLE_PROMPT:-10000}
 BP=${SPEC_PERF_BATCH_PROMPT:-1024}
 TOKENS=${SPEC_PERF_TOKENS:-256}
 BATCHES=${SPEC_PERF_BATCHES:-8 32 64}
-COMMON=(--config "$CONFIG" --synthetic-weights --num-layers 2 --backend "$BACKEND" --ignore-eos --prompt-len 32)
+COMMON=(--config "$CONFIG" --synthetic-weights --backend "$BACKEND" --ignore-eos --prompt-len 32)
+FULL_TOKENS=${SPEC_PERF_FULL_TOKENS:-128}
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; cat "$P/commit.txt"; } > "$OUT/spec_perf_env.txt" 2>&1
 
 SINGLE="b=1,n=0,p=$SP"
@@ -43,14 +44,15 @@ for b in $BATCHES; do
   BATCH="$BATCH;b=$b,n=0,p=$BP;b=$b,n=3,a=2.0,adaptive=0,p=$BP;b=$b,n=3,a=2.0,adaptive=1,p=$BP"
 done
 
-run() {  # label, extra flags...: one process per format (the synthetic model loads once, ~25 s)
-  local label=$1; shift
-  timeout 110 "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$TOKENS" --runs "$SINGLE$BATCH" > /dev/null \
+run() {  # label, seconds, tokens, extra flags...: one process per model (the synthetic weights load once)
+  local label=$1 limit=$2 tokens=$3; shift 3
+  timeout "$limit" "$MX" generate "${COMMON[@]}" "$@" --max-tokens "$tokens" --runs "$SINGLE$BATCH" > /dev/null \
     2> "$OUT/spec_runs_$label.log"
   echo "runs $label rc=$?" >> "$OUT/spec_perf_env.txt"
 }
-run bf16
-[ $MXFP4 = 1 ] && run mxfp4 --quantization mxfp4
+run bf16 110 "$TOKENS" --num-layers 2
+# The whole GLM-4.5-Air (46 layers + MTP) fits one H200 with MXFP4 routed experts (~68 GB).
+[ $MXFP4 = 1 ] && run mxfp4_full 240 "$FULL_TOKENS" --quantization mxfp4
 
 export SPEC_PERF_CONFIG="${SPEC_PERF_CONFIG:-GLM-4.5-Air config}" SPEC_PERF_BACKEND=$BACKEND
 python3 - "$OUT" "$P/configs/air.json" <<'PY' > "$OUT/spec_perf.md"
@@ -67,7 +69,7 @@ head = V * H
 kv_tok = 2 * kv * 2  # K and V, bf16, per layer per token
 def U(t): return E * (1 - (1 - K / E) ** t)
 def model_bytes(fmt, moe_layers=1):
-    eb = 0.53125 if fmt == "mxfp4" else 2.0
+    eb = 0.53125 if fmt.startswith("mxfp4") else 2.0
     # Layer 0 dense, then MoE layers (shared + routed), MTP layer MoE + eh_proj + its own shared head.
     def target(t, B, C):
         return (2 * ((1 + moe_layers) * attn + dense + moe_layers * (expert + E * H) + head)
@@ -87,7 +89,8 @@ def results(path):
             if line.startswith("RESULT "): r.append(json.loads(line[7:]))
     return r
 print(f"# MTP speculative decoding, {os.environ.get('SPEC_PERF_CONFIG', 'GLM-4.5-Air config')}, synthetic weights, "
-      f"2 layers + MTP, backend {os.environ.get('SPEC_PERF_BACKEND', 'cuda')}\n")
+      f"backend {os.environ.get('SPEC_PERF_BACKEND', 'cuda')}: bf16 truncated to 2 layers + MTP, and the whole model "
+      f"(46 layers + MTP) with MXFP4 routed experts\n")
 print(open(os.path.join(out, "spec_perf_env.txt")).read().replace("\n", "  \n"))
 print("Decode tok/s from the moment every sequence has its first token. Acceptance is simulated "
       "(`--speculative-simulate-acceptance A`: floor(A - 1 + u) drafts accepted per step; all draft and verify "
@@ -95,17 +98,17 @@ print("Decode tok/s from the moment every sequence has its first token. Acceptan
       "read) / 4.3 TB/s, times tokens per step. With 2 layers the 1.24 GB lm_head and the MTP layer's own 1.24 GB "
       "shared head dominate every step, so speculation cannot pay here even at the roofline; the last column is the "
       "same roofline for the full 46-layer model, where it does.\n")
-for fmt in ("bf16", "mxfp4"):
+for fmt, ml, title in (("bf16", 1, "bf16, 2 layers + MTP"), ("mxfp4_full", 45, "MXFP4 routed experts, all 46 layers + MTP")):
     runs = results(f"{out}/spec_runs_{fmt}.log")
     single, batch = [r for r in runs if r["batch"] == 1], [r for r in runs if r["batch"] > 1]
     if not runs:
         print(f"## {fmt}: no results (see spec_runs_{fmt}.log)\n"); continue
-    print(f"## {fmt} routed experts\n\n### Single stream, {single[0]['prompt_len'] if single else '?'}-token prompt\n")
+    print(f"## {title}\n\n### Single stream, {single[0]['prompt_len'] if single else '?'}-token prompt\n")
     print("| N | simulated A | measured A | decode tok/s | speedup | roofline tok/s | GB/step | 46-layer Air roofline (speedup) |\n|---|---|---|---|---|---|---|---|")
     base = next((r["decode_tok_s"] for r in single if r["spec_steps"] == 0), None)
     for r in single:
         n, A = r["spec_steps"], r["acceptance_length"]
-        rl, b = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0)
+        rl, b = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0, moe_layers=ml)
         sp = f"{r['decode_tok_s'] / base:.2f}x" if base else "-"
         full = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0, moe_layers=45)[0]
         full0 = roofline(fmt, 1, r["prompt_len"], 0, 1.0, spec=False, moe_layers=45)[0]
@@ -117,7 +120,7 @@ for fmt in ("bf16", "mxfp4"):
     for r in batch:
         B, n = r["batch"], r["spec_steps"]
         mode = "off" if n == 0 else ("N=3 adaptive" if r["adaptive"] else "N=3 fixed")
-        rl, _ = roofline(fmt, B, r["prompt_len"], r["final_n"] if n else 0, r["acceptance_length"], spec=n > 0)
+        rl, _ = roofline(fmt, B, r["prompt_len"], r["final_n"] if n else 0, r["acceptance_length"], spec=n > 0, moe_layers=ml)
         vs = f"{r['decode_tok_s'] / offs[B]:.2f}x" if offs.get(B) else "-"
         print(f"| {B} | {mode} | {r['final_n'] if n else '-'} | {r['acceptance_length']:.2f} | {r['decode_tok_s']:.1f} | {vs} | "
               f"{r['estimated_gain']:.2f} | {rl:.0f} |")
