@@ -286,7 +286,7 @@ class OracleMtpModel final : public ModelExecutor {
       }
       testing::fake_logits(testing::context_hash(ctx), vocab_, logits.data<float>() + r * vocab_);
     }
-    return ExecOutput{logits, Tensor()};
+    return ExecOutput{logits, {}, Tensor()};
   }
   int64_t slot(const model::SequenceSpan& s, int32_t j) const {
     return static_cast<int64_t>(s.block_table[j / bs_]) * bs_ + j % bs_;
