@@ -36,14 +36,16 @@ class CausalLmExecutor final : public ModelExecutor {
   ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out) {
     ExecOutput r;
     r.hidden = out.hidden;
-    const int64_t R = out.logits.numel() > 0 ? out.logits.dim(0) : 0;
+    // No logit rows (e.g. an MTP extend whose drafts are paused): the model leaves logits unset.
+    const bool has_logits = out.logits.ndim() == 2;
+    const int64_t R = has_logits ? out.logits.dim(0) : 0;
     if (R > 0) {
       Tensor ids = be_.alloc(DType::kI32, {R});
       be_.argmax_rows(out.logits, ids);
       Tensor host_ids = be_.to_host(ids);
       r.argmax.assign(host_ids.data<int32_t>(), host_ids.data<int32_t>() + R);
     }
-    if (batch.want_host_logits) r.logits = be_.to_host(out.logits);
+    if (batch.want_host_logits && has_logits) r.logits = be_.to_host(out.logits);
     return r;
   }
 
