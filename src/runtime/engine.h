@@ -95,7 +95,7 @@ class Engine {
     int32_t last_pos;
     int32_t first_row;   // row of first_pos in the target batch (hidden states)
   };
-  Status extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& target_hidden);
+  Status extend_and_draft(const std::vector<MtpRows>& all_rows, const Tensor& target_hidden);
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;

@@ -20,17 +20,28 @@ int32_t pick_draft(const TokenDistribution& q, const Sequence& seq, uint64_t cou
 
 }  // namespace
 
-Status Engine::extend_and_draft(const std::vector<MtpRows>& rows, const Tensor& target_hidden) {
+Status Engine::extend_and_draft(const std::vector<MtpRows>& all_rows, const Tensor& target_hidden) {
   // N for the next step first: with N = 0 (paused) the extend only keeps the draft KV caught up and
   // skips the MTP head (at GLM-4.5-Air a 1.2 GB read per step).
   int64_t n_decoding = 0;
-  for (const MtpRows& r : rows) n_decoding += r.seq->n_remaining() == 1;
-  const int32_t n_steps = spec_policy_.steps_for(n_decoding, config_.scheduler.max_num_batched_tokens);
+  for (const MtpRows& r : all_rows) n_decoding += r.seq->n_remaining() == 1;
+  const int64_t budget = config_.scheduler.max_num_batched_tokens;
+  const int32_t n_steps = spec_policy_.steps_for(n_decoding, budget);
   spec_last_n_ = n_steps;
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     stats_.spec.current_steps = n_steps;
   }
+  // Never slower: when the adaptive policy pauses speculation (not merely the token budget), decoding
+  // sequences stop paying for the MTP layer at all. Their draft KV goes stale, so they decode plainly to the
+  // end; prefilling sequences keep theirs current, so the policy can re-measure N > 0 on new requests.
+  std::vector<MtpRows> kept;
+  const bool paused = n_steps == 0 && config_.spec.adaptive && n_decoding > 0 && 2 * n_decoding <= budget;
+  if (paused)
+    for (const MtpRows& r : all_rows)
+      if (r.seq->n_remaining() != 1) kept.push_back(r);
+  const std::vector<MtpRows>& rows = paused ? kept : all_rows;
+  if (rows.empty()) return Status::ok();
   model::ForwardBatch ext;
   ext.want_hidden = true;
   std::vector<int32_t> hidden_rows;

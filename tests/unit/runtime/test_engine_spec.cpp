@@ -205,8 +205,11 @@ class ZeroedMtpExecutor final : public ModelExecutor {
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
-    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(b, h));
-    std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
+    model::ForwardBatch all = b;
+    all.want_host_logits = true;  // zeroed on the host; the greedy drafts then come from these logits
+    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(all, h));
+    if (out.logits.ndim() == 2) std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
+    out.argmax.clear();
     return out;
   }
 
