@@ -115,14 +115,14 @@ for fmt, ml, title in (("bf16", 1, "bf16, 2 layers + MTP"), ("mxfp4_full", 45, "
         print(f"| {n or 'off'} | {r['simulate'] or '-'} | {A:.2f} | {r['decode_tok_s']:.1f} | {sp} | {rl:.0f} | {b / 1e9:.2f} | "
               f"{full:.0f} ({full / full0:.2f}x) |")
     print(f"\n### Aggregate decode throughput, {batch[0]['prompt_len'] if batch else '?'}-token prompts, simulated A = 2.0\n")
-    print("| batch | mode | final N | measured A | decode tok/s | vs off | policy est. gain | roofline tok/s |\n|---|---|---|---|---|---|---|---|")
+    print("| batch | mode | mean N per verify | measured A | decode tok/s | vs off | policy est. gain | roofline tok/s |\n|---|---|---|---|---|---|---|---|")
     offs = {r["batch"]: r["decode_tok_s"] for r in batch if r["spec_steps"] == 0}
     for r in batch:
         B, n = r["batch"], r["spec_steps"]
         mode = "off" if n == 0 else ("N=3 adaptive" if r["adaptive"] else "N=3 fixed")
-        rl, _ = roofline(fmt, B, r["prompt_len"], r["final_n"] if n else 0, r["acceptance_length"], spec=n > 0, moe_layers=ml)
+        rl, _ = roofline(fmt, B, r["prompt_len"], r.get("mean_n", r["final_n"]) if n else 0, r["acceptance_length"], spec=n > 0, moe_layers=ml)
         vs = f"{r['decode_tok_s'] / offs[B]:.2f}x" if offs.get(B) else "-"
-        print(f"| {B} | {mode} | {r['final_n'] if n else '-'} | {r['acceptance_length']:.2f} | {r['decode_tok_s']:.1f} | {vs} | "
+        print(f"| {B} | {mode} | {r.get('mean_n', r['final_n']) if n else '-'} | {r['acceptance_length']:.2f} | {r['decode_tok_s']:.1f} | {vs} | "
               f"{r['estimated_gain']:.2f} | {rl:.0f} |")
     print()
 PY

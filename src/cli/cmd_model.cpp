@@ -205,10 +205,12 @@ Status generate_once(model::CausalLM& model, backend::Backend& be, const std::ve
   std::fprintf(stderr,
                "RESULT {\"batch\":%lld,\"prompt_len\":%zu,\"generated\":%lld,\"seconds\":%.4f,\"prefill_s\":%.4f,"
                "\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"spec_steps\":%d,\"simulate\":%.2f,\"adaptive\":%s,"
-               "\"acceptance_length\":%.3f,\"final_n\":%d,\"estimated_gain\":%.3f,\"engine_steps\":%lld}\n",
+               "\"acceptance_length\":%.3f,\"final_n\":%d,\"mean_n\":%.2f,\"estimated_gain\":%.3f,\"engine_steps\":%lld}\n",
                static_cast<long long>(batch), ids.size(), static_cast<long long>(total), secs, prefill_s, decode_s,
                decode_tok_s, spec.num_steps, spec.simulate_acceptance.value_or(0.0), spec.adaptive ? "true" : "false",
-               acc_len, st.spec.current_steps, st.spec.estimated_gain, static_cast<long long>(st.steps));
+               acc_len, st.spec.current_steps,
+               st.spec.num_drafts > 0 ? static_cast<double>(st.spec.num_draft_tokens) / st.spec.num_drafts : 0.0,
+               st.spec.estimated_gain, static_cast<long long>(st.steps));
   return Status::ok();
 }
 
