@@ -116,7 +116,8 @@ class Engine {
   EngineStats stats_;
 
   SpecPolicy spec_policy_;
-  int32_t spec_last_n_ = -1;  // N the latest draft stage chose (verified by the next step)
+  int32_t spec_last_n_ = -1;
+  double spec_extend_seconds_ = 0;  // this step's timed MTP extend at N = 0 (see SpecPolicy::record_step)  // N the latest draft stage chose (verified by the next step)
 
   std::thread loop_;
   std::atomic<bool> stop_{false};

@@ -36,7 +36,9 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& all_rows, const Tens
   // sequences stop paying for the MTP layer at all. Their draft KV goes stale, so they decode plainly to the
   // end; prefilling sequences keep theirs current, so the policy can re-measure N > 0 on new requests.
   std::vector<MtpRows> kept;
-  const bool paused = n_steps == 0 && config_.spec.adaptive && n_decoding > 0 && 2 * n_decoding <= budget;
+  // (A re-measurement of N = 0 keeps the extend: the sequences must stay able to draft.)
+  const bool paused = n_steps == 0 && config_.spec.adaptive && !spec_policy_.exploring() && n_decoding > 0 &&
+                      2 * n_decoding <= budget;
   if (paused)
     for (const MtpRows& r : all_rows)
       if (r.seq->n_remaining() != 1) kept.push_back(r);
@@ -68,8 +70,16 @@ Status Engine::extend_and_draft(const std::vector<MtpRows>& all_rows, const Tens
   ext.want_host_logits = false;  // greedy drafts need only the device argmax
   for (size_t k : decoding)
     if (rows[k].seq->sampling.temperature > 0.f) ext.want_host_logits = true;
+  // At N = 0 the extend only keeps the draft KV current: time it so the policy learns plain decoding's cost.
+  const bool time_extend = n_steps == 0 && config_.spec.adaptive;
+  if (time_extend) executor_->synchronize();  // the target's forward is not the extend's
+  const auto ext_t1 = Clock::now();
   Tensor h_in = executor_->select_rows(target_hidden, hidden_rows);
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute_mtp(ext, h_in));
+  if (time_extend) {
+    executor_->synchronize();
+    spec_extend_seconds_ = std::chrono::duration<double>(Clock::now() - ext_t1).count();
+  }
   for (const MtpRows& r : rows) r.seq->n_draft_computed = r.last_pos + 1;
 
   if (n_steps == 0 || decoding.empty()) return Status::ok();

@@ -40,6 +40,7 @@ bool greedy_ids_suffice(const SamplingParams& sp) {
 Status Engine::run_plan(const SchedulePlan& plan) {
   const auto step_t0 = Clock::now();
   const int32_t n_verified = spec_last_n_;  // the N the previous step drafted (the policy's choice)
+  spec_extend_seconds_ = 0;
   model::ForwardBatch batch = build_forward_batch(plan);
   const bool spec = spec_enabled();
   batch.want_hidden = spec;
@@ -141,8 +142,8 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   Status mtp_status = Status::ok();
   if (!mtp_rows.empty()) mtp_status = extend_and_draft(mtp_rows, out.hidden);
   if (spec && plan.n_prefill_tokens == 0 && n_decode > 0)  // a pure decode step: its cost teaches the policy
-    spec_policy_.record_step(n_verified, n_decode,
-                             std::chrono::duration<double>(Clock::now() - step_t0).count());
+    spec_policy_.record_step(n_verified, n_decode, std::chrono::duration<double>(Clock::now() - step_t0).count(),
+                             spec_extend_seconds_);
   for (Sequence* seq : finished) finish(seq, FinishReason::kStop);
   std::lock_guard<std::mutex> s(stats_mutex_);
   stats_.generated_tokens += generated;

@@ -31,6 +31,8 @@ class ModelExecutor {
   }
   // out[i] = hidden[rows[i]], on the backend.
   virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
+  // Waits for the device work queued so far (timing the MTP extend for the speculation policy).
+  virtual void synchronize() {}
 };
 
 // The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.

@@ -31,6 +31,8 @@ class CausalLmExecutor final : public ModelExecutor {
     return out;
   }
 
+  void synchronize() override { be_.synchronize(); }
+
  private:
   // Greedy ids are reduced on the device (R x 4 bytes back); the full logits cross only when asked for.
   ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out) {

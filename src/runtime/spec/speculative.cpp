@@ -323,8 +323,9 @@ void SpecPolicy::record(int32_t drafted, int32_t accepted) {
   }
 }
 
-void SpecPolicy::record_step(int32_t n_verified, int64_t n_decoding, double seconds) {
+void SpecPolicy::record_step(int32_t n_verified, int64_t n_decoding, double seconds, double extend_seconds) {
   if (!cfg_.adaptive || n_decoding <= 0 || seconds <= 0) return;
+  if (n_verified == 0 && extend_seconds > 0) seconds = std::max(seconds - extend_seconds, 0.2 * seconds);
   if (n_verified != last_choice_) return;  // mixed step (verified one N, drafted another): not steady
   if (n_verified < 0 || n_verified >= static_cast<int32_t>(cells_[0].size())) return;
   const int b = bucket_of(n_decoding);

@@ -97,7 +97,11 @@ class SpecPolicy {
   void record(int32_t drafted, int32_t accepted);
   // One decode step's wall time (no prefill in it) that verified `n_verified` drafts per sequence for
   // `n_decoding` sequences. Counted only when the step also drafted the same N (a steady step).
-  void record_step(int32_t n_verified, int64_t n_decoding, double seconds);
+  // extend_seconds: the part of the step spent on an MTP extend that only kept the draft KV current
+  // (N = 0 steps); subtracted, so the N = 0 cell holds the cost of plain decoding without the MTP layer.
+  void record_step(int32_t n_verified, int64_t n_decoding, double seconds, double extend_seconds = 0);
+  // Whether the latest steps_for() choice is a (re-)measurement rather than the policy's best choice.
+  bool exploring() const { return exploring_[last_bucket_] >= 0; }
 
   double acceptance_rate() const { return rate_; }  // EMA of accepted / drafted
   double expected_accepted(int32_t n) const;        // E[accepted | N = n] from the alpha_i
