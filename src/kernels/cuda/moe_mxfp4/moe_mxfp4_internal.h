@@ -24,6 +24,7 @@ struct Mxfp4GemmArgs {
   const int32_t* n_active = nullptr;
   int max_active = 0;  // grid.y bound: min(E, P)
   int n = 0, k = 0;
+  int64_t n_tokens = 0;  // tokens of the call (an expert has at most this many rows when ids are distinct)
 };
 
 // Design 1 (CUDA cores): one warp per output feature, fp32 FMA, <= 4 rows of an expert per weight pass.
@@ -32,5 +33,10 @@ void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream)
 // MMA's A operand (16 weight rows per warp); kTokens rows of the expert per pass from shared memory.
 template <int kWarps, int kTokens>
 void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cuh): design 2's fragments, the block's warps
+// split K (kSteps 128-wide k steps each, all loads issued up front), kRt 16-row tiles per block with the
+// next tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * kSteps.
+template <int kSteps, int kRt>
+void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

@@ -117,3 +117,6 @@ void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream)
 }
 
 }  // namespace mxserve::kernels::cuda
+
+// Design 3 (decode split-K tensor-core variants) compiles in this translation unit.
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_dec.cuh"
