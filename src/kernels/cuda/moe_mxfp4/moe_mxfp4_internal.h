@@ -38,5 +38,9 @@ void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 // next tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * kSteps.
 template <int kSteps, int kRt>
 void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 4 (prefill, tensor cores; moe_mxfp4_pf.cuh): 128 weight rows x 16 kNtW tokens per block, codes,
+// scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
+template <int kNtW>
+void launch_mxfp4_pf(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

@@ -194,3 +194,6 @@ template void launch_mxfp4_tc<8, 32>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 template void launch_mxfp4_tc<8, 64>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 
 }  // namespace mxserve::kernels::cuda
+
+// Design 4 (prefill, shared-memory tiles + cp.async ring) compiles in this translation unit.
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_pf.cuh"
