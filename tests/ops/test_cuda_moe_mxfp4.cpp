@@ -195,6 +195,11 @@ TEST_F(CudaMoeMxfp4, TinyShapes) {
       {3, 1024, 256, 128, 8, "decode batch 3, 128 experts top 8"},
       {64, 1024, 256, 128, 8, "64 tokens, 128 experts top 8"},
       {6, 256, 128, 8, 2, "large scales (two-step factor) and s = 0..", 0, false, 120, 140, 1.f / 4096},
+      // dec_* (K split over warps, 8-row passes) and pf_* (K % 128 == 0, 64/128-token tiles, N tails):
+      {300, 384, 160, 8, 2, "pf: gate_up N tail (160 % 64), 2+ token tiles", 0, true},
+      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), dec: K 160 (block tail)", 0, true},
+      {19, 1152, 1536, 16, 4, "dec: K 1152 / 1536 (9 / 12 k steps over 3..6 warps), rows > 8", 4},
+      {2, 8192, 64, 4, 2, "dec: K 8192 (64 k steps, 8 warps x 8 of dec_s8), M=2"},
   };
   for (const Case& c : cases) run_case(c);
 }
