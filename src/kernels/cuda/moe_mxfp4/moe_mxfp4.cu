@@ -1,6 +1,7 @@
 // MXFP4 routed experts (moe_mxfp4.h): the variant registry, the heuristic, and the launch sequence
 //   permute (moe/moe_permute.cuh) -> GEMM 1 gate_up + SwiGLU -> GEMM 2 down -> weighted un-permute,
 // all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
+// The three kernels after the permute are programmatic dependent launches (moe_mxfp4_internal.h).
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 
 #include <algorithm>
@@ -148,9 +149,10 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.k = static_cast<int>(s.inter);
   run_gemm(plan.down, false, g, stream);
 
-  moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
-      ws.y, ws.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(moe_unpermute_kernel, dim3(moe_grid_1d(s.n_tokens * s.d_model / 8)), dim3(256), 0, stream,
+                   static_cast<const bf16*>(ws.y), static_cast<const int32_t*>(ws.pair_row), topk_weights,
+                   static_cast<bf16*>(out), static_cast<int64_t>(s.n_tokens), static_cast<int64_t>(s.d_model),
+                   static_cast<int>(s.top_k));
 }
 
 }  // namespace mxserve::kernels::cuda

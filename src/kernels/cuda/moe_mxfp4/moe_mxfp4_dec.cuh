@@ -102,6 +102,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1) mxfp4_dec_kernel(Mxfp4Ge
   float* red = reinterpret_cast<float*>(smem);  // [2][nw][4][32]
   bf16* xs = reinterpret_cast<bf16*>(smem + 2 * nw * 4 * 32 * sizeof(float)) + warp * tile_rows * kStride;
 
+  mxfp4_pdl_wait();
   // n_active and active[y] are independent loads (active has E + 1 slots): one round trip, not two.
   const int n_act = *p.n_active;
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
@@ -256,8 +257,7 @@ void launch_dec(const Mxfp4GemmArgs& a, cudaStream_t stream) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   constexpr int kFeatPerBlock = kRt * (kSwiglu ? 8 : 16);
   const dim3 grid(ceil_div(a.n, kFeatPerBlock), a.max_active);
-  kernel<<<grid, nw * 32, smem, stream>>>(a, tile_rows);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(kernel, grid, dim3(nw * 32), smem, stream, a, tile_rows);
 }
 
 }  // namespace

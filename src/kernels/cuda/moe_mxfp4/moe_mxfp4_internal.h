@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
 
 namespace mxserve::kernels::cuda {
 
@@ -26,6 +27,34 @@ struct Mxfp4GemmArgs {
   int n = 0, k = 0;
   int64_t n_tokens = 0;  // tokens of the call (an expert has at most this many rows when ids are distinct)
 };
+
+// Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
+// programmaticStreamSerialization, so each one's launch (grid setup, block dispatch) overlaps the end of
+// the kernel before it instead of following it (a ~1-2 us gap per boundary, 3 per call; it matters at
+// decode, where a whole call is ~20-70 us). Every such kernel calls mxfp4_pdl_wait() before touching
+// anything an earlier kernel wrote; no kernel triggers early (griddepcontrol.launch_dependents), so a
+// dependent grid never holds SM resources while its predecessor still runs. A kernel launched without the
+// attribute (or on sm_80) treats the wait as a no-op.
+__device__ __forceinline__ void mxfp4_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+template <typename... KArgs, typename... Args>
+void mxfp4_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
 
 // Design 1 (CUDA cores): one warp per output feature, fp32 FMA, <= 4 rows of an expert per weight pass.
 void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);

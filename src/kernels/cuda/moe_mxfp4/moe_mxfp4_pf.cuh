@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
   int64_t* tok_src = reinterpret_cast<int64_t*>(smem + kPfStages * kStage);  // [kBT] source row or -1
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int wn = warp % 4, wt = warp / 4;  // weight-row group (32 rows), token half
+  mxfp4_pdl_wait();
 
   const int n_act = *p.n_active;
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
@@ -239,8 +240,7 @@ void launch_pf(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   auto* kernel = mxfp4_pf_kernel<kNtW, kSwiglu>;
   MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(ceil_div(a.n, kSwiglu ? kPfRows / 2 : kPfRows), a.max_active);
-  kernel<<<grid, kPfThreads, smem, stream>>>(a);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(kernel, grid, dim3(kPfThreads), smem, stream, a);
 }
 
 }  // namespace
