@@ -18,7 +18,8 @@ namespace {
 //   simt_r4       design 1: CUDA-core GEMV, 4 rows of an expert per weight pass (decode only)
 //   tc_w{64,128}_t{T}  design 2: mma.sync, {4,8} warps x 16 weight rows per block, T expert rows per pass
 //   dec_s{S}_r{R}      design 3 (decode): design 2's fragments, warps split K (S 128-wide k steps each, all
-//                      loads issued up front), R 16-row tiles per block (next tile prefetched), 8 rows a pass
+//                      loads issued up front), R 16-row tiles per block (next tile prefetched), 8 rows a pass;
+//                      _o2: two blocks per SM (128 registers), no register double buffer
 //   pf_t{T}            design 4 (prefill): 128 weight rows x T tokens per block, codes + scales + tokens
 //                      through a 3-stage cp.async ring in shared memory (K % 128 == 0)
 // NOTE: names are append-only (tuned tables store them); new variants go at the end.
@@ -35,18 +36,22 @@ enum Variant {
   kDecS2R4,
   kPfT64,
   kPfT128,
+  kDecS4R4O2,
+  kDecS2R4O2,
+  kDecS8R4O2,
   kNumVariants
 };
 const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8", "tc_w128_t16", "tc_w128_t32",
                                          "tc_w128_t64", "dec_s4_r2",   "dec_s4_r4",  "dec_s8_r2",   "dec_s2_r4",
-                                         "pf_t64",      "pf_t128"};
+                                         "pf_t64",      "pf_t128",     "dec_s4_r4_o2", "dec_s2_r4_o2", "dec_s8_r4_o2"};
 
 // NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
 // (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
 constexpr int64_t kSimtMaxTokens = 64;
 // Design 3 re-streams an expert's weights per pass of 8 rows: decode-sized calls only.
 constexpr int64_t kDecMaxTokens = 256;
-int dec_steps(int variant) { return variant == kDecS2R4 ? 2 : variant == kDecS8R2 ? 8 : 4; }
+bool is_dec(int v) { return (v >= kDecS4R2 && v <= kDecS2R4) || (v >= kDecS4R4O2 && v <= kDecS8R4O2); }
+int dec_steps(int v) { return v == kDecS2R4 || v == kDecS2R4O2 ? 2 : v == kDecS8R2 || v == kDecS8R4O2 ? 8 : 4; }
 
 void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   switch (variant) {
@@ -56,10 +61,13 @@ void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t str
     case kTcW128T16: launch_mxfp4_tc<8, 16>(swiglu, a, stream); return;
     case kTcW128T32: launch_mxfp4_tc<8, 32>(swiglu, a, stream); return;
     case kTcW128T64: launch_mxfp4_tc<8, 64>(swiglu, a, stream); return;
-    case kDecS4R2: launch_mxfp4_dec<4, 2>(swiglu, a, stream); return;
-    case kDecS4R4: launch_mxfp4_dec<4, 4>(swiglu, a, stream); return;
-    case kDecS8R2: launch_mxfp4_dec<8, 2>(swiglu, a, stream); return;
-    case kDecS2R4: launch_mxfp4_dec<2, 4>(swiglu, a, stream); return;
+    case kDecS4R2: launch_mxfp4_dec<4, 2, 1>(swiglu, a, stream); return;
+    case kDecS4R4: launch_mxfp4_dec<4, 4, 1>(swiglu, a, stream); return;
+    case kDecS8R2: launch_mxfp4_dec<8, 2, 1>(swiglu, a, stream); return;
+    case kDecS2R4: launch_mxfp4_dec<2, 4, 1>(swiglu, a, stream); return;
+    case kDecS4R4O2: launch_mxfp4_dec<4, 4, 2>(swiglu, a, stream); return;
+    case kDecS2R4O2: launch_mxfp4_dec<2, 4, 2>(swiglu, a, stream); return;
+    case kDecS8R4O2: launch_mxfp4_dec<8, 4, 2>(swiglu, a, stream); return;
     case kPfT64: launch_mxfp4_pf<4>(swiglu, a, stream); return;
     case kPfT128: launch_mxfp4_pf<8>(swiglu, a, stream); return;
     default: MX_CHECK_MSG(false, "moe_experts_mxfp4: no variant " << variant);
@@ -82,7 +90,7 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
   if (s.d_model % 32 != 0 || s.inter % 32 != 0 || s.d_model <= 0 || s.inter <= 0) return false;
   const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
   if (variant == kSimtR4) return s.n_tokens <= kSimtMaxTokens && 4 * 2 * k <= 227 * 1024;
-  if (variant >= kDecS4R2 && variant <= kDecS2R4)  // one k slice per warp, at most 8 warps
+  if (is_dec(variant))  // one k slice per warp, at most 8 warps
     return s.n_tokens <= kDecMaxTokens && (k + 127) / 128 <= 8 * dec_steps(variant);
   if (variant == kPfT64 || variant == kPfT128) return k % 128 == 0;  // whole k steps, aligned scale words
   return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)

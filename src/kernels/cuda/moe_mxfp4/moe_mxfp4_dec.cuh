@@ -87,11 +87,13 @@ constexpr int kDecMaxWarps = 8;
 // next tiles' loads itself: 168..232 registers, no spills). kSteps <= 4 double-buffers the row tiles
 // explicitly (2 x 36 registers of loads); kSteps 8 (68 registers per tile) loads tile i+1 after tile i.
 // In flight per SM at 8 warps: >= 8 x 4 KB of weights, the ~32 KB that 4.2 TB/s x ~1 us needs over 132 SMs.
-template <int kSteps>
-constexpr bool kDecPrefetch = kSteps <= 4;
+// kOcc 2: the other trade, two 8-warp blocks per SM under a 128-register cap and no double buffer
+// (tile i+1 is loaded after tile i's MMAs; the second block keeps the SM's loads in flight).
+template <int kSteps, int kOcc>
+constexpr bool kDecPrefetch = kSteps <= 4 && kOcc == 1;
 
-template <int kSteps, int kRt, bool kSwiglu>
-__global__ void __launch_bounds__(kDecMaxWarps * 32, 1) mxfp4_dec_kernel(Mxfp4GemmArgs p, int tile_rows) {
+template <int kSteps, int kRt, int kOcc, bool kSwiglu>
+__global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp4GemmArgs p, int tile_rows) {
   constexpr int kFeat = kSwiglu ? 8 : 16;  // output features per row tile
   constexpr int kSlice = kSteps * 128;     // k columns per warp
   constexpr int kStride = kSlice + 16;     // smem row stride (bf16): 32 bytes apart mod 128
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1) mxfp4_dec_kernel(Mxfp4Ge
     }
   };
 
-  constexpr bool kPf = kDecPrefetch<kSteps>;
+  constexpr bool kPf = kDecPrefetch<kSteps, kOcc>;
   WTile<kSteps> buf[kPf ? 2 : 1];
   load_tile(0, buf[0]);  // NOTE: issued before row_offsets is even read: only e is needed
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
@@ -175,10 +177,15 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1) mxfp4_dec_kernel(Mxfp4Ge
     cp_async_wait_all();
     __syncwarp();
 
-#pragma unroll
+    // NOTE: without the double buffer the row-tile loop stays rolled: unrolled, ptxas hoists every tile's
+    // 64-bit addresses out of the pass loop (~8 registers per tile) and the 128-register cap spills.
+#pragma unroll(kPf ? kRt : 1)
     for (int rt = 0; rt < kRt; ++rt) {
-      if (kPf && rt + 1 < kRt) load_tile(rt + 1, buf[(rt + 1) & 1]);
-      if (!kPf && rt > 0) load_tile(rt, buf[0]);
+      if constexpr (kPf) {
+        if (rt + 1 < kRt) load_tile(rt + 1, buf[(rt + 1) & 1]);
+      } else {
+        if (rt > 0) load_tile(rt, buf[0]);
+      }
       const WTile<kSteps>& w = buf[kPf ? (rt & 1) : 0];
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -246,13 +253,13 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, 1) mxfp4_dec_kernel(Mxfp4Ge
   }
 }
 
-template <int kSteps, int kRt, bool kSwiglu>
+template <int kSteps, int kRt, int kOcc, bool kSwiglu>
 void launch_dec(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   const int n_steps = (a.k + 127) / 128;
   const int nw = std::max(1, std::min(kDecMaxWarps, (n_steps + kSteps - 1) / kSteps));
   const int tile_rows = static_cast<int>(std::clamp<int64_t>(a.n_tokens, 1, 8));
   const size_t smem = sizeof(float) * 2 * nw * 128 + sizeof(bf16) * nw * tile_rows * (kSteps * 128 + 16);
-  auto* kernel = mxfp4_dec_kernel<kSteps, kRt, kSwiglu>;
+  auto* kernel = mxfp4_dec_kernel<kSteps, kRt, kOcc, kSwiglu>;
   if (smem > 48 * 1024)  // NOTE: opt-in above 48 KB of dynamic shared memory
     MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   constexpr int kFeatPerBlock = kRt * (kSwiglu ? 8 : 16);
@@ -262,15 +269,18 @@ void launch_dec(const Mxfp4GemmArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-template <int kSteps, int kRt>
+template <int kSteps, int kRt, int kOcc>
 void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  if (swiglu) launch_dec<kSteps, kRt, true>(a, stream);
-  else launch_dec<kSteps, kRt, false>(a, stream);
+  if (swiglu) launch_dec<kSteps, kRt, kOcc, true>(a, stream);
+  else launch_dec<kSteps, kRt, kOcc, false>(a, stream);
 }
 
-template void launch_mxfp4_dec<4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<4, 4>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<8, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<2, 4>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<4, 2, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<4, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<8, 2, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<2, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<4, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<2, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_dec<8, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 
 }  // namespace mxserve::kernels::cuda

@@ -65,7 +65,8 @@ void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 // Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cuh): design 2's fragments, the block's warps
 // split K (kSteps 128-wide k steps each, all loads issued up front), kRt 16-row tiles per block with the
 // next tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * kSteps.
-template <int kSteps, int kRt>
+// kOcc 2: two blocks per SM (128 registers), no register double buffer.
+template <int kSteps, int kRt, int kOcc>
 void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 // Design 4 (prefill, tensor cores; moe_mxfp4_pf.cuh): 128 weight rows x 16 kNtW tokens per block, codes,
 // scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
