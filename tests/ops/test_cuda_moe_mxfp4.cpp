@@ -181,6 +181,11 @@ void CudaMoeMxfp4::run_case(const Case& c) {
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s)) check({v, heur.down});
   for (int v = 0; v < nv; ++v)
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s)) check({heur.gate_up, v});
+  // Both GEMMs on one variant: at n_tokens == 1 a dec_* pair skips the permute kernel (direct mode).
+  for (int v = 0; v < nv; ++v)
+    if (v != heur.gate_up && kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s) &&
+        kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s))
+      check({v, v});
 }
 
 TEST_F(CudaMoeMxfp4, TinyShapes) {

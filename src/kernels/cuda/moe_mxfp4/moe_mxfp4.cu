@@ -128,16 +128,24 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   MX_CHECK_LT(P, int64_t{1} << 31);
   MX_CHECK_LE(s.n_experts, 4096);
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
-  moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
-      topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
-      ws.n_active);
-  MX_CUDA_CHECK_LAUNCH();
+  // NOTE: one token with design 3 on both GEMMs skips the permute kernel: pair k is row k of expert
+  // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
+  const bool direct = s.n_tokens == 1 && is_dec(plan.gate_up) && is_dec(plan.down);
+  if (!direct) {
+    moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
+        topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
+        ws.n_active);
+    MX_CUDA_CHECK_LAUNCH();
+  }
 
   Mxfp4GemmArgs g;
   g.row_offsets = ws.row_offsets;
   g.active = ws.active;
   g.n_active = ws.n_active;
-  g.max_active = static_cast<int>(std::min<int64_t>(s.n_experts, P));
+  g.max_active = static_cast<int>(direct ? P : std::min<int64_t>(s.n_experts, P));
+  g.direct_ids = direct ? topk_ids : nullptr;
+  g.pair_row_out = direct ? ws.pair_row : nullptr;
+  g.n_experts = s.n_experts;
   g.a = static_cast<const bf16*>(x);
   g.row_token = ws.row_token;
   g.wq = w.gate_up_q;
@@ -150,6 +158,7 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
 
   g.a = ws.act;
   g.row_token = nullptr;
+  g.pair_row_out = nullptr;
   g.wq = w.down_q;
   g.ws = w.down_s;
   g.c = ws.y;

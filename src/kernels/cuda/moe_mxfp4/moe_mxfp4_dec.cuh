@@ -106,9 +106,13 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
 
   mxfp4_pdl_wait();
   // n_active and active[y] are independent loads (active has E + 1 slots): one round trip, not two.
-  const int n_act = *p.n_active;
-  const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
+  const bool direct = p.direct_ids != nullptr;
+  if (direct && p.pair_row_out && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < p.max_active; i += blockDim.x) p.pair_row_out[i] = i;
+  const int n_act = direct ? p.max_active : *p.n_active;
+  const int e = direct ? p.direct_ids[blockIdx.y] : p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
   if (static_cast<int>(blockIdx.y) >= n_act) return;
+  if (direct && (e < 0 || e >= p.n_experts)) __trap();  // a corrupt routing id is a bug: fail loudly
   const int K = p.k, N = p.n, n_blocks = K / 32, n_steps = (K + 127) / 128;
   const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int step0 = warp * kSteps;
@@ -159,7 +163,8 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
   constexpr bool kPf = kDecPrefetch<kSteps, kOcc>;
   WTile<kSteps> buf[kPf ? 2 : 1];
   load_tile(0, buf[0]);  // NOTE: issued before row_offsets is even read: only e is needed
-  const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
+  const int rb = direct ? static_cast<int>(blockIdx.y) : p.row_offsets[e];
+  const int rows_total = direct ? 1 : p.row_offsets[e + 1] - rb;
 
   for (int r0 = 0; r0 < rows_total; r0 += tile_rows) {
     const int rows = min(tile_rows, rows_total - r0);
@@ -170,7 +175,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
       const int r = i / kUnits, u = i % kUnits;
       const int kcol = step0 * 128 + u * 8;
       if (kcol < K) {
-        const int64_t src = kSwiglu ? p.row_token[rb + r0 + r] : rb + r0 + r;
+        const int64_t src = kSwiglu ? (direct ? 0 : p.row_token[rb + r0 + r]) : rb + r0 + r;
         cp_async16(xs + r * kStride + swz16(u) * 8, p.a + src * K + kcol);
       }
     }

@@ -26,6 +26,12 @@ struct Mxfp4GemmArgs {
   int max_active = 0;  // grid.y bound: min(E, P)
   int n = 0, k = 0;
   int64_t n_tokens = 0;  // tokens of the call (an expert has at most this many rows when ids are distinct)
+  // Direct mode (design 3 only, n_tokens == 1, no permute kernel): block y serves pair y = row y of
+  // expert direct_ids[y] (token 0), max_active = top_k; the gate_up launch also writes pair_row[i] = i
+  // (pair_row_out) for the un-permute.
+  const int32_t* direct_ids = nullptr;
+  int32_t* pair_row_out = nullptr;
+  int n_experts = 0;  // direct mode: ids outside [0, n_experts) trap, as in the permute kernel
 };
 
 // Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
