@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
   const int K = p.k, N = p.n, n_blocks = K / 32, n_steps = (K + 127) / 128;
   const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int step0 = warp * kSteps;
-  const bool scale_words = (n_blocks & 3) == 0;  // NOTE: ws comes from cudaMalloc (256-byte aligned)
+  // 32-bit scale words need every row's scales 4-byte aligned: n_blocks % 4 == 0 and an aligned base.
+  const bool scale_words = (n_blocks & 3) == 0 && (reinterpret_cast<uintptr_t>(p.ws) & 3) == 0;
 
   auto load_tile = [&](int rt, WTile<kSteps>& w) {
     const int nbase = (blockIdx.x * kRt + rt) * kFeat;

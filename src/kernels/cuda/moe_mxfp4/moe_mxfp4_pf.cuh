@@ -19,7 +19,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
+#include "core/check.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
@@ -236,6 +238,8 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
 
 template <int kNtW, bool kSwiglu>
 void launch_pf(const Mxfp4GemmArgs& a, cudaStream_t stream) {
+  MX_CHECK_MSG(reinterpret_cast<uintptr_t>(a.ws) % 4 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0,
+               "pf_* MXFP4 variants need 16-byte aligned codes and 4-byte aligned scales");
   const size_t smem = pf_smem_bytes<kNtW>();
   auto* kernel = mxfp4_pf_kernel<kNtW, kSwiglu>;
   MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
