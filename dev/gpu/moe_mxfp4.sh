@@ -6,8 +6,9 @@
 #   3. bench-kernels moe, GLM-4.5-Air and GLM-5.2, on the tuned tables      -> $OUT/moe_bench_{air,glm52}.{log,md}
 #   4. SASS instruction counts per MXFP4 kernel (cuobjdump)                -> $OUT/moe_sass.txt
 # and prints a summary ($OUT/moe_summary.txt). Budgeted to finish within 6 minutes on an H200: every step
-# has a timeout (90 + 3 x 50 + 2 x 45 s); the tuner rewrites its table after every M bucket, so a timeout
-# still leaves a valid (partial) table.
+# has a timeout (60 + 3 x 55 + 2 x 45 s = 315 s, inside run_all's moe:330); the tuner rewrites its table
+# after every M bucket, so a timeout still leaves a valid (partial) table. Per-variant times of the deciding
+# buckets: $OUT/moe_tune_variants.txt.
 #   usage: moe_mxfp4.sh        (OUT defaults to /tmp/mxserve_gpu)
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}  # the payload folder (this script sits in its gpu/)
@@ -36,14 +37,14 @@ if [ -x "$CUOBJDUMP" ]; then
     sed 's/_ZN7mxserve7kernels4cuda[0-9]*_GLOBAL__N__[0-9a-f_]*cu_[0-9a-f_]*//' | cut -c1-200 > "$OUT/moe_sass.txt"
 fi
 
-timeout 90 "$BIN/test_cuda_moe_mxfp4" --gtest_color=no > "$OUT/moe_mxfp4_test.log" 2>&1
+timeout 60 "$BIN/test_cuda_moe_mxfp4" --gtest_color=no > "$OUT/moe_mxfp4_test.log" 2>&1
 RC_TEST=$?
 
 RC_TUNE=""
 for shape in "256 6144 2048 8" "128 4096 1408 8" "160 5120 1536 8"; do
   set -- $shape
   F="$OUT/moe_tables/${GPU}_E$1_H$2_I$3_K$4_mxfp4.json"
-  timeout 50 "$BIN/mxserve" tune-moe --experts $1 --hidden $2 --inter $3 --top-k $4 --dtype mxfp4 --out "$F" \
+  timeout 55 "$BIN/mxserve" tune-moe --experts $1 --hidden $2 --inter $3 --top-k $4 --dtype mxfp4 --out "$F" \
     > "$OUT/moe_tune_E$1.log" 2>&1
   RC_TUNE="$RC_TUNE E$1=$?"
 done
@@ -58,8 +59,18 @@ for shape in "air 128 4096 1408 8" "glm52 256 6144 2048 8"; do
   RC_BENCH="$RC_BENCH $1=$?"
 done
 
+# Per-variant times of the buckets that decide the heuristic (dec_* / pf_* vs tc_*), fastest first.
+for f in "$OUT"/moe_tune_E*.log; do
+  echo "-- $(basename "$f") per variant, m in 1 8 64 1024 8192"
+  for m in 1 8 64 1024 8192; do grep -E "^  m=$m " "$f" | sort -k2,2 -k4,4g; done
+done > "$OUT/moe_tune_variants.txt" 2>&1
+
+# NOTE: run_all.sh keeps the last 40 lines of this output: the bench tables come last.
 {
   echo "==== moe_mxfp4 summary ($(( $(date +%s) - START )) s) ===="
+  cat "$OUT/moe_sass.txt" 2>/dev/null
+  ls -la "$OUT/moe_tables"
+  for f in "$OUT"/moe_tune_E*.log; do echo "-- $(basename $f)"; grep -E "^m=|wrote|REJECTED|error" "$f" | head -20; done
   echo "test rc=$RC_TEST   bench rc:$RC_BENCH   tune rc:$RC_TUNE   (124 = timeout)"
   grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|Expected|Which is|seed" "$OUT/moe_mxfp4_test.log" | head -40
   echo "-- the 5 largest errors (rel_l2 first):"
@@ -69,7 +80,4 @@ done
     if [ -s "$OUT/moe_bench_$b.md" ]; then grep -E "^\| |ceilings" "$OUT/moe_bench_$b.md"
     else grep -E "^\| [0-9]|error" "$OUT/moe_bench_$b.log" | head -20; fi
   done
-  for f in "$OUT"/moe_tune_E*.log; do echo "-- $(basename $f)"; grep -E "^m=|wrote|REJECTED|error" "$f" | head -20; done
-  ls -la "$OUT/moe_tables"
-  cat "$OUT/moe_sass.txt" 2>/dev/null
 } 2>&1 | tee "$OUT/moe_summary.txt"

@@ -181,6 +181,11 @@ void CudaMoeMxfp4::run_case(const Case& c) {
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s)) check({v, heur.down});
   for (int v = 0; v < nv; ++v)
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s)) check({heur.gate_up, v});
+  // Both GEMMs on one variant: at n_tokens == 1 a dec_* pair skips the permute kernel (direct mode).
+  for (int v = 0; v < nv; ++v)
+    if (v != heur.gate_up && kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s) &&
+        kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s))
+      check({v, v});
 }
 
 TEST_F(CudaMoeMxfp4, TinyShapes) {
@@ -195,6 +200,11 @@ TEST_F(CudaMoeMxfp4, TinyShapes) {
       {3, 1024, 256, 128, 8, "decode batch 3, 128 experts top 8"},
       {64, 1024, 256, 128, 8, "64 tokens, 128 experts top 8"},
       {6, 256, 128, 8, 2, "large scales (two-step factor) and s = 0..", 0, false, 120, 140, 1.f / 4096},
+      // dec_* (K split over warps, 8-row passes) and pf_* (K % 128 == 0, 64/128-token tiles, N tails):
+      {300, 384, 160, 8, 2, "pf: gate_up N tail (160 % 64), 2+ token tiles", 0, true},
+      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), dec: K 160 (block tail)", 0, true},
+      {19, 1152, 1536, 16, 4, "dec: K 1152 / 1536 (9 / 12 k steps over 3..6 warps), rows > 8", 4},
+      {2, 8192, 64, 4, 2, "dec: K 8192 (64 k steps, 8 warps x 8 of dec_s8), M=2"},
   };
   for (const Case& c : cases) run_case(c);
 }

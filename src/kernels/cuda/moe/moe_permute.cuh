@@ -122,6 +122,11 @@ __global__ void __launch_bounds__(kPermuteThreads)
 __global__ void moe_unpermute_kernel(const bf16* __restrict__ y, const int32_t* __restrict__ pair_row,
                                      const float* __restrict__ weights, bf16* out, int64_t n_tokens,
                                      int64_t d_model, int top_k) {
+  // NOTE: the MXFP4 path launches this kernel as a programmatic dependent of its down GEMM (sm_90); the
+  // wait is a no-op for a plain launch (the bf16 path).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int64_t chunks = d_model / 8;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_tokens * chunks;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -1,6 +1,7 @@
 // MXFP4 routed experts (moe_mxfp4.h): the variant registry, the heuristic, and the launch sequence
 //   permute (moe/moe_permute.cuh) -> GEMM 1 gate_up + SwiGLU -> GEMM 2 down -> weighted un-permute,
 // all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
+// The three kernels after the permute are programmatic dependent launches (moe_mxfp4_internal.h).
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 
 #include <algorithm>
@@ -16,13 +17,41 @@ namespace {
 // The same list serves both GEMMs (each kernel has a SwiGLU and a plain instance). Order is the tuner's.
 //   simt_r4       design 1: CUDA-core GEMV, 4 rows of an expert per weight pass (decode only)
 //   tc_w{64,128}_t{T}  design 2: mma.sync, {4,8} warps x 16 weight rows per block, T expert rows per pass
-enum Variant { kSimtR4, kTcW64T8, kTcW128T8, kTcW128T16, kTcW128T32, kTcW128T64, kNumVariants };
-const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8",
-                                         "tc_w128_t16", "tc_w128_t32", "tc_w128_t64"};
+//   dec_s{S}_r{R}      design 3 (decode): design 2's fragments, warps split K (S 128-wide k steps each, all
+//                      loads issued up front), R 16-row tiles per block (next tile prefetched), 8 rows a pass;
+//                      _o2: two blocks per SM (128 registers), no register double buffer
+//   pf_t{T}            design 4 (prefill): 128 weight rows x T tokens per block, codes + scales + tokens
+//                      through a 3-stage cp.async ring in shared memory (K % 128 == 0)
+// NOTE: names are append-only (tuned tables store them); new variants go at the end.
+enum Variant {
+  kSimtR4,
+  kTcW64T8,
+  kTcW128T8,
+  kTcW128T16,
+  kTcW128T32,
+  kTcW128T64,
+  kDecS4R2,
+  kDecS4R4,
+  kDecS8R2,
+  kDecS2R4,
+  kPfT64,
+  kPfT128,
+  kDecS4R4O2,
+  kDecS2R4O2,
+  kDecS8R4O2,
+  kNumVariants
+};
+const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8", "tc_w128_t16", "tc_w128_t32",
+                                         "tc_w128_t64", "dec_s4_r2",   "dec_s4_r4",  "dec_s8_r2",   "dec_s2_r4",
+                                         "pf_t64",      "pf_t128",     "dec_s4_r4_o2", "dec_s2_r4_o2", "dec_s8_r4_o2"};
 
 // NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
 // (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
 constexpr int64_t kSimtMaxTokens = 64;
+// Design 3 re-streams an expert's weights per pass of 8 rows: decode-sized calls only.
+constexpr int64_t kDecMaxTokens = 256;
+bool is_dec(int v) { return (v >= kDecS4R2 && v <= kDecS2R4) || (v >= kDecS4R4O2 && v <= kDecS8R4O2); }
+int dec_steps(int v) { return v == kDecS2R4 || v == kDecS2R4O2 ? 2 : v == kDecS8R2 || v == kDecS8R4O2 ? 8 : 4; }
 
 void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   switch (variant) {
@@ -32,6 +61,15 @@ void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t str
     case kTcW128T16: launch_mxfp4_tc<8, 16>(swiglu, a, stream); return;
     case kTcW128T32: launch_mxfp4_tc<8, 32>(swiglu, a, stream); return;
     case kTcW128T64: launch_mxfp4_tc<8, 64>(swiglu, a, stream); return;
+    case kDecS4R2: launch_mxfp4_dec<4, 2, 1>(swiglu, a, stream); return;
+    case kDecS4R4: launch_mxfp4_dec<4, 4, 1>(swiglu, a, stream); return;
+    case kDecS8R2: launch_mxfp4_dec<8, 2, 1>(swiglu, a, stream); return;
+    case kDecS2R4: launch_mxfp4_dec<2, 4, 1>(swiglu, a, stream); return;
+    case kDecS4R4O2: launch_mxfp4_dec<4, 4, 2>(swiglu, a, stream); return;
+    case kDecS2R4O2: launch_mxfp4_dec<2, 4, 2>(swiglu, a, stream); return;
+    case kDecS8R4O2: launch_mxfp4_dec<8, 4, 2>(swiglu, a, stream); return;
+    case kPfT64: launch_mxfp4_pf<4>(swiglu, a, stream); return;
+    case kPfT128: launch_mxfp4_pf<8>(swiglu, a, stream); return;
     default: MX_CHECK_MSG(false, "moe_experts_mxfp4: no variant " << variant);
   }
 }
@@ -52,6 +90,9 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
   if (s.d_model % 32 != 0 || s.inter % 32 != 0 || s.d_model <= 0 || s.inter <= 0) return false;
   const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
   if (variant == kSimtR4) return s.n_tokens <= kSimtMaxTokens && 4 * 2 * k <= 227 * 1024;
+  if (is_dec(variant))  // one k slice per warp, at most 8 warps
+    return s.n_tokens <= kDecMaxTokens && (k + 127) / 128 <= 8 * dec_steps(variant);
+  if (variant == kPfT64 || variant == kPfT128) return k % 128 == 0;  // whole k steps, aligned scale words
   return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)
 }
 
@@ -87,16 +128,24 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   MX_CHECK_LT(P, int64_t{1} << 31);
   MX_CHECK_LE(s.n_experts, 4096);
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
-  moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
-      topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
-      ws.n_active);
-  MX_CUDA_CHECK_LAUNCH();
+  // NOTE: one token with design 3 on both GEMMs skips the permute kernel: pair k is row k of expert
+  // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
+  const bool direct = s.n_tokens == 1 && is_dec(plan.gate_up) && is_dec(plan.down);
+  if (!direct) {
+    moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
+        topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
+        ws.n_active);
+    MX_CUDA_CHECK_LAUNCH();
+  }
 
   Mxfp4GemmArgs g;
   g.row_offsets = ws.row_offsets;
   g.active = ws.active;
   g.n_active = ws.n_active;
-  g.max_active = static_cast<int>(std::min<int64_t>(s.n_experts, P));
+  g.max_active = static_cast<int>(direct ? P : std::min<int64_t>(s.n_experts, P));
+  g.direct_ids = direct ? topk_ids : nullptr;
+  g.pair_row_out = direct ? ws.pair_row : nullptr;
+  g.n_experts = s.n_experts;
   g.a = static_cast<const bf16*>(x);
   g.row_token = ws.row_token;
   g.wq = w.gate_up_q;
@@ -104,10 +153,12 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.c = ws.act;
   g.n = static_cast<int>(s.inter);
   g.k = static_cast<int>(s.d_model);
+  g.n_tokens = s.n_tokens;
   run_gemm(plan.gate_up, true, g, stream);
 
   g.a = ws.act;
   g.row_token = nullptr;
+  g.pair_row_out = nullptr;
   g.wq = w.down_q;
   g.ws = w.down_s;
   g.c = ws.y;
@@ -115,9 +166,10 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.k = static_cast<int>(s.inter);
   run_gemm(plan.down, false, g, stream);
 
-  moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
-      ws.y, ws.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(moe_unpermute_kernel, dim3(moe_grid_1d(s.n_tokens * s.d_model / 8)), dim3(256), 0, stream,
+                   static_cast<const bf16*>(ws.y), static_cast<const int32_t*>(ws.pair_row), topk_weights,
+                   static_cast<bf16*>(out), static_cast<int64_t>(s.n_tokens), static_cast<int64_t>(s.d_model),
+                   static_cast<int>(s.top_k));
 }
 
 }  // namespace mxserve::kernels::cuda

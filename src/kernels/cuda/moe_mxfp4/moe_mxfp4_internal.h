@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
 
 namespace mxserve::kernels::cuda {
 
@@ -24,7 +25,42 @@ struct Mxfp4GemmArgs {
   const int32_t* n_active = nullptr;
   int max_active = 0;  // grid.y bound: min(E, P)
   int n = 0, k = 0;
+  int64_t n_tokens = 0;  // tokens of the call (an expert has at most this many rows when ids are distinct)
+  // Direct mode (design 3 only, n_tokens == 1, no permute kernel): block y serves pair y = row y of
+  // expert direct_ids[y] (token 0), max_active = top_k; the gate_up launch also writes pair_row[i] = i
+  // (pair_row_out) for the un-permute.
+  const int32_t* direct_ids = nullptr;
+  int32_t* pair_row_out = nullptr;
+  int n_experts = 0;  // direct mode: ids outside [0, n_experts) trap, as in the permute kernel
 };
+
+// Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
+// programmaticStreamSerialization, so each one's launch (grid setup, block dispatch) overlaps the end of
+// the kernel before it instead of following it (a ~1-2 us gap per boundary, 3 per call; it matters at
+// decode, where a whole call is ~20-70 us). Every such kernel calls mxfp4_pdl_wait() before touching
+// anything an earlier kernel wrote; no kernel triggers early (griddepcontrol.launch_dependents), so a
+// dependent grid never holds SM resources while its predecessor still runs. A kernel launched without the
+// attribute (or on sm_80) treats the wait as a no-op.
+__device__ __forceinline__ void mxfp4_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+template <typename... KArgs, typename... Args>
+void mxfp4_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
 
 // Design 1 (CUDA cores): one warp per output feature, fp32 FMA, <= 4 rows of an expert per weight pass.
 void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
@@ -32,5 +68,15 @@ void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream)
 // MMA's A operand (16 weight rows per warp); kTokens rows of the expert per pass from shared memory.
 template <int kWarps, int kTokens>
 void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cuh): design 2's fragments, the block's warps
+// split K (kSteps 128-wide k steps each, all loads issued up front), kRt 16-row tiles per block with the
+// next tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * kSteps.
+// kOcc 2: two blocks per SM (128 registers), no register double buffer.
+template <int kSteps, int kRt, int kOcc>
+void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 4 (prefill, tensor cores; moe_mxfp4_pf.cuh): 128 weight rows x 16 kNtW tokens per block, codes,
+// scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
+template <int kNtW>
+void launch_mxfp4_pf(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

@@ -39,6 +39,7 @@ template <bool kSwiglu>
 __global__ void __launch_bounds__(kSimtWarps * 32) mxfp4_simt_kernel(Mxfp4GemmArgs p) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);  // [kSimtRows][K]
+  mxfp4_pdl_wait();
   if (static_cast<int>(blockIdx.y) >= *p.n_active) return;
   const int e = p.active[blockIdx.y];
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
@@ -105,8 +106,7 @@ void launch(const Mxfp4GemmArgs& a, cudaStream_t stream) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(mxfp4_simt_kernel<kSwiglu>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const dim3 grid(ceil_div(a.n, kSimtWarps), a.max_active);
-  mxfp4_simt_kernel<kSwiglu><<<grid, kSimtWarps * 32, smem, stream>>>(a);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(mxfp4_simt_kernel<kSwiglu>, grid, dim3(kSimtWarps * 32), smem, stream, a);
 }
 
 }  // namespace
@@ -117,3 +117,6 @@ void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream)
 }
 
 }  // namespace mxserve::kernels::cuda
+
+// Design 3 (decode split-K tensor-core variants) compiles in this translation unit.
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_dec.cuh"

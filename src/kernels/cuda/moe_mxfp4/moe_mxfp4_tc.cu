@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* xs = reinterpret_cast<bf16*>(smem);  // [kTokens][kc + 16], swizzled 16-byte units
   const int stride = kc + 16;
+  mxfp4_pdl_wait();
   if (static_cast<int>(blockIdx.y) >= *p.n_active) return;
   const int e = p.active[blockIdx.y];
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
@@ -175,8 +176,7 @@ void launch(const Mxfp4GemmArgs& a, cudaStream_t stream) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   constexpr int kFeatPerBlock = kWarps * (kSwiglu ? 8 : 16);
   const dim3 grid(ceil_div(a.n, kFeatPerBlock), a.max_active);
-  kernel<<<grid, kWarps * 32, smem, stream>>>(a, kc);
-  MX_CUDA_CHECK_LAUNCH();
+  mxfp4_launch_pdl(kernel, grid, dim3(kWarps * 32), smem, stream, a, kc);
 }
 
 }  // namespace
@@ -194,3 +194,6 @@ template void launch_mxfp4_tc<8, 32>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 template void launch_mxfp4_tc<8, 64>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 
 }  // namespace mxserve::kernels::cuda
+
+// Design 4 (prefill, shared-memory tiles + cp.async ring) compiles in this translation unit.
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_pf.cuh"
