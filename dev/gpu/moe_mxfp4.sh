@@ -21,7 +21,7 @@ export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_
 BIN="$P/bin"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv;
   cat "$P/commit.txt" 2>/dev/null; } 2>&1 | tee "$OUT/moe_gpu.txt"
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/^ *//; s/ *$//; s/ /_/g')
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/^ *//; s/ *$//; s/ /_/g' | tr 'A-Z' 'a-z')
 [ -n "$GPU" ] || GPU=unknown_gpu
 
 # SASS facts per MXFP4 kernel: tensor-core ops (HMMA), byte permutes (PRMT, the dequant), bf16 multiplies
