@@ -41,8 +41,11 @@ timeout 60 "$BIN/test_cuda_moe_mxfp4" --gtest_color=no > "$OUT/moe_mxfp4_test.lo
 RC_TEST=$?
 
 RC_TUNE=""
-for shape in "256 6144 2048 8" "128 4096 1408 8" "160 5120 1536 8"; do
-  set -- $shape
+# MOE_TUNE_SHAPES / MOE_BENCH_SHAPES ("E,H,I,K;..." and "label,E,H,I,K;...") narrow the run when device time is short.
+IFS=';' read -r -a TUNE_SHAPES <<< "${MOE_TUNE_SHAPES:-256,6144,2048,8;128,4096,1408,8;160,5120,1536,8}"
+IFS=';' read -r -a BENCH_SHAPES <<< "${MOE_BENCH_SHAPES:-air,128,4096,1408,8;glm52,256,6144,2048,8}"
+for shape in "${TUNE_SHAPES[@]}"; do
+  set -- ${shape//,/ }
   F="$OUT/moe_tables/${GPU}_E$1_H$2_I$3_K$4_mxfp4.json"
   timeout 55 "$BIN/mxserve" tune-moe --experts $1 --hidden $2 --inter $3 --top-k $4 --dtype mxfp4 --out "$F" \
     > "$OUT/moe_tune_E$1.log" 2>&1
@@ -50,8 +53,8 @@ for shape in "256 6144 2048 8" "128 4096 1408 8" "160 5120 1536 8"; do
 done
 
 RC_BENCH=""
-for shape in "air 128 4096 1408 8" "glm52 256 6144 2048 8"; do
-  set -- $shape
+for shape in "${BENCH_SHAPES[@]}"; do
+  set -- ${shape//,/ }
   T="$OUT/moe_tables/${GPU}_E$2_H$3_I$4_K$5_mxfp4.json"
   TABLE=""; [ -s "$T" ] && TABLE="--table $T"
   timeout 45 "$BIN/mxserve" bench-kernels moe --experts $2 --hidden $3 --inter $4 --top-k $5 $TABLE \
