@@ -54,6 +54,9 @@ class RecordingExecutor final : public ModelExecutor {
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
+  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
+    return inner_->copy_kv(src, dst);
+  }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
     model::ForwardBatch all = b;
     all.logit_rows.clear();
@@ -87,7 +90,8 @@ struct Result_ {
 };
 
 Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps, bool prefix_cache, bool batched,
-            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false) {
+            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false,
+            int32_t topk = 1, int32_t draft_tokens = 0) {
   EngineConfig cfg;
   cfg.scheduler.block_size = 4;
   cfg.scheduler.max_num_batched_tokens = 256;
@@ -98,6 +102,8 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
   cfg.spec.num_steps = spec_steps;
   cfg.spec.adaptive = adaptive;
   cfg.spec.simulate_acceptance = simulate;
+  cfg.spec.topk = topk;
+  cfg.spec.num_draft_tokens = draft_tokens;
   Engine engine(cfg, std::make_unique<RecordingExecutor>(make_model_executor(*m.lm, *m.be, cfg.n_blocks, 4), record));
   Result_ out;
   std::map<RequestId, size_t> index;
@@ -166,6 +172,64 @@ TEST_P(SpecFixture, GreedyOutputsIdenticalWithAndWithoutSpeculation) {
     std::vector<int32_t> head(plain.tokens.at(i).begin(), plain.tokens.at(i).begin() + m.cases[i].greedy.size());
     EXPECT_EQ(head, m.cases[i].greedy) << "case " << i;
   }
+}
+
+// Tree mode (depth S, topk k, M - 1 nodes): greedy outputs equal plain decoding's, alone and batched
+// (requests in prefill next to verifying ones), with and without prefix reuse; a sampled request rides
+// along in the batched runs (recursive rejection over the tree); counters add up.
+TEST_P(SpecFixture, TreeGreedyOutputsIdenticalWithAndWithoutSpeculation) {
+  Loaded& m = fixture(GetParam());
+  const auto specs = prompts_of(m, 12);
+  const Result_ plain = run(m, specs, 0, false, false);
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{3, 2, 6}, Shape{2, 4, 8}}) {
+    for (bool prefix : {false, true}) {
+      for (bool batched : {false, true}) {
+        auto all = specs;
+        if (batched) {  // a sampled request in the batch: its tree is verified by recursive rejection
+          RequestSpec sampled = specs[0];
+          sampled.sampling.temperature = 0.8f;
+          sampled.sampling.top_k = 20;
+          sampled.sampling.seed = 7;
+          all.push_back(sampled);
+        }
+        const Result_ sp = run(m, all, sh.steps, prefix, batched, nullptr, std::nullopt, false, sh.topk, sh.draft_tokens);
+        const std::string what = GetParam() + " S=" + std::to_string(sh.steps) + " k=" + std::to_string(sh.topk) +
+                                 " M=" + std::to_string(sh.draft_tokens) + " prefix " + std::to_string(prefix) +
+                                 " batched " + std::to_string(batched);
+        for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << what << " request " << i;
+        if (batched) EXPECT_EQ(sp.tokens.at(specs.size()).size(), 12u) << what;
+        EXPECT_GT(sp.stats.spec.num_drafts, 0) << what;
+        // Every verify step carried a full tree of M - 1 nodes (the fixtures' vocabularies are larger than k).
+        EXPECT_EQ(sp.stats.spec.num_draft_tokens, sp.stats.spec.num_drafts * (sh.draft_tokens - 1)) << what;
+        EXPECT_LE(sp.stats.spec.accepted_per_pos.size(), static_cast<size_t>(sh.steps)) << what;
+        int64_t by_depth = 0;
+        for (int64_t a : sp.stats.spec.accepted_per_pos) by_depth += a;
+        EXPECT_EQ(by_depth, sp.stats.spec.num_accepted_tokens) << what;
+        int64_t drafted = 0, accepted = 0;
+        for (const auto& [i, u] : sp.usage) {
+          drafted += u.spec_draft_tokens;
+          accepted += u.spec_accepted_tokens;
+        }
+        EXPECT_EQ(drafted, sp.stats.spec.num_draft_tokens) << what;
+        EXPECT_EQ(accepted, sp.stats.spec.num_accepted_tokens) << what;
+      }
+    }
+  }
+}
+
+// Tree mode at a simulated acceptance of depth + 1: every step accepts a full-depth path (M - 1 = the
+// tree's capacity, so every tree reaches depth 3).
+TEST_P(SpecFixture, TreeSimulatedAcceptanceAcceptsFullPaths) {
+  Loaded& m = fixture(GetParam());
+  auto specs = prompts_of(m, 24);
+  const Result_ r = run(m, specs, 3, false, true, nullptr, 4.0, false, 2, 11);
+  EXPECT_GT(r.stats.spec.num_drafts, 0);
+  EXPECT_EQ(r.stats.spec.num_accepted_tokens, 3 * r.stats.spec.num_drafts);
+  ASSERT_EQ(r.stats.spec.accepted_per_pos.size(), 3u);
+  EXPECT_EQ(r.stats.spec.accepted_per_pos[2], r.stats.spec.num_drafts);
 }
 
 TEST_P(SpecFixture, DraftLogitsEqualFixtureMtpLogits) {
