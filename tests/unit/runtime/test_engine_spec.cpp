@@ -200,8 +200,13 @@ TEST_P(SpecFixture, TreeGreedyOutputsIdenticalWithAndWithoutSpeculation) {
                                  " M=" + std::to_string(sh.draft_tokens) + " prefix " + std::to_string(prefix) +
                                  " batched " + std::to_string(batched);
         for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << what << " request " << i;
-        if (batched) EXPECT_EQ(sp.tokens.at(specs.size()).size(), 12u) << what;
+        if (batched) {
+          EXPECT_EQ(sp.tokens.at(specs.size()).size(), 12u) << what;
+        }
         EXPECT_GT(sp.stats.spec.num_drafts, 0) << what;
+        std::printf("%s: %lld trees, %lld nodes, %lld accepted\n", what.c_str(),
+                    static_cast<long long>(sp.stats.spec.num_drafts), static_cast<long long>(sp.stats.spec.num_draft_tokens),
+                    static_cast<long long>(sp.stats.spec.num_accepted_tokens));
         // Every verify step carried a full tree of M - 1 nodes (the fixtures' vocabularies are larger than k).
         EXPECT_EQ(sp.stats.spec.num_draft_tokens, sp.stats.spec.num_drafts * (sh.draft_tokens - 1)) << what;
         EXPECT_LE(sp.stats.spec.accepted_per_pos.size(), static_cast<size_t>(sh.steps)) << what;
@@ -230,6 +235,66 @@ TEST_P(SpecFixture, TreeSimulatedAcceptanceAcceptsFullPaths) {
   EXPECT_EQ(r.stats.spec.num_accepted_tokens, 3 * r.stats.spec.num_drafts);
   ASSERT_EQ(r.stats.spec.accepted_per_pos.size(), 3u);
   EXPECT_EQ(r.stats.spec.accepted_per_pos[2], r.stats.spec.num_drafts);
+}
+
+// The target's greedy token after every prefix of `tokens`, by one plain forward over all of them.
+std::vector<int32_t> teacher_argmax(Loaded& m, const std::vector<int32_t>& tokens) {
+  const int32_t T = static_cast<int32_t>(tokens.size());
+  const int64_t bs = 4, n_blocks = (T + bs - 1) / bs + 1;
+  auto ex = make_model_executor(*m.lm, *m.be, n_blocks, bs);
+  model::ForwardBatch b;
+  b.token_ids = tokens;
+  model::SequenceSpan span;
+  span.n_tokens = T;
+  span.kv_len = T;
+  for (int64_t i = 0; i < n_blocks; ++i) span.block_table.push_back(static_cast<int32_t>(i));
+  b.seqs.push_back(span);
+  for (int32_t i = 0; i < T; ++i) {
+    b.positions.push_back(i);
+    b.logit_rows.push_back(i);
+  }
+  b.want_host_logits = false;
+  auto out = ex->execute(b);
+  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+  return out->argmax;
+}
+
+// Tree verification with real acceptance: the fixtures' random MTP layers never agree with the target, so
+// simulated acceptance of depth + 1 accepts a full-depth path of (arbitrary) draft nodes every step -- the
+// path's K/V sit at scattered tree slots and are compacted -- and each step's bonus token is the target's
+// argmax at the last accepted node. Every bonus token must equal the argmax of one plain forward over the
+// final sequence: any error in the tree mask, the depth positions or the compaction shows up there (the
+// later steps attend to the compacted K/V). Generated layout: t_0, then (S drafts + 1 bonus) per step.
+TEST_P(SpecFixture, TreeAcceptedPathsKeepTheCacheExact) {
+  Loaded& m = fixture(GetParam());
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{3, 2, 11}, Shape{2, 4, 21}}) {
+    const int32_t per_step = sh.steps + 1;
+    auto specs = prompts_of(m, 1 + 5 * per_step);
+    for (bool batched : {false, true}) {
+      const Result_ r = run(m, specs, sh.steps, true, batched, nullptr, sh.steps + 1.0, false, sh.topk, sh.draft_tokens);
+      EXPECT_EQ(r.stats.spec.num_accepted_tokens, sh.steps * r.stats.spec.num_drafts);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const auto& gen = r.tokens.at(i);
+        ASSERT_EQ(gen.size(), static_cast<size_t>(1 + 5 * per_step));
+        std::vector<int32_t> all = specs[i].prompt;
+        all.insert(all.end(), gen.begin(), gen.end() - 1);
+        const std::vector<int32_t> am = teacher_argmax(m, all);
+        const size_t P = specs[i].prompt.size();
+        int checked = 0;
+        for (size_t g = 0; g < gen.size(); ++g) {
+          const bool bonus = g == 0 || (g - 1) % per_step == static_cast<size_t>(sh.steps);
+          if (!bonus) continue;
+          EXPECT_EQ(gen[g], am[P + g - 1]) << GetParam() << " S=" << sh.steps << " k=" << sh.topk << " batched "
+                                           << batched << " request " << i << " generated token " << g;
+          ++checked;
+        }
+        EXPECT_EQ(checked, 6);
+      }
+    }
+  }
 }
 
 TEST_P(SpecFixture, DraftLogitsEqualFixtureMtpLogits) {
@@ -350,7 +415,7 @@ class OracleMtpModel final : public ModelExecutor {
       }
       testing::fake_logits(testing::context_hash(ctx), vocab_, logits.data<float>() + r * vocab_);
     }
-    return ExecOutput{logits, Tensor()};
+    return ExecOutput{logits, {}, Tensor()};
   }
   int64_t slot(const model::SequenceSpan& s, int32_t j) const {
     return static_cast<int64_t>(s.block_table[j / bs_]) * bs_ + j % bs_;
