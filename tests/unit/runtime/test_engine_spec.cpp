@@ -3,6 +3,7 @@
 // logits equal the fixture's mtp_logits, and the counters add up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -335,7 +336,9 @@ class ZeroedMtpExecutor final : public ModelExecutor {
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
     MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(b, h));
-    std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
+    if (out.logits.raw() != nullptr)  // host logits are absent when the engine asked for device argmax only
+      std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
+    std::fill(out.argmax.begin(), out.argmax.end(), 0);  // the device argmax of all-zero logits
     return out;
   }
 
