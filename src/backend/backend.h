@@ -93,7 +93,8 @@ class Backend {
                         Tensor& v_cache) = 0;
   // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in both caches, in order i
   // = 0..P-1 (a later pair may read a slot an earlier one wrote): compaction of an accepted tree path.
-  virtual void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache) = 0;
+  // (Not pure: a backend without it -- e.g. a test double -- fails loudly when tree speculation asks.)
+  virtual void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache);
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                          Tensor& out) = 0;                                                // [T,nh,hd]
   // Router GEMM in fp32 + sigmoid + group-limited top-k: x [T,H], gate_w [E,H], bias f32 [E].

@@ -194,6 +194,10 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+void Backend::kv_copy(const Tensor&, const Tensor&, Tensor&, Tensor&) {
+  MX_CHECK_MSG(false, "backend " << name() << " has no kv_copy (needed by tree speculation's KV compaction)");
+}
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::kEmbedding: return "embedding";

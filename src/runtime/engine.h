@@ -34,7 +34,7 @@ struct SpecStats {  // names after vLLM's spec_decode_* metrics
   int64_t num_drafts = 0;           // verify steps that carried drafts
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;
-  std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i
+  std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i + 1 (tree mode: at depth i + 1)
   double acceptance_rate = 0;       // the adaptive policy's current estimate (accepted / drafted EMA)
   int32_t current_steps = 0;        // N chosen for the latest step
   double expected_accepted = 0;     // the policy's E[accepted drafts per step | current N]

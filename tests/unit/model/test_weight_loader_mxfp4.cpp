@@ -42,7 +42,6 @@ class Mxfp4ClaimingBackend final : public backend::Backend {
   void kv_write(const Tensor& k, const Tensor& v, const backend::AttentionMeta& m, Tensor& kc, Tensor& vc) override {
     cpu_->kv_write(k, v, m, kc, vc);
   }
-  void kv_copy(const Tensor& src, const Tensor& dst, Tensor& kc, Tensor& vc) override { cpu_->kv_copy(src, dst, kc, vc); }
   void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const backend::AttentionMeta& m,
                  Tensor& out) override {
     cpu_->attention(q, kc, vc, m, out);
