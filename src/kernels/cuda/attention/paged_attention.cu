@@ -91,7 +91,9 @@ __global__ void __launch_bounds__(kThreads)
     const int n_keys = min(kKeyTile, kv_end - k0);
     for (int j = threadIdx.x; j < kKeyTile; j += kThreads) {
       const int idx = k0 + j;
-      slot_s[j] = j < n_keys ? table[idx / p.block_size] * p.block_size + idx % p.block_size : -1;
+      // Tree-masked keys are not loaded (zero-filled): less traffic, and never 0 * NaN from a stale slot.
+      const bool visible = j < n_keys && (idx < tbase || ((tmask >> (idx - tbase)) & 1ull) != 0);
+      slot_s[j] = visible ? table[idx / p.block_size] * p.block_size + idx % p.block_size : -1;
     }
     __syncthreads();
     constexpr int kChunks = HD / 8;

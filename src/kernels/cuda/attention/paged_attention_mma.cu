@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = lane; c < kKeys * CH; c += 32) {
       const int j = c / CH, d = (c % CH) * 8;
       const int key = k0 + j;
-      const bool ok = key < kv_end;
+      // Tree-masked keys are zero-filled like those past the end (never 0 * NaN from a stale slot).
+      const bool ok = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
       int64_t off = 0;
       if (ok) off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
                     kvh * HD + d;
