@@ -18,7 +18,7 @@
 namespace mxserve::backend {
 
 enum class Op {
-  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax, kFillSynthetic,
+  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax, kFillSynthetic, kKvCopy,
 };
 const char* op_name(Op op);
 
@@ -28,6 +28,10 @@ struct AttentionMeta {
   Tensor kv_index;      // i32 [T]: KV index of each token within its sequence (attends to [0, kv_index])
   Tensor slot_mapping;  // i32 [T]: cache slot where the token's K/V are written
   Tensor block_tables;  // i32 [S, max_blocks]
+  // Tree rows (speculative trees): i64 [T] ancestor bitmask and i32 [T] KV index of bit 0; empty for a
+  // plain causal batch. params.tree_mask / tree_base point at them (see kernels::AttentionParams).
+  Tensor tree_mask;
+  Tensor tree_base;
   kernels::AttentionParams params;
 };
 
@@ -87,6 +91,10 @@ class Backend {
   virtual void add(Tensor& x, const Tensor& y) = 0;                                       // x += y
   virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
                         Tensor& v_cache) = 0;
+  // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in both caches, in order i
+  // = 0..P-1 (a later pair may read a slot an earlier one wrote): compaction of an accepted tree path.
+  // (Not pure: a backend without it -- e.g. a test double -- fails loudly when tree speculation asks.)
+  virtual void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache);
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                          Tensor& out) = 0;                                                // [T,nh,hd]
   // Router GEMM in fp32 + sigmoid + group-limited top-k: x [T,H], gate_w [E,H], bias f32 [E].

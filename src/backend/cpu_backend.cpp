@@ -104,6 +104,16 @@ class CpuBackend final : public Backend {
     const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
     k::kv_write_f32(f32(kt), f32(vt), i32(meta.slot_mapping), f32(k_cache), f32(v_cache), kt.numel() / width, width);
   }
+  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache) override {
+    MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
+    const int64_t width = k_cache.dim(1);
+    const int64_t n_slots = k_cache.dim(0);
+    for (int64_t i = 0; i < src_slots.numel(); ++i)
+      MX_CHECK_MSG(i32(src_slots)[i] >= 0 && i32(src_slots)[i] < n_slots && i32(dst_slots)[i] >= 0 &&
+                       i32(dst_slots)[i] < n_slots,
+                   "kv_copy: slot pair " << i << " out of range");
+    k::kv_copy_f32(i32(src_slots), i32(dst_slots), src_slots.numel(), f32(k_cache), f32(v_cache), width);
+  }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
     k::paged_attention_f32(f32(q), f32(k_cache), f32(v_cache), i32(meta.token_seq), i32(meta.kv_index),
@@ -184,6 +194,10 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+void Backend::kv_copy(const Tensor&, const Tensor&, Tensor&, Tensor&) {
+  MX_CHECK_MSG(false, "backend " << name() << " has no kv_copy (needed by tree speculation's KV compaction)");
+}
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::kEmbedding: return "embedding";
@@ -199,6 +213,7 @@ const char* op_name(Op op) {
     case Op::kGatherRows: return "gather_rows";
     case Op::kArgmax: return "argmax";
     case Op::kFillSynthetic: return "fill_synthetic";
+    case Op::kKvCopy: return "kv_copy";
   }
   return "?";
 }

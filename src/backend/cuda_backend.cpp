@@ -270,6 +270,15 @@ class CudaBackend final : public Backend {
                       k.numel() / width, width, stream_);
   }
 
+  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache) override {
+    expect(src_slots, DType::kI32, "kv_copy", "src_slots");
+    expect(dst_slots, DType::kI32, "kv_copy", "dst_slots");
+    expect(k_cache, DType::kBF16, "kv_copy", "k_cache");
+    expect(v_cache, DType::kBF16, "kv_copy", "v_cache");
+    MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
+    kc::kv_copy_bf16(src_slots.data<int32_t>(), dst_slots.data<int32_t>(), src_slots.numel(), k_cache.raw(),
+                     v_cache.raw(), k_cache.dim(1), stream_);
+  }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
     expect(q, DType::kBF16, "attention", "q");
@@ -279,6 +288,10 @@ class CudaBackend final : public Backend {
     for (const Tensor* t : {&meta.token_seq, &meta.kv_index, &meta.block_tables})
       expect(*t, DType::kI32, "attention", "metadata");
     const auto& p = meta.params;
+    if (p.tree_mask != nullptr) {
+      expect(meta.tree_mask, DType::kI64, "attention", "tree_mask");
+      expect(meta.tree_base, DType::kI32, "attention", "tree_base");
+    }
     MX_CHECK_EQ(q.numel(), static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim);
     MX_CHECK_EQ(out.numel(), q.numel());
     const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_);

@@ -109,13 +109,26 @@ Result<std::vector<GenerateRun>> parse_runs(const std::string& text, const runti
         else if (k == "a") r.spec.simulate_acceptance = std::stod(v);
         else if (k == "adaptive") r.spec.adaptive = v != "0";
         else if (k == "p") r.prompt_len = std::stoll(v);
-        else return invalid_argument("--runs: unknown key '" + k + "' (b, n, a, adaptive, p)");
+        else if (k == "k") r.spec.topk = static_cast<int32_t>(std::stoll(v));
+        else if (k == "m") r.spec.num_draft_tokens = static_cast<int32_t>(std::stoll(v));
+        else return invalid_argument("--runs: unknown key '" + k + "' (b, n, a, adaptive, p, k, m)");
       } catch (const std::exception&) {
         return invalid_argument("--runs: bad value in '" + f + "'");
       }
     }
     if (r.batch < 1 || r.spec.num_steps < 0 || r.spec.num_steps > 16 || r.prompt_len < 0)
       return invalid_argument("--runs: '" + item + "': need b >= 1, n in [0, 16], p >= 0");
+    if (r.spec.topk < 1 || r.spec.topk > 16) return invalid_argument("--runs: '" + item + "': k must be in [1, 16]");
+    if (r.spec.tree()) {  // tree mode: m defaults to 1 + min(n * k, capacity), as the flag does
+      const int32_t cap = r.spec.tree_capacity(r.spec.num_steps);
+      if (r.spec.num_draft_tokens <= 0) r.spec.num_draft_tokens = std::min(cap, r.spec.num_steps * r.spec.topk) + 1;
+      if (r.spec.num_steps > 0 &&
+          (r.spec.num_draft_tokens < 2 || r.spec.num_draft_tokens - 1 > runtime::SpecConfig::kMaxTreeNodes ||
+           r.spec.num_draft_tokens - 1 > cap || (r.spec.num_steps - 1) * r.spec.topk > runtime::SpecConfig::kMaxTreeNodes))
+        return invalid_argument("--runs: '" + item + "': tree needs 2 <= m <= min(65, 1 + k + (n-1)k^2), (n-1)k <= 64");
+    } else {
+      r.spec.num_draft_tokens = 0;
+    }
     if (r.spec.simulate_acceptance && !(*r.spec.simulate_acceptance >= 1.0 && *r.spec.simulate_acceptance <= r.spec.num_steps + 1.0))
       return invalid_argument("--runs: '" + item + "': a must be in [1, n + 1]");
     runs.push_back(r);
@@ -205,12 +218,14 @@ Status generate_once(model::CausalLM& model, backend::Backend& be, const std::ve
   std::fprintf(stderr,
                "RESULT {\"batch\":%lld,\"prompt_len\":%zu,\"generated\":%lld,\"seconds\":%.4f,\"prefill_s\":%.4f,"
                "\"decode_s\":%.4f,\"decode_tok_s\":%.2f,\"spec_steps\":%d,\"simulate\":%.2f,\"adaptive\":%s,"
-               "\"acceptance_length\":%.3f,\"final_n\":%d,\"mean_n\":%.2f,\"estimated_gain\":%.3f,\"engine_steps\":%lld}\n",
+               "\"acceptance_length\":%.3f,\"final_n\":%d,\"mean_n\":%.2f,\"estimated_gain\":%.3f,\"engine_steps\":%lld,"
+               "\"topk\":%d,\"draft_tokens\":%d}\n",
                static_cast<long long>(batch), ids.size(), static_cast<long long>(total), secs, prefill_s, decode_s,
                decode_tok_s, spec.num_steps, spec.simulate_acceptance.value_or(0.0), spec.adaptive ? "true" : "false",
                acc_len, st.spec.current_steps,
                st.spec.num_drafts > 0 ? static_cast<double>(st.spec.num_draft_tokens) / st.spec.num_drafts : 0.0,
-               st.spec.estimated_gain, static_cast<long long>(st.steps));
+               st.spec.estimated_gain, static_cast<long long>(st.steps), spec.topk,
+               spec.tree() ? spec.num_draft_tokens : spec.num_steps + 1);
   return Status::ok();
 }
 

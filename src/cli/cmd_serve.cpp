@@ -54,7 +54,10 @@ runtime:
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
 speculative decoding (MTP):
   --speculative-algorithm mtp  draft with the model's MTP layer (aliases NEXTN, EAGLE)
-  --speculative-num-steps N    drafted tokens per step (3)
+  --speculative-num-steps N    drafted tokens per step (3); the tree depth in tree mode
+  --speculative-eagle-topk K   1: chain mode (default); K > 1: tree mode, K children per expanded node
+  --speculative-num-draft-tokens M  tree mode: verify the best M - 1 draft nodes (sglang counts the
+                               verified token too; default 1 + min(N*K, tree capacity)); chain: N + 1
   --no-speculative-adaptive    keep N fixed (by default N drops when drafts are not accepted)
   --speculative-simulate-acceptance A  benchmark mode: mean accepted length per step
 )";

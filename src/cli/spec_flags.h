@@ -10,8 +10,8 @@
 namespace mxserve::cli {
 
 // --speculative-algorithm mtp, --speculative-num-steps N, --speculative-simulate-acceptance A
-// --speculative-eagle-topk 1, --speculative-num-draft-tokens N+1: sglang's spelling of chain mode (tree mode,
-// topk > 1, is refused: not implemented yet)
+// --speculative-eagle-topk 1, --speculative-num-draft-tokens N+1: sglang's spelling of chain mode;
+// --speculative-eagle-topk k > 1 [--speculative-num-draft-tokens M]: tree mode (depth N, M - 1 nodes)
 inline const std::set<std::string> kSpecValueFlags = {"--speculative-algorithm", "--speculative-num-steps",
                                                       "--speculative-simulate-acceptance", "--speculative-eagle-topk",
                                                       "--speculative-num-draft-tokens"};

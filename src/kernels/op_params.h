@@ -35,6 +35,12 @@ struct AttentionParams {
   int32_t block_size = 0;
   int32_t max_blocks_per_seq = 0;  // row stride of block_tables
   float scale = 1.f;
+  // Tree attention (speculative tree verification / drafting), on the kernel's device; both null for a
+  // plain causal batch (zero cost). Token t attends to KV indices j <= kv_index[t] with
+  // j < tree_base[t] or bit (j - tree_base[t]) of tree_mask[t] set (its tree ancestors and itself);
+  // a non-tree row of a tree batch has tree_base = INT32_MAX. kv_index[t] - tree_base[t] < 64.
+  const uint64_t* tree_mask = nullptr;
+  const int32_t* tree_base = nullptr;
 };
 
 }  // namespace mxserve::kernels

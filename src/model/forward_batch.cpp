@@ -1,6 +1,7 @@
 #include "model/forward_batch.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace mxserve::model {
 
@@ -23,6 +24,33 @@ Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t bloc
     if (q.token_begin != next || q.n_tokens <= 0)
       return invalid_argument(where + ": rows must be contiguous and non-empty");
     if (q.kv_len < q.n_tokens) return invalid_argument(where + ": kv_len " + std::to_string(q.kv_len) + " < rows");
+    if (!q.kv_indices.empty()) {
+      if (static_cast<int32_t>(q.kv_indices.size()) != q.n_tokens)
+        return invalid_argument(where + ": " + std::to_string(q.kv_indices.size()) + " kv_indices for " +
+                                std::to_string(q.n_tokens) + " rows");
+      for (int32_t j : q.kv_indices)
+        if (j < 0 || j >= q.kv_len)
+          return invalid_argument(where + ": kv index " + std::to_string(j) + " outside [0, kv_len " +
+                                  std::to_string(q.kv_len) + ")");
+    }
+    if (!q.tree_mask.empty()) {
+      if (static_cast<int32_t>(q.tree_mask.size()) != q.n_tokens)
+        return invalid_argument(where + ": " + std::to_string(q.tree_mask.size()) + " tree masks for " +
+                                std::to_string(q.n_tokens) + " rows");
+      for (int32_t i = 0; i < q.n_tokens; ++i) {
+        const int32_t j = q.kv_index_of(i);
+        if (j < q.tree_base) {
+          if (q.tree_mask[i] != 0)
+            return invalid_argument(where + ": row " + std::to_string(i) + " before tree_base has a tree mask");
+          continue;
+        }
+        const int32_t bit = j - q.tree_base;
+        if (bit >= 64 || ((q.tree_mask[i] >> bit) & 1u) == 0 || (bit < 63 && (q.tree_mask[i] >> (bit + 1)) != 0))
+          return invalid_argument(where + ": tree row " + std::to_string(i) + " (kv index " + std::to_string(j) +
+                                  ", tree_base " + std::to_string(q.tree_base) +
+                                  ") must have its own bit set, none after it, and lie within 64 of tree_base");
+      }
+    }
     const int64_t need = (q.kv_len + block_size - 1) / block_size;
     if (static_cast<int64_t>(q.block_table.size()) < need)
       return invalid_argument(where + ": " + std::to_string(q.block_table.size()) + " blocks cannot hold " +
@@ -51,15 +79,28 @@ backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::
   for (int64_t s = 0; s < S; ++s) {
     const auto& q = batch.seqs[s];
     std::copy(q.block_table.begin(), q.block_table.end(), tables.data<int32_t>() + s * max_blocks);
-    const int32_t first_kv = q.kv_len - q.n_tokens;
     for (int32_t i = 0; i < q.n_tokens; ++i) {
-      const int32_t row = q.token_begin + i, j = first_kv + i;
+      const int32_t row = q.token_begin + i, j = q.kv_index_of(i);
       token_seq.data<int32_t>()[row] = static_cast<int32_t>(s);
       kv_index.data<int32_t>()[row] = j;
       slots.data<int32_t>()[row] = static_cast<int32_t>(q.block_table[j / block_size] * block_size + j % block_size);
     }
   }
   backend::AttentionMeta meta;
+  bool tree = false;
+  for (const auto& q : batch.seqs) tree = tree || !q.tree_mask.empty();
+  if (tree) {  // only batches with a speculative tree pay for the mask
+    Tensor mask = Tensor::zeros(DType::kI64, {T});
+    Tensor base = Tensor::empty(DType::kI32, {T});
+    for (const auto& q : batch.seqs)
+      for (int32_t i = 0; i < q.n_tokens; ++i) {
+        const int32_t row = q.token_begin + i;
+        base.data<int32_t>()[row] = q.tree_mask.empty() ? std::numeric_limits<int32_t>::max() : q.tree_base;
+        mask.data<int64_t>()[row] = q.tree_mask.empty() ? 0 : static_cast<int64_t>(q.tree_mask[i]);
+      }
+    meta.tree_mask = be.upload(mask);
+    meta.tree_base = be.upload(base);
+  }
   meta.token_seq = be.upload(token_seq);
   meta.kv_index = be.upload(kv_index);
   meta.slot_mapping = be.upload(slots);
@@ -69,6 +110,10 @@ backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::
   meta.params.n_seqs = static_cast<int32_t>(S);
   meta.params.block_size = static_cast<int32_t>(block_size);
   meta.params.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  if (tree) {
+    meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
+    meta.params.tree_base = meta.tree_base.data<int32_t>();
+  }
   return meta;
 }
 

@@ -15,6 +15,15 @@ struct SequenceSpan {
   int32_t n_tokens = 0;             // rows of this sequence in the batch
   int32_t kv_len = 0;               // tokens in the KV cache after this batch (cached before + n_tokens)
   std::vector<int32_t> block_table; // blocks covering KV indices [0, kv_len)
+  // Speculative trees (both optional; empty = the plain causal layout, zero cost):
+  //   kv_indices[i]: the KV index of row i (default kv_len - n_tokens + i); kv_len must exceed them all.
+  //   tree_mask[i]: row i attends to KV indices j <= its own with j < tree_base, or j = tree_base + b for
+  //   each bit b set (its tree ancestors and itself). Rows with tree_mask 0 and kv index < tree_base are
+  //   causal rows of the committed context. Every tree row's kv index is in [tree_base, tree_base + 64).
+  std::vector<int32_t> kv_indices;
+  std::vector<uint64_t> tree_mask;
+  int32_t tree_base = 0;
+  int32_t kv_index_of(int32_t i) const { return kv_indices.empty() ? kv_len - n_tokens + i : kv_indices[i]; }
 };
 
 struct ForwardBatch {

@@ -54,6 +54,14 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
   MX_CHECK_GT(config_.n_blocks, 0);
   if (config_.spec.num_steps > 0 && !executor_->has_mtp())
     MX_CHECK_MSG(false, "speculative decoding needs a model with an MTP layer (checked by the caller)");
+  if (config_.spec.num_steps > 0 && config_.spec.tree()) {
+    const auto& sc = config_.spec;
+    MX_CHECK_MSG(sc.num_draft_tokens >= 2 && sc.num_draft_tokens - 1 <= SpecConfig::kMaxTreeNodes &&
+                     sc.num_draft_tokens - 1 <= sc.tree_capacity(sc.num_steps) &&
+                     (sc.num_steps - 1) * sc.topk <= SpecConfig::kMaxTreeNodes,
+                 "tree speculation: num_draft_tokens " << sc.num_draft_tokens << ", topk " << sc.topk << ", depth "
+                                                       << sc.num_steps << " (checked by the flags)");
+  }
   if (config_.spec.simulate_acceptance)
     MX_LOG(kWarn) << "--speculative-simulate-acceptance " << *config_.spec.simulate_acceptance
                   << ": drafts are accepted at a fixed rate regardless of the model; the OUTPUT TEXT IS "

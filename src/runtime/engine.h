@@ -34,7 +34,7 @@ struct SpecStats {  // names after vLLM's spec_decode_* metrics
   int64_t num_drafts = 0;           // verify steps that carried drafts
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;
-  std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i
+  std::vector<int64_t> accepted_per_pos;  // [N]: drafts accepted at position i + 1 (tree mode: at depth i + 1)
   double acceptance_rate = 0;       // the adaptive policy's current estimate (accepted / drafted EMA)
   int32_t current_steps = 0;        // N chosen for the latest step
   double expected_accepted = 0;     // the policy's E[accepted drafts per step | current N]
@@ -94,8 +94,14 @@ class Engine {
     int32_t first_pos;   // positions [first_pos, last_pos] (target rows just computed)
     int32_t last_pos;
     int32_t first_row;   // row of first_pos in the target batch (hidden states)
+    std::vector<int32_t> rows;  // tree verify: explicit hidden row per position (the accepted path)
   };
   Status extend_and_draft(const std::vector<MtpRows>& all_rows, const Tensor& target_hidden);
+  // Tree mode (engine_spec.cpp): the MTP steps 2..n_steps expanding the best topk frontier nodes of each
+  // sequence; root_rows[i] is sequence i's logit row in `out` (the extend) proposing the depth-1 children,
+  // root_hidden[i] its row in out.hidden.
+  Status draft_tree(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& root_rows,
+                    const std::vector<int32_t>& root_hidden, const ExecOutput& out, int32_t n_steps);
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;

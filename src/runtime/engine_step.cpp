@@ -56,10 +56,12 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   int64_t generated = 0, logit_row = 0, row = 0, n_decode = 0;
   std::vector<Sequence*> finished;
   std::vector<MtpRows> mtp_rows;
+  std::vector<int32_t> compact_src, compact_dst;  // tree mode: accepted paths' KV slots to compact
   SpecStats spec_delta;
   for (const auto& c : plan.chunks) {
     Sequence* seq = c.seq;
     bool done = false;
+    std::vector<int32_t> verified_path;  // accepted drafts (node indices) of this chunk's verification
     if (c.needs_sample || c.n_drafts > 0) ++n_decode;
     if (c.n_drafts > 0) {
       // Verify: the target's rows p_0..p_N against drafts d_1..d_N.
@@ -76,7 +78,59 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       const uint64_t seed = sp.seed.value_or(seq->seed) ^ 0xA5A5A5A5ull;
       const uint64_t base = static_cast<uint64_t>(seq->n_generated()) * 64;
       ChainVerdict v;
-      if (config_.spec.simulate_acceptance) {
+      std::vector<int32_t> path;  // tree mode: accepted nodes, root to leaf (chain: 0..n_accepted-1)
+      const bool tree = !seq->draft_parents.empty();
+      int32_t depth = c.n_drafts;  // positions judged (the policy's N): chain length or tree depth
+      if (tree) {
+        std::vector<int32_t> node_depth(c.n_drafts);
+        depth = 0;
+        for (int32_t i = 0; i < c.n_drafts; ++i) {
+          const int32_t par = seq->draft_parents[i];
+          node_depth[i] = par < 0 ? 1 : node_depth[par] + 1;
+          depth = std::max(depth, node_depth[i]);
+        }
+        auto first_child = [&](int32_t parent, int32_t token) {  // siblings carry distinct tokens
+          for (int32_t i = parent + 1; i < c.n_drafts; ++i)
+            if (seq->draft_parents[i] == parent && seq->drafts[i] == token) return i;
+          return -1;
+        };
+        auto row_of = [&](int32_t node) { return logit_row + (node < 0 ? 0 : 1 + node); };
+        if (config_.spec.simulate_acceptance) {
+          // Benchmark mode: accept a path of the simulated length (at most the tree's depth): the path to
+          // the first node, in the tree's (best-first, topological) order, at that depth.
+          const double want = *config_.spec.simulate_acceptance - 1.0 + counter_uniform(seed, base);
+          const int32_t n_acc = std::clamp(static_cast<int32_t>(want), 0, depth);
+          int32_t cur = -1;
+          for (int32_t i = 0; i < c.n_drafts && n_acc > 0; ++i)
+            if (node_depth[i] == n_acc) {
+              cur = i;
+              break;
+            }
+          for (int32_t a = cur; a >= 0; a = seq->draft_parents[a]) path.push_back(a);
+          std::reverse(path.begin(), path.end());
+          v.next_token = greedy ? out.greedy_token(row_of(cur)) : p[row_of(cur) - logit_row].draw(counter_uniform(seed, base + 1));
+        } else if (greedy) {
+          // The longest root-to-node path whose every token is the target's argmax at its parent.
+          int32_t cur = -1;
+          for (;;) {
+            const int32_t want = out.greedy_token(row_of(cur));
+            const int32_t nxt = first_child(cur, want);
+            if (nxt < 0) {
+              v.next_token = want;
+              break;
+            }
+            path.push_back(cur = nxt);
+          }
+        } else {
+          DraftTree dt;
+          dt.tokens.assign(seq->drafts.begin(), seq->drafts.begin() + c.n_drafts);
+          dt.parents = seq->draft_parents;
+          TreeVerdict tv = verify_tree(dt, {}, p, false, [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
+          path = std::move(tv.path);
+          v.next_token = tv.next_token;
+        }
+        v.n_accepted = static_cast<int32_t>(path.size());
+      } else if (config_.spec.simulate_acceptance) {
         // Benchmark mode: accept a fixed expected number of drafts, whatever they are.
         const double want = *config_.spec.simulate_acceptance - 1.0 + counter_uniform(seed, base);
         v.n_accepted = std::clamp(static_cast<int32_t>(want), 0, c.n_drafts);
@@ -91,24 +145,42 @@ Status Engine::run_plan(const SchedulePlan& plan) {
         v = verify_chain(std::span<const int32_t>(seq->drafts.data(), c.n_drafts), seq->draft_q, p, greedy,
                          [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
       }
+      if (!tree)
+        for (int32_t i = 0; i < v.n_accepted; ++i) path.push_back(i);
       spec_delta.num_drafts += 1;
       spec_delta.num_draft_tokens += c.n_drafts;
       spec_delta.num_accepted_tokens += v.n_accepted;
-      if (spec_delta.accepted_per_pos.size() < static_cast<size_t>(c.n_drafts))
-        spec_delta.accepted_per_pos.resize(c.n_drafts, 0);
+      // accepted_per_pos[i]: drafts accepted at position (tree: depth) i + 1
+      if (spec_delta.accepted_per_pos.size() < static_cast<size_t>(depth))
+        spec_delta.accepted_per_pos.resize(depth, 0);
       for (int32_t i = 0; i < v.n_accepted; ++i) ++spec_delta.accepted_per_pos[i];
-      spec_policy_.record(c.n_drafts, v.n_accepted);
+      spec_policy_.record(depth, v.n_accepted);
       seq->spec_drafted += c.n_drafts;
       seq->spec_accepted += v.n_accepted;
-      const std::vector<int32_t> accepted(seq->drafts.begin(), seq->drafts.begin() + v.n_accepted);
-      seq->drafts.clear();
-      seq->draft_q.clear();
+      std::vector<int32_t> accepted;
+      for (int32_t a : path) accepted.push_back(seq->drafts[a]);
+      if (tree) {
+        // Compact the accepted path's K/V (written at KV index start + 1 + node) into the consecutive
+        // positions start + 1 .. start + A. Pairs in path order never read a slot an earlier one wrote
+        // (node >= depth - 1), and kv_copy applies them in order anyway.
+        const int64_t bs = config_.scheduler.block_size;
+        auto slot = [&](int32_t j) { return static_cast<int32_t>(seq->block_table[j / bs] * bs + j % bs); };
+        for (int32_t i = 0; i < v.n_accepted; ++i) {
+          const int32_t src = c.start + 1 + path[i], dst = c.start + 1 + i;
+          if (src != dst) {
+            compact_src.push_back(slot(src));
+            compact_dst.push_back(slot(dst));
+          }
+        }
+      }
+      seq->clear_drafts();
       // Accepted drafts' K/V were written by the verify forward: they are computed tokens now.
       for (int32_t i = 0; i <= v.n_accepted && !done; ++i) {
         const int32_t token = i < v.n_accepted ? accepted[i] : v.next_token;
         float logprob = 0.f;
         if (sp.logprobs >= 0) {  // raw log-softmax, as sample_token reports it
-          std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
+          const int64_t r = logit_row + (i == 0 ? 0 : 1 + path[i - 1]);  // the row that predicted it
+          std::span<const float> lr(out.logits.data<float>() + r * V, V);
           const float lmax = *std::max_element(lr.begin(), lr.end());
           double z = 0;
           for (float x : lr) z += std::exp(static_cast<double>(x - lmax));
@@ -118,6 +190,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
         done = emit_token(seq, token, logprob, {});
         ++generated;
       }
+      verified_path = path;
       logit_row += c.n_tokens;
     } else if (c.needs_sample) {
       if (greedy_ids_suffice(seq->sampling)) {
@@ -135,10 +208,18 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       finished.push_back(seq);
     } else if (spec && seq->n_draft_computed == c.start) {
       // The MTP layer catches up over every position this forward computed for the sequence.
-      mtp_rows.push_back({seq, c.start, seq->n_computed - 1, static_cast<int32_t>(row)});
+      MtpRows m{seq, c.start, seq->n_computed - 1, static_cast<int32_t>(row), {}};
+      if (!verified_path.empty() || c.n_drafts > 0) {
+        // Verified rows: x_last then the accepted drafts (tree: their rows in the batch).
+        m.rows.push_back(static_cast<int32_t>(row));
+        for (int32_t a : verified_path) m.rows.push_back(static_cast<int32_t>(row) + 1 + a);
+        m.rows.resize(m.last_pos - m.first_pos + 1);
+      }
+      mtp_rows.push_back(std::move(m));
     }
     row += c.n_tokens;
   }
+  if (!compact_src.empty()) MX_RETURN_IF_ERROR(executor_->copy_kv(compact_src, compact_dst));
   Status mtp_status = Status::ok();
   if (!mtp_rows.empty()) mtp_status = extend_and_draft(mtp_rows, out.hidden);
   if (spec && plan.n_prefill_tokens == 0 && n_decode > 0)  // a pure decode step: its cost teaches the policy

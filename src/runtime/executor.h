@@ -33,6 +33,11 @@ class ModelExecutor {
   virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
   // Waits for the device work queued so far (timing the MTP extend for the speculation policy).
   virtual void synchronize() {}
+  // Copies the K/V of cache slot src_slots[i] to dst_slots[i] in every cached layer (the MTP layer too),
+  // pairs in order: compaction of an accepted speculative tree path into consecutive positions.
+  virtual Status copy_kv(const std::vector<int32_t>& src_slots, const std::vector<int32_t>& dst_slots) {
+    return unsupported("this executor cannot copy KV slots (tree speculation)");
+  }
 };
 
 // The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.

@@ -30,6 +30,19 @@ class CausalLmExecutor final : public ModelExecutor {
     be_.gather_rows(hidden, idx, out);
     return out;
   }
+  Status copy_kv(const std::vector<int32_t>& src_slots, const std::vector<int32_t>& dst_slots) override {
+    if (src_slots.size() != dst_slots.size()) return invalid_argument("copy_kv: slot lists differ in length");
+    if (src_slots.empty()) return Status::ok();
+    const int64_t n_slots = kv_->spec().n_blocks * kv_->spec().block_size;
+    for (size_t i = 0; i < src_slots.size(); ++i)
+      if (src_slots[i] < 0 || src_slots[i] >= n_slots || dst_slots[i] < 0 || dst_slots[i] >= n_slots)
+        return invalid_argument("copy_kv: slot pair " + std::to_string(i) + " outside the cache");
+    const int64_t P = static_cast<int64_t>(src_slots.size());
+    Tensor src = be_.upload(Tensor::view_of(const_cast<int32_t*>(src_slots.data()), DType::kI32, {P}));
+    Tensor dst = be_.upload(Tensor::view_of(const_cast<int32_t*>(dst_slots.data()), DType::kI32, {P}));
+    for (int64_t l = 0; l < kv_->spec().n_layers; ++l) be_.kv_copy(src, dst, kv_->k(l), kv_->v(l));
+    return Status::ok();
+  }
 
   void synchronize() override { be_.synchronize(); }
 

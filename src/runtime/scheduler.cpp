@@ -36,8 +36,7 @@ void Scheduler::release(Sequence* seq) {
   seq->block_table.clear();
   seq->n_computed = 0;
   seq->n_draft_computed = 0;
-  seq->drafts.clear();
-  seq->draft_q.clear();
+  seq->clear_drafts();
 }
 
 void Scheduler::preempt(Sequence* seq) {
@@ -69,8 +68,7 @@ SchedulePlan Scheduler::schedule() {
       continue;
     }
     if (static_cast<int64_t>(seq->drafts.size()) + 1 > budget) {  // no room to verify drafts this step
-      seq->drafts.clear();
-      seq->draft_q.clear();
+      seq->clear_drafts();
     }
     const int32_t n = 1 + static_cast<int32_t>(seq->drafts.size());
     if (!reserve(seq, seq->n_computed + n)) {
@@ -156,7 +154,25 @@ model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
     batch.token_ids.insert(batch.token_ids.end(), c.seq->tokens.begin() + c.start,
                            c.seq->tokens.begin() + c.start + n_real);
     batch.token_ids.insert(batch.token_ids.end(), c.seq->drafts.begin(), c.seq->drafts.begin() + c.n_drafts);
-    for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
+    if (c.n_drafts > 0 && !c.seq->draft_parents.empty()) {
+      // A draft tree: rows [x_last, nodes in topological order] at KV indices start.., positions by depth
+      // (parent's + 1), each node attending to the context, x_last and its own ancestors (tree mask).
+      MX_CHECK_EQ(n_real, 1);
+      MX_CHECK_EQ(static_cast<int32_t>(c.seq->draft_parents.size()), c.n_drafts);
+      MX_CHECK_LE(c.n_drafts, 64);
+      span.tree_base = c.start + 1;
+      span.tree_mask.assign(c.n_tokens, 0);
+      batch.positions.push_back(c.start);
+      for (int32_t i = 0; i < c.n_drafts; ++i) {
+        const int32_t parent = c.seq->draft_parents[i];
+        MX_CHECK_LT(parent, i);
+        const uint64_t self = uint64_t{1} << i;
+        span.tree_mask[1 + i] = parent < 0 ? self : span.tree_mask[1 + parent] | self;
+        batch.positions.push_back(parent < 0 ? c.start + 1 : batch.positions[span.token_begin + 1 + parent] + 1);
+      }
+    } else {
+      for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
+    }
     if (c.n_drafts > 0) {  // verification needs the target's logits at every row
       for (int32_t i = 0; i < c.n_tokens; ++i) batch.logit_rows.push_back(span.token_begin + i);
     } else if (c.needs_sample) {

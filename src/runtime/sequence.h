@@ -33,6 +33,14 @@ struct Sequence {
   int32_t n_draft_computed = 0;
   std::vector<int32_t> drafts;
   std::vector<TokenDistribution> draft_q;
+  // Tree mode: draft_parents[i] is the parent of drafts[i] (an earlier index, or -1: the last token);
+  // empty in chain mode (drafts[i]'s parent is drafts[i - 1]).
+  std::vector<int32_t> draft_parents;
+  void clear_drafts() {
+    drafts.clear();
+    draft_q.clear();
+    draft_parents.clear();
+  }
   int64_t spec_drafted = 0;
   int64_t spec_accepted = 0;
 

@@ -337,6 +337,125 @@ TEST_F(CudaOps, PagedAttention) {
   }
 }
 
+// Tree attention (speculative verification and tree drafting): tree rows see the committed context and
+// their ancestors only (AttentionParams::tree_mask). Plain sequences share the batch. Every kernel the
+// planner may pick for such a batch (warp, simt; "shared" forced must still not be used) against the
+// CPU reference, which applies the same mask (itself tested against a materialized mask).
+struct TreeSeq {
+  int32_t ctx;        // committed KV before the tree rows (the root row is at ctx - 1 when root is set)
+  int32_t n_nodes;    // tree rows (0: a plain causal sequence of `plain` rows)
+  int32_t plain;
+  bool explicit_kv;   // tree rows at a scattered subset of KV indices (MTP tree drafting's layout)
+};
+
+TEST_F(CudaOps, PagedAttentionTreeMask) {
+  struct Case {
+    int nh, kvh, hd;
+    std::vector<TreeSeq> seqs;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {4, 2, 32, {{5, 7, 0, false}}, "small tree, short context"},
+      {4, 2, 32, {{37, 16, 0, false}, {0, 0, 1, false}, {17, 40, 0, false}}, "trees across key tiles + a decode"},
+      {8, 2, 128, {{700, 64, 0, false}, {0, 0, 9, false}, {300, 5, 0, true}}, "64-node tree, splits, a prefill"},
+      {96, 8, 128, {{2000, 7, 0, false}, {1500, 12, 0, true}}, "GLM-4.5-Air heads, long context (splits)"},
+      {16, 1, 256, {{40, 9, 0, false}}, "head_dim 256: CUDA-core kernel"},
+      {32, 1, 64, {{100, 20, 0, false}}, "group 32: CUDA-core kernel"},
+  };
+  const int64_t bs = 16;
+  std::mt19937 trng(5);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    model::ForwardBatch batch;
+    std::vector<model::SequenceSpan> spans;
+    int64_t blocks_needed = 0;
+    for (const TreeSeq& s : c.seqs) blocks_needed += (s.ctx + 2 * std::max(s.n_nodes, s.plain) + bs) / bs + 1;
+    const int64_t n_blocks = blocks_needed + 3;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    int64_t next_block = 0;
+    for (const TreeSeq& s : c.seqs) {
+      model::SequenceSpan span;
+      span.token_begin = batch.n_tokens();
+      if (s.n_nodes == 0) {
+        span.n_tokens = s.plain;
+        span.kv_len = s.ctx + s.plain;
+        for (int32_t i = 0; i < s.plain; ++i) batch.positions.push_back(s.ctx + i);
+      } else {
+        // Root row at ctx - 1 (causal), then nodes with random parents at tree_base = ctx + ...
+        span.tree_base = s.ctx;
+        std::vector<uint64_t> anc(s.n_nodes);
+        std::vector<int32_t> kv;
+        int32_t j = s.ctx;
+        span.kv_indices.push_back(s.ctx - 1);
+        span.tree_mask.push_back(0);
+        batch.positions.push_back(s.ctx - 1);
+        for (int32_t i = 0; i < s.n_nodes; ++i) {
+          if (s.explicit_kv && i > 0 && trng() % 3 == 0) ++j;  // gaps: unused slots between rows
+          if (j - s.ctx >= 64) j = s.ctx + 63;                  // stay within the mask
+          const int32_t bit = j - s.ctx;
+          std::uniform_int_distribution<int32_t> pick(-1, i - 1);
+          const int32_t parent = i == 0 ? -1 : pick(trng);
+          int32_t pbit = -1;
+          if (parent >= 0) pbit = span.kv_indices[1 + parent] - s.ctx;
+          if (pbit >= bit) break;  // (only with gaps clamped at 63)
+          anc[i] = (parent < 0 ? 0 : anc[parent]) | (uint64_t{1} << bit);
+          span.kv_indices.push_back(j);
+          span.tree_mask.push_back(anc[i]);
+          batch.positions.push_back(s.ctx + 1);
+          ++j;
+          if (j - s.ctx >= 64) break;
+        }
+        span.n_tokens = static_cast<int32_t>(span.kv_indices.size());
+        span.kv_len = *std::max_element(span.kv_indices.begin(), span.kv_indices.end()) + 1;
+        if (!s.explicit_kv) span.kv_indices.clear();  // contiguous rows: the default layout
+      }
+      for (int64_t b = 0; b < (span.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next_block++]);
+      for (int32_t i = 0; i < span.n_tokens; ++i) batch.token_ids.push_back(0);
+      batch.seqs.push_back(span);
+    }
+    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+    const int64_t T = batch.n_tokens();
+    kernels::AttentionParams shape;
+    shape.n_heads = c.nh;
+    shape.n_kv_heads = c.kvh;
+    shape.head_dim = c.hd;
+    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    ASSERT_NE(gmeta.params.tree_mask, nullptr);
+    Tensor kc = rand({n_blocks * bs, c.kvh * c.hd}, 2.f), vc = rand({n_blocks * bs, c.kvh * c.hd});
+    Tensor q = rand({T, c.nh * c.hd}, 2.f);
+    Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
+    cpu_->attention(cpu(q), cpu(kc), cpu(vc), cmeta, ref);
+    Tensor gq = gpu_bf16(q), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
+    for (const char* kernel : {"", "warp", "shared", "simt"}) {
+      SCOPED_TRACE(kernel);
+      if (*kernel) setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+      // (forced "shared": the planner still picks the per-warp kernel; the shared one would abort)
+      Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
+      gpu_->attention(gq, gk, gv, gmeta, out);
+      unsetenv("MXSERVE_ATTENTION_KERNEL");
+      EXPECT_WITHIN(host(out), ref, kTolBf16Out);
+    }
+  }
+}
+
+TEST_F(CudaOps, KvCopyExactInOrder) {
+  const int64_t bs = 16, n_blocks = 4, width = 2 * 64;
+  Tensor kc = rand({n_blocks * bs, width}), vc = rand({n_blocks * bs, width});
+  // Chained pairs: slot 20 is written by pair 0 and read by pair 1 (sequential semantics).
+  std::vector<int32_t> src = {33, 20, 47, 5, 63}, dst = {20, 18, 17, 5, 1};
+  const int64_t P = static_cast<int64_t>(src.size());
+  Tensor hs = Tensor::view_of(src.data(), DType::kI32, {P}), hd = Tensor::view_of(dst.data(), DType::kI32, {P});
+  Tensor ck = cpu(kc), cv = cpu(vc), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
+  cpu_->kv_copy(cpu(hs), cpu(hd), ck, cv);
+  gpu_->kv_copy(gpu_exact(hs), gpu_exact(hd), gk, gv);
+  expect_exact(host(gk), ck);
+  expect_exact(host(gv), cv);
+}
+
 // ---- MoE -----------------------------------------------------------------------------------------
 
 struct RouterCase {

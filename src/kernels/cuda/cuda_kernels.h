@@ -33,6 +33,9 @@ void add_f32(float* x, const float* y, int64_t n, cudaStream_t stream);
 // k/v bf16 [T, kv_width] -> caches bf16 [n_slots, kv_width] at slot_mapping[t]. kv_width % 8 == 0.
 void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
                    int64_t n_tokens, int64_t kv_width, cudaStream_t stream);
+// Cache rows src_slots[i] -> dst_slots[i] (device i32 [n_pairs]) in both caches, pairs applied in order.
+void kv_copy_bf16(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* k_cache, void* v_cache,
+                  int64_t kv_width, cudaStream_t stream);
 // Deterministic pseudo-random bf16 in [-scale, scale) from (seed, index): synthetic weights, benchmarks.
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 
@@ -42,6 +45,8 @@ void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStre
 // kernel where it applies, else the CUDA-core one (plan_paged_attention picks; see paged_attention.cu).
 // q, out: bf16 [T, n_heads, head_dim]; caches bf16 [n_slots, n_kv_heads * head_dim].
 // head_dim in {16, 32, 64, 128, 256}; n_heads / n_kv_heads <= 32.
+// Tree masks (p.tree_mask, see AttentionParams) are applied by kSimt and kWarp; the planner never picks
+// kShared for a tree batch, and the shared kernel refuses one.
 enum class AttentionKernel {
   kSimt,    // CUDA-core kernel: any group <= 32, head_dim up to 256
   kWarp,    // tensor cores, one warp per (token, kv head, split): decode-like batches

@@ -211,6 +211,34 @@ void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, vo
   MX_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// One thread per 8-element chunk of a row; it walks the pairs in order, so a pair that reads a slot an
+// earlier pair wrote sees the new value (the chunk's reads and writes all happen in this thread).
+__global__ void kv_copy_kernel(const int32_t* __restrict__ src, const int32_t* __restrict__ dst, int64_t n_pairs,
+                               bf16* __restrict__ k_cache, bf16* __restrict__ v_cache, int64_t kv_width) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= kv_width / 8) return;
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    const int64_t s = src[i], d = dst[i];
+    if (s == d) continue;
+    *reinterpret_cast<uint4*>(k_cache + d * kv_width + c * 8) =
+        *reinterpret_cast<const uint4*>(k_cache + s * kv_width + c * 8);
+    *reinterpret_cast<uint4*>(v_cache + d * kv_width + c * 8) =
+        *reinterpret_cast<const uint4*>(v_cache + s * kv_width + c * 8);
+  }
+}
+}  // namespace
+
+void kv_copy_bf16(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* k_cache, void* v_cache,
+                  int64_t kv_width, cudaStream_t stream) {
+  if (n_pairs == 0) return;
+  MX_CHECK_MSG(kv_width % 8 == 0, "kv_copy_bf16: kv_width " << kv_width);
+  kv_copy_kernel<<<grid_for(kv_width / 8), kThreads, 0, stream>>>(src_slots, dst_slots, n_pairs,
+                                                                   static_cast<bf16*>(k_cache),
+                                                                   static_cast<bf16*>(v_cache), kv_width);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
   if (n == 0) return;
   fill_random_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(out), n, seed, scale);

@@ -34,6 +34,8 @@ Result<SpecSelfTestReport> run_spec_self_test(std::unique_ptr<ModelExecutor> exe
   cfg.max_model_len = 64 + max_tokens + spec.num_steps + 1;
   cfg.spec = spec;
   cfg.spec.adaptive = false;              // measure the draft itself at a fixed N
+  cfg.spec.topk = 1;                      // tree mode too: the MTP layer's health is measured as a chain
+  cfg.spec.num_draft_tokens = 0;
   cfg.spec.simulate_acceptance.reset();
   SpecSelfTestReport rep;
   rep.num_steps = spec.num_steps;

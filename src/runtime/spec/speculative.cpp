@@ -246,9 +246,10 @@ double SpecPolicy::step_time(int32_t n, int64_t n_decoding) const {
 
 int32_t SpecPolicy::steps_for(int64_t n_decoding, int64_t token_budget) {
   if (cfg_.num_steps <= 0) return 0;
-  // Never let drafts crowd out the batch: keep (N+1) * decodes within the step budget.
+  // Never let drafts crowd out the batch: keep (rows(N) + 1) * decodes within the step budget (rows(N) = N
+  // in chain mode, the tree's nodes at depth N in tree mode).
   int32_t n_max = cfg_.num_steps;
-  while (n_max > 0 && n_decoding * (n_max + 1) > token_budget) --n_max;
+  while (n_max > 0 && n_decoding * (cfg_.draft_rows(n_max) + 1) > token_budget) --n_max;
   if (!cfg_.adaptive || n_decoding <= 0) return last_choice_ = n_max;
   const int b = bucket_of(n_decoding);
   last_bucket_ = b;

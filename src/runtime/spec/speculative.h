@@ -2,6 +2,7 @@
 // verification (greedy match or lossless rejection sampling) and the adaptive draft-length policy.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -16,6 +17,19 @@ struct SpecConfig {
   bool adaptive = true;                       // lower N (down to 0) when speculation does not pay
   std::optional<double> simulate_acceptance;  // benchmark mode: mean accepted length (incl. bonus)
   bool self_test = true;                      // post-load acceptance self-test (runtime/spec/self_test.h)
+  // Tree mode (topk > 1; docs/speculative.md "Tree mode"): num_steps is the tree depth, topk the children
+  // expanded per frontier node per step, num_draft_tokens sglang's count: draft nodes kept + 1 (the
+  // verified token). 0 in chain mode.
+  int32_t topk = 1;
+  int32_t num_draft_tokens = 0;
+  static constexpr int32_t kMaxTreeNodes = 64;  // one u64 ancestor mask per row
+  bool tree() const { return topk > 1; }
+  // Most nodes a depth-n tree can hold: topk at depth 1, topk^2 below each later frontier of topk nodes.
+  int32_t tree_capacity(int32_t n) const { return n <= 0 ? 0 : topk + (n - 1) * topk * topk; }
+  // Draft rows verified per sequence when depth / draft length n is chosen.
+  int32_t draft_rows(int32_t n) const {
+    return tree() ? std::min(num_draft_tokens - 1, tree_capacity(n)) : n;
+  }
 };
 
 // The distribution sample_token draws from (temperature, top-k, top-p, min-p applied), sparse.

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -160,6 +161,100 @@ TEST(PagedAttention, MatchesContiguousCausalAttention) {
         EXPECT_NEAR(out[(t * p.n_heads + h) * p.head_dim + c], o, 1e-5);
       }
     }
+}
+
+
+// Tree attention: rows of a speculative tree see the committed context plus their ancestors (and
+// themselves) only; a plain causal sequence shares the batch. Reference: a materialized [T, kv] mask.
+TEST(PagedAttention, TreeMaskMatchesMaterializedMask) {
+  AttentionParams p{.n_tokens = 0, .n_seqs = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8, .block_size = 4,
+                    .max_blocks_per_seq = 4, .scale = 0.3f};
+  const int32_t tables[2][4] = {{6, 1, 3, 0}, {2, 4, 5, 7}};
+  const int kvw = p.n_kv_heads * p.head_dim;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> kc(8 * 4 * kvw), vc(8 * 4 * kvw);
+  for (auto& x : kc) x = n(rng);
+  for (auto& x : vc) x = n(rng);
+  // Sequence 0: context 0..4 (x_last at 4), tree nodes at KV 5..11 with these parents (node indices).
+  const int32_t base = 5;
+  const std::vector<int32_t> parents = {-1, -1, 0, 0, 1, 2, 5};
+  std::vector<int32_t> token_seq, kv_index, tree_base;
+  std::vector<uint64_t> tree_mask;
+  std::vector<std::vector<char>> allowed;  // [t][j]
+  token_seq.push_back(0);
+  kv_index.push_back(base - 1);
+  tree_base.push_back(base);
+  tree_mask.push_back(0);
+  allowed.push_back(std::vector<char>(base, 1));
+  std::vector<uint64_t> anc(parents.size());
+  for (size_t i = 0; i < parents.size(); ++i) {
+    anc[i] = (parents[i] < 0 ? 0 : anc[parents[i]]) | (uint64_t{1} << i);
+    token_seq.push_back(0);
+    kv_index.push_back(base + static_cast<int32_t>(i));
+    tree_base.push_back(base);
+    tree_mask.push_back(anc[i]);
+    std::vector<char> a(base + i + 1, 0);
+    for (int j = 0; j < base; ++j) a[j] = 1;
+    for (int32_t c = static_cast<int32_t>(i); c >= 0; c = parents[c]) a[base + c] = 1;  // ancestors and self
+    allowed.push_back(a);
+  }
+  // Sequence 1: a plain causal prefill of 6 tokens.
+  for (int j = 0; j < 6; ++j) {
+    token_seq.push_back(1);
+    kv_index.push_back(j);
+    tree_base.push_back(std::numeric_limits<int32_t>::max());
+    tree_mask.push_back(0);
+    allowed.push_back(std::vector<char>(j + 1, 1));
+  }
+  p.n_tokens = static_cast<int32_t>(token_seq.size());
+  p.tree_mask = tree_mask.data();
+  p.tree_base = tree_base.data();
+  std::vector<float> q(p.n_tokens * p.n_heads * p.head_dim), out(q.size());
+  for (auto& x : q) x = n(rng);
+  paged_attention_f32(q.data(), kc.data(), vc.data(), token_seq.data(), kv_index.data(), &tables[0][0], out.data(), p);
+  for (int t = 0; t < p.n_tokens; ++t)
+    for (int h = 0; h < p.n_heads; ++h) {
+      const int s = token_seq[t], kvh = h / 2;
+      auto slot = [&](int j) { return tables[s][j / 4] * 4 + j % 4; };
+      double mx = -1e300, den = 0;
+      std::vector<double> sc(allowed[t].size(), 0);
+      for (size_t j = 0; j < allowed[t].size(); ++j) {
+        if (!allowed[t][j]) continue;
+        double d = 0;
+        for (int c = 0; c < p.head_dim; ++c)
+          d += q[(t * p.n_heads + h) * p.head_dim + c] * kc[slot(j) * kvw + kvh * p.head_dim + c];
+        sc[j] = d * p.scale;
+        mx = std::max(mx, sc[j]);
+      }
+      for (size_t j = 0; j < sc.size(); ++j) den += allowed[t][j] ? (sc[j] = std::exp(sc[j] - mx)) : (sc[j] = 0);
+      for (int c = 0; c < p.head_dim; ++c) {
+        double o = 0;
+        for (size_t j = 0; j < sc.size(); ++j) o += sc[j] / den * vc[slot(j) * kvw + kvh * p.head_dim + c];
+        EXPECT_NEAR(out[(t * p.n_heads + h) * p.head_dim + c], o, 1e-5) << "row " << t << " head " << h;
+      }
+    }
+}
+
+// KV compaction: pairs applied in order (a later pair may read what an earlier one wrote).
+TEST(KvCopy, MatchesSequentialReference) {
+  const int kvw = 6, n_slots = 12;
+  std::vector<float> k(n_slots * kvw), v(n_slots * kvw);
+  for (int i = 0; i < n_slots * kvw; ++i) {
+    k[i] = static_cast<float>(i);
+    v[i] = static_cast<float>(-i);
+  }
+  std::vector<float> rk = k, rv = v;
+  const std::vector<int32_t> src = {7, 9, 3, 4, 11}, dst = {3, 4, 5, 4, 0};
+  for (size_t i = 0; i < src.size(); ++i)
+    for (int c = 0; c < kvw; ++c) {
+      rk[dst[i] * kvw + c] = rk[src[i] * kvw + c];
+      rv[dst[i] * kvw + c] = rv[src[i] * kvw + c];
+    }
+  kv_copy_f32(src.data(), dst.data(), static_cast<int64_t>(src.size()), k.data(), v.data(), kvw);
+  EXPECT_EQ(k, rk);
+  EXPECT_EQ(v, rv);
+  EXPECT_EQ(k[5 * kvw], 7.f * kvw) << "slot 5 got slot 3's new value (slot 7's row)";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // logits equal the fixture's mtp_logits, and the counters add up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -54,6 +55,9 @@ class RecordingExecutor final : public ModelExecutor {
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
+  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
+    return inner_->copy_kv(src, dst);
+  }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
     model::ForwardBatch all = b;
     all.logit_rows.clear();
@@ -87,7 +91,8 @@ struct Result_ {
 };
 
 Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps, bool prefix_cache, bool batched,
-            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false) {
+            MtpRecord* record = nullptr, std::optional<double> simulate = std::nullopt, bool adaptive = false,
+            int32_t topk = 1, int32_t draft_tokens = 0) {
   EngineConfig cfg;
   cfg.scheduler.block_size = 4;
   cfg.scheduler.max_num_batched_tokens = 256;
@@ -98,6 +103,8 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
   cfg.spec.num_steps = spec_steps;
   cfg.spec.adaptive = adaptive;
   cfg.spec.simulate_acceptance = simulate;
+  cfg.spec.topk = topk;
+  cfg.spec.num_draft_tokens = draft_tokens;
   Engine engine(cfg, std::make_unique<RecordingExecutor>(make_model_executor(*m.lm, *m.be, cfg.n_blocks, 4), record));
   Result_ out;
   std::map<RequestId, size_t> index;
@@ -165,6 +172,129 @@ TEST_P(SpecFixture, GreedyOutputsIdenticalWithAndWithoutSpeculation) {
   for (size_t i = 0; i < m.cases.size(); ++i) {
     std::vector<int32_t> head(plain.tokens.at(i).begin(), plain.tokens.at(i).begin() + m.cases[i].greedy.size());
     EXPECT_EQ(head, m.cases[i].greedy) << "case " << i;
+  }
+}
+
+// Tree mode (depth S, topk k, M - 1 nodes): greedy outputs equal plain decoding's, alone and batched
+// (requests in prefill next to verifying ones), with and without prefix reuse; a sampled request rides
+// along in the batched runs (recursive rejection over the tree); counters add up.
+TEST_P(SpecFixture, TreeGreedyOutputsIdenticalWithAndWithoutSpeculation) {
+  Loaded& m = fixture(GetParam());
+  const auto specs = prompts_of(m, 12);
+  const Result_ plain = run(m, specs, 0, false, false);
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{3, 2, 6}, Shape{2, 4, 8}}) {
+    for (bool prefix : {false, true}) {
+      for (bool batched : {false, true}) {
+        auto all = specs;
+        if (batched) {  // a sampled request in the batch: its tree is verified by recursive rejection
+          RequestSpec sampled = specs[0];
+          sampled.sampling.temperature = 0.8f;
+          sampled.sampling.top_k = 20;
+          sampled.sampling.seed = 7;
+          all.push_back(sampled);
+        }
+        const Result_ sp = run(m, all, sh.steps, prefix, batched, nullptr, std::nullopt, false, sh.topk, sh.draft_tokens);
+        const std::string what = GetParam() + " S=" + std::to_string(sh.steps) + " k=" + std::to_string(sh.topk) +
+                                 " M=" + std::to_string(sh.draft_tokens) + " prefix " + std::to_string(prefix) +
+                                 " batched " + std::to_string(batched);
+        for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << what << " request " << i;
+        if (batched) {
+          EXPECT_EQ(sp.tokens.at(specs.size()).size(), 12u) << what;
+        }
+        EXPECT_GT(sp.stats.spec.num_drafts, 0) << what;
+        std::printf("%s: %lld trees, %lld nodes, %lld accepted\n", what.c_str(),
+                    static_cast<long long>(sp.stats.spec.num_drafts), static_cast<long long>(sp.stats.spec.num_draft_tokens),
+                    static_cast<long long>(sp.stats.spec.num_accepted_tokens));
+        // Every verify step carried a full tree of M - 1 nodes (the fixtures' vocabularies are larger than k).
+        EXPECT_EQ(sp.stats.spec.num_draft_tokens, sp.stats.spec.num_drafts * (sh.draft_tokens - 1)) << what;
+        EXPECT_LE(sp.stats.spec.accepted_per_pos.size(), static_cast<size_t>(sh.steps)) << what;
+        int64_t by_depth = 0;
+        for (int64_t a : sp.stats.spec.accepted_per_pos) by_depth += a;
+        EXPECT_EQ(by_depth, sp.stats.spec.num_accepted_tokens) << what;
+        int64_t drafted = 0, accepted = 0;
+        for (const auto& [i, u] : sp.usage) {
+          drafted += u.spec_draft_tokens;
+          accepted += u.spec_accepted_tokens;
+        }
+        EXPECT_EQ(drafted, sp.stats.spec.num_draft_tokens) << what;
+        EXPECT_EQ(accepted, sp.stats.spec.num_accepted_tokens) << what;
+      }
+    }
+  }
+}
+
+// Tree mode at a simulated acceptance of depth + 1: every step accepts a full-depth path (M - 1 = the
+// tree's capacity, so every tree reaches depth 3).
+TEST_P(SpecFixture, TreeSimulatedAcceptanceAcceptsFullPaths) {
+  Loaded& m = fixture(GetParam());
+  auto specs = prompts_of(m, 24);
+  const Result_ r = run(m, specs, 3, false, true, nullptr, 4.0, false, 2, 11);
+  EXPECT_GT(r.stats.spec.num_drafts, 0);
+  EXPECT_EQ(r.stats.spec.num_accepted_tokens, 3 * r.stats.spec.num_drafts);
+  ASSERT_EQ(r.stats.spec.accepted_per_pos.size(), 3u);
+  EXPECT_EQ(r.stats.spec.accepted_per_pos[2], r.stats.spec.num_drafts);
+}
+
+// The target's greedy token after every prefix of `tokens`, by one plain forward over all of them.
+std::vector<int32_t> teacher_argmax(Loaded& m, const std::vector<int32_t>& tokens) {
+  const int32_t T = static_cast<int32_t>(tokens.size());
+  const int64_t bs = 4, n_blocks = (T + bs - 1) / bs + 1;
+  auto ex = make_model_executor(*m.lm, *m.be, n_blocks, bs);
+  model::ForwardBatch b;
+  b.token_ids = tokens;
+  model::SequenceSpan span;
+  span.n_tokens = T;
+  span.kv_len = T;
+  for (int64_t i = 0; i < n_blocks; ++i) span.block_table.push_back(static_cast<int32_t>(i));
+  b.seqs.push_back(span);
+  for (int32_t i = 0; i < T; ++i) {
+    b.positions.push_back(i);
+    b.logit_rows.push_back(i);
+  }
+  b.want_host_logits = false;
+  auto out = ex->execute(b);
+  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+  return out->argmax;
+}
+
+// Tree verification with real acceptance: the fixtures' random MTP layers never agree with the target, so
+// simulated acceptance of depth + 1 accepts a full-depth path of (arbitrary) draft nodes every step -- the
+// path's K/V sit at scattered tree slots and are compacted -- and each step's bonus token is the target's
+// argmax at the last accepted node. Every bonus token must equal the argmax of one plain forward over the
+// final sequence: any error in the tree mask, the depth positions or the compaction shows up there (the
+// later steps attend to the compacted K/V). Generated layout: t_0, then (S drafts + 1 bonus) per step.
+TEST_P(SpecFixture, TreeAcceptedPathsKeepTheCacheExact) {
+  Loaded& m = fixture(GetParam());
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{3, 2, 11}, Shape{2, 4, 21}}) {
+    const int32_t per_step = sh.steps + 1;
+    auto specs = prompts_of(m, 1 + 5 * per_step);
+    for (bool batched : {false, true}) {
+      const Result_ r = run(m, specs, sh.steps, true, batched, nullptr, sh.steps + 1.0, false, sh.topk, sh.draft_tokens);
+      EXPECT_EQ(r.stats.spec.num_accepted_tokens, sh.steps * r.stats.spec.num_drafts);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const auto& gen = r.tokens.at(i);
+        ASSERT_EQ(gen.size(), static_cast<size_t>(1 + 5 * per_step));
+        std::vector<int32_t> all = specs[i].prompt;
+        all.insert(all.end(), gen.begin(), gen.end() - 1);
+        const std::vector<int32_t> am = teacher_argmax(m, all);
+        const size_t P = specs[i].prompt.size();
+        int checked = 0;
+        for (size_t g = 0; g < gen.size(); ++g) {
+          const bool bonus = g == 0 || (g - 1) % per_step == static_cast<size_t>(sh.steps);
+          if (!bonus) continue;
+          EXPECT_EQ(gen[g], am[P + g - 1]) << GetParam() << " S=" << sh.steps << " k=" << sh.topk << " batched "
+                                           << batched << " request " << i << " generated token " << g;
+          ++checked;
+        }
+        EXPECT_EQ(checked, 6);
+      }
+    }
   }
 }
 
@@ -256,8 +386,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpecFixture, ::testing::Values("glm4_moe_tiny
 // accepts every greedy draft; the zeroed hook accepts ~1/V.
 class OracleMtpModel final : public ModelExecutor {
  public:
-  OracleMtpModel(int64_t n_blocks, int64_t block_size, int64_t vocab)
-      : target_(n_blocks * block_size, -1), draft_(n_blocks * block_size, -1), bs_(block_size), vocab_(vocab) {}
+  // scale sharpens the logits (the argmax is unchanged): a peaked draft ranks the greedy path first.
+  OracleMtpModel(int64_t n_blocks, int64_t block_size, int64_t vocab, float scale = 1.f)
+      : target_(n_blocks * block_size, -1), draft_(n_blocks * block_size, -1), bs_(block_size), vocab_(vocab),
+        scale_(scale) {}
+  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
+    for (size_t i = 0; i < src.size(); ++i) {
+      target_[dst[i]] = target_[src[i]];
+      draft_[dst[i]] = draft_[src[i]];
+    }
+    ++copies_;
+    return Status::ok();
+  }
+  int64_t copies() const { return copies_; }
   int64_t vocab_size() const override { return vocab_; }
   bool has_mtp() const override { return true; }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>&) override { return h; }
@@ -267,27 +408,35 @@ class OracleMtpModel final : public ModelExecutor {
  private:
   Result<ExecOutput> run(const model::ForwardBatch& batch, bool mtp) {
     MX_RETURN_IF_ERROR(batch.validate(vocab_, static_cast<int64_t>(target_.size()) / bs_, bs_));
-    // Each row's token is stored at its position: target row j holds x_j, MTP row p holds x_{p+1}.
+    // Each row's token is stored at its KV index: target row j holds x_j, MTP row p holds x_{p+1}. Tree rows
+    // (speculative trees) see only the keys their mask allows, exactly as the attention kernels do.
     for (const auto& s : batch.seqs)
       for (int32_t i = 0; i < s.n_tokens; ++i)
-        (mtp ? draft_ : target_)[slot(s, s.kv_len - s.n_tokens + i)] = batch.token_ids[s.token_begin + i];
+        (mtp ? draft_ : target_)[slot(s, s.kv_index_of(i))] = batch.token_ids[s.token_begin + i];
     Tensor logits = Tensor::empty(DType::kF32, {static_cast<int64_t>(batch.logit_rows.size()), vocab_});
     std::vector<int32_t> ctx;
     for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
       const int32_t row = batch.logit_rows[r];
       for (const auto& s : batch.seqs) {
         if (row < s.token_begin || row >= s.token_begin + s.n_tokens) continue;
-        const int32_t pos = s.kv_len - s.n_tokens + (row - s.token_begin);
+        const int32_t i = row - s.token_begin;
+        const int32_t pos = s.kv_index_of(i);
+        auto visible = [&](int32_t k) {
+          return s.tree_mask.empty() || k < s.tree_base || ((s.tree_mask[i] >> (k - s.tree_base)) & 1u) != 0;
+        };
         ctx.clear();
         if (!mtp) {
-          for (int32_t k = 0; k <= pos; ++k) ctx.push_back(target_[slot(s, k)]);
+          for (int32_t k = 0; k <= pos; ++k)
+            if (visible(k)) ctx.push_back(target_[slot(s, k)]);
         } else {  // x_0 from the target's KV, x_1..x_p from the MTP layer's own, then the row's x_{p+1}
           ctx.push_back(target_[slot(s, 0)]);
-          for (int32_t k = 0; k < pos; ++k) ctx.push_back(draft_[slot(s, k)]);
+          for (int32_t k = 0; k < pos; ++k)
+            if (visible(k)) ctx.push_back(draft_[slot(s, k)]);
           ctx.push_back(batch.token_ids[row]);
         }
       }
       testing::fake_logits(testing::context_hash(ctx), vocab_, logits.data<float>() + r * vocab_);
+      for (int64_t v = 0; v < vocab_; ++v) logits.data<float>()[r * vocab_ + v] *= scale_;
     }
     return ExecOutput{logits, {}, Tensor()};
   }
@@ -296,7 +445,65 @@ class OracleMtpModel final : public ModelExecutor {
   }
   std::vector<int32_t> target_, draft_;
   int64_t bs_, vocab_;
+  float scale_;
+  int64_t copies_ = 0;
 };
+
+// Tree mode end to end with a draft that agrees with the target (the oracle: both hash the context each
+// row sees, tree masks applied): the greedy path is ranked first and fully accepted every step (so the
+// draft's MTP rows saw exactly their ancestors), the outputs equal the target's greedy continuation, and
+// accepted paths off the first-created branch are compacted.
+TEST(SpecTree, OracleDraftAcceptsFullDepthLosslessly) {
+  const int64_t V = 512;
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{3, 2, 6}, Shape{2, 4, 8}, Shape{4, 3, 12}}) {
+    EngineConfig cfg;
+    cfg.scheduler.block_size = 4;
+    cfg.n_blocks = 256;
+    cfg.max_model_len = 256;
+    cfg.spec.num_steps = sh.steps;
+    cfg.spec.adaptive = false;
+    cfg.spec.topk = sh.topk;
+    cfg.spec.num_draft_tokens = sh.draft_tokens;
+    auto model = std::make_unique<OracleMtpModel>(cfg.n_blocks, 4, V, 1000.f);
+    OracleMtpModel* oracle = model.get();
+    Engine engine(cfg, std::move(model));
+    std::vector<std::vector<int32_t>> prompts = {{5, 9, 2}, {100, 7, 7, 7, 300, 1, 2}, {42}};
+    std::map<RequestId, std::vector<int32_t>> got;
+    std::map<RequestId, size_t> which;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      RequestSpec rs;
+      rs.prompt = prompts[i];
+      rs.sampling.temperature = 0;
+      rs.sampling.max_tokens = 40;
+      rs.sampling.ignore_eos = true;
+      auto id = engine.submit(rs, [&got](const TokenEvent& ev) {
+        if (ev.token >= 0) got[ev.id].push_back(ev.token);
+      });
+      ASSERT_TRUE(id.is_ok());
+      which[*id] = i;
+    }
+    while (!engine.idle()) {
+      engine.step();
+      ASSERT_TRUE(engine.check_invariants().is_ok());
+    }
+    const std::string what = "S=" + std::to_string(sh.steps) + " k=" + std::to_string(sh.topk) +
+                             " M=" + std::to_string(sh.draft_tokens);
+    for (const auto& [id, toks] : got)
+      EXPECT_EQ(toks, testing::fake_greedy(prompts[which[id]], 40, V, {})) << what << " request " << which[id];
+    const EngineStats st = engine.stats();
+    EXPECT_GT(st.spec.num_drafts, 0) << what;
+    // Full depth nearly always: a near-tie in the draft's ranking can prune the greedy path now and then.
+    // (A draft row seeing non-ancestors would get depth >= 3 rejected: <= 2 per tree.)
+    EXPECT_GE(st.spec.num_accepted_tokens, 0.9 * sh.steps * st.spec.num_drafts) << what;
+    EXPECT_EQ(st.spec.num_draft_tokens, (sh.draft_tokens - 1) * st.spec.num_drafts) << what;
+    std::printf("%s: %lld trees, %lld accepted, %lld compactions\n", what.c_str(),
+                static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_accepted_tokens),
+                static_cast<long long>(oracle->copies()));
+  }
+}
 
 TEST(SpecSelfTest, HealthyDraftPassesAndAZeroedDraftIsFlagged) {
   SpecConfig spec;

@@ -11,6 +11,7 @@
 // forces one (tests and benchmarks compare the designs).
 // NOTE: CUDA-core FMAs and plain 16-byte loads, split along the context for decode parallelism.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include <cstdlib>
@@ -70,6 +71,9 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_end = min(n_ctx, kv_begin + split_len);
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
   const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+  // Tree rows: keys >= tbase only where the ancestor mask has their bit (AttentionParams).
+  const int tbase = p.tree_mask != nullptr ? p.tree_base[t] : INT_MAX;
+  const uint64_t tmask = p.tree_mask != nullptr ? p.tree_mask[t] : 0ull;
 
   for (int i = threadIdx.x; i < G * HD; i += kThreads) {
     const int h = i / HD, d = i % HD;
@@ -87,7 +91,9 @@ __global__ void __launch_bounds__(kThreads)
     const int n_keys = min(kKeyTile, kv_end - k0);
     for (int j = threadIdx.x; j < kKeyTile; j += kThreads) {
       const int idx = k0 + j;
-      slot_s[j] = j < n_keys ? table[idx / p.block_size] * p.block_size + idx % p.block_size : -1;
+      // Tree-masked keys are not loaded (zero-filled): less traffic, and never 0 * NaN from a stale slot.
+      const bool visible = j < n_keys && (idx < tbase || ((tmask >> (idx - tbase)) & 1ull) != 0);
+      slot_s[j] = visible ? table[idx / p.block_size] * p.block_size + idx % p.block_size : -1;
     }
     __syncthreads();
     constexpr int kChunks = HD / 8;
@@ -106,7 +112,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < G * kKeyTile; i += kThreads) {
       const int h = i / kKeyTile, j = i % kKeyTile;
       float s = -INFINITY;
-      if (j < n_keys) {
+      const int key = k0 + j;
+      if (j < n_keys && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0)) {
         const float* qh = q_s + h * HD;
         const bf16* kj = k_s + j * KS;
         float dot = 0.f;
@@ -128,10 +135,11 @@ __global__ void __launch_bounds__(kThreads)
       float mx = -INFINITY;
       for (int j = lane; j < kKeyTile; j += 32) mx = fmaxf(mx, ph[j]);
       mx = warp_max(mx);
-      const float m_new = fmaxf(m_old, mx);  // finite: the tile holds at least one key
+      const float m_new = fmaxf(m_old, mx);  // -inf only while every key so far was tree-masked
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
       float sum = 0.f;
       for (int j = lane; j < kKeyTile; j += 32) {
-        const float e = j < n_keys ? expf(ph[j] - m_new) : 0.f;
+        const float e = j < n_keys ? expf(ph[j] - m_use) : 0.f;  // masked: exp(-inf) = 0
         ph[j] = e;
         sum += e;
       }
@@ -313,10 +321,13 @@ const char* attention_kernel_name(AttentionKernel k) {
 AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms) {
   const std::string force = forced_kernel();
   if (paged_attention_mma_supports(p) && force != "simt") {
-    // Prefill-like batches (>= 8 tokens per sequence on average) share K/V tiles across tokens.
+    // Prefill-like batches (>= 8 tokens per sequence on average) share K/V tiles across tokens. A tree
+    // batch (speculative verification: up to 65 rows per sequence) always takes the per-warp kernel,
+    // the tensor-core one that applies tree masks.
     bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
     if (force == "warp") shared = false;
     if (force == "shared") shared = true;
+    if (p.tree_mask != nullptr) shared = false;
     return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms);
   }
   AttentionLaunch plan;
@@ -353,9 +364,12 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
     if (plan.kernel == AttentionKernel::kWarp)
       paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
                                plan.split_len, workspace, stream);
-    else
+    else {
+      MX_CHECK_MSG(p.tree_mask == nullptr,
+                   "paged attention: the block-shared kernel cannot apply a tree mask (planner bug)");
       paged_attention_mma_shared_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p,
                                       plan.n_splits, plan.split_len, workspace, stream);
+    }
     if (plan.n_splits > 1) combine(workspace, out, p, plan, stream);
     return;
   }

@@ -12,6 +12,7 @@
 // prefill. ldmatrix / mma.sync / cp.async are the sm_80+ seam; a HIP port maps them to MFMA.
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cmath>
 
 #include "kernels/cuda/attention/paged_attention_mma.h"
@@ -104,7 +105,8 @@ __device__ __forceinline__ void load_q(const bf16* qbase, int G, int lane, uint3
 // mask keys >= kv_end, online softmax update, O += P V. Precondition: k0 < kv_end (>= 1 valid key).
 template <int HD, int KEYS>
 __device__ __forceinline__ void process_tile(const bf16* kd, const bf16* vd, int k0, int kv_end, float scale,
-                                             const uint32_t (&qa)[HD / 16][4], WarpState<HD>& st, int lane) {
+                                             const uint32_t (&qa)[HD / 16][4], WarpState<HD>& st, int lane,
+                                             int tbase = INT_MAX, uint64_t tmask = 0) {
   constexpr int R = row_stride<HD>();
   constexpr int KSTEPS = HD / 16, NT = HD / 8, ST = KEYS / 8;
   const int tq = lane % 4;
@@ -132,24 +134,27 @@ __device__ __forceinline__ void process_tile(const bf16* kd, const bf16* vd, int
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + nt * 8 + 2 * tq + (e % 2);
-      s[nt][e] = key < kv_end ? s[nt][e] * scale : -INFINITY;
+      const bool visible = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
+      s[nt][e] = visible ? s[nt][e] * scale : -INFINITY;
       mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
     }
-  float alpha[2];
+  float alpha[2], m_use[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-    const float m_new = fmaxf(st.m[hr], mx[hr]);  // finite: the tile holds at least one key
+    // -inf only while every key so far was masked (a tile of tree-masked keys): then nothing changes.
+    const float m_new = fmaxf(st.m[hr], mx[hr]);
     alpha[hr] = st.m[hr] == -INFINITY ? 0.f : expf(st.m[hr] - m_new);
     st.m[hr] = m_new;
     st.l[hr] *= alpha[hr];
+    m_use[hr] = m_new == -INFINITY ? 0.f : m_new;
   }
 #pragma unroll
   for (int nt = 0; nt < ST; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[nt][e] = expf(s[nt][e] - st.m[e / 2]);  // masked: exp(-inf) = 0
+      s[nt][e] = expf(s[nt][e] - m_use[e / 2]);  // masked: exp(-inf) = 0
       st.l[e / 2] += s[nt][e];
     }
 #pragma unroll
@@ -245,6 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kv_end = min(n_ctx, kv_begin + split_len);
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
   const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+  const int tbase = p.tree_mask != nullptr ? p.tree_base[t] : INT_MAX;  // tree rows (AttentionParams)
+  const uint64_t tmask = p.tree_mask != nullptr ? p.tree_mask[t] : 0ull;
 
   uint32_t qa[HD / 16][4];
   load_q<HD>(q + (t * p.n_heads + static_cast<int64_t>(kvh) * G) * HD, G, lane, qa);
@@ -258,7 +265,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int c = lane; c < kKeys * CH; c += 32) {
       const int j = c / CH, d = (c % CH) * 8;
       const int key = k0 + j;
-      const bool ok = key < kv_end;
+      // Tree-masked keys are zero-filled like those past the end (never 0 * NaN from a stale slot).
+      const bool ok = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
       int64_t off = 0;
       if (ok) off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
                     kvh * HD + d;
@@ -280,7 +288,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
     cp_async_commit();
     const bf16* kd = wsm + (it % kStages) * 2 * kKeys * R;
-    process_tile<HD, kKeys>(kd, kd + kKeys * R, kv_begin + it * kKeys, kv_end, p.scale, qa, st, lane);
+    process_tile<HD, kKeys>(kd, kd + kKeys * R, kv_begin + it * kKeys, kv_end, p.scale, qa, st, lane, tbase, tmask);
   }
   cp_async_wait<0>();
   write_result<HD>(st, t, kvh, split, n_splits, G, p, out, ws, lane);
@@ -424,6 +432,7 @@ void paged_attention_mma_shared_bf16(const void* q, const void* k_cache, const v
                                      const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables,
                                      void* out, const AttentionParams& p, int n_splits, int split_len,
                                      void* workspace, cudaStream_t stream) {
+  MX_CHECK_MSG(p.tree_mask == nullptr, "paged_attention_mma_shared: tree masks are not supported by this kernel");
   switch (p.head_dim) {
     case 16: launch_shared<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
     case 32: launch_shared<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace, stream); break;
