@@ -274,22 +274,35 @@ int32_t SpecPolicy::steps_for(int64_t n_decoding, int64_t token_budget) {
   } else {
     exploring_[b] = -1;
   }
-  // 2. Unmeasured candidates first (largest N first: speculation is usually the better bet).
+  // 2. Unmeasured candidates first, cheapest first: N = 0 and N = 1, then N + 1 only while N is the best
+  // measured choice (a longer chain pays only if a shorter one already does), so a short run where
+  // speculation cannot pay spends just a few steps finding that out.
   // Drafts that are (almost) never accepted cannot pay at any cost: explore only N = 0 then (the periodic
   // re-measurement below still refreshes the acceptance now and then).
   const bool useless = alpha_obs_.empty() || (alpha_obs_[0] >= kMinAcceptObs && alpha_[0] < kUselessAlpha);
-  if (choice < 0 && step >= defer_until_[b])
-    for (int32_t n = n_max; n >= 0; --n)
-      if (row[n].samples < kMinSamples && (n == 0 || !useless)) {
-        choice = exploring_[b] = n;
-        explore_start_[b] = step;
+  if (choice < 0 && step >= defer_until_[b]) {
+    int32_t best_measured = -1;
+    double best_score = -1;
+    for (int32_t n = 0; n <= n_max; ++n) {
+      if (row[n].samples < kMinSamples) {
+        if ((n <= 1 || best_measured == n - 1) && (n == 0 || !useless)) {
+          choice = exploring_[b] = n;
+          explore_start_[b] = step;
+        }
         break;
       }
+      const double score = (1.0 + expected_accepted(n)) / row[n].t;
+      if (score > best_score) {
+        best_score = score;
+        best_measured = n;
+      }
+    }
+  }
   // 3. Periodically re-measure the stalest candidate.
   if (choice < 0 && step % kExploreEvery == 0) {
-    int32_t stalest = 0;
+    int32_t stalest = 0;  // among the measured cells: the pruned (never measured) ones stay pruned
     for (int32_t n = 1; n <= n_max; ++n)
-      if (row[n].last_step < row[stalest].last_step) stalest = n;
+      if (row[n].samples > 0 && row[n].last_step < row[stalest].last_step) stalest = n;
     if (row[stalest].samples >= kMinSamples) row[stalest].samples = kMinSamples - 1;  // one fresh sample completes it
     choice = exploring_[b] = stalest;
     explore_start_[b] = step;
