@@ -251,10 +251,19 @@ namespace {
 // Warps (token, kv head, split) the decode kernel aims for per SM: more splits put more K/V bytes in
 // flight per SM (HBM latency) at the cost of a larger combine. MXSERVE_ATTENTION_SPLIT_TARGET overrides
 // the default (benchmarks sweep it; see docs/perf/cuda-baseline.md).
-int64_t warp_split_target_per_sm() {
+// Default by the number of (token, kv head) items, from the H200 sweep in docs/perf/cuda-baseline.md
+// (GLM-4.5-Air, 8 kv heads, 8k context; % of copy bandwidth at 4 / 8 / 16 / 32 warps per SM):
+//   batch 8  (64 items):  35.9 / 61.0 / 56.6 / 49.2  -> 8
+//   batch 32 (256 items): 52.8 / 46.0 / 51.5 / 66.5  -> 32
+//   batch 64 (512 items): 71.2 / 55.9 / 61.2 / 61.4  -> 4
+// NOTE: three measured points; a per-(items, context) tuned table is the proper form (later work).
+int64_t warp_split_target_per_sm(int64_t items) {
   const char* v = std::getenv("MXSERVE_ATTENTION_SPLIT_TARGET");
   const int64_t n = v != nullptr ? std::atoll(v) : 0;
-  return n > 0 ? n : kDefaultWarpSplitTarget;
+  if (n > 0) return n;
+  if (items <= 128) return kDefaultWarpSplitTarget;
+  if (items <= 384) return 32;
+  return 4;
 }
 
 AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
@@ -263,7 +272,7 @@ AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
   plan.kernel = AttentionKernel::kWarp;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
-  const int64_t target = warp_split_target_per_sm() * n_sms;
+  const int64_t target = warp_split_target_per_sm(base) * n_sms;
   plan.n_splits = 1;
   plan.split_len = 1 << 30;
   if (base >= target || max_ctx <= kMinSplit) return plan;
