@@ -108,6 +108,14 @@ MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   else if (r <= 16) v = kTcW128T16;
   else if (r <= 48) v = kTcW128T32;
   else v = kTcW128T64;
+  // Prefill-sized M: the shared-memory tiled design (4) where its K % 128 rule holds; it beat every
+  // design-2 tile from M = 512 on both tuned H200 shapes (docs/perf/moe-mxfp4.md).
+  if (r > 16) {
+    const int pf = r >= 128 ? kPfT128 : kPfT64;
+    const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, pf, s) ? pf : v;
+    const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, pf, s) ? pf : v;
+    return {g, d};
+  }
   return {v, v};
 }
 
