@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -27,7 +28,9 @@
 #include "backend/cuda_backend.h"
 #include "core/numeric.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/moe_tuning.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #endif
 
@@ -355,62 +358,30 @@ int tune(backend::Backend& be, const MoeArgs& a, const std::string& out_path) {
   return failures ? 3 : 0;
 }
 
-// A tuned table's plan for m: the entry with the largest m' <= m (else the smallest), by variant name.
-struct TableEntry {
-  int64_t m;
-  std::string gate_up, down;
-};
-bool read_table(const std::string& path, std::vector<TableEntry>* out) {
-  std::ifstream f(path);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string s = ss.str();
-  auto str_after = [&](size_t from, const std::string& key, size_t* end) {
-    const size_t k = s.find("\"" + key + "\":\"", from);
-    if (k == std::string::npos) return std::string();
-    const size_t b = k + key.size() + 4, e = s.find('"', b);
-    *end = e;
-    return s.substr(b, e - b);
-  };
-  for (size_t pos = s.find("{\"m\":"); pos != std::string::npos; pos = s.find("{\"m\":", pos + 1)) {
-    TableEntry t;
-    t.m = std::atoll(s.c_str() + pos + 5);
-    size_t e = pos;
-    t.gate_up = str_after(pos, "gate_up", &e);
-    t.down = str_after(pos, "down", &e);
-    out->push_back(t);
-  }
-  return !out->empty();
-}
+using kernels::MoeTuningEntry;
+using kernels::MoeTuningTable;
+using kernels::read_moe_tuning_file;
+using kernels::select_moe_bucket;
 
 int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, const std::string& table_path) {
-  std::vector<TableEntry> table;
-  if (!table_path.empty() && !read_table(table_path, &table)) {
-    std::fprintf(stderr, "error: cannot read a tuning table from %s\n", table_path.c_str());
-    return 2;
+  // The same reader and bucket rule the engine uses at run time (kernels/moe_tuning.h), so the bench times
+  // exactly the plan serving would pick for each M.
+  std::optional<MoeTuningTable> table;
+  if (!table_path.empty()) {
+    auto t = read_moe_tuning_file(table_path);
+    if (!t.is_ok()) {
+      std::fprintf(stderr, "error: %s\n", t.status().to_string().c_str());
+      return 2;
+    }
+    table = std::move(*t);
   }
   cudaStream_t stream = backend::cuda_backend_stream(be);
   // ---- ceilings, measured in this run ----
   double copy_gbs = 0, gemm_tflops = 0;
   {
-    MoeRig tmp(be, MoeArgs{1, 32, 32, 1, {}, ""}, false);
-    const int64_t n = 1ll << 31;  // 2 GiB each way
-    void *src = nullptr, *dst = nullptr;
-    MX_CUDA_CHECK(cudaMalloc(&src, n));
-    MX_CUDA_CHECK(cudaMalloc(&dst, n));
-    MX_CUDA_CHECK(cudaMemsetAsync(src, 1, n, stream));
-    const double ms = tmp.time_ms(
-        [&](int) { MX_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)); }, 5);
-    copy_gbs = 2.0 * n / (ms * 1e-3) / 1e9;
-    MX_CUDA_CHECK(cudaFree(src));
-    MX_CUDA_CHECK(cudaFree(dst));
-    const int64_t g = 8192;
-    Tensor x = be.alloc(DType::kBF16, {g, g}), w = be.alloc(DType::kBF16, {g, g}), y = be.alloc(DType::kBF16, {g, g});
-    kc::fill_random_bf16(x.raw(), g * g, 1, 1.f, stream);
-    kc::fill_random_bf16(w.raw(), g * g, 2, 1.f, stream);
-    const double gms = tmp.time_ms([&](int) { be.linear(x, w, nullptr, y); }, 5);
-    gemm_tflops = 2.0 * g * g * g / (gms * 1e-3) / 1e12;
+    const kc::Ceilings c = kc::measure_ceilings(stream);  // shared with bench-model and bench_cuda_kernels
+    copy_gbs = c.copy_gbs;
+    gemm_tflops = c.gemm_tflops;
   }
   MoeRig rig(be, a, true);
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
@@ -427,15 +398,14 @@ int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, co
     rig.setup(m, 7000 + m);
     const kc::MoeShape& s = rig.shape();
     kc::MoeMxfp4Plan plan = kc::moe_mxfp4_heuristic_plan(s);
-    if (!table.empty()) {
-      const TableEntry* best = &table.front();
-      for (const TableEntry& t : table)
-        if (t.m <= m && t.m >= best->m) best = &t;
-      const int gu = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, best->gate_up),
-                dn = kc::moe_mxfp4_variant_index(kc::MoeGemm::kDown, best->down);
+    const int bucket = table ? select_moe_bucket(*table, m) : -1;
+    if (bucket >= 0) {
+      const MoeTuningEntry& best = table->entries[bucket];
+      const int gu = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, best.gate_up),
+                dn = kc::moe_mxfp4_variant_index(kc::MoeGemm::kDown, best.down);
       if (gu < 0 || dn < 0) {
-        std::fprintf(stderr, "error: %s names an unknown variant (%s / %s)\n", table_path.c_str(), best->gate_up.c_str(),
-                     best->down.c_str());
+        std::fprintf(stderr, "error: %s names an unknown variant (%s / %s)\n", table_path.c_str(), best.gate_up.c_str(),
+                     best.down.c_str());
         return 2;
       }
       plan = {gu, dn};
