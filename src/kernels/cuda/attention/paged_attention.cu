@@ -266,24 +266,31 @@ int64_t warp_split_target_per_sm(int64_t items) {
   return 4;
 }
 
+// Splits every context so that `base` work items become about `target` (keys per split a multiple of
+// `align`, at least `min_split`); plan keeps one unbounded split when that is already enough.
+void split_context(const AttentionParams& p, int64_t base, int64_t target, int64_t min_split, int64_t align,
+                   AttentionLaunch& plan) {
+  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (base >= target || max_ctx <= min_split) return;
+  int64_t splits = std::min((target + base - 1) / base, (max_ctx + min_split - 1) / min_split);
+  int64_t len = (max_ctx + splits - 1) / splits;
+  len = (len + align - 1) / align * align;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+}
+
 AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
   constexpr int64_t kMinSplit = 128, kAlign = 64;
   AttentionLaunch plan;
   plan.kernel = AttentionKernel::kWarp;
-  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
   const int64_t target = warp_split_target_per_sm(base) * n_sms;
-  plan.n_splits = 1;
-  plan.split_len = 1 << 30;
-  if (base >= target || max_ctx <= kMinSplit) return plan;
-  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
-  int64_t len = (max_ctx + splits - 1) / splits;
-  len = (len + kAlign - 1) / kAlign * kAlign;
-  splits = (max_ctx + len - 1) / len;
-  if (splits <= 1) return plan;
-  plan.n_splits = static_cast<int>(splits);
-  plan.split_len = static_cast<int>(len);
-  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  split_context(p, base, target, kMinSplit, kAlign, plan);
   return plan;
 }
 
@@ -292,21 +299,10 @@ AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
   constexpr int64_t kMinSplit = 256, kAlign = 64;
   AttentionLaunch plan;
   plan.kernel = AttentionKernel::kShared;
-  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
   const int64_t tpb = paged_attention_shared_tokens_per_block();
   const int64_t base = (p.n_tokens + tpb - 1) / tpb * p.n_kv_heads;
   const int64_t target = 2ll * n_sms;
-  plan.n_splits = 1;
-  plan.split_len = 1 << 30;
-  if (base >= target || max_ctx <= kMinSplit) return plan;
-  int64_t splits = std::min((target + base - 1) / base, (max_ctx + kMinSplit - 1) / kMinSplit);
-  int64_t len = (max_ctx + splits - 1) / splits;
-  len = (len + kAlign - 1) / kAlign * kAlign;
-  splits = (max_ctx + len - 1) / len;
-  if (splits <= 1) return plan;
-  plan.n_splits = static_cast<int>(splits);
-  plan.split_len = static_cast<int>(len);
-  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+  split_context(p, base, target, kMinSplit, kAlign, plan);
   return plan;
 }
 
