@@ -24,27 +24,16 @@
 #include <algorithm>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ int swz16(int u) { return u ^ ((u >> 3) & 1); }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // MMA A-fragment jj (0..7) of one 128-wide k step: bytes 2jj (regs 0/1) and 2jj+1 (regs 2/3) of the lane's
 // 16 code bytes of row g (qa) and g+8 (qb), as design 2's dequant_step, one fragment at a time (4 registers
@@ -67,7 +56,7 @@ __device__ __forceinline__ void dec_mma_j(float (&acc)[4], const uint4& qa, cons
                                           const Mxfp4Factor& fb, const uint32_t (&xw)[4]) {
   uint32_t a[4];
   dec_frag<kJ>(qa, qb, fa, fb, a);
-  mma_16816(acc, a, xw[(kJ % 2) * 2], xw[(kJ % 2) * 2 + 1]);
+  mma_bf16_m16n8k16(acc, a, xw[(kJ % 2) * 2], xw[(kJ % 2) * 2 + 1]);
 }
 
 // One lane's loads of a 16-row tile: 16 code bytes of rows g and g+8 per k step, and the E8M0 bytes as
@@ -177,7 +166,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
       const int kcol = step0 * 128 + u * 8;
       if (kcol < K) {
         const int64_t src = kSwiglu ? (direct ? 0 : p.row_token[rb + r0 + r]) : rb + r0 + r;
-        cp_async16(xs + r * kStride + swz16(u) * 8, p.a + src * K + kcol);
+        cp_async_cg16(xs + r * kStride + swz16(u) * 8, p.a + src * K + kcol);
       }
     }
     cp_async_wait_all();

@@ -23,35 +23,13 @@
 
 #include "core/check.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
 
-__device__ __forceinline__ void pf_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// 16 bytes global -> shared, zero-filled when !valid (src must still be a mapped address).
-__device__ __forceinline__ void pf_cp16(void* smem, const void* gmem, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void pf_cp4(void* smem, const void* gmem, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void pf_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kN>
-__device__ __forceinline__ void pf_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory");
-}
 __device__ __forceinline__ int pf_swz(int u, int row) { return u ^ ((u >> 3) & 1) ^ ((row & 1) << 1); }
 
 // A fragment of MMA j (0..7) from the lane's 16 code bytes of rows g (qa) and g+8 (qb).
@@ -137,22 +115,22 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int idx = tid + kPfThreads * i;  // row idx / 4, unit idx % 4
-        pf_cp16(st + idx * 16, okc[i] ? srcc[i] + ks * 64 : p.wq, okc[i]);
+        cp_async_cg16_zfill(st + idx * 16, okc[i] ? srcc[i] + ks * 64 : p.wq, okc[i]);
       }
-      if (tid < kPfRows) pf_cp4(st + kPfRows * 64 + tid * 4, oks ? srcs + ks * 4 : p.ws, oks);
+      if (tid < kPfRows) cp_async_ca4_zfill(st + kPfRows * 64 + tid * 4, oks ? srcs + ks * 4 : p.ws, oks);
       unsigned char* xt = st + kPfRows * 68;
 #pragma unroll
       for (int i = 0; i < kBT * 16 / kPfThreads; ++i) {
         const int idx = tid + kPfThreads * i, row = idx / 16, u = idx % 16;
         const int64_t src = tok_src[row];
-        pf_cp16(xt + row * 256 + pf_swz(u, row) * 16, src >= 0 ? p.a + src * K + ks * 128 + u * 8 : p.a,
+        cp_async_cg16_zfill(xt + row * 256 + pf_swz(u, row) * 16, src >= 0 ? p.a + src * K + ks * 128 + u * 8 : p.a,
                 src >= 0);
       }
     };
 #pragma unroll
     for (int s = 0; s < kPfStages - 1; ++s) {
       if (s < n_steps) load_stage(s, s);
-      pf_commit();
+      cp_async_commit_group();
     }
     float acc[2][kNtW][4];
 #pragma unroll
@@ -161,10 +139,10 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
       for (int nt = 0; nt < kNtW; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 
     for (int ks = 0; ks < n_steps; ++ks) {
-      pf_wait<kPfStages - 2>();
+      cp_async_wait_group<kPfStages - 2>();
       __syncthreads();  // stage ks visible to all; every warp is done with stage ks - 1
       if (ks + kPfStages - 1 < n_steps) load_stage(ks + kPfStages - 1, (ks + kPfStages - 1) % kPfStages);
-      pf_commit();
+      cp_async_commit_group();
       const unsigned char* st = smem + (ks % kPfStages) * kStage;
       const unsigned char* xt = st + kPfRows * 68;
       uint4 qa[2], qb[2];
@@ -205,12 +183,12 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
               default: pf_frag<7>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
             }
 #pragma unroll
-            for (int nt = 0; nt < kNtW; ++nt) pf_mma(acc[mt][nt], a, xw[nt][2 * h], xw[nt][2 * h + 1]);
+            for (int nt = 0; nt < kNtW; ++nt) mma_bf16_m16n8k16(acc[mt][nt], a, xw[nt][2 * h], xw[nt][2 * h + 1]);
           }
         }
       }
     }
-    pf_wait<0>();  // nothing of this tile left in flight (the trailing groups are empty)
+    cp_async_wait_group<0>();  // nothing of this tile left in flight (the trailing groups are empty)
     // Epilogue: c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, 2t+1).
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {

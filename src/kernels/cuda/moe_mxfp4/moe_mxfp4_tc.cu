@@ -15,19 +15,13 @@
 #include <algorithm>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
 
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ int swz(int u) { return u ^ ((u >> 3) & 1); }
 
@@ -134,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
             for (int i = 0; i < 16; ++i) xw[i] = 0;
           }
 #pragma unroll
-          for (int j = 0; j < 8; ++j) mma_bf16_16816(acc[nt], a[j], xw[2 * j], xw[2 * j + 1]);
+          for (int j = 0; j < 8; ++j) mma_bf16_m16n8k16(acc[nt], a[j], xw[2 * j], xw[2 * j + 1]);
         }
         qa = na;
         qb = nb;
