@@ -128,43 +128,31 @@ int main(int argc, char** argv) {
   }
 
   // ---- attention decode: K+V bytes of every context read once ----
+  // KV inputs smaller than 256 MB are rotated over several buffers so the 60 MB L2 cannot serve them.
+  auto decode_row = [&](int64_t b, int64_t ctx, const std::string& label) {
+    const double kv_bytes = 2.0 * b * ctx * kKvHeads * kHd * 2;
+    const int n_rot = static_cast<int>(std::max(1.0, std::ceil(256e6 / kv_bytes)));
+    const int64_t blocks_per_call = b * ((ctx + kBlock - 1) / kBlock);
+    Tensor kc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
+    Tensor vc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
+    std::vector<mx::backend::AttentionMeta> metas;
+    for (int r = 0; r < n_rot; ++r) metas.push_back(decode_meta(be, b, ctx, 1, r * blocks_per_call));
+    Tensor q = bench.random({b, kHeads * kHd}, 1.f);
+    Tensor o = be.alloc(DType::kBF16, {b, kHeads * kHd});
+    const double ms = bench.time([&](int i) { be.attention(q, kc, vc, metas[i % n_rot], o); }, 20);
+    rows.push_back({label, ms, kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
+  };
   const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 32, 64};
-  for (int64_t ctx : {2048, 8192}) {
-    for (int64_t b : batches) {
-      const double kv_bytes = 2.0 * b * ctx * kKvHeads * kHd * 2;
-      const int n_rot = static_cast<int>(std::max(1.0, std::ceil(256e6 / kv_bytes)));  // beat the 60 MB L2
-      const int64_t blocks_per_call = b * ((ctx + kBlock - 1) / kBlock);
-      Tensor kc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
-      Tensor vc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
-      std::vector<mx::backend::AttentionMeta> metas;
-      for (int r = 0; r < n_rot; ++r) metas.push_back(decode_meta(be, b, ctx, 1, r * blocks_per_call));
-      Tensor q = bench.random({b, kHeads * kHd}, 1.f);
-      Tensor o = be.alloc(DType::kBF16, {b, kHeads * kHd});
-      const double ms = bench.time([&](int i) { be.attention(q, kc, vc, metas[i % n_rot], o); }, 20);
-      rows.push_back({"attention decode batch " + std::to_string(b) + " ctx " + std::to_string(ctx), ms,
-                      kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
-    }
-  }
+  for (int64_t ctx : {2048, 8192})
+    for (int64_t b : batches)
+      decode_row(b, ctx, "attention decode batch " + std::to_string(b) + " ctx " + std::to_string(ctx));
 
   // ---- attention decode, split heuristic sweep: warps per SM the split count aims for ----
   if (!quick) {
     for (const char* target : {"4", "16", "32"}) {
       setenv("MXSERVE_ATTENTION_SPLIT_TARGET", target, 1);
-      const int64_t ctx = 8192;
-      for (int64_t b : {1, 8, 32, 64}) {
-        const double kv_bytes = 2.0 * b * ctx * kKvHeads * kHd * 2;
-        const int n_rot = static_cast<int>(std::max(1.0, std::ceil(256e6 / kv_bytes)));
-        const int64_t blocks_per_call = b * ((ctx + kBlock - 1) / kBlock);
-        Tensor kc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
-        Tensor vc = bench.random({n_rot * blocks_per_call * kBlock, kKvHeads * kHd}, 1.f);
-        std::vector<mx::backend::AttentionMeta> metas;
-        for (int r = 0; r < n_rot; ++r) metas.push_back(decode_meta(be, b, ctx, 1, r * blocks_per_call));
-        Tensor q = bench.random({b, kHeads * kHd}, 1.f);
-        Tensor o = be.alloc(DType::kBF16, {b, kHeads * kHd});
-        const double ms = bench.time([&](int i) { be.attention(q, kc, vc, metas[i % n_rot], o); }, 20);
-        rows.push_back({"attention decode batch " + std::to_string(b) + " ctx 8192 [split target " + target +
-                            "/SM]", ms, kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
-      }
+      for (int64_t b : {1, 8, 32, 64})
+        decode_row(b, 8192, "attention decode batch " + std::to_string(b) + " ctx 8192 [split target " + target + "/SM]");
     }
     unsetenv("MXSERVE_ATTENTION_SPLIT_TARGET");
   }
