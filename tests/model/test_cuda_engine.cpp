@@ -52,6 +52,20 @@ std::map<size_t, std::vector<int32_t>> run(model::CausalLM& lm, backend::Backend
   return out;
 }
 
+// The fixture's prompts as greedy 16-token requests (ignore_eos, so every request runs its full length).
+void greedy_fixture_requests(const std::string& dir, int64_t vocab_size, std::vector<RequestSpec>* specs) {
+  auto cases = cli::read_fixture_cases(dir, vocab_size);
+  ASSERT_TRUE(cases.is_ok()) << cases.status().to_string();
+  for (const auto& c : *cases) {
+    RequestSpec s;
+    s.prompt = c.input_ids;
+    s.sampling.temperature = 0;
+    s.sampling.max_tokens = 16;
+    s.sampling.ignore_eos = true;
+    specs->push_back(s);
+  }
+}
+
 class CudaEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaEngine, SpeculationIsLosslessOnTheGpu) {
@@ -60,17 +74,8 @@ TEST_P(CudaEngine, SpeculationIsLosslessOnTheGpu) {
   const std::string dir = fixture_dir(GetParam());
   auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
-  auto cases = cli::read_fixture_cases(dir, (*lm)->config().vocab_size);
-  ASSERT_TRUE(cases.is_ok());
   std::vector<RequestSpec> specs;
-  for (const auto& c : *cases) {
-    RequestSpec s;
-    s.prompt = c.input_ids;
-    s.sampling.temperature = 0;
-    s.sampling.max_tokens = 16;
-    s.sampling.ignore_eos = true;
-    specs.push_back(s);
-  }
+  ASSERT_NO_FATAL_FAILURE(greedy_fixture_requests(dir, (*lm)->config().vocab_size, &specs));
   auto plain_alone = run(**lm, **be, specs, 0, false, nullptr);
   auto plain_batched = run(**lm, **be, specs, 0, true, nullptr);
   EngineStats st;
@@ -96,17 +101,8 @@ TEST_P(CudaEngine, TreeSpeculationIsLosslessOnTheGpu) {
   const std::string dir = fixture_dir(GetParam());
   auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
-  auto cases = cli::read_fixture_cases(dir, (*lm)->config().vocab_size);
-  ASSERT_TRUE(cases.is_ok());
   std::vector<RequestSpec> specs;
-  for (const auto& c : *cases) {
-    RequestSpec s;
-    s.prompt = c.input_ids;
-    s.sampling.temperature = 0;
-    s.sampling.max_tokens = 16;
-    s.sampling.ignore_eos = true;
-    specs.push_back(s);
-  }
+  ASSERT_NO_FATAL_FAILURE(greedy_fixture_requests(dir, (*lm)->config().vocab_size, &specs));
   auto plain_alone = run(**lm, **be, specs, 0, false, nullptr);
   auto plain_batched = run(**lm, **be, specs, 0, true, nullptr);
   struct Shape {
