@@ -41,9 +41,11 @@ timeout 60 "$BIN/test_cuda_moe_mxfp4" --gtest_color=no > "$OUT/moe_mxfp4_test.lo
 RC_TEST=$?
 
 RC_TUNE=""
-# MOE_TUNE_SHAPES / MOE_BENCH_SHAPES ("E,H,I,K;..." and "label,E,H,I,K;...") narrow the run when device time is short.
+# MOE_TUNE_SHAPES / MOE_BENCH_SHAPES ("E,H,I,K;..." and "label,E,H,I,K;...", or "none") narrow the run when
+# device time is short.
 IFS=';' read -r -a TUNE_SHAPES <<< "${MOE_TUNE_SHAPES:-256,6144,2048,8;128,4096,1408,8;160,5120,1536,8}"
 IFS=';' read -r -a BENCH_SHAPES <<< "${MOE_BENCH_SHAPES:-air,128,4096,1408,8;glm52,256,6144,2048,8}"
+[ "${MOE_BENCH_SHAPES:-}" = none ] && BENCH_SHAPES=()  # "none": tune only
 for shape in "${TUNE_SHAPES[@]}"; do
   set -- ${shape//,/ }
   F="$OUT/moe_tables/${GPU}_E$1_H$2_I$3_K$4_mxfp4.json"

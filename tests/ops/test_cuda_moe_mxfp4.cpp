@@ -181,7 +181,8 @@ void CudaMoeMxfp4::run_case(const Case& c) {
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s)) check({v, heur.down});
   for (int v = 0; v < nv; ++v)
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s)) check({heur.gate_up, v});
-  // Both GEMMs on one variant: at n_tokens == 1 a dec_* pair skips the permute kernel (direct mode).
+  // Both GEMMs on one variant: at n_tokens == 1 a dec_* / gv_* pair skips the permute kernel (direct mode),
+  // and gv_* on the down GEMM fuses the weighted un-permute (out += sum_k w_k y_k).
   for (int v = 0; v < nv; ++v)
     if (v != heur.gate_up && kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s) &&
         kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s))
@@ -205,6 +206,9 @@ TEST_F(CudaMoeMxfp4, TinyShapes) {
       {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), dec: K 160 (block tail)", 0, true},
       {19, 1152, 1536, 16, 4, "dec: K 1152 / 1536 (9 / 12 k steps over 3..6 warps), rows > 8", 4},
       {2, 8192, 64, 4, 2, "dec: K 8192 (64 k steps, 8 warps x 8 of dec_s8), M=2"},
+      // gv_* (design 5): direct mode with the fused combine, the warp-voted two-step scale path, K = 128.
+      {1, 256, 128, 8, 8, "gv: M=1 direct + combine, top_k == E, large scales", 0, false, 120, 140, 1.f / 4096},
+      {1, 128, 384, 16, 3, "gv: M=1, K 128 (one step) / 384, top 3 (warps without an expert)"},
   };
   for (const Case& c : cases) run_case(c);
 }

@@ -20,6 +20,9 @@ namespace {
 //   dec_s{S}_r{R}      design 3 (decode): design 2's fragments, warps split K (S 128-wide k steps each, all
 //                      loads issued up front), R 16-row tiles per block (next tile prefetched), 8 rows a pass;
 //                      _o2: two blocks per SM (128 registers), no register double buffer
+//   gv_w{W}_d{D}[_k2]  design 5 (decode): one warp per 16-row tile over all of K, D k steps in flight, W
+//                      tiles per block, x through L1; at one token the down GEMM fuses the un-permute;
+//                      _k2: two warps per tile, each half of K
 //   pf_t{T}            design 4 (prefill): 128 weight rows x T tokens per block, codes + scales + tokens
 //                      through a 3-stage cp.async ring in shared memory (K % 128 == 0)
 // NOTE: names are append-only (tuned tables store them); new variants go at the end.
@@ -39,17 +42,26 @@ enum Variant {
   kDecS4R4O2,
   kDecS2R4O2,
   kDecS8R4O2,
+  kGvW4D4,
+  kGvW4D8,
+  kGvW1D4,
+  kGvW1D8,
+  kGvW4D4K2,
+  kGvW2D8K2,
   kNumVariants
 };
 const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8", "tc_w128_t16", "tc_w128_t32",
                                          "tc_w128_t64", "dec_s4_r2",   "dec_s4_r4",  "dec_s8_r2",   "dec_s2_r4",
-                                         "pf_t64",      "pf_t128",     "dec_s4_r4_o2", "dec_s2_r4_o2", "dec_s8_r4_o2"};
+                                         "pf_t64",      "pf_t128",     "dec_s4_r4_o2", "dec_s2_r4_o2", "dec_s8_r4_o2",
+                                         "gv_w4_d4",    "gv_w4_d8",    "gv_w1_d4",   "gv_w1_d8",
+                                         "gv_w4_d4_k2", "gv_w2_d8_k2"};
 
 // NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
 // (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
 constexpr int64_t kSimtMaxTokens = 64;
 // Design 3 re-streams an expert's weights per pass of 8 rows: decode-sized calls only.
 constexpr int64_t kDecMaxTokens = 256;
+bool is_gv(int v) { return v >= kGvW4D4 && v <= kGvW2D8K2; }
 bool is_dec(int v) { return (v >= kDecS4R2 && v <= kDecS2R4) || (v >= kDecS4R4O2 && v <= kDecS8R4O2); }
 int dec_steps(int v) { return v == kDecS2R4 || v == kDecS2R4O2 ? 2 : v == kDecS8R2 || v == kDecS8R4O2 ? 8 : 4; }
 
@@ -68,6 +80,12 @@ void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t str
     case kDecS4R4O2: launch_mxfp4_dec<4, 4, 2>(swiglu, a, stream); return;
     case kDecS2R4O2: launch_mxfp4_dec<2, 4, 2>(swiglu, a, stream); return;
     case kDecS8R4O2: launch_mxfp4_dec<8, 4, 2>(swiglu, a, stream); return;
+    case kGvW4D4: launch_mxfp4_gv<4, 4, 1>(swiglu, a, stream); return;
+    case kGvW4D8: launch_mxfp4_gv<4, 8, 1>(swiglu, a, stream); return;
+    case kGvW1D4: launch_mxfp4_gv<1, 4, 1>(swiglu, a, stream); return;
+    case kGvW1D8: launch_mxfp4_gv<1, 8, 1>(swiglu, a, stream); return;
+    case kGvW4D4K2: launch_mxfp4_gv<4, 4, 2>(swiglu, a, stream); return;
+    case kGvW2D8K2: launch_mxfp4_gv<2, 8, 2>(swiglu, a, stream); return;
     case kPfT64: launch_mxfp4_pf<4>(swiglu, a, stream); return;
     case kPfT128: launch_mxfp4_pf<8>(swiglu, a, stream); return;
     default: MX_CHECK_MSG(false, "moe_experts_mxfp4: no variant " << variant);
@@ -92,6 +110,7 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
   if (variant == kSimtR4) return s.n_tokens <= kSimtMaxTokens && 4 * 2 * k <= 227 * 1024;
   if (is_dec(variant))  // one k slice per warp, at most 8 warps
     return s.n_tokens <= kDecMaxTokens && (k + 127) / 128 <= 8 * dec_steps(variant);
+  if (is_gv(variant)) return s.n_tokens <= kDecMaxTokens && k % 128 == 0;  // whole k steps, aligned scale words
   if (variant == kPfT64 || variant == kPfT128) return k % 128 == 0;  // whole k steps, aligned scale words
   return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)
 }
@@ -136,9 +155,12 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   MX_CHECK_LT(P, int64_t{1} << 31);
   MX_CHECK_LE(s.n_experts, 4096);
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
-  // NOTE: one token with design 3 on both GEMMs skips the permute kernel: pair k is row k of expert
+  // NOTE: one token with design 3 or 5 on both GEMMs skips the permute kernel: pair k is row k of expert
   // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
-  const bool direct = s.n_tokens == 1 && is_dec(plan.gate_up) && is_dec(plan.down);
+  const bool direct = s.n_tokens == 1 && (is_dec(plan.gate_up) || is_gv(plan.gate_up)) &&
+                      (is_dec(plan.down) || is_gv(plan.down));
+  // Design 5's down GEMM fuses the weighted un-permute at one token (out += sum_k w_k y_k): no y, no launch.
+  const bool fused_combine = direct && is_gv(plan.down);
   if (!direct) {
     moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
         topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
@@ -172,7 +194,12 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.c = ws.y;
   g.n = static_cast<int>(s.d_model);
   g.k = static_cast<int>(s.inter);
+  if (fused_combine) {
+    g.combine_weights = topk_weights;
+    g.combine_out = static_cast<bf16*>(out);
+  }
   run_gemm(plan.down, false, g, stream);
+  if (fused_combine) return;
 
   mxfp4_launch_pdl(moe_unpermute_kernel, dim3(moe_grid_1d(s.n_tokens * s.d_model / 8)), dim3(256), 0, stream,
                    static_cast<const bf16*>(ws.y), static_cast<const int32_t*>(ws.pair_row), topk_weights,

@@ -32,6 +32,9 @@ struct Mxfp4GemmArgs {
   const int32_t* direct_ids = nullptr;
   int32_t* pair_row_out = nullptr;
   int n_experts = 0;  // direct mode: ids outside [0, n_experts) trap, as in the permute kernel
+  // Direct mode, down GEMM of design 5 only: fuse the weighted un-permute (out[0] += sum_k w[k] y_k).
+  const float* combine_weights = nullptr;  // [top_k]
+  bf16* combine_out = nullptr;             // [1, N]
 };
 
 // Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
@@ -74,6 +77,12 @@ void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 // kOcc 2: two blocks per SM (128 registers), no register double buffer.
 template <int kSteps, int kRt, int kOcc>
 void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Design 5 (decode GEMV, tensor cores; moe_mxfp4_gv.cu): one warp per 16-row tile over all of K, kDepth
+// k steps of weights in flight in registers, kWarps warps (tiles) per block, x read through L1; with
+// combine_out set (direct mode, down GEMM) the weighted un-permute is fused; kSplit 2 splits K over two
+// warps per tile. Needs K % 128 == 0.
+template <int kWarps, int kDepth, int kSplit>
+void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
 // Design 4 (prefill, tensor cores; moe_mxfp4_pf.cuh): 128 weight rows x 16 kNtW tokens per block, codes,
 // scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
 template <int kNtW>

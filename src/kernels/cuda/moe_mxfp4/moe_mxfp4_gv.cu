@@ -1,0 +1,366 @@
+// Design 5 of the MXFP4 expert GEMMs (decode GEMV, tensor cores): one warp streams one 16-row weight tile
+// over ALL of K, with kDepth 128-wide k steps of codes + scales in flight in a register ring, and no block
+// barrier, shared memory or split-K reduction anywhere in the main loop.
+//
+// Why (ncu on the H200, docs/perf/moe-mxfp4.md): designs 2 and 3 issue ~5.7 instructions per weight at
+// M = 1 (x addresses recomputed per MMA, the rare two-step scale multiply predicated on every pair, split-K
+// reduction), so at 43-60% issue-slot use they read only 23-35% of DRAM bandwidth. Here, per 16x16 MMA of
+// weights a lane runs 4 x (PRMT, SHF, 2 LOP3, HMUL2) + 1 HMMA + 1/2 x load, ~2.6 instructions per weight, and
+// the scale's two-step form (E8M0 > 128, |w| >= 256: no real checkpoint) runs only on a warp vote.
+//
+// Fragments are design 2's (moe_mxfp4_tc.cu): weights are the MMA's A operand (rows g and g+8 of the tile),
+// lane (g, t) owns the E8M0 block 4s + t of k step s (16 code bytes per row), and the k order inside an MMA
+// is permuted to match, so token x values are read in the same permuted order (8 bytes per MMA); tokens are
+// the B operand (n = 8: up to 8 rows of the expert per pass, lane g serves row g). x comes straight from
+// global memory through L1 (it is tiny and shared by every warp of an expert) at the start of each step.
+//
+//   mxfp4_gv_kernel<kWarps, kDepth, kSwiglu>  grid (ceil(tiles / kWarps), active experts), kWarps warps,
+//       warp w of block x takes tile x * kWarps + w of expert active[y] (gate_up: 8 features = gate rows
+//       g and up rows g of the same feature, SwiGLU in registers; down: 16 output features).
+//   mxfp4_gv_combine_kernel<8, kDepth>   one token (direct mode), down GEMM fused with the weighted
+//       un-permute: block = 16 output features, warp w takes experts w, w + 8, ..., scales by the
+//       routing weight in fp32, the warps sum through shared memory, and out[0] += the sum (no y buffer,
+//       no un-permute launch).
+// Launch order at M = 1: gate_up (waits for the router, then lets the down kernel launch at once), down
+// (reads its expert ids, which the router wrote, and issues its first weight loads BEFORE waiting for
+// gate_up), so the two weight streams overlap instead of draining between kernels.
+#include <algorithm>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+#include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+// Lets the next programmatic-dependent kernel launch now (its griddepcontrol.wait still waits for this
+// whole grid). Called only after this grid's own wait, so everything ITS predecessors wrote is complete.
+__device__ __forceinline__ void gv_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Streamed once: no L1 allocation (x keeps L1). L2::256B: a miss brings the row's whole 256-byte segment
+// (this lane quad's next 3 k steps of the row), so DRAM reads 256 contiguous bytes per row opening instead
+// of the 64 a step needs (a tile's 16 rows are 16 separate streams, each step 1 KB apart in time).
+__device__ __forceinline__ uint4 gv_ld_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t gv_ld_stream4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// One k step of one lane: 16 code bytes of rows g (a) and g+8 (b), and the scale word of the step for
+// each row (blocks 4s .. 4s+3; byte t is this lane's block).
+struct GvStep {
+  uint4 qa, qb;
+  uint32_t sa, sb;
+};
+
+// The lane's view of one 16-row tile of one expert: row pointers and the step count.
+struct GvTile {
+  const uint8_t *qa, *qb;  // code rows (g, g+8), offset to this lane's first block (16 t bytes)
+  const uint32_t *sa, *sb; // scale rows as words
+  int n_steps;
+  __device__ __forceinline__ GvStep load(int s) const {
+    GvStep w;
+    w.qa = gv_ld_stream16(qa + 64 * s);
+    w.qb = gv_ld_stream16(qb + 64 * s);
+    w.sa = gv_ld_stream4(sa + s);
+    w.sb = gv_ld_stream4(sb + s);
+    return w;
+  }
+};
+
+// row_a, row_b: absolute weight rows ([E * rows] flattened) of the lane's rows g and g+8.
+__device__ __forceinline__ GvTile gv_tile(const Mxfp4GemmArgs& p, int64_t row_a, int64_t row_b, int t) {
+  GvTile tl;
+  const int kb = p.k / 32;
+  tl.qa = p.wq + row_a * (p.k / 2) + 16 * t;
+  tl.qb = p.wq + row_b * (p.k / 2) + 16 * t;
+  tl.sa = reinterpret_cast<const uint32_t*>(p.ws + row_a * kb);
+  tl.sb = reinterpret_cast<const uint32_t*>(p.ws + row_b * kb);
+  tl.n_steps = p.k / 128;
+  return tl;
+}
+
+// x of one lane for one step: 32 bf16 of its token row at k = 32 (4s + t) .. +32 (64 bytes), or zeros.
+struct GvX {
+  uint4 v[4];
+};
+__device__ __forceinline__ GvX gv_load_x(const bf16* xrow, int s, int t) {
+  GvX x;
+  if (xrow) {
+    const uint4* p = reinterpret_cast<const uint4*>(xrow + 32 * (4 * s + t));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) x.v[q] = __ldg(p + q);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) x.v[q] = make_uint4(0, 0, 0, 0);
+  }
+  return x;
+}
+
+__device__ __forceinline__ uint32_t gv_word(const uint4& q, int i) {
+  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+
+// 8 MMAs of one k step. Factor bits: fa/fb = 2^(s-1) as bf16x2 (kTwoStep: 2^126 then 2^(s-127), see
+// mxfp4_dequant.cuh). MMA jj takes bytes 2jj (k slots 2t, 2t+1) and 2jj+1 (2t+8, 2t+9) of each row's 16
+// bytes, i.e. x elements 4jj .. 4jj+3 of the lane's 32 (x.v[jj / 2], half jj % 2).
+template <bool kTwoStep>
+__device__ __forceinline__ void gv_mma_step(float (&acc)[4], const GvStep& w, const GvX& x, const Mxfp4Factor& fa,
+                                            const Mxfp4Factor& fb) {
+#pragma unroll
+  for (int wi = 0; wi < 4; ++wi) {
+    const uint32_t ca = gv_word(w.qa, wi), cb = gv_word(w.qb, wi);
+    const uint32_t ca4 = ca << 4, cb4 = cb << 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // MMA jj = 2 wi + h: bytes 2h, 2h+1 of word wi
+      uint32_t a[4];
+      a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
+      a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
+      a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
+      a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
+      if constexpr (kTwoStep) {
+        a[0] = mxfp4_apply(a[0], fa);
+        a[2] = mxfp4_apply(a[2], fa);
+        a[1] = mxfp4_apply(a[1], fb);
+        a[3] = mxfp4_apply(a[3], fb);
+      } else {
+        a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
+        a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
+        a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
+        a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
+      }
+      // x elements 8 wi + 4h .. +4 of the lane's 32: uint4 v[wi], words 2h, 2h+1.
+      const uint4& xv = x.v[wi];
+      mma_bf16_m16n8k16(acc, a, h == 0 ? xv.x : xv.z, h == 0 ? xv.y : xv.w);
+    }
+  }
+}
+
+// Streams one tile over all of K: ring[] holds steps 0 .. kDepth-1 on entry (issued by the caller, so they
+// can be in flight before a dependency wait); xrow is this lane's token row (nullptr: no token, zeros).
+// x is loaded at the start of each step (L1 hits after the first warp of an SM touched the line).
+// Refill order (measured, docs/perf/moe-mxfp4.md): kDepth 4 refills step s's slot BEFORE its MMAs (kDepth
+// steps in flight; the new load takes other registers while the old are live, ~10 more registers), kDepth
+// 8 after them (7 in flight, and the ring stays in place: the other order needs ~190 registers).
+template <int kDepth>
+__device__ __forceinline__ void gv_run(float (&acc)[4], const GvTile& tl, GvStep (&ring)[kDepth], const bf16* xrow,
+                                       int t) {
+  constexpr bool kRefillFirst = kDepth <= 4;
+  const int n = tl.n_steps;
+  for (int s0 = 0; s0 < n; s0 += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int s = s0 + d;
+      if (s < n) {  // warp-uniform
+        const GvStep w = ring[d];
+        if (kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
+        const GvX xs = gv_load_x(xrow, s, t);
+        const uint32_t ea = (w.sa >> (8 * t)) & 0xFFu, eb = (w.sb >> (8 * t)) & 0xFFu;
+        if (__any_sync(0xffffffffu, ea > 128u || eb > 128u)) {
+          gv_mma_step<true>(acc, w, xs, mxfp4_factor(ea), mxfp4_factor(eb));
+        } else {
+          Mxfp4Factor fa, fb;  // 2^(s-1): exponent field s + 126, a bf16 normal for every s <= 128
+          const uint32_t ha = (ea + 126u) << 7, hb = (eb + 126u) << 7;
+          fa.f1 = ha | (ha << 16);
+          fb.f1 = hb | (hb << 16);
+          fa.f2 = fb.f2 = 0;
+          fa.two_step = fb.two_step = false;
+          gv_mma_step<false>(acc, w, xs, fa, fb);
+        }
+        if (!kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
+      }
+    }
+  }
+}
+
+template <int kDepth>
+__device__ __forceinline__ void gv_prefetch(const GvTile& tl, GvStep (&ring)[kDepth]) {
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d)
+    if (d < tl.n_steps) ring[d] = tl.load(d);
+}
+
+constexpr int kGvMaxRows = 8;  // token rows of an expert per pass (the MMA's n)
+constexpr int kGvCombineWarps = 8;
+// Occupancy floor: kDepth 4 -> 16 warps per SM (<= 128 registers: 4 per scheduler to cover the dequant's
+// dependent chains and the L1 latency of x; 16 x 4 KB of weights in flight per SM); kDepth 8 spills under
+// that cap, so it takes 8 warps per SM (8 x 8 KB in flight).
+template <int kDepth>
+constexpr int kGvWarpsPerSm = kDepth <= 4 ? 16 : 8;
+
+// kSplit 2: two warps per tile, each half of the k steps (twice the warps and bytes in flight when the
+// tiles alone leave SMs short of warps, e.g. one token: 1408 tiles for GLM-4.5-Air's gate_up over 132 SMs);
+// the second half's partial sums pass through shared memory.
+template <int kWarps, int kDepth, int kSplit, bool kSwiglu>
+__global__ void __launch_bounds__(kWarps * kSplit * 32, kGvWarpsPerSm<kDepth> / (kWarps * kSplit))
+    mxfp4_gv_kernel(Mxfp4GemmArgs p) {
+  constexpr int kFeat = kSwiglu ? 8 : 16;  // output features per tile
+  __shared__ float red[kSplit > 1 ? kWarps : 1][4][32];
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = (threadIdx.x / 32) % kWarps, half = threadIdx.x / 32 / kWarps;
+  const bool direct = p.direct_ids != nullptr;
+  // gate_up reads the permutation (or, direct, the router's ids) -> wait first, then free the down kernel
+  // to launch. down only needs expert ids (permute/router output, complete before gate_up passed its
+  // wait): it issues its first weight loads, then waits for gate_up's act.
+  if (kSwiglu) {
+    mxfp4_pdl_wait();
+    gv_launch_dependents();
+    if (direct && p.pair_row_out && blockIdx.x == 0 && blockIdx.y == 0)
+      for (int i = threadIdx.x; i < p.max_active; i += blockDim.x) p.pair_row_out[i] = i;
+  }
+  const int y = blockIdx.y;
+  const int n_act = direct ? p.max_active : *p.n_active;
+  if (y >= n_act) {
+    if (!kSwiglu) mxfp4_pdl_wait();  // NOTE: every block waits, so none exits while gate_up still runs
+    return;
+  }
+  const int e = direct ? p.direct_ids[y] : p.active[y];
+  if (direct && (e < 0 || e >= p.n_experts)) __trap();  // a corrupt routing id is a bug: fail loudly
+  const int N = p.n;
+  const int tile = blockIdx.x * kWarps + warp;
+  const int f0 = tile * kFeat;
+  const int64_t w_rows = kSwiglu ? 2ll * N : N;
+  // Rows past N read row 0 of the expert (valid memory; MMA rows are independent) and are not stored.
+  const int fa = f0 + g, fb = kSwiglu ? f0 + g : f0 + g + 8;
+  const int64_t row_a = static_cast<int64_t>(e) * w_rows + (fa < N ? fa : 0);
+  const int64_t row_b = static_cast<int64_t>(e) * w_rows + (fb < N ? (kSwiglu ? N + fb : fb) : 0);
+  GvTile tl = gv_tile(p, row_a, row_b, t);
+  const int s_begin = half * ((tl.n_steps + kSplit - 1) / kSplit);
+  tl.qa += 64 * s_begin;
+  tl.qb += 64 * s_begin;
+  tl.sa += s_begin;
+  tl.sb += s_begin;
+  tl.n_steps = max(0, min(tl.n_steps - s_begin, (tl.n_steps + kSplit - 1) / kSplit));
+  GvStep ring[kDepth];
+  const bool live = f0 < N;  // warp-uniform; NOTE: with kSplit 2 a dead warp still meets the barriers
+  if (live) gv_prefetch(tl, ring);
+  if (!kSwiglu) {
+    mxfp4_pdl_wait();
+    gv_launch_dependents();
+  }
+  if (!live && kSplit == 1) return;
+  const int rb = direct ? y : p.row_offsets[e];
+  const int rows_total = direct ? 1 : p.row_offsets[e + 1] - rb;
+  for (int r0 = 0; r0 < rows_total; r0 += kGvMaxRows) {
+    const int rows = min(kGvMaxRows, rows_total - r0);
+    if (r0 > 0 && live) gv_prefetch(tl, ring);
+    const bf16* xrow = nullptr;
+    if (g < rows) {
+      const int64_t src = kSwiglu ? (direct ? 0 : p.row_token[rb + r0 + g]) : rb + r0 + g;
+      xrow = p.a + src * p.k + 128 * s_begin;
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (live) gv_run(acc, tl, ring, xrow, t);
+    if constexpr (kSplit > 1) {
+      if (half == 1)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
+      __syncthreads();
+      if (half == 1 || !live) {
+        __syncthreads();  // the pass's partials are read before the next pass writes them
+        continue;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += red[warp][i][lane];
+    }
+    // c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, token 2t+1)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int tok = 2 * t + h;
+      if (tok >= rows) continue;
+      bf16* crow = p.c + static_cast<int64_t>(rb + r0 + tok) * N;
+      if (kSwiglu) {
+        const float gv = acc[h], uv = acc[2 + h];
+        if (fa < N) crow[fa] = to_bf16(gv / (1.0f + expf(-gv)) * uv);
+      } else {
+        if (fa < N) crow[fa] = to_bf16(acc[h]);
+        if (fb < N) crow[fb] = to_bf16(acc[2 + h]);
+      }
+    }
+    if constexpr (kSplit > 1) __syncthreads();
+  }
+}
+
+// Direct mode (one token) down GEMM + weighted un-permute: out[0][f] += sum_k w_k (down_{ids[k]} act[k])[f].
+template <int kWarps, int kDepth>
+__global__ void __launch_bounds__(kWarps * 32, kGvWarpsPerSm<kDepth> / kWarps) mxfp4_gv_combine_kernel(Mxfp4GemmArgs p) {
+  __shared__ float red[kWarps][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int N = p.n, top_k = p.max_active;
+  const int f0 = blockIdx.x * 16;
+  const int fa = f0 + g, fb = f0 + g + 8;
+  float sum[4] = {0.f, 0.f, 0.f, 0.f};
+  GvStep ring[kDepth];
+  bool waited = false;
+  for (int k = warp; k < top_k; k += kWarps) {
+    const int e = p.direct_ids[k];
+    if (e < 0 || e >= p.n_experts) __trap();
+    const int64_t base = static_cast<int64_t>(e) * N;
+    const GvTile tl = gv_tile(p, base + (fa < N ? fa : 0), base + (fb < N ? fb : 0), t);
+    gv_prefetch(tl, ring);
+    if (!waited) {  // first expert's loads are in flight: now wait for gate_up's act
+      mxfp4_pdl_wait();
+      gv_launch_dependents();
+      waited = true;
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    gv_run(acc, tl, ring, g == 0 ? p.a + static_cast<int64_t>(k) * p.k : nullptr, t);
+    const float wk = p.combine_weights[k];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] += wk * acc[i];
+  }
+  if (!waited) mxfp4_pdl_wait();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][i][lane] = sum[i];
+  __syncthreads();
+  if (warp == 0 && t == 0) {  // token 0 = column 0: c0 (row g) and c2 (row g+8) of lanes t == 0
+    float ca = 0.f, cb = 0.f;
+#pragma unroll
+    for (int w2 = 0; w2 < kWarps; ++w2) {
+      ca += red[w2][0][lane];
+      cb += red[w2][2][lane];
+    }
+    if (fa < N) p.combine_out[fa] = to_bf16(to_f32(p.combine_out[fa]) + ca);
+    if (fb < N) p.combine_out[fb] = to_bf16(to_f32(p.combine_out[fb]) + cb);
+  }
+}
+
+}  // namespace
+
+template <int kWarps, int kDepth, int kSplit>
+void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+  MX_CHECK_MSG(a.k % 128 == 0, "mxfp4 gv: K " << a.k << " must be a multiple of 128");
+  if (!swiglu && a.combine_out != nullptr) {
+    MX_CHECK_MSG(a.direct_ids != nullptr && a.n_tokens == 1, "mxfp4 gv: the fused combine needs one token");
+    // One warp per expert slot (top_k <= 8: all of a row tile's experts stream at once), whatever kWarps.
+    mxfp4_launch_pdl(mxfp4_gv_combine_kernel<kGvCombineWarps, kDepth>, dim3(ceil_div(a.n, 16)),
+                     dim3(kGvCombineWarps * 32), 0, stream, a);
+    return;
+  }
+  const int feat = swiglu ? 8 : 16;
+  const int tiles = ceil_div(a.n, feat);
+  const dim3 grid(ceil_div(tiles, kWarps), a.max_active), block(kWarps * kSplit * 32);
+  if (swiglu) mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, true>, grid, block, 0, stream, a);
+  else mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, false>, grid, block, 0, stream, a);
+}
+
+template void launch_mxfp4_gv<4, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_gv<4, 8, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_gv<1, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_gv<1, 8, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_gv<4, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template void launch_mxfp4_gv<2, 8, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+
+}  // namespace mxserve::kernels::cuda
