@@ -226,6 +226,7 @@ class MoeRig {
   }
   // Bytes one call must read at least: the experts hit (mean over the routing sets) + x + out (read, write).
   double bytes_read() const { return hit_ * bytes_per_expert() + 3.0 * m_ * a_.hidden * 2; }
+  double experts_hit() const { return hit_; }
   double flops() const { return 6.0 * a_.hidden * a_.inter * m_ * a_.top_k; }
   const kc::MoeShape& shape() const { return s_; }
   cudaStream_t stream() const { return stream_; }
@@ -363,7 +364,8 @@ using kernels::MoeTuningTable;
 using kernels::read_moe_tuning_file;
 using kernels::select_moe_bucket;
 
-int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, const std::string& table_path) {
+int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, const std::string& table_path,
+          bool probe) {
   // The same reader and bucket rule the engine uses at run time (kernels/moe_tuning.h), so the bench times
   // exactly the plan serving would pick for each M.
   std::optional<MoeTuningTable> table;
@@ -376,23 +378,17 @@ int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, co
     table = std::move(*t);
   }
   cudaStream_t stream = backend::cuda_backend_stream(be);
-  // ---- ceilings, measured in this run ----
-  double copy_gbs = 0, gemm_tflops = 0;
-  {
-    const kc::Ceilings c = kc::measure_ceilings(stream);  // shared with bench-model and bench_cuda_kernels
-    copy_gbs = c.copy_gbs;
-    gemm_tflops = c.gemm_tflops;
-  }
   MoeRig rig(be, a, true);
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
-  std::ostringstream md;
-  md << "## MXFP4 MoE experts: E " << a.experts << ", H " << a.hidden << ", I " << a.inter << ", top " << a.top_k << " on "
-     << gpu_name() << "\n\n"
-     << "command: `" << a.command << "`  \n"
-     << "ceilings measured in this run: device copy " << static_cast<int>(copy_gbs) << " GB/s, cuBLASLt bf16 GEMM 8192^3 "
-     << static_cast<int>(gemm_tflops) << " TFLOP/s; plan: " << (table_path.empty() ? "heuristic" : table_path) << "\n\n"
-     << "| M | gate_up | down | mxfp4 us | experts hit | MB read | TB/s | % copy BW | TFLOP/s | % bf16 GEMM | bf16 us | speedup |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  struct Row {
+    int64_t m;
+    kc::MoeMxfp4Plan plan;
+    double ms, bf_ms, bytes, hit, flops;
+    double gu_bytes = 0, gu_ms = 0, loads_ms = 0, math_ms = 0;  // --probe
+  };
+  std::vector<Row> rows;
+  // NOTE: the kernels are timed BEFORE the ceilings: right after the 8192^3 GEMM the SM clock is still
+  // power-limited for a while, which cost the first (M = 1) row ~20% in earlier runs.
   for (int64_t m : a.ms) {
     rig.reset_routing();
     rig.setup(m, 7000 + m);
@@ -411,21 +407,63 @@ int bench(backend::Backend& be, const MoeArgs& a, const std::string& md_path, co
       plan = {gu, dn};
     }
     const int regions = m >= 4096 ? 3 : 5;
-    const double ms = rig.time_ms([&](int i) { rig.run_mxfp4(plan, i); }, regions);
-    const double bf_ms = rig.time_ms([&](int i) { rig.run_bf16(i); }, regions);
-    const double tbs = rig.bytes_read() / (ms * 1e-3) / 1e12, tf = rig.flops() / (ms * 1e-3) / 1e12;
-    char line[512];
-    std::snprintf(line, sizeof line, "| %lld | %s | %s | %.1f | %.1f | %.1f | %.2f | %.0f%% | %.1f | %.0f%% | %.1f | %.2fx |\n",
-                  static_cast<long long>(m), names[plan.gate_up].c_str(), names[plan.down].c_str(), ms * 1e3,
-                  rig.bytes_read() > 0 ? (rig.bytes_read() - 3.0 * m * a.hidden * 2) / rig.bytes_per_expert() : 0.0,
-                  rig.bytes_read() / 1e6, tbs, 100.0 * tbs * 1e3 / copy_gbs, tf, 100.0 * tf / gemm_tflops, bf_ms * 1e3,
-                  bf_ms / ms);
-    md << line;
-    std::printf("%s", line);
+    Row r{m, plan, 0, 0, rig.bytes_read(), rig.experts_hit(), rig.flops()};
+    r.ms = rig.time_ms([&](int i) { rig.run_mxfp4(plan, i); }, regions);
+    r.bf_ms = rig.time_ms([&](int i) { rig.run_bf16(i); }, regions);
+    if (probe && names[plan.gate_up].rfind("gv_", 0) == 0) {
+      // gate_up alone: its weights (experts hit x (codes + scales) of 2I x H) + x.
+      r.gu_bytes = r.hit * (2.0 * a.inter * a.hidden / 2 + 2.0 * a.inter * a.hidden / 32) + 2.0 * m * a.hidden;
+      for (auto [mode, dst] : {std::pair{kc::MoeProbe::kGateUp, &r.gu_ms}, {kc::MoeProbe::kGateUpLoadsOnly, &r.loads_ms},
+                               {kc::MoeProbe::kGateUpMathOnly, &r.math_ms}}) {
+        kc::MoeMxfp4Plan pp = plan;
+        pp.probe = mode;
+        *dst = rig.time_ms([&](int i) { rig.run_mxfp4(pp, i); }, regions);
+      }
+    }
+    std::printf("m=%lld %s/%s %.1f us\n", static_cast<long long>(m), names[plan.gate_up].c_str(),
+                names[plan.down].c_str(), r.ms * 1e3);
     std::fflush(stdout);
+    rows.push_back(r);
+  }
+  const kc::Ceilings c = kc::measure_ceilings(stream);  // shared with bench-model and bench_cuda_kernels
+  const double copy_gbs = c.copy_gbs, gemm_tflops = c.gemm_tflops;
+  std::ostringstream md;
+  md << "## MXFP4 MoE experts: E " << a.experts << ", H " << a.hidden << ", I " << a.inter << ", top " << a.top_k << " on "
+     << gpu_name() << "\n\n"
+     << "command: `" << a.command << "`  \n"
+     << "ceilings measured in this run (after the kernels): device copy " << static_cast<int>(copy_gbs)
+     << " GB/s, cuBLASLt bf16 GEMM 8192^3 " << static_cast<int>(gemm_tflops)
+     << " TFLOP/s; plan: " << (table_path.empty() ? "heuristic" : table_path) << "\n\n"
+     << "| M | gate_up | down | mxfp4 us | experts hit | MB read | TB/s | % copy BW | TFLOP/s | % bf16 GEMM | bf16 us | speedup |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  char line[512];
+  for (const Row& r : rows) {
+    const double tbs = r.bytes / (r.ms * 1e-3) / 1e12, tf = r.flops / (r.ms * 1e-3) / 1e12;
+    std::snprintf(line, sizeof line, "| %lld | %s | %s | %.1f | %.1f | %.1f | %.2f | %.0f%% | %.1f | %.0f%% | %.1f | %.2fx |\n",
+                  static_cast<long long>(r.m), names[r.plan.gate_up].c_str(), names[r.plan.down].c_str(), r.ms * 1e3,
+                  r.hit, r.bytes / 1e6, tbs, 100.0 * tbs * 1e3 / copy_gbs, tf, 100.0 * tf / gemm_tflops, r.bf_ms * 1e3,
+                  r.bf_ms / r.ms);
+    md << line;
   }
   md << "\nbytes read = experts hit (mean over the routing sets) x (packed codes + E8M0 scales) + x + out (read and "
         "write); FLOPs = 6 H I M top_k. bf16 = moe_experts_bf16 (WMMA grouped GEMM / GEMV) on bf16 weights.\n";
+  if (probe) {
+    md << "\n### Limit probe: the gate_up GEMM alone (design 5), whole, weight stream only, math only\n\n"
+       << "| M | gate_up | gate_up MB | whole us | % copy BW | loads only us | % copy BW | math only us | whole / max(loads, math) |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    for (const Row& r : rows) {
+      if (r.gu_ms <= 0) continue;
+      auto pct = [&](double ms) { return 100.0 * r.gu_bytes / (ms * 1e-3) / 1e9 / copy_gbs; };
+      std::snprintf(line, sizeof line, "| %lld | %s | %.1f | %.1f | %.0f%% | %.1f | %.0f%% | %.1f | %.2f |\n",
+                    static_cast<long long>(r.m), names[r.plan.gate_up].c_str(), r.gu_bytes / 1e6, r.gu_ms * 1e3,
+                    pct(r.gu_ms), r.loads_ms * 1e3, pct(r.loads_ms), r.math_ms * 1e3,
+                    r.gu_ms / std::max(r.loads_ms, r.math_ms));
+      md << line;
+    }
+    md << "\nloads only: the same grid and register ring, codes/scales/x XOR-folded instead of dequantized; math "
+          "only: the same dequant + MMAs on codes made in registers (no weight loads). Includes the permute kernel "
+          "for M > 1.\n";
+  }
   std::printf("\n%s", md.str().c_str());
   if (!md_path.empty()) {
     std::ofstream f(md_path);
@@ -480,14 +518,15 @@ int cmd_tune_moe(int argc, char** argv) {
 }
 
 int cmd_bench_kernels(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--experts", "--hidden", "--inter", "--top-k", "--m", "--md", "--table"}, {});
+  auto args =
+      Args::parse(argc, argv, {"--experts", "--hidden", "--inter", "--top-k", "--m", "--md", "--table"}, {"--probe"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "error: %s\n", args.status().to_string().c_str());
     return 2;
   }
   if (args->positional().size() != 1 || args->positional()[0] != "moe") {
     std::fprintf(stderr, "usage: mxserve bench-kernels moe --experts E --hidden H --inter I --top-k K [--m LIST] "
-                         "[--table FILE] [--md FILE]\n");
+                         "[--table FILE] [--md FILE] [--probe]\n");
     return 2;
   }
   MoeArgs a;
@@ -499,7 +538,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     std::fprintf(stderr, "error: bench-kernels needs a CUDA device: %s\n", be.status().to_string().c_str());
     return 2;
   }
-  return bench(**be, a, args->get_or("--md", ""), args->get_or("--table", ""));
+  return bench(**be, a, args->get_or("--md", ""), args->get_or("--table", ""), args->has("--probe"));
 #else
   std::fprintf(stderr, "error: bench-kernels needs the CUDA backend; this mxserve was built without CUDA\n");
   return 2;

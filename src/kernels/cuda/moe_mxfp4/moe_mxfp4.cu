@@ -115,9 +115,10 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
   return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)
 }
 
-// Heuristic (no tuned table): tc variants only (always supported), the pass width T from the mean rows
-// per active expert r = P / min(E, P): T = 8 for r <= 8 (decode; 4-warp blocks while P <= 64 so a few
-// experts still spread over all SMs), 16 for r <= 16, 32 for r <= 48, else 64. Same rule for both GEMMs.
+// Heuristic (no tuned table), from the mean rows per active expert r = P / min(E, P): r <= 16 (decode)
+// design 5 (gv_w4_d4 / gv_w1_d4) where K % 128 == 0; r > 16 design 4 (pf_t64, pf_t128 from r >= 128) where
+// K % 128 == 0; otherwise design 2 (always supported) with the pass width T: 8 for r <= 8 (4-warp blocks
+// while P <= 64 so a few experts still spread over all SMs), 16 for r <= 16, 32 for r <= 48, else 64.
 MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   const int64_t P = std::max<int64_t>(1, s.n_tokens * s.top_k);
   const int64_t active = std::max<int64_t>(1, std::min<int64_t>(s.n_experts, P));
@@ -127,15 +128,21 @@ MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   else if (r <= 16) v = kTcW128T16;
   else if (r <= 48) v = kTcW128T32;
   else v = kTcW128T64;
-  // Prefill-sized M: the shared-memory tiled design (4) where its K % 128 rule holds; it beat every
-  // design-2 tile from M = 512 on both tuned H200 shapes (docs/perf/moe-mxfp4.md).
-  if (r > 16) {
-    const int pf = r >= 128 ? kPfT128 : kPfT64;
-    const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, pf, s) ? pf : v;
-    const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, pf, s) ? pf : v;
+  // Decode-sized M: design 5 (the GEMV) where its K % 128 rule holds; the tuner chose it for every bucket
+  // up to 128 tokens on all three H200 shapes (docs/perf/moe-mxfp4.md). One token: 4 tiles per block for
+  // gate_up (the down GEMM then fuses the weighted un-permute).
+  if (r <= 16) {
+    const int gv = s.n_tokens == 1 ? kGvW4D4 : kGvW1D4;
+    const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, gv, s) ? gv : v;
+    const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, kGvW1D4, s) ? kGvW1D4 : v;
     return {g, d};
   }
-  return {v, v};
+  // Prefill-sized M: the shared-memory tiled design (4) where its K % 128 rule holds; it beat every
+  // design-2 tile from M = 512 on both tuned H200 shapes (docs/perf/moe-mxfp4.md).
+  const int pf = r >= 128 ? kPfT128 : kPfT64;
+  const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, pf, s) ? pf : v;
+  const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, pf, s) ? pf : v;
+  return {g, d};
 }
 
 size_t moe_mxfp4_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s); }
@@ -184,7 +191,13 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.n = static_cast<int>(s.inter);
   g.k = static_cast<int>(s.d_model);
   g.n_tokens = s.n_tokens;
+  if (plan.probe == MoeProbe::kGateUpLoadsOnly || plan.probe == MoeProbe::kGateUpMathOnly) {
+    MX_CHECK_MSG(is_gv(plan.gate_up), "moe_experts_mxfp4: the loads/math probes need a gv_* gate_up");
+    g.gv_probe = plan.probe == MoeProbe::kGateUpLoadsOnly ? 1 : 2;
+  }
   run_gemm(plan.gate_up, true, g, stream);
+  if (plan.probe != MoeProbe::kNone) return;  // limit probe: gate_up only
+  g.gv_probe = 0;
 
   g.a = ws.act;
   g.row_token = nullptr;

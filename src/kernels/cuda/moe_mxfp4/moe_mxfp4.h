@@ -34,9 +34,14 @@ struct MoeMxfp4Weights {
 
 // Which variant runs each of the two grouped GEMMs (indices into moe_mxfp4_variants(gemm)).
 enum class MoeGemm { kGateUp = 0, kDown = 1 };
+// Limit probes (`mxserve bench-kernels moe --probe`, never serving): run only the gate_up GEMM, and for a
+// design 5 (gv_*) gate_up optionally only its weight stream (no dequant / MMA) or only its math (no weight
+// loads), so the time of each part is measured on the real grid.
+enum class MoeProbe { kNone = 0, kGateUp, kGateUpLoadsOnly, kGateUpMathOnly };
 struct MoeMxfp4Plan {
   int gate_up = 0;
   int down = 0;
+  MoeProbe probe = MoeProbe::kNone;
 };
 
 // The names of the compiled variants for one GEMM, in a fixed order (the tuner's candidate list).

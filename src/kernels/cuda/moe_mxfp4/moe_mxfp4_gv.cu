@@ -109,6 +109,17 @@ __device__ __forceinline__ GvX gv_load_x(const bf16* xrow, int s, int t) {
   return x;
 }
 
+// Probe 2's stand-in for a weight load: codes made in registers (no memory), scale 2^0.
+__device__ __forceinline__ int t_of_lane() { return (threadIdx.x % 32) % 4; }
+__device__ __forceinline__ GvStep gv_fake_step(int s, int t) {
+  const uint32_t c = 0x9E3779B9u * static_cast<uint32_t>(s * 4 + t + 1);
+  GvStep w;
+  w.qa = make_uint4(c, c ^ 0x5555u, c + 7u, ~c);
+  w.qb = make_uint4(c ^ 0xAAAAu, c + 3u, c * 5u, c >> 3);
+  w.sa = w.sb = 0x7F7F7F7Fu;
+  return w;
+}
+
 __device__ __forceinline__ uint32_t gv_word(const uint4& q, int i) {
   return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
 }
@@ -154,7 +165,9 @@ __device__ __forceinline__ void gv_mma_step(float (&acc)[4], const GvStep& w, co
 // Refill order (measured, docs/perf/moe-mxfp4.md): kDepth 4 refills step s's slot BEFORE its MMAs (kDepth
 // steps in flight; the new load takes other registers while the old are live, ~10 more registers), kDepth
 // 8 after them (7 in flight, and the ring stays in place: the other order needs ~190 registers).
-template <int kDepth>
+// kProbe (bench-kernels moe --probe only): 1 = the weight and x loads alone (folded into acc so they are
+// not dead), 2 = dequant + MMAs on register-made codes (no weight loads).
+template <int kDepth, int kProbe = 0>
 __device__ __forceinline__ void gv_run(float (&acc)[4], const GvTile& tl, GvStep (&ring)[kDepth], const bf16* xrow,
                                        int t) {
   constexpr bool kRefillFirst = kDepth <= 4;
@@ -164,9 +177,16 @@ __device__ __forceinline__ void gv_run(float (&acc)[4], const GvTile& tl, GvStep
     for (int d = 0; d < kDepth; ++d) {
       const int s = s0 + d;
       if (s < n) {  // warp-uniform
-        const GvStep w = ring[d];
-        if (kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
+        GvStep w = ring[d];
+        if (kRefillFirst && s + kDepth < n) ring[d] = kProbe == 2 ? gv_fake_step(s + kDepth, t) : tl.load(s + kDepth);
         const GvX xs = gv_load_x(xrow, s, t);
+        if constexpr (kProbe == 1) {
+          const uint32_t v = w.qa.x ^ w.qa.y ^ w.qa.z ^ w.qa.w ^ w.qb.x ^ w.qb.y ^ w.qb.z ^ w.qb.w ^ w.sa ^ w.sb ^
+                             xs.v[0].x ^ xs.v[1].y ^ xs.v[2].z ^ xs.v[3].w;
+          acc[0] += __uint_as_float(v & 0x3FFFFFFFu);
+          if (!kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
+          continue;
+        }
         const uint32_t ea = (w.sa >> (8 * t)) & 0xFFu, eb = (w.sb >> (8 * t)) & 0xFFu;
         if (__any_sync(0xffffffffu, ea > 128u || eb > 128u)) {
           gv_mma_step<true>(acc, w, xs, mxfp4_factor(ea), mxfp4_factor(eb));
@@ -179,17 +199,17 @@ __device__ __forceinline__ void gv_run(float (&acc)[4], const GvTile& tl, GvStep
           fa.two_step = fb.two_step = false;
           gv_mma_step<false>(acc, w, xs, fa, fb);
         }
-        if (!kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
+        if (!kRefillFirst && s + kDepth < n) ring[d] = kProbe == 2 ? gv_fake_step(s + kDepth, t) : tl.load(s + kDepth);
       }
     }
   }
 }
 
-template <int kDepth>
+template <int kDepth, int kProbe = 0>
 __device__ __forceinline__ void gv_prefetch(const GvTile& tl, GvStep (&ring)[kDepth]) {
 #pragma unroll
   for (int d = 0; d < kDepth; ++d)
-    if (d < tl.n_steps) ring[d] = tl.load(d);
+    if (d < tl.n_steps) ring[d] = kProbe == 2 ? gv_fake_step(d, t_of_lane()) : tl.load(d);
 }
 
 constexpr int kGvMaxRows = 8;  // token rows of an expert per pass (the MMA's n)
@@ -203,7 +223,7 @@ constexpr int kGvWarpsPerSm = kDepth <= 4 ? 16 : 8;
 // kSplit 2: two warps per tile, each half of the k steps (twice the warps and bytes in flight when the
 // tiles alone leave SMs short of warps, e.g. one token: 1408 tiles for GLM-4.5-Air's gate_up over 132 SMs);
 // the second half's partial sums pass through shared memory.
-template <int kWarps, int kDepth, int kSplit, bool kSwiglu>
+template <int kWarps, int kDepth, int kSplit, bool kSwiglu, int kProbe = 0>
 __global__ void __launch_bounds__(kWarps * kSplit * 32, kGvWarpsPerSm<kDepth> / (kWarps * kSplit))
     mxfp4_gv_kernel(Mxfp4GemmArgs p) {
   constexpr int kFeat = kSwiglu ? 8 : 16;  // output features per tile
@@ -245,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * kSplit * 32, kGvWarpsPerSm<kDepth> / 
   tl.n_steps = max(0, min(tl.n_steps - s_begin, (tl.n_steps + kSplit - 1) / kSplit));
   GvStep ring[kDepth];
   const bool live = f0 < N;  // warp-uniform; NOTE: with kSplit 2 a dead warp still meets the barriers
-  if (live) gv_prefetch(tl, ring);
+  if (live) gv_prefetch<kDepth, kProbe>(tl, ring);
   if (!kSwiglu) {
     mxfp4_pdl_wait();
     gv_launch_dependents();
@@ -255,14 +275,14 @@ __global__ void __launch_bounds__(kWarps * kSplit * 32, kGvWarpsPerSm<kDepth> / 
   const int rows_total = direct ? 1 : p.row_offsets[e + 1] - rb;
   for (int r0 = 0; r0 < rows_total; r0 += kGvMaxRows) {
     const int rows = min(kGvMaxRows, rows_total - r0);
-    if (r0 > 0 && live) gv_prefetch(tl, ring);
+    if (r0 > 0 && live) gv_prefetch<kDepth, kProbe>(tl, ring);
     const bf16* xrow = nullptr;
     if (g < rows) {
       const int64_t src = kSwiglu ? (direct ? 0 : p.row_token[rb + r0 + g]) : rb + r0 + g;
       xrow = p.a + src * p.k + 128 * s_begin;
     }
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (live) gv_run(acc, tl, ring, xrow, t);
+    if (live) gv_run<kDepth, kProbe>(acc, tl, ring, xrow, t);
     if constexpr (kSplit > 1) {
       if (half == 1)
 #pragma unroll
@@ -352,7 +372,11 @@ void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   const int feat = swiglu ? 8 : 16;
   const int tiles = ceil_div(a.n, feat);
   const dim3 grid(ceil_div(tiles, kWarps), a.max_active), block(kWarps * kSplit * 32);
-  if (swiglu) mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, true>, grid, block, 0, stream, a);
+  if (swiglu && a.gv_probe == 1)
+    mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, true, 1>, grid, block, 0, stream, a);
+  else if (swiglu && a.gv_probe == 2)
+    mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, true, 2>, grid, block, 0, stream, a);
+  else if (swiglu) mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, true>, grid, block, 0, stream, a);
   else mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, false>, grid, block, 0, stream, a);
 }
 

@@ -35,6 +35,8 @@ struct Mxfp4GemmArgs {
   // Direct mode, down GEMM of design 5 only: fuse the weighted un-permute (out[0] += sum_k w[k] y_k).
   const float* combine_weights = nullptr;  // [top_k]
   bf16* combine_out = nullptr;             // [1, N]
+  // Design 5 only (MoeProbe): 0 normal, 1 weight loads only (no dequant / MMA), 2 math only (no weight loads).
+  int gv_probe = 0;
 };
 
 // Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
