@@ -6,7 +6,8 @@
 # in serving either), and writes one CSV of metrics per run plus a digest:
 #   $OUT/ncu_<label>_m<M>.csv      every section's metrics, one row per kernel launch
 #   $OUT/ncu_digest.txt            per kernel: duration, DRAM GB/s and % of peak, SM busy, issue-slot use,
-#                                  achieved occupancy, waves per SM, grid, registers, top warp stalls
+#                                  achieved occupancy, waves per SM, grid, registers, warp stalls, pipe use
+#                                  (tensor / ALU / FMA / LSU, % of peak), instructions executed
 #   usage: moe_profile.sh     (env MOE_PROFILE="label,E,H,I,K,M;..." overrides the runs, MOE_TABLE_DIR the tables)
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -17,7 +18,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 echo "ncu: ${NCU:-missing}"
 [ -n "$NCU" ] || exit 3
 IFS=';' read -r -a RUNS <<< "${MOE_PROFILE:-air,128,4096,1408,8,1;air,128,4096,1408,8,8;air,128,4096,1408,8,64;air,128,4096,1408,8,8192;glm52,256,6144,2048,8,1}"
-SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --metrics smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_misc_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
 for run in "${RUNS[@]}"; do
   set -- ${run//,/ }
   label=$1; E=$2; H=$3; I=$4; K=$5; M=$6
@@ -62,7 +63,7 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ncu_*.csv"))):
     for (i, name), ms in sorted(kern.items()):
         print(f"  [{i}] {name}")
         for s, m, u, v in ms:
-            if m in want or "stall" in m.lower():
+            if m in want or "stall" in m.lower() or "pipe" in m or "inst_executed" in m:
                 print(f"      {m} = {v} {u}")
 PY
 head -c 30000 "$OUT/ncu_digest.txt"
