@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
@@ -225,20 +226,7 @@ __global__ void __launch_bounds__(kDecMaxWarps * 32, kOcc) mxfp4_dec_kernel(Mxfp
           for (int i = 0; i < 4; ++i) c[i] += rd[(w2 * 4 + i) * 32 + lane];
         const int nbase = (blockIdx.x * kRt + rt) * kFeat;
         const int feat_a = nbase + g, feat_b = kSwiglu ? nbase + g : nbase + g + 8;
-        // c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, token 2t+1)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int tok = 2 * t + h;
-          if (tok >= rows) continue;
-          bf16* crow = p.c + static_cast<int64_t>(rb + r0 + tok) * N;
-          if (kSwiglu) {
-            const float gv = c[h], uv = c[2 + h];
-            if (feat_a < N) crow[feat_a] = to_bf16(gv / (1.0f + expf(-gv)) * uv);
-          } else {
-            if (feat_a < N) crow[feat_a] = to_bf16(c[h]);
-            if (feat_b < N) crow[feat_b] = to_bf16(c[2 + h]);
-          }
-        }
+        mxfp4_store_tile<kSwiglu>(c, p.c, rb + r0, 0, rows, N, feat_a, feat_b, t);
       }
     }
     // NOTE: red[] is double-buffered by row tile; the next pass's first write to red[0] comes after this

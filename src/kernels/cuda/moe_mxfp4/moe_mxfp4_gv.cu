@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
@@ -295,20 +296,7 @@ __global__ void __launch_bounds__(kWarps * kSplit * 32, kGvWarpsPerSm<kDepth> / 
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[i] += red[warp][i][lane];
     }
-    // c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, token 2t+1)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tok = 2 * t + h;
-      if (tok >= rows) continue;
-      bf16* crow = p.c + static_cast<int64_t>(rb + r0 + tok) * N;
-      if (kSwiglu) {
-        const float gv = acc[h], uv = acc[2 + h];
-        if (fa < N) crow[fa] = to_bf16(gv / (1.0f + expf(-gv)) * uv);
-      } else {
-        if (fa < N) crow[fa] = to_bf16(acc[h]);
-        if (fb < N) crow[fb] = to_bf16(acc[2 + h]);
-      }
-    }
+    mxfp4_store_tile<kSwiglu>(acc, p.c, rb + r0, 0, rows, N, fa, fb, t);
     if constexpr (kSplit > 1) __syncthreads();
   }
 }

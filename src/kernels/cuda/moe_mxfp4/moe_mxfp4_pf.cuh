@@ -24,6 +24,7 @@
 #include "core/check.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
@@ -189,27 +190,13 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
       }
     }
     cp_async_wait_group<0>();  // nothing of this tile left in flight (the trailing groups are empty)
-    // Epilogue: c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, 2t+1).
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int feat_a = kSwiglu ? fbase + wn * 16 + mt * 8 + g : fbase + wn * 32 + mt * 16 + g;
       const int feat_b = kSwiglu ? feat_a : feat_a + 8;
 #pragma unroll
-      for (int nt = 0; nt < kNtW; ++nt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int tok = wt * (kBT / 2) + nt * 8 + 2 * t + h;
-          if (tok >= rows) continue;
-          bf16* crow = p.c + static_cast<int64_t>(rb + r0 + tok) * N;
-          if (kSwiglu) {
-            const float gv = acc[mt][nt][h], uv = acc[mt][nt][2 + h];
-            if (feat_a < N) crow[feat_a] = to_bf16(gv / (1.0f + expf(-gv)) * uv);
-          } else {
-            if (feat_a < N) crow[feat_a] = to_bf16(acc[mt][nt][h]);
-            if (feat_b < N) crow[feat_b] = to_bf16(acc[mt][nt][2 + h]);
-          }
-        }
-      }
+      for (int nt = 0; nt < kNtW; ++nt)
+        mxfp4_store_tile<kSwiglu>(acc[mt][nt], p.c, rb + r0, wt * (kBT / 2) + nt * 8, rows, N, feat_a, feat_b, t);
     }
   }
 }

@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
@@ -136,23 +137,8 @@ __global__ void __launch_bounds__(kWarps * 32) mxfp4_tc_kernel(Mxfp4GemmArgs p, 
         sb = nsb;
       }
     }
-    // c0 (row g, token 2t), c1 (row g, token 2t+1), c2 (row g+8, token 2t), c3 (row g+8, token 2t+1)
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int tok = nt * 8 + 2 * t + h;
-        if (tok >= rows) continue;
-        bf16* crow = p.c + static_cast<int64_t>(rb + r0 + tok) * N;
-        if (kSwiglu) {
-          const float gv = acc[nt][h], uv = acc[nt][2 + h];
-          if (ok_a) crow[feat_a] = to_bf16(gv / (1.0f + expf(-gv)) * uv);
-        } else {
-          if (ok_a) crow[feat_a] = to_bf16(acc[nt][h]);
-          if (ok_b) crow[feat_b] = to_bf16(acc[nt][2 + h]);
-        }
-      }
-    }
+    for (int nt = 0; nt < kNt; ++nt) mxfp4_store_tile<kSwiglu>(acc[nt], p.c, rb + r0, nt * 8, rows, N, feat_a, feat_b, t);
   }
 }
 
