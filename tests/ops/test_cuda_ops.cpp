@@ -186,7 +186,10 @@ TEST_F(CudaOps, RmsNorm) {
     int64_t rows, cols;
     bool in_place;
   };
-  for (const Case& c : {Case{1, 64, false}, Case{7, 4096, false}, Case{33 * 4, 128, true}, Case{5, 32, true}}) {
+  // Block-per-row kernel up to 8192 columns (partial last chunk pass at 6144, in place at 8192), the
+  // warp-per-row kernel beyond (8200).
+  for (const Case& c : {Case{1, 64, false}, Case{7, 4096, false}, Case{33 * 4, 128, true}, Case{5, 32, true},
+                        Case{1, 6144, false}, Case{3, 8192, true}, Case{2, 8200, false}}) {
     Tensor x = rand({c.rows, c.cols}, 3.f), w = rand({c.cols});
     Tensor ref = cpu_->alloc(DType::kF32, {c.rows, c.cols});
     cpu_->rmsnorm(cpu(x), cpu(w), 1e-5f, ref);
