@@ -43,9 +43,10 @@ struct Mxfp4GemmArgs {
 // programmaticStreamSerialization, so each one's launch (grid setup, block dispatch) overlaps the end of
 // the kernel before it instead of following it (a ~1-2 us gap per boundary, 3 per call; it matters at
 // decode, where a whole call is ~20-70 us). Every such kernel calls mxfp4_pdl_wait() before touching
-// anything an earlier kernel wrote; no kernel triggers early (griddepcontrol.launch_dependents), so a
-// dependent grid never holds SM resources while its predecessor still runs. A kernel launched without the
-// attribute (or on sm_80) treats the wait as a no-op.
+// anything an earlier kernel wrote. Only design 5 triggers early (griddepcontrol.launch_dependents right
+// after its own wait, moe_mxfp4_gv.cu), so the GEMM after it may already hold SM resources and stream its
+// weights while design 5 runs; every other kernel lets its dependent launch only at its end. A kernel
+// launched without the attribute (or on sm_80) treats the wait as a no-op.
 __device__ __forceinline__ void mxfp4_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
