@@ -6,7 +6,8 @@
 // M = 1 (x addresses recomputed per MMA, the rare two-step scale multiply predicated on every pair, split-K
 // reduction), so at 43-60% issue-slot use they read only 23-35% of DRAM bandwidth. Here, per 16x16 MMA of
 // weights a lane runs 4 x (PRMT, SHF, 2 LOP3, HMUL2) + 1 HMMA + 1/2 x load, ~2.6 instructions per weight, and
-// the scale's two-step form (E8M0 > 128, |w| >= 256: no real checkpoint) runs only on a warp vote.
+// the scale's two-step form (E8M0 > 128, |w| >= 256: no real checkpoint) runs only on a warp vote. What
+// limits it now (ncu + the bench's limit probe): that instruction stream takes as long as the weight stream.
 //
 // Fragments are design 2's (moe_mxfp4_tc.cu): weights are the MMA's A operand (rows g and g+8 of the tile),
 // lane (g, t) owns the E8M0 block 4s + t of k step s (16 code bytes per row), and the k order inside an MMA
@@ -14,9 +15,10 @@
 // the B operand (n = 8: up to 8 rows of the expert per pass, lane g serves row g). x comes straight from
 // global memory through L1 (it is tiny and shared by every warp of an expert) at the start of each step.
 //
-//   mxfp4_gv_kernel<kWarps, kDepth, kSwiglu>  grid (ceil(tiles / kWarps), active experts), kWarps warps,
-//       warp w of block x takes tile x * kWarps + w of expert active[y] (gate_up: 8 features = gate rows
-//       g and up rows g of the same feature, SwiGLU in registers; down: 16 output features).
+//   mxfp4_gv_kernel<kWarps, kDepth, kSplit, kSwiglu, kProbe>  grid (ceil(tiles / kWarps), active experts),
+//       kWarps x kSplit warps: warp w of block x takes tile x * kWarps + w of expert active[y] (gate_up: 8
+//       features = gate rows g and up rows g of the same feature, SwiGLU in registers; down: 16 output
+//       features), kSplit 2 halves K between two warps; kProbe != 0 only for `bench-kernels moe --probe`.
 //   mxfp4_gv_combine_kernel<8, kDepth>   one token (direct mode), down GEMM fused with the weighted
 //       un-permute: block = 16 output features, warp w takes experts w, w + 8, ..., scales by the
 //       routing weight in fp32, the warps sum through shared memory, and out[0] += the sum (no y buffer,
@@ -350,6 +352,13 @@ __global__ void __launch_bounds__(kWarps * 32, kGvWarpsPerSm<kDepth> / kWarps) m
 template <int kWarps, int kDepth, int kSplit>
 void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   MX_CHECK_MSG(a.k % 128 == 0, "mxfp4 gv: K " << a.k << " must be a multiple of 128");
+  // The kernel's 16-byte code / x loads and 4-byte scale-word loads would fault on these (K % 128 == 0 keeps
+  // every row aligned once the bases are): say which pointer instead.
+  MX_CHECK_MSG(reinterpret_cast<uintptr_t>(a.wq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.a) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.ws) % 4 == 0,
+               "mxfp4 gv: misaligned pointer (codes " << static_cast<const void*>(a.wq) << " and activations "
+                                                       << static_cast<const void*>(a.a) << " need 16 bytes, scales "
+                                                       << static_cast<const void*>(a.ws) << " 4 bytes)");
   if (!swiglu && a.combine_out != nullptr) {
     MX_CHECK_MSG(a.direct_ids != nullptr && a.n_tokens == 1, "mxfp4 gv: the fused combine needs one token");
     // One warp per expert slot (top_k <= 8: all of a row tile's experts stream at once), whatever kWarps.
