@@ -36,27 +36,11 @@ namespace {
 __device__ __forceinline__ int swz16(int u) { return u ^ ((u >> 3) & 1); }
 
 
-// MMA A-fragment jj (0..7) of one 128-wide k step: bytes 2jj (regs 0/1) and 2jj+1 (regs 2/3) of the lane's
-// 16 code bytes of row g (qa) and g+8 (qb), as design 2's dequant_step, one fragment at a time (4 registers
-// live instead of 32).
-template <int kJ>
-__device__ __forceinline__ void dec_frag(const uint4& qa, const uint4& qb, const Mxfp4Factor& fa,
-                                         const Mxfp4Factor& fb, uint32_t (&a)[4]) {
-  constexpr int wi = kJ / 2, b0 = (kJ % 2) * 2;
-  const uint32_t x = wi == 0 ? qa.x : wi == 1 ? qa.y : wi == 2 ? qa.z : qa.w;
-  const uint32_t y = wi == 0 ? qb.x : wi == 1 ? qb.y : wi == 2 ? qb.z : qb.w;
-  const uint32_t x4 = x << 4, y4 = y << 4;
-  a[0] = mxfp4_apply(e2m1_pair_raw<b0>(x, x4), fa);
-  a[2] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(x, x4), fa);
-  a[1] = mxfp4_apply(e2m1_pair_raw<b0>(y, y4), fb);
-  a[3] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(y, y4), fb);
-}
-
 template <int kJ>
 __device__ __forceinline__ void dec_mma_j(float (&acc)[4], const uint4& qa, const uint4& qb, const Mxfp4Factor& fa,
                                           const Mxfp4Factor& fb, const uint32_t (&xw)[4]) {
   uint32_t a[4];
-  dec_frag<kJ>(qa, qb, fa, fb, a);
+  mxfp4_a_frag<kJ>(qa, qb, fa, fb, a);
   mma_bf16_m16n8k16(acc, a, xw[(kJ % 2) * 2], xw[(kJ % 2) * 2 + 1]);
 }
 

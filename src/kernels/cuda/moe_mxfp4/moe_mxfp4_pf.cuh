@@ -33,20 +33,6 @@ namespace {
 
 __device__ __forceinline__ int pf_swz(int u, int row) { return u ^ ((u >> 3) & 1) ^ ((row & 1) << 1); }
 
-// A fragment of MMA j (0..7) from the lane's 16 code bytes of rows g (qa) and g+8 (qb).
-template <int kJ>
-__device__ __forceinline__ void pf_frag(const uint4& qa, const uint4& qb, const Mxfp4Factor& fa, const Mxfp4Factor& fb,
-                                        uint32_t (&a)[4]) {
-  constexpr int wi = kJ / 2, b0 = (kJ % 2) * 2;
-  const uint32_t x = wi == 0 ? qa.x : wi == 1 ? qa.y : wi == 2 ? qa.z : qa.w;
-  const uint32_t y = wi == 0 ? qb.x : wi == 1 ? qb.y : wi == 2 ? qb.z : qb.w;
-  const uint32_t x4 = x << 4, y4 = y << 4;
-  a[0] = mxfp4_apply(e2m1_pair_raw<b0>(x, x4), fa);
-  a[2] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(x, x4), fa);
-  a[1] = mxfp4_apply(e2m1_pair_raw<b0>(y, y4), fb);
-  a[3] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(y, y4), fb);
-}
-
 constexpr int kPfStages = 3;
 constexpr int kPfRows = 128;  // weight rows per block
 constexpr int kPfThreads = 256;
@@ -174,14 +160,14 @@ __global__ void __launch_bounds__(kPfThreads, 1) mxfp4_pf_kernel(Mxfp4GemmArgs p
           for (int mt = 0; mt < 2; ++mt) {
             uint32_t a[4];
             switch (2 * q + h) {
-              case 0: pf_frag<0>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 1: pf_frag<1>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 2: pf_frag<2>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 3: pf_frag<3>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 4: pf_frag<4>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 5: pf_frag<5>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              case 6: pf_frag<6>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
-              default: pf_frag<7>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 0: mxfp4_a_frag<0>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 1: mxfp4_a_frag<1>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 2: mxfp4_a_frag<2>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 3: mxfp4_a_frag<3>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 4: mxfp4_a_frag<4>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 5: mxfp4_a_frag<5>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              case 6: mxfp4_a_frag<6>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
+              default: mxfp4_a_frag<7>(qa[mt], qb[mt], fa[mt], fb[mt], a); break;
             }
 #pragma unroll
             for (int nt = 0; nt < kNtW; ++nt) mma_bf16_m16n8k16(acc[mt][nt], a, xw[nt][2 * h], xw[nt][2 * h + 1]);

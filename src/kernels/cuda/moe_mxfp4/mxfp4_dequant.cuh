@@ -49,6 +49,23 @@ __device__ __forceinline__ uint32_t mxfp4_apply(uint32_t raw, const Mxfp4Factor&
   return as_u32(v);
 }
 
+// The MMA A fragment (m16n8k16, weights = operand A) of MMA kJ (0..7) of one 128-wide k step, from a lane's
+// 16 code bytes of rows g (qa) and g+8 (qb): bytes 2kJ (regs 0/1: k slots 2t, 2t+1) and 2kJ+1 (regs 2/3:
+// 2t+8, 2t+9), the byte's low nibble in the low bf16 half. The k order this implies is the one the kernels
+// give their token operand (docs/cuda.md, "K permutation"). One fragment at a time: 4 registers live.
+template <int kJ>
+__device__ __forceinline__ void mxfp4_a_frag(const uint4& qa, const uint4& qb, const Mxfp4Factor& fa,
+                                             const Mxfp4Factor& fb, uint32_t (&a)[4]) {
+  constexpr int wi = kJ / 2, b0 = (kJ % 2) * 2;
+  const uint32_t x = wi == 0 ? qa.x : wi == 1 ? qa.y : wi == 2 ? qa.z : qa.w;
+  const uint32_t y = wi == 0 ? qb.x : wi == 1 ? qb.y : wi == 2 ? qb.z : qb.w;
+  const uint32_t x4 = x << 4, y4 = y << 4;
+  a[0] = mxfp4_apply(e2m1_pair_raw<b0>(x, x4), fa);
+  a[2] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(x, x4), fa);
+  a[1] = mxfp4_apply(e2m1_pair_raw<b0>(y, y4), fb);
+  a[3] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(y, y4), fb);
+}
+
 // The exact E2M1 values of a raw pair (scale not applied): raw * 2^126.
 __device__ __forceinline__ __nv_bfloat162 e2m1_pair_value(uint32_t raw) {
   constexpr uint32_t k2p126 = (253u << 7) | ((253u << 7) << 16);
