@@ -35,6 +35,17 @@ void expect(const Tensor& t, DType dt, const char* op, const char* what) {
   MX_CHECK_MSG(t.is_contiguous(), "cuda " << op << ": " << what << " is not contiguous");
 }
 
+// The routed-expert shape of one moe_experts call: T = x rows, d_model = x columns, top_k = ids columns.
+kc::MoeShape routed_shape(const Tensor& x, const Tensor& topk_ids, int64_t n_experts, int64_t inter) {
+  kc::MoeShape s;
+  s.n_tokens = x.dim(0);
+  s.d_model = x.dim(1);
+  s.top_k = static_cast<int32_t>(topk_ids.dim(1));
+  s.n_experts = static_cast<int32_t>(n_experts);
+  s.inter = inter;
+  return s;
+}
+
 // The kernels' variant list as the selector sees it (kernels/moe_tuning.h; gemm 0 = gate_up, 1 = down).
 kernels::MoeVariantCatalog mxfp4_catalog() {
   kernels::MoeVariantCatalog c;
@@ -336,12 +347,7 @@ class CudaBackend final : public Backend {
                          Tensor& out) {
     expect(ex.gate_up, DType::kBF16, "moe_experts", "gate_up");
     expect(ex.down, DType::kBF16, "moe_experts", "down");
-    kc::MoeShape s;
-    s.n_tokens = x.dim(0);
-    s.d_model = x.dim(1);
-    s.top_k = static_cast<int32_t>(topk_ids.dim(1));
-    s.n_experts = static_cast<int32_t>(ex.gate_up.dim(0));
-    s.inter = ex.down.dim(2);
+    const kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.down.dim(2));
     MX_CHECK_EQ(ex.gate_up.dim(1), 2 * s.inter);
     MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model);
     MX_CHECK_EQ(ex.down.dim(1), s.d_model);
@@ -359,12 +365,7 @@ class CudaBackend final : public Backend {
     expect(ex.gate_up_scales, DType::kU8, "moe_experts", "gate_up_scales (e8m0)");
     expect(ex.down, DType::kU8, "moe_experts", "down (mxfp4 codes)");
     expect(ex.down_scales, DType::kU8, "moe_experts", "down_scales (e8m0)");
-    kc::MoeShape s;
-    s.n_tokens = x.dim(0);
-    s.d_model = x.dim(1);
-    s.top_k = static_cast<int32_t>(topk_ids.dim(1));
-    s.n_experts = static_cast<int32_t>(ex.gate_up.dim(0));
-    s.inter = ex.inter();
+    const kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.inter());
     MX_CHECK_MSG(s.d_model % 32 == 0 && s.inter % 32 == 0,
                  "cuda moe_experts mxfp4: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 32");
     MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model / 2);
