@@ -15,7 +15,7 @@ tar -xJf "$P/libs.tar.xz" -C "$P/lib"
 [ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
-export MXSERVE_FIXTURE_ROOT="$P/fixtures"
+export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv;
   ldd "$P/bin/test_cuda_ops" | grep -E "not found|cublas|cudart|openblas"; cat "$P/commit.txt"; } 2>&1 | tee "$OUT/gpu.txt"
 

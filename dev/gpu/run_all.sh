@@ -17,7 +17,7 @@ rm -rf "$WORK"; mkdir -p "$WORK" "$FINAL_OUT"
 mkdir -p "$P/lib" && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
-export MXSERVE_FIXTURE_ROOT="$P/fixtures"
+export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$WORK/gpu.txt" 2>&1
 cat "$P/commit.txt" >> "$WORK/gpu.txt" 2>/dev/null
 for spec in "$@"; do

@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
+#include "core/check.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -150,20 +151,20 @@ int main(int argc, char** argv) {
   // ---- attention decode, split heuristic sweep: warps per SM the split count aims for ----
   if (!quick) {
     for (const char* target : {"4", "16", "32"}) {
-      setenv("MXSERVE_ATTENTION_SPLIT_TARGET", target, 1);
+      MX_CHECK(be.set_kernel_options({.attention_split_target = std::atoll(target)}).is_ok());
       for (int64_t b : {1, 8, 32, 64})
         decode_row(b, 8192, "attention decode batch " + std::to_string(b) + " ctx 8192 [split target " + target + "/SM]");
     }
-    unsetenv("MXSERVE_ATTENTION_SPLIT_TARGET");
+    MX_CHECK(be.set_kernel_options({}).is_ok());
   }
 
   // ---- attention prefill: one sequence, causal chunk from position 0 ----
-  // The CUDA-core kernel (design 1) is timed again on a few shapes for comparison: MXSERVE_ATTENTION_KERNEL.
+  // The CUDA-core kernel (design 1) is timed again on a few shapes for comparison (KernelOptions::attention_kernel).
   // Designs: shared (8 tokens per block share K/V tiles; the default for prefill), warp (one warp per token,
   // the decode kernel), simt (CUDA cores).
   for (const char* kernel : {"shared", "warp", "simt"}) {
     const bool simt = std::strcmp(kernel, "simt") == 0;
-    setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+    MX_CHECK(be.set_kernel_options({.attention_kernel = kernel}).is_ok());
     std::vector<int64_t> chunks = {1024};
     if (!quick && std::strcmp(kernel, "shared") == 0) chunks = {1024, 8192, 20480};
     if (!quick && std::strcmp(kernel, "warp") == 0) chunks = {1024, 8192};
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
                         kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
       }
     }
-    unsetenv("MXSERVE_ATTENTION_KERNEL");
+    MX_CHECK(be.set_kernel_options({}).is_ok());
   }
 
   // ---- MoE routed experts: decode (bytes of the experts hit) and prefill (FLOPs) ----

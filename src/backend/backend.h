@@ -1,7 +1,8 @@
 // Backend: the interface the model computes through, shared by the CPU reference and the CUDA backend.
 // Owns: device memory allocation, host<->device copies, and the op table. Every op validates nothing
-// user-facing (the model validated the batch); each has a CPU and a CUDA implementation, and an op a
-// backend lacks fails loudly through supports() -- never a silent fallback to another backend.
+// user-facing (the model validated the batch); each has a CPU and a CUDA implementation, and a dtype or
+// shape a backend does not implement fails loudly at the op's entry, naming the op and the tensor --
+// never a silent fallback to another backend.
 // Shapes: T tokens, H d_model, E experts, K top_k, I expert width, V vocab.
 #pragma once
 
@@ -16,11 +17,6 @@
 #include "kernels/synthetic_fill.h"
 
 namespace mxserve::backend {
-
-enum class Op {
-  kEmbedding, kRmsNorm, kLinear, kRope, kSiluMul, kAdd, kKvWrite, kAttention, kRouter, kMoeExperts, kGatherRows, kArgmax, kFillSynthetic, kKvCopy,
-};
-const char* op_name(Op op);
 
 // Paged-attention metadata for one batch, on the backend's device.
 struct AttentionMeta {
@@ -56,6 +52,20 @@ struct ExpertWeights {
   int64_t inter() const { return gate_up.dim(1) / 2; }
 };
 
+// Kernel choices a backend exposes to tests and benchmarks (serving never needs them; the defaults are the
+// tuned / heuristic choice). A backend without the named choice refuses it (set_kernel_options).
+struct KernelOptions {
+  std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared"
+  int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
+  bool is_default() const { return attention_kernel.empty() && attention_split_target == 0; }
+};
+
+// Typed construction options of a backend (the launch root fills them from its rank layout and flags).
+struct BackendOptions {
+  int device = 0;  // the accelerator this backend runs on (CUDA device index; ignored by the CPU backend)
+  KernelOptions kernels;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -63,7 +73,12 @@ class Backend {
   virtual Device device() const = 0;
   virtual DType activation_dtype() const = 0;  // f32 on CPU, bf16 on CUDA
   virtual DType weight_dtype() const = 0;      // dtype float weights are stored in on this backend
-  virtual bool supports(Op op) const = 0;
+  // Replaces the kernel choices (KernelOptions); an option this backend does not have is an error naming it.
+  virtual Status set_kernel_options(const KernelOptions& options) {
+    if (options.is_default()) return Status::ok();
+    return unsupported("backend " + name() + " has no kernel options (attention_kernel '" + options.attention_kernel +
+                       "', attention_split_target " + std::to_string(options.attention_split_target) + ")");
+  }
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }
   // Called once per MoE layer after its experts are loaded: a backend with tuned kernel selection resolves
@@ -91,10 +106,12 @@ class Backend {
   virtual void add(Tensor& x, const Tensor& y) = 0;                                       // x += y
   virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
                         Tensor& v_cache) = 0;
-  // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in both caches, in order i
-  // = 0..P-1 (a later pair may read a slot an earlier one wrote): compaction of an accepted tree path.
-  // (Not pure: a backend without it -- e.g. a test double -- fails loudly when tree speculation asks.)
-  virtual void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache);
+  // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in every tensor of `caches`
+  // (each [n_slots, width]: whatever the model's cache layout holds -- K and V, a latent, indexer keys,
+  // scales), in order i = 0..P-1 per tensor (a later pair may read a slot an earlier one wrote): compaction
+  // of an accepted tree path. (Not pure: a backend without it -- e.g. a test double -- fails loudly when
+  // tree speculation asks.)
+  virtual void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, const std::vector<Tensor*>& caches);
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                          Tensor& out) = 0;                                                // [T,nh,hd]
   // Router GEMM in fp32 + sigmoid + group-limited top-k: x [T,H], gate_w [E,H], bias f32 [E].
@@ -113,7 +130,7 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// nullptr + a Status naming why when CUDA is not built in or no GPU is present.
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name);
+// nullptr + a Status naming why when CUDA is not built in, no GPU is present or the device does not exist.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options = {});
 
 }  // namespace mxserve::backend

@@ -35,7 +35,6 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu(); }
   DType activation_dtype() const override { return DType::kF32; }
   DType weight_dtype() const override { return DType::kF32; }
-  bool supports(Op) const override { return true; }
 
   Tensor alloc(DType dtype, Shape shape) override { return Tensor::empty(dtype, std::move(shape)); }
 
@@ -104,15 +103,22 @@ class CpuBackend final : public Backend {
     const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
     k::kv_write_f32(f32(kt), f32(vt), i32(meta.slot_mapping), f32(k_cache), f32(v_cache), kt.numel() / width, width);
   }
-  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache) override {
+  // The kernel copies two caches of one width per call (K and V): tensors are paired in layout order, and
+  // one without a partner of its width goes alone (passed as both).
+  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, const std::vector<Tensor*>& caches) override {
     MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
-    const int64_t width = k_cache.dim(1);
-    const int64_t n_slots = k_cache.dim(0);
-    for (int64_t i = 0; i < src_slots.numel(); ++i)
-      MX_CHECK_MSG(i32(src_slots)[i] >= 0 && i32(src_slots)[i] < n_slots && i32(dst_slots)[i] >= 0 &&
-                       i32(dst_slots)[i] < n_slots,
-                   "kv_copy: slot pair " << i << " out of range");
-    k::kv_copy_f32(i32(src_slots), i32(dst_slots), src_slots.numel(), f32(k_cache), f32(v_cache), width);
+    for (size_t c = 0; c < caches.size();) {
+      Tensor& a = *caches[c];
+      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) && caches[c + 1]->dim(0) == a.dim(0);
+      Tensor& b = pair ? *caches[c + 1] : a;
+      const int64_t n_slots = a.dim(0);
+      for (int64_t i = 0; i < src_slots.numel(); ++i)
+        MX_CHECK_MSG(i32(src_slots)[i] >= 0 && i32(src_slots)[i] < n_slots && i32(dst_slots)[i] >= 0 &&
+                         i32(dst_slots)[i] < n_slots,
+                     "kv_copy: slot pair " << i << " out of range");
+      k::kv_copy_f32(i32(src_slots), i32(dst_slots), src_slots.numel(), f32(a), f32(b), a.dim(1));
+      c += pair ? 2 : 1;
+    }
   }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
@@ -194,28 +200,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-void Backend::kv_copy(const Tensor&, const Tensor&, Tensor&, Tensor&) {
+void Backend::kv_copy(const Tensor&, const Tensor&, const std::vector<Tensor*>&) {
   MX_CHECK_MSG(false, "backend " << name() << " has no kv_copy (needed by tree speculation's KV compaction)");
-}
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kEmbedding: return "embedding";
-    case Op::kRmsNorm: return "rmsnorm";
-    case Op::kLinear: return "linear";
-    case Op::kRope: return "rope";
-    case Op::kSiluMul: return "silu_mul";
-    case Op::kAdd: return "add";
-    case Op::kKvWrite: return "kv_write";
-    case Op::kAttention: return "attention";
-    case Op::kRouter: return "router";
-    case Op::kMoeExperts: return "moe_experts";
-    case Op::kGatherRows: return "gather_rows";
-    case Op::kArgmax: return "argmax";
-    case Op::kFillSynthetic: return "fill_synthetic";
-    case Op::kKvCopy: return "kv_copy";
-  }
-  return "?";
 }
 
 const char* expert_format_name(ExpertFormat f) {
@@ -228,11 +214,15 @@ const char* expert_format_name(ExpertFormat f) {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const BackendOptions& options) {
+  if (name == "cpu") {
+    auto be = make_cpu_backend();
+    MX_RETURN_IF_ERROR(be->set_kernel_options(options.kernels));
+    return be;
+  }
   if (name == "cuda") {
 #ifdef MXSERVE_HAVE_CUDA
-    return make_cuda_backend();
+    return make_cuda_backend(options);
 #else
     return unsupported("--backend cuda: this build has no CUDA backend (configure with nvcc present, "
                        "-DMXSERVE_CUDA=ON)");

@@ -95,7 +95,6 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(device_); }
   DType activation_dtype() const override { return DType::kBF16; }
   DType weight_dtype() const override { return DType::kBF16; }
-  bool supports(Op) const override { return true; }
   bool supports_expert_format(ExpertFormat f) const override {
     return f == ExpertFormat::kFloat || f == ExpertFormat::kMxfp4;
   }
@@ -103,6 +102,21 @@ class CudaBackend final : public Backend {
     if (ex.format == ExpertFormat::kMxfp4) moe_selector_->prepare(moe_key(ex, top_k));
   }
   std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const override { return moe_selector_->rows(); }
+
+  Status set_kernel_options(const KernelOptions& o) override {
+    using Force = kc::AttentionPlanOptions::Force;
+    kc::AttentionPlanOptions a;
+    if (o.attention_kernel == "simt") a.force = Force::kSimt;
+    else if (o.attention_kernel == "warp") a.force = Force::kWarp;
+    else if (o.attention_kernel == "shared") a.force = Force::kShared;
+    else if (!o.attention_kernel.empty())
+      return invalid_argument("attention kernel '" + o.attention_kernel + "': expected simt, warp or shared");
+    if (o.attention_split_target < 0)
+      return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
+    a.warp_split_target_per_sm = o.attention_split_target;
+    attention_options_ = a;
+    return Status::ok();
+  }
 
   // ---- memory ----
   Tensor alloc(DType dtype, Shape shape) override {
@@ -281,14 +295,22 @@ class CudaBackend final : public Backend {
                       k.numel() / width, width, stream_);
   }
 
-  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, Tensor& k_cache, Tensor& v_cache) override {
+  // The kernel copies two bf16 caches of one width per launch (K and V): tensors are paired in layout
+  // order, and one without a partner of its width goes alone (passed as both).
+  void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, const std::vector<Tensor*>& caches) override {
     expect(src_slots, DType::kI32, "kv_copy", "src_slots");
     expect(dst_slots, DType::kI32, "kv_copy", "dst_slots");
-    expect(k_cache, DType::kBF16, "kv_copy", "k_cache");
-    expect(v_cache, DType::kBF16, "kv_copy", "v_cache");
     MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
-    kc::kv_copy_bf16(src_slots.data<int32_t>(), dst_slots.data<int32_t>(), src_slots.numel(), k_cache.raw(),
-                     v_cache.raw(), k_cache.dim(1), stream_);
+    for (size_t c = 0; c < caches.size();) {
+      Tensor& a = *caches[c];
+      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) && caches[c + 1]->dim(0) == a.dim(0);
+      Tensor& b = pair ? *caches[c + 1] : a;
+      expect(a, DType::kBF16, "kv_copy", "cache");
+      expect(b, DType::kBF16, "kv_copy", "cache");
+      kc::kv_copy_bf16(src_slots.data<int32_t>(), dst_slots.data<int32_t>(), src_slots.numel(), a.raw(), b.raw(),
+                       a.dim(1), stream_);
+      c += pair ? 2 : 1;
+    }
   }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
@@ -305,7 +327,7 @@ class CudaBackend final : public Backend {
     }
     MX_CHECK_EQ(q.numel(), static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim);
     MX_CHECK_EQ(out.numel(), q.numel());
-    const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_);
+    const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_, attention_options_);
     Tensor ws;
     if (plan.workspace_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(plan.workspace_bytes)});
     kc::paged_attention_bf16(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
@@ -449,6 +471,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kStagingBytes = size_t{64} << 20;
   int device_ = 0;
   int n_sms_ = 0;
+  kc::AttentionPlanOptions attention_options_;  // set_kernel_options (tests and benchmarks)
   void* staging_ = nullptr;  // pinned upload ring (see upload)
   size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -460,7 +483,7 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_cuda_backend() {
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -468,8 +491,12 @@ Result<std::unique_ptr<Backend>> make_cuda_backend() {
     return unavailable(std::string("--backend cuda: no usable CUDA device (") + cudaGetErrorString(err) + ")");
   }
   if (count == 0) return unavailable("--backend cuda: no CUDA device present");
-  auto be = std::make_unique<CudaBackend>(0);
+  if (options.device < 0 || options.device >= count)
+    return invalid_argument("--backend cuda: device " + std::to_string(options.device) + " does not exist (" +
+                            std::to_string(count) + " present)");
+  auto be = std::make_unique<CudaBackend>(options.device);
   MX_RETURN_IF_ERROR(be->validate_moe_tables());
+  MX_RETURN_IF_ERROR(be->set_kernel_options(options.kernels));
   return std::unique_ptr<Backend>(std::move(be));
 }
 

@@ -8,9 +8,9 @@
 
 namespace mxserve::backend {
 
-// A CUDA backend on device 0 (bf16 activations and weights), or a Status naming why not
-// (no device, driver error).
-Result<std::unique_ptr<Backend>> make_cuda_backend();
+// A CUDA backend on options.device (bf16 activations and weights), or a Status naming why not
+// (no device, a device index past the count, driver error).
+Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options = {});
 
 }  // namespace mxserve::backend
 

@@ -4,7 +4,8 @@
 // decode batches x contexts and at prefill chunks; then the truncated model's full decode step (forward +
 // lm_head + logits to the host + greedy argmax on the host, as the engine does). Each figure comes with
 // the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
-// Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens):
+// Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens). Weight
+// element counts are summed from the model's declared weights (model::block_weights), not restated here:
 //   attention bytes = w (q, k, v, o weights + biases) + KV read (2 kv_width a per cached token, every
 //                     sequence's context once) + KV write (2 kv_width a per token)
 //                     + a T (4 H + 4 q_dim + 4 kv_dim)  [norm in/out, residual in/out, q/k/v/attn out written+read]
@@ -31,8 +32,10 @@
 #include "cli/commands.h"
 #include "core/logging.h"
 #include "kvcache/kv_cache.h"
+#include "launch/launch.h"
 #include "model/causal_lm.h"
 #include "model/synthetic_weights.h"
+#include "model/weight_stats.h"
 #ifdef MXSERVE_HAVE_CUDA
 #include "backend/cuda_backend.h"
 #include "kernels/cuda/ceilings.h"
@@ -171,21 +174,19 @@ int cmd_bench_model(int argc, char** argv) {
   auto plan = model::parse_synthetic_plan(args->get_or("--quantization", ""));
   if (!plan.is_ok()) return fail(plan.status());
 
-  auto made = backend::make_backend(args->get_or("--backend", "cpu"));
-  if (!made.is_ok()) return fail(made.status());
-  backend::Backend& be = **made;
-  model::LoadOptions lo;
-  lo.load_mtp = false;
-  lo.synthetic = true;
-  lo.seed = static_cast<uint64_t>(*seed);
-  lo.num_layers_override = *num_layers;
-  lo.synthetic_quantization = args->get_or("--quantization", "");
-  const auto t_load = std::chrono::steady_clock::now();
-  auto loaded = model::load_causal_lm(*args->get("--config"), be, lo);
-  if (!loaded.is_ok()) return fail(loaded.status());
-  be.synchronize();
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  model::CausalLM& lm = **loaded;
+  launch::LaunchConfig lc;
+  lc.backend = args->get_or("--backend", "cpu");
+  lc.model.path = *args->get("--config");
+  lc.model.load_mtp = false;
+  lc.model.synthetic = true;
+  lc.model.seed = static_cast<uint64_t>(*seed);
+  lc.model.num_layers = *num_layers;
+  lc.model.synthetic_quantization = args->get_or("--quantization", "");
+  auto launched = launch::launch_model(lc);
+  if (!launched.is_ok()) return fail(launched.status());
+  backend::Backend& be = (*launched)->backend();
+  const double load_s = (*launched)->load_seconds();
+  model::CausalLM& lm = (*launched)->model();
   const model::ModelConfig& c = lm.config();
   std::fprintf(stderr, "bench-model: %s on %s, %lld layers, plan %s:%s, loaded in %.2f s\n", c.source.c_str(),
                be.name().c_str(), static_cast<long long>(c.n_layers), plan->experts.c_str(), plan->rest.c_str(), load_s);
@@ -210,18 +211,28 @@ int cmd_bench_model(int argc, char** argv) {
   const bool packed = plan->experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
   const double we = packed ? 0.5 + 1.0 / 32 : w;
   const double H = static_cast<double>(c.d_model), qd = static_cast<double>(c.n_heads * c.head_dim),
-               kvd = static_cast<double>(c.n_kv_heads * c.head_dim), E = static_cast<double>(c.n_experts),
-               K = static_cast<double>(c.top_k), I = static_cast<double>(c.moe_inter),
-               Is = static_cast<double>(c.shared_inter()), Id = static_cast<double>(c.dense_inter);
-  const double attn_w = (2 * qd * H + 2 * kvd * H + (c.attention_bias ? qd + 2 * kvd : 0)) * w;
-  auto n_hit = [&](double T) { return E * (1.0 - std::pow(1.0 - K / E, T)); };
+               kvd = static_cast<double>(c.n_kv_heads * c.head_dim), K = static_cast<double>(c.top_k),
+               I = static_cast<double>(c.moe_inter), Id = static_cast<double>(c.dense_inter);
+  // Weight bytes and matmul FLOPs come from the declared weights (model/weight_stats.h).
+  const auto& table = (*launched)->weight_table();
+  auto layer_prefix = [](int64_t l) { return "model.layers." + std::to_string(l) + "."; };
+  const model::BlockWeights attn = model::block_weights(table, layer_prefix(0) + "self_attn.");
+  const model::BlockWeights moe =
+      model::block_weights(table, layer_prefix(moe_layer >= 0 ? moe_layer : 0) + "mlp.");
+  const double E = static_cast<double>(moe.n_experts);
+  const double attn_w = static_cast<double>(attn.dense_params) * w;
+  auto n_hit = [&](double T) { return E > 0 ? E * (1.0 - std::pow(1.0 - K / E, T)) : 0.0; };
   auto attn_bytes = [&](double T, double kv_tokens) {
     return attn_w + 2 * kvd * a * kv_tokens + 2 * kvd * a * T + a * T * (4 * H + 4 * qd + 4 * kvd);
   };
-  auto attn_flops = [&](double T, double keys) { return 2 * T * (2 * qd * H + 2 * kvd * H) + 4 * qd * keys; };
-  auto moe_weight_bytes = [&](double T) { return E * H * w + 3 * H * Is * w + n_hit(T) * 3 * H * I * we; };
+  auto attn_flops = [&](double T, double keys) { return 2 * T * static_cast<double>(attn.matmul_params) + 4 * qd * keys; };
+  auto moe_weight_bytes = [&](double T) {
+    return static_cast<double>(moe.dense_params) * w + n_hit(T) * static_cast<double>(moe.per_expert_params) * we;
+  };
   auto moe_bytes = [&](double T) { return moe_weight_bytes(T) + a * T * (4 * H + K * (2 * I + H)); };
-  auto moe_flops = [&](double T) { return 2 * T * (E * H + 3 * H * Is + K * 3 * H * I); };
+  auto moe_flops = [&](double T) {
+    return 2 * T * (static_cast<double>(moe.matmul_params) + K * static_cast<double>(moe.per_expert_params));
+  };
 
   // ---- KV cache: room for the largest case, random K/V ----
   int64_t max_tokens = 0;
@@ -232,9 +243,9 @@ int cmd_bench_model(int argc, char** argv) {
     max_tokens = std::max(max_tokens, b * ((contexts->front() + *block_size - 1) / *block_size) * *block_size);
   kvcache::KvCache kv(lm.kv_spec(max_tokens / *block_size + 1, *block_size),
                       [&](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
-  for (int64_t l = 0; l < kv.spec().n_layers; ++l) {
-    fill_random(be, kv.k(l), 1000 + 2 * l, 1.f);
-    fill_random(be, kv.v(l), 1001 + 2 * l, 1.f);
+  {
+    uint64_t stream = 1000;  // K, V of layer 0, then layer 1, ...: the same streams as before layouts
+    for (Tensor* t : kv.all_tensors()) fill_random(be, *t, stream++, 1.f);
   }
   std::fprintf(stderr, "KV cache: %lld blocks of %lld (%.1f MiB)\n", static_cast<long long>(kv.spec().n_blocks),
                static_cast<long long>(*block_size), kv.spec().bytes() / 1048576.0);
@@ -314,8 +325,11 @@ int cmd_bench_model(int argc, char** argv) {
     }
     if (!err.is_ok()) return fail(err, 1);
     std::sort(v.begin(), v.end());
-    double bytes = H * w + static_cast<double>(c.vocab_size) * H * w;  // final norm + lm_head
-    double flops = 2.0 * b * c.vocab_size * H;
+    const model::BlockWeights head = model::block_weights(table, "lm_head.");
+    const double head_params = head.dense_params > 0 ? static_cast<double>(head.dense_params)
+                                                     : static_cast<double>(c.vocab_size) * H;  // tied: the embedding
+    double bytes = H * w + head_params * w;  // final norm + lm_head
+    double flops = 2.0 * b * head_params;
     for (int64_t l = 0; l < c.n_layers; ++l) {
       bytes += attn_bytes(b, double(b) * step_ctx);
       flops += attn_flops(b, double(b) * step_ctx);
@@ -323,8 +337,9 @@ int cmd_bench_model(int argc, char** argv) {
         bytes += moe_bytes(b);
         flops += moe_flops(b);
       } else {
-        bytes += 3 * H * Id * w + a * b * (4 * H + 3 * Id);
-        flops += 2.0 * b * 3 * H * Id;
+        const model::BlockWeights mlp = model::block_weights(table, layer_prefix(l) + "mlp.");
+        bytes += static_cast<double>(mlp.dense_params) * w + a * b * (4 * H + 3 * Id);
+        flops += 2.0 * b * static_cast<double>(mlp.matmul_params);
       }
     }
     Row r{"model", "step", b, step_ctx, b, v[v.size() / 2], bytes, flops};

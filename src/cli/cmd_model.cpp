@@ -1,15 +1,15 @@
-// verify-fixture, generate, inspect: the model-level subcommands.
+// verify-fixture, generate, inspect: the model-level subcommands. Models are built by the launch root
+// (launch/launch.h), as the server builds its own.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
 
-#include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/fixture.h"
 #include "io/checkpoint.h"
-#include "kernels/moe_tuning.h"
+#include "launch/launch.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "model/weight_table.h"
@@ -17,7 +17,6 @@
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
 #include "cli/spec_flags.h"
-#include "runtime/spec/self_test.h"
 
 #include <algorithm>
 #include <chrono>
@@ -50,28 +49,32 @@ int cmd_verify_fixture(int argc, char** argv) {
   opt.block_size = *bs;
   opt.chunk_size = *cs;
   opt.max_rel_l2 = *tol;
-  auto be = backend::make_backend(args->get_or("--backend", "cpu"));
-  if (!be.is_ok()) return fail(be.status());
   const std::string dir = args->positional()[0];
-  auto report = verify_fixture(dir, **be, opt);
+  launch::LaunchConfig lc;
+  lc.model.path = dir;
+  lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
+  lc.backend = args->get_or("--backend", "cpu");
+  auto lm = launch::launch_model(lc);
+  if (!lm.is_ok()) return fail(lm.status());
+  auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
   if (!report.is_ok()) return fail(report.status());
   std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s)\n", dir.c_str(),
-              report->cases, report->failures, opt.max_rel_l2, (*be)->name().c_str());
+              report->cases, report->failures, opt.max_rel_l2, (*lm)->backend_name().c_str());
   return report->failures == 0 ? 0 : 1;
 }
 
-// Model source flags shared by generate and serve: --model DIR, or --config FILE --synthetic-weights.
-Result<model::LoadOptions> model_load_options(const Args& args, std::string* path) {
-  model::LoadOptions opt;
+// Model source flags of generate: --model DIR, or --config FILE --synthetic-weights.
+Result<launch::ModelSource> model_source(const Args& args) {
+  launch::ModelSource opt;
   opt.synthetic = args.has("--synthetic-weights");
   if (args.has("--model") == args.has("--config"))
     return invalid_argument("give exactly one of --model DIR or --config FILE (with --synthetic-weights)");
   if (args.has("--config") && !opt.synthetic)
     return invalid_argument("--config needs --synthetic-weights (there is no checkpoint to read)");
-  *path = args.has("--model") ? *args.get("--model") : *args.get("--config");
+  opt.path = args.has("--model") ? *args.get("--model") : *args.get("--config");
   MX_ASSIGN_OR_RETURN(int64_t seed, args.get_int("--seed", 0));
-  MX_ASSIGN_OR_RETURN(opt.num_layers_override, args.get_int("--num-layers", 0));
-  if (opt.num_layers_override < 0) return invalid_argument("--num-layers must be positive");
+  MX_ASSIGN_OR_RETURN(opt.num_layers, args.get_int("--num-layers", 0));
+  if (opt.num_layers < 0) return invalid_argument("--num-layers must be positive");
   opt.seed = static_cast<uint64_t>(seed);
   opt.synthetic_quantization = args.get_or("--quantization", "");
   return opt;
@@ -146,10 +149,9 @@ std::vector<int32_t> synthetic_prompt(int64_t len, int64_t vocab) {
 
 // One engine over `model`: `run.batch` copies of the prompt (copy i with its first token shifted by i, so
 // they share no prefix), greedy. Prints the tokens (print_tokens), a summary and a RESULT JSON line.
-Status generate_once(model::CausalLM& model, backend::Backend& be, const std::vector<int32_t>& ids,
-                     const GenerateRun& run, int64_t max_tokens, int64_t block_size, bool ignore_eos,
-                     bool print_tokens, bool report = true) {
-  const auto& cfg = model.config();
+Status generate_once(launch::LaunchedModel& lm, const std::vector<int32_t>& ids, const GenerateRun& run,
+                     int64_t max_tokens, int64_t block_size, bool ignore_eos, bool print_tokens, bool report = true) {
+  const auto& cfg = lm.config();
   const auto& spec = run.spec;
   const int64_t batch = run.batch;
   runtime::EngineConfig ec;
@@ -160,7 +162,8 @@ Status generate_once(model::CausalLM& model, backend::Backend& be, const std::ve
   ec.scheduler.max_num_batched_tokens = std::max<int64_t>(ec.scheduler.max_num_batched_tokens, batch * (spec.num_steps + 1));
   ec.eos_token_ids = cfg.eos_token_ids;
   ec.spec = spec;
-  runtime::Engine engine(ec, runtime::make_model_executor(model, be, ec.n_blocks, ec.scheduler.block_size));
+  const std::unique_ptr<runtime::Engine> engine_ptr = lm.make_engine(ec);
+  runtime::Engine& engine = *engine_ptr;
   std::vector<std::vector<int32_t>> outs(batch);
   std::vector<runtime::Usage> usages(batch);
   std::vector<std::chrono::steady_clock::time_point> first_token(batch);
@@ -240,19 +243,21 @@ int cmd_generate(int argc, char** argv) {
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
-  std::string model_path;
-  auto load = model_load_options(*args, &model_path);
-  if (!load.is_ok()) return fail(load.status());
+  launch::LaunchConfig lc;
+  auto source = model_source(*args);
+  if (!source.is_ok()) return fail(source.status());
+  lc.model = *source;
+  launch::ModelSource* load = &lc.model;
   auto spec = parse_spec_flags(*args);
   if (!spec.is_ok()) return fail(spec.status());
-  load->load_mtp = spec->num_steps > 0;
+  load->require_mtp = spec->num_steps > 0;
   // --runs "b=..,n=..,a=..,adaptive=..;...": several engine runs over one loaded model (benchmarks).
   std::vector<GenerateRun> runs;
   if (args->has("--runs")) {
     auto parsed = parse_runs(args->get_or("--runs", ""), *spec);
     if (!parsed.is_ok()) return fail(parsed.status());
     runs = std::move(*parsed);
-    for (const auto& r : runs) load->load_mtp = load->load_mtp || r.spec.num_steps > 0;
+    for (const auto& r : runs) load->require_mtp = load->require_mtp || r.spec.num_steps > 0;
   }
   // --ids a,b,c or --prompt-len L (ids 1000, 1001, ... modulo the vocabulary: a benchmark prompt).
   if (args->has("--ids") == args->has("--prompt-len")) return fail(invalid_argument("give exactly one of --ids or --prompt-len"));
@@ -273,16 +278,13 @@ int cmd_generate(int argc, char** argv) {
   if (!max_tokens.is_ok()) return fail(max_tokens.status());
   if (!block_size.is_ok()) return fail(block_size.status());
   if (*max_tokens <= 0 || *block_size <= 0) return fail(invalid_argument("--max-tokens and --block-size must be positive"));
-  if (args->has("--moe-tuning-dir"))  // before the backend: it validates every table's variant names
-    if (Status s = kernels::add_global_moe_tuning_dir(args->get_or("--moe-tuning-dir", "")); !s.is_ok()) return fail(s);
-  auto be = backend::make_backend(args->get_or("--backend", "cpu"));
-  if (!be.is_ok()) return fail(be.status());
-  auto model = model::load_causal_lm(model_path, **be, *load);
-  if (!model.is_ok()) return fail(model.status());
-  if (load->load_mtp && !(*model)->has_mtp())
-    return fail(invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)"));
-  const auto& cfg = (*model)->config();
-  if (Status st = runtime::spec_self_test_after_load(**model, **be, *spec, *block_size); !st.is_ok()) return fail(st);
+  lc.moe_tuning_dir = args->get_or("--moe-tuning-dir", "");
+  lc.backend = args->get_or("--backend", "cpu");
+  auto launched = launch::launch_model(lc);
+  if (!launched.is_ok()) return fail(launched.status());
+  launch::LaunchedModel& lm = **launched;
+  const auto& cfg = lm.config();
+  if (Status st = lm.spec_self_test(*spec, *block_size); !st.is_ok()) return fail(st);
 
   if (args->has("--prompt-len")) {
     if (*prompt_len < 1) return fail(invalid_argument("--prompt-len must be positive"));
@@ -293,14 +295,14 @@ int cmd_generate(int argc, char** argv) {
     GenerateRun warm{1, runs.front().spec};
     for (const auto& r : runs) if (r.spec.num_steps > warm.spec.num_steps) warm.spec = r.spec;
     std::vector<int32_t> short_ids(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), 32));
-    if (Status st = generate_once(**model, **be, short_ids, warm, 8, *block_size, true, false, false); !st.is_ok())
+    if (Status st = generate_once(lm, short_ids, warm, 8, *block_size, true, false, false); !st.is_ok())
       return fail(st, 1);
   } else {
     runs.push_back({*batch, *spec});
   }
   for (const auto& r : runs)
-    if (Status st = generate_once(**model, **be, r.prompt_len > 0 ? synthetic_prompt(r.prompt_len, cfg.vocab_size) : *ids, r, *max_tokens, *block_size, args->has("--ignore-eos"),
-                                  !args->has("--runs"));
+    if (Status st = generate_once(lm, r.prompt_len > 0 ? synthetic_prompt(r.prompt_len, cfg.vocab_size) : *ids, r,
+                                  *max_tokens, *block_size, args->has("--ignore-eos"), !args->has("--runs"));
         !st.is_ok())
       return fail(st, 1);
   return 0;

@@ -48,7 +48,7 @@ runtime:
   --max-num-batched-tokens N   tokens per step (2048)
   --chunked-prefill-size N     prefill tokens per step (2048)
   --block-size N               tokens per KV block (16)
-  --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds K and V only
+  --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)

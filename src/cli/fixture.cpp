@@ -86,6 +86,12 @@ Result<std::vector<FixtureCase>> read_fixture_cases(const std::string& dir, int6
 
 Result<FixtureReport> verify_fixture(const std::string& dir, backend::Backend& be, const FixtureOptions& opt) {
   MX_ASSIGN_OR_RETURN(auto model, model::load_causal_lm(dir, be, model::LoadOptions{}));
+  return verify_fixture_model(dir, *model, be, opt);
+}
+
+Result<FixtureReport> verify_fixture_model(const std::string& dir, model::CausalLM& loaded, backend::Backend& be,
+                                           const FixtureOptions& opt) {
+  model::CausalLM* model = &loaded;
   const auto& cfg = model->config();
   MX_ASSIGN_OR_RETURN(auto cases, read_fixture_cases(dir, cfg.vocab_size));
   int64_t total_tokens = 0;

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "model/causal_lm.h"
 
 namespace mxserve::cli {
 
@@ -35,6 +36,9 @@ struct FixtureOptions {
 
 // Runs every check, printing one line per case and check; failures counted in the report.
 Result<FixtureReport> verify_fixture(const std::string& dir, backend::Backend& be, const FixtureOptions& options);
+// The same checks on a model already loaded (e.g. by launch::launch_model) from the fixture at dir.
+Result<FixtureReport> verify_fixture_model(const std::string& dir, model::CausalLM& model, backend::Backend& be,
+                                           const FixtureOptions& options);
 
 // ||a - b|| / ||b|| and max |a - b| over two f32 tensors of equal numel.
 struct ErrorStats {

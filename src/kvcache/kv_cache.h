@@ -1,8 +1,13 @@
-// Paged KV cache storage and a block allocator. The cache is one K and one V tensor per attention
-// layer (the MTP layer has its own), each [n_blocks * block_size, n_kv_heads * head_dim], so the slot
-// of KV index j of a sequence is block_table[j / block_size] * block_size + j % block_size.
-// Owns: the tensors. Does not own: which blocks are free (BlockPool), block tables (sequences),
-// prefix sharing (RadixCache) or any math.
+// Paged KV cache storage, laid out as the model declares it. Per cached layer (target layers + the MTP
+// layer) a list of cache tensors, each [n_blocks * block_size, width] with one row per token slot:
+//   GQA            -- kKey + kValue, width n_kv_heads * head_dim each
+//   MLA            -- one kLatent, width kv_lora_rank + qk_rope_head_dim (no separate V)
+//   DSA (sparse)   -- kLatent + kIndexerKey (index_head_dim), the indexer keys possibly FP8 with per-slot scales
+// The slot of KV index j of a sequence is block_table[j / block_size] * block_size + j % block_size in every
+// tensor, so block accounting, prefix sharing and preemption (which move blocks, not bytes) never look
+// inside a layout; copies of slots (tree compaction) go over every tensor of every layer.
+// Owns: the tensors and their layout. Does not own: which blocks are free (BlockPool), block tables
+// (sequences), prefix sharing (RadixCache) or any math.
 #pragma once
 
 #include <cstdint>
@@ -14,15 +19,38 @@
 
 namespace mxserve::kvcache {
 
+enum class CacheRole { kKey, kValue, kLatent, kIndexerKey };
+const char* cache_role_name(CacheRole r);
+
+// One cache tensor of a layer: `width` elements of `dtype` per token slot, plus (scale_width > 0) a scale
+// tensor [n_slots, scale_width] of scale_dtype (e.g. FP8 keys with one f32 scale per slot or per head).
+struct CacheTensorSpec {
+  CacheRole role = CacheRole::kKey;
+  int64_t width = 0;
+  DType dtype = DType::kF32;
+  int64_t scale_width = 0;
+  DType scale_dtype = DType::kF32;
+  uint64_t bytes_per_slot() const;
+};
+
+struct CacheLayerSpec {
+  std::vector<CacheTensorSpec> tensors;
+  const CacheTensorSpec* find(CacheRole r) const;
+};
+
 struct KvCacheSpec {
-  int64_t n_layers = 0;   // attention layers with a cache (target layers + MTP layer)
   int64_t n_blocks = 0;
   int64_t block_size = 16;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
-  DType dtype = DType::kF32;
-  int64_t kv_width() const { return n_kv_heads * head_dim; }
-  uint64_t bytes() const;  // K + V over all layers
+  std::vector<CacheLayerSpec> layers;  // cached layers in model order (the MTP layer last)
+
+  int64_t n_layers() const { return static_cast<int64_t>(layers.size()); }
+  int64_t n_slots() const { return n_blocks * block_size; }
+  uint64_t bytes_per_block() const;  // every tensor (and scale) of every layer, one block of slots
+  uint64_t bytes() const { return bytes_per_block() * static_cast<uint64_t>(n_blocks); }
+
+  // GQA: n_layers layers of K and V, each [n_slots, n_kv_heads * head_dim] in dtype.
+  static KvCacheSpec gqa(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+                         int64_t head_dim, DType dtype);
 };
 
 class KvCache {
@@ -30,12 +58,22 @@ class KvCache {
   using Allocator = std::function<Tensor(DType, Shape)>;
   KvCache(const KvCacheSpec& spec, const Allocator& alloc);
   const KvCacheSpec& spec() const { return spec_; }
-  Tensor& k(int64_t layer) { return k_[layer]; }
-  Tensor& v(int64_t layer) { return v_[layer]; }
+  // The cache tensor of `role` in `layer` (CHECKs that the layout has it).
+  Tensor& tensor(int64_t layer, CacheRole role);
+  // Its scale tensor [n_slots, scale_width] (CHECKs that the layout declares one).
+  Tensor& scales(int64_t layer, CacheRole role);
+  Tensor& k(int64_t layer) { return tensor(layer, CacheRole::kKey); }
+  Tensor& v(int64_t layer) { return tensor(layer, CacheRole::kValue); }
+  // Every tensor of the cache (data and scales, all layers): what a slot copy must move.
+  std::vector<Tensor*> all_tensors();
 
  private:
+  struct Layer {
+    std::vector<Tensor> data;    // one per spec tensor, in layout order
+    std::vector<Tensor> scales;  // same index; empty tensor when the spec has no scales
+  };
   KvCacheSpec spec_;
-  std::vector<Tensor> k_, v_;
+  std::vector<Layer> layers_;
 };
 
 }  // namespace mxserve::kvcache

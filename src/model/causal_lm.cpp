@@ -2,7 +2,7 @@
 
 #include "core/logging.h"
 #include "io/checkpoint.h"
-#include "model/archs/glm4_moe.h"
+#include "core/check.h"
 #include "model/layers/weight_loader.h"
 #include "model/synthetic_weights.h"
 
@@ -11,8 +11,7 @@
 
 namespace mxserve::model {
 
-Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend::Backend& be,
-                                                 const LoadOptions& options) {
+Result<ModelConfig> resolve_model_config(const std::string& dir, const LoadOptions& options) {
   MX_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(dir));
   if (!options.synthetic_quantization.empty() && !options.synthetic)
     return invalid_argument("--quantization applies to --synthetic-weights (a checkpoint's precision is read from it)");
@@ -26,43 +25,63 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     cfg.n_layers = options.num_layers_override;
     cfg.first_k_dense = std::min(cfg.first_k_dense, cfg.n_layers);
   }
+  return cfg;
+}
+
+DeclaredWeights record_weights(const ArchitectureDef& arch, const ModelConfig& cfg, bool include_mtp) {
+  WeightLoader rec = WeightLoader::recording();
+  auto built = arch.build(cfg, rec, rec.backend(), include_mtp);
+  MX_CHECK_MSG(built.is_ok(), arch.hf_name << ": recording the weight declarations failed: " << built.status().to_string());
+  DeclaredWeights d;
+  d.table = rec.recorded();
+  d.bind.ignored = rec.ignored();
+  d.bind.ignored_prefixes = rec.ignored_prefixes();
+  d.bind.quant = cfg.quant;
+  return d;
+}
+
+std::vector<WeightSpec> declared_weights(const ModelConfig& cfg, bool include_mtp) {
+  MX_CHECK_MSG(cfg.arch != nullptr, cfg.source << ": no architecture");
+  return record_weights(*cfg.arch, cfg, include_mtp).table;
+}
+
+Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend::Backend& be,
+                                                 const LoadOptions& options) {
+  MX_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model_config(dir, options));
   const bool mtp = options.load_mtp && cfg.n_mtp_layers > 0;
+  const ArchitectureDef& arch = *cfg.arch;
+  const DeclaredWeights declared = record_weights(arch, cfg, mtp);
   if (options.synthetic) {
     MX_ASSIGN_OR_RETURN(SyntheticPlan plan, parse_synthetic_plan(options.synthetic_quantization));
-    switch (cfg.arch) {
-      case Architecture::kGlm4Moe: {
-        const auto table = glm4_moe_weight_table(cfg, mtp);
-        const SyntheticSource src = make_synthetic_source(table, cfg.d_model, options.seed, plan);
-        const bool packed = plan.experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
-        MX_LOG(kInfo) << "synthetic weights generated on " << be.name() << " (seed " << options.seed << ", plan "
-                      << plan.experts << ":" << plan.rest << ", " << synthetic_weight_bytes(table) / (1 << 20)
-                      << " MiB as bf16) for " << describe_config(cfg);
-        if (plan.experts != "bf16") {
-          MX_LOG(kInfo) << "synthetic routed experts: " << plan.experts
-                        << (packed ? " stored packed on the device"
-                                   : " values, dequantized on load (this backend runs float experts)");
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        WeightLoader wl(be, src);
-        MX_ASSIGN_OR_RETURN(auto model, make_glm4_moe(cfg, wl, be, mtp));
-        be.synchronize();
-        MX_LOG(kInfo) << "synthetic weights ready in "
-                      << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
-        return model;
-      }
+    const SyntheticSource src = make_synthetic_source(declared.table, cfg.d_model, options.seed, plan);
+    const bool packed = plan.experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
+    MX_LOG(kInfo) << "synthetic weights generated on " << be.name() << " (seed " << options.seed << ", plan "
+                  << plan.experts << ":" << plan.rest << ", " << synthetic_weight_bytes(declared.table) / (1 << 20)
+                  << " MiB as bf16) for " << describe_config(cfg);
+    if (plan.experts != "bf16") {
+      MX_LOG(kInfo) << "synthetic routed experts: " << plan.experts
+                    << (packed ? " stored packed on the device"
+                               : " values, dequantized on load (this backend runs float experts)");
     }
+    const auto t0 = std::chrono::steady_clock::now();
+    WeightLoader wl(be, src);
+    MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
+    be.synchronize();
+    MX_LOG(kInfo) << "synthetic weights ready in "
+                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
+    return model;
   }
   MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(dir));
-  switch (cfg.arch) {
-    case Architecture::kGlm4Moe: {
-      MX_ASSIGN_OR_RETURN(BoundWeights w,
-                          bind_weights(*ckpt, glm4_moe_weight_table(cfg, mtp), glm4_moe_bind_options(cfg, mtp)));
-      MX_LOG(kInfo) << "loading " << describe_config(cfg) << " from " << dir << " (" << w.size() << " tensors, "
-                    << ckpt->num_files() << " file(s)) onto " << be.name();
-      return make_glm4_moe(cfg, w, be, mtp);
-    }
+  MX_ASSIGN_OR_RETURN(BoundWeights w, bind_weights(*ckpt, declared.table, declared.bind));
+  MX_LOG(kInfo) << "loading " << describe_config(cfg) << " from " << dir << " (" << w.size() << " tensors, "
+                << ckpt->num_files() << " file(s)) onto " << be.name();
+  if (cfg.quant && cfg.quant->activations_quantized) {
+    MX_LOG(kWarn) << cfg.source << ": quantization_config quantizes input activations too (quant_method "
+                  << quant::quant_method_name(cfg.quant->method)
+                  << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
-  return internal_error("unhandled architecture");
+  WeightLoader wl(be, w);
+  return arch.build(cfg, wl, be, mtp);
 }
 
 }  // namespace mxserve::model

@@ -10,6 +10,7 @@
 #include "kvcache/kv_cache.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "model/weight_table.h"
 
 namespace mxserve::model {
 
@@ -54,6 +55,21 @@ struct LoadOptions {
   int64_t num_layers_override = 0;  // > 0: keep only the first N decoder layers (truncated model)
   std::string synthetic_quantization;  // synthetic weights' precision plan: "", "mxfp4", "fp8-block" (experts)
 };
+
+// config.json at `path` with the options applied (num_layers_override truncates; errors name the flag).
+Result<ModelConfig> resolve_model_config(const std::string& path, const LoadOptions& options);
+// What an architecture's load code declares: the weight table (name, shape, precisions, shard axis of
+// every weight, in load order) and the checkpoint tensors it leaves unused (plus cfg's quantization_config).
+struct DeclaredWeights {
+  std::vector<WeightSpec> table;
+  BindOptions bind;
+};
+// Runs arch.build against a recording loader (model/layers/weight_loader.h): nothing is read or allocated.
+DeclaredWeights record_weights(const ArchitectureDef& arch, const ModelConfig& cfg, bool include_mtp);
+
+// Every weight the architecture declares for cfg (the MTP layer's when include_mtp), with shapes,
+// precisions and shard axes: what a loader binds, and what parameter / byte accounting counts.
+std::vector<WeightSpec> declared_weights(const ModelConfig& cfg, bool include_mtp);
 
 // Reads config.json + the checkpoint in dir, validates every tensor, uploads weights to the backend.
 // With options.synthetic, `path` is a config.json (or a directory holding one) and no checkpoint is read.

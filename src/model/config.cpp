@@ -59,9 +59,9 @@ Status parse_rope(const io::JsonFields& f, ModelConfig& c) {
     }
   }
   if (!theta) return invalid_argument(f.source() + ": no RoPE base: set 'rope_theta' or 'rope_parameters.rope_theta'");
-  // transformers' Glm4MoeConfig defaults partial_rotary_factor to 0.5.
+  // The architecture's transformers default (Glm4MoeConfig: 0.5) when neither spelling gives one.
   c.rope_theta = *theta;
-  c.partial_rotary_factor = partial.value_or(c.arch == Architecture::kGlm4Moe ? 0.5 : 1.0);
+  c.partial_rotary_factor = partial.value_or(c.arch->default_partial_rotary_factor);
   if (!(c.rope_theta > 0)) return f.error("rope_theta", "a positive number");
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
     return f.error("partial_rotary_factor", "a number in (0, 1]");
@@ -130,7 +130,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& json, const std::st
   c.source = source;
   MX_ASSIGN_OR_RETURN(auto archs, f.get_string_list("architectures"));
   if (archs.size() != 1) return f.error("architectures", "a list of exactly one architecture name");
-  MX_ASSIGN_OR_RETURN(c.arch, architecture_from_hf_name(archs[0], source));
+  MX_ASSIGN_OR_RETURN(c.arch, find_architecture(archs[0], source));
 
   MX_ASSIGN_OR_RETURN(c.vocab_size, f.get_int("vocab_size"));
   MX_ASSIGN_OR_RETURN(c.d_model, f.get_int("hidden_size"));
@@ -197,6 +197,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& json, const std::st
   }
 
   MX_RETURN_IF_ERROR(validate(f, c));
+  if (c.arch->parse_config != nullptr) MX_RETURN_IF_ERROR(c.arch->parse_config(json, c));
   return c;
 }
 
@@ -210,7 +211,7 @@ Result<ModelConfig> load_model_config(const std::string& path) {
 
 std::string describe_config(const ModelConfig& c) {
   std::ostringstream os;
-  os << architecture_name(c.arch) << ": " << c.n_layers << " layers (+" << c.n_mtp_layers << " MTP), d_model "
+  os << (c.arch != nullptr ? c.arch->hf_name : "unknown architecture") << ": " << c.n_layers << " layers (+" << c.n_mtp_layers << " MTP), d_model "
      << c.d_model << ", heads " << c.n_heads << "/" << c.n_kv_heads << " x " << c.head_dim << " (rotary "
      << c.rotary_dim << "), " << c.n_experts << " experts top-" << c.top_k << " (groups " << c.n_group << "/"
      << c.topk_group << ", inter " << c.moe_inter << ", shared x" << c.n_shared_experts << "), first "

@@ -4,6 +4,7 @@
 // torch_dtype or dtype. Contradictions between spellings are errors, never a silent choice.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,7 +20,7 @@
 namespace mxserve::model {
 
 struct ModelConfig {
-  Architecture arch = Architecture::kGlm4Moe;
+  const ArchitectureDef* arch = nullptr;  // the registry entry (model/registry.h) of config.json's architecture
   std::string source;  // path of the config.json, for error messages
 
   int64_t vocab_size = 0;
@@ -53,6 +54,8 @@ struct ModelConfig {
   DType dtype = DType::kBF16;      // torch_dtype / dtype
   std::optional<nlohmann::json> quantization_config;  // as written
   std::optional<quant::QuantizationConfig> quant;     // the same, typed (parse errors fail the config)
+  // The architecture's own typed fields (ArchitectureDef::parse_config fills it; empty when it has none).
+  std::any extension;
 
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense; }  // the MTP layer is MoE too
   int64_t shared_inter() const { return moe_inter * n_shared_experts; }

@@ -1,24 +1,46 @@
-// The architecture registry: the one place where an HF `architectures` string becomes a type.
+// The architecture registry: the one table where an HF `architectures` string becomes code. Each
+// architecture is one registered unit (model/archs/<arch>.cpp): its config extension, its construction --
+// which is also its weight declaration (run against WeightLoader::recording() it yields the weight table:
+// names, shapes, precisions, shard axes) -- and, through the model it builds, its KV cache layout
+// (CausalLM::kv_spec). Parameter / byte accounting is derived from the declared weights (weight_stats.h).
+// Loading is one path over this table (causal_lm.cpp): nothing else switches on an architecture.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/status.h"
+
+namespace mxserve::backend {
+class Backend;
+}
 
 namespace mxserve::model {
 
-enum class Architecture { kGlm4Moe };
+struct ModelConfig;
+class CausalLM;
+class WeightLoader;
 
-struct ArchitectureEntry {
-  const char* hf_name;  // config.json "architectures"[0]
-  Architecture arch;
-  const char* short_name;  // model_type
+struct ArchitectureDef {
+  const char* hf_name = "";     // config.json "architectures"[0]
+  const char* model_type = "";  // config.json "model_type"
+  // transformers' default when config.json gives no partial_rotary_factor.
+  double default_partial_rotary_factor = 1.0;
+  // Typed config extension: reads this architecture's own fields from the whole config.json object after
+  // the common ones (model/config.cpp), e.g. into a struct held by ModelConfig::extension. May be null.
+  Status (*parse_config)(const nlohmann::json& json, ModelConfig& cfg) = nullptr;
+  // Construction = weight declaration: binds every weight through wl's declaring overloads (and names the
+  // checkpoint tensors it deliberately leaves unused through wl.ignore*). Never null.
+  Result<std::unique_ptr<CausalLM>> (*build)(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
+                                             bool include_mtp) = nullptr;
 };
 
-const std::vector<ArchitectureEntry>& supported_architectures();
-// Error lists the supported names.
-Result<Architecture> architecture_from_hf_name(const std::string& name, const std::string& source);
-const char* architecture_name(Architecture arch);
+// Every registered architecture (registry.cpp holds the list: one line per model/archs/<arch>.cpp).
+const std::vector<const ArchitectureDef*>& architectures();
+// The entry for an HF name; the error names the source file and lists the supported names.
+Result<const ArchitectureDef*> find_architecture(const std::string& hf_name, const std::string& source);
 
 }  // namespace mxserve::model

@@ -148,4 +148,19 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
   return invalid_argument(msg);
 }
 
+Result<std::vector<WeightSpec>> shard_weight_table(const std::vector<WeightSpec>& table,
+                                                   const parallel::RankLayout& rank) {
+  std::vector<WeightSpec> out;
+  out.reserve(table.size());
+  for (const WeightSpec& spec : table) {
+    MX_ASSIGN_OR_RETURN(parallel::ShardSlice slice,
+                        parallel::shard_slice(spec.name, spec.shape, spec.shard, rank, spec.expert, spec.n_experts));
+    if (!slice.held) continue;
+    WeightSpec local = spec;
+    local.shape = slice.local_shape;
+    out.push_back(std::move(local));
+  }
+  return out;
+}
+
 }  // namespace mxserve::model

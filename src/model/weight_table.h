@@ -15,6 +15,8 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "io/checkpoint.h"
+#include "parallel/rank_layout.h"
+#include "parallel/shard.h"
 #include "quant/quant_config.h"
 #include "quant/weight_format.h"
 
@@ -31,7 +33,16 @@ struct WeightSpec {
   std::vector<Precision> allowed;    // precisions the engine can load for this tensor
   bool optional = false;             // may be absent (e.g. lm_head when tied)
   WeightRole role = WeightRole::kNone;  // what quantization_config says about it (Linear / router / never)
+  parallel::ShardAxis shard = parallel::ShardAxis::kNone;  // how it splits over ranks (parallel/shard.h)
+  int64_t expert = -1;     // kExpert: this tensor's expert index within its layer
+  int64_t n_experts = 0;   // kExpert: the layer's routed experts
 };
+
+// The table as one rank holds it: every spec's shape replaced by its local shard, and expert weights of
+// other ep ranks dropped. A weight that does not split evenly is an error naming it. With one rank the
+// table comes back unchanged.
+Result<std::vector<WeightSpec>> shard_weight_table(const std::vector<WeightSpec>& table,
+                                                   const parallel::RankLayout& rank);
 
 struct BoundWeight {
   BoundWeight() = default;

@@ -33,8 +33,8 @@ class ModelExecutor {
   virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
   // Waits for the device work queued so far (timing the MTP extend for the speculation policy).
   virtual void synchronize() {}
-  // Copies the K/V of cache slot src_slots[i] to dst_slots[i] in every cached layer (the MTP layer too),
-  // pairs in order: compaction of an accepted speculative tree path into consecutive positions.
+  // Copies cache slot src_slots[i] to dst_slots[i] in every tensor of the model's cache layout, every
+  // cached layer (the MTP layer too), pairs in order: compaction of an accepted speculative tree path.
   virtual Status copy_kv(const std::vector<int32_t>& src_slots, const std::vector<int32_t>& dst_slots) {
     return unsupported("this executor cannot copy KV slots (tree speculation)");
   }
@@ -44,7 +44,7 @@ class ModelExecutor {
 std::unique_ptr<ModelExecutor> make_model_executor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks,
                                                    int64_t block_size);
 
-// KV blocks that fit in `bytes` for this model (K and V of every layer, MTP layer included).
+// KV blocks that fit in `bytes` for this model (every tensor of its cache layout, MTP layer included).
 int64_t kv_blocks_for_bytes(const model::CausalLM& model, int64_t block_size, uint64_t bytes);
 
 }  // namespace mxserve::runtime

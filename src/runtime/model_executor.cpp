@@ -40,7 +40,7 @@ class CausalLmExecutor final : public ModelExecutor {
     const int64_t P = static_cast<int64_t>(src_slots.size());
     Tensor src = be_.upload(Tensor::view_of(const_cast<int32_t*>(src_slots.data()), DType::kI32, {P}));
     Tensor dst = be_.upload(Tensor::view_of(const_cast<int32_t*>(dst_slots.data()), DType::kI32, {P}));
-    for (int64_t l = 0; l < kv_->spec().n_layers; ++l) be_.kv_copy(src, dst, kv_->k(l), kv_->v(l));
+    be_.kv_copy(src, dst, kv_->all_tensors());  // every tensor of the model's cache layout
     return Status::ok();
   }
 
@@ -85,8 +85,7 @@ int32_t ExecOutput::greedy_token(int64_t r) const {
 }
 
 int64_t kv_blocks_for_bytes(const model::CausalLM& model, int64_t block_size, uint64_t bytes) {
-  const kvcache::KvCacheSpec one = model.kv_spec(1, block_size);
-  const uint64_t per_block = one.bytes();
+  const uint64_t per_block = model.kv_spec(1, block_size).bytes_per_block();
   MX_CHECK_GT(per_block, 0u);
   return static_cast<int64_t>(bytes / per_block);
 }

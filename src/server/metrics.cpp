@@ -101,7 +101,7 @@ double kv_cache_usage(const runtime::EngineStats& s) {
 }
 
 std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
-                            const std::vector<kernels::MoeKernelConfigRow>& moe) const {
+                            const std::vector<launch::MoeKernelConfigRow>& moe) const {
   std::string out;
   out.reserve(16384);
   const runtime::EngineStats s = stats.value_or(runtime::EngineStats{});

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/moe_tuning.h"
+#include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
 
 namespace mxserve::server {
@@ -53,7 +53,7 @@ class Metrics {
   // Prometheus text format 0.0.4. stats is absent while the model is loading. moe: the backend's chosen MoE
   // kernel configs, one mxserve:moe_kernel_config{shape,bucket,gate_up,down,source} 1 sample each.
   std::string render(const std::optional<runtime::EngineStats>& stats,
-                     const std::vector<kernels::MoeKernelConfigRow>& moe = {}) const;
+                     const std::vector<launch::MoeKernelConfigRow>& moe = {}) const;
 
  private:
   std::string labels_;  // model_name="..."

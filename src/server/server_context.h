@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/moe_tuning.h"
+#include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -36,7 +36,7 @@ struct ModelServices {
   std::optional<tokenizer::ChatTemplate> chat_template;  // absent: /v1/chat/completions is a 400
   int64_t max_model_len = 0;
   // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
-  std::function<std::vector<kernels::MoeKernelConfigRow>()> moe_kernel_configs;
+  std::function<std::vector<launch::MoeKernelConfigRow>()> moe_kernel_configs;
 };
 
 struct ServerContext {

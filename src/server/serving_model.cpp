@@ -1,9 +1,5 @@
 #include "server/serving_model.h"
 
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,13 +9,7 @@
 
 #include "core/logging.h"
 #include "io/checkpoint.h"
-#include "kernels/moe_tuning.h"
-#include "runtime/executor.h"
-#include "runtime/spec/self_test.h"
-
-#if __has_include("model/synthetic_weights.h")
-#define MXSERVE_HAVE_SYNTHETIC 1
-#endif
+#include "model/weight_stats.h"
 
 namespace mxserve::server {
 namespace {
@@ -85,14 +75,18 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   return static_cast<uint64_t>(v * mult);
 }
 
-int64_t estimate_parameters(const model::ModelConfig& c, bool include_mtp) {
-  const int64_t H = c.d_model, V = c.vocab_size;
-  const int64_t attn = H * c.n_heads * c.head_dim * 2 + H * c.n_kv_heads * c.head_dim * 2;
-  const int64_t dense = 3 * H * c.dense_inter;
-  const int64_t moe = c.n_experts * 3 * H * c.moe_inter + 3 * H * c.shared_inter() + c.n_experts * H;
-  int64_t total = V * H * (c.tie_word_embeddings ? 1 : 2);
-  for (int64_t l = 0; l < c.n_layers + (include_mtp ? c.n_mtp_layers : 0); ++l) total += attn + (c.is_moe_layer(l) ? moe : dense);
-  return total;
+launch::LaunchConfig ServingConfig::launch_config() const {
+  launch::LaunchConfig lc;
+  lc.model.path = model_path;
+  lc.model.synthetic = synthetic_weights;
+  lc.model.seed = seed;
+  lc.model.num_layers = num_layers;
+  lc.model.synthetic_quantization = synthetic_quantization;
+  lc.model.require_mtp = spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
+  lc.backend = backend;
+  lc.moe_tuning_dir = moe_tuning_dir;
+  lc.log_progress = true;
+  return lc;
 }
 
 ServingModel::~ServingModel() {
@@ -114,51 +108,14 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
     MX_LOG(kWarn) << "no chat template in " << tok_dir << ": /v1/chat/completions is disabled";
   }
 
-  if (!cfg.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
-    MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(cfg.moe_tuning_dir));
-  MX_ASSIGN_OR_RETURN(sm->backend_, backend::make_backend(cfg.backend));
-  model::LoadOptions lo;
-  lo.load_mtp = cfg.spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
-  if (cfg.synthetic_weights) {
-#ifdef MXSERVE_HAVE_SYNTHETIC
-    lo.synthetic = true;
-    lo.seed = cfg.seed;
-    lo.num_layers_override = cfg.num_layers;
-    lo.synthetic_quantization = cfg.synthetic_quantization;
-#else
-    return unsupported("--synthetic-weights: this build has no synthetic weight generator yet");
-#endif
-  }
-  MX_LOG(kInfo) << "loading " << (cfg.synthetic_weights ? "synthetic weights for " : "weights from ") << cfg.model_path
-                << " on " << sm->backend_->name() << " ...";
-  const auto t0 = std::chrono::steady_clock::now();
-  // NOTE: the loader has no progress callback yet; a ticker line every 5 s shows it is alive.
-  std::mutex tick_mutex;
-  std::condition_variable tick_cv;
-  bool loaded = false;
-  std::thread ticker([&] {
-    std::unique_lock<std::mutex> lock(tick_mutex);
-    for (int s = 5; !tick_cv.wait_for(lock, std::chrono::seconds(5), [&] { return loaded; }); s += 5)
-      MX_LOG(kInfo) << "still loading weights (" << s << " s)";
-  });
-  auto model = model::load_causal_lm(cfg.model_path, *sm->backend_, lo);
-  {
-    std::lock_guard<std::mutex> lock(tick_mutex);
-    loaded = true;
-  }
-  tick_cv.notify_all();
-  ticker.join();
-  if (!model.is_ok()) return model.status().with_context("loading the model " + cfg.model_path);
-  sm->model_ = std::move(*model);
-  if (cfg.spec.num_steps > 0 && !sm->model_->has_mtp())
-    return invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)");
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const model::ModelConfig& mc = sm->model_->config();
-  const int64_t params = estimate_parameters(mc, lo.load_mtp);
+  MX_ASSIGN_OR_RETURN(sm->launched_, launch::launch_model(cfg.launch_config()));
+  launch::LaunchedModel& lm = *sm->launched_;
+  const model::ModelConfig& mc = lm.config();
+  const model::WeightStats ws = model::weight_stats(lm.weight_table());
   MX_LOG(kInfo) << "model: " << model::describe_config(mc);
-  MX_LOG(kInfo) << "weights: ~" << params / 1000000.0 << " M parameters, ~"
-                << human_bytes(static_cast<double>(params) * dtype_bits(sm->backend_->weight_dtype()) / 8.0) << " as "
-                << dtype_name(sm->backend_->weight_dtype()) << ", loaded in " << load_s << " s";
+  MX_LOG(kInfo) << "weights: ~" << ws.parameters / 1000000.0 << " M parameters, ~"
+                << human_bytes(static_cast<double>(ws.parameters) * dtype_bits(lm.weight_dtype()) / 8.0) << " as "
+                << dtype_name(lm.weight_dtype()) << ", loaded in " << lm.load_seconds() << " s";
   if (sm->tokenizer_->vocab_size() > mc.vocab_size && cfg.synthetic_weights) {
     MX_LOG(kWarn) << "the tokenizer has " << sm->tokenizer_->vocab_size() << " tokens, the model's vocabulary "
                   << mc.vocab_size << ": prompts with larger ids are rejected per request (synthetic weights: allowed)";
@@ -169,9 +126,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   }
 
   // KV pool.
-  const uint64_t per_block = sm->model_->kv_spec(1, cfg.block_size).bytes();
-  int64_t n_blocks = cfg.num_kv_blocks > 0 ? cfg.num_kv_blocks
-                                           : runtime::kv_blocks_for_bytes(*sm->model_, cfg.block_size, cfg.kv_cache_bytes);
+  const uint64_t per_block = lm.kv_bytes_per_block(cfg.block_size);
+  int64_t n_blocks = cfg.num_kv_blocks > 0 ? cfg.num_kv_blocks : lm.kv_blocks_for_bytes(cfg.block_size, cfg.kv_cache_bytes);
   if (n_blocks < 2) return invalid_argument("--kv-cache-memory holds fewer than 2 KV blocks; raise it");
   const int64_t capacity = n_blocks * cfg.block_size;
   int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min(mc.max_position_embeddings, capacity);
@@ -205,9 +161,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size()
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
-  MX_RETURN_IF_ERROR(runtime::spec_self_test_after_load(*sm->model_, *sm->backend_, cfg.spec, cfg.block_size));
-  auto executor = runtime::make_model_executor(*sm->model_, *sm->backend_, n_blocks, cfg.block_size);
-  sm->engine_ = std::make_unique<runtime::Engine>(ec, std::move(executor));
+  MX_RETURN_IF_ERROR(lm.spec_self_test(cfg.spec, cfg.block_size));
+  sm->engine_ = lm.make_engine(ec);
   sm->engine_->start();
   return sm;
 }
@@ -218,8 +173,8 @@ ModelServices ServingModel::services() {
   s.tokenizer = tokenizer_.get();
   s.chat_template = chat_template_;
   s.max_model_len = max_model_len_;
-  backend::Backend* be = backend_.get();
-  s.moe_kernel_configs = [be] { return be->moe_kernel_configs(); };
+  launch::LaunchedModel* lm = launched_.get();
+  s.moe_kernel_configs = [lm] { return lm->moe_kernel_configs(); };
   return s;
 }
 

@@ -1,6 +1,6 @@
-// ServingModel: everything `mxserve serve` loads behind the HTTP front end -- backend, model weights (a
-// checkpoint, or synthetic weights from a config.json), tokenizer + chat template, the KV pool sized
-// from a memory budget, and the running engine. Logs the start-up summary (config, memory plan: weights,
+// ServingModel: everything `mxserve serve` loads behind the HTTP front end -- the launched model (backend,
+// weights: a checkpoint, or synthetic weights from a config.json; built by launch/launch.h), tokenizer +
+// chat template, the KV pool sized from a memory budget, and the running engine. Logs the start-up summary (config, memory plan: weights,
 // KV blocks, token capacity, maximum concurrency). Owns the objects; the server borrows them.
 #pragma once
 
@@ -9,8 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/backend.h"
-#include "model/causal_lm.h"
+#include "launch/launch.h"
 #include "runtime/engine.h"
 #include "server/server_context.h"
 #include "tokenizer/chat_template.h"
@@ -37,6 +36,9 @@ struct ServingConfig {
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
+
+  // The model half of this config, for the composition root.
+  launch::LaunchConfig launch_config() const;
 };
 
 class ServingModel {
@@ -50,8 +52,7 @@ class ServingModel {
  private:
   ServingModel() = default;
 
-  std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<model::CausalLM> model_;
+  std::unique_ptr<launch::LaunchedModel> launched_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<runtime::Engine> engine_;
@@ -60,7 +61,5 @@ class ServingModel {
 
 // "1GiB", "512MiB", "2G", "1000000" -> bytes.
 Result<uint64_t> parse_byte_size(const std::string& text);
-// Parameter count implied by a config (weights estimate for the start-up memory plan).
-int64_t estimate_parameters(const model::ModelConfig& c, bool include_mtp);
 
 }  // namespace mxserve::server

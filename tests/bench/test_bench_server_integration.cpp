@@ -1,9 +1,9 @@
 // Integration: `mxserve bench` against a real OpenAI-compatible server started by a command line.
 // MXSERVE_BENCH_SERVER_CMD is a shell command with a {port} placeholder, for example
 //   MXSERVE_BENCH_SERVER_CMD='build/mxserve serve --model tests/fixtures/glm4_moe_tiny_a --port {port}'
-// (the mxserve server is not merged yet, so the CI default is to skip with this message; any other
-// server works too, e.g. vLLM). MXSERVE_BENCH_TOKENIZER: --tokenizer value (default builtin:words,
-// approximate counts, until the model tokenizer adapter lands).
+// (unset: mxserve's own server on the tiny config with synthetic weights and the Qwen3 tokenizer; any other
+// OpenAI-compatible server works too, e.g. vLLM). MXSERVE_BENCH_TOKENIZER: --tokenizer value (default: the
+// Qwen3 tokenizer for mxserve's own server, builtin:words -- approximate counts -- for another one).
 // The server binds 127.0.0.1 on a free port; readiness polling and the run are bounded.
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "backend/backend.h"
@@ -91,8 +92,9 @@ TEST(CudaSynthetic, KernelBitsEqualCpu) {
 }
 
 // Teacher-forced logits of one prompt through the truncated synthetic model on a backend (f32 on host).
-Tensor logits_of(backend::Backend& be, const std::string& config, const std::string& plan, int64_t layers,
-                 const std::vector<int32_t>& ids) {
+// A failed load or forward stops the calling test (ASSERT_NO_FATAL_FAILURE at the call).
+void logits_of(backend::Backend& be, const std::string& config, const std::string& plan, int64_t layers,
+               const std::vector<int32_t>& ids, Tensor* logits) {
   model::LoadOptions lo;
   lo.load_mtp = false;
   lo.synthetic = true;
@@ -100,8 +102,7 @@ Tensor logits_of(backend::Backend& be, const std::string& config, const std::str
   lo.num_layers_override = layers;
   lo.synthetic_quantization = plan;
   auto lm = model::load_causal_lm(config, be, lo);
-  EXPECT_TRUE(lm.is_ok()) << lm.status().to_string();
-  if (!lm.is_ok()) return Tensor();
+  ASSERT_TRUE(lm.is_ok()) << "loading " << config << " on " << be.name() << ": " << lm.status().to_string();
   const int64_t bs = 16, T = static_cast<int64_t>(ids.size());
   kvcache::KvCache kv((*lm)->kv_spec(T / bs + 2, bs), [&](DType d, Shape s) { return be.alloc(d, std::move(s)); });
   model::ForwardBatch fb;
@@ -116,8 +117,10 @@ Tensor logits_of(backend::Backend& be, const std::string& config, const std::str
     fb.logit_rows.push_back(static_cast<int32_t>(t));
   }
   auto out = (*lm)->forward(fb, kv);
-  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
-  return out.is_ok() ? be.to_host(out->logits) : Tensor();
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  *logits = be.to_host(out->logits);
+  ASSERT_EQ(logits->ndim(), 2) << logits->describe();
+  ASSERT_EQ(logits->dim(0), T);
 }
 
 double rel_l2(const Tensor& a, const Tensor& b) {
@@ -130,9 +133,25 @@ double rel_l2(const Tensor& a, const Tensor& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-std::string config_path(const char* name) {
-  const char* env = std::getenv("MXSERVE_CONFIG_ROOT");  // the GPU payload's configs/
-  return env ? std::string(env) + "/" + name : std::string(MXSERVE_SOURCE_DIR) + "/models/tiny-glm4-moe/config.json";
+// The tiny config, found without a compile-time path: $MXSERVE_CONFIG_ROOT/tiny.json (the GPU scripts set
+// it), then ../configs/tiny.json next to this binary (the GPU payload's layout), then the source tree of a
+// local build (models/tiny-glm4-moe/config.json above the build directory's tests/model/). Empty if none.
+std::string tiny_config_path(std::string* tried) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("MXSERVE_CONFIG_ROOT")) candidates.push_back(fs::path(env) / "tiny.json");
+  std::error_code ec;
+  const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  if (!ec) {
+    candidates.push_back(exe_dir / "../configs/tiny.json");
+    for (fs::path d = exe_dir; !d.empty() && d != d.root_path(); d = d.parent_path())
+      candidates.push_back(d / "models/tiny-glm4-moe/config.json");
+  }
+  for (const auto& c : candidates) {
+    *tried += (tried->empty() ? "" : ", ") + c.string();
+    if (fs::exists(c, ec)) return c.string();
+  }
+  return {};
 }
 
 TEST(CudaSynthetic, TruncatedModelLogitsMatchCpu) {
@@ -140,11 +159,15 @@ TEST(CudaSynthetic, TruncatedModelLogitsMatchCpu) {
   auto cpu = backend::make_cpu_backend();
   const std::vector<int32_t> ids = {9707, 11, 1879, 13, 576, 3974, 7, 100, 2000, 31, 5, 77, 1024, 4096, 8, 9, 10,
                                     11, 12, 13};
+  std::string tried;
+  const std::string cfg = tiny_config_path(&tried);
+  ASSERT_FALSE(cfg.empty()) << "the tiny config is not found (set MXSERVE_CONFIG_ROOT); tried: " << tried;
   for (const char* plan : {"", "mxfp4", "mxfp4:fp8-block"}) {
-    const std::string cfg = config_path("tiny.json");
-    const Tensor want = logits_of(*cpu, cfg, plan, 2, ids);
-    const Tensor got = logits_of(*be, cfg, plan, 2, ids);
-    ASSERT_TRUE(want.numel() > 0 && got.numel() == want.numel()) << plan;
+    SCOPED_TRACE(std::string("plan '") + plan + "'");
+    Tensor want, got;
+    ASSERT_NO_FATAL_FAILURE(logits_of(*cpu, cfg, plan, 2, ids, &want));
+    ASSERT_NO_FATAL_FAILURE(logits_of(*be, cfg, plan, 2, ids, &got));
+    ASSERT_EQ(got.shape(), want.shape());
     const double err = rel_l2(got, want);
     std::printf("synthetic tiny (2 layers, plan '%s'): cuda vs cpu logits rel_l2 %.3e\n", plan, err);
     EXPECT_LT(err, 2e-2) << "plan '" << plan << "' (bf16 activations on CUDA vs f32 on CPU: docs/cuda.md tolerances)";

@@ -331,10 +331,10 @@ TEST_F(CudaOps, PagedAttention) {
     // kernel on a shape it does not serve falls back to the CUDA-core one, by the planner's rule).
     for (const char* kernel : {"", "warp", "shared", "simt"}) {
       SCOPED_TRACE(kernel);
-      if (*kernel) setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+      ASSERT_TRUE(gpu_->set_kernel_options({.attention_kernel = kernel}).is_ok());
       Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
       gpu_->attention(gq, gk, gv, gmeta, out);
-      unsetenv("MXSERVE_ATTENTION_KERNEL");
+      ASSERT_TRUE(gpu_->set_kernel_options({}).is_ok());
       EXPECT_WITHIN(host(out), ref, kTolBf16Out);
     }
   }
@@ -435,11 +435,11 @@ TEST_F(CudaOps, PagedAttentionTreeMask) {
     Tensor gq = gpu_bf16(q), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
     for (const char* kernel : {"", "warp", "shared", "simt"}) {
       SCOPED_TRACE(kernel);
-      if (*kernel) setenv("MXSERVE_ATTENTION_KERNEL", kernel, 1);
+      ASSERT_TRUE(gpu_->set_kernel_options({.attention_kernel = kernel}).is_ok());
       // (forced "shared": the planner still picks the per-warp kernel; the shared one would abort)
       Tensor out = poison(DType::kBF16, {T, c.nh * c.hd});
       gpu_->attention(gq, gk, gv, gmeta, out);
-      unsetenv("MXSERVE_ATTENTION_KERNEL");
+      ASSERT_TRUE(gpu_->set_kernel_options({}).is_ok());
       EXPECT_WITHIN(host(out), ref, kTolBf16Out);
     }
   }
@@ -453,8 +453,8 @@ TEST_F(CudaOps, KvCopyExactInOrder) {
   const int64_t P = static_cast<int64_t>(src.size());
   Tensor hs = Tensor::view_of(src.data(), DType::kI32, {P}), hd = Tensor::view_of(dst.data(), DType::kI32, {P});
   Tensor ck = cpu(kc), cv = cpu(vc), gk = gpu_bf16(kc), gv = gpu_bf16(vc);
-  cpu_->kv_copy(cpu(hs), cpu(hd), ck, cv);
-  gpu_->kv_copy(gpu_exact(hs), gpu_exact(hd), gk, gv);
+  cpu_->kv_copy(cpu(hs), cpu(hd), {&ck, &cv});
+  gpu_->kv_copy(gpu_exact(hs), gpu_exact(hd), {&gk, &gv});
   expect_exact(host(gk), ck);
   expect_exact(host(gv), cv);
 }

@@ -59,7 +59,13 @@ struct AttentionLaunch {
   int split_len = 0;       // keys per split (multiple of the key tile)
   size_t workspace_bytes = 0;
 };
-AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms);
+// Planner overrides, passed down from the backend's typed options (tests and benchmarks compare designs).
+struct AttentionPlanOptions {
+  enum class Force { kAuto, kSimt, kWarp, kShared } force = Force::kAuto;  // a forced tensor-core kernel on
+                                    // a shape it does not serve falls back to kSimt, by the planner's rule
+  int64_t warp_split_target_per_sm = 0;  // > 0: warps per SM the decode kernel's context split aims for
+};
+AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const AttentionPlanOptions& options = {});
 void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                           const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
                           const AttentionLaunch& plan, void* workspace, cudaStream_t stream);

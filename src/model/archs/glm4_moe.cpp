@@ -10,62 +10,14 @@
 
 #include "core/logging.h"
 #include "model/layers/blocks.h"
+#include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
 namespace {
 
-const std::vector<Precision> kFloat = {Precision::kBF16, Precision::kF32, Precision::kF16};
-// Linear weights may be stored quantized; they are dequantized on the host at load (weight_loader.h).
-const std::vector<Precision> kAny = {Precision::kBF16,  Precision::kF32,      Precision::kF16,
-                                     Precision::kMxfp4, Precision::kFp8Block, Precision::kFp8Tensor,
-                                     Precision::kFp8Channel};
-// Routed experts may also come from gpt-oss style fused *_blocks / *_scales tensors (quant/gpt_oss.h).
-const std::vector<Precision> kExpert = {Precision::kBF16,      Precision::kF32,       Precision::kF16,
-                                        Precision::kMxfp4,     Precision::kFp8Block,  Precision::kFp8Tensor,
-                                        Precision::kFp8Channel, Precision::kMxfp4GptOss};
-constexpr WeightRole kLinear = WeightRole::kLinear;
+constexpr parallel::ShardAxis kRow = parallel::ShardAxis::kRow;
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
-
-void add_decoder_layer(std::vector<WeightSpec>& t, const ModelConfig& c, int64_t l, bool moe) {
-  const std::string p = layer_prefix(l);
-  const int64_t H = c.d_model, q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  t.push_back({p + "input_layernorm.weight", {H}, kFloat});
-  t.push_back({p + "post_attention_layernorm.weight", {H}, kFloat});
-  t.push_back({p + "self_attn.q_proj.weight", {q, H}, kAny, false, kLinear});
-  t.push_back({p + "self_attn.k_proj.weight", {kv, H}, kAny, false, kLinear});
-  t.push_back({p + "self_attn.v_proj.weight", {kv, H}, kAny, false, kLinear});
-  t.push_back({p + "self_attn.o_proj.weight", {H, q}, kAny, false, kLinear});
-  if (c.attention_bias) {
-    t.push_back({p + "self_attn.q_proj.bias", {q}, kFloat});
-    t.push_back({p + "self_attn.k_proj.bias", {kv}, kFloat});
-    t.push_back({p + "self_attn.v_proj.bias", {kv}, kFloat});
-  }
-  if (c.use_qk_norm) {
-    t.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, kFloat});
-    t.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, kFloat});
-  }
-  if (!moe) {
-    t.push_back({p + "mlp.gate_proj.weight", {c.dense_inter, H}, kAny, false, kLinear});
-    t.push_back({p + "mlp.up_proj.weight", {c.dense_inter, H}, kAny, false, kLinear});
-    t.push_back({p + "mlp.down_proj.weight", {H, c.dense_inter}, kAny, false, kLinear});
-    return;
-  }
-  t.push_back({p + "mlp.gate.weight", {c.n_experts, H}, kAny, false, WeightRole::kRouter});
-  t.push_back({p + "mlp.gate.e_score_correction_bias", {c.n_experts}, kFloat});
-  for (int64_t e = 0; e < c.n_experts; ++e) {
-    const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-    t.push_back({ep + "gate_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
-    t.push_back({ep + "up_proj.weight", {c.moe_inter, H}, kExpert, false, kLinear});
-    t.push_back({ep + "down_proj.weight", {H, c.moe_inter}, kExpert, false, kLinear});
-  }
-  if (c.n_shared_experts > 0) {
-    const std::string sp = p + "mlp.shared_experts.";
-    t.push_back({sp + "gate_proj.weight", {c.shared_inter(), H}, kAny, false, kLinear});
-    t.push_back({sp + "up_proj.weight", {c.shared_inter(), H}, kAny, false, kLinear});
-    t.push_back({sp + "down_proj.weight", {H, c.shared_inter()}, kAny, false, kLinear});
-  }
-}
 
 struct DecoderLayer {
   Tensor input_norm, post_norm;  // [H]
@@ -76,11 +28,11 @@ struct DecoderLayer {
 DecoderLayer load_layer(WeightLoader& wl, const ModelConfig& c, int64_t l, bool moe) {
   const std::string p = layer_prefix(l);
   DecoderLayer d;
-  d.input_norm = wl.get(p + "input_layernorm.weight");
-  d.post_norm = wl.get(p + "post_attention_layernorm.weight");
+  d.input_norm = wl.get(decl::replicated(p + "input_layernorm.weight", {c.d_model}));
+  d.post_norm = wl.get(decl::replicated(p + "post_attention_layernorm.weight", {c.d_model}));
   d.attn = GqaAttention::load(wl, p + "self_attn.", c);
   if (moe) d.mlp = MoeBlock::load(wl, p + "mlp.", c);
-  else d.mlp = SwigluMlp::load(wl, p + "mlp.");
+  else d.mlp = SwigluMlp::load(wl, p + "mlp.", c.d_model, c.dense_inter);
   return d;
 }
 
@@ -94,21 +46,33 @@ class Glm4MoeModel final : public CausalLM {
  public:
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be) : cfg_(cfg), be_(be) {}
 
+  // Binds (or, on a recording loader, declares) every weight; names the checkpoint tensors left unused.
   Status load(WeightLoader& wl, bool include_mtp) {
-    embed_ = wl.get("model.embed_tokens.weight");
-    final_norm_ = wl.get("model.norm.weight");
-    lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get("lm_head.weight");
+    const int64_t H = cfg_.d_model, V = cfg_.vocab_size;
+    embed_ = wl.get(decl::replicated("model.embed_tokens.weight", {V, H}));
+    final_norm_ = wl.get(decl::replicated("model.norm.weight", {H}));
+    // A tied checkpoint may still carry an lm_head copy (unused); an untied one must have it.
+    const WeightSpec lm_head = decl::linear("lm_head.weight", V, H, kRow);
+    if (cfg_.tie_word_embeddings) wl.declare_unused(lm_head);
+    lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get(lm_head);
     for (int64_t l = 0; l < cfg_.n_layers; ++l) layers_.push_back(load_layer(wl, cfg_, l, cfg_.is_moe_layer(l)));
+    const std::string p = layer_prefix(cfg_.n_layers);
     if (include_mtp) {
-      const std::string p = layer_prefix(cfg_.n_layers);
+      // The MTP layer's optional copies of the head and embedding: the target's are used instead.
+      wl.ignore(p + "shared_head.head.weight");
+      wl.ignore(p + "embed_tokens.weight");
       MtpLayer m;
-      m.enorm = wl.get(p + "enorm.weight");
-      m.hnorm = wl.get(p + "hnorm.weight");
-      m.shared_head_norm = wl.get(p + "shared_head.norm.weight");
-      m.eh_proj_e = wl.columns(p + "eh_proj.weight", 0, cfg_.d_model);
-      m.eh_proj_h = wl.columns(p + "eh_proj.weight", cfg_.d_model, 2 * cfg_.d_model);
+      m.enorm = wl.get(decl::replicated(p + "enorm.weight", {H}));
+      m.hnorm = wl.get(decl::replicated(p + "hnorm.weight", {H}));
+      m.shared_head_norm = wl.get(decl::replicated(p + "shared_head.norm.weight", {H}));
+      const WeightSpec eh_proj = decl::linear(p + "eh_proj.weight", H, 2 * H, parallel::ShardAxis::kNone);
+      m.eh_proj_e = wl.columns(eh_proj, 0, H);
+      m.eh_proj_h = wl.columns(eh_proj, H, 2 * H);
       m.block = load_layer(wl, cfg_, cfg_.n_layers, /*moe=*/true);
       mtp_ = std::move(m);
+    } else {
+      // MTP layers the config declares but the caller chose not to load.
+      for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) wl.ignore_prefix(layer_prefix(cfg_.n_layers + i));
     }
     return Status::ok();
   }
@@ -116,15 +80,10 @@ class Glm4MoeModel final : public CausalLM {
   const ModelConfig& config() const override { return cfg_; }
   bool has_mtp() const override { return mtp_.has_value(); }
 
+  // GQA: K and V of n_kv_heads x head_dim per layer (the MTP layer has its own), in the activation dtype.
   kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
-    kvcache::KvCacheSpec s;
-    s.n_layers = cfg_.n_layers + (mtp_ ? 1 : 0);
-    s.n_blocks = n_blocks;
-    s.block_size = block_size;
-    s.n_kv_heads = cfg_.n_kv_heads;
-    s.head_dim = cfg_.head_dim;
-    s.dtype = be_.activation_dtype();
-    return s;
+    return kvcache::KvCacheSpec::gqa(cfg_.n_layers + (mtp_ ? 1 : 0), n_blocks, block_size, cfg_.n_kv_heads,
+                                     cfg_.head_dim, be_.activation_dtype());
   }
 
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
@@ -200,9 +159,15 @@ class Glm4MoeModel final : public CausalLM {
 
   Status check_batch(const ForwardBatch& batch, kvcache::KvCache& kv) const {
     const auto& s = kv.spec();
-    if (s.n_kv_heads != cfg_.n_kv_heads || s.head_dim != cfg_.head_dim ||
-        s.n_layers < cfg_.n_layers + (mtp_ ? 1 : 0))
-      return invalid_argument("KV cache geometry does not match the model");
+    const kvcache::KvCacheSpec want = kv_spec(s.n_blocks, s.block_size);
+    if (s.n_layers() < want.n_layers()) return invalid_argument("KV cache geometry does not match the model");
+    for (int64_t l = 0; l < want.n_layers(); ++l)
+      for (const auto& t : want.layers[l].tensors) {
+        const kvcache::CacheTensorSpec* have = s.layers[l].find(t.role);
+        if (have == nullptr || have->width != t.width || have->dtype != t.dtype)
+          return invalid_argument("KV cache geometry does not match the model (layer " + std::to_string(l) + ", " +
+                                  kvcache::cache_role_name(t.role) + ")");
+      }
     return batch.validate(cfg_.vocab_size, s.n_blocks, s.block_size);
   }
 
@@ -258,54 +223,33 @@ class Glm4MoeModel final : public CausalLM {
   std::optional<MtpLayer> mtp_;
 };
 
-}  // namespace
-
-std::vector<WeightSpec> glm4_moe_weight_table(const ModelConfig& c, bool include_mtp) {
-  std::vector<WeightSpec> t;
-  t.push_back({"model.embed_tokens.weight", {c.vocab_size, c.d_model}, kFloat});
-  t.push_back({"model.norm.weight", {c.d_model}, kFloat});
-  // A tied checkpoint may still carry an lm_head copy; an untied one must have it.
-  t.push_back({"lm_head.weight", {c.vocab_size, c.d_model}, kAny, /*optional=*/c.tie_word_embeddings, kLinear});
-  for (int64_t l = 0; l < c.n_layers; ++l) add_decoder_layer(t, c, l, c.is_moe_layer(l));
-  if (include_mtp) {
-    const std::string p = layer_prefix(c.n_layers);
-    t.push_back({p + "enorm.weight", {c.d_model}, kFloat});
-    t.push_back({p + "hnorm.weight", {c.d_model}, kFloat});
-    t.push_back({p + "eh_proj.weight", {c.d_model, 2 * c.d_model}, kAny, false, kLinear});
-    t.push_back({p + "shared_head.norm.weight", {c.d_model}, kFloat});
-    add_decoder_layer(t, c, c.n_layers, /*moe=*/true);
-  }
-  return t;
-}
-
-BindOptions glm4_moe_bind_options(const ModelConfig& c, bool include_mtp) {
-  BindOptions o;
-  const std::string p = layer_prefix(c.n_layers);
-  // The MTP layer's optional copies of the head and embedding: the target's are used instead.
-  o.ignored = {p + "shared_head.head.weight", p + "embed_tokens.weight"};
-  // MTP layers the config declares but the caller chose not to load.
-  if (!include_mtp)
-    for (int64_t i = 0; i < c.n_mtp_layers; ++i) o.ignored_prefixes.push_back(layer_prefix(c.n_layers + i));
-  o.quant = c.quant;
-  return o;
-}
-
-Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, const BoundWeights& weights,
-                                                backend::Backend& be, bool include_mtp) {
-  if (cfg.quant && cfg.quant->activations_quantized) {
-    MX_LOG(kWarn) << cfg.source << ": quantization_config quantizes input activations too (quant_method "
-                  << quant::quant_method_name(cfg.quant->method)
-                  << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
-  }
-  WeightLoader wl(be, weights);
-  return make_glm4_moe(cfg, wl, be, include_mtp);
-}
-
-Result<std::unique_ptr<CausalLM>> make_glm4_moe(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
-                                                bool include_mtp) {
+Result<std::unique_ptr<CausalLM>> build_glm4_moe(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
+                                                 bool include_mtp) {
   auto model = std::make_unique<Glm4MoeModel>(cfg, be);
   MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
+}
+
+}  // namespace
+
+const ArchitectureDef& glm4_moe_architecture() {
+  static const ArchitectureDef d = [] {
+    ArchitectureDef a;
+    a.hf_name = "Glm4MoeForCausalLM";
+    a.model_type = "glm4_moe";
+    a.default_partial_rotary_factor = 0.5;  // transformers' Glm4MoeConfig
+    a.build = &build_glm4_moe;
+    return a;
+  }();
+  return d;
+}
+
+std::vector<WeightSpec> glm4_moe_weight_table(const ModelConfig& c, bool include_mtp) {
+  return record_weights(glm4_moe_architecture(), c, include_mtp).table;
+}
+
+BindOptions glm4_moe_bind_options(const ModelConfig& c, bool include_mtp) {
+  return record_weights(glm4_moe_architecture(), c, include_mtp).bind;
 }
 
 }  // namespace mxserve::model

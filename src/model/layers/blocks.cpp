@@ -2,22 +2,26 @@
 
 #include <cmath>
 
+#include "model/layers/weight_decl.h"
+
 namespace mxserve::model {
 
 GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
+  using parallel::ShardAxis;
+  const int64_t H = cfg.d_model, q = cfg.n_heads * cfg.head_dim, kv = cfg.n_kv_heads * cfg.head_dim;
   GqaAttention a;
-  a.q_proj = wl.get(p + "q_proj.weight");
-  a.k_proj = wl.get(p + "k_proj.weight");
-  a.v_proj = wl.get(p + "v_proj.weight");
-  a.o_proj = wl.get(p + "o_proj.weight");
+  a.q_proj = wl.get(decl::linear(p + "q_proj.weight", q, H, ShardAxis::kRow));
+  a.k_proj = wl.get(decl::linear(p + "k_proj.weight", kv, H, ShardAxis::kRow));
+  a.v_proj = wl.get(decl::linear(p + "v_proj.weight", kv, H, ShardAxis::kRow));
+  a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, q, ShardAxis::kColumn));
   if (cfg.attention_bias) {
-    a.q_bias = wl.get(p + "q_proj.bias");
-    a.k_bias = wl.get(p + "k_proj.bias");
-    a.v_bias = wl.get(p + "v_proj.bias");
+    a.q_bias = wl.get(decl::bias(p + "q_proj.bias", q, ShardAxis::kRow));
+    a.k_bias = wl.get(decl::bias(p + "k_proj.bias", kv, ShardAxis::kRow));
+    a.v_bias = wl.get(decl::bias(p + "v_proj.bias", kv, ShardAxis::kRow));
   }
   if (cfg.use_qk_norm) {
-    a.q_norm = wl.get(p + "q_norm.weight");
-    a.k_norm = wl.get(p + "k_norm.weight");
+    a.q_norm = wl.get(decl::replicated(p + "q_norm.weight", {cfg.head_dim}));
+    a.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {cfg.head_dim}));
   }
   return a;
 }
@@ -52,10 +56,12 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
   be.linear(attn, o_proj, nullptr, out);
 }
 
-SwigluMlp SwigluMlp::load(WeightLoader& wl, const std::string& p) {
+SwigluMlp SwigluMlp::load(WeightLoader& wl, const std::string& p, int64_t d_model, int64_t inter) {
+  using parallel::ShardAxis;
   SwigluMlp m;
-  m.gate_up = wl.concat_rows({p + "gate_proj.weight", p + "up_proj.weight"});
-  m.down = wl.get(p + "down_proj.weight");
+  m.gate_up = wl.concat_rows({decl::linear(p + "gate_proj.weight", inter, d_model, ShardAxis::kRow),
+                              decl::linear(p + "up_proj.weight", inter, d_model, ShardAxis::kRow)});
+  m.down = wl.get(decl::linear(p + "down_proj.weight", d_model, inter, ShardAxis::kColumn));
   return m;
 }
 
@@ -69,19 +75,20 @@ void SwigluMlp::forward(backend::Backend& be, const Tensor& x, Tensor& out) cons
 }
 
 MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
+  const int64_t H = cfg.d_model, E = cfg.n_experts, I = cfg.moe_inter;
   MoeBlock m;
-  m.gate = wl.get(p + "gate.weight");
-  m.correction_bias = wl.get_f32(p + "gate.e_score_correction_bias");
-  std::vector<std::vector<std::string>> gate_up;
-  std::vector<std::string> down;
-  for (int64_t e = 0; e < cfg.n_experts; ++e) {
+  m.gate = wl.get(decl::router(p + "gate.weight", E, H));
+  m.correction_bias = wl.get_f32(decl::replicated(p + "gate.e_score_correction_bias", {E}));
+  WeightLoader::ExpertDecls ex;
+  for (int64_t e = 0; e < E; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
-    gate_up.push_back({ep + "gate_proj.weight", ep + "up_proj.weight"});
-    down.push_back(ep + "down_proj.weight");
+    ex.gate_up.push_back({decl::expert_linear(ep + "gate_proj.weight", I, H, e, E),
+                          decl::expert_linear(ep + "up_proj.weight", I, H, e, E)});
+    ex.down.push_back(decl::expert_linear(ep + "down_proj.weight", H, I, e, E));
   }
-  m.experts = wl.experts(gate_up, down);
+  m.experts = wl.experts(ex);
   wl.backend().prepare_moe(m.experts, cfg.top_k);  // tuned-kernel selection logged at start-up (issue 9)
-  if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.");
+  if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.", H, cfg.shared_inter());
   return m;
 }
 

@@ -1,6 +1,7 @@
 // Shared transformer blocks built on the backend op table: GQA attention (q/k/v bias, per-head q/k
 // RMSNorm, partial NeoX RoPE, paged KV), SwiGLU MLP, and the sigmoid-routed MoE with shared experts.
-// Architectures (model/archs/) assemble these; they hold weights, not activations.
+// Architectures (model/archs/) assemble these; they hold weights, not activations. Each load() declares
+// the weights it binds (name, shape, precisions, shard axis: model/layers/weight_decl.h).
 #pragma once
 
 #include <optional>
@@ -28,7 +29,7 @@ struct SwigluMlp {
   Tensor gate_up;  // [2I, H]: gate rows then up rows
   Tensor down;     // [H, I]
 
-  static SwigluMlp load(WeightLoader& wl, const std::string& prefix);
+  static SwigluMlp load(WeightLoader& wl, const std::string& prefix, int64_t d_model, int64_t inter);
   void forward(backend::Backend& be, const Tensor& x, Tensor& out) const;  // [T,H] -> [T,H]
 };
 

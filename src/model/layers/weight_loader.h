@@ -10,8 +10,13 @@
 // Synthetic source (model/synthetic_weights.h): the same calls generate every tensor on the backend
 // (Backend::fill_synthetic) instead of copying a host tensor -- no host image of the model; helpers
 // named synthetic_* hold that branch.
+// Declarations: architecture code calls the overloads taking a WeightSpec (name, shape, precisions, shard
+// axis written once, where the weight is bound). A recording loader (WeightLoader::recording()) runs the
+// same load code without loading anything and returns the specs in call order: that is the weight
+// table the binder, the synthetic source and the parameter accounting use (weight_loader_declare.cpp).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,7 +28,36 @@ namespace mxserve::model {
 
 class WeightLoader {
  public:
+  // A loader that records declarations and loads nothing: its tensors are empty placeholders.
+  static WeightLoader recording();
+  WeightLoader(WeightLoader&&) = default;
+  bool is_recording() const { return recorder_ != nullptr; }
+  // The declarations recorded so far (first declaration of each name, in call order); recording loaders only.
+  const std::vector<WeightSpec>& recorded() const;
+  // A weight a checkpoint may carry and the model does not load (a tied lm_head copy): declared optional,
+  // so the binder checks it when present and does not miss it when absent.
+  void declare_unused(WeightSpec w);
+  // Checkpoint tensors the architecture knows and deliberately leaves unused (exact names / prefixes).
+  void ignore(const std::string& name);
+  void ignore_prefix(const std::string& prefix);
+  const std::vector<std::string>& ignored() const { return ignored_; }
+  const std::vector<std::string>& ignored_prefixes() const { return ignored_prefixes_; }
+
+  // ---- declaring overloads (architecture code): same as the name-based calls below ----
+  Tensor get(const WeightSpec& w);
+  Tensor get_f32(const WeightSpec& w);
+  Tensor concat_rows(const std::vector<WeightSpec>& parts);
+  struct ExpertDecls {  // one struct, so a braced list of names never converts to it
+    std::vector<std::vector<WeightSpec>> gate_up;  // gate_up[e] = {gate_proj, up_proj} of expert e
+    std::vector<WeightSpec> down;                  // down[e] = down_proj of expert e
+  };
+  backend::ExpertWeights experts(const ExpertDecls& decls);
+  Tensor columns(const WeightSpec& w, int64_t begin, int64_t end);
+
+  // ---- name-based calls (the mechanics; tests and the declaring overloads use them) ----
   WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(weights) {}
+  WeightLoader(std::shared_ptr<backend::Backend> owned, const BoundWeights& weights)
+      : owned_be_(std::move(owned)), be_(*owned_be_), weights_(weights) {}
   // Synthetic weights generated on the backend (no checkpoint tensors); `synthetic` must outlive the loader.
   WeightLoader(backend::Backend& be, const SyntheticSource& synthetic)
       : be_(be), weights_(no_weights()), synthetic_(&synthetic) {}
@@ -68,9 +102,16 @@ class WeightLoader {
     return empty;
   }
 
+  struct Recorder;
+  // Records w (recording loaders: false = load nothing) or checks it names a weight (others: true).
+  bool declare(const WeightSpec& w);
+
+  std::shared_ptr<backend::Backend> owned_be_;  // recording loaders: a CPU backend nothing is loaded onto
   backend::Backend& be_;
   const BoundWeights& weights_;
   const SyntheticSource* synthetic_ = nullptr;  // set: every tensor is generated (synthetic_* helpers)
+  std::shared_ptr<Recorder> recorder_;          // set: a recording loader
+  std::vector<std::string> ignored_, ignored_prefixes_;
 };
 
 }  // namespace mxserve::model

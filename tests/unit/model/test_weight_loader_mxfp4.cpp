@@ -27,7 +27,6 @@ class Mxfp4ClaimingBackend final : public backend::Backend {
   Device device() const override { return cpu_->device(); }
   DType activation_dtype() const override { return cpu_->activation_dtype(); }
   DType weight_dtype() const override { return cpu_->weight_dtype(); }
-  bool supports(backend::Op op) const override { return cpu_->supports(op); }
   bool supports_expert_format(ExpertFormat) const override { return true; }
   Tensor alloc(DType dtype, Shape shape) override { return cpu_->alloc(dtype, std::move(shape)); }
   void copy_weight(const Tensor& host, Tensor& dst) override { cpu_->copy_weight(host, dst); }

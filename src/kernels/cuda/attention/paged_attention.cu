@@ -7,8 +7,8 @@
 // sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
 // This file also owns the planner: the tensor-core kernels (paged_attention_mma.cu: per-warp for
 // decode-like batches, block-shared for prefill-like ones) serve head_dim 16..128 with groups <= 16;
-// this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). MXSERVE_ATTENTION_KERNEL
-// forces one (tests and benchmarks compare the designs).
+// this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). AttentionPlanOptions (the
+// backend's typed kernel options) force one (tests and benchmarks compare the designs).
 // NOTE: CUDA-core FMAs and plain 16-byte loads, split along the context for decode parallelism.
 #include <algorithm>
 #include <climits>
@@ -249,18 +249,16 @@ namespace {
 
 // Tensor-core kernel: one warp per (token, kv head, split); aim at ~8 resident warps per SM.
 // Warps (token, kv head, split) the decode kernel aims for per SM: more splits put more K/V bytes in
-// flight per SM (HBM latency) at the cost of a larger combine. MXSERVE_ATTENTION_SPLIT_TARGET overrides
-// the default (benchmarks sweep it; see docs/perf/cuda-baseline.md).
+// flight per SM (HBM latency) at the cost of a larger combine. AttentionPlanOptions::warp_split_target_per_sm
+// overrides the default (benchmarks sweep it; see docs/perf/cuda-baseline.md).
 // Default by the number of (token, kv head) items, from the H200 sweep in docs/perf/cuda-baseline.md
 // (GLM-4.5-Air, 8 kv heads, 8k context; % of copy bandwidth at 4 / 8 / 16 / 32 warps per SM):
 //   batch 8  (64 items):  35.9 / 61.0 / 56.6 / 49.2  -> 8
 //   batch 32 (256 items): 52.8 / 46.0 / 51.5 / 66.5  -> 32
 //   batch 64 (512 items): 71.2 / 55.9 / 61.2 / 61.4  -> 4
 // NOTE: three measured points; a per-(items, context) tuned table is the proper form (later work).
-int64_t warp_split_target_per_sm(int64_t items) {
-  const char* v = std::getenv("MXSERVE_ATTENTION_SPLIT_TARGET");
-  const int64_t n = v != nullptr ? std::atoll(v) : 0;
-  if (n > 0) return n;
+int64_t warp_split_target_per_sm(int64_t items, int64_t forced) {
+  if (forced > 0) return forced;
   if (items <= 128) return kDefaultWarpSplitTarget;
   if (items <= 384) return 32;
   return 4;
@@ -284,12 +282,12 @@ void split_context(const AttentionParams& p, int64_t base, int64_t target, int64
   plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
 }
 
-AttentionLaunch plan_warp(const AttentionParams& p, int n_sms) {
+AttentionLaunch plan_warp(const AttentionParams& p, int n_sms, int64_t forced_target) {
   constexpr int64_t kMinSplit = 128, kAlign = 64;
   AttentionLaunch plan;
   plan.kernel = AttentionKernel::kWarp;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
-  const int64_t target = warp_split_target_per_sm(base) * n_sms;
+  const int64_t target = warp_split_target_per_sm(base, forced_target) * n_sms;
   split_context(p, base, target, kMinSplit, kAlign, plan);
   return plan;
 }
@@ -306,12 +304,6 @@ AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
   return plan;
 }
 
-// MXSERVE_ATTENTION_KERNEL=simt|warp|shared forces a kernel (tests and benchmarks compare designs).
-const char* forced_kernel() {
-  const char* v = std::getenv("MXSERVE_ATTENTION_KERNEL");
-  return v != nullptr ? v : "";
-}
-
 }  // namespace
 
 const char* attention_kernel_name(AttentionKernel k) {
@@ -323,17 +315,18 @@ const char* attention_kernel_name(AttentionKernel k) {
   return "?";
 }
 
-AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms) {
-  const std::string force = forced_kernel();
-  if (paged_attention_mma_supports(p) && force != "simt") {
+AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const AttentionPlanOptions& options) {
+  using Force = AttentionPlanOptions::Force;
+  const Force force = options.force;
+  if (paged_attention_mma_supports(p) && force != Force::kSimt) {
     // Prefill-like batches (>= 8 tokens per sequence on average) share K/V tiles across tokens. A tree
     // batch (speculative verification: up to 65 rows per sequence) always takes the per-warp kernel,
     // the tensor-core one that applies tree masks.
     bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
-    if (force == "warp") shared = false;
-    if (force == "shared") shared = true;
+    if (force == Force::kWarp) shared = false;
+    if (force == Force::kShared) shared = true;
     if (p.tree_mask != nullptr) shared = false;
-    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms);
+    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms, options.warp_split_target_per_sm);
   }
   AttentionLaunch plan;
   const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;  // bound on any kv_index + 1

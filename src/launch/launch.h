@@ -1,0 +1,89 @@
+// The composition root: one typed LaunchConfig in, a loaded model on its rank(s) out -- the backend made
+// per device from the rank layout, the communicator of that layout, the weights (a checkpoint or
+// synthetic), and factories for the executor and the engine over them. The server (server/serving_model)
+// and the CLI (cli/cmd_model, verify-fixture, bench-model) call launch_model(); nothing else constructs a
+// backend for serving. Owns: the backend(s), the communicator, the model. The engines made here borrow them
+// (a LaunchedModel must outlive every executor/engine it made).
+// Invariant: a LaunchedModel is fully loaded and validated (MTP present when speculation asks for it, the
+// weight table shards evenly over the layout) -- callers never see a half-built one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "launch/moe_kernel_report.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
+#include "parallel/communicator.h"
+#include "parallel/rank_layout.h"
+#include "runtime/engine.h"
+#include "runtime/executor.h"
+
+namespace mxserve::launch {
+
+// Where the weights come from.
+struct ModelSource {
+  std::string path;                    // checkpoint dir, or a config.json (file or dir) with synthetic weights
+  bool synthetic = false;              // deterministic random weights from the config alone
+  uint64_t seed = 0;                   // synthetic weights' seed
+  int64_t num_layers = 0;              // > 0: keep only the first N decoder layers (synthetic only)
+  std::string synthetic_quantization;  // synthetic precision plan: "", "mxfp4", "mxfp4:fp8-block", ...
+  bool load_mtp = false;               // load the MTP layer when the config declares one
+  bool require_mtp = false;            // and fail when it does not (speculative decoding drafts with it)
+};
+
+struct LaunchConfig {
+  ModelSource model;
+  std::string backend = "cpu";               // cpu | cuda
+  backend::BackendOptions backend_options;   // typed kernel choices (the device comes from the layout)
+  parallel::ParallelConfig parallel;         // tp / ep / dp; a world of 1 today
+  std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
+  bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
+};
+
+class LaunchedModel {
+ public:
+  ~LaunchedModel();
+  const model::ModelConfig& config() const { return model_->config(); }
+  model::CausalLM& model() { return *model_; }
+  // Rank 0's backend (the only one today). Tools that time kernels use it; serving code does not need it.
+  backend::Backend& backend() { return *backends_.front(); }
+  parallel::Communicator& communicator() { return *comm_; }
+  const parallel::RankLayout& layout() const { return comm_->layout(); }
+  std::string backend_name() const { return backends_.front()->name(); }
+  DType weight_dtype() const { return backends_.front()->weight_dtype(); }  // float weights' storage dtype
+  double load_seconds() const { return load_s_; }
+  // The declared weights as this rank holds them (shapes after sharding), for accounting and reports.
+  const std::vector<model::WeightSpec>& weight_table() const { return table_; }
+
+  // KV pool sizing: bytes of one block of block_size tokens over every cached layer; blocks that fit in bytes.
+  uint64_t kv_bytes_per_block(int64_t block_size) const;
+  int64_t kv_blocks_for_bytes(int64_t block_size, uint64_t bytes) const;
+
+  // An executor over a fresh KV pool of n_blocks x block_size on this model's backend.
+  std::unique_ptr<runtime::ModelExecutor> make_executor(int64_t n_blocks, int64_t block_size);
+  // An engine (not started) with its executor sized from config.n_blocks and config.scheduler.block_size.
+  std::unique_ptr<runtime::Engine> make_engine(const runtime::EngineConfig& config);
+  // The speculative self-test after load (runtime/spec/self_test.h): logs, or says why it is skipped.
+  Status spec_self_test(const runtime::SpecConfig& spec, int64_t block_size);
+  std::vector<MoeKernelConfigRow> moe_kernel_configs() const;
+
+ private:
+  friend Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
+  LaunchedModel() = default;
+
+  std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
+  std::unique_ptr<parallel::Communicator> comm_;
+  std::unique_ptr<model::CausalLM> model_;
+  std::vector<model::WeightSpec> table_;
+  double load_s_ = 0;
+};
+
+// Validates the config, makes the backend per device of the layout, loads the model. Errors name the flag
+// or file at fault.
+Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
+
+}  // namespace mxserve::launch

@@ -1,0 +1,46 @@
+// Communicator: the collectives one rank runs with the other ranks of its group, on tensors that live on
+// the rank's backend (device memory on CUDA). The model calls these at its parallel seams (after a
+// column-sharded projection: all_reduce; expert dispatch: all_to_all). Today only the single-rank
+// implementation exists: every collective over one rank is the identity (in-place ops leave x as it is,
+// the others return their input, which shares storage). A multi-rank one (NCCL) implements the same
+// interface; see docs/howto.md "Add a collective".
+// Invariant: shapes are checked on every call (a wrong shape is a Status naming the op and the tensor),
+// so code written against the single rank fails the same way it will on many.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "parallel/rank_layout.h"
+
+namespace mxserve::parallel {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual const RankLayout& layout() const = 0;
+  int rank() const { return layout().rank; }
+  int size() const { return layout().world(); }
+
+  // x (any shape) in place: every rank ends with the element-wise reduction over all ranks.
+  virtual Status all_reduce(Tensor& x, ReduceOp op) = 0;
+  // in [R, ...] on every rank -> [size() * R, ...], rank-major.
+  virtual Result<Tensor> all_gather(const Tensor& in) = 0;
+  // in [size() * R, ...] -> this rank's [R, ...] block of the reduction over ranks.
+  virtual Result<Tensor> reduce_scatter(const Tensor& in, ReduceOp op) = 0;
+  // in [sum(send_rows), ...], rows grouped by destination rank (send_rows[r] rows to rank r) -> the rows
+  // received, grouped by source rank; recv_rows[r] = rows that came from rank r.
+  virtual Result<Tensor> all_to_all(const Tensor& in, const std::vector<int64_t>& send_rows,
+                                    std::vector<int64_t>* recv_rows) = 0;
+};
+
+// The communicator of a world of one rank (errors when layout.world() != 1).
+Result<std::unique_ptr<Communicator>> make_single_rank_communicator(const RankLayout& layout);
+
+}  // namespace mxserve::parallel

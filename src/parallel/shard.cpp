@@ -1,0 +1,43 @@
+#include "parallel/shard.h"
+
+namespace mxserve::parallel {
+
+const char* shard_axis_name(ShardAxis a) {
+  switch (a) {
+    case ShardAxis::kNone: return "none";
+    case ShardAxis::kRow: return "row";
+    case ShardAxis::kColumn: return "column";
+    case ShardAxis::kExpert: return "expert";
+  }
+  return "?";
+}
+
+Result<ShardSlice> shard_slice(const std::string& name, const Shape& logical, ShardAxis axis, const RankLayout& rank,
+                               int64_t expert, int64_t n_experts) {
+  ShardSlice s;
+  s.local_shape = logical;
+  if (axis == ShardAxis::kNone) return s;
+  if (axis == ShardAxis::kExpert) {
+    if (expert < 0 || n_experts <= 0 || expert >= n_experts)
+      return invalid_argument(name + ": expert-sharded weight without a valid expert index (" + std::to_string(expert) +
+                              " of " + std::to_string(n_experts) + ")");
+    if (n_experts % rank.ep != 0)
+      return invalid_argument(name + ": " + std::to_string(n_experts) + " experts do not split over ep " +
+                              std::to_string(rank.ep));
+    s.held = expert / (n_experts / rank.ep) == rank.ep_rank();
+    return s;
+  }
+  if (logical.empty()) return invalid_argument(name + ": a scalar cannot be split (" + shard_axis_name(axis) + ")");
+  s.dim = axis == ShardAxis::kRow ? 0 : static_cast<int>(logical.size()) - 1;
+  const int64_t n = logical[s.dim];
+  if (n % rank.tp != 0)
+    return invalid_argument(name + ": dim " + std::to_string(s.dim) + " of " + shape_to_string(logical) + " (" +
+                            shard_axis_name(axis) + ") does not split over tp " + std::to_string(rank.tp));
+  const int64_t part = n / rank.tp;
+  s.begin = part * rank.tp_rank();
+  s.end = s.begin + part;
+  s.local_shape[s.dim] = part;
+  return s;
+}
+
+}  // namespace mxserve::parallel
