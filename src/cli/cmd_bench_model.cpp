@@ -6,14 +6,14 @@
 // the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
 // Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens). Weight
 // element counts are summed from the model's declared weights (model::block_weights), not restated here:
-//   attention bytes = w (q, k, v, o weights + biases) + KV read (2 kv_width a per cached token, every
+//   attention bytes = w (every declared self_attn weight: q, k, v, o, biases, q/k norms) + KV read (2 kv_width a per cached token, every
 //                     sequence's context once) + KV write (2 kv_width a per token)
 //                     + a T (4 H + 4 q_dim + 4 kv_dim)  [norm in/out, residual in/out, q/k/v/attn out written+read]
-//   attention FLOPs = 2 T (2 q_dim H + 2 kv_dim H) + 4 n_heads head_dim sum_t(keys attended by t)
-//   MoE bytes       = router E H w + shared 3 H I_s w + n_hit 3 H I w_e + a T (4 H + K (2 I + H))
+//   attention FLOPs = 2 T (Linear params = 2 q_dim H + 2 kv_dim H) + 4 n_heads head_dim sum_t(keys attended by t)
+//   MoE bytes       = w (router E H + correction bias E + shared 3 H I_s) + n_hit 3 H I w_e + a T (4 H + K (2 I + H))
 //                     n_hit = E (1 - (1 - K/E)^T) (expected experts hit under uniform routing);
 //                     w_e = 0.5 + 1/32 for packed MXFP4, else w
-//   MoE FLOPs       = 2 T (E H + 3 H I_s + K 3 H I)
+//   MoE FLOPs       = 2 T (router + shared Linear params + K x one expert's params = E H + 3 H I_s + K 3 H I)
 //   decode step     = all layers' weights (MoE: experts hit at T = batch) + lm_head + KV read; roofline
 //                     tok/s = batch / (bytes / copy bandwidth)
 // Owns: the command. Does not own: the model code (model/), the ceilings (kernels/cuda/ceilings.h).
