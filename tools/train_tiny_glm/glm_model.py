@@ -69,15 +69,15 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        rep = self.nh // self.nkv  # query head h reads kv head h // rep (HF repeat_kv)
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        rep = self.nh // self.nkv  # query head h reads kv head h // rep (HF repeat_kv); expand: deterministic grads
+        k = k[:, :, None].expand(B, self.nkv, rep, T, self.d).reshape(B, self.nh, T, self.d)
+        v = v[:, :, None].expand(B, self.nkv, rep, T, self.d).reshape(B, self.nh, T, self.d)
         q, k = q.to(v.dtype), k.to(v.dtype)  # the qk-norm weight multiply promotes to fp32 under autocast
-        if hasattr(F, "scaled_dot_product_attention"):
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            s = (q @ k.transpose(-1, -2)).float() * self.d ** -0.5
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-            o = s.softmax(-1).to(v.dtype) @ v
+        # NOTE: explicit attention (fp32 softmax), not F.scaled_dot_product_attention: its fused backward kernels
+        # are not deterministic, and this is the path the local CPU tests run.
+        s = (q @ k.transpose(-1, -2)).float() * self.d ** -0.5
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        o = s.softmax(-1).to(v.dtype) @ v
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.d))
 
 
@@ -106,24 +106,25 @@ class Moe(nn.Module):
         self.shared_experts = Mlp(H, I * c["n_shared_experts"])
         self.last_load = None  # [E] tokens routed to each expert in the last forward (for balance_step)
 
-    def route(self, x):  # x [N, H] -> (idx [N, K], weights [N, K] fp32)
+    def route(self, x):  # x [N, H] -> routing weights [N, E] (zero for unselected experts, fp32), selected [N, E]
         c = self.c
         with torch.autocast(device_type=x.device.type, enabled=False):
             scores = F.linear(x.float(), self.gate_weight.float()).sigmoid()
         biased = scores + self.e_score_correction_bias
         assert c["n_group"] == 1, "grouped routing is not used by the tiny model"
         idx = biased.topk(c["num_experts_per_tok"], dim=-1).indices
-        w = scores.gather(1, idx)
+        # one-hot instead of gather/scatter: identical values, deterministic gradients on CUDA
+        selected = (idx[:, :, None] == torch.arange(self.E, device=x.device)).any(1)  # [N, E]
+        w = scores * selected
         if c["norm_topk_prob"]:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
-        return idx, w * c["routed_scaling_factor"]
+        return w * c["routed_scaling_factor"], selected
 
     def forward(self, x):  # x [B, T, H]
         B, T, H = x.shape
         xf = x.reshape(B * T, H)
-        idx, w = self.route(xf)
-        comb = torch.zeros(B * T, self.E, device=x.device, dtype=torch.float32).scatter(1, idx, w)
-        self.last_load = torch.bincount(idx.flatten(), minlength=self.E).detach()
+        comb, selected = self.route(xf)
+        self.last_load = selected.sum(0).detach()
         gu = torch.einsum("nh,eoh->neo", xf, self.gate_up)                # all experts, [N, E, 2I]
         g, u = gu[..., : self.I], gu[..., self.I:]
         a = F.silu(g) * u                                                # [N, E, I]
