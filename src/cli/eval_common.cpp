@@ -43,7 +43,9 @@ Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const
     path = o.out_dir;
     em->precision = quantization;
   }
-  MX_ASSIGN_OR_RETURN(em->model, model::load_causal_lm(path, be, model::LoadOptions{.load_mtp = load_mtp}));
+  model::LoadOptions lo;
+  lo.load_mtp = load_mtp;
+  MX_ASSIGN_OR_RETURN(em->model, model::load_causal_lm(path, be, lo));
   return em;
 }
 

@@ -13,6 +13,12 @@
 namespace mxserve {
 namespace {
 
+model::LoadOptions no_mtp() {
+  model::LoadOptions o;
+  o.load_mtp = false;
+  return o;
+}
+
 const std::string kFixture = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a";
 
 struct Loaded {
@@ -20,7 +26,7 @@ struct Loaded {
   std::unique_ptr<model::CausalLM> m;
   std::vector<cli::FixtureCase> cases;
   Loaded() {
-    auto r = model::load_causal_lm(kFixture, *be, model::LoadOptions{.load_mtp = false});
+    auto r = model::load_causal_lm(kFixture, *be, no_mtp());
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     m = std::move(*r);
     auto c = cli::read_fixture_cases(kFixture, m->config().vocab_size);

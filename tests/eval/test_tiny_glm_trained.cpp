@@ -21,6 +21,12 @@
 namespace mxserve {
 namespace {
 
+model::LoadOptions no_mtp() {
+  model::LoadOptions o;
+  o.load_mtp = false;
+  return o;
+}
+
 namespace fs = std::filesystem;
 const fs::path kDir = fs::path(MXSERVE_SOURCE_DIR) / "models/tiny-glm-trained";
 const fs::path kSample = fs::path(MXSERVE_SOURCE_DIR) / "tests/data/tiny_glm";
@@ -87,7 +93,7 @@ TEST(TinyGlmTrained, GoldenFixtureFromTransformersPassesOnCpu) {
 TEST(TinyGlmTrained, HeldOutPerplexityIsFarBelowUnigram) {
   if (!have_checkpoint()) GTEST_SKIP() << kDir << " has no model.safetensors yet (tools/train_tiny_glm/run_gpu.sh)";
   auto be = backend::make_cpu_backend();
-  auto m = model::load_causal_lm(kDir.string(), *be, model::LoadOptions{.load_mtp = false});
+  auto m = model::load_causal_lm(kDir.string(), *be, no_mtp());
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   auto ids = sample_meta()["ids"].get<std::vector<int32_t>>();
   ids.resize(2048);

@@ -15,6 +15,7 @@ compare its logits with this implementation's, and write reference.safetensors i
 DESIGN.md section 4 with tools/make_glm4_moe_fixture.py's own helpers (prompts = held-out text windows).
 Outputs in --out: model.safetensors, reference.safetensors, tiny-glm-trained.tar (config.json,
 generation_config.json, tokenizer.json, tokenizer_config.json, metrics.json), metrics.json. Written atomically.
+Exit code 3: everything but the transformers stage succeeded (the error is in metrics.json and the log).
 """
 import argparse
 import io
@@ -26,6 +27,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+import traceback
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 import numpy as np  # noqa: E402
@@ -360,15 +362,23 @@ def main():
         log(f"sample T={smp['temperature']}: {smp['prompt']!r} -> {smp['completion']!r}")
     out_json()
 
+    hf_failed = False
     if not args.no_hf:
-        import hf_fixture
-        hf_fixture.check_and_write(model, tensors, model_dir, args.out, streams["heldout"], CASE_LENGTHS, GREEDY_TOKENS,
-                                   args.fixture_seconds, args.seed, metrics, log)
+        try:
+            import hf_fixture
+            hf_fixture.check_and_write(model, tensors, model_dir, args.out, streams["heldout"], CASE_LENGTHS,
+                                       GREEDY_TOKENS, args.fixture_seconds, args.seed, metrics, log)
+        except Exception:  # the trained model is already saved: keep it, say so loudly, exit 3 at the end
+            hf_failed = True
+            metrics["fixture_error"] = traceback.format_exc()
+            log("ERROR in the transformers stage (no reference.safetensors):\n" + metrics["fixture_error"])
         out_json()
     atomic_json(os.path.join(model_dir, "metrics.json"), metrics)
     write_tar(args.out, model_dir, ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                     "metrics.json"])
     log("done:", sorted(os.listdir(args.out)))
+    if hf_failed:
+        sys.exit(3)
 
 
 if __name__ == "__main__":
