@@ -31,7 +31,7 @@ Result<GenRun> generate_all(model::CausalLM& m, backend::Backend& be, const std:
   runtime::EngineConfig ec;
   const int64_t block = 16;
   ec.scheduler.block_size = block;
-  const int64_t per_seq = static_cast<int64_t>(prompts[0].size()) + gen_tokens + 64 + spec.num_steps;
+  const int64_t per_seq = static_cast<int64_t>(prompts[0].size()) + gen_tokens + 2 * runtime::SpecConfig::kMaxTreeNodes + spec.num_steps;
   ec.n_blocks = (per_seq + block - 1) / block + 8;
   ec.max_model_len = static_cast<int64_t>(prompts[0].size()) + gen_tokens + 1;
   ec.spec = spec;

@@ -316,6 +316,11 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     if hasattr(torch, "use_deterministic_algorithms"):
         torch.use_deterministic_algorithms(True, warn_only=True)
+        try:  # torch >= 2.1 fills uninitialised memory in deterministic mode; every weight is initialised here
+            import torch.utils.deterministic as det
+            det.fill_uninitialized_memory = False
+        except ImportError:
+            pass
     torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
     os.makedirs(args.out, exist_ok=True)
     model_dir = tempfile.mkdtemp(prefix="tiny_glm_")  # outside --out: only the final files go there
