@@ -62,6 +62,7 @@ def check_and_write(model, tensors, model_dir, out_dir, heldout, lengths, greedy
     from transformers import Glm4MoeForCausalLM
 
     t0 = time.time()
+    tensors = {k: v.cpu() for k, v in tensors.items()}
     ref = Glm4MoeForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     if hasattr(ref.config, "_experts_implementation"):
         ref.config._experts_implementation = "eager"
