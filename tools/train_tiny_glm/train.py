@@ -284,6 +284,10 @@ def write_config_dir(args, d, tok_json_bytes, tok_cfg_bytes, special):
         from transformers import Glm4MoeConfig
         cfg = Glm4MoeConfig(**CONFIG, eos_token_id=eos, pad_token_id=eos[0])
         cfg.save_pretrained(d)
+        path = os.path.join(d, "config.json")
+        j = json.load(open(path))
+        j["dtype"] = "bfloat16"  # the checkpoint's dtype (save_pretrained of a bare config leaves it unset)
+        atomic_write(path, (json.dumps(j, indent=2, sort_keys=True) + "\n").encode())
         ver = transformers.__version__
     else:
         cfg = dict(architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", torch_dtype="bfloat16",
