@@ -286,7 +286,9 @@ def write_config_dir(args, d, tok_json_bytes, tok_cfg_bytes, special):
         cfg.save_pretrained(d)
         path = os.path.join(d, "config.json")
         j = json.load(open(path))
-        j["dtype"] = "bfloat16"  # the checkpoint's dtype (save_pretrained of a bare config leaves it unset)
+        # save_pretrained of a bare config (not of a model) writes neither the class nor the checkpoint's dtype
+        j["architectures"] = ["Glm4MoeForCausalLM"]
+        j["dtype"] = "bfloat16"
         atomic_write(path, (json.dumps(j, indent=2, sort_keys=True) + "\n").encode())
         ver = transformers.__version__
     else:
