@@ -13,8 +13,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/causal_lm.h"
+#include "eval/logit_metrics.h"
 #include "quant/quantizer.h"
-#include "runtime/sequence_runner.h"
 
 namespace mxserve::cli {
 namespace {
@@ -68,24 +68,6 @@ Result<std::vector<std::vector<int32_t>>> read_id_lines(const std::string& path,
   return out;
 }
 
-// log-softmax of one row, in double.
-std::vector<double> log_softmax(const float* x, int64_t n) {
-  double mx = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] - mx - std::log(sum);
-  return out;
-}
-
-Result<Tensor> all_logits(model::CausalLM& m, backend::Backend& be, const std::vector<int32_t>& ids) {
-  runtime::SequenceRunner runner(m, be, static_cast<int64_t>(ids.size()) / 16 + 2, 16);
-  runtime::SequenceState s;
-  MX_ASSIGN_OR_RETURN(auto step, runner.extend({&s}, {ids}, true, false));
-  return step.logits;
-}
-
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
@@ -124,46 +106,30 @@ int cmd_compare(int argc, char** argv) {
       for (int32_t id : ids)
         if (id >= V) return fail(invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary"));
 
-  double kl_sum = 0, kl_max = 0, cos_sum = 0;
-  int64_t tokens = 0, agree = 0;
+  eval::LogitComparison cmp;
   for (const auto& ids : *prompts) {
-    auto a = all_logits(*m[0], **be, ids);
-    auto b = all_logits(*m[1], **be, ids);
+    auto a = eval::all_logits(*m[0], **be, ids);
+    auto b = eval::all_logits(*m[1], **be, ids);
     if (!a.is_ok()) return fail(a.status());
     if (!b.is_ok()) return fail(b.status());
-    for (int64_t t = 0; t < static_cast<int64_t>(ids.size()); ++t) {
-      const float* x = a->data<float>() + t * V;
-      const float* y = b->data<float>() + t * V;
-      const auto la = log_softmax(x, V), lb = log_softmax(y, V);
-      double kl = 0, dot = 0, nx = 0, ny = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        kl += std::exp(la[v]) * (la[v] - lb[v]);
-        dot += static_cast<double>(x[v]) * y[v];
-        nx += static_cast<double>(x[v]) * x[v];
-        ny += static_cast<double>(y[v]) * y[v];
-      }
-      kl_sum += kl;
-      kl_max = std::max(kl_max, kl);
-      cos_sum += dot / std::max(std::sqrt(nx * ny), 1e-300);
-      agree += runtime::argmax_row(*a, t) == runtime::argmax_row(*b, t);
-      ++tokens;
-    }
+    for (int64_t t = 0; t < static_cast<int64_t>(ids.size()); ++t)
+      cmp.add_row(a->data<float>() + t * V, b->data<float>() + t * V, V);
   }
   std::printf("A: %s\nB: %s\n", models[0].c_str(), models[1].c_str());
-  std::printf("prompts: %zu, tokens: %lld\n", prompts->size(), static_cast<long long>(tokens));
-  std::printf("KL(A||B) per token: mean %.6f  max %.6f\n", kl_sum / tokens, kl_max);
-  std::printf("top-1 agreement: %.2f%% (%lld/%lld)\n", 100.0 * agree / tokens, static_cast<long long>(agree),
-              static_cast<long long>(tokens));
-  std::printf("logit cosine: mean %.6f\n", cos_sum / tokens);
+  std::printf("prompts: %zu, tokens: %lld\n", prompts->size(), static_cast<long long>(cmp.tokens));
+  std::printf("KL(A||B) per token: mean %.6f  max %.6f\n", cmp.mean_kl(), cmp.kl_max);
+  std::printf("top-1 agreement: %.2f%% (%lld/%lld)\n", 100.0 * cmp.top1(), static_cast<long long>(cmp.top1_agree),
+              static_cast<long long>(cmp.tokens));
+  std::printf("logit cosine: mean %.6f\n", cmp.mean_cos());
   if (!text.empty()) {
     for (int i = 0; i < 2; ++i) {
       double nll = 0;
       int64_t n = 0;
       for (const auto& ids : text) {
-        auto l = all_logits(*m[i], **be, ids);
+        auto l = eval::all_logits(*m[i], **be, ids);
         if (!l.is_ok()) return fail(l.status());
         for (int64_t t = 0; t + 1 < static_cast<int64_t>(ids.size()); ++t) {
-          nll -= log_softmax(l->data<float>() + t * V, V)[ids[t + 1]];
+          nll -= eval::log_softmax(l->data<float>() + t * V, V)[ids[t + 1]];
           ++n;
         }
       }

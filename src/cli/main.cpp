@@ -23,6 +23,8 @@ const Command kCommands[] = {
      "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor)"},
     {"compare", mxserve::cli::cmd_compare,
      "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
+    {"eval", mxserve::cli::cmd_eval,
+     "model quality on real text: eval perplexity | compare | acceptance (MTP) | tasks (accuracy of any server)"},
     {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
     {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
     {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},

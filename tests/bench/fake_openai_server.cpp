@@ -275,7 +275,8 @@ void FakeOpenAiServer::handle_request(Conn& c, const std::string& method, const 
   }
   c.plan = std::move(plan);
   c.chat = chat;
-  c.tokens = c.plan.tokens >= 0 ? c.plan.tokens : req.max_tokens;
+  c.tokens = !c.plan.texts.empty() ? static_cast<int64_t>(c.plan.texts.size())
+                                    : c.plan.tokens >= 0 ? c.plan.tokens : req.max_tokens;
   c.sent = 0;
   c.streaming = true;
   c.gen = ++g_gen;
@@ -315,6 +316,11 @@ void FakeOpenAiServer::send_next_event(Conn& c) {
                                  "\"finish_reason\":%s}]%s}\n\n",
                                  static_cast<long long>(k), finish, stamp);
   std::string ev(buf + 16, static_cast<size_t>(n));
+  if (!c.plan.texts.empty()) {  // scripted content: the same event with the text in place of "t<k> "
+    const std::string text = nlohmann::json(c.plan.texts[static_cast<size_t>(k)]).dump();
+    const std::string placeholder = "\"t" + std::to_string(k) + " \"";
+    ev.replace(ev.find(placeholder), placeholder.size(), text);
+  }
   bool end = last;
   if (c.plan.error_after_first && k == 0) {
     ev += "data: {\"error\":{\"message\":\"scripted mid-stream failure\",\"type\":\"server_error\",\"code\":500}}\n\n";
@@ -331,7 +337,7 @@ void FakeOpenAiServer::send_next_event(Conn& c) {
   if (end) ev += "data: [DONE]\n\n";
   char hex[32];
   const int hn = std::snprintf(hex, sizeof hex, "%zx\r\n", ev.size());
-  if (!end && c.out.empty() && ev.size() + static_cast<size_t>(hn) + 2 + 16 <= sizeof buf) {
+  if (!end && c.out.empty() && c.plan.texts.empty() && ev.size() + static_cast<size_t>(hn) + 2 + 16 <= sizeof buf) {
     // Fast path: frame in place and send with one syscall.
     char* start = buf + 16 - hn;
     std::memcpy(start, hex, static_cast<size_t>(hn));

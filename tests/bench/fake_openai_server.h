@@ -42,6 +42,7 @@ struct FakePlan {
   bool stamp = false;             // add "mx_t": CLOCK_MONOTONIC ns at write time to each event
   bool empty_role_chunk = true;   // chat: an empty role-only delta before the first token (not a token)
   std::string comment;            // an SSE comment line (": ...") sent before the first token
+  std::vector<std::string> texts; // the token events' contents (non-empty: one event each, tokens ignored)
 };
 
 using FakeScript = std::function<FakePlan(const FakeRequest&)>;

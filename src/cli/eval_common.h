@@ -1,0 +1,42 @@
+// Shared plumbing of the `mxserve eval` subcommands (cmd_eval*.cpp): loading a model at a chosen precision
+// (a bf16 checkpoint quantized on the fly into a temporary directory, with `mxserve quantize`'s own code) and
+// turning a text file into token ids with the model's tokenizer.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "model/causal_lm.h"
+
+namespace mxserve::cli {
+
+// A model loaded for evaluation; owns the temporary quantized copy, removed on destruction.
+struct EvalModel {
+  std::unique_ptr<model::CausalLM> model;
+  std::string precision;  // "checkpoint" or the --quantization scheme
+  std::string temp_dir;
+  ~EvalModel();
+};
+
+// quantization: "" / "none" (the checkpoint as stored) or a `mxserve quantize` scheme (mxfp4, fp8-block, ...).
+Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const std::string& quantization,
+                                                   backend::Backend& be, bool load_mtp);
+
+// The whole file as one string, encoded without special tokens by the tokenizer in tokenizer_dir; the first
+// max_tokens ids (0: all). Every id must be < vocab_size.
+Result<std::vector<int32_t>> text_file_ids(const std::string& path, const std::string& tokenizer_dir,
+                                           int64_t max_tokens, int64_t vocab_size);
+
+// --kv-cache-dtype: only the backend's activation dtype ("auto") exists in this build.
+Status check_kv_cache_dtype(const Args& args);
+
+int eval_fail(const Status& s, int code = 2);
+
+int eval_acceptance(int argc, char** argv);  // cmd_eval_spec.cpp
+int eval_tasks(int argc, char** argv);       // cmd_eval_tasks.cpp
+
+}  // namespace mxserve::cli
