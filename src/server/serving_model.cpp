@@ -16,6 +16,7 @@
 #include "kernels/moe_tuning.h"
 #include "runtime/executor.h"
 #include "runtime/spec/self_test.h"
+#include "server/chat_output.h"
 
 #if __has_include("model/synthetic_weights.h")
 #define MXSERVE_HAVE_SYNTHETIC 1
@@ -113,6 +114,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   } else {
     MX_LOG(kWarn) << "no chat template in " << tok_dir << ": /v1/chat/completions is disabled";
   }
+  MX_ASSIGN_OR_RETURN(sm->output_formats_, resolve_output_formats(cfg.tool_call_parser, cfg.reasoning_parser,
+                                                                  sm->tokenizer_->chat_template()));
 
   if (!cfg.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
     MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(cfg.moe_tuning_dir));
@@ -217,6 +220,7 @@ ModelServices ServingModel::services() {
   s.engine = engine_.get();
   s.tokenizer = tokenizer_.get();
   s.chat_template = chat_template_;
+  s.output_formats = output_formats_;
   s.max_model_len = max_model_len_;
   backend::Backend* be = backend_.get();
   s.moe_kernel_configs = [be] { return be->moe_kernel_configs(); };

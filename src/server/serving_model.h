@@ -37,6 +37,8 @@ struct ServingConfig {
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
+  std::string tool_call_parser;    // --tool-call-parser glm45|glm47|none; "" = detect from the chat template
+  std::string reasoning_parser;    // --reasoning-parser glm45|none; "" = detect
 };
 
 class ServingModel {
@@ -54,6 +56,7 @@ class ServingModel {
   std::unique_ptr<model::CausalLM> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;
+  chat::OutputFormats output_formats_;
   std::unique_ptr<runtime::Engine> engine_;
   int64_t max_model_len_ = 0;
 };
