@@ -69,7 +69,7 @@ std::string OutputParser::EdgeTrimmer::feed(std::string_view s) {
 
 OutputParser::OutputParser(const OutputParserConfig& c) {
   if (c.reasoning != ReasoningFormat::kNone) reasoning_.emplace(c.starts_in_reasoning);
-  if (c.tool_calls != ToolCallFormat::kNone) tool_calls_.emplace(c.tool_calls, c.tools);
+  if (c.tool_calls != ToolCallFormat::kNone) tool_calls_.emplace(c.tools);
 }
 
 void OutputParser::route_content(std::string_view content, ParsedDelta* out) {

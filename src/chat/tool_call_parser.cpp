@@ -29,8 +29,8 @@ bool read_element(std::string_view s, size_t* i, std::string_view open, std::str
 
 }  // namespace
 
-ToolCallParser::ToolCallParser(ToolCallFormat format, std::shared_ptr<const ToolSet> tools)
-    : format_(format), tools_(tools ? std::move(tools) : std::make_shared<ToolSet>()) {}
+ToolCallParser::ToolCallParser(std::shared_ptr<const ToolSet> tools)
+    : tools_(tools ? std::move(tools) : std::make_shared<ToolSet>()) {}
 
 bool ToolCallParser::parse_call(std::string_view body, ToolCall* call) const {
   size_t i = std::min(body.find(kKeyOpen), body.size());

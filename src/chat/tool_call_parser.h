@@ -36,8 +36,8 @@ struct ToolCallDelta {
 class ToolCallParser {
  public:
   // tools: the request's functions; empty = accept any valid name (arguments then parsed as JSON when
-  // they parse, kept as strings otherwise).
-  ToolCallParser(ToolCallFormat format, std::shared_ptr<const ToolSet> tools);
+  // they parse, kept as strings otherwise). Both formats parse alike, so the format is not a parameter.
+  explicit ToolCallParser(std::shared_ptr<const ToolSet> tools);
   ToolCallDelta feed(std::string_view content_chunk);
   ToolCallDelta finish();
 
@@ -45,7 +45,6 @@ class ToolCallParser {
   enum class State { kText, kCall };
   bool parse_call(std::string_view body, ToolCall* call) const;
 
-  ToolCallFormat format_;
   std::shared_ptr<const ToolSet> tools_;
   State state_ = State::kText;
   std::string pending_;  // kText: a possible partial "<tool_call>"; kCall: the raw call so far, tag included

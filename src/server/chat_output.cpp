@@ -58,10 +58,7 @@ void apply_prompt(ChatOutputPlan* plan, std::string* prompt) {
 }
 
 ChoiceOutput::ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics) : parser_(plan.config), metrics_(metrics) {
-  if (!plan.prefill.empty()) {
-    chat::ParsedDelta d = parser_.feed(plan.prefill);  // the start of a call: nothing comes out yet
-    (void)d;
-  }
+  parser_.feed(plan.prefill);  // the start of a call (or nothing): it yields no output
 }
 
 ChoiceOutput::Delta ChoiceOutput::convert(chat::ParsedDelta p) {

@@ -94,7 +94,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   auto ids = ctx.model.tokenizer->encode(*text, /*add_special_tokens=*/false);
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);
-  Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages"};
+  Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages", std::nullopt};
   p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
   if (plan.active) p.output = std::move(plan);
   run(ctx, std::move(p), req, res);
@@ -108,7 +108,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   CompletionRequest cr;
   if (auto e = parse_completion_request(*body, &cr)) return write_error(ctx, *e, res);
   if (auto e = check_common(ctx, cr.gen)) return write_error(ctx, *e, res);
-  Prepared p{ApiKind::kCompletion, std::move(cr.gen), {}, "prompt"};
+  Prepared p{ApiKind::kCompletion, std::move(cr.gen), {}, "prompt", std::nullopt};
   for (size_t i = 0; i < cr.prompts.size(); ++i) {
     std::vector<int32_t> ids;
     if (auto* s = std::get_if<std::string>(&cr.prompts[i])) {
