@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "chat/output_parser.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/spec_flags.h"
@@ -52,6 +53,10 @@ runtime:
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
+chat output (docs/server.md "Reasoning and tool calls"):
+  --tool-call-parser NAME      glm45 (GLM-4.5/4.6) | glm47 (GLM-4.7/5.x) | none; default: detected from the
+                               chat template (logged)
+  --reasoning-parser NAME      glm45 (<think>...</think> -> reasoning_content) | none; default: detected
 speculative decoding (MTP):
   --speculative-algorithm mtp  draft with the model's MTP layer (aliases NEXTN, EAGLE)
   --speculative-num-steps N    drafted tokens per step (3); the tree depth in tree mode
@@ -96,7 +101,8 @@ int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--moe-tuning-dir", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
-       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests"};
+       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests",
+       "--tool-call-parser", "--reasoning-parser"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
@@ -149,6 +155,16 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
     sc.kv_cache_bytes = kv_bytes;
+  }
+  sc.tool_call_parser = a.get_or("--tool-call-parser", "");
+  sc.reasoning_parser = a.get_or("--reasoning-parser", "");
+  if (a.has("--tool-call-parser")) {
+    MX_CLI_TRY(tool_format, chat::parse_tool_call_format(sc.tool_call_parser));
+    (void)tool_format;
+  }
+  if (a.has("--reasoning-parser")) {
+    MX_CLI_TRY(reasoning_format, chat::parse_reasoning_format(sc.reasoning_parser));
+    (void)reasoning_format;
   }
   MX_CLI_TRY(spec, parse_spec_flags(a));
   sc.spec = spec;

@@ -28,6 +28,8 @@ const Command kCommands[] = {
     {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
     {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
     {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
+    {"parse-output", mxserve::cli::cmd_parse_output,
+     "parse model output text with the chat output parsers (--parser glm45|glm47 [--tools FILE] [--chunk-size N] FILE)"},
     {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
     {"bench", mxserve::bench::cmd_bench, "load-test an OpenAI-compatible server (RPS sweep, TTFT knee, cost)"},
     {"bench-model", mxserve::cli::cmd_bench_model,

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/logging.h"
+#include "server/chat_output.h"
 #include "server/connection_probe.h"
 #include "server/generation_session.h"
 #include "server/openai_format.h"
@@ -57,6 +58,7 @@ struct Prepared {
   GenerationOptions gen;
   std::vector<ChoiceInput> inputs;
   std::string prompt_param;
+  std::optional<ChatOutputPlan> output;  // chat: reasoning / tool-call parsing of each choice
 };
 
 void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::Response& res);
@@ -82,15 +84,19 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     return write_error(ctx, bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions",
                                         "messages"),
                        res);
+  ChatOutputPlan plan;
+  if (auto e = plan_chat_output(ctx.model.output_formats, *body, &chat.inputs, &plan)) return write_error(ctx, *e, res);
   auto text = ctx.model.chat_template->render_chat(chat.inputs, ctx.model.tokenizer->config());
   if (!text.is_ok())
     return write_error(ctx, bad_request("the chat template rejected these messages: " + text.status().message(), "messages"),
                        res);
+  apply_prompt(&plan, &*text);
   auto ids = ctx.model.tokenizer->encode(*text, /*add_special_tokens=*/false);
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);
-  Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages"};
+  Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages", std::nullopt};
   p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
+  if (plan.active) p.output = std::move(plan);
   run(ctx, std::move(p), req, res);
 }
 
@@ -102,7 +108,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   CompletionRequest cr;
   if (auto e = parse_completion_request(*body, &cr)) return write_error(ctx, *e, res);
   if (auto e = check_common(ctx, cr.gen)) return write_error(ctx, *e, res);
-  Prepared p{ApiKind::kCompletion, std::move(cr.gen), {}, "prompt"};
+  Prepared p{ApiKind::kCompletion, std::move(cr.gen), {}, "prompt", std::nullopt};
   for (size_t i = 0; i < cr.prompts.size(); ++i) {
     std::vector<int32_t> ids;
     if (auto* s = std::get_if<std::string>(&cr.prompts[i])) {
@@ -127,6 +133,7 @@ struct StreamState {
   std::unique_ptr<GenerationSession> session;
   std::vector<bool> first_sent;
   std::vector<size_t> text_offset;
+  std::vector<std::unique_ptr<ChoiceOutput>> outputs;  // per choice; empty: no parsing
   bool finished = false;
 };
 
@@ -142,13 +149,24 @@ bool stream_step(StreamState& st, httplib::DataSink& sink) {
   const bool more = st.session->poll(&deltas, kPollInterval);
   bool ok = true;
   const auto& tok = *st.ctx->model.tokenizer;
-  for (const ChoiceDelta& d : deltas) {
+  for (ChoiceDelta& d : deltas) {
+    ChoiceOutput::Delta parsed;
+    if (!st.outputs.empty()) {
+      ChoiceOutput& out = *st.outputs[d.index];
+      parsed = out.feed(d.text);
+      if (!d.finish_reason.empty()) {
+        parsed.append(out.finish());
+        d.finish_reason = out.finish_reason(d.finish_reason);
+      }
+      d.text = parsed.content;
+    }
     const bool first = !st.first_sent[d.index];
-    if (d.text.empty() && d.finish_reason.empty() && !first && d.logprobs.empty()) continue;
+    if (d.text.empty() && parsed.empty() && d.finish_reason.empty() && !first && d.logprobs.empty()) continue;
     OJ lp = nullptr;
     if (st.gen.logprobs >= 0) lp = logprobs_json(st.meta.kind, d.logprobs, tok, st.text_offset[d.index]);
     st.text_offset[d.index] += d.text.size();
     OJ chunk = stream_chunk(st.meta, d, first && st.meta.kind == ApiKind::kChat, lp);
+    ChoiceOutput::add_to_stream_delta(parsed, &chunk["choices"][0]["delta"]);
     if (st.gen.continuous_usage) chunk["usage"] = usage_json(st.session->usage());
     st.first_sent[d.index] = true;
     write_event(sink, chunk, &ok);
@@ -181,6 +199,9 @@ void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::R
     st->gen = p.gen;
     st->first_sent.assign(session->num_choices(), false);
     st->text_offset.assign(session->num_choices(), 0);
+    if (p.output)
+      for (size_t i = 0; i < session->num_choices(); ++i)
+        st->outputs.push_back(std::make_unique<ChoiceOutput>(*p.output, &ctx.metrics));
     st->session = std::move(session);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -217,8 +238,19 @@ void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::R
     }
   }
   if (!error.empty()) return write_error(ctx, internal(error), res);
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
     out[i].logprobs = p.gen.logprobs >= 0 ? logprobs_json(p.kind, lps[i], *ctx.model.tokenizer, 0) : OJ(nullptr);
+    if (p.output) {  // one chunk through the same parser as streaming
+      ChoiceOutput parser(*p.output, &ctx.metrics);
+      ChoiceOutput::Delta d = parser.feed(out[i].text);
+      d.append(parser.finish());
+      out[i].finish_reason = parser.finish_reason(out[i].finish_reason);
+      out[i].parsed = true;
+      out[i].text = std::move(d.content);
+      out[i].reasoning_content = std::move(d.reasoning);
+      out[i].tool_calls = std::move(d.tool_calls);
+    }
+  }
   res.status = 200;
   res.set_content(dump_json(full_response(meta, out, session->usage())), "application/json");
 }

@@ -121,6 +121,11 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   sample(&out, "vllm:prompt_tokens_total", labels_, static_cast<double>(prompt_tokens_.load()));
   header(&out, "vllm:generation_tokens_total", "counter", "Generated tokens.");
   sample(&out, "vllm:generation_tokens_total", labels_, static_cast<double>(generation_tokens_.load()));
+  header(&out, "mxserve:tool_calls_total", "counter", "Tool calls parsed from model output and returned as tool_calls.");
+  sample(&out, "mxserve:tool_calls_total", labels_, static_cast<double>(tool_calls_.load()));
+  header(&out, "mxserve:tool_call_parse_failures_total", "counter",
+         "Tool-call texts in model output that did not parse (returned as content).");
+  sample(&out, "mxserve:tool_call_parse_failures_total", labels_, static_cast<double>(malformed_tool_calls_.load()));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     header(&out, "vllm:request_success_total", "counter", "Finished requests (choices) by finish reason.");

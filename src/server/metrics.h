@@ -46,6 +46,11 @@ class Metrics {
   void observe_e2e(double s) { e2e_.observe(s); }
   void observe_prompt_len(double n) { prompt_len_.observe(n); }
   void observe_generation_len(double n) { gen_len_.observe(n); }
+  // Chat output parsing (server/chat_output.cpp): calls returned, and tool-call texts that did not parse
+  // (returned as content instead).
+  void add_tool_calls(int64_t n) { tool_calls_ += n; }
+  void add_malformed_tool_calls(int64_t n) { malformed_tool_calls_ += n; }
+  int64_t malformed_tool_calls() const { return malformed_tool_calls_; }
 
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t generation_tokens() const { return generation_tokens_; }
@@ -59,6 +64,8 @@ class Metrics {
   std::string labels_;  // model_name="..."
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generation_tokens_{0};
+  std::atomic<int64_t> tool_calls_{0};
+  std::atomic<int64_t> malformed_tool_calls_{0};
   mutable std::mutex mutex_;
   std::map<std::string, int64_t> finished_;  // by finished_reason
   std::map<int, int64_t> http_;              // by status code

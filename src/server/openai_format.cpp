@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <random>
 
+#include "server/chat_output.h"
+
 namespace mxserve::server {
 namespace {
 
@@ -117,6 +119,8 @@ OJ full_response(const ResponseMeta& m, const std::vector<FinishedChoice>& choic
     c["index"] = i;
     if (m.kind == ApiKind::kChat) {
       c["message"] = OJ{{"role", "assistant"}, {"content", choices[i].text}};
+      if (choices[i].parsed)
+        ChoiceOutput::fill_message(choices[i].text, choices[i].reasoning_content, choices[i].tool_calls, &c["message"]);
     } else {
       c["text"] = choices[i].text;
     }

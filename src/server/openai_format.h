@@ -40,6 +40,10 @@ struct FinishedChoice {
   std::string text;
   std::string finish_reason;
   nlohmann::ordered_json logprobs;  // null when not requested
+  // Chat output parsing (server/chat_output.h): text is then the content (null when empty).
+  bool parsed = false;
+  std::string reasoning_content;
+  nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();
 };
 nlohmann::ordered_json full_response(const ResponseMeta& m, const std::vector<FinishedChoice>& choices,
                                      const UsageTotals& u);

@@ -123,14 +123,6 @@ std::optional<ApiError> check_unsupported(const Fields& f, bool chat) {
     for (const auto& m : *v)
       if (m != "text") return unsupported_field("modalities", "only [\"text\"]");
   }
-  if (chat) {
-    if (const OrderedJson* v = f.find("tool_choice")) {
-      const bool ok = v->is_string() && (*v == "none" || *v == "auto");
-      if (!ok)
-        return unsupported_field("tool_choice", "only \"none\" and \"auto\": the server has no tool-call parser to "
-                                               "force a call; tools are rendered through the chat template");
-    }
-  }
   return std::nullopt;
 }
 
@@ -271,6 +263,20 @@ std::optional<ApiError> normalize_content(const OrderedJson& msg, size_t i, cons
   return std::nullopt;
 }
 
+// OpenAI clients send an earlier turn's tool_calls[].function.arguments as a JSON string; the GLM templates
+// iterate it as a mapping. A string holding a JSON object is replaced by the object (as vLLM does).
+void decode_tool_call_arguments(OrderedJson* msg) {
+  auto tc = msg->find("tool_calls");
+  if (tc == msg->end() || !tc->is_array()) return;
+  for (auto& call : *tc) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    auto args = call["function"].find("arguments");
+    if (args == call["function"].end() || !args->is_string()) continue;
+    OrderedJson parsed = OrderedJson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object()) *args = std::move(parsed);
+  }
+}
+
 std::optional<ApiError> parse_messages(const OrderedJson& body, tokenizer::ChatInputs* in) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return bad_request("'messages' is required", "messages");
@@ -293,6 +299,7 @@ std::optional<ApiError> parse_messages(const OrderedJson& body, tokenizer::ChatI
     MX_TRY(normalize_content(m, i, role, &copy));
     if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null() && !tc->is_array())
       return bad_request("'" + where + ".tool_calls' must be a list", where + ".tool_calls");
+    decode_tool_call_arguments(&copy);
     in->messages.push_back(std::move(copy));
   }
   return std::nullopt;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "chat/output_parser.h"
 #include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
@@ -34,6 +35,7 @@ struct ModelServices {
   runtime::Engine* engine = nullptr;
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::optional<tokenizer::ChatTemplate> chat_template;  // absent: /v1/chat/completions is a 400
+  chat::OutputFormats output_formats;   // reasoning / tool-call parsers of chat responses (none: plain content)
   int64_t max_model_len = 0;
   // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
   std::function<std::vector<launch::MoeKernelConfigRow>()> moe_kernel_configs;

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "io/checkpoint.h"
 #include "model/weight_stats.h"
+#include "server/chat_output.h"
 
 namespace mxserve::server {
 namespace {
@@ -107,6 +108,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   } else {
     MX_LOG(kWarn) << "no chat template in " << tok_dir << ": /v1/chat/completions is disabled";
   }
+  MX_ASSIGN_OR_RETURN(sm->output_formats_, resolve_output_formats(cfg.tool_call_parser, cfg.reasoning_parser,
+                                                                  sm->tokenizer_->chat_template()));
 
   MX_ASSIGN_OR_RETURN(sm->launched_, launch::launch_model(cfg.launch_config()));
   launch::LaunchedModel& lm = *sm->launched_;
@@ -172,6 +175,7 @@ ModelServices ServingModel::services() {
   s.engine = engine_.get();
   s.tokenizer = tokenizer_.get();
   s.chat_template = chat_template_;
+  s.output_formats = output_formats_;
   s.max_model_len = max_model_len_;
   launch::LaunchedModel* lm = launched_.get();
   s.moe_kernel_configs = [lm] { return lm->moe_kernel_configs(); };

@@ -39,6 +39,8 @@ struct ServingConfig {
 
   // The model half of this config, for the composition root.
   launch::LaunchConfig launch_config() const;
+  std::string tool_call_parser;    // --tool-call-parser glm45|glm47|none; "" = detect from the chat template
+  std::string reasoning_parser;    // --reasoning-parser glm45|none; "" = detect
 };
 
 class ServingModel {
@@ -55,6 +57,7 @@ class ServingModel {
   std::unique_ptr<launch::LaunchedModel> launched_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;
+  chat::OutputFormats output_formats_;
   std::unique_ptr<runtime::Engine> engine_;
   int64_t max_model_len_ = 0;
 };

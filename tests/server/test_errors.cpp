@@ -56,7 +56,14 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
       {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}})", 400,
        "response_format", "unsupported_parameter"},
       {kChat, "{" + msgs() + R"(,"logit_bias":{"12":5}})", 400, "logit_bias", "unsupported_parameter"},
-      {kChat, "{" + msgs() + R"(,"tool_choice":"required"})", 400, "tool_choice", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"tool_choice":"required"})", 400, "tool_choice", ""},  // no tools
+      // The fixture's ChatML template has no tool-call parser: a forced call cannot be honoured.
+      {kChat, "{" + msgs() + R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})", 400,
+       "tool_choice", ""},
+      {kChat, "{" + msgs() + R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       400, "tool_choice.function.name", ""},
+      {kChat, "{" + msgs() + R"(,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"array"}}}]})", 400,
+       "tools[0].function.parameters.type", ""},
       {kChat, "{" + msgs() + R"(,"max_tokens":100000})", 400, "messages", "context_length_exceeded"},
       {kCompletions, R"({"prompt":"hello","max_tokens":600})", 400, "prompt", "context_length_exceeded"},
       {kCompletions, R"({"prompt":[1,2,99999],"max_tokens":2})", 400, "", ""},

@@ -1,0 +1,74 @@
+// ChatOutput: the glue between the chat output parsers (src/chat) and the OpenAI chat responses. Per
+// request a ChatOutputPlan (which parsers run, the tool set, tool_choice and its pre-fill); per choice a
+// ChoiceOutput that turns generated text into content / reasoning_content / tool_calls deltas, numbers
+// the calls (index, id "call_<random>"), maps finish_reason "stop" to "tool_calls" when calls were made,
+// and counts calls and malformed call texts in the metrics. Streaming and non-streaming both go through
+// ChoiceOutput (non-streaming = one chunk), so they agree. The handlers only make thin calls into here.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/output_parser.h"
+#include "chat/tool_choice.h"
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "tokenizer/chat_template.h"
+
+namespace mxserve::server {
+
+struct ChatOutputPlan {
+  bool active = false;           // false: text is returned as content untouched
+  chat::OutputParserConfig config;
+  chat::ToolChoice tool_choice;
+  std::string prefill;           // appended to the rendered prompt; the parsers see it first
+};
+
+// Validates tools / tool_choice of a chat request against the server's formats and fills the plan; may
+// change the template kwargs (a forced call renders with enable_thinking = false). Errors are 400s naming
+// the field.
+std::optional<ApiError> plan_chat_output(const chat::OutputFormats& formats, const nlohmann::ordered_json& body,
+                                         tokenizer::ChatInputs* inputs, ChatOutputPlan* plan);
+// After rendering: the parser's start state from the prompt's tail, then the pre-fill is appended.
+void apply_prompt(ChatOutputPlan* plan, std::string* prompt);
+
+class ChoiceOutput {
+ public:
+  ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics);
+  struct Delta {
+    std::string content;
+    std::string reasoning;
+    nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();  // streaming form (with "index")
+    bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+    void append(Delta&& o);
+  };
+  Delta feed(const std::string& text);
+  Delta finish();
+  std::string finish_reason(const std::string& engine_reason) const;
+  // Adds reasoning_content / tool_calls of `d` to a streaming delta object.
+  static void add_to_stream_delta(const Delta& d, nlohmann::ordered_json* delta);
+  // Non-streaming message fields from the accumulated deltas (content null when empty).
+  static void fill_message(const std::string& content, const std::string& reasoning,
+                           const nlohmann::ordered_json& tool_calls, nlohmann::ordered_json* message);
+
+ private:
+  Delta convert(chat::ParsedDelta p);
+
+  chat::OutputParser parser_;
+  Metrics* metrics_;
+  int n_calls_ = 0;
+};
+
+// "call_" + 24 random alphanumerics.
+std::string make_tool_call_id();
+
+// The server-wide formats: from --tool-call-parser / --reasoning-parser when given ("" = detect from the
+// chat template). Logs what was chosen and why. Unknown names are errors.
+Result<chat::OutputFormats> resolve_output_formats(const std::string& tool_call_parser,
+                                                   const std::string& reasoning_parser,
+                                                   const std::string& chat_template_source);
+
+}  // namespace mxserve::server

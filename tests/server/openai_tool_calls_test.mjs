@@ -1,0 +1,135 @@
+// The official OpenAI Node client (unmodified) reading reasoning_content and tool calls, streamed and not,
+// from mxserve's chat endpoint. The server is mxserve_echo_server (echo_server.h): its model writes back
+// the last user message, so the test chooses the model output. Covers the GLM-4.5 and GLM-5.1 layouts,
+// the client's stream helper (which assembles tool_calls deltas itself), tool_choice and a 400.
+// Usage: node openai_tool_calls_test.mjs MXSERVE_ECHO_SERVER REPO_ROOT
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+
+const [binary, root] = process.argv.slice(2);
+const require = createRequire(path.resolve(root, 'tests/data/package.json'));
+let OpenAI;
+try {
+  OpenAI = require('openai').default ?? require('openai');
+} catch (e) {
+  console.error('missing tests/data/node_modules/openai: run scripts/setup.sh');
+  process.exit(1);
+}
+
+async function startServer(template) {
+  const proc = spawn(binary, [template, 'sk-echo'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '', err = '';
+  proc.stderr.on('data', (d) => { err += d.toString(); });
+  const port = await new Promise((resolve, reject) => {
+    proc.stdout.on('data', (d) => {
+      out += d.toString();
+      const m = out.match(/listening on port (\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    proc.on('exit', (code) => reject(new Error(`echo server exited (${code}):\n${err}`)));
+  });
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'sk-echo', maxRetries: 0 });
+  return { proc, client };
+}
+
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city', parameters: {
+    type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } },
+];
+
+// Raw streaming: accumulate deltas by hand, as agent frameworks do.
+async function streamed(client, request) {
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  let content = '', reasoning = '', finish = null;
+  const calls = [];
+  for await (const chunk of stream) {
+    if (!chunk.choices.length) continue;
+    const d = chunk.choices[0].delta;
+    content += d.content ?? '';
+    reasoning += d.reasoning_content ?? '';
+    for (const tc of d.tool_calls ?? []) {
+      calls[tc.index] ??= { id: '', name: '', arguments: '' };
+      if (tc.id) calls[tc.index].id = tc.id;
+      calls[tc.index].name += tc.function?.name ?? '';
+      calls[tc.index].arguments += tc.function?.arguments ?? '';
+    }
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  for (const tag of ['<think>', '</think>', '<tool_call>', '<arg_key>']) assert.ok(!content.includes(tag), content);
+  return { content, reasoning, calls, finish };
+}
+
+const servers = [];
+try {
+  // GLM-4.5 layout.
+  const a = await startServer('GLM-4.5-Air');
+  servers.push(a);
+  const out45 = '<think>Need the weather.</think>\nChecking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n' +
+                '<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>';
+  const request = { model: 'echo', messages: [{ role: 'user', content: out45 }], tools, max_tokens: 300 };
+  const s = await streamed(a.client, request);
+  assert.equal(s.reasoning, 'Need the weather.');
+  assert.equal(s.content, 'Checking.');
+  assert.equal(s.finish, 'tool_calls');
+  assert.equal(s.calls.length, 1);
+  assert.match(s.calls[0].id, /^call_[A-Za-z0-9]+$/);
+  assert.equal(s.calls[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(s.calls[0].arguments), { city: 'Paris', days: 3 });
+
+  const full = await a.client.chat.completions.create(request);
+  const m = full.choices[0].message;
+  assert.equal(full.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.content, 'Checking.');
+  assert.equal(m.reasoning_content, 'Need the weather.');
+  assert.equal(m.tool_calls[0].type, 'function');
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.equal(m.tool_calls[0].function.arguments, s.calls[0].arguments);
+
+  // The client's own stream helper assembles the final message from the deltas.
+  const runner = a.client.chat.completions.stream(request);
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(final.choices[0].message.tool_calls[0].function.arguments), { city: 'Paris', days: 3 });
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+
+  // The agent loop's next turn: the call (arguments as a JSON string) and its result go back.
+  const next = await a.client.chat.completions.create({
+    model: 'echo', tools, max_tokens: 100, messages: [
+      { role: 'user', content: 'weather?' },
+      m,
+      { role: 'tool', tool_call_id: m.tool_calls[0].id, content: 'sunny, 21C' },
+      { role: 'user', content: '<think>Report it.</think>\nIt is sunny.' },
+    ],
+  });
+  assert.equal(next.choices[0].message.content, 'It is sunny.');
+  assert.equal(next.choices[0].finish_reason, 'stop');
+
+  // A function the tools do not define: a 400 naming the field.
+  await assert.rejects(
+    a.client.chat.completions.create({ ...request, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e.status === 400 && e.param === 'tool_choice.function.name');
+
+  // GLM-5.1 layout: the prompt opens <think>, two calls, a named tool_choice.
+  const b = await startServer('GLM-5.1');
+  servers.push(b);
+  const out51 = '<think>Both.</think><tool_call>get_time</tool_call><tool_call>get_weather<arg_key>city</arg_key>' +
+                '<arg_value>Oslo</arg_value></tool_call>';
+  const s51 = await streamed(b.client, { model: 'echo', messages: [{ role: 'user', content: out51 }], tools });
+  assert.equal(s51.reasoning, 'Both.');
+  assert.equal(s51.content, '');
+  assert.deepEqual(s51.calls.map((c) => c.name), ['get_time', 'get_weather']);
+  assert.equal(s51.calls[0].arguments, '{}');
+  assert.notEqual(s51.calls[0].id, s51.calls[1].id);
+  const named = await streamed(b.client, {
+    model: 'echo', tools, tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    messages: [{ role: 'user', content: '</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>' }],
+  });
+  assert.equal(named.finish, 'tool_calls');
+  assert.deepEqual(JSON.parse(named.calls[0].arguments), { city: 'Rome' });
+  console.log('openai client: streamed tool calls and reasoning OK');
+} finally {
+  for (const s of servers) s.proc.stdin.end();
+}
