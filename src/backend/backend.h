@@ -16,6 +16,10 @@
 #include "kernels/op_params.h"
 #include "kernels/synthetic_fill.h"
 
+namespace mxserve::kernels {
+class MoeKernelPlan;
+}  // namespace mxserve::kernels
+
 namespace mxserve::backend {
 
 // Paged-attention metadata for one batch, on the backend's device.
@@ -48,6 +52,8 @@ struct ExpertWeights {
   ExpertFormat format = ExpertFormat::kFloat;
   Tensor gate_up_scales;  // kMxfp4 only
   Tensor down_scales;     // kMxfp4 only
+  // The kernel plan of this shape on the backend that loaded it (Backend::prepare_moe); nullptr otherwise.
+  const kernels::MoeKernelPlan* kernel_plan = nullptr;
   int64_t n_experts() const { return gate_up.dim(0); }
   int64_t inter() const { return gate_up.dim(1) / 2; }
 };
@@ -81,9 +87,10 @@ class Backend {
   }
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }
-  // Called once per MoE layer after its experts are loaded: a backend with tuned kernel selection resolves
-  // the shape here, so its chosen configs (or the missing-table warning) are logged at start-up.
-  virtual void prepare_moe(const ExpertWeights& experts, int64_t top_k) {}
+  // Called once per MoE layer after its experts are loaded: a backend with tuned kernel selection builds the
+  // shape's kernel plan here (experts.kernel_plan), so its chosen configs (or the missing-table warning) are
+  // logged at start-up and moe_experts picks its kernels without a lookup by name.
+  virtual void prepare_moe(ExpertWeights& experts, int64_t top_k) {}
   // The MoE kernel configurations chosen so far, per shape and token-count bucket (the start-up log and
   // the mxserve:moe_kernel_config gauge); empty on a backend without tuned selection. Thread-safe.
   virtual std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const { return {}; }

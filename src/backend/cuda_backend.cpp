@@ -20,6 +20,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/synthetic_fill.h"
+#include "kernels/moe_plan.h"
 #include "kernels/moe_tuning.h"
 
 namespace mxserve::backend {
@@ -46,20 +47,19 @@ kc::MoeShape routed_shape(const Tensor& x, const Tensor& topk_ids, int64_t n_exp
   return s;
 }
 
-// The kernels' variant list as the selector sees it (kernels/moe_tuning.h; gemm 0 = gate_up, 1 = down).
+// The kernels' variant list as the planner sees it (kernels/moe_plan.h; gemm 0 = gate_up, 1 = down).
 kernels::MoeVariantCatalog mxfp4_catalog() {
   kernels::MoeVariantCatalog c;
   c.index = [](int gemm, const std::string& name) {
     return kc::moe_mxfp4_variant_index(static_cast<kc::MoeGemm>(gemm), name);
   };
-  c.supports = [](int gemm, int variant, const kernels::MoeTuningKey& k, int64_t n_tokens) {
+  c.max_tokens = [](int gemm, int variant, const kernels::MoeTuningKey& k) {
     kc::MoeShape s;
-    s.n_tokens = n_tokens;
     s.d_model = k.hidden;
     s.inter = k.inter;
     s.n_experts = static_cast<int32_t>(k.experts);
     s.top_k = static_cast<int32_t>(k.top_k);
-    return kc::moe_mxfp4_variant_supports(static_cast<kc::MoeGemm>(gemm), variant, s);
+    return kc::moe_mxfp4_variant_max_tokens(static_cast<kc::MoeGemm>(gemm), variant, s);
   };
   return c;
 }
@@ -75,8 +75,8 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     gpu_name_ = prop.name;
-    moe_selector_ = std::make_unique<kernels::MoeKernelSelector>(&kernels::global_moe_tuning(),
-                                                                 &kernels::global_moe_tuning_mutex(), mxfp4_catalog());
+    moe_planner_ = std::make_unique<kernels::MoeKernelPlanner>(&kernels::global_moe_tuning(),
+                                                               &kernels::global_moe_tuning_mutex(), mxfp4_catalog());
   }
 
   // Every variant name in the loaded tables must be compiled into this binary (an error names the table file).
@@ -98,10 +98,10 @@ class CudaBackend final : public Backend {
   bool supports_expert_format(ExpertFormat f) const override {
     return f == ExpertFormat::kFloat || f == ExpertFormat::kMxfp4;
   }
-  void prepare_moe(const ExpertWeights& ex, int64_t top_k) override {
-    if (ex.format == ExpertFormat::kMxfp4) moe_selector_->prepare(moe_key(ex, top_k));
+  void prepare_moe(ExpertWeights& ex, int64_t top_k) override {
+    if (ex.format == ExpertFormat::kMxfp4) ex.kernel_plan = &moe_planner_->prepare(moe_key(ex, top_k));
   }
-  std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const override { return moe_selector_->rows(); }
+  std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const override { return moe_planner_->rows(); }
 
   Status set_kernel_options(const KernelOptions& o) override {
     using Force = kc::AttentionPlanOptions::Force;
@@ -379,8 +379,8 @@ class CudaBackend final : public Backend {
                          ex.down.raw(), out.raw(), s, ws.raw(), stream_);
   }
 
-  // MXFP4 experts (layouts in backend.h): the variant pair comes from the tuned table of this GPU and shape
-  // for the bucket of M = n_tokens, else the kernels' heuristic (kernels/moe_tuning.h has the rule).
+  // MXFP4 experts (layouts in backend.h): the variant pair comes from the shape's load-time plan (the tuned
+  // table of this GPU and shape for the bucket of M = n_tokens, else the kernels' heuristic; kernels/moe_plan.h).
   void moe_experts_mxfp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, const ExpertWeights& ex,
                          Tensor& out) {
     expect(ex.gate_up, DType::kU8, "moe_experts", "gate_up (mxfp4 codes)");
@@ -400,9 +400,9 @@ class CudaBackend final : public Backend {
     MX_CHECK_EQ(ex.down_scales.dim(1), s.d_model);
     MX_CHECK_EQ(ex.down_scales.dim(2), s.inter / 32);
     MX_CHECK_EQ(out.numel(), s.n_tokens * s.d_model);
-    const kernels::MoeChoice c = moe_selector_->choose(moe_key(ex, s.top_k), s.n_tokens);
-    kc::MoeMxfp4Plan plan = kc::moe_mxfp4_heuristic_plan(s);
-    if (!c.heuristic) plan = kc::MoeMxfp4Plan{c.gate_up, c.down};
+    const kernels::MoeKernelPlan& kernel_plan = moe_plan(ex, s);
+    const kernels::MoeChoice c = kernel_plan.choose(s.n_tokens);
+    const kc::MoeMxfp4Plan plan = c.heuristic ? kc::moe_mxfp4_heuristic_plan(s) : kc::MoeMxfp4Plan{c.gate_up, c.down};
     kc::MoeMxfp4Weights w;
     w.gate_up_q = ex.gate_up.data<uint8_t>();
     w.gate_up_s = ex.gate_up_scales.data<uint8_t>();
@@ -413,6 +413,17 @@ class CudaBackend final : public Backend {
     if (ws_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
     kc::moe_experts_mxfp4(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s, plan,
                           ws_bytes > 0 ? ws.raw() : nullptr, stream_);
+  }
+
+  // The plan prepare_moe attached at load. Experts never prepared (a tool or test building ExpertWeights by
+  // hand) get theirs by key here: a string key and a lock on every such call.
+  const kernels::MoeKernelPlan& moe_plan(const ExpertWeights& ex, const kc::MoeShape& s) {
+    const kernels::MoeKernelPlan& p = ex.kernel_plan ? *ex.kernel_plan : moe_planner_->prepare(moe_key(ex, s.top_k));
+    const kernels::MoeTuningKey& k = p.key();
+    MX_CHECK_MSG(k.experts == s.n_experts && k.hidden == s.d_model && k.inter == s.inter && k.top_k == s.top_k,
+                 "cuda moe_experts: the experts' kernel plan is for " << k.shape_label() << ", the call is E"
+                     << s.n_experts << "_H" << s.d_model << "_I" << s.inter << "_K" << s.top_k);
+    return p;
   }
 
   kernels::MoeTuningKey moe_key(const ExpertWeights& ex, int64_t top_k) const {
@@ -478,7 +489,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<kc::CachingAllocator> pool_;
   std::unique_ptr<kc::LtGemm> gemm_;
   std::string gpu_name_;  // cudaDeviceProp::name: the tuned tables' key
-  std::unique_ptr<kernels::MoeKernelSelector> moe_selector_;
+  std::unique_ptr<kernels::MoeKernelPlanner> moe_planner_;
 };
 
 }  // namespace

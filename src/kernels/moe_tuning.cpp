@@ -85,12 +85,16 @@ Result<MoeTuningTable> parse_moe_tuning_table(const std::string& text, const std
   if (!f.has("entries") || !j.at("entries").is_array()) return f.error("entries", "a list of objects");
   std::set<int64_t> seen;
   const auto& entries = j.at("entries");
+  if (entries.size() > static_cast<size_t>(kMoeMaxBuckets))
+    return invalid_argument(source + ": field 'entries': expected at most " + std::to_string(kMoeMaxBuckets) +
+                            " buckets, found " + std::to_string(entries.size()));
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string where = source + ": entries[" + std::to_string(i) + "]";
     if (!entries[i].is_object()) return invalid_argument(where + ": expected an object, found " + entries[i].dump());
     const io::JsonFields e(entries[i], where);
     MoeTuningEntry en;
     MX_ASSIGN_OR_RETURN(en.m, positive_int(e, "m"));
+    if (en.m > kMoeMaxBucketM) return e.error("m", "a token count at most " + std::to_string(kMoeMaxBucketM));
     MX_ASSIGN_OR_RETURN(en.gate_up, nonempty_string(e, "gate_up"));
     MX_ASSIGN_OR_RETURN(en.down, nonempty_string(e, "down"));
     MX_ASSIGN_OR_RETURN(en.us, e.get_double("us"));
@@ -239,120 +243,6 @@ Status validate_moe_tuning(const MoeTuningSet& set, const std::function<int(int,
     }
   }
   return Status::ok();
-}
-
-// ---- selector ----
-MoeKernelSelector::MoeKernelSelector(const MoeTuningSet* tables, std::mutex* tables_mutex, MoeVariantCatalog catalog,
-                                     Sink info, Sink warn)
-    : tables_(tables), tables_mutex_(tables_mutex), catalog_(std::move(catalog)), info_(std::move(info)),
-      warn_(std::move(warn)) {
-  if (!info_) info_ = [](const std::string& s) { MX_LOG(kInfo) << s; };
-  if (!warn_) warn_ = [](const std::string& s) { MX_LOG(kWarn) << s; };
-}
-
-MoeKernelSelector::Resolved& MoeKernelSelector::resolve_locked(const MoeTuningKey& key) {
-  auto it = shapes_.find(key);
-  if (it != shapes_.end()) return it->second;
-  Resolved r;
-  {
-    std::unique_lock<std::mutex> lock;
-    if (tables_mutex_) lock = std::unique_lock<std::mutex>(*tables_mutex_);
-    if (const MoeTuningTable* t = tables_ ? tables_->find(key) : nullptr) {
-      r.has_table = true;
-      r.table = *t;
-    }
-  }
-  if (!r.has_table) {
-    warn_("MoE kernels: NO TUNED TABLE for " + key.describe() +
-          ": every token count runs the untuned heuristic (moe_mxfp4_heuristic_plan), which may be far from the "
-          "best kernel. Tune it on this GPU: `" + key.tune_command() +
-          "` and rebuild, or pass the output directory with --moe-tuning-dir");
-  } else {
-    std::ostringstream os;
-    os << "MoE kernels for " << key.describe() << " from " << r.table.source << ":";
-    if (r.table.entries.empty()) os << " (no entries: heuristic for every token count)";
-    for (const auto& e : r.table.entries) {
-      MoeChoice c;
-      c.heuristic = false;
-      c.gate_up = catalog_.index(0, e.gate_up);
-      c.down = catalog_.index(1, e.down);
-      // validate_moe_tuning ran at backend creation; a name unknown here is a bug, not input.
-      MX_CHECK_MSG(c.gate_up >= 0 && c.down >= 0, r.table.source << ": unknown variant '" << e.gate_up << "' or '"
-                                                                   << e.down << "' at m " << e.m);
-      r.buckets.push_back(c);
-      os << " m" << e.m << "=" << e.gate_up << "+" << e.down;
-    }
-    bool has_regime[3] = {false, false, false};
-    for (const auto& e : r.table.entries) has_regime[static_cast<int>(moe_regime(e.m))] = true;
-    for (MoeRegime reg : {MoeRegime::kDecode, MoeRegime::kBetween, MoeRegime::kPrefill})
-      if (!has_regime[static_cast<int>(reg)] && !r.table.entries.empty())
-        os << " " << moe_regime_name(reg) << "=heuristic(no bucket)";
-    os << " (regimes: decode M <= " << kMoeDecodeMaxM << ", between, prefill M >= " << kMoePrefillMinM
-       << "; a bucket is used only within its regime)";
-    info_(os.str());
-  }
-  r.unsupported_warned.assign(r.buckets.size(), false);
-  return shapes_.emplace(key, std::move(r)).first->second;
-}
-
-void MoeKernelSelector::prepare(const MoeTuningKey& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  resolve_locked(key);
-}
-
-MoeChoice MoeKernelSelector::choose(const MoeTuningKey& key, int64_t m) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Resolved& r = resolve_locked(key);
-  if (!r.has_table) return {};
-  const int b = select_moe_bucket(r.table, m);
-  if (b < 0) {
-    const MoeRegime reg = moe_regime(m);
-    bool& warned = r.regime_warned[static_cast<int>(reg)];
-    if (!warned && m > 0) {
-      warned = true;
-      warn_("MoE kernels: " + r.table.source + " has no " + moe_regime_name(reg) + " bucket for " + key.describe() +
-            ": " + std::to_string(m) + " tokens (and every other " + moe_regime_name(reg) +
-            "-size call) run the untuned heuristic; buckets are never borrowed across regimes. Re-tune with more "
-            "token counts: `" + key.tune_command() + "`");
-    }
-    return {};
-  }
-  const MoeChoice& c = r.buckets[b];
-  if (catalog_.supports && (!catalog_.supports(0, c.gate_up, key, m) || !catalog_.supports(1, c.down, key, m))) {
-    if (!r.unsupported_warned[b]) {
-      r.unsupported_warned[b] = true;
-      const auto& e = r.table.entries[b];
-      warn_("MoE kernels: " + r.table.source + " bucket m " + std::to_string(e.m) + " names " + e.gate_up + "+" +
-            e.down + ", which does not support " + key.describe() + " at " + std::to_string(m) +
-            " tokens: running the heuristic for it instead. Re-tune: `" + key.tune_command() + "`");
-    }
-    return {};
-  }
-  return c;
-}
-
-std::vector<MoeKernelConfigRow> MoeKernelSelector::rows() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<MoeKernelConfigRow> out;
-  for (const auto& [key, r] : shapes_) {
-    if (!r.has_table || r.table.entries.empty()) {
-      out.push_back({key.shape_label(), "any", "heuristic", "heuristic", "heuristic"});
-      continue;
-    }
-    bool has_regime[3] = {false, false, false};
-    for (const auto& e : r.table.entries) has_regime[static_cast<int>(moe_regime(e.m))] = true;
-    for (size_t i = 0; i < r.table.entries.size(); ++i) {
-      const auto& e = r.table.entries[i];
-      if (r.unsupported_warned[i])
-        out.push_back({key.shape_label(), std::to_string(e.m), "heuristic", "heuristic", "heuristic"});
-      else
-        out.push_back({key.shape_label(), std::to_string(e.m), e.gate_up, e.down, "table"});
-    }
-    for (MoeRegime reg : {MoeRegime::kDecode, MoeRegime::kBetween, MoeRegime::kPrefill})
-      if (!has_regime[static_cast<int>(reg)])
-        out.push_back({key.shape_label(), moe_regime_name(reg), "heuristic", "heuristic", "heuristic"});
-  }
-  return out;
 }
 
 }  // namespace mxserve::kernels

@@ -1,11 +1,10 @@
-// MoE kernel tuning tables and run-time selection (issue 9; docs/cuda.md "MXFP4 MoE: tuned tables and
-// selection"). CPU code, always compiled: the CUDA backend only asks a MoeKernelSelector which variant pair
-// to run for a token count; everything else (file format, bucket rule, warnings, what /metrics shows) is here.
+// MoE kernel tuning tables (issue 9; docs/cuda.md "MXFP4 MoE: tuned tables and selection"). CPU code,
+// always compiled.
 //
 // Owns: the table format (JSON "mxserve-moe-tuning/1", written by `mxserve tune-moe`), the tables embedded
 // into the binary at build time (configs/moe/*.json) plus those added by --moe-tuning-dir, and the bucket
-// rule. Does not own: the kernel variants (kernels/cuda/moe_mxfp4 names them; the selector sees them only
-// through MoeVariantCatalog callbacks) nor the heuristic (the kernels' moe_mxfp4_heuristic_plan).
+// rule. Does not own: the per-shape plans built from the tables at load (kernels/moe_plan.h), the kernel
+// variants (kernels/cuda/moe_mxfp4 names them) nor the heuristic (the kernels' moe_mxfp4_heuristic_plan).
 //
 // Key invariant: a bucket of one regime is never used for a token count M of another regime
 // (decode M <= 64, between 65..1023, prefill M >= 1024); with no usable bucket the heuristic runs.
@@ -43,8 +42,12 @@ struct MoeTuningKey {
   bool operator<(const MoeTuningKey& o) const;
 };
 
+// What a table may hold (a load-time plan indexes every token count up to its largest bucket).
+inline constexpr int64_t kMoeMaxBucketM = int64_t{1} << 20;
+inline constexpr int kMoeMaxBuckets = 1024;
+
 struct MoeTuningEntry {
-  int64_t m = 0;          // token-count bucket (n_tokens of the moe_experts call)
+  int64_t m = 0;          // token-count bucket (n_tokens of the moe_experts call), 1..kMoeMaxBucketM
   std::string gate_up;    // variant name of the gate|up grouped GEMM
   std::string down;       // variant name of the down grouped GEMM
   double us = 0;          // measured time of the pair at m, microseconds (informative)
@@ -53,7 +56,7 @@ struct MoeTuningEntry {
 struct MoeTuningTable {
   MoeTuningKey key;
   std::string command;                 // how the tuner was run (informative)
-  std::vector<MoeTuningEntry> entries;  // sorted by m, m unique
+  std::vector<MoeTuningEntry> entries;  // sorted by m, m unique, at most kMoeMaxBuckets
   std::string source;                  // file path, or "embedded:<name>.json"
 };
 
@@ -102,17 +105,12 @@ MoeTuningSet& global_moe_tuning();
 std::mutex& global_moe_tuning_mutex();
 Status add_global_moe_tuning_dir(const std::string& dir);  // --moe-tuning-dir
 
-// ---- selection ----
-// The kernels' side, as callbacks (so this file stays CPU-only and testable). gemm 0 = gate_up, 1 = down.
-struct MoeVariantCatalog {
-  std::function<int(int gemm, const std::string& name)> index;  // -1 when unknown
-  std::function<bool(int gemm, int variant, const MoeTuningKey& shape, int64_t n_tokens)> supports;
-};
-
-// Every variant name of the tables in `set` must exist in the catalog; errors name the table file and name.
+// Every variant name of the tables in `set` must exist (index(gemm, name) >= 0; gemm 0 = gate_up, 1 = down);
+// errors name the table file and the name.
 Status validate_moe_tuning(const MoeTuningSet& set, const std::function<int(int, const std::string&)>& index);
 
-// One row of the chosen configuration (the start-up log and the mxserve:moe_kernel_config gauge).
+// One row of the chosen configuration (the start-up log and the mxserve:moe_kernel_config gauge; built by
+// the per-shape plans of kernels/moe_plan.h).
 struct MoeKernelConfigRow {
   std::string shape;    // "E128_H4096_I1408_K8_mxfp4"
   std::string bucket;   // "16"; "decode" / "between" / "prefill" for a regime the table has no bucket in;
@@ -120,46 +118,6 @@ struct MoeKernelConfigRow {
   std::string gate_up;  // variant name, or "heuristic"
   std::string down;
   std::string source;   // "table" | "heuristic"
-};
-
-struct MoeChoice {
-  bool heuristic = true;
-  int gate_up = -1, down = -1;  // variant indices when !heuristic
-};
-
-// Chooses the variant pair per (shape, M) from a table set. One instance per backend; thread-safe.
-class MoeKernelSelector {
- public:
-  using Sink = std::function<void(const std::string&)>;
-  // info/warn default to MX_LOG(kInfo) / MX_LOG(kWarn).
-  MoeKernelSelector(const MoeTuningSet* tables, std::mutex* tables_mutex, MoeVariantCatalog catalog,
-                    Sink info = {}, Sink warn = {});
-
-  // Resolves a shape once: logs its chosen configs (per bucket), or ONE loud warning naming the shape and
-  // the tune-moe command when there is no table. Later calls for the same key do nothing.
-  void prepare(const MoeTuningKey& key);
-  // The pair for n_tokens = m (prepares the shape when needed). A tabled variant that does not support the
-  // shape -> the heuristic and one loud warning per (shape, bucket); a table with no bucket in m's regime ->
-  // the heuristic and one warning per (shape, regime).
-  MoeChoice choose(const MoeTuningKey& key, int64_t m);
-  std::vector<MoeKernelConfigRow> rows() const;
-
- private:
-  struct Resolved {
-    bool has_table = false;                 // false: no table (heuristic for every M)
-    MoeTuningTable table;                   // a copy: a later --moe-tuning-dir cannot change it under us
-    std::vector<MoeChoice> buckets;         // per table entry
-    std::vector<bool> unsupported_warned;
-    bool regime_warned[3] = {false, false, false};  // per MoeRegime: a table with no bucket of that regime
-  };
-  Resolved& resolve_locked(const MoeTuningKey& key);
-
-  const MoeTuningSet* tables_;
-  std::mutex* tables_mutex_;
-  MoeVariantCatalog catalog_;
-  Sink info_, warn_;
-  mutable std::mutex mutex_;
-  std::map<MoeTuningKey, Resolved> shapes_;
 };
 
 }  // namespace mxserve::kernels

@@ -1,7 +1,7 @@
 // MXFP4 routed experts on the GPU (kernels/cuda/moe_mxfp4) against the CPU reference: the weights are
 // random packed E2M1 codes + E8M0 scales, dequantized on the host with quant::dequantize_mxfp4 for the
 // CPU backend's moe_experts (f32 throughout). Every variant of each GEMM runs (the other GEMM on the
-// heuristic's choice), on fresh random data per run (seed printed), with the workspace (act, y) poisoned
+// heuristic's choice; TinyShapes fails if a variant of the list never ran), on fresh random data per run (seed printed), with the workspace (act, y) poisoned
 // with NaN bytes first so an unwritten element fails.
 // Tolerance kTolMxfp4 = 1e-2 rel L2: the dequantized weights are exact in bf16 and both sides accumulate
 // in fp32, so the difference is the GPU's bf16 rounding of the intermediates act and y (~2^-9 each,
@@ -18,6 +18,9 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
@@ -85,6 +88,7 @@ class CudaMoeMxfp4 : public ::testing::Test {
 
   std::unique_ptr<backend::Backend> cpu_, gpu_;
   std::mt19937_64 rng_;
+  std::set<std::pair<int, int>> ran_;  // (gemm, variant) pairs run_case checked
 };
 
 double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
@@ -161,6 +165,8 @@ void CudaMoeMxfp4::run_case(const Case& c) {
   ASSERT_TRUE(kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, heur.down, s));
 
   auto check = [&](const kc::MoeMxfp4Plan& plan) {
+    ran_.insert({static_cast<int>(kc::MoeGemm::kGateUp), plan.gate_up});
+    ran_.insert({static_cast<int>(kc::MoeGemm::kDown), plan.down});
     const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
     SCOPED_TRACE("gate_up " + names[plan.gate_up] + " down " + names[plan.down]);
     Tensor out = gpu_bf16(out0);
@@ -189,8 +195,10 @@ void CudaMoeMxfp4::run_case(const Case& c) {
       check({v, v});
 }
 
-TEST_F(CudaMoeMxfp4, TinyShapes) {
-  const std::vector<Case> cases = {
+// Small shapes that together reach every variant of the list (moe_mxfp4_variants.h) on both GEMMs
+// (CudaMoeMxfp4Registry.TinyShapesReachEveryVariant checks that without a GPU, TinyShapes again on it).
+const std::vector<Case>& tiny_cases() {
+  static const std::vector<Case> cases = {
       {1, 256, 96, 8, 2, "M=1: most experts empty"},
       {5, 256, 96, 8, 2, "5 tokens: K tail (96 % 128), N tails"},
       {37, 64, 32, 16, 4, "ragged, K=32 (one E8M0 block)"},
@@ -210,7 +218,16 @@ TEST_F(CudaMoeMxfp4, TinyShapes) {
       {1, 256, 128, 8, 8, "gv: M=1 direct + combine, top_k == E, large scales", 0, false, 120, 140, 1.f / 4096},
       {1, 128, 384, 16, 3, "gv: M=1, K 128 (one step) / 384, top 3 (warps without an expert)"},
   };
-  for (const Case& c : cases) run_case(c);
+  return cases;
+}
+
+TEST_F(CudaMoeMxfp4, TinyShapes) {
+  ran_.clear();
+  for (const Case& c : tiny_cases()) run_case(c);
+  for (kc::MoeGemm g : {kc::MoeGemm::kGateUp, kc::MoeGemm::kDown})
+    for (int v = 0; v < kc::kMoeMxfp4NumVariants; ++v)
+      EXPECT_TRUE(ran_.count({static_cast<int>(g), v})) << "variant " << kc::kMoeMxfp4Variants[v].name
+                                                        << " never ran on gemm " << static_cast<int>(g);
 }
 
 TEST_F(CudaMoeMxfp4, GlmAirShapes) {  // GLM-4.5-Air: H 4096, I 1408, E 128, top 8
@@ -222,6 +239,17 @@ TEST_F(CudaMoeMxfp4, GlmAirShapes) {  // GLM-4.5-Air: H 4096, I 1408, E 128, top
 TEST_F(CudaMoeMxfp4, Glm52Shapes) {  // GLM-5.2: H 6144, I 2048, E 256, top 8
   run_case({1, 6144, 2048, 256, 8, "GLM-5.2 M=1"});
   run_case({40, 6144, 2048, 256, 8, "GLM-5.2 M=40 on 10 experts (32 rows each)", 10});
+}
+
+TEST(CudaMoeMxfp4Registry, TinyShapesReachEveryVariant) {  // host-only: runs without a GPU
+  for (kc::MoeGemm g : {kc::MoeGemm::kGateUp, kc::MoeGemm::kDown})
+    for (int v = 0; v < kc::kMoeMxfp4NumVariants; ++v) {
+      bool reached = false;
+      for (const Case& c : tiny_cases())
+        reached = reached || kc::moe_mxfp4_variant_supports(g, v, kc::MoeShape{c.T, c.H, c.I, c.E, c.K});
+      EXPECT_TRUE(reached) << "no TinyShapes case runs variant " << kc::kMoeMxfp4Variants[v].name << " on gemm "
+                           << static_cast<int>(g) << ": add one";
+    }
 }
 
 TEST(CudaMoeMxfp4Registry, NamesAndHeuristic) {  // host-only: runs without a GPU

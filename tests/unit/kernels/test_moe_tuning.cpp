@@ -1,7 +1,7 @@
 // MoE tuning tables (kernels/moe_tuning.h): the reader (every malformed field -> an error naming the file and
-// the field), the regime-safe bucket rule, table sets (directories, overrides, duplicates), the selector
-// (one missing-table warning per shape, unsupported variants -> heuristic + one warning, the /metrics rows)
+// the field), the regime-safe bucket rule, table sets (directories, overrides, duplicates), name validation
 // and the build-time embedding (this test embeds moe_tuning_data/*.json through the same CMake generator).
+// The load-time plans built from the tables: test_moe_plan.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -83,6 +83,13 @@ TEST(MoeTuningReader, EveryMalformedFieldIsNamed) {
       {"m missing", [](auto& j) { j["entries"][0].erase("m"); }, {"entries[0]", "'m'"}},
       {"m zero", [](auto& j) { j["entries"][1]["m"] = 0; }, {"entries[1]", "'m'", "positive"}},
       {"m duplicate", [](auto& j) { j["entries"][1]["m"] = 16; }, {"entries[1]", "'m'", "duplicate"}},
+      {"m above the largest bucket", [](auto& j) { j["entries"][1]["m"] = (1 << 20) + 1; },
+       {"entries[1]", "'m'", "at most 1048576", "1048577"}},
+      {"too many buckets",
+       [](auto& j) {
+         for (int m = 100; m < 1200; ++m) j["entries"].push_back({{"m", m}, {"gate_up", "a"}, {"down", "b"}, {"us", 1}});
+       },
+       {"'entries'", "at most 1024 buckets", "1102"}},
       {"gate_up missing", [](auto& j) { j["entries"][0].erase("gate_up"); }, {"entries[0]", "'gate_up'"}},
       {"gate_up empty", [](auto& j) { j["entries"][1]["gate_up"] = ""; }, {"entries[1]", "'gate_up'"}},
       {"down not a string", [](auto& j) { j["entries"][0]["down"] = 1; }, {"entries[0]", "'down'"}},
@@ -257,7 +264,7 @@ TEST(MoeTuningSet, EmbeddedTablesAreFound) {
   EXPECT_EQ(global_moe_tuning().size(), 2u);  // the process-wide set starts from the embedded tables
 }
 
-// ---- validation and selection ----
+// ---- validation ----
 int fake_index(int gemm, const std::string& name) {
   const std::vector<std::string> gu = {"gu_a", "gu_b", "gu_c"}, dn = {"dn_a", "dn_b", "dn_c"};
   const auto& v = gemm == 0 ? gu : dn;
@@ -280,113 +287,6 @@ TEST(MoeTuningValidate, UnknownVariantNamesTheTableAndName) {
   EXPECT_NE(s.message().find("/tables/g.json"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'dn_renamed'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("down"), std::string::npos) << s.message();
-}
-
-struct Captured {
-  std::vector<std::string> info, warn;
-};
-
-MoeKernelSelector make_selector(const MoeTuningSet* set, Captured* cap,
-                                std::function<bool(int, int, const MoeTuningKey&, int64_t)> supports = {}) {
-  MoeVariantCatalog c;
-  c.index = fake_index;
-  c.supports = supports ? supports : [](int, int, const MoeTuningKey&, int64_t) { return true; };
-  return MoeKernelSelector(set, nullptr, c, [cap](const std::string& s) { cap->info.push_back(s); },
-                           [cap](const std::string& s) { cap->warn.push_back(s); });
-}
-
-TEST(MoeKernelSelector, MissingTableWarnsOncePerShape) {
-  MoeTuningSet set;  // empty
-  Captured cap;
-  auto sel = make_selector(&set, &cap);
-  const MoeTuningKey a{"NVIDIA H200", 128, 4096, 1408, 8, "mxfp4"};
-  const MoeTuningKey b{"NVIDIA H200", 160, 5120, 1536, 8, "mxfp4"};
-  sel.prepare(a);
-  sel.prepare(a);
-  for (int64_t m : {1, 7, 64, 500, 4096}) EXPECT_TRUE(sel.choose(a, m).heuristic);
-  ASSERT_EQ(cap.warn.size(), 1u);
-  EXPECT_NE(cap.warn[0].find("E128_H4096_I1408_K8_mxfp4"), std::string::npos) << cap.warn[0];
-  EXPECT_NE(cap.warn[0].find("NVIDIA H200"), std::string::npos);
-  EXPECT_NE(cap.warn[0].find("mxserve tune-moe --experts 128 --hidden 4096 --inter 1408 --top-k 8 --dtype mxfp4 "
-                             "--out configs/moe/nvidia_h200_E128_H4096_I1408_K8_mxfp4.json"),
-            std::string::npos)
-      << cap.warn[0];
-  EXPECT_TRUE(sel.choose(b, 3).heuristic);
-  sel.prepare(b);
-  EXPECT_EQ(cap.warn.size(), 2u);  // one more for the second shape, never repeated
-  const auto rows = sel.rows();
-  ASSERT_EQ(rows.size(), 2u);
-  for (const auto& r : rows) {
-    EXPECT_EQ(r.bucket, "any");
-    EXPECT_EQ(r.gate_up, "heuristic");
-    EXPECT_EQ(r.source, "heuristic");
-  }
-}
-
-TEST(MoeKernelSelector, TableChoicesPerBucketAndRows) {
-  MoeTuningSet set;
-  ASSERT_TRUE(set.add_embedded(embedded_moe_tables()).is_ok());
-  Captured cap;
-  auto sel = make_selector(&set, &cap);
-  const MoeTuningKey k{"Test GPU", 8, 64, 32, 2, "mxfp4"};  // buckets m 1 (gu_a, dn_a) and 16 (gu_b, dn_b)
-  sel.prepare(k);
-  ASSERT_EQ(cap.info.size(), 1u);
-  EXPECT_NE(cap.info[0].find("m1=gu_a+dn_a"), std::string::npos) << cap.info[0];
-  EXPECT_NE(cap.info[0].find("m16=gu_b+dn_b"), std::string::npos) << cap.info[0];
-  EXPECT_TRUE(cap.warn.empty());
-  MoeChoice c1 = sel.choose(k, 1);
-  EXPECT_FALSE(c1.heuristic);
-  EXPECT_EQ(c1.gate_up, 0);
-  EXPECT_EQ(c1.down, 0);
-  MoeChoice c3 = sel.choose(k, 3);  // |ln 3 - 0| = 1.10 < |ln 16 - ln 3| = 1.67
-  EXPECT_EQ(c3.gate_up, 0);
-  MoeChoice c12 = sel.choose(k, 12);
-  EXPECT_EQ(c12.gate_up, 1);
-  EXPECT_EQ(c12.down, 1);
-  EXPECT_TRUE(sel.choose(k, 200).heuristic);   // between: no bucket of that regime
-  EXPECT_TRUE(sel.choose(k, 300).heuristic);
-  EXPECT_TRUE(sel.choose(k, 2048).heuristic);  // prefill: never the decode buckets
-  EXPECT_TRUE(sel.choose(k, 4096).heuristic);
-  EXPECT_EQ(cap.info.size(), 1u);
-  ASSERT_EQ(cap.warn.size(), 2u);  // once per regime without buckets, naming it
-  EXPECT_NE(cap.warn[0].find("no between bucket"), std::string::npos) << cap.warn[0];
-  EXPECT_NE(cap.warn[1].find("no prefill bucket"), std::string::npos) << cap.warn[1];
-  EXPECT_NE(cap.warn[1].find("mxserve tune-moe --experts 8"), std::string::npos) << cap.warn[1];
-  const auto rows = sel.rows();
-  ASSERT_EQ(rows.size(), 4u);
-  EXPECT_EQ(rows[2].bucket, "between");
-  EXPECT_EQ(rows[2].source, "heuristic");
-  EXPECT_EQ(rows[3].bucket, "prefill");
-  EXPECT_EQ(rows[0].shape, "E8_H64_I32_K2_mxfp4");
-  EXPECT_EQ(rows[0].bucket, "1");
-  EXPECT_EQ(rows[0].gate_up, "gu_a");
-  EXPECT_EQ(rows[0].down, "dn_a");
-  EXPECT_EQ(rows[0].source, "table");
-  EXPECT_EQ(rows[1].bucket, "16");
-}
-
-TEST(MoeKernelSelector, UnsupportedVariantFallsBackWithOneWarning) {
-  MoeTuningSet set;
-  ASSERT_TRUE(set.add_embedded(embedded_moe_tables()).is_ok());
-  Captured cap;
-  // gu_b (index 1) cannot run this shape at more than 8 tokens.
-  auto sel = make_selector(&set, &cap, [](int gemm, int v, const MoeTuningKey&, int64_t m) {
-    return !(gemm == 0 && v == 1 && m > 8);
-  });
-  const MoeTuningKey k{"Test GPU", 8, 64, 32, 2, "mxfp4"};
-  EXPECT_FALSE(sel.choose(k, 6).heuristic);  // bucket 16, supported at 6 tokens
-  EXPECT_TRUE(sel.choose(k, 16).heuristic);
-  EXPECT_TRUE(sel.choose(k, 20).heuristic);
-  EXPECT_TRUE(sel.choose(k, 40).heuristic);
-  ASSERT_EQ(cap.warn.size(), 1u);
-  EXPECT_NE(cap.warn[0].find("gu_b"), std::string::npos) << cap.warn[0];
-  EXPECT_NE(cap.warn[0].find("heuristic"), std::string::npos) << cap.warn[0];
-  EXPECT_NE(cap.warn[0].find("embedded:test_gpu_E8_H64_I32_K2_mxfp4.json"), std::string::npos) << cap.warn[0];
-  EXPECT_FALSE(sel.choose(k, 1).heuristic);  // the other bucket is unaffected
-  const auto rows = sel.rows();
-  ASSERT_EQ(rows.size(), 4u);  // buckets 1 and 16, and the between / prefill regimes the table lacks
-  EXPECT_EQ(rows[1].source, "heuristic");
-  EXPECT_EQ(rows[1].gate_up, "heuristic");
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// MXFP4 routed experts (moe_mxfp4.h): the variant registry, the heuristic, and the launch sequence
+// MXFP4 routed experts (moe_mxfp4.h): the variant registry and dispatch (both generated from the one list in
+// moe_mxfp4_variants.h), the support rule, the heuristic, and the launch sequence
 //   permute (moe/moe_permute.cuh) -> GEMM 1 gate_up + SwiGLU -> GEMM 2 down -> weighted un-permute,
 // all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
 // The three kernels after the permute are programmatic dependent launches (moe_mxfp4_internal.h).
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -14,105 +16,73 @@
 namespace mxserve::kernels::cuda {
 namespace {
 
-// The same list serves both GEMMs (each kernel has a SwiGLU and a plain instance). Order is the tuner's.
-//   simt_r4       design 1: CUDA-core GEMV, 4 rows of an expert per weight pass (decode only)
-//   tc_w{64,128}_t{T}  design 2: mma.sync, {4,8} warps x 16 weight rows per block, T expert rows per pass
-//   dec_s{S}_r{R}      design 3 (decode): design 2's fragments, warps split K (S 128-wide k steps each, all
-//                      loads issued up front), R 16-row tiles per block (next tile prefetched), 8 rows a pass;
-//                      _o2: two blocks per SM (128 registers), no register double buffer
-//   gv_w{W}_d{D}[_k2]  design 5 (decode): one warp per 16-row tile over all of K, D k steps in flight, W
-//                      tiles per block, x through L1; at one token the down GEMM fuses the un-permute;
-//                      _k2: two warps per tile, each half of K
-//   pf_t{T}            design 4 (prefill): 128 weight rows x T tokens per block, codes + scales + tokens
-//                      through a 3-stage cp.async ring in shared memory (K % 128 == 0)
-// NOTE: names are append-only (tuned tables store them); new variants go at the end.
-enum Variant {
-  kSimtR4,
-  kTcW64T8,
-  kTcW128T8,
-  kTcW128T16,
-  kTcW128T32,
-  kTcW128T64,
-  kDecS4R2,
-  kDecS4R4,
-  kDecS8R2,
-  kDecS2R4,
-  kPfT64,
-  kPfT128,
-  kDecS4R4O2,
-  kDecS2R4O2,
-  kDecS8R4O2,
-  kGvW4D4,
-  kGvW4D8,
-  kGvW1D4,
-  kGvW1D8,
-  kGvW4D4K2,
-  kGvW2D8K2,
-  kNumVariants
-};
-const std::vector<std::string> kNames = {"simt_r4",     "tc_w64_t8",   "tc_w128_t8", "tc_w128_t16", "tc_w128_t32",
-                                         "tc_w128_t64", "dec_s4_r2",   "dec_s4_r4",  "dec_s8_r2",   "dec_s2_r4",
-                                         "pf_t64",      "pf_t128",     "dec_s4_r4_o2", "dec_s2_r4_o2", "dec_s8_r4_o2",
-                                         "gv_w4_d4",    "gv_w4_d8",    "gv_w1_d4",   "gv_w1_d8",
-                                         "gv_w4_d4_k2", "gv_w2_d8_k2"};
+namespace mv = moe_mxfp4_variant;
 
 // NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
 // (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
 constexpr int64_t kSimtMaxTokens = 64;
-// Design 3 re-streams an expert's weights per pass of 8 rows: decode-sized calls only.
-constexpr int64_t kDecMaxTokens = 256;
-bool is_gv(int v) { return v >= kGvW4D4 && v <= kGvW2D8K2; }
-bool is_dec(int v) { return (v >= kDecS4R2 && v <= kDecS2R4) || (v >= kDecS4R4O2 && v <= kDecS8R4O2); }
-int dec_steps(int v) { return v == kDecS2R4 || v == kDecS2R4O2 ? 2 : v == kDecS8R2 || v == kDecS8R4O2 ? 8 : 4; }
+// Designs 3 and 5 re-stream an expert's weights per pass of 8 rows: decode-sized calls only.
+constexpr int64_t kDecodeDesignMaxTokens = 256;
+constexpr int64_t kNoTokenLimit = std::numeric_limits<int64_t>::max();
+
+MoeMxfp4Design design_of(int v) { return kMoeMxfp4Variants[v].design; }
+bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv; }
+bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
+
+// Every variant's launcher, by id: the rows each design's translation unit generated from the list.
+Mxfp4Launchers collect_launchers() {
+  Mxfp4Launchers all{};
+  for (const Mxfp4Launchers* design : {&mxfp4_simt_launchers(), &mxfp4_tc_launchers(), &mxfp4_dec_launchers(),
+                                       &mxfp4_pf_launchers(), &mxfp4_gv_launchers()})
+    for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
+      if ((*design)[v] != nullptr) all[v] = (*design)[v];
+  for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
+    MX_CHECK_MSG(all[v] != nullptr, "moe_mxfp4: variant " << kMoeMxfp4Variants[v].name << " (design "
+                                                          << static_cast<int>(design_of(v)) << ") has no launcher");
+  return all;
+}
 
 void run_gemm(int variant, bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  switch (variant) {
-    case kSimtR4: launch_mxfp4_simt(swiglu, a, stream); return;
-    case kTcW64T8: launch_mxfp4_tc<4, 8>(swiglu, a, stream); return;
-    case kTcW128T8: launch_mxfp4_tc<8, 8>(swiglu, a, stream); return;
-    case kTcW128T16: launch_mxfp4_tc<8, 16>(swiglu, a, stream); return;
-    case kTcW128T32: launch_mxfp4_tc<8, 32>(swiglu, a, stream); return;
-    case kTcW128T64: launch_mxfp4_tc<8, 64>(swiglu, a, stream); return;
-    case kDecS4R2: launch_mxfp4_dec<4, 2, 1>(swiglu, a, stream); return;
-    case kDecS4R4: launch_mxfp4_dec<4, 4, 1>(swiglu, a, stream); return;
-    case kDecS8R2: launch_mxfp4_dec<8, 2, 1>(swiglu, a, stream); return;
-    case kDecS2R4: launch_mxfp4_dec<2, 4, 1>(swiglu, a, stream); return;
-    case kDecS4R4O2: launch_mxfp4_dec<4, 4, 2>(swiglu, a, stream); return;
-    case kDecS2R4O2: launch_mxfp4_dec<2, 4, 2>(swiglu, a, stream); return;
-    case kDecS8R4O2: launch_mxfp4_dec<8, 4, 2>(swiglu, a, stream); return;
-    case kGvW4D4: launch_mxfp4_gv<4, 4, 1>(swiglu, a, stream); return;
-    case kGvW4D8: launch_mxfp4_gv<4, 8, 1>(swiglu, a, stream); return;
-    case kGvW1D4: launch_mxfp4_gv<1, 4, 1>(swiglu, a, stream); return;
-    case kGvW1D8: launch_mxfp4_gv<1, 8, 1>(swiglu, a, stream); return;
-    case kGvW4D4K2: launch_mxfp4_gv<4, 4, 2>(swiglu, a, stream); return;
-    case kGvW2D8K2: launch_mxfp4_gv<2, 8, 2>(swiglu, a, stream); return;
-    case kPfT64: launch_mxfp4_pf<4>(swiglu, a, stream); return;
-    case kPfT128: launch_mxfp4_pf<8>(swiglu, a, stream); return;
-    default: MX_CHECK_MSG(false, "moe_experts_mxfp4: no variant " << variant);
-  }
+  static const Mxfp4Launchers kLaunchers = collect_launchers();
+  MX_CHECK_MSG(variant >= 0 && variant < kMoeMxfp4NumVariants, "moe_experts_mxfp4: no variant " << variant);
+  kLaunchers[variant](swiglu, a, stream);
+}
+
+std::vector<std::string> variant_names() {
+  std::vector<std::string> names;
+  for (const MoeMxfp4VariantInfo& v : kMoeMxfp4Variants) names.emplace_back(v.name);
+  return names;
 }
 
 }  // namespace
 
-const std::vector<std::string>& moe_mxfp4_variants(MoeGemm) { return kNames; }
+const std::vector<std::string>& moe_mxfp4_variants(MoeGemm) {
+  static const std::vector<std::string> kNames = variant_names();
+  return kNames;
+}
 
-int moe_mxfp4_variant_index(MoeGemm gemm, const std::string& name) {
-  const auto& v = moe_mxfp4_variants(gemm);
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == name) return static_cast<int>(i);
-  return -1;
+int moe_mxfp4_variant_index(MoeGemm, const std::string& name) { return moe_mxfp4_variant_id(name); }
+
+int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& s) {
+  if (variant < 0 || variant >= kMoeMxfp4NumVariants) return 0;
+  if (s.d_model % 32 != 0 || s.inter % 32 != 0 || s.d_model <= 0 || s.inter <= 0) return 0;
+  const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
+  const MoeMxfp4VariantInfo& info = kMoeMxfp4Variants[variant];
+  switch (info.design) {
+    case MoeMxfp4Design::kSimt: return 4 * 2 * k <= 227 * 1024 ? kSimtMaxTokens : 0;
+    case MoeMxfp4Design::kDec:  // one k slice per warp, at most 8 warps
+      return (k + 127) / 128 <= 8 * info.p0 ? kDecodeDesignMaxTokens : 0;
+    case MoeMxfp4Design::kGv:  // whole k steps, aligned scale words
+      return k % 128 == 0 ? kDecodeDesignMaxTokens : 0;
+    case MoeMxfp4Design::kPf: return k % 128 == 0 ? kNoTokenLimit : 0;  // whole k steps, aligned scale words
+    case MoeMxfp4Design::kTc: return kNoTokenLimit;  // any N (row guards), any K % 32 == 0, any row count
+  }
+  return 0;
 }
 
 bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s) {
-  if (variant < 0 || variant >= kNumVariants) return false;
-  if (s.d_model % 32 != 0 || s.inter % 32 != 0 || s.d_model <= 0 || s.inter <= 0) return false;
-  const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
-  if (variant == kSimtR4) return s.n_tokens <= kSimtMaxTokens && 4 * 2 * k <= 227 * 1024;
-  if (is_dec(variant))  // one k slice per warp, at most 8 warps
-    return s.n_tokens <= kDecMaxTokens && (k + 127) / 128 <= 8 * dec_steps(variant);
-  if (is_gv(variant)) return s.n_tokens <= kDecMaxTokens && k % 128 == 0;  // whole k steps, aligned scale words
-  if (variant == kPfT64 || variant == kPfT128) return k % 128 == 0;  // whole k steps, aligned scale words
-  return true;  // tc_*: any N (row guards), any K % 32 == 0 (block guards), any row count (passes)
+  const int64_t max_tokens = moe_mxfp4_variant_max_tokens(gemm, variant, s);
+  return max_tokens > 0 && s.n_tokens <= max_tokens;
 }
 
 // Heuristic (no tuned table), from the mean rows per active expert r = P / min(E, P): r <= 16 (decode)
@@ -124,22 +94,22 @@ MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   const int64_t active = std::max<int64_t>(1, std::min<int64_t>(s.n_experts, P));
   const int64_t r = (P + active - 1) / active;
   int v;
-  if (r <= 8) v = P <= 64 ? kTcW64T8 : kTcW128T8;
-  else if (r <= 16) v = kTcW128T16;
-  else if (r <= 48) v = kTcW128T32;
-  else v = kTcW128T64;
+  if (r <= 8) v = P <= 64 ? mv::kTcW64T8 : mv::kTcW128T8;
+  else if (r <= 16) v = mv::kTcW128T16;
+  else if (r <= 48) v = mv::kTcW128T32;
+  else v = mv::kTcW128T64;
   // Decode-sized M: design 5 (the GEMV) where its K % 128 rule holds; the tuner chose it for every bucket
   // up to 128 tokens on all three H200 shapes (docs/perf/moe-mxfp4.md). One token: 4 tiles per block for
   // gate_up (the down GEMM then fuses the weighted un-permute).
   if (r <= 16) {
-    const int gv = s.n_tokens == 1 ? kGvW4D4 : kGvW1D4;
+    const int gv = s.n_tokens == 1 ? mv::kGvW4D4 : mv::kGvW1D4;
     const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, gv, s) ? gv : v;
-    const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, kGvW1D4, s) ? kGvW1D4 : v;
+    const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, mv::kGvW1D4, s) ? mv::kGvW1D4 : v;
     return {g, d};
   }
   // Prefill-sized M: the shared-memory tiled design (4) where its K % 128 rule holds; it beat every
   // design-2 tile from M = 512 on both tuned H200 shapes (docs/perf/moe-mxfp4.md).
-  const int pf = r >= 128 ? kPfT128 : kPfT64;
+  const int pf = r >= 128 ? mv::kPfT128 : mv::kPfT64;
   const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, pf, s) ? pf : v;
   const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, pf, s) ? pf : v;
   return {g, d};

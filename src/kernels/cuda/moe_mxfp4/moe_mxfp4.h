@@ -9,9 +9,9 @@
 // x, out bf16 [T, H]; topk_ids i32 / topk_weights f32 [T, K]. H % 32 == 0, I % 32 == 0.
 // out[t] += sum_k w[t, k] * down_e(silu(gate_e x_t) * up_e x_t), e = ids[t, k] (fp32 accumulate).
 //
-// Kernel variants are named (e.g. "gemv_r4", "mma_m64n128k64_s3"): the tuned tables store the names
-// chosen for each GEMM per token-count bucket, so a table stays readable and a renamed or removed
-// variant is caught at load (unknown name -> error naming the table file).
+// Kernel variants are named (e.g. "gv_w4_d4", "pf_t128"; the one list is moe_mxfp4_variants.h): the tuned
+// tables store the names chosen for each GEMM per token-count bucket, so a table stays readable and a
+// renamed or removed variant is caught at load (unknown name -> error naming the table file).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_variants.h"
 
 namespace mxserve::kernels::cuda {
 
@@ -32,7 +33,7 @@ struct MoeMxfp4Weights {
   const uint8_t* down_s = nullptr;
 };
 
-// Which variant runs each of the two grouped GEMMs (indices into moe_mxfp4_variants(gemm)).
+// Which variant runs each of the two grouped GEMMs (variant ids: indices into moe_mxfp4_variants(gemm)).
 enum class MoeGemm { kGateUp = 0, kDown = 1 };
 // Limit probes (`mxserve bench-kernels moe --probe`, never serving): run only the gate_up GEMM, and for a
 // design 5 (gv_*) gate_up optionally only its weight stream (no dequant / MMA) or only its math (no weight
@@ -44,11 +45,16 @@ struct MoeMxfp4Plan {
   MoeProbe probe = MoeProbe::kNone;
 };
 
-// The names of the compiled variants for one GEMM, in a fixed order (the tuner's candidate list).
+// The names of the compiled variants for one GEMM, by id (the tuner's candidate list; the same list serves
+// both GEMMs: each variant has a SwiGLU and a plain instance).
 const std::vector<std::string>& moe_mxfp4_variants(MoeGemm gemm);
-// Index of a variant name, or -1.
+// Id of a variant name, or -1.
 int moe_mxfp4_variant_index(MoeGemm gemm, const std::string& name);
-// Whether a variant can run this shape (alignment, tile divisibility); the tuner skips the others.
+// The largest token count a variant runs this shape at (s.n_tokens is ignored); it runs every count from 1
+// up to it. 0: not this shape at all (alignment, tile divisibility). Fixed per shape: the load-time plan
+// (kernels/moe_plan.h) resolves it once.
+int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& s);
+// Whether a variant can run this shape at s.n_tokens (0 < n_tokens <= max_tokens); the tuner skips the others.
 bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s);
 // The documented heuristic used for a shape with no tuned table (always supported).
 MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s);

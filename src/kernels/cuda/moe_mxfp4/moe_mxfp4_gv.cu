@@ -347,10 +347,8 @@ __global__ void __launch_bounds__(kWarps * 32, kGvWarpsPerSm<kDepth> / kWarps) m
   }
 }
 
-}  // namespace
-
 template <int kWarps, int kDepth, int kSplit>
-void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+void launch_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   MX_CHECK_MSG(a.k % 128 == 0, "mxfp4 gv: K " << a.k << " must be a multiple of 128");
   // The kernel's 16-byte code / x loads and 4-byte scale-word loads would fault on these (K % 128 == 0 keeps
   // every row aligned once the bases are): say which pointer instead.
@@ -377,11 +375,18 @@ void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
   else mxfp4_launch_pdl(mxfp4_gv_kernel<kWarps, kDepth, kSplit, false>, grid, block, 0, stream, a);
 }
 
-template void launch_mxfp4_gv<4, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_gv<4, 8, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_gv<1, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_gv<1, 8, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_gv<4, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_gv<2, 8, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
+template <int kWarps, int kDepth, int kSplit>
+struct GvLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+    launch_gv<kWarps, kDepth, kSplit>(swiglu, a, stream);
+  }
+};
+
+}  // namespace
+
+const Mxfp4Launchers& mxfp4_gv_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kGv, GvLaunch>();
+  return kLaunchers;
+}
 
 }  // namespace mxserve::kernels::cuda

@@ -1,4 +1,5 @@
-// Internal to moe_mxfp4/: the arguments every MXFP4 grouped-GEMM variant takes and their launchers.
+// Internal to moe_mxfp4/: the arguments every MXFP4 grouped-GEMM variant takes, and each design's
+// launchers (one translation unit per design, its instances generated from moe_mxfp4_variants.h).
 // One launch covers all active experts (grid.y walks the device-side active list; surplus blocks exit).
 //   gate_up (kSwiglu): A = x [T, K] gathered through row_token, W = [E, 2N, K] (gate rows then up rows),
 //                      C = act [P, N] = silu(A W_gate^T) * (A W_up^T);  N = inter, K = d_model
@@ -7,10 +8,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_variants.h"
 
 namespace mxserve::kernels::cuda {
 
@@ -68,27 +73,48 @@ void mxfp4_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
   MX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-// Design 1 (CUDA cores): one warp per output feature, fp32 FMA, <= 4 rows of an expert per weight pass.
-void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
-// Design 2 (tensor cores, mma.sync m16n8k16 bf16): weights stream global -> registers -> dequant -> the
-// MMA's A operand (16 weight rows per warp); kTokens rows of the expert per pass from shared memory.
-template <int kWarps, int kTokens>
-void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
-// Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cuh): design 2's fragments, the block's warps
-// split K (kSteps 128-wide k steps each, all loads issued up front), kRt 16-row tiles per block with the
-// next tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * kSteps.
-// kOcc 2: two blocks per SM (128 registers), no register double buffer.
-template <int kSteps, int kRt, int kOcc>
-void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
-// Design 5 (decode GEMV, tensor cores; moe_mxfp4_gv.cu): one warp per 16-row tile over all of K, kDepth
-// k steps of weights in flight in registers, kWarps warps (tiles) per block, x read through L1; with
-// combine_out set (direct mode, down GEMM) the weighted un-permute is fused; kSplit 2 splits K over two
-// warps per tile. Needs K % 128 == 0.
-template <int kWarps, int kDepth, int kSplit>
-void launch_mxfp4_gv(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
-// Design 4 (prefill, tensor cores; moe_mxfp4_pf.cuh): 128 weight rows x 16 kNtW tokens per block, codes,
+// ---- the designs' launchers, generated from the variant list (moe_mxfp4_variants.h) ----
+// A launcher runs one variant's GEMM: the SwiGLU instance for gate_up (swiglu), the plain one for down.
+using Mxfp4GemmLaunch = void (*)(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+// Indexed by variant id; a design's array holds only its own rows (nullptr elsewhere).
+using Mxfp4Launchers = std::array<Mxfp4GemmLaunch, kMoeMxfp4NumVariants>;
+
+template <MoeMxfp4Design kDesign, template <int, int, int> class Launch, size_t kV>
+constexpr Mxfp4GemmLaunch mxfp4_row_launch() {
+  constexpr MoeMxfp4VariantInfo r = kMoeMxfp4Variants[kV];
+  if constexpr (r.design == kDesign) return &Launch<r.p0, r.p1, r.p2>::run;
+  else return nullptr;
+}
+template <MoeMxfp4Design kDesign, template <int, int, int> class Launch, size_t... kV>
+constexpr Mxfp4Launchers mxfp4_rows_of(std::index_sequence<kV...>) {
+  return {{mxfp4_row_launch<kDesign, Launch, kV>()...}};
+}
+// Every row of design kDesign instantiates Launch<P0, P1, P2>::run (and through it the design's kernels):
+// a design's translation unit calls this with its launch template; no other list of instances exists.
+template <MoeMxfp4Design kDesign, template <int, int, int> class Launch>
+constexpr Mxfp4Launchers mxfp4_design_launchers() {
+  return mxfp4_rows_of<kDesign, Launch>(std::make_index_sequence<kMoeMxfp4NumVariants>());
+}
+
+// Design 1 (CUDA cores; moe_mxfp4_simt.cu): one warp per output feature, fp32 FMA, <= 4 rows of an expert
+// per weight pass.
+const Mxfp4Launchers& mxfp4_simt_launchers();
+// Design 2 (tensor cores, mma.sync m16n8k16 bf16; moe_mxfp4_tc.cu): weights stream global -> registers ->
+// dequant -> the MMA's A operand (16 weight rows per warp, P0 warps); P1 rows of the expert per pass from
+// shared memory.
+const Mxfp4Launchers& mxfp4_tc_launchers();
+// Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cu): design 2's fragments, the block's warps
+// split K (P0 128-wide k steps each, all loads issued up front), P1 16-row tiles per block with the next
+// tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * P0.
+// P2 2: two blocks per SM (128 registers), no register double buffer.
+const Mxfp4Launchers& mxfp4_dec_launchers();
+// Design 4 (prefill, tensor cores; moe_mxfp4_pf.cu): 128 weight rows x 16 P0 tokens per block, codes,
 // scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
-template <int kNtW>
-void launch_mxfp4_pf(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream);
+const Mxfp4Launchers& mxfp4_pf_launchers();
+// Design 5 (decode GEMV, tensor cores; moe_mxfp4_gv.cu): one warp per 16-row tile over all of K, P1 k
+// steps of weights in flight in registers, P0 warps (tiles) per block, x read through L1; with combine_out
+// set (direct mode, down GEMM) the weighted un-permute is fused; P2 2 splits K over two warps per tile.
+// Needs K % 128 == 0.
+const Mxfp4Launchers& mxfp4_gv_launchers();
 
 }  // namespace mxserve::kernels::cuda

@@ -109,14 +109,19 @@ void launch(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   mxfp4_launch_pdl(mxfp4_simt_kernel<kSwiglu>, grid, dim3(kSimtWarps * 32), smem, stream, a);
 }
 
+template <int, int, int>
+struct SimtLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+    if (swiglu) launch<true>(a, stream);
+    else launch<false>(a, stream);
+  }
+};
+
 }  // namespace
 
-void launch_mxfp4_simt(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  if (swiglu) launch<true>(a, stream);
-  else launch<false>(a, stream);
+const Mxfp4Launchers& mxfp4_simt_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kSimt, SimtLaunch>();
+  return kLaunchers;
 }
 
 }  // namespace mxserve::kernels::cuda
-
-// Design 3 (decode split-K tensor-core variants) compiles in this translation unit.
-#include "kernels/cuda/moe_mxfp4/moe_mxfp4_dec.cuh"

@@ -159,21 +159,19 @@ void launch(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   mxfp4_launch_pdl(kernel, grid, dim3(kWarps * 32), smem, stream, a, kc);
 }
 
+template <int kWarps, int kTokens, int>
+struct TcLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+    if (swiglu) launch<kWarps, kTokens, true>(a, stream);
+    else launch<kWarps, kTokens, false>(a, stream);
+  }
+};
+
 }  // namespace
 
-template <int kWarps, int kTokens>
-void launch_mxfp4_tc(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  if (swiglu) launch<kWarps, kTokens, true>(a, stream);
-  else launch<kWarps, kTokens, false>(a, stream);
+const Mxfp4Launchers& mxfp4_tc_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kTc, TcLaunch>();
+  return kLaunchers;
 }
 
-template void launch_mxfp4_tc<4, 8>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_tc<8, 8>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_tc<8, 16>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_tc<8, 32>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_tc<8, 64>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-
 }  // namespace mxserve::kernels::cuda
-
-// Design 4 (prefill, shared-memory tiles + cp.async ring) compiles in this translation unit.
-#include "kernels/cuda/moe_mxfp4/moe_mxfp4_pf.cuh"

@@ -17,9 +17,7 @@
 // weight stream was latency-bound (K / 128 dependent round trips per lane: 32 for GLM-4.5-Air gate_up).
 // Offered for decode-sized calls only (n_tokens <= 256): more than 8 rows of an expert re-stream its weights
 // per pass of 8 (from L2 when they fit).
-// NOTE: included by moe_mxfp4_simt.cu (one more translation unit would need a CMake change); everything
-// here lives in its own names (dec_*), the anonymous namespace keeps it out of other units.
-#pragma once
+// The variants (dec_s{S}_r{R}[_o2]) are rows of moe_mxfp4_variants.h; this unit instantiates them from it.
 
 #include <algorithm>
 
@@ -234,20 +232,19 @@ void launch_dec(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   mxfp4_launch_pdl(kernel, grid, dim3(nw * 32), smem, stream, a, tile_rows);
 }
 
+template <int kSteps, int kRt, int kOcc>
+struct DecLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+    if (swiglu) launch_dec<kSteps, kRt, kOcc, true>(a, stream);
+    else launch_dec<kSteps, kRt, kOcc, false>(a, stream);
+  }
+};
+
 }  // namespace
 
-template <int kSteps, int kRt, int kOcc>
-void launch_mxfp4_dec(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  if (swiglu) launch_dec<kSteps, kRt, kOcc, true>(a, stream);
-  else launch_dec<kSteps, kRt, kOcc, false>(a, stream);
+const Mxfp4Launchers& mxfp4_dec_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kDec, DecLaunch>();
+  return kLaunchers;
 }
-
-template void launch_mxfp4_dec<4, 2, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<4, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<8, 2, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<2, 4, 1>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<4, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<2, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_dec<8, 4, 2>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 
 }  // namespace mxserve::kernels::cuda

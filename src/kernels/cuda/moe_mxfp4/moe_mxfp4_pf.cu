@@ -1,5 +1,5 @@
 // Design 4 of the MXFP4 expert GEMMs (prefill, tensor cores, shared-memory tiles + cp.async pipeline).
-// NOTE: included by moe_mxfp4_tc.cu (a new translation unit would need a CMake change).
+// The variants (pf_t{T}) are rows of moe_mxfp4_variants.h; this unit instantiates them from it.
 //
 // Same "swapped" mma.sync m16n8k16 fragments and K permutation as design 2 (weights = operand A, 16 rows
 // per m-tile; thread (g, t) owns bytes [16t, 16t+16) = one E8M0 block of each 128-wide k step; tokens =
@@ -16,7 +16,6 @@
 // << 1): a quarter-warp's 8 lanes (2 rows x 4 t) then hit 8 distinct 16-byte bank groups. Weight tile: 64
 // bytes per row, a quarter-warp reads 2 rows x 64 contiguous bytes (conflict-free as is).
 // Requires K % 128 == 0 (whole k steps, 4-byte aligned scale words): every GLM / gpt-oss shape.
-#pragma once
 
 #include <algorithm>
 #include <cstdint>
@@ -198,15 +197,19 @@ void launch_pf(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   mxfp4_launch_pdl(kernel, grid, dim3(kPfThreads), smem, stream, a);
 }
 
+template <int kNtW, int, int>
+struct PfLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+    if (swiglu) launch_pf<kNtW, true>(a, stream);
+    else launch_pf<kNtW, false>(a, stream);
+  }
+};
+
 }  // namespace
 
-template <int kNtW>
-void launch_mxfp4_pf(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-  if (swiglu) launch_pf<kNtW, true>(a, stream);
-  else launch_pf<kNtW, false>(a, stream);
+const Mxfp4Launchers& mxfp4_pf_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kPf, PfLaunch>();
+  return kLaunchers;
 }
-
-template void launch_mxfp4_pf<4>(bool, const Mxfp4GemmArgs&, cudaStream_t);
-template void launch_mxfp4_pf<8>(bool, const Mxfp4GemmArgs&, cudaStream_t);
 
 }  // namespace mxserve::kernels::cuda

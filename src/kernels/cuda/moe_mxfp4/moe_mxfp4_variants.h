@@ -1,0 +1,93 @@
+// The ONE list of MXFP4 MoE kernel variants (issue 15). Plain C++ (no CUDA): the variant ids, their names
+// (what tuned tables store), their design and template parameters all come from MXSERVE_MOE_MXFP4_VARIANTS
+// below; the dispatch (moe_mxfp4.cu) and each design's template instantiations (moe_mxfp4_<design>.cu,
+// through mxfp4_design_launchers in moe_mxfp4_internal.h) are generated from the same rows.
+//
+// Key invariants: a name is never renamed or removed (tuned tables store names; an unknown name is an error
+// naming the table file at start-up), new variants go at the end, names are unique (checked at compile
+// time below). Adding a variant of an existing design = one row here; the GPU suite (test_cuda_moe_mxfp4)
+// then checks it against the CPU reference and `mxserve tune-moe` offers it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace mxserve::kernels::cuda {
+
+// The kernel designs, numbered as in docs/cuda.md ("MXFP4 MoE kernels"); one translation unit each.
+enum class MoeMxfp4Design : uint8_t {
+  kSimt = 1,  // moe_mxfp4_simt.cu  CUDA-core GEMV, 4 rows of an expert per weight pass (decode only)
+  kTc = 2,    // moe_mxfp4_tc.cu    mma.sync, weights global -> registers; P0 warps x 16 rows, P1 rows a pass
+  kDec = 3,   // moe_mxfp4_dec.cu   decode split K: P0 k steps per warp, P1 16-row tiles, P2 blocks per SM
+  kPf = 4,    // moe_mxfp4_pf.cu    prefill cp.async ring: 128 weight rows x 16 P0 tokens per block
+  kGv = 5,    // moe_mxfp4_gv.cu    decode GEMV: P0 tiles per block, P1 k steps in flight, P2 warps per tile
+};
+
+// X(id, name, design, P0, P1, P2). The name describes the row:
+//   simt_r4             design 1
+//   tc_w{64,128}_t{T}   design 2: {4,8} warps (64/128 weight rows) per block, T expert rows per pass
+//   dec_s{S}_r{R}[_o2]  design 3: S 128-wide k steps per warp, R row tiles per block; _o2: 2 blocks per SM
+//   pf_t{T}             design 4: T = 16 P0 tokens per block
+//   gv_w{W}_d{D}[_k2]   design 5: W tiles per block, D k steps in flight; _k2: two warps per tile
+#define MXSERVE_MOE_MXFP4_VARIANTS(X)              \
+  X(kSimtR4, "simt_r4", kSimt, 0, 0, 0)            \
+  X(kTcW64T8, "tc_w64_t8", kTc, 4, 8, 0)           \
+  X(kTcW128T8, "tc_w128_t8", kTc, 8, 8, 0)         \
+  X(kTcW128T16, "tc_w128_t16", kTc, 8, 16, 0)      \
+  X(kTcW128T32, "tc_w128_t32", kTc, 8, 32, 0)      \
+  X(kTcW128T64, "tc_w128_t64", kTc, 8, 64, 0)      \
+  X(kDecS4R2, "dec_s4_r2", kDec, 4, 2, 1)          \
+  X(kDecS4R4, "dec_s4_r4", kDec, 4, 4, 1)          \
+  X(kDecS8R2, "dec_s8_r2", kDec, 8, 2, 1)          \
+  X(kDecS2R4, "dec_s2_r4", kDec, 2, 4, 1)          \
+  X(kPfT64, "pf_t64", kPf, 4, 0, 0)                \
+  X(kPfT128, "pf_t128", kPf, 8, 0, 0)              \
+  X(kDecS4R4O2, "dec_s4_r4_o2", kDec, 4, 4, 2)     \
+  X(kDecS2R4O2, "dec_s2_r4_o2", kDec, 2, 4, 2)     \
+  X(kDecS8R4O2, "dec_s8_r4_o2", kDec, 8, 4, 2)     \
+  X(kGvW4D4, "gv_w4_d4", kGv, 4, 4, 1)             \
+  X(kGvW4D8, "gv_w4_d8", kGv, 4, 8, 1)             \
+  X(kGvW1D4, "gv_w1_d4", kGv, 1, 4, 1)             \
+  X(kGvW1D8, "gv_w1_d8", kGv, 1, 8, 1)             \
+  X(kGvW4D4K2, "gv_w4_d4_k2", kGv, 4, 4, 2)        \
+  X(kGvW2D8K2, "gv_w2_d8_k2", kGv, 2, 8, 2)
+
+// Variant ids = row indices of the list (what MoeMxfp4Plan holds). Used as moe_mxfp4_variant::kGvW4D4.
+namespace moe_mxfp4_variant {
+enum Id : int {
+#define MXSERVE_MOE_MXFP4_ID(id, name, design, p0, p1, p2) id,
+  MXSERVE_MOE_MXFP4_VARIANTS(MXSERVE_MOE_MXFP4_ID)
+#undef MXSERVE_MOE_MXFP4_ID
+  kCount
+};
+}  // namespace moe_mxfp4_variant
+
+inline constexpr int kMoeMxfp4NumVariants = moe_mxfp4_variant::kCount;
+
+struct MoeMxfp4VariantInfo {
+  std::string_view name;
+  MoeMxfp4Design design;
+  int p0, p1, p2;  // the design's template parameters (see MoeMxfp4Design)
+};
+
+inline constexpr MoeMxfp4VariantInfo kMoeMxfp4Variants[kMoeMxfp4NumVariants] = {
+#define MXSERVE_MOE_MXFP4_INFO(id, name, design, p0, p1, p2) {name, MoeMxfp4Design::design, p0, p1, p2},
+    MXSERVE_MOE_MXFP4_VARIANTS(MXSERVE_MOE_MXFP4_INFO)
+#undef MXSERVE_MOE_MXFP4_INFO
+};
+
+// The id of a variant name, or -1.
+constexpr int moe_mxfp4_variant_id(std::string_view name) {
+  for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
+    if (kMoeMxfp4Variants[v].name == name) return v;
+  return -1;
+}
+
+constexpr bool moe_mxfp4_variant_names_unique() {
+  for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
+    if (moe_mxfp4_variant_id(kMoeMxfp4Variants[v].name) != v) return false;
+  return true;
+}
+static_assert(moe_mxfp4_variant_names_unique(), "MXSERVE_MOE_MXFP4_VARIANTS: a variant name is listed twice");
+
+}  // namespace mxserve::kernels::cuda
