@@ -26,6 +26,7 @@ struct EngineConfig {
   int64_t n_blocks = 0;             // KV pool size
   int64_t max_model_len = 4096;     // prompt + max_tokens limit
   int64_t max_waiting = 1024;       // bounded waiting queue: beyond it submit() returns kUnavailable
+  int32_t max_logprobs = 20;        // SamplingParams::logprobs above this: kInvalidArgument (--max-logprobs)
   std::vector<int64_t> eos_token_ids;
   SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
 };
@@ -114,7 +115,10 @@ class Engine {
   std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<RequestId> abort_inbox_;
-  std::atomic<int64_t> n_pending_{0};  // submitted, not yet finished (for the waiting-queue bound)
+  // The waiting-queue bound, exact under bursts: requests in inbox_ plus waiting_published_ (the
+  // scheduler's waiting queue as the engine thread last published it, counting fresh arrivals the moment
+  // they leave inbox_) never exceed max_waiting through submit(). Guarded by inbox_mutex_.
+  int64_t waiting_published_ = 0;
   RequestId next_id_ = 1;
   uint64_t next_order_ = 0;
 
