@@ -69,6 +69,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
                      "MEANINGLESS (benchmark mode)";
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
+  free_slots_published_ = std::max<int64_t>(0, config_.scheduler.max_running);
 }
 
 Engine::~Engine() { stop(); }
@@ -98,7 +99,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   seq->on_event = std::move(on_event);
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
-    if (waiting_published_ + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting)
+    if (waiting_published_ + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting + free_slots_published_)
       return unavailable("the waiting queue is full (" + std::to_string(config_.max_waiting) +
                          " requests): the server is overloaded, retry later");
     seq->id = next_id_++;
@@ -124,7 +125,10 @@ void Engine::drain_inbox() {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     fresh.swap(inbox_);
     aborts.swap(abort_inbox_);
-    waiting_published_ += static_cast<int64_t>(fresh.size());  // still waiting, now in the scheduler
+    const int64_t n = static_cast<int64_t>(fresh.size());  // now in the scheduler: free slots first
+    const int64_t to_slots = std::min(n, free_slots_published_);
+    free_slots_published_ -= to_slots;
+    waiting_published_ += n - to_slots;
   }
   for (auto& s : fresh) {
     Sequence* seq = s.get();
@@ -165,6 +169,9 @@ bool Engine::step() {
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     waiting_published_ = static_cast<int64_t>(scheduler_.waiting().size());
+    const int64_t running = static_cast<int64_t>(scheduler_.running().size());
+    free_slots_published_ =
+        waiting_published_ > 0 ? 0 : std::max<int64_t>(0, config_.scheduler.max_running - running);
   }
   bool worked = !plan.empty();
   if (worked) {

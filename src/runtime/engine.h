@@ -115,10 +115,13 @@ class Engine {
   std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<RequestId> abort_inbox_;
-  // The waiting-queue bound, exact under bursts: requests in inbox_ plus waiting_published_ (the
-  // scheduler's waiting queue as the engine thread last published it, counting fresh arrivals the moment
-  // they leave inbox_) never exceed max_waiting through submit(). Guarded by inbox_mutex_.
+  // The waiting-queue bound, exact under bursts. The engine thread publishes, after each schedule, the
+  // scheduler's waiting count and the running slots free for new arrivals (max_running - running, 0 while
+  // anything waits); submit() admits while inbox_ + waiting_published_ < max_waiting + free_slots_published_.
+  // Arrivals leaving inbox_ take free slots first and count as waiting beyond them, so the count is never
+  // stale in the unsafe direction. Guarded by inbox_mutex_.
   int64_t waiting_published_ = 0;
+  int64_t free_slots_published_ = 0;
   RequestId next_id_ = 1;
   uint64_t next_order_ = 0;
 

@@ -8,6 +8,7 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import { Worker } from 'node:worker_threads';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 
@@ -17,12 +18,18 @@ const BODY_LIMIT = 1 << 20;
 const HEADER_TIMEOUT_S = 4;
 const HTTP_THREADS = 64;
 const MAX_QUEUED = 8;
+const MAX_RUNNING = 16;
 const SLOW = Number(process.env.HOSTILE_SLOW_CONNECTIONS ?? 1000);
+const ONLY = process.env.HOSTILE_ONLY ? process.env.HOSTILE_ONLY.split(',').map(Number) : null;  // debugging: run some probes
+const section = (k) => !ONLY || ONLY.includes(k);
+const P99_MS = Number(process.env.HOSTILE_HEALTH_P99_MS ?? 100);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const results = [];
+let lastReport = performance.now();
 const report = (name, detail) => {
   results.push(`${name}: ${detail}`);
-  console.log(`ok  ${name}: ${detail}`);
+  console.log(`ok  ${name}: ${detail} [${((performance.now() - lastReport) / 1000).toFixed(1)} s]`);
+  lastReport = performance.now();
 };
 
 // ---------------------------------------------------------------- the server
@@ -32,7 +39,7 @@ const server = spawn(binary, [
   '--port', '0', '--served-model-name', 'tiny', '--api-key', KEY, '--kv-cache-memory', '64MiB',
   '--max-model-len', '1024', '--stats-interval', '0', '--max-request-body-bytes', String(BODY_LIMIT),
   '--http-header-timeout', String(HEADER_TIMEOUT_S), '--http-threads', String(HTTP_THREADS),
-  '--max-num-seqs', '2', '--max-queued-requests', String(MAX_QUEUED), '--max-connections', String(SLOW + 512),
+  '--max-num-seqs', String(MAX_RUNNING), '--max-queued-requests', String(MAX_QUEUED), '--max-connections', String(SLOW + 512),
 ], { stdio: ['ignore', 'ignore', 'pipe'] });
 let log = '';
 server.stderr.on('data', (d) => {
@@ -129,15 +136,37 @@ const authed = (method, p, body = '', extra = '') =>
   (body || method === 'POST' ? `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` : '') +
   `\r\n${body}`;
 
-async function healthLatencies(n) {
-  const ms = [];
-  for (let i = 0; i < n; ++i) {
-    const r = await exchange('GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', { expect: 1, timeoutMs: 5000 });
-    assert.equal(r.responses[0]?.status, 200, 'health answered');
-    ms.push(r.ms);
-  }
-  ms.sort((a, b) => a - b);
-  return { p50: ms[Math.floor(ms.length * 0.5)], p99: ms[Math.min(ms.length - 1, Math.floor(ms.length * 0.99))], max: ms.at(-1) };
+// /health round trips on fresh connections, measured on a worker thread so that this process's own
+// bomb producers cannot delay the measurement.
+function healthLatencies(n) {
+  const code = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    const net = require('node:net');
+    (async () => {
+      const ms = [];
+      for (let i = 0; i < workerData.n; ++i) {
+        const t0 = performance.now();
+        const status = await new Promise((res) => {
+          const s = net.connect(workerData.port, '127.0.0.1');
+          let data = '';
+          s.on('data', (d) => { data += d; if (data.includes('\\r\\n\\r\\n')) { s.destroy(); res(Number(data.split(' ')[1])); } });
+          s.on('error', () => res(0));
+          s.on('connect', () => s.write('GET /health HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'));
+        });
+        if (status !== 200) { parentPort.postMessage({ error: 'health answered ' + status }); return; }
+        ms.push(performance.now() - t0);
+      }
+      parentPort.postMessage({ ms });
+    })();`;
+  return new Promise((resolve, reject) => {
+    const w = new Worker(code, { eval: true, workerData: { n, port } });
+    w.on('message', (m) => {
+      if (m.error) return reject(new Error(m.error));
+      const ms = m.ms.sort((a, b) => a - b);
+      resolve({ p50: ms[Math.floor(ms.length * 0.5)], p99: ms[Math.min(ms.length - 1, Math.floor(ms.length * 0.99))], max: ms.at(-1) });
+    });
+    w.on('error', reject);
+  });
 }
 
 // Samples the server's RSS while `fn` runs; returns [fn's result, peak growth in MiB].
@@ -194,7 +223,7 @@ for (;;) {
 let failed = false;
 try {
   // ------------------------------------------------------------ 1. slowloris + bombs, /health latency
-  {
+  if (section(1)) {
     const baseRss = rssKiB();
     const baseThreads = threads();
     const slow = [];
@@ -228,7 +257,7 @@ try {
     assert.deepEqual(bombResults.map((r) => r.responses[0]?.status), [413, 431, 404]);
     const serverThreads = threads();
     clearInterval(trickle);
-    assert.ok(lat.p99 < 100, `/health p99 ${lat.p99.toFixed(1)} ms < 100 ms with ${SLOW} slow connections`);
+    assert.ok(lat.p99 < P99_MS, `/health p99 ${lat.p99.toFixed(1)} ms < ${P99_MS} ms with ${SLOW} slow connections`);
     assert.ok(growMiB < 96, `RSS growth ${growMiB.toFixed(1)} MiB < 96 MiB`);
     assert.ok(serverThreads - baseThreads < 16, `slow connections hold no threads (${baseThreads} -> ${serverThreads})`);
     // The head deadline closes every slow connection (a 408), counted from its first byte.
@@ -244,7 +273,7 @@ try {
   }
 
   // ------------------------------------------------------------ 2. body bombs, one at a time, RSS measured
-  {
+  if (section(2)) {
     const cases = [
       ['chunked 64 MiB (authorized)', () => exchange(null, { producer: chunkedBomb(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nTransfer-Encoding: chunked\r\n\r\n`, 64 << 20), expect: 1 }), 413],
       ['no length, 64 MiB to EOF', () => exchange(null, { producer: rawBomb(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n\r\n`, 64 << 20), expect: 1 }), 411],
@@ -264,7 +293,7 @@ try {
   }
 
   // ------------------------------------------------------------ 3. header bombs
-  {
+  if (section(3)) {
     const [many, g1] = await peakRss(() => exchange(null, { producer: headerBomb(1000000), expect: 1 }));
     assert.equal(many.responses[0]?.status, 431);
     assert.ok(many.closedByServer || many.responses.length === 1);
@@ -277,7 +306,7 @@ try {
   }
 
   // ------------------------------------------------------------ 4. pipelining
-  {
+  if (section(4)) {
     const N = 300;
     let wire = '';
     const expectKinds = [];
@@ -305,7 +334,7 @@ try {
   }
 
   // ------------------------------------------------------------ 5. early errors never desync
-  {
+  if (section(5)) {
     const smuggled = 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n';
     const noKey = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`;
     const r = await exchange(noKey, { timeoutMs: 4000 });
@@ -324,7 +353,7 @@ try {
   }
 
   // ------------------------------------------------------------ 6. API key edge cases
-  {
+  if (section(6)) {
     const cases = [
       [`Bearer ${KEY}`, 200], [`bearer ${KEY}`, 200], [`BEARER ${KEY}`, 200], [`Bearer  ${KEY}`, 200],
       [`Bearer ${KEY} `, 401], [`Bearer ${KEY}\t`, 401], [`Bearer ${KEY}x`, 401], [`Bearer ${KEY.slice(0, -1)}`, 401],
@@ -341,7 +370,7 @@ try {
   }
 
   // ------------------------------------------------------------ 7. queue burst
-  {
+  if (section(7)) {
     const BURST = 60;
     let maxWaiting = 0;
     let sampling = true;
@@ -375,7 +404,7 @@ try {
     assert.equal(ok + busy.length, BURST, 'every request is a 200 stream or a 503: ' + JSON.stringify(statuses.map((s) => s.status)));
     assert.ok(busy.length > 0 && busy.every((s) => s.retryAfter === '1'), '503s carry Retry-After');
     assert.ok(maxWaiting <= MAX_QUEUED, `waiting ${maxWaiting} never exceeds --max-queued-requests ${MAX_QUEUED}`);
-    assert.ok(ok <= 2 + MAX_QUEUED + 2, `${ok} admitted <= running 2 + queued ${MAX_QUEUED} (+2 finishing)`);
+    assert.ok(ok <= MAX_RUNNING + MAX_QUEUED, `${ok} admitted <= running ${MAX_RUNNING} + queued ${MAX_QUEUED}`);
     for (const s of socks) s.destroy();
     const deadline = Date.now() + 10000;
     while (Date.now() < deadline && ((await metric('vllm:num_requests_running')) > 0 || (await metric('vllm:num_requests_waiting')) > 0)) await sleep(50);
@@ -385,7 +414,7 @@ try {
   }
 
   // ------------------------------------------------------------ 8. logprob bounds and memory returned
-  {
+  if (section(8)) {
     const chat = (extra) => JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }], ...extra });
     const r1 = await exchange(authed('POST', '/v1/chat/completions', chat({ n: 64, max_tokens: 300, logprobs: true, top_logprobs: 20 })), { expect: 1 });
     assert.equal(r1.responses[0]?.status, 400, r1.responses[0]?.body);
@@ -395,29 +424,32 @@ try {
     assert.match(r2.responses[0].body, /max-logprobs/);
     const before = rssKiB();
     const [r3, grow] = await peakRss(() => exchange(authed('POST', '/v1/completions',
-      completion({ n: 8, max_tokens: 200, logprobs: 20, ignore_eos: true })), { expect: 1, timeoutMs: 60000 }));
+      completion({ n: 8, max_tokens: 48, logprobs: 20, ignore_eos: true })), { expect: 1, timeoutMs: 60000 }));
     assert.equal(r3.responses[0]?.status, 200, r3.responses[0]?.body);
-    await sleep(1200);
-    // A second one triggers the (rate-limited) trim after the first's memory was freed.
-    await exchange(authed('POST', '/v1/completions', completion({ n: 8, max_tokens: 200, logprobs: 20, ignore_eos: true })), { expect: 1, timeoutMs: 60000 });
+    await sleep(1500);
+    // A second one, then the trim that follows it.
+    await exchange(authed('POST', '/v1/completions', completion({ n: 8, max_tokens: 48, logprobs: 20, ignore_eos: true })), { expect: 1, timeoutMs: 60000 });
+    await sleep(1500);
     const kept = (rssKiB() - before) / 1024;
     assert.ok(kept < 24, `RSS kept after logprob-heavy requests: ${kept.toFixed(1)} MiB < 24 MiB (peak +${grow.toFixed(1)} MiB)`);
     report('logprob bounds', `n 64 x 300 x top 20 -> 400 (--max-logprob-entries), top_logprobs 21 -> 400 (--max-logprobs); ` +
-      `n 8 x 200 x top 20: peak +${grow.toFixed(1)} MiB, kept +${kept.toFixed(1)} MiB`);
+      `n 8 x 48 x top 20: peak +${grow.toFixed(1)} MiB, kept +${kept.toFixed(1)} MiB`);
   }
 
   // ------------------------------------------------------------ 9. unknown field names: bounded and sanitised
-  {
+  if (section(9)) {
+    const fieldRequest = (i) => authed('POST', '/v1/completions',
+      `{"model":"tiny","prompt":"x","max_tokens":1,"f${i}_${'n'.repeat(900 << 10)}":1}`);
+    for (let i = 0; i < 2; ++i) await exchange(fieldRequest(`warm${i}`), { expect: 1 });  // first-use allocations
+    await sleep(1500);
     const before = rssKiB();
     for (let i = 0; i < 40; ++i) {
-      const name = `f${i}_` + 'n'.repeat(900 << 10);
-      const body = `{"model":"tiny","prompt":"x","max_tokens":1,"${name}":1}`;
-      const r = await exchange(authed('POST', '/v1/completions', body), { expect: 1 });
+      const r = await exchange(fieldRequest(i), { expect: 1 });
       assert.equal(r.responses[0]?.status, 200);
     }
     const forged = JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 1, 'x\n[ERROR] FORGED LOG LINE': 1 });
     assert.equal((await exchange(authed('POST', '/v1/completions', forged), { expect: 1 })).responses[0]?.status, 200);
-    await sleep(1200);
+    await sleep(1500);  // the rate-limited trim after the last large request
     const kept = (rssKiB() - before) / 1024;
     assert.ok(kept < 16, `40 x 900 KiB unknown field names keep ${kept.toFixed(1)} MiB < 16 MiB`);
     assert.ok(!/^\[ERROR\] FORGED/m.test(log) && !/\nFORGED/.test(log), 'a newline in a field name cannot forge a log line');

@@ -1,7 +1,6 @@
 #include "server/http/event_loop.h"
 
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,21 +25,6 @@ constexpr int kListenBacklog = 4096;
 constexpr int kAcceptBatch = 256;
 constexpr int kTickMs = 100;
 constexpr size_t kReservedFds = 64;  // for model files, logs, the engine
-constexpr size_t kTrimAfterBytes = 1 << 20;
-
-// After a request that moved more than a MiB through the heap, hand freed memory back to the OS; glibc
-// keeps it in per-thread arenas otherwise, and hundreds of worker threads make that add up. At most once
-// per second: malloc_trim walks every arena.
-void maybe_trim(size_t bytes) {
-  static std::atomic<int64_t> last_ms{0};
-  if (bytes < kTrimAfterBytes) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
-  int64_t prev = last_ms.load();
-  if (now - prev < 1000 || !last_ms.compare_exchange_strong(prev, now)) return;
-  malloc_trim(0);
-}
-
 void peer_of(const sockaddr_storage& ss, std::string* addr, int* port) {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (ss.ss_family == AF_INET) {
@@ -196,7 +180,8 @@ bool EventLoop::dispatch_to_worker(const std::shared_ptr<Channel>& channel, Requ
     service_.on_response(status);
     *request = Request();
     res = Response();
-    maybe_trim(moved);
+    trimmer_.note(moved);
+    trimmer_.run_if_due();
     post_done(conn_id, must_close);
   };
   if (pool_.try_submit(std::move(job))) return true;
@@ -312,6 +297,7 @@ void EventLoop::process_wakes(Clock::time_point now) {
 }
 
 void EventLoop::sweep(Clock::time_point now) {
+  if (trimmer_.due()) pool_.try_submit([this] { trimmer_.run_if_due(); });  // a trim skipped by the rate limit
   if (!accepting_ && listen_fd_ >= 0 && now >= resume_accept_at_) set_accepting(true);
   std::vector<Connection*> all;
   all.reserve(conns_.size());

@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "server/http/connection.h"
 #include "server/http/limits.h"
+#include "server/http/memory_trim.h"
 #include "server/http/service.h"
 #include "server/http/worker_pool.h"
 
@@ -65,6 +66,7 @@ class EventLoop : private Connection::Host, private FlushWaker {
 
   HttpLimits limits_;
   Service& service_;
+  MemoryTrimmer trimmer_;
   WorkerPool pool_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
