@@ -222,6 +222,7 @@ void Connection::dispatch(Request req, bool keep_alive, Clock::time_point now) {
     return;
   }
   phase_ = Phase::kHandling;
+  if (peer_eof_) channel_->mark_gone();  // the client closed after sending: it is gone, as in Go's net/http
   if (!host_->dispatch_to_worker(channel_, req, keep_alive, id_)) {
     phase_ = Phase::kReading;
     respond(service.error(503, "the server is handling too many requests; retry later"), req.version_minor,
