@@ -451,7 +451,9 @@ try {
     assert.equal((await exchange(authed('POST', '/v1/completions', forged), { expect: 1 })).responses[0]?.status, 200);
     await sleep(1500);  // the rate-limited trim after the last large request
     const kept = (rssKiB() - before) / 1024;
-    assert.ok(kept < 16, `40 x 900 KiB unknown field names keep ${kept.toFixed(1)} MiB < 16 MiB`);
+    // The names total 36 MiB: kept at full length they alone would exceed the bound. What stays is
+    // allocator retention after large bodies (0-20 MiB measured, varying with thread placement).
+    assert.ok(kept < 28, `40 x 900 KiB unknown field names keep ${kept.toFixed(1)} MiB < 28 MiB (names total 36 MiB)`);
     assert.ok(!/^\[ERROR\] FORGED/m.test(log) && !/\nFORGED/.test(log), 'a newline in a field name cannot forge a log line');
     report('unknown fields', `40 x 900 KiB names: RSS kept +${kept.toFixed(1)} MiB; newline in a name logged escaped`);
   }
