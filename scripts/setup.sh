@@ -11,7 +11,6 @@ PACKAGES=(
   libicu-dev                         # tokenizer: Unicode normalization (NFC/NFKC)
   libpcre2-dev                       # tokenizer: PCRE2 (UTF + UCP, JIT) -- the regex engine mxserve_tokenizer uses
   libcurl4-openssl-dev               # bench: HTTP client (curl multi)
-  libcpp-httplib-dev                 # server: HTTP/1.1 (cpp-httplib 0.11, the library llama.cpp's server uses)
 )
 
 SUDO=""

@@ -38,8 +38,17 @@ server:
   --port N                     (8000)
   --served-model-name NAME     the model id clients send (default: the --model/--config path)
   --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*
-  --max-request-body-bytes N   larger bodies get a 413 (8MiB)
-  --http-threads N             most concurrent connections served at once (2048)
+  --max-request-body-bytes N   decoded request bodies larger than this get a 413 (8MiB)
+  --http-threads N             requests handled at once; idle or slow connections hold no thread (2048)
+  --max-connections N          open connections; beyond, the longest-waiting idle one is closed (8192)
+  --max-header-bytes N         request line + headers larger than this get a 431 (32KiB)
+  --max-header-count N         more header fields than this get a 431 (100)
+  --http-header-timeout S      a request head must arrive within S seconds of its first byte (10)
+  --http-body-timeout S        a request body must arrive within S seconds of its head (60)
+  --http-keepalive-timeout S   an idle kept-alive connection is closed after S seconds (30)
+  --http-write-timeout S       a client that reads nothing of its response for S seconds is dropped (30)
+  --max-logprobs N             largest top_logprobs / completions logprobs (20, as vLLM)
+  --max-logprob-entries N      non-streaming: n x max_tokens x (top_logprobs + 1) above this is a 400 (262144)
   --stats-interval S           seconds between stats log lines, 0 = off (10)
   --shutdown-timeout S         on SIGINT/SIGTERM, wait this long for in-flight requests (10)
   --log-level debug|info|warn|error
@@ -85,6 +94,13 @@ Result<int64_t> positive(const Args& a, const std::string& flag, int64_t fallbac
   return *v;
 }
 
+Result<double> positive_seconds(const Args& a, const std::string& flag, double fallback) {
+  auto v = a.get_double(flag, fallback);
+  if (!v.is_ok()) return v.status();
+  if (!(*v > 0) || *v > 86400) return invalid_argument("flag " + flag + " must be in (0, 86400] seconds");
+  return *v;
+}
+
 #define MX_CLI_TRY(lhs, expr) \
   auto lhs##_r = (expr);      \
   if (!lhs##_r.is_ok()) return fail(lhs##_r.status()); \
@@ -100,6 +116,8 @@ int cmd_serve(int argc, char** argv) {
     }
   std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--moe-tuning-dir", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
+       "--max-connections", "--max-header-bytes", "--max-header-count", "--http-header-timeout", "--http-body-timeout",
+       "--http-keepalive-timeout", "--http-write-timeout", "--max-logprobs", "--max-logprob-entries",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests",
        "--tool-call-parser", "--reasoning-parser"};
@@ -180,9 +198,31 @@ int cmd_serve(int argc, char** argv) {
   so.model_root = sc.model_path;
   so.api_key = a.get_or("--api-key", "");
   MX_CLI_TRY(body_bytes, positive(a, "--max-request-body-bytes", 8 << 20));
-  so.max_body_bytes = static_cast<size_t>(body_bytes);
+  so.http.max_body_bytes = static_cast<size_t>(body_bytes);
   MX_CLI_TRY(threads, positive(a, "--http-threads", 2048));
-  so.max_http_threads = static_cast<int>(std::min<int64_t>(threads, 65536));
+  so.http.max_handler_threads = static_cast<int>(std::min<int64_t>(threads, 65536));
+  so.http.max_queued_handlers = static_cast<size_t>(so.http.max_handler_threads);
+  MX_CLI_TRY(max_connections, positive(a, "--max-connections", 8192));
+  so.http.max_connections = static_cast<size_t>(max_connections);
+  MX_CLI_TRY(header_bytes, positive(a, "--max-header-bytes", 32 << 10));
+  so.http.max_header_bytes = static_cast<size_t>(header_bytes);
+  so.http.max_request_line_bytes = std::min(so.http.max_request_line_bytes, so.http.max_header_bytes);
+  MX_CLI_TRY(header_count, positive(a, "--max-header-count", 100));
+  so.http.max_header_count = static_cast<size_t>(header_count);
+  MX_CLI_TRY(header_timeout, positive_seconds(a, "--http-header-timeout", 10));
+  so.http.header_timeout_s = header_timeout;
+  MX_CLI_TRY(body_timeout, positive_seconds(a, "--http-body-timeout", 60));
+  so.http.body_timeout_s = body_timeout;
+  MX_CLI_TRY(keepalive_timeout, positive_seconds(a, "--http-keepalive-timeout", 30));
+  so.http.keepalive_timeout_s = keepalive_timeout;
+  MX_CLI_TRY(write_timeout, positive_seconds(a, "--http-write-timeout", 30));
+  so.http.write_timeout_s = write_timeout;
+  MX_CLI_TRY(max_logprobs, a.get_int("--max-logprobs", 20));
+  if (max_logprobs < 0 || max_logprobs > 1024) return fail(invalid_argument("--max-logprobs must be in [0, 1024]"));
+  so.max_logprobs = static_cast<int>(max_logprobs);
+  sc.max_logprobs = so.max_logprobs;
+  MX_CLI_TRY(max_logprob_entries, positive(a, "--max-logprob-entries", 1 << 18));
+  so.max_logprob_entries = max_logprob_entries;
   MX_CLI_TRY(stats_interval, a.get_double("--stats-interval", 10));
   MX_CLI_TRY(shutdown_timeout, a.get_double("--shutdown-timeout", 10));
   so.stats_interval_s = std::max(0.0, stats_interval);

@@ -11,14 +11,15 @@
 namespace mxserve::runtime {
 namespace {
 
-Status validate_sampling(const SamplingParams& p) {
+Status validate_sampling(const SamplingParams& p, int32_t max_logprobs) {
   if (!std::isfinite(p.temperature) || p.temperature < 0)
     return invalid_argument("temperature " + std::to_string(p.temperature) + " must be a finite number >= 0");
   if (!(p.top_p > 0 && p.top_p <= 1)) return invalid_argument("top_p " + std::to_string(p.top_p) + " must be in (0, 1]");
   if (p.top_k < 0) return invalid_argument("top_k " + std::to_string(p.top_k) + " must be >= 0 (0 = off)");
   if (!(p.min_p >= 0 && p.min_p <= 1)) return invalid_argument("min_p " + std::to_string(p.min_p) + " must be in [0, 1]");
   if (p.max_tokens < 1) return invalid_argument("max_tokens " + std::to_string(p.max_tokens) + " must be >= 1");
-  if (p.logprobs > 20) return invalid_argument("logprobs " + std::to_string(p.logprobs) + " exceeds the limit of 20");
+  if (p.logprobs > max_logprobs)
+    return invalid_argument("logprobs " + std::to_string(p.logprobs) + " exceeds the limit of " + std::to_string(max_logprobs));
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
     return invalid_argument("presence_penalty must be in [-2, 2]");
   if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
@@ -68,6 +69,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
                      "MEANINGLESS (benchmark mode)";
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
+  free_slots_published_ = std::max<int64_t>(0, config_.scheduler.max_running);
 }
 
 Engine::~Engine() { stop(); }
@@ -80,7 +82,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
     if (spec.prompt[i] < 0 || spec.prompt[i] >= V)
       return invalid_argument("prompt token " + std::to_string(i) + " = " + std::to_string(spec.prompt[i]) +
                               " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  MX_RETURN_IF_ERROR(validate_sampling(spec.sampling));
+  MX_RETURN_IF_ERROR(validate_sampling(spec.sampling, config_.max_logprobs));
   const int64_t total = n_prompt + spec.sampling.max_tokens;
   if (total > config_.max_model_len)
     return invalid_argument("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
@@ -97,12 +99,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   seq->on_event = std::move(on_event);
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
-    int64_t waiting;
-    {
-      std::lock_guard<std::mutex> s(stats_mutex_);
-      waiting = stats_.waiting;
-    }
-    if (waiting + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting)
+    if (waiting_published_ + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting + free_slots_published_)
       return unavailable("the waiting queue is full (" + std::to_string(config_.max_waiting) +
                          " requests): the server is overloaded, retry later");
     seq->id = next_id_++;
@@ -128,6 +125,10 @@ void Engine::drain_inbox() {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     fresh.swap(inbox_);
     aborts.swap(abort_inbox_);
+    const int64_t n = static_cast<int64_t>(fresh.size());  // now in the scheduler: free slots first
+    const int64_t to_slots = std::min(n, free_slots_published_);
+    free_slots_published_ -= to_slots;
+    waiting_published_ += n - to_slots;
   }
   for (auto& s : fresh) {
     Sequence* seq = s.get();
@@ -165,6 +166,13 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
 bool Engine::step() {
   drain_inbox();
   SchedulePlan plan = scheduler_.schedule();
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    waiting_published_ = static_cast<int64_t>(scheduler_.waiting().size());
+    const int64_t running = static_cast<int64_t>(scheduler_.running().size());
+    free_slots_published_ =
+        waiting_published_ > 0 ? 0 : std::max<int64_t>(0, config_.scheduler.max_running - running);
+  }
   bool worked = !plan.empty();
   if (worked) {
     std::vector<RequestId> in_plan;

@@ -26,6 +26,7 @@ struct EngineConfig {
   int64_t n_blocks = 0;             // KV pool size
   int64_t max_model_len = 4096;     // prompt + max_tokens limit
   int64_t max_waiting = 1024;       // bounded waiting queue: beyond it submit() returns kUnavailable
+  int32_t max_logprobs = 20;        // SamplingParams::logprobs above this: kInvalidArgument (--max-logprobs)
   std::vector<int64_t> eos_token_ids;
   SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
 };
@@ -114,7 +115,13 @@ class Engine {
   std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<RequestId> abort_inbox_;
-  std::atomic<int64_t> n_pending_{0};  // submitted, not yet finished (for the waiting-queue bound)
+  // The waiting-queue bound, exact under bursts. The engine thread publishes, after each schedule, the
+  // scheduler's waiting count and the running slots free for new arrivals (max_running - running, 0 while
+  // anything waits); submit() admits while inbox_ + waiting_published_ < max_waiting + free_slots_published_.
+  // Arrivals leaving inbox_ take free slots first and count as waiting beyond them, so the count is never
+  // stale in the unsafe direction. Guarded by inbox_mutex_.
+  int64_t waiting_published_ = 0;
+  int64_t free_slots_published_ = 0;
   RequestId next_id_ = 1;
   uint64_t next_order_ = 0;
 

@@ -6,8 +6,8 @@
 
 #include "core/logging.h"
 #include "server/chat_output.h"
-#include "server/connection_probe.h"
 #include "server/generation_session.h"
+#include "server/log_text.h"
 #include "server/openai_format.h"
 #include "server/request_schema.h"
 
@@ -24,8 +24,8 @@ void log_ignored_fields(const std::vector<std::string>& names) {
   std::lock_guard<std::mutex> lock(mutex);
   for (const auto& n : names) {
     if (seen.size() >= 256 || seen.count(n)) continue;
-    seen.insert(n);
-    MX_LOG(kWarn) << "request field '" << n.substr(0, 64) << "' is not used by mxserve and was ignored";
+    seen.insert(n);  // names arrive cut to kMaxIgnoredFieldName bytes (request_schema)
+    MX_LOG(kWarn) << "request field '" << sanitize_for_log(n, 64) << "' is not used by mxserve and was ignored";
   }
 }
 
@@ -61,18 +61,42 @@ struct Prepared {
   std::optional<ChatOutputPlan> output;  // chat: reasoning / tool-call parsing of each choice
 };
 
-void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::Response& res);
+// Per-request memory bounds on logprobs: top alternatives per token (--max-logprobs), and for a
+// non-streaming response, which holds every choice's logprobs until the end, the total entry count.
+std::optional<ApiError> check_logprob_bounds(const ServerContext& ctx, const Prepared& p, int64_t max_tokens) {
+  const GenerationOptions& g = p.gen;
+  if (g.logprobs < 0) return std::nullopt;
+  const std::string field = p.kind == ApiKind::kChat ? "top_logprobs" : "logprobs";
+  if (g.logprobs > ctx.options.max_logprobs)
+    return bad_request("'" + field + "' = " + std::to_string(g.logprobs) + " is above the server's limit of " +
+                           std::to_string(ctx.options.max_logprobs) + " (--max-logprobs)",
+                       field);
+  if (g.stream) return std::nullopt;
+  const int64_t choices = static_cast<int64_t>(p.inputs.size()) * g.n;
+  const int64_t entries = choices * max_tokens * (g.logprobs + 1);
+  if (entries > ctx.options.max_logprob_entries)
+    return bad_request("choices (" + std::to_string(choices) + ") x max_tokens (" + std::to_string(max_tokens) + ") x (" +
+                           field + " + 1) (" + std::to_string(g.logprobs + 1) + ") = " + std::to_string(entries) +
+                           " logprob entries is above the server's limit of " +
+                           std::to_string(ctx.options.max_logprob_entries) +
+                           " for a non-streaming response (--max-logprob-entries): lower n, max_tokens or " + field +
+                           ", or set \"stream\": true",
+                       "max_tokens");
+  return std::nullopt;
+}
+
+void run(ServerContext& ctx, Prepared p, http::Response& res);
 
 }  // namespace
 
-void write_error(ServerContext& ctx, const ApiError& e, httplib::Response& res) {
+void write_error(ServerContext& ctx, const ApiError& e, http::Response& res) {
   res.status = e.http_status;
   if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
   res.set_content(e.body(), "application/json");
   (void)ctx;
 }
 
-void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_chat_completions(ServerContext& ctx, const http::Request& req, http::Response& res) {
   if (auto e = check_serving(ctx)) return write_error(ctx, *e, res);
   std::string perr;
   auto body = parse_body(req.body, ctx.options.max_json_depth, &perr);
@@ -97,10 +121,10 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages", std::nullopt};
   p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
   if (plan.active) p.output = std::move(plan);
-  run(ctx, std::move(p), req, res);
+  run(ctx, std::move(p), res);
 }
 
-void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_completions(ServerContext& ctx, const http::Request& req, http::Response& res) {
   if (auto e = check_serving(ctx)) return write_error(ctx, *e, res);
   std::string perr;
   auto body = parse_body(req.body, ctx.options.max_json_depth, &perr);
@@ -121,7 +145,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     if (ids.empty()) return write_error(ctx, bad_request("the prompt must not be empty", "prompt"), res);
     p.inputs.push_back(ChoiceInput{std::move(ids), static_cast<int>(i)});
   }
-  run(ctx, std::move(p), req, res);
+  run(ctx, std::move(p), res);
 }
 
 namespace {
@@ -137,14 +161,14 @@ struct StreamState {
   bool finished = false;
 };
 
-void write_event(httplib::DataSink& sink, const OJ& j, bool* ok) {
+void write_event(http::StreamWriter& sink, const OJ& j, bool* ok) {
   if (!*ok) return;
   const std::string line = "data: " + dump_json(j) + "\n\n";
   *ok = sink.write(line.data(), line.size());
 }
 
-// One call of the chunked content provider: waits briefly for tokens and writes their chunks.
-bool stream_step(StreamState& st, httplib::DataSink& sink) {
+// One step of a stream: waits briefly for tokens and writes their chunks.
+bool stream_step(StreamState& st, http::StreamWriter& sink) {
   std::vector<ChoiceDelta> deltas;
   const bool more = st.session->poll(&deltas, kPollInterval);
   bool ok = true;
@@ -183,10 +207,11 @@ bool stream_step(StreamState& st, httplib::DataSink& sink) {
   return ok;
 }
 
-void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::Response& res) {
+void run(ServerContext& ctx, Prepared p, http::Response& res) {
   int64_t max_tokens = 0;
   if (auto e = plan_max_tokens(ctx, p.inputs, p.gen.max_tokens, p.prompt_param, &max_tokens))
     return write_error(ctx, *e, res);
+  if (auto e = check_logprob_bounds(ctx, p, max_tokens)) return write_error(ctx, *e, res);
   auto session = std::make_unique<GenerationSession>(ctx, p.gen);
   if (auto e = session->submit(p.inputs, max_tokens)) return write_error(ctx, *e, res);
   ResponseMeta meta{p.kind, make_response_id(p.kind), static_cast<int64_t>(std::time(nullptr)),
@@ -205,19 +230,17 @@ void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::R
     st->session = std::move(session);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); },
-        [st](bool) { st->session->abort_all(); });
-    return;
+    http::StreamWriter& sink = res.stream("text/event-stream");
+    while (!st->finished && !res.client_gone() && stream_step(*st, sink)) {
+    }
+    return;  // unfinished: the state's session aborts the rest when it goes
   }
 
   // Non-streaming: collect everything, watching for the client going away.
-  ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
   const size_t n = session->num_choices();
   std::vector<FinishedChoice> out(n);
   std::vector<std::vector<TokenLogprob>> lps(n);
   std::string error;
-  auto last_probe = runtime::Clock::now();
   std::vector<ChoiceDelta> deltas;
   while (session->poll(&deltas, kPollInterval)) {
     for (ChoiceDelta& d : deltas) {
@@ -228,13 +251,10 @@ void run(ServerContext& ctx, Prepared p, const httplib::Request& req, httplib::R
     }
     deltas.clear();
     if (session->done()) break;
-    if (runtime::Clock::now() - last_probe > std::chrono::milliseconds(100)) {
-      last_probe = runtime::Clock::now();
-      if (probe.peer_closed()) {
-        session->abort_all();
-        res.status = 499;  // nobody reads it; counted in the metrics as a client disconnect
-        return;
-      }
+    if (res.client_gone()) {
+      session->abort_all();
+      res.status = 499;  // nobody reads it; counted in the metrics as a client disconnect
+      return;
     }
   }
   if (!error.empty()) return write_error(ctx, internal(error), res);

@@ -9,7 +9,11 @@ namespace {
 
 constexpr int kMaxN = 64;
 constexpr int kMaxStops = 16;
-constexpr int kMaxTopLogprobs = 20;
+constexpr int kMaxTopLogprobs = 1024;  // a sanity ceiling; the server's --max-logprobs (20) is checked by the handler
+// Unknown field names are kept (for a once-per-name log line) cut to this length, and at most this many:
+// a hostile body cannot make the server hold megabyte-long names.
+constexpr size_t kMaxIgnoredFieldName = 64;
+constexpr size_t kMaxIgnoredFields = 32;
 
 // Reads typed fields of one JSON object; the first error wins.
 class Fields {
@@ -155,7 +159,8 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
   Fields f(body);
   MX_TRY(check_unsupported(f, chat));
   for (const auto& [key, value] : body.items())
-    if (!known_fields(chat).count(key)) g->ignored_fields.push_back(key);
+    if (!known_fields(chat).count(key) && g->ignored_fields.size() < kMaxIgnoredFields)
+      g->ignored_fields.push_back(key.substr(0, kMaxIgnoredFieldName));
 
   if (const OrderedJson* v = f.find("model")) {
     if (!v->is_string()) return f.type_error("model", "a string", *v);

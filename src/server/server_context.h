@@ -13,6 +13,7 @@
 #include "chat/output_parser.h"
 #include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
+#include "server/http/limits.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -25,9 +26,10 @@ struct ServerOptions {
   std::string served_model_name = "mxserve";
   std::string model_root;               // reported as "root" by /v1/models
   std::string api_key;                  // empty: no authentication
-  size_t max_body_bytes = 8u << 20;     // larger bodies are a 413
+  http::HttpLimits http;                // connections, heads, bodies, timeouts, handler threads (413, 431, ...)
   int max_json_depth = 64;
-  int max_http_threads = 2048;          // one per open connection (streams hold theirs until done)
+  int max_logprobs = 20;                // top_logprobs (chat) / logprobs (completions) above this: 400 (vLLM's flag)
+  int64_t max_logprob_entries = 1 << 18;  // non-streaming: n x max_tokens x (top_logprobs + 1) above this: 400
   double stats_interval_s = 10;         // periodic stats log line; 0 = off
 };
 

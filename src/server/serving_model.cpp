@@ -155,6 +155,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.n_blocks = n_blocks;
   ec.max_model_len = max_len;
   ec.max_waiting = cfg.max_queued_requests;
+  ec.max_logprobs = cfg.max_logprobs;
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
   ec.spec = cfg.spec;
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs

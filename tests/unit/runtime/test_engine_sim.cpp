@@ -172,6 +172,7 @@ TEST(EngineSim, AdmissionErrorsAreTyped) {
   cfg.n_blocks = 8;
   cfg.max_model_len = 100;
   cfg.max_waiting = 2;
+  cfg.scheduler.max_running = 1;  // an idle engine admits max_running + max_waiting before its next step
   Sim sim(cfg);
   RequestSpec spec;
   spec.sampling.max_tokens = 10;
@@ -191,8 +192,35 @@ TEST(EngineSim, AdmissionErrorsAreTyped) {
   spec.sampling.top_p = 1;
   EXPECT_TRUE(sim.engine->submit(spec, cb).is_ok());
   EXPECT_TRUE(sim.engine->submit(spec, cb).is_ok());
+  EXPECT_TRUE(sim.engine->submit(spec, cb).is_ok());
   auto full = sim.engine->submit(spec, cb);
   EXPECT_EQ(full.status().code(), StatusCode::kUnavailable);
+}
+
+// The waiting-queue cap is exact across a step: arrivals that took the free running slot and those that
+// wait are both counted the moment the engine takes them from its inbox (a burst used to slip in while
+// the published waiting count was stale).
+TEST(EngineSim, WaitingCapExactAcrossSteps) {
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 4;
+  cfg.n_blocks = 64;
+  cfg.max_model_len = 100;
+  cfg.max_waiting = 2;
+  cfg.scheduler.max_running = 1;
+  Sim sim(cfg);
+  RequestSpec spec;
+  spec.prompt = {1, 2};
+  spec.sampling.max_tokens = 50;
+  auto cb = [](const TokenEvent&) {};
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(sim.engine->submit(spec, cb).is_ok()) << i;
+  EXPECT_EQ(sim.engine->submit(spec, cb).status().code(), StatusCode::kUnavailable);
+  for (int step = 0; step < 5; ++step) {
+    sim.engine->step();
+    const EngineStats st = sim.engine->stats();
+    EXPECT_EQ(st.running, 1);
+    EXPECT_EQ(st.waiting, 2);
+    EXPECT_EQ(sim.engine->submit(spec, cb).status().code(), StatusCode::kUnavailable) << "step " << step;
+  }
 }
 
 }  // namespace

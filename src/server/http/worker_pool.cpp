@@ -1,20 +1,20 @@
-#include "server/elastic_pool.h"
+#include "server/http/worker_pool.h"
 
 #include <algorithm>
 #include <chrono>
 
-namespace mxserve::server {
+namespace mxserve::server::http {
 
-ElasticPool::ElasticPool(size_t max_threads, size_t keep_idle)
-    : max_threads_(std::max<size_t>(max_threads, 1)), keep_idle_(keep_idle) {}
+WorkerPool::WorkerPool(size_t max_threads, size_t max_queued, size_t keep_idle)
+    : max_threads_(std::max<size_t>(max_threads, 1)), max_queued_(max_queued), keep_idle_(keep_idle) {}
 
-ElasticPool::~ElasticPool() { shutdown(); }
+WorkerPool::~WorkerPool() { shutdown(); }
 
-void ElasticPool::enqueue(std::function<void()> fn) {
+bool WorkerPool::try_submit(std::function<void()> job) {
   std::vector<std::thread> to_join;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Reap threads that exited after idling.
+    if (shutdown_) return false;
     for (auto id : exited_) {
       auto it = std::find_if(threads_.begin(), threads_.end(), [&](const std::thread& t) { return t.get_id() == id; });
       if (it != threads_.end()) {
@@ -23,7 +23,9 @@ void ElasticPool::enqueue(std::function<void()> fn) {
       }
     }
     exited_.clear();
-    jobs_.push_back(std::move(fn));
+    const bool thread_free = idle_ > jobs_.size() || live_ < max_threads_;
+    if (!thread_free && jobs_.size() >= max_queued_) return false;
+    jobs_.push_back(std::move(job));
     if (idle_ < jobs_.size() && live_ < max_threads_) {
       ++live_;
       threads_.emplace_back([this] { worker(); });
@@ -31,9 +33,10 @@ void ElasticPool::enqueue(std::function<void()> fn) {
   }
   cv_.notify_one();
   for (auto& t : to_join) t.join();
+  return true;
 }
 
-void ElasticPool::worker() {
+void WorkerPool::worker() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     ++idle_;
@@ -43,21 +46,21 @@ void ElasticPool::worker() {
       if (shutdown_ || (!got && idle_ >= keep_idle_)) break;
       continue;
     }
-    auto fn = std::move(jobs_.front());
+    auto job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
-    fn();
+    job();
+    job = nullptr;  // release captured state before waiting again
     lock.lock();
   }
   --live_;
   if (!shutdown_) exited_.push_back(std::this_thread::get_id());
 }
 
-void ElasticPool::shutdown() {
+void WorkerPool::shutdown() {
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (shutdown_ && threads_.empty()) return;
     shutdown_ = true;
     threads.swap(threads_);
   }
@@ -66,9 +69,14 @@ void ElasticPool::shutdown() {
     if (t.joinable()) t.join();
 }
 
-size_t ElasticPool::threads() const {
+size_t WorkerPool::threads() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return live_;
 }
 
-}  // namespace mxserve::server
+size_t WorkerPool::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_ - idle_;
+}
+
+}  // namespace mxserve::server::http
