@@ -113,6 +113,8 @@ void HttpServer::install_routes() {
         std::atomic<int>& n;
         ~Done() { --n; }
       } done{in_flight_};
+      // The one place generation responses get common headers: benchmark-mode output is marked as such.
+      if (ctx_->ready && ctx_->model.simulated_acceptance > 0) res.set_header("x-mxserve-simulated-acceptance", "true");
       fn(*ctx_, req, res);
     };
   };
@@ -137,7 +139,8 @@ void HttpServer::install_routes() {
       stats = ctx.model.engine->stats();
       if (ctx.model.moe_kernel_configs) moe = ctx.model.moe_kernel_configs();
     }
-    res.set_content(ctx.metrics.render(stats, moe), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(ctx.metrics.render(stats, moe, ctx.ready ? ctx.model.simulated_acceptance : 0.0),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
 }
 

@@ -37,6 +37,10 @@ struct ServingConfig {
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
+  // Benchmark mode: the only mode in which spec.simulate_acceptance is allowed. Simulated acceptance makes the
+  // output meaningless (drafts are accepted by a coin, not by the target model), so load() refuses it
+  // otherwise, and the server marks every generation response and /metrics while it is on.
+  bool benchmark_mode = false;
 };
 
 class ServingModel {
@@ -56,6 +60,7 @@ class ServingModel {
   std::optional<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<runtime::Engine> engine_;
   int64_t max_model_len_ = 0;
+  double simulated_acceptance_ = 0;  // > 0: benchmark mode with simulated acceptance (ModelServices)
 };
 
 // "1GiB", "512MiB", "2G", "1000000" -> bytes.
