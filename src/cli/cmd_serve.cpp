@@ -169,9 +169,10 @@ int cmd_serve(int argc, char** argv) {
   if (sc.benchmark_mode && !spec.simulate_acceptance)
     return fail(invalid_argument("--benchmark-mode without a benchmark setting: it only allows "
                                  "--speculative-simulate-acceptance A"));
-  if (sc.benchmark_mode)
+  if (sc.benchmark_mode) {
     MX_LOG(kWarn) << "BENCHMARK MODE: drafts are accepted at a simulated mean length of " << *spec.simulate_acceptance
                   << " per step, not verified; every response is marked x-mxserve-simulated-acceptance: true";
+  }
   sc.enable_prefix_cache =
       !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
 

@@ -194,7 +194,9 @@ TEST_P(RadixOracle, RandomOperationSequences) {
         ASSERT_EQ(cache.insert(s.tokens, s.blocks), ocache.insert(s.tokens, s.blocks)) << where;
       } else if (kind < 9 && !live.empty()) {  // a sequence finishes (inserting first, usually)
         const int i = rand(static_cast<int>(live.size()));
-        if (rand(3) > 0) ASSERT_EQ(cache.insert(live[i].tokens, live[i].blocks), ocache.insert(live[i].tokens, live[i].blocks));
+        if (rand(3) > 0) {
+          ASSERT_EQ(cache.insert(live[i].tokens, live[i].blocks), ocache.insert(live[i].tokens, live[i].blocks)) << where;
+        }
         pool.unref_all(live[i].blocks);
         for (int32_t b : live[i].blocks) opool.unref(b);
         live.erase(live.begin() + i);

@@ -37,7 +37,7 @@ Loaded& fixture(const std::string& name) {
   return *slot;
 }
 
-struct Setup {
+struct RunSetup {
   int64_t n_blocks = 256;
   int64_t chunked_prefill = 128;
   int64_t max_batched = 256;
@@ -56,7 +56,7 @@ struct Outcome {
 constexpr int64_t kBlockSize = 4;
 
 // Submits every request at once (so they compete for blocks) and steps to the end.
-Outcome run(Loaded& m, const std::vector<RequestSpec>& specs, const Setup& s) {
+Outcome run(Loaded& m, const std::vector<RequestSpec>& specs, const RunSetup& s) {
   EngineConfig cfg;
   cfg.scheduler.block_size = kBlockSize;
   cfg.scheduler.max_num_batched_tokens = s.max_batched;
@@ -129,12 +129,12 @@ TEST_P(SpecPressure, PreemptionUnderSpeculationIsLossless) {
   Loaded& m = fixture(GetParam());
   const int32_t max_tokens = 16;
   const auto specs = greedy_requests(m, max_tokens);
-  const Outcome plain = run(m, specs, Setup{});
+  const Outcome plain = run(m, specs, RunSetup{});
   size_t longest = 0;
   for (const auto& r : specs) longest = std::max(longest, r.prompt.size());
   for (const Shape sh : kShapes) {
     for (bool prefix : {false, true}) {
-      Setup s;
+      RunSetup s;
       s.steps = sh.steps;
       s.topk = sh.topk;
       s.draft_tokens = sh.draft_tokens;
@@ -159,13 +159,13 @@ TEST_P(SpecPressure, ChunkedPrefillShorterThanThePromptIsLossless) {
   Loaded& m = fixture(GetParam());
   const auto specs = greedy_requests(m, 12);
   size_t longer_than_chunk = 0;
-  const Outcome plain = run(m, specs, Setup{});
+  const Outcome plain = run(m, specs, RunSetup{});
   for (const Shape sh : kShapes) {
     for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{7}}) {
       longer_than_chunk = 0;
       for (const auto& r : specs) longer_than_chunk += static_cast<int64_t>(r.prompt.size()) > chunk;
       ASSERT_GE(longer_than_chunk, 3u) << "the fixtures' prompts must be longer than the chunk";
-      Setup s;
+      RunSetup s;
       s.steps = sh.steps;
       s.topk = sh.topk;
       s.draft_tokens = sh.draft_tokens;
