@@ -236,6 +236,10 @@ int cmd_generate(int argc, char** argv) {
     if (*prompt_len < 1) return fail(invalid_argument("--prompt-len must be positive"));
     ids = synthetic_prompt(*prompt_len, cfg.vocab_size);
   }
+  for (int32_t id : *ids)  // bad input, named, with exit code 2 (not an engine error mid-run)
+    if (id >= cfg.vocab_size)
+      return fail(invalid_argument("--ids: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                   std::to_string(cfg.vocab_size) + " tokens)"));
   if (!runs.empty()) {
     // Warm-up (CUDA context, kernels, allocator): not reported.
     GenerateRun warm{1, runs.front().spec};
