@@ -83,8 +83,12 @@ TEST(CliSpecFlags, TreeMode) {
                "a tree of depth 1 with topk 2 holds at most 2 nodes");
   expect_error({"--speculative-algorithm", "mtp", "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "1"},
                "in [1, 64]");
-  expect_error({"--speculative-algorithm", "mtp", "--speculative-num-steps", "6", "--speculative-eagle-topk", "16"},
+  expect_error({"--speculative-algorithm", "mtp", "--speculative-num-steps", "6", "--speculative-eagle-topk", "16",
+                "--speculative-num-draft-tokens", "10"},
                "(steps - 1) * topk <= 64");
+  // Its default num_draft_tokens (1 + min(96, capacity) = 97) is refused first, naming the node limit.
+  expect_error({"--speculative-algorithm", "mtp", "--speculative-num-steps", "6", "--speculative-eagle-topk", "16"},
+               "--speculative-num-draft-tokens 97: tree mode verifies num_draft_tokens - 1 draft nodes, in [1, 64]");
 }
 
 TEST(CliSpecFlags, SimulatedAcceptance) {
