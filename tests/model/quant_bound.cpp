@@ -202,8 +202,13 @@ Result<LogitError> envelope(const std::string& fixture_dir, const std::string& s
     const std::string dir = scratch_dir + "_envelope" + std::to_string(d);
     MX_RETURN_IF_ERROR(write_edited_fixture(
         fixture_dir, dir, [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
+          // Draw 0 shrinks every weight toward zero by its bound, draw 1 grows it (errors correlated with the
+          // weights, as when a block's small values round to zero together), later draws pick random signs.
           std::vector<float> e = bound(name, w, rows, cols);
-          for (size_t i = 0; i < e.size(); ++i) e[i] = w[i] + (rng() & 1 ? e[i] : -e[i]);
+          for (size_t i = 0; i < e.size(); ++i) {
+            const bool toward_zero = d == 0 ? true : d == 1 ? false : (rng() & 1);
+            e[i] = w[i] + ((w[i] >= 0) == toward_zero ? -e[i] : e[i]);
+          }
           return e;
         }));
     MX_ASSIGN_OR_RETURN(LogitError m, logit_error(dir, fixture_dir, with_mtp, max_cases));

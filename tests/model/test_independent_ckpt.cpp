@@ -140,7 +140,7 @@ TEST_P(IndependentCheckpoint, LoadsAndMatchesTheFixtureWithinTheFormatBound) {
                       [&](const std::string& name, const std::vector<float>& w, int64_t rows, int64_t cols) {
                         return dec->quantized.count(name) ? bound_of(w, rows, cols) : std::vector<float>{};
                       },
-                      /*with_mtp=*/false, /*draws=*/2);
+                      /*with_mtp=*/false, /*draws=*/3);
   ASSERT_TRUE(env.is_ok()) << env.status().to_string();
   auto got = logit_error(dir.string(), fixture_dir(f.fx), /*with_mtp=*/false);
   ASSERT_TRUE(got.is_ok()) << got.status().to_string();

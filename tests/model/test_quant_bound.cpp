@@ -114,7 +114,7 @@ TEST_P(QuantBound, LogitsWithinTheFormatEnvelope) {
   const Case& c = kCases[GetParam()];
   const std::string dir = quantize(c);
   auto env = envelope(fixture_dir(c.fx), scratch(std::string(c.fx) + "_" + c.tag), routed_expert_bound(c.scheme),
-                      /*with_mtp=*/true, /*draws=*/2);
+                      /*with_mtp=*/true, /*draws=*/3);
   ASSERT_TRUE(env.is_ok()) << env.status().to_string();
   auto got = logit_error(dir, fixture_dir(c.fx), /*with_mtp=*/true);
   ASSERT_TRUE(got.is_ok()) << got.status().to_string();

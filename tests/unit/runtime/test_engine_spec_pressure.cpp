@@ -119,7 +119,7 @@ struct Shape {
     return "S=" + std::to_string(steps) + " k=" + std::to_string(topk) + " M=" + std::to_string(draft_tokens);
   }
 };
-const Shape kShapes[] = {{1, 1, 0}, {3, 1, 0}, {3, 2, 6}};
+const Shape kShapes[] = {{3, 1, 0}, {3, 2, 6}};  // chain and tree (suite time: two shapes)
 
 class SpecPressure : public ::testing::TestWithParam<std::string> {};
 
@@ -127,13 +127,13 @@ class SpecPressure : public ::testing::TestWithParam<std::string> {};
 // not all of them: verify steps, which need blocks for their draft rows, run out and preempt.
 TEST_P(SpecPressure, PreemptionUnderSpeculationIsLossless) {
   Loaded& m = fixture(GetParam());
-  const int32_t max_tokens = 16;
+  const int32_t max_tokens = 10;
   const auto specs = greedy_requests(m, max_tokens);
   const Outcome plain = run(m, specs, RunSetup{});
   size_t longest = 0;
   for (const auto& r : specs) longest = std::max(longest, r.prompt.size());
   for (const Shape sh : kShapes) {
-    for (bool prefix : {false, true}) {
+    for (bool prefix : {true}) {  // prefix reuse on: the harder bookkeeping (preempted blocks re-matched)
       RunSetup s;
       s.steps = sh.steps;
       s.topk = sh.topk;
@@ -157,11 +157,11 @@ TEST_P(SpecPressure, PreemptionUnderSpeculationIsLossless) {
 // are verifying drafts; the draft model's KV for each chunk must line up with the target's.
 TEST_P(SpecPressure, ChunkedPrefillShorterThanThePromptIsLossless) {
   Loaded& m = fixture(GetParam());
-  const auto specs = greedy_requests(m, 12);
+  const auto specs = greedy_requests(m, 10);
   size_t longer_than_chunk = 0;
   const Outcome plain = run(m, specs, RunSetup{});
   for (const Shape sh : kShapes) {
-    for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+    for (int64_t chunk : {int64_t{3}}) {
       longer_than_chunk = 0;
       for (const auto& r : specs) longer_than_chunk += static_cast<int64_t>(r.prompt.size()) > chunk;
       ASSERT_GE(longer_than_chunk, 3u) << "the fixtures' prompts must be longer than the chunk";
