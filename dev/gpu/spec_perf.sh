@@ -8,8 +8,9 @@
 #   2. aggregate decode tok/s at batch 8, 32, 64 (1k-token prompts): no speculation, N = 3 fixed, N = 3
 #      with the adaptive policy (simulated acceptance 2.0);
 #   3. both again with --quantization mxfp4 (MXFP4 routed experts) if that works on CUDA.
-# The roofline column is bytes touched per step / 4.3 TB/s (measured H200 copy bandwidth), per
-# /work/shared/research/anchors-perf.md 5d, for this 2-layer model.
+# The roofline column is bytes touched per step / the device copy bandwidth measured in this run by
+# `mxserve bench-model` (src/kernels/cuda/ceilings.h: 2 GiB device-to-device copy), per
+# /work/shared/research/anchors-perf.md 5d; one roofline per model configuration.
 #   usage: spec_perf.sh [--no-mxfp4]
 # Dry run of the plumbing on a CPU (tiny sizes): SPEC_PERF_BACKEND=cpu SPEC_PERF_CONFIG=tiny.json
 #   SPEC_PERF_SINGLE_PROMPT=64 SPEC_PERF_BATCH_PROMPT=32 SPEC_PERF_TOKENS=16 SPEC_PERF_BATCHES="2 4" spec_perf.sh --no-mxfp4
@@ -31,6 +32,15 @@ TOKENS=${SPEC_PERF_TOKENS:-256}
 BATCHES=${SPEC_PERF_BATCHES:-8 32 64}
 COMMON=(--config "$CONFIG" --synthetic-weights --backend "$BACKEND" --ignore-eos --prompt-len 32)
 FULL_TOKENS=${SPEC_PERF_FULL_TOKENS:-128}
+# The copy-bandwidth ceiling, measured now on this GPU (bench-model prints "ceilings: copy N GB/s").
+COPY_GBS=$("$MX" bench-model --config "$CONFIG" --synthetic-weights --backend "$BACKEND" --num-layers 1 --batches 1 \
+  --contexts 128 --prefill 128 --model-batches 1 2>&1 | sed -n 's/^ceilings: copy \([0-9.]*\) GB\/s.*/\1/p' | head -1)
+if [ -z "$COPY_GBS" ]; then
+  echo "spec_perf.sh: no measured copy bandwidth (bench-model printed no 'ceilings:' line; CPU backend?):" \
+       "rooflines are left out" >&2
+  COPY_GBS=0
+fi
+export COPY_GBS
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; cat "$P/commit.txt"; } > "$OUT/spec_perf_env.txt" 2>&1
 
 SINGLE="b=1,n=0,p=$SP"
@@ -61,7 +71,7 @@ out, cfgp = sys.argv[1], sys.argv[2]
 c = json.load(open(cfgp))
 H, V, E, K = c["hidden_size"], c["vocab_size"], c["n_routed_experts"], c["num_experts_per_tok"]
 q = c["num_attention_heads"] * c["head_dim"]; kv = c["num_key_value_heads"] * c["head_dim"]
-BW = 4.3e12
+BW = float(os.environ.get("COPY_GBS", "0")) * 1e9  # measured in this run; 0: no rooflines
 attn = 2 * H * q + 2 * H * kv
 dense = 3 * H * c["intermediate_size"]
 expert = 3 * H * c["moe_intermediate_size"]
@@ -81,7 +91,7 @@ def roofline(fmt, B, C, n, A, spec=True, moe_layers=1):
     if not spec: b = target(B, B, C)
     elif n == 0: b = target(B, B, C) + mtp(B, B, C) - 2 * head  # paused: the extend skips the MTP head
     else: b = target(B * (n + 1), B, C) + mtp(B * A, B, C) + (n - 1) * mtp(B, B, C)
-    return B * A / (b / BW), b
+    return (B * A / (b / BW) if BW > 0 else float("nan")), b
 def results(path):
     r = []
     if os.path.exists(path):
@@ -92,30 +102,28 @@ print(f"# MTP speculative decoding, {os.environ.get('SPEC_PERF_CONFIG', 'GLM-4.5
       f"backend {os.environ.get('SPEC_PERF_BACKEND', 'cuda')}: bf16 truncated to 2 layers + MTP, and the whole model "
       f"(46 layers + MTP) with MXFP4 routed experts\n")
 print(open(os.path.join(out, "spec_perf_env.txt")).read().replace("\n", "  \n"))
-print("Decode tok/s from the moment every sequence has its first token. Acceptance is simulated "
-      "(`--speculative-simulate-acceptance A`: floor(A - 1 + u) drafts accepted per step; all draft and verify "
-      "work is real). Roofline: bytes per step (weights touched with independent-routing expert union U(t), KV "
-      "read) / 4.3 TB/s, times tokens per step. With 2 layers the 1.24 GB lm_head and the MTP layer's own 1.24 GB "
-      "shared head dominate every step, so speculation cannot pay here even at the roofline; the last column is the "
-      "same roofline for the full 46-layer model, where it does.\n")
+print("Decode-only tok/s: from the moment every sequence has its first token to the end (prefill excluded). "
+      "SIMULATED ACCEPTANCE in every speculative row (`--speculative-simulate-acceptance A`: floor(A - 1 + u) drafts "
+      "accepted per step; all draft and verify work is real, the acceptance is not the model's). Roofline: bytes per "
+      f"step (weights touched with independent-routing expert union U(t), KV read) / the copy bandwidth measured in "
+      f"this run ({BW / 1e9:.0f} GB/s), times tokens per step; one roofline per model configuration.\n")
 for fmt, ml, title in (("bf16", 1, "bf16, 2 layers + MTP"), ("mxfp4_full", 45, "MXFP4 routed experts, all 46 layers + MTP")):
     runs = results(f"{out}/spec_runs_{fmt}.log")
     single, batch = [r for r in runs if r["batch"] == 1], [r for r in runs if r["batch"] > 1]
     if not runs:
         print(f"## {fmt}: no results (see spec_runs_{fmt}.log)\n"); continue
     print(f"## {title}\n\n### Single stream, {single[0]['prompt_len'] if single else '?'}-token prompt\n")
-    print("| N | simulated A | measured A | decode tok/s | speedup | roofline tok/s | GB/step | 46-layer Air roofline (speedup) |\n|---|---|---|---|---|---|---|---|")
+    print("Simulated acceptance (benchmark mode) in every N > 0 row.\n")
+    print("| N | simulated A | measured A | decode-only tok/s | speedup | roofline tok/s | GB/step |\n|---|---|---|---|---|---|---|")
     base = next((r["decode_tok_s"] for r in single if r["spec_steps"] == 0), None)
     for r in single:
         n, A = r["spec_steps"], r["acceptance_length"]
         rl, b = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0, moe_layers=ml)
         sp = f"{r['decode_tok_s'] / base:.2f}x" if base else "-"
-        full = roofline(fmt, 1, r["prompt_len"], n, A, spec=n > 0, moe_layers=45)[0]
-        full0 = roofline(fmt, 1, r["prompt_len"], 0, 1.0, spec=False, moe_layers=45)[0]
-        print(f"| {n or 'off'} | {r['simulate'] or '-'} | {A:.2f} | {r['decode_tok_s']:.1f} | {sp} | {rl:.0f} | {b / 1e9:.2f} | "
-              f"{full:.0f} ({full / full0:.2f}x) |")
-    print(f"\n### Aggregate decode throughput, {batch[0]['prompt_len'] if batch else '?'}-token prompts, simulated A = 2.0\n")
-    print("| batch | mode | mean N per verify | measured A | decode tok/s | vs off | policy est. gain | roofline tok/s |\n|---|---|---|---|---|---|---|---|")
+        print(f"| {n or 'off'} | {r['simulate'] or '-'} | {A:.2f} | {r['decode_tok_s']:.1f} | {sp} | {rl:.0f} | {b / 1e9:.2f} |")
+    print(f"\n### Aggregate decode-only throughput, {batch[0]['prompt_len'] if batch else '?'}-token prompts, simulated acceptance A = 2.0\n")
+    print("Simulated acceptance (benchmark mode) in every speculative row.\n")
+    print("| batch | mode | mean N per verify | measured A | decode-only tok/s | vs off | policy est. gain | roofline tok/s |\n|---|---|---|---|---|---|---|---|")
     offs = {r["batch"]: r["decode_tok_s"] for r in batch if r["spec_steps"] == 0}
     for r in batch:
         B, n = r["batch"], r["spec_steps"]

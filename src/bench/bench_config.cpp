@@ -196,7 +196,11 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
     c.workload.seed = static_cast<uint64_t>(s);
     c.arrival.seed = static_cast<uint64_t>(s);
   }
-  if (flags.count("--no-ignore-eos")) c.ignore_eos = false;
+  // ignore_eos is on by default (fixed output lengths); --ignore-eos says so explicitly, and both at once
+  // is a contradiction, not a silent last-one-wins.
+  if (flags.count("--no-ignore-eos") && flags.count("--ignore-eos"))
+    return invalid_argument("--ignore-eos and --no-ignore-eos contradict each other: give one");
+  c.ignore_eos = flags.count("--ignore-eos") || !flags.count("--no-ignore-eos");
   if (has("--temperature")) { MX_ASSIGN_OR_RETURN(c.temperature, parse_double("--temperature", v["--temperature"])); }
   if (has("--extra-body")) {
     c.extra_body = v["--extra-body"];

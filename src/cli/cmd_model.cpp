@@ -16,6 +16,7 @@
 #include "quant/precision_map.h"
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
+#include "cli/runs.h"
 #include "cli/spec_flags.h"
 
 #include <algorithm>
@@ -72,6 +73,11 @@ Result<launch::ModelSource> model_source(const Args& args) {
   if (args.has("--config") && !opt.synthetic)
     return invalid_argument("--config needs --synthetic-weights (there is no checkpoint to read)");
   opt.path = args.has("--model") ? *args.get("--model") : *args.get("--config");
+  // --seed and --num-layers only shape synthetic weights: with a checkpoint they would be ignored.
+  for (const char* f : {"--seed", "--num-layers", "--quantization"})
+    if (args.has(f) && !opt.synthetic)
+      return invalid_argument(std::string(f) + " applies to --synthetic-weights only (a checkpoint's weights, layers and "
+                              "precision are read from it)");
   MX_ASSIGN_OR_RETURN(int64_t seed, args.get_int("--seed", 0));
   MX_ASSIGN_OR_RETURN(opt.num_layers, args.get_int("--num-layers", 0));
   if (opt.num_layers < 0) return invalid_argument("--num-layers must be positive");
@@ -81,64 +87,6 @@ Result<launch::ModelSource> model_source(const Args& args) {
 }
 
 namespace {
-
-struct GenerateRun {
-  int64_t batch = 1;
-  runtime::SpecConfig spec;
-  int64_t prompt_len = 0;  // > 0: a synthetic prompt of this length instead of the command's
-};
-
-// --runs "b=1,n=0;b=1,n=3,a=2.5;b=8,n=3,a=2,adaptive=0": several engine runs over one loaded model.
-Result<std::vector<GenerateRun>> parse_runs(const std::string& text, const runtime::SpecConfig& base) {
-  std::vector<GenerateRun> runs;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ';')) {
-    if (item.find_first_not_of(" ") == std::string::npos) continue;
-    GenerateRun r;
-    r.spec = base;
-    r.spec.simulate_acceptance.reset();
-    std::stringstream fields(item);
-    std::string f;
-    while (std::getline(fields, f, ',')) {
-      f.erase(0, f.find_first_not_of(" "));
-      f.erase(f.find_last_not_of(" ") + 1);
-      const auto eq = f.find('=');
-      if (eq == std::string::npos) return invalid_argument("--runs: field '" + f + "' is not key=value");
-      const std::string k = f.substr(0, eq), v = f.substr(eq + 1);
-      try {
-        if (k == "b") r.batch = std::stoll(v);
-        else if (k == "n") r.spec.num_steps = static_cast<int32_t>(std::stoll(v));
-        else if (k == "a") r.spec.simulate_acceptance = std::stod(v);
-        else if (k == "adaptive") r.spec.adaptive = v != "0";
-        else if (k == "p") r.prompt_len = std::stoll(v);
-        else if (k == "k") r.spec.topk = static_cast<int32_t>(std::stoll(v));
-        else if (k == "m") r.spec.num_draft_tokens = static_cast<int32_t>(std::stoll(v));
-        else return invalid_argument("--runs: unknown key '" + k + "' (b, n, a, adaptive, p, k, m)");
-      } catch (const std::exception&) {
-        return invalid_argument("--runs: bad value in '" + f + "'");
-      }
-    }
-    if (r.batch < 1 || r.spec.num_steps < 0 || r.spec.num_steps > 16 || r.prompt_len < 0)
-      return invalid_argument("--runs: '" + item + "': need b >= 1, n in [0, 16], p >= 0");
-    if (r.spec.topk < 1 || r.spec.topk > 16) return invalid_argument("--runs: '" + item + "': k must be in [1, 16]");
-    if (r.spec.tree()) {  // tree mode: m defaults to 1 + min(n * k, capacity), as the flag does
-      const int32_t cap = r.spec.tree_capacity(r.spec.num_steps);
-      if (r.spec.num_draft_tokens <= 0) r.spec.num_draft_tokens = std::min(cap, r.spec.num_steps * r.spec.topk) + 1;
-      if (r.spec.num_steps > 0 &&
-          (r.spec.num_draft_tokens < 2 || r.spec.num_draft_tokens - 1 > runtime::SpecConfig::kMaxTreeNodes ||
-           r.spec.num_draft_tokens - 1 > cap || (r.spec.num_steps - 1) * r.spec.topk > runtime::SpecConfig::kMaxTreeNodes))
-        return invalid_argument("--runs: '" + item + "': tree needs 2 <= m <= min(65, 1 + k + (n-1)k^2), (n-1)k <= 64");
-    } else {
-      r.spec.num_draft_tokens = 0;
-    }
-    if (r.spec.simulate_acceptance && !(*r.spec.simulate_acceptance >= 1.0 && *r.spec.simulate_acceptance <= r.spec.num_steps + 1.0))
-      return invalid_argument("--runs: '" + item + "': a must be in [1, n + 1]");
-    runs.push_back(r);
-  }
-  if (runs.empty()) return invalid_argument("--runs: no runs");
-  return runs;
-}
 
 // --prompt-len L: ids 1000, 1001, ... modulo the vocabulary.
 std::vector<int32_t> synthetic_prompt(int64_t len, int64_t vocab) {
@@ -290,6 +238,10 @@ int cmd_generate(int argc, char** argv) {
     if (*prompt_len < 1) return fail(invalid_argument("--prompt-len must be positive"));
     ids = synthetic_prompt(*prompt_len, cfg.vocab_size);
   }
+  for (int32_t id : *ids)  // bad input, named, with exit code 2 (not an engine error mid-run)
+    if (id >= cfg.vocab_size)
+      return fail(invalid_argument("--ids: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                   std::to_string(cfg.vocab_size) + " tokens)"));
   if (!runs.empty()) {
     // Warm-up (CUDA context, kernels, allocator): not reported.
     GenerateRun warm{1, runs.front().spec};

@@ -73,7 +73,10 @@ speculative decoding (MTP):
   --speculative-num-draft-tokens M  tree mode: verify the best M - 1 draft nodes (sglang counts the
                                verified token too; default 1 + min(N*K, tree capacity)); chain: N + 1
   --no-speculative-adaptive    keep N fixed (by default N drops when drafts are not accepted)
-  --speculative-simulate-acceptance A  benchmark mode: mean accepted length per step
+  --speculative-simulate-acceptance A  accept drafts at this simulated mean length per step: the output is
+                               MEANINGLESS; allowed only with --benchmark-mode
+  --benchmark-mode             allow benchmark-only settings (--speculative-simulate-acceptance); responses carry
+                               'x-mxserve-simulated-acceptance: true' and /metrics mxserve:spec_decode_simulated_acceptance
 )";
 
 std::atomic<int> g_stop_signals{0};
@@ -122,7 +125,7 @@ int cmd_serve(int argc, char** argv) {
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests",
        "--tool-call-parser", "--reasoning-parser"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
-                                      "--no-enable-prefix-caching"};
+                                      "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
@@ -141,6 +144,9 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("--model") == a.has("--config")) return fail(invalid_argument("give exactly one of --model DIR or --config FILE"));
   if (a.has("--config") && !synthetic) return fail(invalid_argument("--config needs --synthetic-weights (no checkpoint)"));
   if (a.has("--num-layers") && !synthetic) return fail(invalid_argument("--num-layers needs --synthetic-weights"));
+  if (a.has("--seed") && !synthetic)
+    return fail(invalid_argument("--seed seeds synthetic weights only; with --model the weights are read from the checkpoint "
+                                 "(a request's sampling seed is its \"seed\" field)"));
   sc.model_path = a.has("--model") ? a.get_or("--model", "") : a.get_or("--config", "");
   sc.synthetic_weights = synthetic;
   MX_CLI_TRY(num_layers, a.get_int("--num-layers", 0));
@@ -162,7 +168,10 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(max_batched, positive(a, "--max-num-batched-tokens", 2048));
   MX_CLI_TRY(chunked, positive(a, "--chunked-prefill-size", 2048));
   MX_CLI_TRY(block_size, positive(a, "--block-size", 16));
-  MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));
+  MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));  // 0: unset, sized from --kv-cache-memory
+  if (a.has("--num-kv-blocks") && num_blocks <= 0)
+    return fail(invalid_argument("--num-kv-blocks must be positive, got " + std::to_string(num_blocks) +
+                                 " (leave it out to size the pool from --kv-cache-memory)"));
   MX_CLI_TRY(max_queued, positive(a, "--max-queued-requests", 1024));
   sc.max_num_seqs = max_num_seqs;
   sc.max_num_batched_tokens = max_batched;
@@ -186,6 +195,18 @@ int cmd_serve(int argc, char** argv) {
   }
   MX_CLI_TRY(spec, parse_spec_flags(a));
   sc.spec = spec;
+  sc.benchmark_mode = a.has("--benchmark-mode");
+  if (spec.simulate_acceptance && !sc.benchmark_mode)
+    return fail(invalid_argument("--speculative-simulate-acceptance makes every response meaningless (drafts are "
+                                 "accepted at a simulated rate, not verified by the model): add --benchmark-mode to "
+                                 "serve it anyway, for throughput measurements only"));
+  if (sc.benchmark_mode && !spec.simulate_acceptance)
+    return fail(invalid_argument("--benchmark-mode without a benchmark setting: it only allows "
+                                 "--speculative-simulate-acceptance A"));
+  if (sc.benchmark_mode) {
+    MX_LOG(kWarn) << "BENCHMARK MODE: drafts are accepted at a simulated mean length of " << *spec.simulate_acceptance
+                  << " per step, not verified; every response is marked x-mxserve-simulated-acceptance: true";
+  }
   sc.enable_prefix_cache =
       !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
 

@@ -102,14 +102,24 @@ void RadixCache::visit_blocks(const std::function<void(int32_t, int64_t)>& f) co
 }
 
 int64_t RadixCache::n_evictable() const {
-  // A node is evictable once its subtree holds no block any sequence references.
+  // A node is evictable once no sequence references its block or any block below it (evict() takes leaves
+  // only, so a tree-only node above a sequence's block stays until that block is released). Post-order:
+  // children before their parent.
   int64_t count = 0;
-  std::vector<const Node*> stack = {root_.get()};
+  std::unordered_map<const Node*, bool> subtree_free;
+  std::vector<std::pair<const Node*, bool>> stack = {{root_.get(), false}};
   while (!stack.empty()) {
-    const Node* n = stack.back();
+    auto [n, children_done] = stack.back();
     stack.pop_back();
-    if (n->block >= 0 && pool_.ref_count(n->block) == 1) ++count;
-    for (const auto& [h, c] : n->children) stack.push_back(c.get());
+    if (!children_done) {
+      stack.push_back({n, true});
+      for (const auto& [h, c] : n->children) stack.push_back({c.get(), false});
+      continue;
+    }
+    bool free = n == root_.get() || pool_.ref_count(n->block) == 1;
+    for (const auto& [h, c] : n->children) free = free && subtree_free.at(c.get());
+    subtree_free[n] = free;
+    if (free && n != root_.get()) ++count;
   }
   return count;
 }

@@ -40,7 +40,7 @@ class RadixCache {
   int64_t evict(int64_t n);
 
   int64_t n_cached_blocks() const { return n_nodes_; }
-  // Cached blocks only the tree references (what evict() could free right now, leaves first).
+  // Cached blocks evict() could free by repeated calls: only the tree references them or anything below them.
   int64_t n_evictable() const;
   int64_t block_size() const { return block_size_; }
   // Visits every cached block (for invariant checks): f(block, depth) with depth 1 = first block.

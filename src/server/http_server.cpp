@@ -77,6 +77,8 @@ void HttpServer::handle(const http::Request& req, http::Response& res) {
         std::atomic<int>& n;
         ~Done() { --n; }
       } done{in_flight_};
+      // The one place generation responses get common headers: benchmark-mode output is marked as such.
+      if (ctx.ready && ctx.model.simulated_acceptance > 0) res.set_header("x-mxserve-simulated-acceptance", "true");
       if (route_of(req) == Route::kChat) handle_chat_completions(ctx, req, res);
       else handle_completions(ctx, req, res);
       return;
@@ -93,12 +95,12 @@ void HttpServer::handle(const http::Request& req, http::Response& res) {
       return;
     case Route::kMetrics: {
       std::optional<runtime::EngineStats> stats;
-      std::vector<kernels::MoeKernelConfigRow> moe;
+      std::vector<launch::MoeKernelConfigRow> moe;
       if (ctx.ready) {
         stats = ctx.model.engine->stats();
         if (ctx.model.moe_kernel_configs) moe = ctx.model.moe_kernel_configs();
       }
-      return res.set_content(ctx.metrics.render(stats, moe), "text/plain; version=0.0.4; charset=utf-8");
+      return res.set_content(ctx.metrics.render(stats, moe, ctx.ready ? ctx.model.simulated_acceptance : 0.0), "text/plain; version=0.0.4; charset=utf-8");
     }
     case Route::kNone: return write_error(ctx, route_not_found(req.method, req.path), res);
   }

@@ -101,7 +101,7 @@ double kv_cache_usage(const runtime::EngineStats& s) {
 }
 
 std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
-                            const std::vector<launch::MoeKernelConfigRow>& moe) const {
+                            const std::vector<launch::MoeKernelConfigRow>& moe, double simulated_acceptance) const {
   std::string out;
   out.reserve(16384);
   const runtime::EngineStats s = stats.value_or(runtime::EngineStats{});
@@ -146,6 +146,10 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   prompt_len_.render("vllm:request_prompt_tokens", labels_, &out);
   header(&out, "vllm:request_generation_tokens", "histogram", "Generated length of finished requests.");
   gen_len_.render("vllm:request_generation_tokens", labels_, &out);
+  header(&out, "mxserve:spec_decode_simulated_acceptance", "gauge",
+         "Benchmark mode: the simulated mean accepted length per step (0: drafts are verified by the model; "
+         "> 0: outputs are meaningless).");
+  sample(&out, "mxserve:spec_decode_simulated_acceptance", labels_, simulated_acceptance);
   header(&out, "vllm:spec_decode_num_drafts_total", "counter", "Verify steps that carried MTP drafts.");
   sample(&out, "vllm:spec_decode_num_drafts_total", labels_, static_cast<double>(s.spec.num_drafts));
   header(&out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens.");

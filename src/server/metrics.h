@@ -57,8 +57,10 @@ class Metrics {
 
   // Prometheus text format 0.0.4. stats is absent while the model is loading. moe: the backend's chosen MoE
   // kernel configs, one mxserve:moe_kernel_config{shape,bucket,gate_up,down,source} 1 sample each.
+  // simulated_acceptance: the benchmark-mode setting (0 = drafts really verified), rendered as the gauge
+  // mxserve:spec_decode_simulated_acceptance so a dashboard can tell benchmark output from real output.
   std::string render(const std::optional<runtime::EngineStats>& stats,
-                     const std::vector<launch::MoeKernelConfigRow>& moe = {}) const;
+                     const std::vector<launch::MoeKernelConfigRow>& moe = {}, double simulated_acceptance = 0) const;
 
  private:
   std::string labels_;  // model_name="..."

@@ -136,8 +136,9 @@ const std::set<std::string>& known_fields(bool chat) {
       "stream_options", "logprobs", "ignore_eos", "presence_penalty", "frequency_penalty", "user",
       "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output", "response_format", "logit_bias",
       "best_of", "echo", "suffix", "prompt_logprobs", "functions", "function_call", "min_tokens",
-      "repetition_penalty", "continue_final_message", "audio", "modalities", "metadata", "store",
-      "service_tier", "parallel_tool_calls", "no_stop_trim", "request_id", "priority"};
+      "repetition_penalty", "continue_final_message", "audio", "modalities", "no_stop_trim"};
+  // Not here, so they are accepted with the same once-per-name warning as unknown fields (mxserve does not
+  // act on them): metadata, store, service_tier, parallel_tool_calls, request_id, priority.
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                                   "tool_choice", "chat_template_kwargs", "add_generation_prompt"};
   static const std::set<std::string> completion_only = {"prompt"};

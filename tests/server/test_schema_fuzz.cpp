@@ -3,6 +3,7 @@
 // be a 4xx ApiError with a message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,6 +79,32 @@ TEST(ServerSchemaFuzz, DepthScanIgnoresBracketsInStrings) {
   std::string err;
   EXPECT_FALSE(parse_body(std::string(100000, '['), 64, &err).has_value());
   EXPECT_NE(err.find("deeper"), std::string::npos);
+}
+
+// Fields mxserve accepts but does not act on are reported like unknown ones (the server logs each name once),
+// never silently dropped; fields it honours are not.
+TEST(ServerSchema, AcceptedButUnusedFieldsAreReportedAsIgnored) {
+  const char* unused[] = {"priority", "service_tier", "parallel_tool_calls", "store", "metadata", "request_id"};
+  for (bool chat : {true, false}) {
+    for (const char* name : unused) {
+      OrderedJson body = chat ? OrderedJson::parse(R"({"messages":[{"role":"user","content":"hi"}]})")
+                              : OrderedJson::parse(R"({"prompt":"hi"})");
+      body[name] = std::string(name) == "parallel_tool_calls" || std::string(name) == "store" ? OrderedJson(true)
+                                                                                              : OrderedJson("x");
+      body["temperature"] = 0.5;
+      body["no_such_field"] = 1;
+      GenerationOptions* g = nullptr;
+      ChatRequest cr;
+      CompletionRequest pr;
+      std::optional<ApiError> e = chat ? parse_chat_request(body, &cr) : parse_completion_request(body, &pr);
+      ASSERT_FALSE(e.has_value()) << name << ": " << e->body();
+      g = chat ? &cr.gen : &pr.gen;
+      const auto& ig = g->ignored_fields;
+      EXPECT_NE(std::find(ig.begin(), ig.end(), name), ig.end()) << name << " was dropped without a warning";
+      EXPECT_NE(std::find(ig.begin(), ig.end(), "no_such_field"), ig.end());
+      EXPECT_EQ(std::find(ig.begin(), ig.end(), "temperature"), ig.end()) << "temperature is honoured";
+    }
+  }
 }
 
 }  // namespace
