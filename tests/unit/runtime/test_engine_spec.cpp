@@ -406,7 +406,7 @@ TEST_P(SpecFixture, AdaptivePolicyStaysLosslessAndPausesUselessDrafts) {
 
 // The fixtures' weights are random, so their MTP layer (correct, and equal to HF's) agrees with the
 // target ~never: on them the self-test runs end to end and a zeroed draft is flagged; healthy-vs-broken
-// is checked on a fake model whose draft is an oracle (OracleMtpModel below).
+// is checked on a fake model whose draft is an oracle (OracleMtpModel, oracle_mtp_model.h).
 TEST_P(SpecFixture, SelfTestRunsOnTheFixtureAndFlagsAZeroedDraft) {
   Loaded& m = fixture(GetParam());
   SpecConfig spec;
