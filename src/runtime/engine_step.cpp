@@ -87,11 +87,14 @@ Status Engine::run_plan(const SchedulePlan& plan) {
 
 Result<bool> Engine::sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step) {
   Sequence* seq = c.seq;
-  ++step->generated;
-  if (!needs_host_logits(seq->sampling)) return emit_token(seq, out.greedy_token(logit_row), 0.f, {});
+  if (!needs_host_logits(seq->sampling)) {
+    ++step->generated;
+    return emit_token(seq, out.greedy_token(logit_row), 0.f, {});
+  }
   const int64_t V = executor_->vocab_size();
   std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
   MX_ASSIGN_OR_RETURN(SampleResult s, sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), context_of(*seq)));
+  ++step->generated;
   return emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
 }
 
