@@ -11,7 +11,7 @@
 namespace mxserve::runtime {
 namespace {
 
-Status validate_sampling(const SamplingParams& p, int32_t max_logprobs) {
+Status validate_sampling(const SamplingParams& p, int32_t max_logprobs, int64_t vocab) {
   if (!std::isfinite(p.temperature) || p.temperature < 0)
     return invalid_argument("temperature " + std::to_string(p.temperature) + " must be a finite number >= 0");
   if (!(p.top_p > 0 && p.top_p <= 1)) return invalid_argument("top_p " + std::to_string(p.top_p) + " must be in (0, 1]");
@@ -24,6 +24,15 @@ Status validate_sampling(const SamplingParams& p, int32_t max_logprobs) {
     return invalid_argument("presence_penalty must be in [-2, 2]");
   if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
     return invalid_argument("frequency_penalty must be in [-2, 2]");
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0)
+    return invalid_argument("repetition_penalty " + std::to_string(p.repetition_penalty) + " must be > 0");
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0 || token >= vocab)
+      return invalid_argument("logit_bias token " + std::to_string(token) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    if (!std::isfinite(bias) || std::fabs(bias) > 100)
+      return invalid_argument("logit_bias of token " + std::to_string(token) + " must be in [-100, 100]");
+  }
   return Status::ok();
 }
 
@@ -51,7 +60,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
       executor_(std::move(executor)),
       pool_(config.n_blocks),
       scheduler_(with_spec(config.scheduler, config.spec), pool_),
-      spec_policy_(config.spec) {
+      drafter_(config.spec, config.scheduler.max_num_batched_tokens, *executor_, scheduler_) {
   MX_CHECK_GT(config_.n_blocks, 0);
   if (config_.spec.num_steps > 0 && !executor_->has_mtp())
     MX_CHECK_MSG(false, "speculative decoding needs a model with an MTP layer (checked by the caller)");
@@ -82,7 +91,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
     if (spec.prompt[i] < 0 || spec.prompt[i] >= V)
       return invalid_argument("prompt token " + std::to_string(i) + " = " + std::to_string(spec.prompt[i]) +
                               " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  MX_RETURN_IF_ERROR(validate_sampling(spec.sampling, config_.max_logprobs));
+  MX_RETURN_IF_ERROR(validate_sampling(spec.sampling, config_.max_logprobs, V));
   const int64_t total = n_prompt + spec.sampling.max_tokens;
   if (total > config_.max_model_len)
     return invalid_argument("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +

@@ -1,7 +1,8 @@
 // Engine: the serving loop. Requests arrive through a thread-safe queue; each step the scheduler builds
-// one batch (decodes + prefill chunks), the executor runs it, the sampler picks tokens, and events go
-// back through each request's callback (called on the engine thread). Finished or aborted requests
-// release their blocks. step() can be driven directly (deterministic tests) or by start()'s thread.
+// one batch (decodes + prefill chunks), the executor runs it, the sampler picks tokens (or, with
+// speculative decoding, the verifier judges the drafts and the drafter proposes the next ones: spec/), and
+// events go back through each request's callback (called on the engine thread). Finished or aborted
+// requests release their blocks. step() can be driven directly (deterministic tests) or by start()'s thread.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "kvcache/block_pool.h"
 #include "runtime/executor.h"
 #include "runtime/scheduler.h"
+#include "runtime/spec/drafter.h"
 #include "runtime/spec/speculative.h"
 
 namespace mxserve::runtime {
@@ -39,7 +41,7 @@ struct SpecStats {  // names after vLLM's spec_decode_* metrics
   double acceptance_rate = 0;       // the adaptive policy's current estimate (accepted / drafted EMA)
   int32_t current_steps = 0;        // N chosen for the latest step
   double expected_accepted = 0;     // the policy's E[accepted drafts per step | current N]
-  double estimated_gain = 1;        // estimated decode throughput at current N over N = 0 (1: unmeasured)
+  double estimated_gain = 1;        // est. decode throughput, best measured N over N = 0 (1: unmeasured)
 };
 
 struct EngineStats {
@@ -86,23 +88,25 @@ class Engine {
  private:
   void drain_inbox();
   void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
+  // One step (engine_step.cpp): the target's forward, then per chunk a sampled token or a verification.
   Status run_plan(const SchedulePlan& plan);
+  struct StepOutcome {
+    int64_t generated = 0;
+    int64_t n_decode = 0;  // chunks that produced tokens
+    std::vector<Sequence*> finished;
+    std::vector<std::pair<Sequence*, std::string>> failed;  // e.g. NaN logits: that request ends with an error
+    std::vector<MtpRows> mtp_rows;                          // what the draft stage extends over
+    std::vector<int32_t> compact_src, compact_dst;          // tree paths' KV slots to compact, in order
+    SpecStats spec;
+  };
+  // Each returns whether the request finished (an error ends only that request).
+  Result<bool> sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step);
+  Result<bool> verify_chunk(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row, StepOutcome* step,
+                            std::vector<int32_t>* path);
+  MtpRows mtp_rows_of(const ScheduledChunk& c, int32_t row, const std::vector<int32_t>& path) const;
+  void publish_step_stats(const SchedulePlan& plan, const StepOutcome& step);
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
-  // Speculative decoding: MTP over the rows the target just computed, then N-1 draft steps.
-  struct MtpRows {
-    Sequence* seq;
-    int32_t first_pos;   // positions [first_pos, last_pos] (target rows just computed)
-    int32_t last_pos;
-    int32_t first_row;   // row of first_pos in the target batch (hidden states)
-    std::vector<int32_t> rows;  // tree verify: explicit hidden row per position (the accepted path)
-  };
-  Status extend_and_draft(const std::vector<MtpRows>& all_rows, const Tensor& target_hidden);
-  // Tree mode (engine_spec.cpp): the MTP steps 2..n_steps expanding the best topk frontier nodes of each
-  // sequence; root_rows[i] is sequence i's logit row in `out` (the extend) proposing the depth-1 children,
-  // root_hidden[i] its row in out.hidden.
-  Status draft_tree(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& root_rows,
-                    const std::vector<int32_t>& root_hidden, const ExecOutput& out, int32_t n_steps);
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;
@@ -128,9 +132,7 @@ class Engine {
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
 
-  SpecPolicy spec_policy_;
-  int32_t spec_last_n_ = -1;
-  double spec_extend_seconds_ = 0;  // this step's timed MTP extend at N = 0 (see SpecPolicy::record_step)  // N the latest draft stage chose (verified by the next step)
+  Drafter drafter_;  // speculative decoding's draft stage and adaptive policy (idle when spec is off)
 
   std::thread loop_;
   std::atomic<bool> stop_{false};

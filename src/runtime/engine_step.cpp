@@ -1,13 +1,27 @@
-// Engine::run_plan: one forward of the target over the scheduled batch, then sampling (or, for
-// speculative sequences, verification of their drafts), events, and the MTP draft stage.
+// Engine::run_plan: one forward of the target over the scheduled batch, then per chunk the next token(s) --
+// plain sampling (sampler.h) or the verification of the sequence's drafts (spec/verifier.h) -- events, and
+// the draft stage for the next step (spec/drafter.h).
 #include <algorithm>
-#include <cmath>
 
 #include "core/check.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/spec/verifier.h"
 
 namespace mxserve::runtime {
+namespace {
+
+// Whether a request's next token needs the target's host logits (else the device argmax is all it needs).
+bool needs_host_logits(const SamplingParams& sp) {
+  return !is_greedy(sp) || sp.logprobs >= 0 || has_logit_processing(sp);
+}
+
+TokenContext context_of(const Sequence& seq) {
+  return {std::span<const int32_t>(seq.tokens.data(), seq.prompt_len),
+          std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, seq.n_generated())};
+}
+
+}  // namespace
 
 bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top) {
   seq->tokens.push_back(token);
@@ -31,215 +45,141 @@ bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector
   return ev.finish != FinishReason::kNone;
 }
 
-// True when a request's next token is the plain argmax of its raw logits (no temperature, logprobs or
-// penalties), so the device-side argmax is all the host needs.
-bool greedy_ids_suffice(const SamplingParams& sp) {
-  return sp.temperature <= 0.f && sp.logprobs < 0 && sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f;
-}
-
 Status Engine::run_plan(const SchedulePlan& plan) {
   const auto step_t0 = Clock::now();
-  const int32_t n_verified = spec_last_n_;  // the N the previous step drafted (the policy's choice)
-  spec_extend_seconds_ = 0;
+  const int32_t n_verified = drafter_.current_steps();  // the N the previous step drafted
+  drafter_.begin_step();
   model::ForwardBatch batch = build_forward_batch(plan);
-  const bool spec = spec_enabled();
-  batch.want_hidden = spec;
+  batch.want_hidden = spec_enabled();
   batch.want_host_logits = false;
-  for (const auto& c : plan.chunks)
-    if ((c.n_drafts > 0 || c.needs_sample) && !greedy_ids_suffice(c.seq->sampling)) batch.want_host_logits = true;
-  const auto scheduled_at = Clock::now();
-  for (const auto& c : plan.chunks)
-    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
+  for (const auto& c : plan.chunks) {
+    batch.want_host_logits |= (c.n_drafts > 0 || c.needs_sample) && needs_host_logits(c.seq->sampling);
+    if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = step_t0;
+  }
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
   scheduler_.commit(plan);
-  const int64_t V = executor_->vocab_size();
-  int64_t generated = 0, logit_row = 0, row = 0, n_decode = 0;
-  std::vector<Sequence*> finished;
-  std::vector<MtpRows> mtp_rows;
-  std::vector<int32_t> compact_src, compact_dst;  // tree mode: accepted paths' KV slots to compact
-  SpecStats spec_delta;
+  StepOutcome step;
+  int64_t logit_row = 0;
+  int32_t row = 0;
   for (const auto& c : plan.chunks) {
-    Sequence* seq = c.seq;
-    bool done = false;
-    std::vector<int32_t> verified_path;  // accepted drafts (node indices) of this chunk's verification
-    if (c.needs_sample || c.n_drafts > 0) ++n_decode;
-    if (c.n_drafts > 0) {
-      // Verify: the target's rows p_0..p_N against drafts d_1..d_N.
-      const auto& sp = seq->sampling;
-      const bool greedy = sp.temperature <= 0.f;
-      std::vector<TokenDistribution> p;  // sampled requests only: greedy ones need the argmax ids alone
-      if (!greedy) {
-        p.resize(c.n_tokens);
-        for (int32_t i = 0; i < c.n_tokens; ++i) {
-          std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
-          p[i] = sampling_distribution(lr, sp);
-        }
-      }
-      const uint64_t seed = sp.seed.value_or(seq->seed) ^ 0xA5A5A5A5ull;
-      const uint64_t base = static_cast<uint64_t>(seq->n_generated()) * 64;
-      ChainVerdict v;
-      std::vector<int32_t> path;  // tree mode: accepted nodes, root to leaf (chain: 0..n_accepted-1)
-      const bool tree = !seq->draft_parents.empty();
-      int32_t depth = c.n_drafts;  // positions judged (the policy's N): chain length or tree depth
-      if (tree) {
-        std::vector<int32_t> node_depth(c.n_drafts);
-        depth = 0;
-        for (int32_t i = 0; i < c.n_drafts; ++i) {
-          const int32_t par = seq->draft_parents[i];
-          node_depth[i] = par < 0 ? 1 : node_depth[par] + 1;
-          depth = std::max(depth, node_depth[i]);
-        }
-        auto first_child = [&](int32_t parent, int32_t token) {  // siblings carry distinct tokens
-          for (int32_t i = parent + 1; i < c.n_drafts; ++i)
-            if (seq->draft_parents[i] == parent && seq->drafts[i] == token) return i;
-          return -1;
-        };
-        auto row_of = [&](int32_t node) { return logit_row + (node < 0 ? 0 : 1 + node); };
-        if (config_.spec.simulate_acceptance) {
-          // Benchmark mode: accept a path of the simulated length (at most the tree's depth): the path to
-          // the first node, in the tree's (best-first, topological) order, at that depth.
-          const double want = *config_.spec.simulate_acceptance - 1.0 + counter_uniform(seed, base);
-          const int32_t n_acc = std::clamp(static_cast<int32_t>(want), 0, depth);
-          int32_t cur = -1;
-          for (int32_t i = 0; i < c.n_drafts && n_acc > 0; ++i)
-            if (node_depth[i] == n_acc) {
-              cur = i;
-              break;
-            }
-          for (int32_t a = cur; a >= 0; a = seq->draft_parents[a]) path.push_back(a);
-          std::reverse(path.begin(), path.end());
-          v.next_token = greedy ? out.greedy_token(row_of(cur)) : p[row_of(cur) - logit_row].draw(counter_uniform(seed, base + 1));
-        } else if (greedy) {
-          // The longest root-to-node path whose every token is the target's argmax at its parent.
-          int32_t cur = -1;
-          for (;;) {
-            const int32_t want = out.greedy_token(row_of(cur));
-            const int32_t nxt = first_child(cur, want);
-            if (nxt < 0) {
-              v.next_token = want;
-              break;
-            }
-            path.push_back(cur = nxt);
-          }
-        } else {
-          DraftTree dt;
-          dt.tokens.assign(seq->drafts.begin(), seq->drafts.begin() + c.n_drafts);
-          dt.parents = seq->draft_parents;
-          TreeVerdict tv = verify_tree(dt, {}, p, false, [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
-          path = std::move(tv.path);
-          v.next_token = tv.next_token;
-        }
-        v.n_accepted = static_cast<int32_t>(path.size());
-      } else if (config_.spec.simulate_acceptance) {
-        // Benchmark mode: accept a fixed expected number of drafts, whatever they are.
-        const double want = *config_.spec.simulate_acceptance - 1.0 + counter_uniform(seed, base);
-        v.n_accepted = std::clamp(static_cast<int32_t>(want), 0, c.n_drafts);
-        v.next_token = greedy ? out.greedy_token(logit_row + v.n_accepted)
-                              : p[v.n_accepted].draw(counter_uniform(seed, base + 1));
-      } else if (greedy) {
-        // Accept while d_{i+1} == argmax p_i; the next token is the argmax after the last accepted draft.
-        while (v.n_accepted < c.n_drafts && seq->drafts[v.n_accepted] == out.greedy_token(logit_row + v.n_accepted))
-          ++v.n_accepted;
-        v.next_token = out.greedy_token(logit_row + v.n_accepted);
-      } else {
-        v = verify_chain(std::span<const int32_t>(seq->drafts.data(), c.n_drafts), seq->draft_q, p, greedy,
-                         [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
-      }
-      if (!tree)
-        for (int32_t i = 0; i < v.n_accepted; ++i) path.push_back(i);
-      spec_delta.num_drafts += 1;
-      spec_delta.num_draft_tokens += c.n_drafts;
-      spec_delta.num_accepted_tokens += v.n_accepted;
-      // accepted_per_pos[i]: drafts accepted at position (tree: depth) i + 1
-      if (spec_delta.accepted_per_pos.size() < static_cast<size_t>(depth))
-        spec_delta.accepted_per_pos.resize(depth, 0);
-      for (int32_t i = 0; i < v.n_accepted; ++i) ++spec_delta.accepted_per_pos[i];
-      spec_policy_.record(depth, v.n_accepted);
-      seq->spec_drafted += c.n_drafts;
-      seq->spec_accepted += v.n_accepted;
-      std::vector<int32_t> accepted;
-      for (int32_t a : path) accepted.push_back(seq->drafts[a]);
-      if (tree) {
-        // Compact the accepted path's K/V (written at KV index start + 1 + node) into the consecutive
-        // positions start + 1 .. start + A. Pairs in path order never read a slot an earlier one wrote
-        // (node >= depth - 1), and kv_copy applies them in order anyway.
-        const int64_t bs = config_.scheduler.block_size;
-        auto slot = [&](int32_t j) { return static_cast<int32_t>(seq->block_table[j / bs] * bs + j % bs); };
-        for (int32_t i = 0; i < v.n_accepted; ++i) {
-          const int32_t src = c.start + 1 + path[i], dst = c.start + 1 + i;
-          if (src != dst) {
-            compact_src.push_back(slot(src));
-            compact_dst.push_back(slot(dst));
-          }
-        }
-      }
-      seq->clear_drafts();
-      // Accepted drafts' K/V were written by the verify forward: they are computed tokens now.
-      for (int32_t i = 0; i <= v.n_accepted && !done; ++i) {
-        const int32_t token = i < v.n_accepted ? accepted[i] : v.next_token;
-        float logprob = 0.f;
-        if (sp.logprobs >= 0) {  // raw log-softmax, as sample_token reports it
-          const int64_t r = logit_row + (i == 0 ? 0 : 1 + path[i - 1]);  // the row that predicted it
-          std::span<const float> lr(out.logits.data<float>() + r * V, V);
-          const float lmax = *std::max_element(lr.begin(), lr.end());
-          double z = 0;
-          for (float x : lr) z += std::exp(static_cast<double>(x - lmax));
-          logprob = static_cast<float>(lr[token] - lmax - std::log(z));
-        }
-        if (i < v.n_accepted) ++seq->n_computed;
-        done = emit_token(seq, token, logprob, {});
-        ++generated;
-      }
-      verified_path = path;
-      logit_row += c.n_tokens;
-    } else if (c.needs_sample) {
-      if (greedy_ids_suffice(seq->sampling)) {
-        done = emit_token(seq, out.greedy_token(logit_row), 0.f, {});
-      } else {
-        std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
-        std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
-        SampleResult s = sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), gen);
-        done = emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
-      }
-      ++generated;
-      logit_row += 1;
-    }
-    if (done) {
-      finished.push_back(seq);
-    } else if (spec && seq->n_draft_computed == c.start) {
-      // The MTP layer catches up over every position this forward computed for the sequence.
-      MtpRows m{seq, c.start, seq->n_computed - 1, static_cast<int32_t>(row), {}};
-      if (!verified_path.empty() || c.n_drafts > 0) {
-        // Verified rows: x_last then the accepted drafts (tree: their rows in the batch).
-        m.rows.push_back(static_cast<int32_t>(row));
-        for (int32_t a : verified_path) m.rows.push_back(static_cast<int32_t>(row) + 1 + a);
-        m.rows.resize(m.last_pos - m.first_pos + 1);
-      }
-      mtp_rows.push_back(std::move(m));
-    }
+    const bool decodes = c.n_drafts > 0 || c.needs_sample;
+    step.n_decode += decodes;
+    std::vector<int32_t> path;  // accepted draft nodes of this chunk's verification
+    Result<bool> done = c.n_drafts > 0 ? verify_chunk(c, out, logit_row, &step, &path)
+                        : decodes      ? sample_chunk(c, out, logit_row, &step)
+                                       : Result<bool>(false);
+    logit_row += c.n_drafts > 0 ? c.n_tokens : decodes;
+    if (!done.is_ok()) step.failed.emplace_back(c.seq, done.status().to_string());
+    else if (*done) step.finished.push_back(c.seq);
+    else if (spec_enabled() && c.seq->n_draft_computed == c.start) step.mtp_rows.push_back(mtp_rows_of(c, row, path));
     row += c.n_tokens;
   }
-  if (!compact_src.empty()) MX_RETURN_IF_ERROR(executor_->copy_kv(compact_src, compact_dst));
-  Status mtp_status = Status::ok();
-  if (!mtp_rows.empty()) mtp_status = extend_and_draft(mtp_rows, out.hidden);
-  if (spec && plan.n_prefill_tokens == 0 && n_decode > 0)  // a pure decode step: its cost teaches the policy
-    spec_policy_.record_step(n_verified, n_decode, std::chrono::duration<double>(Clock::now() - step_t0).count(),
-                             spec_extend_seconds_);
-  for (Sequence* seq : finished) finish(seq, FinishReason::kStop);
-  std::lock_guard<std::mutex> s(stats_mutex_);
-  stats_.generated_tokens += generated;
+  if (!step.compact_src.empty()) MX_RETURN_IF_ERROR(executor_->copy_kv(step.compact_src, step.compact_dst));
+  Status draft_status = Status::ok();
+  if (!step.mtp_rows.empty()) draft_status = drafter_.extend_and_draft(step.mtp_rows, out.hidden);
+  if (spec_enabled() && plan.n_prefill_tokens == 0 && step.n_decode > 0)  // a pure decode step teaches the policy
+    drafter_.record_step(n_verified, step.n_decode, std::chrono::duration<double>(Clock::now() - step_t0).count());
+  for (Sequence* seq : step.finished) finish(seq, FinishReason::kStop);
+  for (const auto& [seq, error] : step.failed) finish(seq, FinishReason::kError, error);
+  publish_step_stats(plan, step);
+  return draft_status;
+}
+
+Result<bool> Engine::sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step) {
+  Sequence* seq = c.seq;
+  if (!needs_host_logits(seq->sampling)) {
+    ++step->generated;
+    return emit_token(seq, out.greedy_token(logit_row), 0.f, {});
+  }
+  const int64_t V = executor_->vocab_size();
+  std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
+  MX_ASSIGN_OR_RETURN(SampleResult s, sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), context_of(*seq)));
+  ++step->generated;
+  return emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
+}
+
+Result<bool> Engine::verify_chunk(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row,
+                                  StepOutcome* step, std::vector<int32_t>* path) {
+  Sequence* seq = c.seq;
+  const SamplingParams& sp = seq->sampling;
+  const int64_t V = executor_->vocab_size(), n_rows = c.n_tokens;  // [last token, drafts]
+  VerifyInput in;
+  in.drafts = std::span<const int32_t>(seq->drafts.data(), c.n_drafts);
+  in.parents = seq->draft_parents;
+  in.proposals = seq->draft_q;
+  in.sampling = &sp;
+  in.context = context_of(*seq);
+  in.seed = sampling_seed(sp, seq->seed);
+  in.simulate_acceptance = config_.spec.simulate_acceptance;
+  TargetRows target;
+  target.vocab = V;
+  if (out.logits.ndim() == 2)
+    target.logits = {out.logits.data<float>() + logit_row * V, static_cast<size_t>(n_rows * V)};
+  if (!out.argmax.empty()) target.argmax = {out.argmax.data() + logit_row, static_cast<size_t>(n_rows)};
+  Result<Verdict> verdict = verify_drafts(in, target);
+  seq->clear_drafts();
+  MX_RETURN_IF_ERROR(verdict.status());
+  const Verdict& v = *verdict;
+  const int32_t n_acc = v.n_accepted();
+  SpecStats& s = step->spec;
+  s.num_drafts += 1;
+  s.num_draft_tokens += c.n_drafts;
+  s.num_accepted_tokens += n_acc;
+  if (s.accepted_per_pos.size() < static_cast<size_t>(v.depth)) s.accepted_per_pos.resize(v.depth, 0);
+  for (int32_t i = 0; i < n_acc; ++i) ++s.accepted_per_pos[i];  // drafts accepted at position (tree: depth) i + 1
+  drafter_.record_verdict(v.depth, n_acc);
+  seq->spec_drafted += c.n_drafts;
+  seq->spec_accepted += n_acc;
+  // Tree paths: compact the accepted nodes' K/V into consecutive positions (pairs applied in order).
+  const int64_t bs = config_.scheduler.block_size;
+  auto slot = [&](int32_t j) { return static_cast<int32_t>(seq->block_table[j / bs] * bs + j % bs); };
+  for (const auto& [from, to] : v.kv_moves) {
+    step->compact_src.push_back(slot(c.start + from));
+    step->compact_dst.push_back(slot(c.start + to));
+  }
+  // Accepted drafts' K/V were written by the verify forward: they are computed tokens now.
+  bool done = false;
+  for (size_t i = 0; i < v.tokens.size() && !done; ++i) {
+    float logprob = 0.f;
+    std::vector<TopLogprob> top;
+    if (sp.logprobs >= 0)  // raw log-softmax of the row that predicted the token, as plain sampling reports it
+      raw_logprobs(target.logits.subspan(v.rows[i] * V, V), v.tokens[i], sp.logprobs, &logprob, &top);
+    if (static_cast<int32_t>(i) < n_acc) ++seq->n_computed;
+    done = emit_token(seq, v.tokens[i], logprob, std::move(top));
+    ++step->generated;
+  }
+  *path = v.path;
+  return done;
+}
+
+MtpRows Engine::mtp_rows_of(const ScheduledChunk& c, int32_t row, const std::vector<int32_t>& path) const {
+  // The MTP layer catches up over every position this forward computed for the sequence.
+  MtpRows m{c.seq, c.start, c.seq->n_computed - 1, row, {}};
+  if (c.n_drafts > 0) {  // verified rows: x_last then the accepted drafts (tree: their rows in the batch)
+    m.rows.push_back(row);
+    for (int32_t a : path) m.rows.push_back(row + 1 + a);
+    m.rows.resize(m.last_pos - m.first_pos + 1);
+  }
+  return m;
+}
+
+void Engine::publish_step_stats(const SchedulePlan& plan, const StepOutcome& step) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_.generated_tokens += step.generated;
   stats_.prompt_tokens += plan.n_prefill_tokens;
-  stats_.spec.num_drafts += spec_delta.num_drafts;
-  stats_.spec.num_draft_tokens += spec_delta.num_draft_tokens;
-  stats_.spec.num_accepted_tokens += spec_delta.num_accepted_tokens;
-  if (stats_.spec.accepted_per_pos.size() < spec_delta.accepted_per_pos.size())
-    stats_.spec.accepted_per_pos.resize(spec_delta.accepted_per_pos.size(), 0);
-  for (size_t i = 0; i < spec_delta.accepted_per_pos.size(); ++i)
-    stats_.spec.accepted_per_pos[i] += spec_delta.accepted_per_pos[i];
-  stats_.spec.acceptance_rate = spec_policy_.acceptance_rate();
-  stats_.spec.expected_accepted = spec_policy_.expected_accepted(stats_.spec.current_steps);
-  stats_.spec.estimated_gain = spec_policy_.estimated_gain();
-  return mtp_status;
+  SpecStats& s = stats_.spec;
+  s.num_drafts += step.spec.num_drafts;
+  s.num_draft_tokens += step.spec.num_draft_tokens;
+  s.num_accepted_tokens += step.spec.num_accepted_tokens;
+  if (s.accepted_per_pos.size() < step.spec.accepted_per_pos.size())
+    s.accepted_per_pos.resize(step.spec.accepted_per_pos.size(), 0);
+  for (size_t i = 0; i < step.spec.accepted_per_pos.size(); ++i) s.accepted_per_pos[i] += step.spec.accepted_per_pos[i];
+  if (!spec_enabled()) return;
+  const SpecPolicy& policy = drafter_.policy();
+  s.current_steps = std::max(drafter_.current_steps(), 0);
+  s.acceptance_rate = policy.acceptance_rate();
+  s.expected_accepted = policy.expected_accepted(s.current_steps);
+  s.estimated_gain = policy.estimated_gain();
 }
 
 }  // namespace mxserve::runtime

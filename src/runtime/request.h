@@ -5,8 +5,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mxserve::runtime {
@@ -14,8 +17,19 @@ namespace mxserve::runtime {
 using Clock = std::chrono::steady_clock;
 using RequestId = uint64_t;
 
+// A per-request constraint on the next token (e.g. structured output), applied before any other logit
+// processing wherever the engine decides a token: plain sampling, speculative verification and drafting.
+class LogitMask {
+ public:
+  virtual ~LogitMask() = default;
+  // Sets the logits of the tokens not allowed after `generated` (the request's output before the position,
+  // speculative tokens included) to -inf. Called on the engine thread; must depend on `generated` only:
+  // verification and drafting ask about hypothetical continuations, several per step, in any order.
+  virtual void apply(std::span<const int32_t> generated, std::span<float> logits) const = 0;
+};
+
 struct SamplingParams {
-  float temperature = 1.0f;        // 0 = greedy (deterministic)
+  float temperature = 1.0f;        // < 1e-5 (kGreedyTemperature) = greedy (deterministic)
   float top_p = 1.0f;              // nucleus mass in (0, 1]
   int32_t top_k = 0;               // 0 = off
   float min_p = 0.0f;              // drop tokens with p < min_p * p_max
@@ -26,6 +40,9 @@ struct SamplingParams {
   int32_t logprobs = -1;           // -1: none; 0: the sampled token's; n: plus the n most likely
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f; // > 0; tokens of the prompt or output: logit / r when > 0, logit * r else
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias added to its logit)
+  std::shared_ptr<const LogitMask> logit_mask;        // optional
 };
 
 struct RequestSpec {

@@ -1,26 +1,74 @@
-// Sampler: turns one row of logits into a token, per request. Greedy when temperature == 0; otherwise
-// temperature -> top-k -> top-p -> min-p on the softmax, then a draw from a counter-based RNG keyed on
-// (seed, output index), so a seeded request samples the same tokens whatever it is batched with.
+// Sampler: turns one row of logits into a token, per request, in two stages shared by plain decoding,
+// speculative verification and drafting (so all three see the same distribution):
+//   1. process_logits: logit mask (structured output) -> logit bias -> repetition penalty (prompt + output)
+//      -> presence / frequency penalties (output), in place, given the tokens before the position;
+//   2. pick: greedy (temperature < kGreedyTemperature) = argmax of the processed logits; otherwise
+//      temperature -> top-k -> top-p -> min-p on the softmax (sampling_distribution), then a draw from a
+//      counter-based RNG keyed on (seed, output index), so a seeded request samples the same tokens whatever
+//      it is batched with, and with or without speculation.
+// Reported logprobs are the raw log-softmax (before processing), as vLLM's default reports them.
+// Numerics: NaN logits or a row with no allowed token are errors naming the culprit; +inf logits share the
+// mass equally; -inf logits have probability 0; tiny temperatures are greedy, never an overflow.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "core/status.h"
 #include "runtime/request.h"
 
 namespace mxserve::runtime {
 
-struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.f;                   // log-softmax of the raw logits at the token (params.logprobs >= 0)
-  std::vector<TopLogprob> top_logprobs;  // the n most likely tokens under the raw logits
+// Temperatures below this are greedy (vLLM's rule): logits / T would overflow or underflow.
+inline constexpr float kGreedyTemperature = 1e-5f;
+inline bool is_greedy(const SamplingParams& p) { return p.temperature < kGreedyTemperature; }
+// Whether process_logits changes anything (then a greedy token is not the argmax of the raw logits).
+bool has_logit_processing(const SamplingParams& p);
+// The RNG seed of a request: its own seed when given, else the engine's per-request default.
+inline uint64_t sampling_seed(const SamplingParams& p, uint64_t request_seed) { return p.seed.value_or(request_seed); }
+
+// What the processors see at one position: the prompt and every token generated before the position
+// (speculative drafts assumed accepted included).
+struct TokenContext {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> generated;
 };
 
-// logits: [V] raw model logits (modified in place by penalties). output_counts: how many times each
-// token was generated so far (for presence/frequency penalties; may be empty). step: output index.
-SampleResult sample_token(std::span<float> logits, const SamplingParams& params, uint64_t request_seed,
-                          uint64_t step, std::span<const int32_t> generated);
+// Stage 1, in place. logits: [V].
+void process_logits(std::span<float> logits, const SamplingParams& p, const TokenContext& ctx);
+// An error naming the first NaN logit, or saying that no token is allowed (every logit -inf).
+Status check_logits(std::span<const float> logits);
+// Argmax (ties: the lowest id) of a checked row.
+int32_t argmax_of(std::span<const float> logits);
+
+// The distribution a sampled request draws from (temperature, top-k, top-p, min-p applied), sparse.
+struct TokenDistribution {
+  std::vector<int32_t> ids;   // sorted
+  std::vector<double> probs;  // sums to 1
+  double prob_of(int32_t token) const;
+  int32_t argmax() const;
+  int32_t draw(double u) const;  // u uniform in [0, 1)
+};
+// Stage 2's distribution of a processed, checked row (greedy: a point mass on the argmax).
+TokenDistribution sampling_distribution(std::span<const float> logits, const SamplingParams& p);
+
+// Stage 2 on a processed row: the token at output index `step`. Errors as check_logits.
+Result<int32_t> pick_token(std::span<const float> processed, const SamplingParams& p, uint64_t seed, uint64_t step);
+
+// The raw log-softmax of `token` and, for n_top > 0, the n_top most likely tokens (ties: lower id first).
+void raw_logprobs(std::span<const float> raw, int32_t token, int32_t n_top, float* logprob,
+                  std::vector<TopLogprob>* top);
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.f;                   // raw log-softmax at the token (params.logprobs >= 0)
+  std::vector<TopLogprob> top_logprobs;  // the params.logprobs most likely tokens under the raw logits
+};
+
+// Both stages plus logprobs. logits: [V] raw model logits (processed in place). step: output index.
+Result<SampleResult> sample_token(std::span<float> logits, const SamplingParams& params, uint64_t request_seed,
+                                  uint64_t step, const TokenContext& ctx);
 
 // A uniform double in [0, 1) from (seed, counter): splitmix64 of the pair. Stateless by design.
 double counter_uniform(uint64_t seed, uint64_t counter);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/request.h"
-#include "runtime/spec/speculative.h"
+#include "runtime/sampler.h"
 
 namespace mxserve::runtime {
 

@@ -1,11 +1,10 @@
-// Speculative decoding maths, independent of the model: the processed sampling distribution, chain
-// verification (greedy match or lossless rejection sampling) and the adaptive draft-length policy.
+// Speculative decoding's configuration and its adaptive draft-length policy (the maths, independent of the
+// model). Verification lives in verifier.h, drafting in drafter.h.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <vector>
 
 #include "runtime/request.h"
@@ -31,59 +30,6 @@ struct SpecConfig {
     return tree() ? std::min(num_draft_tokens - 1, tree_capacity(n)) : n;
   }
 };
-
-// The distribution sample_token draws from (temperature, top-k, top-p, min-p applied), sparse.
-struct TokenDistribution {
-  std::vector<int32_t> ids;
-  std::vector<double> probs;  // sums to 1
-  double prob_of(int32_t token) const;
-  int32_t argmax() const;
-  int32_t draw(double u) const;  // u uniform in [0, 1)
-};
-TokenDistribution sampling_distribution(std::span<const float> logits, const SamplingParams& p);
-
-struct ChainVerdict {
-  int32_t n_accepted = 0;  // drafts accepted, in order
-  int32_t next_token = -1; // the bonus token (all accepted) or the correction at the first rejection
-};
-
-// Verifies drafts d_1..d_N against target rows p_0..p_N (p_i predicts the token after d_i; p_0 the one
-// after the last verified token). Greedy: accept while d_{i+1} == argmax p_i. Sampling: accept d_{i+1}
-// with probability min(1, p_i(d)/q_i(d)); at the first rejection draw from norm(max(0, p_i - q_i));
-// if all are accepted draw the bonus from p_N. This preserves the target distribution exactly.
-// uniforms(i) must return independent U[0,1) draws.
-template <typename Uniform>
-ChainVerdict verify_chain(std::span<const int32_t> drafts, const std::vector<TokenDistribution>& q,
-                          const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms);
-
-// Tree verification (the maths of tree mode; the engine's tree drafting/attention is not wired yet).
-// Nodes 0..M-1 in topological order (parent < child); parent -1 is the root (the last verified token).
-// p[0] is the target's distribution at the root, p[i + 1] at node i. Each node also names the proposal
-// it was drawn from, proposal[i]: an index into q, or -1 for a deterministic pick (top-k drafting: the
-// candidate set is a function of q, so each candidate's proposal is a point mass on itself).
-struct DraftTree {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> parents;
-  std::vector<int32_t> proposal;  // empty: all deterministic
-};
-struct TreeVerdict {
-  std::vector<int32_t> path;  // accepted nodes, root to leaf
-  int32_t next_token = -1;    // bonus (target at the last accepted node) or correction
-};
-// Greedy: follow the child whose token equals argmax p at the current node (the longest such path).
-// Sampling (multi-candidate recursive rejection, SpecInfer/EAGLE): at the current node with target
-// distribution P, try the children in order; child c with proposal Q_c is accepted with probability
-// min(1, P(c) / Q_c(c)) (deterministic: Q_c = delta_c, so min(1, P(c))); on rejection
-// P <- norm(max(0, P - Q_c)) (deterministic: P with c removed, renormalized) and the next child is tried.
-// An accepted child becomes the current node (its own p); when no child is accepted the next token is
-// drawn from the current P. Exact: the emitted tokens follow the target distribution, provided sibling
-// children sharing a sampled proposal were drawn i.i.d. from it.
-// uniforms(i) must return independent U[0,1) draws.
-template <typename Uniform>
-TreeVerdict verify_tree(const DraftTree& tree, const std::vector<TokenDistribution>& q,
-                        const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms);
-TreeVerdict verify_tree_impl(const DraftTree& tree, const std::vector<TokenDistribution>& q,
-                             const std::vector<TokenDistribution>& p, bool greedy, const std::vector<double>& u);
 
 // Adaptive, cost-aware draft-length policy (docs/speculative.md, "Never slower").
 // Inputs: per-position conditional acceptance EMAs alpha_i (chain: P(draft i accepted | draft i-1 was)),
@@ -119,8 +65,8 @@ class SpecPolicy {
 
   double acceptance_rate() const { return rate_; }  // EMA of accepted / drafted
   double expected_accepted(int32_t n) const;        // E[accepted | N = n] from the alpha_i
-  // Estimated throughput of the current choice over plain decoding (N = 0) at the latest batch bucket;
-  // 1 when either cell is unmeasured.
+  // Estimated decode throughput of the best measured N over plain decoding (N = 0), from the latest batch
+  // bucket where N = 0 is measured; 1 until then (and with a fixed N, which never measures N = 0).
   double estimated_gain() const { return gain_; }
   // Mean measured step time of (n, bucket of n_decoding), or a negative value when unmeasured (tests).
   double step_time(int32_t n, int64_t n_decoding) const;
@@ -146,25 +92,5 @@ class SpecPolicy {
   int last_bucket_ = 0;
   double gain_ = 1.0;
 };
-
-ChainVerdict verify_chain_impl(std::span<const int32_t> drafts, const std::vector<TokenDistribution>& q,
-                               const std::vector<TokenDistribution>& p, bool greedy,
-                               const std::vector<double>& uniforms);
-
-template <typename Uniform>
-ChainVerdict verify_chain(std::span<const int32_t> drafts, const std::vector<TokenDistribution>& q,
-                          const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms) {
-  std::vector<double> u(2 * drafts.size() + 2);
-  for (size_t i = 0; i < u.size(); ++i) u[i] = uniforms(i);
-  return verify_chain_impl(drafts, q, p, greedy, u);
-}
-
-template <typename Uniform>
-TreeVerdict verify_tree(const DraftTree& tree, const std::vector<TokenDistribution>& q,
-                        const std::vector<TokenDistribution>& p, bool greedy, Uniform&& uniforms) {
-  std::vector<double> u(tree.tokens.size() + tree.tokens.size() + 2);
-  for (size_t i = 0; i < u.size(); ++i) u[i] = uniforms(i);
-  return verify_tree_impl(tree, q, p, greedy, u);
-}
 
 }  // namespace mxserve::runtime

@@ -2,6 +2,7 @@
 // memory pressure over thousands of steps, with the invariants checked after every step.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -221,6 +222,63 @@ TEST(EngineSim, WaitingCapExactAcrossSteps) {
     EXPECT_EQ(st.waiting, 2);
     EXPECT_EQ(sim.engine->submit(spec, cb).status().code(), StatusCode::kUnavailable) << "step " << step;
   }
+}
+
+}  // namespace
+}  // namespace mxserve::runtime
+
+namespace mxserve::runtime {
+namespace {
+
+// NaN logits for the row of token kPoison at position 2 (a model bug, met by one request's prompt only).
+class NanForTokenModel final : public ModelExecutor {
+ public:
+  static constexpr int32_t kPoison = 13;
+  explicit NanForTokenModel(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
+  Result<ExecOutput> execute(const model::ForwardBatch& b) override {
+    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute(b));
+    for (size_t r = 0; r < b.logit_rows.size(); ++r) {
+      const int32_t row = b.logit_rows[r];
+      if (b.token_ids[row] == kPoison && b.positions[row] == 2) out.logits.data<float>()[r * vocab_size() + 5] = NAN;
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ModelExecutor> inner_;
+};
+
+// A NaN logit ends the request that met it with an error naming the token id; the batch goes on.
+TEST(EngineSim, NanLogitsEndOnlyThatRequestWithAnError) {
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 4;
+  cfg.n_blocks = 64;
+  Engine engine(cfg, std::make_unique<NanForTokenModel>(std::make_unique<FakeModel>(64, 4, kVocab)));
+  std::map<RequestId, std::vector<TokenEvent>> events;
+  std::vector<RequestId> ids;
+  for (const std::vector<int32_t>& prompt : {std::vector<int32_t>{3, 4, NanForTokenModel::kPoison}, {3, 4, 5}}) {
+    RequestSpec spec;
+    spec.prompt = prompt;
+    spec.sampling.temperature = 0.5f;
+    spec.sampling.max_tokens = 6;
+    spec.sampling.ignore_eos = true;
+    auto id = engine.submit(spec, [&events](const TokenEvent& ev) { events[ev.id].push_back(ev); });
+    ASSERT_TRUE(id.is_ok());
+    ids.push_back(*id);
+  }
+  while (!engine.idle()) {
+    engine.step();
+    ASSERT_TRUE(engine.check_invariants().is_ok());
+  }
+  ASSERT_EQ(events[ids[0]].size(), 1u);
+  EXPECT_EQ(events[ids[0]][0].finish, FinishReason::kError);
+  EXPECT_EQ(events[ids[0]][0].token, -1);
+  EXPECT_NE(events[ids[0]][0].error.find("NaN logit (token id 5"), std::string::npos) << events[ids[0]][0].error;
+  ASSERT_EQ(events[ids[1]].size(), 6u);
+  EXPECT_EQ(events[ids[1]].back().finish, FinishReason::kLength);
+  EXPECT_EQ(engine.stats().finished, 2);
 }
 
 }  // namespace

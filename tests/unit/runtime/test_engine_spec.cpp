@@ -14,6 +14,7 @@
 #include "runtime/engine.h"
 #include "runtime/spec/self_test.h"
 #include "fake_model.h"
+#include "oracle_mtp_model.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -86,6 +87,8 @@ class RecordingExecutor final : public ModelExecutor {
 
 struct Result_ {
   std::map<size_t, std::vector<int32_t>> tokens;
+  std::map<size_t, std::vector<float>> logprobs;
+  std::map<size_t, std::vector<std::vector<TopLogprob>>> top;
   std::map<size_t, Usage> usage;
   EngineStats stats;
 };
@@ -111,7 +114,11 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
   auto submit = [&](size_t i) {
     auto id = engine.submit(specs[i], [&out, &index](const TokenEvent& ev) {
       const size_t k = index.at(ev.id);
-      if (ev.token >= 0) out.tokens[k].push_back(ev.token);
+      if (ev.token >= 0) {
+        out.tokens[k].push_back(ev.token);
+        out.logprobs[k].push_back(ev.logprob);
+        out.top[k].push_back(ev.top_logprobs);
+      }
       if (ev.finish != FinishReason::kNone) out.usage[k] = ev.usage;
     });
     EXPECT_TRUE(id.is_ok()) << id.status().to_string();
@@ -221,6 +228,44 @@ TEST_P(SpecFixture, TreeGreedyOutputsIdenticalWithAndWithoutSpeculation) {
         }
         EXPECT_EQ(drafted, sp.stats.spec.num_draft_tokens) << what;
         EXPECT_EQ(accepted, sp.stats.spec.num_accepted_tokens) << what;
+      }
+    }
+  }
+}
+
+// Greedy requests with presence/frequency penalties: the penalized argmax (with the accepted drafts before
+// each position counted) decides, with and without speculation, chain and tree, alone and batched; the
+// reported logprobs and top_logprobs (raw log-softmax) equal the plain run's within fp tolerance.
+TEST_P(SpecFixture, PenaltiesAndLogprobsMatchPlainDecoding) {
+  Loaded& m = fixture(GetParam());
+  auto specs = prompts_of(m, 12);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].sampling.presence_penalty = i % 2 ? 1.5f : 0.5f;
+    specs[i].sampling.frequency_penalty = i % 2 ? 0.5f : 2.0f;
+    specs[i].sampling.logprobs = 3;
+  }
+  const Result_ plain = run(m, specs, 0, false, false);
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+    bool batched;
+  };
+  for (const Shape sh : {Shape{1, 1, 0, false}, Shape{3, 1, 0, true}, Shape{3, 2, 6, true}}) {
+    const Result_ sp = run(m, specs, sh.steps, true, sh.batched, nullptr, std::nullopt, false, sh.topk, sh.draft_tokens);
+    const std::string what = GetParam() + " S=" + std::to_string(sh.steps) + " k=" + std::to_string(sh.topk) +
+                             " batched " + std::to_string(sh.batched);
+    EXPECT_GT(sp.stats.spec.num_draft_tokens, 0) << what;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_EQ(sp.tokens.at(i), plain.tokens.at(i)) << what << " request " << i;
+      for (size_t t = 0; t < plain.tokens.at(i).size(); ++t) {
+        const std::string at = what + " request " + std::to_string(i) + " token " + std::to_string(t);
+        EXPECT_NEAR(sp.logprobs.at(i)[t], plain.logprobs.at(i)[t], 1e-3) << at;
+        const auto& a = sp.top.at(i)[t];
+        const auto& b = plain.top.at(i)[t];
+        ASSERT_EQ(a.size(), b.size()) << at;
+        for (size_t k = 0; k < a.size(); ++k) {
+          EXPECT_EQ(a[k].token, b[k].token) << at;
+          EXPECT_NEAR(a[k].logprob, b[k].logprob, 1e-3) << at;
+        }
       }
     }
   }
@@ -361,7 +406,7 @@ TEST_P(SpecFixture, AdaptivePolicyStaysLosslessAndPausesUselessDrafts) {
 
 // The fixtures' weights are random, so their MTP layer (correct, and equal to HF's) agrees with the
 // target ~never: on them the self-test runs end to end and a zeroed draft is flagged; healthy-vs-broken
-// is checked on a fake model whose draft is an oracle (OracleMtpModel below).
+// is checked on a fake model whose draft is an oracle (OracleMtpModel, oracle_mtp_model.h).
 TEST_P(SpecFixture, SelfTestRunsOnTheFixtureAndFlagsAZeroedDraft) {
   Loaded& m = fixture(GetParam());
   SpecConfig spec;
@@ -380,74 +425,7 @@ TEST_P(SpecFixture, SelfTestRunsOnTheFixtureAndFlagsAZeroedDraft) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpecFixture, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
 
-// A fake target (testing::FakeModel's context hash over a fake KV of token ids) with an oracle MTP
-// layer: the MTP row (position p, token x_{p+1}) keeps its own fake KV (x_{p+1} at index p + 1) and
-// predicts from the context it sees, exactly what the target would predict there. So a healthy draft
-// accepts every greedy draft; the zeroed hook accepts ~1/V.
-class OracleMtpModel final : public ModelExecutor {
- public:
-  // scale sharpens the logits (the argmax is unchanged): a peaked draft ranks the greedy path first.
-  OracleMtpModel(int64_t n_blocks, int64_t block_size, int64_t vocab, float scale = 1.f)
-      : target_(n_blocks * block_size, -1), draft_(n_blocks * block_size, -1), bs_(block_size), vocab_(vocab),
-        scale_(scale) {}
-  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
-    for (size_t i = 0; i < src.size(); ++i) {
-      target_[dst[i]] = target_[src[i]];
-      draft_[dst[i]] = draft_[src[i]];
-    }
-    ++copies_;
-    return Status::ok();
-  }
-  int64_t copies() const { return copies_; }
-  int64_t vocab_size() const override { return vocab_; }
-  bool has_mtp() const override { return true; }
-  Tensor select_rows(const Tensor& h, const std::vector<int32_t>&) override { return h; }
-  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return run(b, false); }
-  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor&) override { return run(b, true); }
-
- private:
-  Result<ExecOutput> run(const model::ForwardBatch& batch, bool mtp) {
-    MX_RETURN_IF_ERROR(batch.validate(vocab_, static_cast<int64_t>(target_.size()) / bs_, bs_));
-    // Each row's token is stored at its KV index: target row j holds x_j, MTP row p holds x_{p+1}. Tree rows
-    // (speculative trees) see only the keys their mask allows, exactly as the attention kernels do.
-    for (const auto& s : batch.seqs)
-      for (int32_t i = 0; i < s.n_tokens; ++i)
-        (mtp ? draft_ : target_)[slot(s, s.kv_index_of(i))] = batch.token_ids[s.token_begin + i];
-    Tensor logits = Tensor::empty(DType::kF32, {static_cast<int64_t>(batch.logit_rows.size()), vocab_});
-    std::vector<int32_t> ctx;
-    for (size_t r = 0; r < batch.logit_rows.size(); ++r) {
-      const int32_t row = batch.logit_rows[r];
-      for (const auto& s : batch.seqs) {
-        if (row < s.token_begin || row >= s.token_begin + s.n_tokens) continue;
-        const int32_t i = row - s.token_begin;
-        const int32_t pos = s.kv_index_of(i);
-        auto visible = [&](int32_t k) {
-          return s.tree_mask.empty() || k < s.tree_base || ((s.tree_mask[i] >> (k - s.tree_base)) & 1u) != 0;
-        };
-        ctx.clear();
-        if (!mtp) {
-          for (int32_t k = 0; k <= pos; ++k)
-            if (visible(k)) ctx.push_back(target_[slot(s, k)]);
-        } else {  // x_0 from the target's KV, x_1..x_p from the MTP layer's own, then the row's x_{p+1}
-          ctx.push_back(target_[slot(s, 0)]);
-          for (int32_t k = 0; k < pos; ++k)
-            if (visible(k)) ctx.push_back(draft_[slot(s, k)]);
-          ctx.push_back(batch.token_ids[row]);
-        }
-      }
-      testing::fake_logits(testing::context_hash(ctx), vocab_, logits.data<float>() + r * vocab_);
-      for (int64_t v = 0; v < vocab_; ++v) logits.data<float>()[r * vocab_ + v] *= scale_;
-    }
-    return ExecOutput{logits, {}, Tensor()};
-  }
-  int64_t slot(const model::SequenceSpan& s, int32_t j) const {
-    return static_cast<int64_t>(s.block_table[j / bs_]) * bs_ + j % bs_;
-  }
-  std::vector<int32_t> target_, draft_;
-  int64_t bs_, vocab_;
-  float scale_;
-  int64_t copies_ = 0;
-};
+using testing::OracleMtpModel;
 
 // Tree mode end to end with a draft that agrees with the target (the oracle: both hash the context each
 // row sees, tree masks applied): the greedy path is ranked first and fully accepted every step (so the
@@ -502,6 +480,64 @@ TEST(SpecTree, OracleDraftAcceptsFullDepthLosslessly) {
     std::printf("%s: %lld trees, %lld accepted, %lld compactions\n", what.c_str(),
                 static_cast<long long>(st.spec.num_drafts), static_cast<long long>(st.spec.num_accepted_tokens),
                 static_cast<long long>(oracle->copies()));
+  }
+}
+
+// Runs requests on an OracleMtpModel engine (spec_steps 0: plain decoding) and returns each one's tokens.
+std::vector<std::vector<int32_t>> run_oracle(const std::vector<RequestSpec>& specs, int32_t steps, int32_t topk,
+                                             int32_t draft_tokens, int64_t vocab, float scale, EngineStats* stats,
+                                             int64_t n_blocks = 256) {
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 4;
+  cfg.n_blocks = n_blocks;
+  cfg.max_model_len = 256;
+  cfg.spec.num_steps = steps;
+  cfg.spec.adaptive = false;
+  cfg.spec.topk = topk;
+  cfg.spec.num_draft_tokens = draft_tokens;
+  Engine engine(cfg, std::make_unique<OracleMtpModel>(cfg.n_blocks, 4, vocab, scale));
+  std::vector<std::vector<int32_t>> got(specs.size());
+  std::map<RequestId, size_t> which;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto id = engine.submit(specs[i], [&got, &which](const TokenEvent& ev) {
+      if (ev.token >= 0) got[which.at(ev.id)].push_back(ev.token);
+    });
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    which[*id] = i;
+  }
+  while (!engine.idle()) {
+    engine.step();
+    EXPECT_TRUE(engine.check_invariants().is_ok());
+  }
+  if (stats) *stats = engine.stats();
+  return got;
+}
+
+// Penalties with a draft that agrees with the target: drafts are accepted, so the penalty at draft position j
+// must count the accepted drafts before j. Greedy with presence/frequency penalties equals plain decoding.
+TEST(SpecPenalties, GreedyWithPenaltiesEqualsPlainDecodingWhenDraftsAreAccepted) {
+  const int64_t V = 64;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    RequestSpec rs;
+    rs.prompt = {static_cast<int32_t>(3 + i), 9, 2, static_cast<int32_t>(7 * i)};
+    rs.sampling.temperature = 0;
+    rs.sampling.max_tokens = 40;
+    rs.sampling.ignore_eos = true;
+    rs.sampling.presence_penalty = 0.2f * static_cast<float>(i + 1);
+    rs.sampling.frequency_penalty = 0.1f * static_cast<float>(4 - i);
+    specs.push_back(rs);
+  }
+  const auto plain = run_oracle(specs, 0, 1, 0, V, 1.f, nullptr);
+  struct Shape {
+    int32_t steps, topk, draft_tokens;
+  };
+  for (const Shape sh : {Shape{1, 1, 0}, Shape{3, 1, 0}, Shape{3, 2, 6}, Shape{2, 4, 8}}) {
+    EngineStats st;
+    const auto sp = run_oracle(specs, sh.steps, sh.topk, sh.draft_tokens, V, 1.f, &st);
+    const std::string what = "S=" + std::to_string(sh.steps) + " k=" + std::to_string(sh.topk);
+    for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(sp[i], plain[i]) << what << " request " << i;
+    EXPECT_GT(st.spec.num_accepted_tokens, st.spec.num_drafts / 2) << what << ": the oracle's drafts are accepted";
   }
 }
 
