@@ -14,5 +14,6 @@ int cmd_serve(int argc, char** argv);
 int cmd_tune_moe(int argc, char** argv);       // cmd_moe_kernels.cpp
 int cmd_bench_kernels(int argc, char** argv);  // cmd_moe_kernels.cpp
 int cmd_bench_model(int argc, char** argv);
+int cmd_bench_grammar(int argc, char** argv);  // structured output: token-mask cost per step
 
 }  // namespace mxserve::cli

@@ -54,6 +54,11 @@ struct EngineStats {
   int64_t aborted = 0;
   SchedulerCounters scheduler;
   SpecStats spec;
+  // Structured output: token masks computed, their summed compute time, and the part of it the engine
+  // thread waited for after the forward (not hidden behind it).
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
+  double grammar_wait_seconds = 0;
 };
 
 // The usage block of a request's final event.
@@ -88,6 +93,7 @@ class Engine {
   Status run_plan(const SchedulePlan& plan);
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
+  bool end_unconstrainable(Sequence* seq);  // structured output: nothing allowed next (engine_step.cpp)
   // Speculative decoding: MTP over the rows the target just computed, then N-1 draft steps.
   struct MtpRows {
     Sequence* seq;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "runtime/constrained_decoding.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -24,7 +25,10 @@ bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector
                                                   static_cast<int64_t>(token)) != config_.eos_token_ids.end();
   const bool is_stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
   if (is_eos || is_stop) ev.finish = FinishReason::kStop;
-  else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
+  else if (seq->constraint && !seq->constraint->accept(token)) {  // tokens come from masked rows: a bug
+    ev.finish = FinishReason::kError;
+    ev.error = "structured output: token " + std::to_string(token) + " is not allowed by the grammar (internal error)";
+  } else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
     ev.finish = FinishReason::kLength;
   ev.usage = usage_of(*seq);  // so far on every event (cached_tokens is final from the first token)
   if (seq->on_event) seq->on_event(ev);
@@ -37,6 +41,22 @@ bool greedy_ids_suffice(const SamplingParams& sp) {
   return sp.temperature <= 0.f && sp.logprobs < 0 && sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f;
 }
 
+// A constrained request whose constraint allows nothing more: complete with no terminator to end it
+// (no EOS id known) ends as "stop"; anything else is an internal error. Returns true (finished).
+bool Engine::end_unconstrainable(Sequence* seq) {
+  TokenEvent ev;
+  ev.id = seq->id;
+  if (seq->constraint->complete()) {
+    ev.finish = FinishReason::kStop;
+  } else {
+    ev.finish = FinishReason::kError;
+    ev.error = "structured output: the grammar allows no token here (internal error)";
+  }
+  ev.usage = usage_of(*seq);
+  if (seq->on_event) seq->on_event(ev);
+  return true;
+}
+
 Status Engine::run_plan(const SchedulePlan& plan) {
   const auto step_t0 = Clock::now();
   const int32_t n_verified = spec_last_n_;  // the N the previous step drafted (the policy's choice)
@@ -45,8 +65,19 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   const bool spec = spec_enabled();
   batch.want_hidden = spec;
   batch.want_host_logits = false;
-  for (const auto& c : plan.chunks)
-    if ((c.n_drafts > 0 || c.needs_sample) && !greedy_ids_suffice(c.seq->sampling)) batch.want_host_logits = true;
+  // Structured output: constrained rows need host logits (never the device argmax), and the masks of
+  // this step's constrained samples are computed on worker threads while the forward runs.
+  MaskJobs masks;
+  std::vector<const Sequence*> masked_seqs;
+  for (const auto& c : plan.chunks) {
+    if ((c.n_drafts > 0 || c.needs_sample) && (!greedy_ids_suffice(c.seq->sampling) || c.seq->constraint))
+      batch.want_host_logits = true;
+    if (c.needs_sample && c.n_drafts == 0 && c.seq->constraint) {
+      masks.add(c.seq->constraint.get());
+      masked_seqs.push_back(c.seq);
+    }
+  }
+  masks.start(executor_->vocab_size());
   const auto scheduled_at = Clock::now();
   for (const auto& c : plan.chunks)
     if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = scheduled_at;
@@ -68,7 +99,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       const auto& sp = seq->sampling;
       const bool greedy = sp.temperature <= 0.f;
       std::vector<TokenDistribution> p;  // sampled requests only: greedy ones need the argmax ids alone
-      if (!greedy) {
+      if (!greedy && !seq->constraint) {  // (constrained: verify_constrained masks the rows itself)
         p.resize(c.n_tokens);
         for (int32_t i = 0; i < c.n_tokens; ++i) {
           std::span<const float> lr(out.logits.data<float>() + (logit_row + i) * V, V);
@@ -81,7 +112,14 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       std::vector<int32_t> path;  // tree mode: accepted nodes, root to leaf (chain: 0..n_accepted-1)
       const bool tree = !seq->draft_parents.empty();
       int32_t depth = c.n_drafts;  // positions judged (the policy's N): chain length or tree depth
-      if (tree) {
+      if (seq->constraint) {  // structured output: drafts judged under the grammar, masked target rows
+        ConstrainedVerdict cv = verify_constrained(*seq, c.n_drafts, out.logits.data<float>(), logit_row, V,
+                                                   config_.eos_token_ids, seed, base);
+        path = std::move(cv.path);
+        v.n_accepted = static_cast<int32_t>(path.size());
+        v.next_token = cv.next_token;
+        depth = cv.depth;
+      } else if (tree) {
         std::vector<int32_t> node_depth(c.n_drafts);
         depth = 0;
         for (int32_t i = 0; i < c.n_drafts; ++i) {
@@ -145,7 +183,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
         v = verify_chain(std::span<const int32_t>(seq->drafts.data(), c.n_drafts), seq->draft_q, p, greedy,
                          [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
       }
-      if (!tree)
+      if (!tree && !seq->constraint)
         for (int32_t i = 0; i < v.n_accepted; ++i) path.push_back(i);
       spec_delta.num_drafts += 1;
       spec_delta.num_draft_tokens += c.n_drafts;
@@ -177,6 +215,10 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       // Accepted drafts' K/V were written by the verify forward: they are computed tokens now.
       for (int32_t i = 0; i <= v.n_accepted && !done; ++i) {
         const int32_t token = i < v.n_accepted ? accepted[i] : v.next_token;
+        if (token < 0) {  // the constraint allows no token after the accepted ones
+          done = end_unconstrainable(seq);
+          break;
+        }
         float logprob = 0.f;
         if (sp.logprobs >= 0) {  // raw log-softmax, as sample_token reports it
           const int64_t r = logit_row + (i == 0 ? 0 : 1 + path[i - 1]);  // the row that predicted it
@@ -193,7 +235,18 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       verified_path = path;
       logit_row += c.n_tokens;
     } else if (c.needs_sample) {
-      if (greedy_ids_suffice(seq->sampling)) {
+      if (seq->constraint) {
+        const size_t k = std::find(masked_seqs.begin(), masked_seqs.end(), seq) - masked_seqs.begin();
+        const MaskJobs::Mask& m = masks.get(k);
+        std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
+        if (apply_token_mask(lr, m.allowed, m.complete, config_.eos_token_ids, seq->sampling.stop_token_ids) == 0) {
+          done = end_unconstrainable(seq);
+        } else {
+          std::span<const int32_t> gen(seq->tokens.data() + seq->prompt_len, seq->n_generated());
+          SampleResult s = sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), gen);
+          done = emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
+        }
+      } else if (greedy_ids_suffice(seq->sampling)) {
         done = emit_token(seq, out.greedy_token(logit_row), 0.f, {});
       } else {
         std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
@@ -239,6 +292,11 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   stats_.spec.acceptance_rate = spec_policy_.acceptance_rate();
   stats_.spec.expected_accepted = spec_policy_.expected_accepted(stats_.spec.current_steps);
   stats_.spec.estimated_gain = spec_policy_.estimated_gain();
+  if (!masks.empty()) {
+    stats_.grammar_masks += static_cast<int64_t>(masked_seqs.size());
+    stats_.grammar_mask_seconds += masks.compute_seconds();
+    stats_.grammar_wait_seconds += masks.wait_seconds();
+  }
   return mtp_status;
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,9 +29,12 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
 };
 
+class LogitConstraint;  // runtime/logit_constraint.h
+
 struct RequestSpec {
   std::vector<int32_t> prompt;     // token ids
   SamplingParams sampling;
+  std::shared_ptr<LogitConstraint> constraint;  // structured output; null: unconstrained
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -13,6 +13,7 @@
 #include "kernels/moe_tuning.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "structured/grammar_constraint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,6 +36,7 @@ struct ModelServices {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::optional<tokenizer::ChatTemplate> chat_template;  // absent: /v1/chat/completions is a 400
   int64_t max_model_len = 0;
+  std::shared_ptr<structured::StructuredOutputs> structured;  // makes the per-choice grammar constraints
   // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
   std::function<std::vector<kernels::MoeKernelConfigRow>()> moe_kernel_configs;
 };

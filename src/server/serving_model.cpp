@@ -206,6 +206,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
   MX_RETURN_IF_ERROR(runtime::spec_self_test_after_load(*sm->model_, *sm->backend_, cfg.spec, cfg.block_size));
+  sm->structured_ = std::make_shared<structured::StructuredOutputs>(*sm->tokenizer_, mc.vocab_size);
+  sm->structured_->index();  // built now (logged), not in the first structured request
   auto executor = runtime::make_model_executor(*sm->model_, *sm->backend_, n_blocks, cfg.block_size);
   sm->engine_ = std::make_unique<runtime::Engine>(ec, std::move(executor));
   sm->engine_->start();
@@ -218,6 +220,7 @@ ModelServices ServingModel::services() {
   s.tokenizer = tokenizer_.get();
   s.chat_template = chat_template_;
   s.max_model_len = max_model_len_;
+  s.structured = structured_;
   backend::Backend* be = backend_.get();
   s.moe_kernel_configs = [be] { return be->moe_kernel_configs(); };
   return s;

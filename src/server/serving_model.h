@@ -55,6 +55,7 @@ class ServingModel {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<runtime::Engine> engine_;
+  std::shared_ptr<structured::StructuredOutputs> structured_;
   int64_t max_model_len_ = 0;
 };
 
