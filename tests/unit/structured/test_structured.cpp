@@ -138,8 +138,8 @@ TEST(StructuredMask, MatchesBruteForceOnQwen3Vocabulary) {
   EXPECT_EQ(t.token_bytes(*the), std::optional<std::string>(" the"));
   auto ix = TokenIndex::from_tokenizer(t, 151936);
   EXPECT_GT(ix->n_tokens(), 150000);
-  check_masks(schema(kPerson), ix, 2, 12, 4);
-  check_masks(any_json_object_grammar(), ix, 2, 12, 5);
+  check_masks(schema(kPerson), ix, 1, 10, 4);  // NOTE: a brute-force mask at 151k tokens is ~0.3 s
+  check_masks(any_json_object_grammar(), ix, 1, 8, 5);
 }
 
 }  // namespace
