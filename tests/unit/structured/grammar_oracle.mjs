@@ -85,12 +85,13 @@ function mutate(doc) {
   else parent[key] = 'mutated';
   return copy;
 }
-function mutateText(t) {
+function mutateText(text) {
+  const t = Array.from(text);  // code points: never split a surrogate pair
   const i = Math.floor(rand() * (t.length + 1));
   const r = rand();
-  if (r < 0.3) return t.slice(0, i);
-  if (r < 0.6) return t.slice(0, i) + t.slice(i + 1);
-  return t.slice(0, i) + pick(['"', '}', ']', ',', ' ', '  ', '0', 'a', '\\', ':', '\n']) + t.slice(i);
+  if (r < 0.3) return t.slice(0, i).join('');
+  if (r < 0.6) return t.slice(0, i).join('') + t.slice(i + 1).join('');
+  return t.slice(0, i).join('') + pick(['"', '}', ']', ',', ' ', '  ', '0', 'a', '\\', ':', '\n']) + t.slice(i).join('');
 }
 
 function runOracle(args, input) {
