@@ -107,8 +107,9 @@ const std::vector<std::string>& structured_output_fields() {
 std::optional<ApiError> parse_structured_output(const OrderedJson& body,
                                                 std::shared_ptr<const structured::Grammar>* grammar) {
   std::vector<std::string> given;
-  for (const std::string& f : {"response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar",
-                               "structured_outputs"}) {
+  static const std::vector<std::string> kFields = {"response_format", "guided_json",    "guided_choice",
+                                                   "guided_regex",    "guided_grammar", "structured_outputs"};
+  for (const std::string& f : kFields) {
     const OrderedJson* v = field(body, f);
     if (!v) continue;
     if (f == "response_format" && v->is_object() && v->value("type", "") == "text") continue;

@@ -103,7 +103,10 @@ async function batchOfSchemas(base, label) {
   const jo = await post(base, '/v1/chat/completions', { messages, max_tokens: 8, response_format: { type: 'json_object' } });
   assert.equal(jo.status, 200);
   assert.match(jo.body.choices[0].message.content, /^\s?\{/);
-  console.log(`${label}: ${done.length} concurrent structured requests validated; choice + json_object ok`);
+  const metrics = await (await fetch(base + '/metrics')).text();
+  const masks = Number((metrics.match(/^mxserve:grammar_masks_total\{[^}]*\} (\S+)/m) || [])[1]);
+  assert.ok(masks > 0, 'mxserve:grammar_masks_total counts the masks');
+  console.log(`${label}: ${done.length} concurrent structured requests validated; choice + json_object ok; ${masks} masks`);
 }
 
 async function streamed(base) {
