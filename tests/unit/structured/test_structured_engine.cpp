@@ -7,6 +7,7 @@
 #include <map>
 
 #include "../runtime/fake_model.h"
+#include "runtime/constrained_decoding.h"
 #include "runtime/engine.h"
 #include "structured/grammar_constraint.h"
 #include "test_support.h"
@@ -148,6 +149,21 @@ void expect_complete(const std::shared_ptr<const Grammar>& g, const Run& r, int3
   ASSERT_FALSE(r.tokens.empty());
   EXPECT_EQ(r.tokens.back(), eos) << "a constrained output ends with EOS once complete";
   EXPECT_TRUE(nlohmann::json::accept(r.text)) << r.text;
+}
+
+TEST(StructuredEngine, ApplyTokenMaskKeepsTerminatorsOnlyWhenComplete) {
+  std::vector<float> logits(70, 1.f);
+  std::vector<uint32_t> allowed(3, 0u);
+  allowed[0] = 1u << 5;
+  allowed[2] = 1u << 1;  // token 65
+  const std::vector<int64_t> eos = {7};
+  const std::vector<int32_t> stop = {40};
+  auto row = logits;
+  EXPECT_EQ(runtime::apply_token_mask(row, allowed, false, eos, stop), 2);
+  for (int t = 0; t < 70; ++t) EXPECT_EQ(row[t] == 1.f, t == 5 || t == 65) << t;
+  row = logits;
+  EXPECT_EQ(runtime::apply_token_mask(row, allowed, true, eos, stop), 4);
+  for (int t = 0; t < 70; ++t) EXPECT_EQ(row[t] == 1.f, t == 5 || t == 65 || t == 7 || t == 40) << t;
 }
 
 TEST(StructuredEngine, GrammarOverridesLogitsThatPreferInvalidTokens) {
