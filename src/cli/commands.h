@@ -16,5 +16,6 @@ int cmd_bench_kernels(int argc, char** argv);  // cmd_moe_kernels.cpp
 int cmd_bench_model(int argc, char** argv);
 int cmd_eval(int argc, char** argv);  // cmd_eval.cpp: perplexity, compare, acceptance, tasks
 int cmd_parse_output(int argc, char** argv);     // cmd_parse_output.cpp
+int cmd_bench_grammar(int argc, char** argv);  // structured output: token-mask cost per step
 
 }  // namespace mxserve::cli

@@ -104,6 +104,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   seq->tokens = std::move(spec.prompt);
   seq->prompt_len = static_cast<int32_t>(n_prompt);
   seq->sampling = std::move(spec.sampling);
+  seq->constraint = std::move(spec.constraint);
   seq->times.arrival = Clock::now();
   seq->on_event = std::move(on_event);
   {

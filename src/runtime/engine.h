@@ -16,10 +16,12 @@
 
 #include "core/status.h"
 #include "kvcache/block_pool.h"
+#include "runtime/constrained_decoding.h"
 #include "runtime/executor.h"
 #include "runtime/scheduler.h"
 #include "runtime/spec/drafter.h"
 #include "runtime/spec/speculative.h"
+#include "runtime/spec/verifier.h"
 
 namespace mxserve::runtime {
 
@@ -57,6 +59,11 @@ struct EngineStats {
   int64_t aborted = 0;
   SchedulerCounters scheduler;
   SpecStats spec;
+  // Structured output: token masks computed, their summed compute time, and the part of it the engine
+  // thread waited for after the forward (not hidden behind it).
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
+  double grammar_wait_seconds = 0;
 };
 
 // The usage block of a request's final event.
@@ -98,15 +105,19 @@ class Engine {
     std::vector<MtpRows> mtp_rows;                          // what the draft stage extends over
     std::vector<int32_t> compact_src, compact_dst;          // tree paths' KV slots to compact, in order
     SpecStats spec;
+    MaskJobs* masks = nullptr;                 // structured output: this step's masks (constrained samples)
+    std::vector<const Sequence*> masked_seqs;  // whose mask is masks->get(i)
   };
   // Each returns whether the request finished (an error ends only that request).
   Result<bool> sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step);
   Result<bool> verify_chunk(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row, StepOutcome* step,
                             std::vector<int32_t>* path);
+  Result<Verdict> verify_under_constraint(const ScheduledChunk& c, const TargetRows& target, int64_t logit_row);
   MtpRows mtp_rows_of(const ScheduledChunk& c, int32_t row, const std::vector<int32_t>& path) const;
   void publish_step_stats(const SchedulePlan& plan, const StepOutcome& step);
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
+  bool end_unconstrainable(Sequence* seq);  // structured output: nothing allowed next (engine_step.cpp)
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;

@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/constrained_decoding.h"
+#include "runtime/constrained_decoding.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/spec/verifier.h"
@@ -38,11 +40,30 @@ bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector
                                                   static_cast<int64_t>(token)) != config_.eos_token_ids.end();
   const bool is_stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end();
   if (is_eos || is_stop) ev.finish = FinishReason::kStop;
-  else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
+  else if (seq->constraint && !seq->constraint->accept(token)) {  // tokens come from masked rows: a bug
+    ev.finish = FinishReason::kError;
+    ev.error = "structured output: token " + std::to_string(token) + " is not allowed by the grammar (internal error)";
+  } else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
     ev.finish = FinishReason::kLength;
   ev.usage = usage_of(*seq);  // so far on every event (cached_tokens is final from the first token)
   if (seq->on_event) seq->on_event(ev);
   return ev.finish != FinishReason::kNone;
+}
+
+// A constrained request whose constraint allows nothing more: complete with no terminator to end it
+// (no EOS id known) ends as "stop"; anything else is an internal error. Returns true (finished).
+bool Engine::end_unconstrainable(Sequence* seq) {
+  TokenEvent ev;
+  ev.id = seq->id;
+  if (seq->constraint->complete()) {
+    ev.finish = FinishReason::kStop;
+  } else {
+    ev.finish = FinishReason::kError;
+    ev.error = "structured output: the grammar allows no token here (internal error)";
+  }
+  ev.usage = usage_of(*seq);
+  if (seq->on_event) seq->on_event(ev);
+  return true;
 }
 
 Status Engine::run_plan(const SchedulePlan& plan) {
@@ -52,13 +73,23 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   model::ForwardBatch batch = build_forward_batch(plan);
   batch.want_hidden = spec_enabled();
   batch.want_host_logits = false;
+  // Structured output: constrained rows need host logits (never the device argmax), and the masks of
+  // this step's constrained samples are computed on worker threads while the forward runs.
+  MaskJobs masks;
+  StepOutcome step;
+  step.masks = &masks;
   for (const auto& c : plan.chunks) {
-    batch.want_host_logits |= (c.n_drafts > 0 || c.needs_sample) && needs_host_logits(c.seq->sampling);
+    const bool decodes = c.n_drafts > 0 || c.needs_sample;
+    batch.want_host_logits |= decodes && (needs_host_logits(c.seq->sampling) || c.seq->constraint != nullptr);
+    if (c.needs_sample && c.n_drafts == 0 && c.seq->constraint) {
+      masks.add(c.seq->constraint.get());
+      step.masked_seqs.push_back(c.seq);
+    }
     if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = step_t0;
   }
+  masks.start(executor_->vocab_size());
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
   scheduler_.commit(plan);
-  StepOutcome step;
   int64_t logit_row = 0;
   int32_t row = 0;
   for (const auto& c : plan.chunks) {
@@ -87,6 +118,18 @@ Status Engine::run_plan(const SchedulePlan& plan) {
 
 Result<bool> Engine::sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step) {
   Sequence* seq = c.seq;
+  if (seq->constraint) {  // structured output: sample from the masked row (computed while the forward ran)
+    const size_t k = std::find(step->masked_seqs.begin(), step->masked_seqs.end(), seq) - step->masked_seqs.begin();
+    CHECK(k < step->masked_seqs.size());
+    const MaskJobs::Mask& m = step->masks->get(k);
+    const int64_t V = executor_->vocab_size();
+    std::span<float> lr(out.logits.data<float>() + logit_row * V, V);
+    if (apply_token_mask(lr, m.allowed, m.complete, config_.eos_token_ids, seq->sampling.stop_token_ids) == 0)
+      return end_unconstrainable(seq);
+    MX_ASSIGN_OR_RETURN(SampleResult s, sample_token(lr, seq->sampling, seq->seed, seq->n_generated(), context_of(*seq)));
+    ++step->generated;
+    return emit_token(seq, s.token, s.logprob, std::move(s.top_logprobs));
+  }
   if (!needs_host_logits(seq->sampling)) {
     ++step->generated;
     return emit_token(seq, out.greedy_token(logit_row), 0.f, {});
@@ -116,10 +159,11 @@ Result<bool> Engine::verify_chunk(const ScheduledChunk& c, const ExecOutput& out
   if (out.logits.ndim() == 2)
     target.logits = {out.logits.data<float>() + logit_row * V, static_cast<size_t>(n_rows * V)};
   if (!out.argmax.empty()) target.argmax = {out.argmax.data() + logit_row, static_cast<size_t>(n_rows)};
-  Result<Verdict> verdict = verify_drafts(in, target);
+  Result<Verdict> verdict = seq->constraint ? verify_under_constraint(c, target, logit_row) : verify_drafts(in, target);
   seq->clear_drafts();
   MX_RETURN_IF_ERROR(verdict.status());
   const Verdict& v = *verdict;
+  if (v.tokens.empty()) return end_unconstrainable(seq);  // the constraint allows no token here
   const int32_t n_acc = v.n_accepted();
   SpecStats& s = step->spec;
   s.num_drafts += 1;
@@ -148,8 +192,39 @@ Result<bool> Engine::verify_chunk(const ScheduledChunk& c, const ExecOutput& out
     done = emit_token(seq, v.tokens[i], logprob, std::move(top));
     ++step->generated;
   }
+  // Structured output: the grammar allows nothing after the accepted drafts (no next token): end here.
+  if (!done && seq->constraint && static_cast<int32_t>(v.tokens.size()) == n_acc) done = end_unconstrainable(seq);
   *path = v.path;
   return done;
+}
+
+// Structured output: the drafts judged under the grammar (constrained_decoding.h), as a Verdict. An empty
+// token list means the constraint allows no token after the accepted drafts (the request ends).
+Result<Verdict> Engine::verify_under_constraint(const ScheduledChunk& c, const TargetRows& target, int64_t logit_row) {
+  const Sequence& seq = *c.seq;
+  const int64_t V = target.vocab;
+  if (target.logits.empty()) return internal_error("structured output: constrained verification needs host logits");
+  const uint64_t seed = sampling_seed(seq.sampling, seq.seed) ^ 0xA5A5A5A5ull;
+  const uint64_t base = static_cast<uint64_t>(seq.n_generated()) * 64;
+  ConstrainedVerdict cv = verify_constrained(seq, c.n_drafts, target.logits.data() - logit_row * V, logit_row, V,
+                                             config_.eos_token_ids, seed, base);
+  Verdict v;
+  v.path = cv.path;
+  v.depth = cv.depth;
+  const bool tree = !seq.draft_parents.empty();
+  for (size_t i = 0; i < cv.path.size(); ++i) {
+    v.tokens.push_back(seq.drafts[cv.path[i]]);
+    v.rows.push_back(i == 0 ? 0 : 1 + cv.path[i - 1]);  // the row that predicted the token
+    const int32_t from = 1 + cv.path[i], to = 1 + static_cast<int32_t>(i);
+    if (tree && from != to) v.kv_moves.emplace_back(from, to);
+  }
+  if (cv.next_token >= 0) {
+    v.tokens.push_back(cv.next_token);
+    v.rows.push_back(cv.path.empty() ? 0 : 1 + cv.path.back());
+  } else if (v.tokens.empty()) {
+    return v;
+  }
+  return v;
 }
 
 MtpRows Engine::mtp_rows_of(const ScheduledChunk& c, int32_t row, const std::vector<int32_t>& path) const {
@@ -174,6 +249,11 @@ void Engine::publish_step_stats(const SchedulePlan& plan, const StepOutcome& ste
   if (s.accepted_per_pos.size() < step.spec.accepted_per_pos.size())
     s.accepted_per_pos.resize(step.spec.accepted_per_pos.size(), 0);
   for (size_t i = 0; i < step.spec.accepted_per_pos.size(); ++i) s.accepted_per_pos[i] += step.spec.accepted_per_pos[i];
+  if (step.masks && !step.masks->empty()) {
+    stats_.grammar_masks += static_cast<int64_t>(step.masked_seqs.size());
+    stats_.grammar_mask_seconds += step.masks->compute_seconds();
+    stats_.grammar_wait_seconds += step.masks->wait_seconds();
+  }
   if (!spec_enabled()) return;
   const SpecPolicy& policy = drafter_.policy();
   s.current_steps = std::max(drafter_.current_steps(), 0);

@@ -45,9 +45,12 @@ struct SamplingParams {
   std::shared_ptr<const LogitMask> logit_mask;        // optional
 };
 
+class LogitConstraint;  // runtime/logit_constraint.h
+
 struct RequestSpec {
   std::vector<int32_t> prompt;     // token ids
   SamplingParams sampling;
+  std::shared_ptr<LogitConstraint> constraint;  // structured output; null: unconstrained
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/request.h"
@@ -22,6 +23,7 @@ struct Sequence {
   int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
   int32_t n_preemptions = 0;
   SamplingParams sampling;
+  std::shared_ptr<LogitConstraint> constraint;  // structured output (runtime/logit_constraint.h); may be null
   uint64_t seed = 0;                 // per-request default seed (sampling.seed overrides)
   SeqState state = SeqState::kWaiting;
   RequestTimes times;

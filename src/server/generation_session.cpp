@@ -36,6 +36,15 @@ std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>
       spec.sampling.max_tokens = static_cast<int32_t>(max_tokens);
       spec.sampling.logprobs = gen_.logprobs;
       if (gen_.sampling.seed) spec.sampling.seed = *gen_.sampling.seed + static_cast<uint64_t>(j);
+      if (gen_.grammar) {
+        if (!ctx_.model.structured) {
+          abort_all();
+          choices_.clear();
+          n_open_ = 0;
+          return unsupported_field("response_format", "this server has no token index for structured output");
+        }
+        spec.constraint = ctx_.model.structured->make(gen_.grammar);  // one state per choice
+      }
       std::shared_ptr<Inbox> inbox = inbox_;
       auto id = engine.submit(std::move(spec), [inbox, k](const runtime::TokenEvent& ev) {
         const auto now = runtime::Clock::now();

@@ -169,6 +169,13 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   header(&out, "mxserve:spec_decode_estimated_gain", "gauge",
          "Estimated decode throughput at the current N over plain decoding (1 while unmeasured).");
   sample(&out, "mxserve:spec_decode_estimated_gain", labels_, s.spec.estimated_gain);
+  header(&out, "mxserve:grammar_masks_total", "counter", "Structured-output token masks computed (plain decode path).");
+  sample(&out, "mxserve:grammar_masks_total", labels_, static_cast<double>(s.grammar_masks));
+  header(&out, "mxserve:grammar_mask_seconds_total", "counter", "Summed compute time of those masks (worker threads).");
+  sample(&out, "mxserve:grammar_mask_seconds_total", labels_, s.grammar_mask_seconds);
+  header(&out, "mxserve:grammar_wait_seconds_total", "counter",
+         "Engine-thread time waiting for masks after the forward (the mask cost the forward did not hide).");
+  sample(&out, "mxserve:grammar_wait_seconds_total", labels_, s.grammar_wait_seconds);
   header(&out, "mxserve:kv_blocks_total", "gauge", "KV-cache blocks in the pool.");
   sample(&out, "mxserve:kv_blocks_total", labels_, static_cast<double>(s.blocks_total));
   header(&out, "mxserve:kv_blocks_free", "gauge", "KV-cache blocks on the free list.");

@@ -1,5 +1,7 @@
 #include "server/request_schema.h"
 
+#include "server/structured_request.h"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -96,13 +98,6 @@ class Fields {
 
 // Fields that would change what the client gets, which this server does not implement.
 std::optional<ApiError> check_unsupported(const Fields& f, bool chat) {
-  if (const OrderedJson* v = f.find("response_format")) {
-    if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string())
-      return bad_request("'response_format' must be an object with a string 'type'", "response_format");
-    if ((*v)["type"] != "text")
-      return unsupported_field("response_format", "structured output (type " + dump_json((*v)["type"]) +
-                                                      ") is not implemented; only {\"type\": \"text\"}");
-  }
   if (const OrderedJson* v = f.find("logit_bias"))
     if (!(v->is_object() && v->empty())) return unsupported_field("logit_bias", "logit biases are not implemented");
   if (const OrderedJson* v = f.find("best_of"))
@@ -144,11 +139,13 @@ const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> completion_only = {"prompt"};
   static const std::set<std::string> chat_set = [] {
     std::set<std::string> s = common;
+    s.insert(structured_output_fields().begin(), structured_output_fields().end());
     s.insert(chat_only.begin(), chat_only.end());
     return s;
   }();
   static const std::set<std::string> completion_set = [] {
     std::set<std::string> s = common;
+    s.insert(structured_output_fields().begin(), structured_output_fields().end());
     s.insert(completion_only.begin(), completion_only.end());
     return s;
   }();
@@ -159,6 +156,7 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
   if (!body.is_object()) return bad_request("the request body must be a JSON object, got " + json_type_name(body));
   Fields f(body);
   MX_TRY(check_unsupported(f, chat));
+  MX_TRY(parse_structured_output(body, &g->grammar));
   for (const auto& [key, value] : body.items())
     if (!known_fields(chat).count(key) && g->ignored_fields.size() < kMaxIgnoredFields)
       g->ignored_fields.push_back(key.substr(0, kMaxIgnoredFieldName));
@@ -224,6 +222,9 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
     MX_TRY(so.get_bool("continuous_usage_stats", &g->continuous_usage));
   }
   if (const OrderedJson* v = f.find("user"); v && !v->is_string()) return f.type_error("user", "a string", *v);
+  if (g->grammar && s.ignore_eos)
+    return bad_request("'ignore_eos' cannot be combined with structured output: the output ends where the grammar "
+                       "completes", "ignore_eos");
 
   // logprobs: chat = bool + top_logprobs; completions = int (number of alternatives).
   if (chat) {

@@ -1,11 +1,12 @@
 // The OpenAI request schema: parses an untrusted JSON body of /v1/chat/completions or /v1/completions
 // into a typed request. Every field is type- and range-checked here, once; a field that would change
 // semantics but is not implemented (response_format json_schema, logit_bias, best_of, ...) is a 400
-// naming it; harmless unknown fields are accepted and reported back for a once-per-name log line.
+// naming it (structured output: structured_request.h); harmless unknown fields are accepted and reported back for a once-per-name log line.
 // After this file nothing looks at request JSON again (except the chat template, which renders it).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -14,6 +15,7 @@
 #include "runtime/request.h"
 #include "server/api_error.h"
 #include "server/json_util.h"
+#include "structured/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace mxserve::server {
@@ -31,6 +33,7 @@ struct GenerationOptions {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::vector<std::string> ignored_fields;  // unknown fields (accepted; logged once per name)
+  std::shared_ptr<const structured::Grammar> grammar;  // structured output (structured_request.h); null: none
 };
 
 struct ChatRequest {

@@ -15,6 +15,7 @@
 #include "runtime/engine.h"
 #include "server/http/limits.h"
 #include "server/metrics.h"
+#include "structured/grammar_constraint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +43,7 @@ struct ModelServices {
   // > 0: benchmark mode, drafts accepted at this simulated mean length (outputs are meaningless); the server
   // marks generation responses (x-mxserve-simulated-acceptance) and /metrics (mxserve:spec_decode_simulated_acceptance).
   double simulated_acceptance = 0;
+  std::shared_ptr<structured::StructuredOutputs> structured;  // makes the per-choice grammar constraints
   // The backend's MoE kernel choices (mxserve:moe_kernel_config); absent or empty without tuned selection.
   std::function<std::vector<launch::MoeKernelConfigRow>()> moe_kernel_configs;
 };

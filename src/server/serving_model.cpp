@@ -175,6 +175,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
   MX_RETURN_IF_ERROR(lm.spec_self_test(cfg.spec, cfg.block_size));
+  sm->structured_ = std::make_shared<structured::StructuredOutputs>(*sm->tokenizer_, mc.vocab_size);
+  sm->structured_->index();  // built now (logged), not in the first structured request
   sm->engine_ = lm.make_engine(ec);
   sm->engine_->start();
   return sm;
@@ -188,6 +190,7 @@ ModelServices ServingModel::services() {
   s.output_formats = output_formats_;
   s.max_model_len = max_model_len_;
   s.simulated_acceptance = simulated_acceptance_;
+  s.structured = structured_;
   launch::LaunchedModel* lm = launched_.get();
   s.moe_kernel_configs = [lm] { return lm->moe_kernel_configs(); };
   return s;

@@ -64,6 +64,7 @@ class ServingModel {
   std::optional<tokenizer::ChatTemplate> chat_template_;
   chat::OutputFormats output_formats_;
   std::unique_ptr<runtime::Engine> engine_;
+  std::shared_ptr<structured::StructuredOutputs> structured_;
   int64_t max_model_len_ = 0;
   double simulated_acceptance_ = 0;  // > 0: benchmark mode with simulated acceptance (ModelServices)
 };

@@ -218,6 +218,22 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return std::nullopt;
 }
 
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  std::vector<std::string> tokens;
+  if (const AddedToken* a = added_->by_id(id)) {
+    if (a->special) return std::nullopt;
+    tokens.push_back(a->content);
+  } else if (const std::string* t = model_->id_to_token(id)) {
+    tokens.push_back(*t);
+  } else {
+    return std::nullopt;
+  }
+  if (decoder_) decoder_->decode_chain(tokens);
+  std::string out;
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   const AddedToken* a = added_->by_id(id);
   return a != nullptr && a->special;

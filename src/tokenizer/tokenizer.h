@@ -47,6 +47,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The raw bytes one token decodes to on its own (no UTF-8 repair: a byte-level token may hold part of
+  // a character); nullopt for special tokens and unknown ids. Used by structured output's token index.
+  // NOTE: decoders that look at position (Metaspace's leading-space strip) treat the token as the first.
+  std::optional<std::string> token_bytes(int32_t id) const;
 
   // From tokenizer_config.json (empty / nullopt when absent).
   const std::string& chat_template() const { return chat_template_; }

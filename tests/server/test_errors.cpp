@@ -54,8 +54,10 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
       {kChat, R"({"messages":"hello"})", 400, "messages", ""},
       {kChat, "{" + msgs() + R"(,"top_p":"high"})", 400, "top_p", ""},
       {kChat, "{" + msgs() + R"(,"stream":"yes"})", 400, "stream", ""},
-      {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}})", 400,
-       "response_format", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}})",
+       400, "response_format.json_schema.schema", ""},
+      {kChat, "{" + msgs() + R"(,"response_format":{"type":"yaml"}})", 400, "response_format", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"guided_regex":"a+"})", 400, "guided_regex", "unsupported_parameter"},
       {kChat, "{" + msgs() + R"(,"logit_bias":{"12":5}})", 400, "logit_bias", "unsupported_parameter"},
       {kChat, "{" + msgs() + R"(,"tool_choice":"required"})", 400, "tool_choice", ""},  // no tools
       // The fixture's ChatML template has no tool-call parser: a forced call cannot be honoured.
@@ -127,7 +129,7 @@ TEST(ServerErrors, MalformedCorpusLeavesServerHealthy) {
       "{" + msgs() + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}",
       "{" + msgs() + ",\"chat_template_kwargs\":[]}", "{" + msgs() + ",\"model\":5}", "{" + msgs() + ",\"ignore_eos\":1}",
       "{" + msgs() + ",\"stop_token_ids\":[-1]}", "{" + msgs() + ",\"best_of\":3}", "{" + msgs() + ",\"echo\":true}",
-      "{" + msgs() + ",\"response_format\":{\"type\":\"json_object\"}}", "{" + msgs() + ",\"response_format\":\"json\"}",
+      "{" + msgs() + ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"minLength\":3}}}}", "{" + msgs() + ",\"response_format\":\"json\"}",
       "{" + msgs() + ",\"min_tokens\":5}", "{" + msgs() + ",\"repetition_penalty\":1.3}",
       "{" + msgs() + ",\"functions\":[]}",
       "{" + msgs() + ",\"tools\":[{\"type\":5,\"function\":{\"name\":\"f\"}}]}",

@@ -1,0 +1,72 @@
+// Grammar: the compiled form of a structured-output request (a JSON schema, "any JSON object", or a
+// list of literal choices) as a graph of nodes over bytes, walked by the Matcher (matcher.h).
+// Owns: the node kinds and the compilers from JSON schema / choices. Does not own matching state.
+// Invariant: every node is productive (it matches at least one byte string), so a matcher state that
+// is alive can always be completed; unsupported schema keywords are compile errors naming the keyword.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace mxserve::structured {
+
+enum class NodeKind : uint8_t {
+  kObject,     // properties in declared order; optional ones may be skipped; no other keys
+  kAnyObject,  // any keys (free strings), every value `item`
+  kArray,      // items `item`, min_items..max_items
+  kString,     // any JSON string
+  kNumber,     // JSON number
+  kInteger,    // JSON integer (no fraction, no exponent)
+  kLiterals,   // exactly one of `literals` (byte strings, sorted, unique)
+  kAnyOf,      // one of `alts` (no frame of its own: the matcher forks)
+};
+
+struct Property {
+  std::string key;     // the key as it appears in the output: its JSON encoding with the quotes
+  int32_t value = -1;  // node
+  bool required = false;
+};
+
+struct Node {
+  NodeKind kind = NodeKind::kString;
+  std::vector<Property> props;        // kObject
+  int32_t item = -1;                  // kArray: items; kAnyObject: values
+  int64_t min_items = 0;              // kArray
+  int64_t max_items = -1;             // kArray; -1: unbounded
+  std::vector<std::string> literals;  // kLiterals
+  std::vector<int32_t> alts;          // kAnyOf
+  std::array<uint64_t, 4> first{};    // bytes a match can start with (computed by finalize)
+  bool first_has(uint8_t b) const { return (first[b >> 6] >> (b & 63)) & 1; }
+};
+
+struct Grammar {
+  std::vector<Node> nodes;
+  int32_t root = -1;
+  bool json = true;      // JSON text: whitespace (at most kMaxWhitespace bytes) allowed between tokens
+  std::string describe;  // for logs: "json_schema", "json_object", "choice(3)"
+  static constexpr int kMaxWhitespace = 1;  // per gap; keeps output length bounded
+  static constexpr int kMaxIntDigits = 18, kMaxFracDigits = 16, kMaxExpDigits = 3;
+  // Computes first-byte sets and checks productivity (an empty enum / anyOf is an error).
+  Status finalize();
+};
+
+// Compiles a JSON schema (subset; docs/server.md "Structured output"). Errors are kInvalidArgument whose
+// message names the keyword and its JSON-pointer-ish path, e.g. "unsupported keyword 'pattern' at
+// /properties/name". Properties are generated in the schema's key order. Absent or true `additionalProperties` generate no extra keys (strict mode).
+Result<std::shared_ptr<const Grammar>> compile_json_schema(const nlohmann::ordered_json& schema);
+// Any JSON object (response_format json_object).
+std::shared_ptr<const Grammar> any_json_object_grammar();
+// The output is exactly one of `choices` (raw text, not JSON). Errors: empty list, empty or duplicate strings.
+Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices);
+
+// The schema keywords compile_json_schema understands (for docs and error messages).
+const std::vector<std::string>& supported_schema_keywords();
+
+}  // namespace mxserve::structured

@@ -1,0 +1,391 @@
+// JSON schema -> Grammar (grammar.h). One pass over the schema; $ref to "#/$defs/NAME" (or
+// "#/definitions/NAME") compiles each definition once, so recursive schemas become cycles in the node
+// graph. Every keyword is either understood, an annotation (ignored), or an error naming it.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/check.h"
+#include "structured/grammar.h"
+
+namespace mxserve::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const std::set<std::string>& annotation_keywords() {
+  static const std::set<std::string> s = {"title", "description", "default", "examples", "$schema", "$id",
+                                          "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+  return s;
+}
+
+const std::set<std::string>& understood_keywords() {
+  static const std::set<std::string> s = {"type",  "properties", "required", "additionalProperties", "items",
+                                          "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
+  return s;
+}
+
+Node make_node(NodeKind kind) {
+  Node n;
+  n.kind = kind;
+  return n;
+}
+
+bool json_type_is(const json& v, const std::string& type) {
+  if (type == "null") return v.is_null();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "string") return v.is_string();
+  if (type == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+  if (type == "number") return v.is_number();
+  if (type == "array") return v.is_array();
+  if (type == "object") return v.is_object();
+  return false;
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const json& root) : root_(root), g_(std::make_shared<Grammar>()) {}
+
+  Result<std::shared_ptr<const Grammar>> run() {
+    auto r = compile(root_, "");
+    if (!r.is_ok()) return r.status();
+    g_->root = *r;
+    g_->json = true;
+    g_->describe = "json_schema";
+    MX_RETURN_IF_ERROR(g_->finalize());
+    return std::shared_ptr<const Grammar>(g_);
+  }
+
+ private:
+  int32_t add(Node n) {
+    g_->nodes.push_back(std::move(n));
+    return static_cast<int32_t>(g_->nodes.size()) - 1;
+  }
+  static Status err(const std::string& path, const std::string& what) {
+    return invalid_argument(what + " at " + (path.empty() ? "/" : path));
+  }
+
+  int32_t literals(std::vector<std::string> lits) {
+    std::sort(lits.begin(), lits.end());
+    lits.erase(std::unique(lits.begin(), lits.end()), lits.end());
+    Node n;
+    n.kind = NodeKind::kLiterals;
+    n.literals = std::move(lits);
+    return add(std::move(n));
+  }
+
+  int32_t any_value() {
+    if (any_value_ >= 0) return any_value_;
+    any_value_ = add(make_node(NodeKind::kAnyOf));
+    Node obj = make_node(NodeKind::kAnyObject);
+    obj.item = any_value_;
+    Node arr = make_node(NodeKind::kArray);
+    arr.item = any_value_;
+    const int32_t o = add(std::move(obj)), a = add(std::move(arr)), s = add(make_node(NodeKind::kString)),
+                  num = add(make_node(NodeKind::kNumber)), lit = literals({"true", "false", "null"});
+    g_->nodes[any_value_].alts = {o, a, s, num, lit};
+    return any_value_;
+  }
+
+  Result<int32_t> ref(const std::string& target, const std::string& path) {
+    if (target == "#") return err(path, "'$ref': \"#\" (a recursive root) is not supported");
+    std::string name, container;
+    for (const char* key : {"$defs", "definitions"}) {
+      const std::string prefix = std::string("#/") + key + "/";
+      if (target.rfind(prefix, 0) == 0) {
+        name = target.substr(prefix.size());
+        container = key;
+      }
+    }
+    const bool found = !name.empty() && name.find('/') == std::string::npos && root_.contains(container) &&
+                       root_[container].is_object() && root_[container].contains(name);
+    if (!found) return err(path, "'$ref': " + json(target).dump() + " must name an entry of the root's $defs or definitions");
+    if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+    // A placeholder alternative first, so a recursive reference finds it; it forwards to the definition.
+    const int32_t slot = add(make_node(NodeKind::kAnyOf));
+    refs_[target] = slot;
+    MX_ASSIGN_OR_RETURN(int32_t body, compile(root_[container][name], "/" + container + "/" + name));
+    g_->nodes[slot].alts = {body};
+    return slot;
+  }
+
+  Result<int32_t> compile(const json& s, const std::string& path) {
+    if (++depth_ > 64) return err(path, "schema nesting deeper than 64");
+    auto r = compile_inner(s, path);
+    --depth_;
+    return r;
+  }
+
+  Result<int32_t> compile_inner(const json& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return any_value();
+      return err(path, "schema 'false' matches nothing");
+    }
+    if (!s.is_object()) return err(path, "a schema must be an object or a boolean");
+    for (const auto& [k, v] : s.items())
+      if (!understood_keywords().count(k) && !annotation_keywords().count(k))
+        return err(path, "unsupported keyword '" + k + "'");
+    if (s.contains("$ref")) {
+      if (!s["$ref"].is_string()) return err(path, "'$ref' must be a string");
+      for (const auto& [k, v] : s.items())
+        if (understood_keywords().count(k) && k != "$ref") return err(path, "'$ref' next to '" + k + "' is not supported");
+      return ref(s["$ref"].get<std::string>(), path);
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array() && !t.empty())
+        for (const auto& x : t) {
+          if (!x.is_string()) return err(path, "'type' must be a string or a list of strings");
+          types.push_back(x.get<std::string>());
+        }
+      else return err(path, "'type' must be a string or a non-empty list of strings");
+      static const std::set<std::string> known = {"object", "array", "string", "number", "integer", "boolean", "null"};
+      for (const auto& t2 : types)
+        if (!known.count(t2)) return err(path, "unknown type " + json(t2).dump());
+    }
+    auto type_ok = [&](const json& v) {
+      if (types.empty()) return true;
+      for (const auto& t : types)
+        if (json_type_is(v, t)) return true;
+      return false;
+    };
+    if (s.contains("const") || s.contains("enum")) {
+      std::vector<std::string> lits;
+      if (s.contains("const")) {
+        if (type_ok(s["const"])) lits.push_back(s["const"].dump());
+      } else {
+        if (!s["enum"].is_array() || s["enum"].empty()) return err(path, "'enum' must be a non-empty list");
+        for (const auto& v : s["enum"])
+          if (type_ok(v)) lits.push_back(v.dump());
+      }
+      if (lits.empty()) return err(path, "no value of 'enum'/'const' has the schema's 'type'");
+      return literals(std::move(lits));
+    }
+    for (const char* comb : {"anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(comb)) continue;
+      const json& list = s[comb];
+      if (!list.is_array() || list.empty()) return err(path, "'" + std::string(comb) + "' must be a non-empty list");
+      if (std::string(comb) == "allOf" && list.size() != 1)
+        return err(path, "'allOf' with more than one schema is not supported");
+      for (const auto& [k, v] : s.items())
+        if (understood_keywords().count(k) && k != comb)
+          return err(path, "'" + std::string(comb) + "' next to '" + k + "' is not supported");
+      Node n = make_node(NodeKind::kAnyOf);
+      for (size_t i = 0; i < list.size(); ++i) {
+        MX_ASSIGN_OR_RETURN(int32_t alt, compile(list[i], path + "/" + comb + "/" + std::to_string(i)));
+        n.alts.push_back(alt);
+      }
+      return add(std::move(n));
+    }
+    if (types.empty()) {  // infer from the keywords present
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types = {"object"};
+      else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types = {"array"};
+      else return any_value();
+    }
+    Node alt = make_node(NodeKind::kAnyOf);
+    for (const auto& t : types) {
+      MX_ASSIGN_OR_RETURN(int32_t n, compile_type(s, t, path));
+      alt.alts.push_back(n);
+    }
+    if (alt.alts.size() == 1) return alt.alts[0];
+    return add(std::move(alt));
+  }
+
+  Result<int32_t> compile_type(const json& s, const std::string& t, const std::string& path) {
+    auto only_for = [&](const std::vector<std::string>& keys, const std::string& type) -> Status {
+      for (const auto& k : keys)
+        if (s.contains(k) && t != type) {
+          // A keyword of another type: fine when that type is also listed (type: [object, null]).
+          const json& ty = s["type"];
+          const bool listed = ty.is_array() && std::find(ty.begin(), ty.end(), json(type)) != ty.end();
+          if (!listed) return err(path, "keyword '" + k + "' does not apply to type '" + t + "'");
+        }
+      return Status::ok();
+    };
+    MX_RETURN_IF_ERROR(only_for({"properties", "required", "additionalProperties"}, "object"));
+    MX_RETURN_IF_ERROR(only_for({"items", "minItems", "maxItems"}, "array"));
+    if (t == "string") return add(make_node(NodeKind::kString));
+    if (t == "number") return add(make_node(NodeKind::kNumber));
+    if (t == "integer") return add(make_node(NodeKind::kInteger));
+    if (t == "boolean") return literals({"true", "false"});
+    if (t == "null") return literals({"null"});
+    if (t == "array") return compile_array(s, path);
+    return compile_object(s, path);
+  }
+
+  Result<int32_t> compile_array(const json& s, const std::string& path) {
+    Node n = make_node(NodeKind::kArray);
+    auto count = [&](const char* key, int64_t* out) -> Status {
+      if (!s.contains(key)) return Status::ok();
+      const json& v = s[key];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100000)
+        return err(path, "'" + std::string(key) + "' must be an integer in [0, 100000]");
+      *out = v.get<int64_t>();
+      return Status::ok();
+    };
+    MX_RETURN_IF_ERROR(count("minItems", &n.min_items));
+    MX_RETURN_IF_ERROR(count("maxItems", &n.max_items));
+    if (n.max_items >= 0 && n.max_items < n.min_items) return err(path, "'maxItems' is below 'minItems'");
+    if (s.contains("items")) {
+      if (s["items"].is_array()) return err(path, "'items' as a list (tuple validation) is not supported");
+      MX_ASSIGN_OR_RETURN(n.item, compile(s["items"], path + "/items"));
+    } else {
+      n.item = any_value();
+    }
+    return add(std::move(n));
+  }
+
+  Result<int32_t> compile_object(const json& s, const std::string& path) {
+    const json* props = s.contains("properties") ? &s["properties"] : nullptr;
+    if (props && !props->is_object()) return err(path, "'properties' must be an object");
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return err(path, "'required' must be a list of strings");
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) return err(path, "'required' must be a list of strings");
+        if (!props || !props->contains(r.get<std::string>()))
+          return err(path, "required property " + r.dump() + " is not in 'properties'");
+        required.insert(r.get<std::string>());
+      }
+    }
+    if (s.contains("additionalProperties")) {
+      const json& ap = s["additionalProperties"];
+      if (ap.is_object() && !(props && !props->empty())) {  // a map: any keys, values of that schema
+        Node n = make_node(NodeKind::kAnyObject);
+        MX_ASSIGN_OR_RETURN(n.item, compile(ap, path + "/additionalProperties"));
+        return add(std::move(n));
+      }
+      if (!ap.is_boolean())
+        return err(path, "'additionalProperties' as a schema next to 'properties' is not supported (use false)");
+    }
+    if (!props && !s.contains("additionalProperties")) {  // {"type": "object"}: any object
+      Node n = make_node(NodeKind::kAnyObject);
+      n.item = any_value();
+      return add(std::move(n));
+    }
+    Node n = make_node(NodeKind::kObject);
+    if (props)
+      for (const auto& [name, sub] : props->items()) {
+        std::string escaped;
+        for (char c : name) escaped += (c == '~') ? "~0" : (c == '/') ? "~1" : std::string(1, c);
+        MX_ASSIGN_OR_RETURN(int32_t v, compile(sub, path + "/properties/" + escaped));
+        n.props.push_back(Property{json(name).dump(), v, required.count(name) > 0});
+      }
+    return add(std::move(n));
+  }
+
+  const json& root_;
+  std::shared_ptr<Grammar> g_;
+  std::map<std::string, int32_t> refs_;
+  int32_t any_value_ = -1;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+const std::vector<std::string>& supported_schema_keywords() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out(understood_keywords().begin(), understood_keywords().end());
+    out.insert(out.end(), annotation_keywords().begin(), annotation_keywords().end());
+    return out;
+  }();
+  return v;
+}
+
+Result<std::shared_ptr<const Grammar>> compile_json_schema(const nlohmann::ordered_json& schema) {
+  return Compiler(schema).run();
+}
+
+std::shared_ptr<const Grammar> any_json_object_grammar() {
+  static const std::shared_ptr<const Grammar> g = [] {
+    auto r = compile_json_schema(json{{"type", "object"}});
+    MX_CHECK_MSG(r.is_ok(), "the json_object grammar must compile");
+    auto copy = std::make_shared<Grammar>(**r);
+    copy->describe = "json_object";
+    return std::shared_ptr<const Grammar>(copy);
+  }();
+  return g;
+}
+
+Result<std::shared_ptr<const Grammar>> compile_choice(const std::vector<std::string>& choices) {
+  if (choices.empty()) return invalid_argument("the list of choices is empty");
+  std::set<std::string> seen;
+  for (const auto& c : choices) {
+    if (c.empty()) return invalid_argument("a choice is the empty string");
+    if (!seen.insert(c).second) return invalid_argument("choice " + json(c).dump() + " is listed twice");
+  }
+  auto g = std::make_shared<Grammar>();
+  Node n = make_node(NodeKind::kLiterals);
+  n.literals.assign(seen.begin(), seen.end());
+  g->nodes.push_back(std::move(n));
+  g->root = 0;
+  g->json = false;
+  g->describe = "choice(" + std::to_string(choices.size()) + ")";
+  MX_RETURN_IF_ERROR(g->finalize());
+  return std::shared_ptr<const Grammar>(g);
+}
+
+}  // namespace mxserve::structured
+
+namespace mxserve::structured {
+
+Status Grammar::finalize() {
+  const size_t n = nodes.size();
+  std::vector<char> productive(n, 0);
+  auto set_bit = [](std::array<uint64_t, 4>& s, uint8_t b) { s[b >> 6] |= uint64_t{1} << (b & 63); };
+  for (bool changed = true; changed;) {  // fixpoint over cycles ($ref, any value)
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      Node& nd = nodes[i];
+      std::array<uint64_t, 4> first{};
+      bool prod = false;
+      switch (nd.kind) {
+        case NodeKind::kObject:
+        case NodeKind::kAnyObject:
+          set_bit(first, '{');
+          prod = true;
+          for (const Property& p : nd.props) prod = prod && productive[p.value];
+          break;
+        case NodeKind::kArray:
+          set_bit(first, '[');
+          prod = nd.min_items == 0 || productive[nd.item];
+          break;
+        case NodeKind::kString:
+          set_bit(first, '"');
+          prod = true;
+          break;
+        case NodeKind::kNumber:
+        case NodeKind::kInteger:
+          set_bit(first, '-');
+          for (uint8_t d = '0'; d <= '9'; ++d) set_bit(first, d);
+          prod = true;
+          break;
+        case NodeKind::kLiterals:
+          for (const auto& l : nd.literals) set_bit(first, static_cast<uint8_t>(l[0]));
+          prod = !nd.literals.empty();
+          break;
+        case NodeKind::kAnyOf:
+          for (int32_t a : nd.alts) {
+            if (!productive[a]) continue;  // an unproductive alternative never starts
+            for (int w = 0; w < 4; ++w) first[w] |= nodes[a].first[w];
+            prod = true;
+          }
+          break;
+      }
+      if (first != nd.first || static_cast<char>(prod) != productive[i]) {
+        nd.first = first;
+        productive[i] = prod;
+        changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!productive[i] && nodes[i].kind != NodeKind::kAnyOf)
+      return invalid_argument("the schema requires a value that can never be completed (a required recursive $ref?)");
+  if (!productive[root]) return invalid_argument("the schema matches nothing");
+  return Status::ok();
+}
+
+}  // namespace mxserve::structured
