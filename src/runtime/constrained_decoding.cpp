@@ -1,12 +1,14 @@
 // Constrained decoding (constrained_decoding.h): mask jobs and verification under a constraint.
 #include "runtime/constrained_decoding.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
 
 #include "runtime/sampler.h"
 #include "runtime/spec/speculative.h"
+#include "runtime/spec/verifier.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -97,7 +99,6 @@ MaskJobs::~MaskJobs() {
 ConstrainedVerdict verify_constrained(const Sequence& seq, int32_t n_drafts, const float* logits, int64_t row0,
                                       int64_t V, std::span<const int64_t> eos_ids, uint64_t seed, uint64_t base) {
   const SamplingParams& sp = seq.sampling;
-  const bool greedy = sp.temperature <= 0.f;
   const bool tree = !seq.draft_parents.empty();
   auto parent_of = [&](int32_t i) { return tree ? seq.draft_parents[i] : i - 1; };
   // states[i + 1]: the constraint after the path to draft i (nullptr: the path is not allowed); states[0]
@@ -143,48 +144,34 @@ ConstrainedVerdict verify_constrained(const Sequence& seq, int32_t n_drafts, con
     const auto& m = masked_row(r);
     return std::any_of(m.begin(), m.end(), [](float x) { return x != -INFINITY; });
   };
-  if (greedy) {
-    int32_t cur = -1;
-    for (;;) {
-      const auto& m = masked_row(cur + 1);
-      if (!row_alive(cur + 1)) {
-        v.next_token = -1;
-        break;
-      }
-      const int32_t want = static_cast<int32_t>(std::max_element(m.begin(), m.end()) - m.begin());
-      int32_t nxt = -1;
-      for (int32_t i = cur + 1; i < n_drafts && nxt < 0; ++i)
-        if (parent_of(i) == cur && seq.drafts[i] == want && states[i + 1]) nxt = i;
-      if (nxt < 0) {
-        v.next_token = want;
-        break;
-      }
-      v.path.push_back(cur = nxt);
-    }
+  if (!row_alive(0)) {
+    v.next_token = -1;
   } else {
-    std::vector<TokenDistribution> p(n_drafts + 1);
+    // Every mode through the one verifier (spec/verifier.h) on the masked rows, so penalties, seeds and the
+    // rejection rule are exactly plain decoding's. Rows no accepted path can reach (a forbidden draft: target
+    // probability 0 in its parent's masked row) keep their raw logits as placeholders.
+    std::vector<float> buf(static_cast<size_t>((n_drafts + 1) * V));
     for (int32_t r = 0; r <= n_drafts; ++r) {
-      if (!row_alive(r)) {  // never reached by an accepted path: a placeholder
-        p[r].ids = {0};
-        p[r].probs = {1.0};
-        continue;
-      }
-      p[r] = sampling_distribution(masked_row(r), sp);
+      const float* src = row_alive(r) ? masked_row(r).data() : logits + (row0 + r) * V;
+      std::copy(src, src + V, buf.begin() + static_cast<size_t>(r) * V);
     }
-    if (!row_alive(0)) {
-      v.next_token = -1;
-    } else if (tree) {
-      DraftTree dt;
-      dt.tokens.assign(seq.drafts.begin(), seq.drafts.begin() + n_drafts);
-      dt.parents = seq.draft_parents;
-      TreeVerdict tv = verify_tree(dt, {}, p, false, [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
-      v.path = std::move(tv.path);
-      v.next_token = tv.next_token;
+    VerifyInput in;
+    in.drafts = std::span<const int32_t>(seq.drafts.data(), n_drafts);
+    in.parents = seq.draft_parents;
+    in.proposals = seq.draft_q;
+    in.sampling = &sp;
+    in.context = {std::span<const int32_t>(seq.tokens.data(), seq.prompt_len),
+                  std::span<const int32_t>(seq.tokens.data() + seq.prompt_len, seq.n_generated())};
+    in.seed = sampling_seed(sp, seq.seed);
+    TargetRows target;
+    target.vocab = V;
+    target.logits = buf;
+    Result<Verdict> r = verify_drafts(in, target);
+    if (r.is_ok()) {
+      v.path = r->path;
+      v.next_token = r->tokens.size() > r->path.size() ? r->tokens.back() : -1;
     } else {
-      ChainVerdict cv = verify_chain(std::span<const int32_t>(seq.drafts.data(), n_drafts), seq.draft_q, p, false,
-                                     [&](size_t i) { return counter_uniform(seed, base + 2 + i); });
-      for (int32_t i = 0; i < cv.n_accepted; ++i) v.path.push_back(i);
-      v.next_token = cv.next_token;
+      v.next_token = -1;  // the row after the accepted path allows nothing: the request ends (end_unconstrainable)
     }
   }
   std::vector<int32_t> node_depth(n_drafts, 0);

@@ -120,7 +120,7 @@ Result<bool> Engine::sample_chunk(const ScheduledChunk& c, ExecOutput& out, int6
   Sequence* seq = c.seq;
   if (seq->constraint) {  // structured output: sample from the masked row (computed while the forward ran)
     const size_t k = std::find(step->masked_seqs.begin(), step->masked_seqs.end(), seq) - step->masked_seqs.begin();
-    CHECK(k < step->masked_seqs.size());
+    MX_CHECK(k < step->masked_seqs.size());
     const MaskJobs::Mask& m = step->masks->get(k);
     const int64_t V = executor_->vocab_size();
     std::span<float> lr(out.logits.data<float>() + logit_row * V, V);

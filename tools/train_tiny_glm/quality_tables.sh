@@ -29,7 +29,7 @@ for n in 1 2 3 4; do
 done
 "$BIN" eval acceptance --model "$M" --text "$T" --backend cuda --speculative-num-steps 3 --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8 --prompts 8 --prompt-len 128 --gen-tokens 256 --json "$J/acc_tree_3_4_8.json"
-python3 - "$J" "$MD" "$(git rev-parse --short HEAD)" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" <<'PY'
+python3 - "$J" "$MD" "${MXSERVE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" <<'PY'
 import glob, json, os, sys, datetime
 j, md, commit, gpu = sys.argv[1:5]
 L = lambda p: json.load(open(os.path.join(j, p)))
