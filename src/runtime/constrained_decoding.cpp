@@ -1,7 +1,6 @@
 // Constrained decoding (constrained_decoding.h): mask jobs and verification under a constraint.
 #include "runtime/constrained_decoding.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <thread>
