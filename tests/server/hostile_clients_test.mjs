@@ -440,20 +440,24 @@ try {
   if (section(9)) {
     const fieldRequest = (i) => authed('POST', '/v1/completions',
       `{"model":"tiny","prompt":"x","max_tokens":1,"f${i}_${'n'.repeat(900 << 10)}":1}`);
-    for (let i = 0; i < 2; ++i) await exchange(fieldRequest(`warm${i}`), { expect: 1 });  // first-use allocations
-    await sleep(1500);
-    const before = rssKiB();
-    for (let i = 0; i < 40; ++i) {
-      const r = await exchange(fieldRequest(i), { expect: 1 });
-      assert.equal(r.responses[0]?.status, 200);
-    }
+    // Two rounds of 40 distinct 900 KiB names (36 MiB each). Names kept at full length would grow RSS by
+    // ~36 MiB per round; allocator retention after large bodies (0-40 MiB measured, varying with thread
+    // placement and arenas) is reached in the first round and reused in the second. So the bound is on the
+    // second round's growth, which separates storage from retention.
+    const round = async (tag) => {
+      for (let i = 0; i < 40; ++i) {
+        const r = await exchange(fieldRequest(`${tag}${i}`), { expect: 1 });
+        assert.equal(r.responses[0]?.status, 200);
+      }
+      await sleep(1500);  // the rate-limited trim after the last large request
+      return rssKiB();
+    };
+    const afterFirst = await round('a');
     const forged = JSON.stringify({ model: 'tiny', prompt: 'x', max_tokens: 1, 'x\n[ERROR] FORGED LOG LINE': 1 });
     assert.equal((await exchange(authed('POST', '/v1/completions', forged), { expect: 1 })).responses[0]?.status, 200);
-    await sleep(1500);  // the rate-limited trim after the last large request
-    const kept = (rssKiB() - before) / 1024;
-    // The names total 36 MiB: kept at full length they alone would exceed the bound. What stays is
-    // allocator retention after large bodies (0-20 MiB measured, varying with thread placement).
-    assert.ok(kept < 28, `40 x 900 KiB unknown field names keep ${kept.toFixed(1)} MiB < 28 MiB (names total 36 MiB)`);
+    const afterSecond = await round('b');
+    const kept = (afterSecond - afterFirst) / 1024;
+    assert.ok(kept < 12, `40 more x 900 KiB unknown field names grow RSS by ${kept.toFixed(1)} MiB < 12 MiB (names total 36 MiB)`);
     assert.ok(!/^\[ERROR\] FORGED/m.test(log) && !/\nFORGED/.test(log), 'a newline in a field name cannot forge a log line');
     report('unknown fields', `40 x 900 KiB names: RSS kept +${kept.toFixed(1)} MiB; newline in a name logged escaped`);
   }
