@@ -204,7 +204,9 @@ int main(int argc, char** argv) {
     for (int64_t signed_t : moe_tokens) {
       const bool grouped = signed_t < 0;
       const int64_t t = grouped ? -signed_t : signed_t;
-      if (grouped) setenv("MXSERVE_MOE_KERNEL", "grouped", 1);
+      mx::backend::KernelOptions moe_opts;
+      if (grouped) moe_opts.moe_kernel = "grouped";
+      MX_CHECK(be.set_kernel_options(moe_opts).is_ok());
       Tensor ids_h = Tensor::empty(DType::kI32, {t, kTopK});
       Tensor w_h = Tensor::empty(DType::kF32, {t, kTopK});
       std::vector<int32_t> e(kE);
@@ -228,7 +230,7 @@ int main(int argc, char** argv) {
       rows.push_back({"moe experts T=" + std::to_string(t) + " (" + std::to_string(static_cast<int>(n_hit)) +
                           " experts hit)" + (grouped ? " [grouped]" : ""),
                       ms, bytes, flops});
-      unsetenv("MXSERVE_MOE_KERNEL");
+      MX_CHECK(be.set_kernel_options({}).is_ok());
     }
   }
 

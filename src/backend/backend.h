@@ -63,7 +63,8 @@ struct ExpertWeights {
 struct KernelOptions {
   std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared"
   int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
-  bool is_default() const { return attention_kernel.empty() && attention_split_target == 0; }
+  std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks)
+  bool is_default() const { return attention_kernel.empty() && attention_split_target == 0 && moe_kernel.empty(); }
 };
 
 // Typed construction options of a backend (the launch root fills them from its rank layout and flags).
@@ -83,7 +84,8 @@ class Backend {
   virtual Status set_kernel_options(const KernelOptions& options) {
     if (options.is_default()) return Status::ok();
     return unsupported("backend " + name() + " has no kernel options (attention_kernel '" + options.attention_kernel +
-                       "', attention_split_target " + std::to_string(options.attention_split_target) + ")");
+                       "', attention_split_target " + std::to_string(options.attention_split_target) + ", moe_kernel '" +
+                       options.moe_kernel + "')");
   }
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }

@@ -113,8 +113,11 @@ class CudaBackend final : public Backend {
       return invalid_argument("attention kernel '" + o.attention_kernel + "': expected simt, warp or shared");
     if (o.attention_split_target < 0)
       return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
+    if (!o.moe_kernel.empty() && o.moe_kernel != "grouped")
+      return invalid_argument("moe kernel '" + o.moe_kernel + "': expected grouped (or empty: by token count)");
     a.warp_split_target_per_sm = o.attention_split_target;
     attention_options_ = a;
+    force_grouped_moe_ = o.moe_kernel == "grouped";
     return Status::ok();
   }
 
@@ -369,7 +372,8 @@ class CudaBackend final : public Backend {
                          Tensor& out) {
     expect(ex.gate_up, DType::kBF16, "moe_experts", "gate_up");
     expect(ex.down, DType::kBF16, "moe_experts", "down");
-    const kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.down.dim(2));
+    kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.down.dim(2));
+    s.force_grouped = force_grouped_moe_;
     MX_CHECK_EQ(ex.gate_up.dim(1), 2 * s.inter);
     MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model);
     MX_CHECK_EQ(ex.down.dim(1), s.d_model);
@@ -483,6 +487,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int n_sms_ = 0;
   kc::AttentionPlanOptions attention_options_;  // set_kernel_options (tests and benchmarks)
+  bool force_grouped_moe_ = false;              // set_kernel_options: moe_kernel "grouped" (benchmarks)
   void* staging_ = nullptr;  // pinned upload ring (see upload)
   size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;

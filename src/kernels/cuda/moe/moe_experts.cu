@@ -238,10 +238,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
 // NOTE: the GEMV path wins while each active expert has a handful of rows (decode); the crossover was
 // not tuned (T <= 4 by construction: at most 4 rows per expert when a token's ids are distinct).
-// MXSERVE_MOE_KERNEL=grouped forces the grouped GEMM (benchmark comparisons only).
+// KernelOptions::moe_kernel = "grouped" (s.force_grouped) forces the grouped GEMM (benchmark comparisons only).
 bool use_gemv(const MoeShape& s) {
-  const char* v = std::getenv("MXSERVE_MOE_KERNEL");
-  if (v != nullptr && std::strcmp(v, "grouped") == 0) return false;
+  if (s.force_grouped) return false;
   return s.n_tokens <= kGemvRows;
 }
 
