@@ -1,0 +1,30 @@
+#!/bin/bash
+# Issue 17's seed workload on one H200: whole GLM-4.5-Air (46 layers, synthetic weights, MXFP4 experts) served,
+# `mxserve bench` shared-prefix 20k in / 1k out / 60% cached, constant arrivals at $SEED_RATES (req/s, comma list,
+# default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS. Run by run_all.sh.
+set -u
+P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
+OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
+BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
+FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES:-0.2}; N=${SEED_N:-30}
+TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
+PORT=18124
+"$BIN" serve --config "$AIR" --synthetic-weights --quantization mxfp4 --backend cuda --tokenizer "$TOK" \
+  --served-model-name air --port $PORT --kv-cache-memory 60GiB --max-model-len 24000 "${FLAGS[@]}" \
+  > "$OUT/serve_seed.log" 2>&1 &
+SPID=$!
+for i in $(seq 1 600); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/health)" = 200 ] && break
+  kill -0 $SPID 2>/dev/null || { tail -20 "$OUT/serve_seed.log"; exit 1; }
+  sleep 0.5
+done
+( while kill -0 $SPID 2>/dev/null; do
+    echo "$(date +%s) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader) rss_kib=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)"
+    sleep 5; done ) > "$OUT/memory_over_time.txt" 2>&1 &
+"$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress \
+  --workload shared-prefix --input-len 20000 --output-len 1000 --cache-hit-rate 0.6 --num-prefix-groups 4 \
+  --arrival constant --sweep "$RATES" --num-requests "$N" --gpus 1 --save-requests \
+  --output-json "$OUT/seed.json" 2>&1 | tail -30
+kill -TERM $SPID; wait $SPID 2>/dev/null
+grep -iE "preempt|error|warn" "$OUT/serve_seed.log" | head -10
+tail -3 "$OUT/memory_over_time.txt"
