@@ -3,6 +3,7 @@
 # `mxserve bench` shared-prefix 20k in / 1k out / 60% cached, constant arrivals at $SEED_RATES (req/s, comma list,
 # default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS. Run by run_all.sh.
 set -u
+# run_all.sh puts the payload's Debian libraries on LD_LIBRARY_PATH for mxserve; the image's curl breaks with them.
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
@@ -14,7 +15,7 @@ PORT=18124
   > "$OUT/serve_seed.log" 2>&1 &
 SPID=$!
 for i in $(seq 1 600); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/health)" = 200 ] && break
+  [ "$(LD_LIBRARY_PATH= curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/health)" = 200 ] && break
   kill -0 $SPID 2>/dev/null || { tail -20 "$OUT/serve_seed.log"; exit 1; }
   sleep 0.5
 done

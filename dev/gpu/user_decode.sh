@@ -5,6 +5,7 @@
 # decode step at batch 16 x 20k. Extra serve/generate flags (e.g. --cuda-graph, --kv-cache-dtype fp8_e4m3)
 # come from $MX_FLAGS; the label of the run from $MX_LABEL. Run by run_all.sh (needs its LD_LIBRARY_PATH).
 set -u
+# run_all.sh puts the payload's Debian libraries on LD_LIBRARY_PATH for mxserve; the image's curl breaks with them.
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
@@ -17,7 +18,7 @@ serve_start() {  # args: log file, extra serve args...
     --served-model-name air --port $PORT --kv-cache-memory 40GiB "${FLAGS[@]}" "$@" > "$log" 2>&1 &
   SPID=$!
   for i in $(seq 1 600); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/health)" = 200 ] && return 0
+    [ "$(LD_LIBRARY_PATH= curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$PORT/health)" = 200 ] && return 0
     kill -0 $SPID 2>/dev/null || { tail -20 "$log"; return 1; }
     sleep 0.5
   done
