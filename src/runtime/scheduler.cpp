@@ -122,17 +122,20 @@ SchedulePlan Scheduler::schedule() {
       auto m = cache_->match(seq->tokens, len - 1);
       seq->block_table = std::move(m.blocks);
       seq->n_computed = static_cast<int32_t>(m.n_tokens);
-      counters_.prefix_queries_tokens += len - 1;
-      counters_.prefix_hit_tokens += m.n_tokens;
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
-    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
     const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({len - seq->n_computed, budget, prefill_budget}));
     if (n == 0 || !reserve(seq, seq->n_computed + n)) {
       release(seq);  // give the matched prefix back; try again next step
       break;
     }
     waiting_.pop_front();
+    // Counted once per admission (a request held back by the budgets is looked up again next step).
+    if (cache_) {
+      counters_.prefix_queries_tokens += len - 1;
+      counters_.prefix_hit_tokens += seq->n_computed;
+    }
+    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0, seq->n_computed + n == len});

@@ -13,7 +13,7 @@ namespace {
 // Order: base, prefill_tokens, prefill_pairs, decode_rows, decode_kv_tokens.
 constexpr std::array<double, 5> kScale = {1.0, 1e3, 1e7, 1e2, 1e6};
 constexpr double kHuberK = 2.5;       // residuals beyond kHuberK robust sigmas are down-weighted
-constexpr int kHuberPasses = 2;       // reweighted refits after the first
+constexpr int kHuberPasses = 3;       // reweighted solves per refit
 constexpr int64_t kMaxTokens = int64_t{1} << 30;
 
 std::array<double, 5> as_array(const StepCostCoefficients& c) {
@@ -113,9 +113,21 @@ void StepCostModel::refit() {
     const double sd = options_.prior_spread * std::max(prior_scaled[j], 1e-12);
     ridge[j] = std::max(noise * noise / (sd * sd), 1e-18);
   }
-  std::vector<double> huber(samples.size(), 1.0);
-  Vec theta = prior_scaled;
-  for (int pass = 0; pass <= kHuberPasses; ++pass) {
+  // Iteratively reweighted: each pass takes Huber weights from the residuals of the previous fit (the
+  // first from the fit before this sample, so one stalled step cannot contaminate the start).
+  const Vec current = as_array(coef_);
+  Vec theta;
+  for (int j = 0; j < kFeatures; ++j) theta[j] = current[j] * kScale[j];
+  std::vector<double> huber(samples.size()), abs_res(samples.size());
+  for (int pass = 0; pass < kHuberPasses; ++pass) {
+    for (size_t i = 0; i < samples.size(); ++i) {
+      double pred = 0;
+      for (int j = 0; j < kFeatures; ++j) pred += theta[j] * samples[i]->x[j];
+      abs_res[i] = std::fabs(samples[i]->seconds - pred);
+    }
+    const double sigma = std::max({1.4826 * median(abs_res), 0.005 * median(ys), 1e-7});  // robust scale
+    for (size_t i = 0; i < samples.size(); ++i)
+      huber[i] = abs_res[i] <= kHuberK * sigma ? 1.0 : kHuberK * sigma / abs_res[i];
     std::array<Vec, kFeatures> a{};
     Vec b{};
     for (int j = 0; j < kFeatures; ++j) {
@@ -142,17 +154,6 @@ void StepCostModel::refit() {
       free[worst] = false;
     }
     for (int j = 0; j < kFeatures; ++j) theta[j] = std::max(theta[j], 0.0);
-    if (pass == kHuberPasses || samples.empty()) break;
-    // Huber weights from the residuals of this fit, with a robust scale (1.4826 x median |residual|).
-    std::vector<double> abs_res(samples.size());
-    for (size_t i = 0; i < samples.size(); ++i) {
-      double pred = 0;
-      for (int j = 0; j < kFeatures; ++j) pred += theta[j] * samples[i]->x[j];
-      abs_res[i] = std::fabs(samples[i]->seconds - pred);
-    }
-    const double sigma = std::max({1.4826 * median(abs_res), 0.005 * median(ys), 1e-7});
-    for (size_t i = 0; i < samples.size(); ++i)
-      huber[i] = abs_res[i] <= kHuberK * sigma ? 1.0 : kHuberK * sigma / abs_res[i];
   }
   Vec unscaled;
   for (int j = 0; j < kFeatures; ++j) unscaled[j] = theta[j] / kScale[j];

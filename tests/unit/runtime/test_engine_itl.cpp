@@ -73,8 +73,16 @@ struct ItlSim {
     return *id;
   }
   void step() { steps += engine->step() ? 1 : 0; }
-  void run_until_idle() {
-    while (!engine->idle()) step();
+  // False (and a test failure) when the engine makes no progress in 20000 steps.
+  bool run_until_idle() {
+    for (int guard = 0; !engine->idle(); ++guard) {
+      if (guard == 20000) {
+        ADD_FAILURE() << "the engine did not drain in 20000 steps";
+        return false;
+      }
+      step();
+    }
+    return true;
   }
   // Mixed traffic until the model is fitted: prompts of 200-6000 tokens, 20-100 output tokens.
   void warm_up() {
@@ -104,17 +112,27 @@ struct LongPromptResult {
 LongPromptResult long_prompt_next_to_decodes(ItlSim& sim, int32_t long_len) {
   std::vector<RequestId> decodes;
   for (int i = 0; i < 16; ++i) decodes.push_back(sim.submit(1500, 400));
-  while (true) {  // until every one of them decodes
+  LongPromptResult r;
+  for (int guard = 0;; ++guard) {  // until every one of them decodes
     bool all = true;
     for (RequestId id : decodes) all &= !sim.token_times[id].empty();
     if (all) break;
+    if (guard == 20000) {
+      ADD_FAILURE() << "the decodes never started";
+      return r;
+    }
     sim.step();
   }
   const double t0 = sim.clock;
   const int64_t s0 = sim.steps;
   const RequestId long_id = sim.submit(long_len, 4);
-  while (sim.token_times[long_id].empty()) sim.step();
-  LongPromptResult r;
+  for (int guard = 0; sim.token_times[long_id].empty(); ++guard) {
+    if (guard == 20000) {
+      ADD_FAILURE() << "the long prompt never got its first token (prefill starved)";
+      return r;
+    }
+    sim.step();
+  }
   r.ttft_steps = sim.steps - s0;
   r.mean_step = (sim.clock - t0) / static_cast<double>(r.ttft_steps);
   const double t1 = sim.token_times[long_id].front();

@@ -92,6 +92,21 @@ TEST(StepCostModel, RobustToNoiseAndOutliers) {
   EXPECT_LT(worst, 0.06);
 }
 
+TEST(StepCostModel, StalledFirstStepsDoNotPoisonTheFit) {
+  StepCostModel model;  // e.g. lazy initialisation, or a CUDA-graph capture, in the first steps
+  std::mt19937 rng(19);
+  for (int i = 0; i < 40; ++i) {
+    const StepShape s = random_shape(rng);
+    model.observe(s, i < 2 ? 5.0 : scripted_seconds(s));
+  }
+  double worst = 0;
+  for (int i = 0; i < 200; ++i) {
+    const StepShape s = random_shape(rng);
+    if (scripted_seconds(s) >= 0.010) worst = std::max(worst, std::fabs(model.predict(s) / scripted_seconds(s) - 1));
+  }
+  EXPECT_LT(worst, 0.03);
+}
+
 TEST(StepCostModel, DecodeOnlyStretchKeepsPrefillKnowledge) {
   StepCostModel model;
   std::mt19937 rng(9);
