@@ -218,10 +218,9 @@ int64_t PrefillBudget::grant(int64_t start, int64_t wanted) {
   if (!limited_) return wanted;
   int64_t n = model_->max_prefill_tokens(start, target_ - predicted_);
   if (n < wanted) n -= n % align_;  // a cut-short chunk ends on a block boundary (no fragments under a block)
-  if (!granted_any_) n = std::max(n, min_chunk_);
-  n = std::min(n, wanted);
+  n = std::min(std::max(n, min_chunk_ - granted_), wanted);  // the step's prefill floor comes first
   if (n > 0) {
-    granted_any_ = true;
+    granted_ += n;
     predicted_ += model_->prefill_chunk_seconds(start, n);
   }
   return n;

@@ -90,10 +90,10 @@ class StepCostModel {
 };
 
 // The prefill tokens one step may still take so that its predicted time stays within the ITL target.
-// Limited only when the model is ready, the target is set and the step has decode rows; then the first
-// prefill chunk of the step gets at least min_chunk tokens whatever the prediction (TTFT always
-// progresses), and chunks shorter than what they asked for are rounded down to a multiple of `align`
-// (so no fragment shorter than a block is scheduled, save the minimum chunk).
+// Limited only when the model is ready, the target is set and the step has decode rows; then the step's
+// prefill chunks get at least min_chunk tokens in all whatever the prediction (TTFT always progresses;
+// several short prompts can share the floor), and chunks shorter than what they asked for are rounded
+// down to a multiple of `align` (no fragment shorter than a block is scheduled, save under the floor).
 class PrefillBudget {
  public:
   PrefillBudget(const StepCostModel* model, double target_seconds, int64_t min_chunk, int64_t align,
@@ -110,7 +110,7 @@ class PrefillBudget {
   bool limited_ = false;
   double target_ = 0, decode_seconds_ = 0, predicted_ = 0;
   int64_t min_chunk_ = 0, align_ = 1;
-  bool granted_any_ = false;
+  int64_t granted_ = 0;  // prefill tokens granted so far this step
 };
 
 }  // namespace mxserve::runtime

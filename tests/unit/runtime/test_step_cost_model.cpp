@@ -215,10 +215,13 @@ TEST(PrefillBudget, MinChunkWhenDecodesAloneExceedTheTarget) {
   PrefillBudget budget(&model, 0.01, 100, 16, decodes);
   ASSERT_TRUE(budget.limited());
   EXPECT_TRUE(budget.decodes_over_target());
-  EXPECT_EQ(budget.grant(0, 4096), 100) << "the first chunk always gets the minimum";
-  EXPECT_EQ(budget.grant(0, 4096), 0) << "later chunks get what time is left: none";
-  PrefillBudget short_prompt(&model, 0.01, 100, 16, decodes);
-  EXPECT_EQ(short_prompt.grant(0, 40), 40) << "never more than asked";
+  EXPECT_EQ(budget.grant(0, 4096), 100) << "the step's prefill always gets the minimum";
+  EXPECT_EQ(budget.grant(0, 4096), 0) << "beyond it, chunks get what time is left: none";
+  PrefillBudget short_prompts(&model, 0.01, 100, 16, decodes);
+  EXPECT_EQ(short_prompts.grant(0, 40), 40) << "never more than asked";
+  EXPECT_EQ(short_prompts.grant(0, 40), 40) << "short prompts share the floor";
+  EXPECT_EQ(short_prompts.grant(0, 40), 20);
+  EXPECT_EQ(short_prompts.grant(0, 40), 0);
 }
 
 }  // namespace
