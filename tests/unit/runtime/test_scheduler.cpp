@@ -97,7 +97,9 @@ TEST(Scheduler, ItlBudgetHoldsBackAdmissionAndCountsLookupsOnce) {
   sched.set_cost_model(&model);
   auto step = [&] {
     SchedulePlan plan = sched.schedule();
-    if (plan.itl_limited) EXPECT_LE(model.predict(shape_of(plan)), cfg.max_step_seconds + 1e-9);
+    if (plan.itl_limited) {
+      EXPECT_LE(model.predict(shape_of(plan)), cfg.max_step_seconds + 1e-9);
+    }
     sched.commit(plan);
     for (const auto& c : plan.chunks)
       if (c.needs_sample) c.seq->tokens.push_back(1);
@@ -113,7 +115,9 @@ TEST(Scheduler, ItlBudgetHoldsBackAdmissionAndCountsLookupsOnce) {
     const SchedulePlan plan = step();
     ASSERT_TRUE(plan.itl_limited);
     held_back += b->state != SeqState::kRunning;
-    if (b->state != SeqState::kRunning) EXPECT_EQ(sched.counters().prefix_queries_tokens, 7 + 19999);
+    if (b->state != SeqState::kRunning) {
+      EXPECT_EQ(sched.counters().prefix_queries_tokens, 7 + 19999);
+    }
     ASSERT_LT(held_back, 100);
   }
   EXPECT_GT(held_back, 3) << "a's chunks used each step's time";
