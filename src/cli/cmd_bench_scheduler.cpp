@@ -1,6 +1,6 @@
 // `mxserve bench-scheduler`: the runtime's own overhead -- scheduler + KV bookkeeping per step with many
 // running requests and a large block pool (no model), and prefix-cache lookup cost against the number
-// of cached sequences. A benchmark program, not a test: prints a table.
+// of cached sequences, and the ITL policy's step cost model refit. A benchmark program, not a test: prints a table.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,6 +88,22 @@ int cmd_bench_scheduler(int argc, char** argv) {
               static_cast<long long>(running), static_cast<long long>(n_blocks), static_cast<long long>(context));
   std::printf("  median %.1f us   p99 %.1f us   (target < 50 us)\n", median(us),
               [&] { auto v = us; std::sort(v.begin(), v.end()); return v[v.size() * 99 / 100]; }());
+
+  // The ITL policy's cost model refits on every engine step (full windows: 2 x 128 samples).
+  {
+    runtime::StepCostModel model;
+    std::vector<double> fit_us;
+    for (int64_t s = 0; s < 2000; ++s) {
+      runtime::StepShape shape;
+      for (int64_t i = 0; i < 1 + static_cast<int64_t>(rng() % 64); ++i) shape.add_chunk(rng() % 20000, 1, 0);
+      if (s % 2 == 0) shape.add_chunk(rng() % 20000, 16 + rng() % 4000, 0);
+      const double t = 2e-3 + 5e-5 * shape.prefill_tokens + 1e-4 * shape.decode_rows;
+      const auto t0 = Clock::now();
+      model.observe(shape, t);
+      fit_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    std::printf("step cost model refit (StepCostModel::observe, full windows): median %.1f us\n", median(fit_us));
+  }
 
   // Prefix lookup: cost vs prompt length and vs number of cached sequences.
   std::printf("prefix lookup (full hit), block 16:\n  %-10s %-14s %s\n", "prompt", "cached seqs", "us/lookup");

@@ -57,6 +57,10 @@ runtime:
   --max-num-seqs N             running requests per step (256)
   --max-num-batched-tokens N   tokens per step (2048)
   --chunked-prefill-size N     prefill tokens per step (2048)
+  --max-itl-ms MS              ITL target: a step with decodes takes only the prefill tokens that keep its
+                               predicted time (a cost model fitted online) within MS; 0 = the two caps above
+                               alone (50; docs/scheduling.md)
+  --min-prefill-chunk N        prefill tokens a step with decodes always gets under --max-itl-ms (256)
   --block-size N               tokens per KV block (16)
   --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
@@ -123,7 +127,7 @@ int cmd_serve(int argc, char** argv) {
        "--http-keepalive-timeout", "--http-write-timeout", "--max-logprobs", "--max-logprob-entries",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests",
-       "--tool-call-parser", "--reasoning-parser"};
+       "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
@@ -168,6 +172,13 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(max_batched, positive(a, "--max-num-batched-tokens", 2048));
   MX_CLI_TRY(chunked, positive(a, "--chunked-prefill-size", 2048));
   MX_CLI_TRY(block_size, positive(a, "--block-size", 16));
+  MX_CLI_TRY(max_itl_ms, a.get_double("--max-itl-ms", 50));
+  if (!(max_itl_ms >= 0) || max_itl_ms > 1e6)
+    return fail(invalid_argument("--max-itl-ms must be a number of milliseconds >= 0 (0 = off), got " +
+                                 a.get_or("--max-itl-ms", "")));
+  MX_CLI_TRY(min_prefill_chunk, positive(a, "--min-prefill-chunk", 256));
+  sc.max_itl_seconds = max_itl_ms / 1e3;
+  sc.min_prefill_chunk = min_prefill_chunk;
   MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));  // 0: unset, sized from --kv-cache-memory
   if (a.has("--num-kv-blocks") && num_blocks <= 0)
     return fail(invalid_argument("--num-kv-blocks must be positive, got " + std::to_string(num_blocks) +

@@ -76,6 +76,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
     MX_LOG(kWarn) << "--speculative-simulate-acceptance " << *config_.spec.simulate_acceptance
                   << ": drafts are accepted at a fixed rate regardless of the model; the OUTPUT TEXT IS "
                      "MEANINGLESS (benchmark mode)";
+  scheduler_.set_cost_model(&cost_model_);
+  stats_.step_cost.target_seconds = config_.scheduler.max_step_seconds;
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
   free_slots_published_ = std::max<int64_t>(0, config_.scheduler.max_running);
@@ -175,6 +177,7 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
 
 bool Engine::step() {
   drain_inbox();
+  const double t0 = now_seconds();
   SchedulePlan plan = scheduler_.schedule();
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
@@ -187,7 +190,9 @@ bool Engine::step() {
   if (worked) {
     std::vector<RequestId> in_plan;
     for (const auto& c : plan.chunks) in_plan.push_back(c.seq->id);
+    const StepShape shape = shape_of(plan);  // before run_plan: finished sequences are freed in it
     Status s = run_plan(plan);
+    if (s.is_ok()) record_step_cost(plan, shape, now_seconds() - t0);
     if (!s.is_ok()) {
       // A failed forward is a bug, not the requests' fault: fail the batch's requests, keep serving.
       MX_LOG(kError) << "forward failed: " << s.to_string();
@@ -205,6 +210,49 @@ bool Engine::step() {
   stats_.blocks_cached = scheduler_.prefix_cache() ? scheduler_.prefix_cache()->n_evictable() : 0;
   stats_.scheduler = scheduler_.counters();
   return worked;
+}
+
+double Engine::now_seconds() const {
+  if (step_clock_) return step_clock_();
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+void Engine::record_step_cost(const SchedulePlan& plan, const StepShape& shape, double seconds) {
+  const bool was_ready = cost_model_.ready();
+  cost_model_.observe(shape, seconds);
+  const double now = now_seconds();
+  const StepCostCoefficients& c = cost_model_.coefficients();
+  if (cost_model_.ready() && (!was_ready || now - last_cost_log_ >= 60)) {
+    last_cost_log_ = now;
+    MX_LOG(kInfo) << "step cost model (" << cost_model_.n_observed() << " steps, mean error "
+                  << 100 * cost_model_.mean_relative_error() << "%): " << 1e3 * c.base << " ms + "
+                  << 1e6 * c.per_prefill_token << " us/prefill token + " << 1e9 * c.per_prefill_pair
+                  << " ns/prefill attention pair + " << 1e6 * c.per_decode_row << " us/decode row + "
+                  << 1e9 * c.per_decode_kv_token << " ns/decode KV token; --max-itl-ms "
+                  << 1e3 * config_.scheduler.max_step_seconds << " (0 = off)";
+  }
+  if (plan.decodes_over_target && now - last_over_target_warning_ >= 60) {
+    last_over_target_warning_ = now;
+    StepShape decodes;
+    decodes.decode_rows = shape.decode_rows;
+    decodes.decode_kv_tokens = shape.decode_kv_tokens;
+    MX_LOG(kWarn) << "ITL target " << 1e3 * config_.scheduler.max_step_seconds << " ms is out of reach: the "
+                  << shape.decode_rows << " decode rows alone are predicted at " << 1e3 * cost_model_.predict(decodes)
+                  << " ms; prefill gets only --min-prefill-chunk " << config_.scheduler.min_prefill_chunk
+                  << " tokens per step. Raise --max-itl-ms or lower --max-num-seqs";
+  }
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  StepCostStats& st = stats_.step_cost;
+  st.ready = cost_model_.ready();
+  st.samples = cost_model_.n_observed();
+  st.coefficients = c;
+  st.mean_relative_error = cost_model_.mean_relative_error();
+  st.last_step_seconds = seconds;
+  if (plan.itl_limited) {
+    st.last_predicted_seconds = plan.predicted_seconds;
+    ++st.itl_limited_steps;
+  }
+  st.over_target_steps += plan.decodes_over_target;
 }
 
 bool Engine::idle() const {

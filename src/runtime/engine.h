@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,18 @@ struct SpecStats {  // names after vLLM's spec_decode_* metrics
   double estimated_gain = 1;        // est. decode throughput, best measured N over N = 0 (1: unmeasured)
 };
 
+struct StepCostStats {  // the ITL policy's step cost model (step_cost_model.h, docs/scheduling.md)
+  bool ready = false;
+  int64_t samples = 0;                 // steps observed
+  StepCostCoefficients coefficients;   // seconds per unit of each feature
+  double mean_relative_error = 0;      // of the current fit over the samples it holds
+  double target_seconds = 0;           // --max-itl-ms (0: off)
+  double last_step_seconds = 0;        // measured (schedule + forward + sampling)
+  double last_predicted_seconds = 0;   // the model's prediction for the latest ITL-limited step
+  int64_t itl_limited_steps = 0;       // steps whose prefill the target bounded
+  int64_t over_target_steps = 0;       // ... in which the decodes alone were predicted over the target
+};
+
 struct EngineStats {
   int64_t waiting = 0;
   int64_t running = 0;
@@ -59,6 +72,7 @@ struct EngineStats {
   int64_t aborted = 0;
   SchedulerCounters scheduler;
   SpecStats spec;
+  StepCostStats step_cost;
   // Structured output: token masks computed, their summed compute time, and the part of it the engine
   // thread waited for after the forward (not hidden behind it).
   int64_t grammar_masks = 0;
@@ -87,6 +101,8 @@ class Engine {
   bool idle() const;
 
   EngineStats stats() const;
+  // Tests: the clock (seconds) that times steps for the cost model; default: steady_clock.
+  void set_step_clock(std::function<double()> now_seconds) { step_clock_ = std::move(now_seconds); }
   // Engine-thread only (tests): every block's reference count equals the number of sequences holding it
   // plus one if the prefix cache holds it; running sequences' tables cover their computed tokens.
   Status check_invariants() const;
@@ -115,6 +131,9 @@ class Engine {
   Result<Verdict> verify_under_constraint(const ScheduledChunk& c, const TargetRows& target, int64_t logit_row);
   MtpRows mtp_rows_of(const ScheduledChunk& c, int32_t row, const std::vector<int32_t>& path) const;
   void publish_step_stats(const SchedulePlan& plan, const StepOutcome& step);
+  // Feeds a measured step to the cost model; logs the fit periodically and an unreachable target loudly.
+  void record_step_cost(const SchedulePlan& plan, const StepShape& shape, double seconds);
+  double now_seconds() const;
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
   bool end_unconstrainable(Sequence* seq);  // structured output: nothing allowed next (engine_step.cpp)
@@ -142,6 +161,10 @@ class Engine {
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;
+
+  StepCostModel cost_model_;                // engine thread only; the scheduler reads it
+  std::function<double()> step_clock_;      // null: steady_clock
+  double last_cost_log_ = -1e300, last_over_target_warning_ = -1e300;
 
   Drafter drafter_;  // speculative decoding's draft stage and adaptive policy (idle when spec is off)
 

@@ -93,10 +93,15 @@ SchedulePlan Scheduler::schedule() {
     ++i;
   }
 
+  // The ITL target: prefill tokens that keep the step's predicted time within it (hard caps still apply).
+  PrefillBudget itl(cost_model_, config_.max_step_seconds, config_.min_prefill_chunk, config_.block_size,
+                    shape_of(plan));
+
   // 2. Running sequences mid-prefill continue with a chunk.
   for (Sequence* seq : running_) {
     if (seq->n_remaining() <= 1 || budget <= 0 || prefill_budget <= 0) continue;
-    const int64_t n = std::min<int64_t>({seq->n_remaining(), budget, prefill_budget});
+    const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({seq->n_remaining(), budget, prefill_budget}));
+    if (n == 0) break;
     if (!reserve(seq, seq->n_computed + n)) break;
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0,
                            seq->n_computed + n == static_cast<int64_t>(seq->tokens.size())});
@@ -117,17 +122,20 @@ SchedulePlan Scheduler::schedule() {
       auto m = cache_->match(seq->tokens, len - 1);
       seq->block_table = std::move(m.blocks);
       seq->n_computed = static_cast<int32_t>(m.n_tokens);
-      counters_.prefix_queries_tokens += len - 1;
-      counters_.prefix_hit_tokens += m.n_tokens;
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
-    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
-    const int64_t n = std::min<int64_t>({len - seq->n_computed, budget, prefill_budget});
-    if (!reserve(seq, seq->n_computed + n)) {
+    const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({len - seq->n_computed, budget, prefill_budget}));
+    if (n == 0 || !reserve(seq, seq->n_computed + n)) {
       release(seq);  // give the matched prefix back; try again next step
       break;
     }
     waiting_.pop_front();
+    // Counted once per admission (a request held back by the budgets is looked up again next step).
+    if (cache_) {
+      counters_.prefix_queries_tokens += len - 1;
+      counters_.prefix_hit_tokens += seq->n_computed;
+    }
+    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0, seq->n_computed + n == len});
@@ -136,7 +144,16 @@ SchedulePlan Scheduler::schedule() {
     budget -= n;
     prefill_budget -= n;
   }
+  plan.itl_limited = itl.limited();
+  plan.decodes_over_target = itl.decodes_over_target();
+  plan.predicted_seconds = itl.predicted_seconds();
   return plan;
+}
+
+StepShape shape_of(const SchedulePlan& plan) {
+  StepShape shape;
+  for (const auto& c : plan.chunks) shape.add_chunk(c.start, c.n_tokens, c.n_drafts);
+  return shape;
 }
 
 model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {

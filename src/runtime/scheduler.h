@@ -5,7 +5,10 @@
 //   2. running sequences mid-prefill continue with a chunk;
 //   3. waiting sequences are admitted FCFS (prefix-cache lookup first) while the budgets allow.
 //   Budgets per step: at most max_num_batched_tokens tokens in all, at most chunked_prefill_size of them
-//   prefill tokens, at most max_running sequences running.
+//   prefill tokens, at most max_running sequences running (hard caps). With an ITL target
+//   (max_step_seconds) and a ready step cost model (step_cost_model.h), a step that carries decodes also
+//   takes only the prefill tokens that keep its predicted time within the target -- but at least
+//   min_prefill_chunk of them, so prefill always progresses (docs/scheduling.md).
 // Starvation bound: a running decode is scheduled in every step until it finishes or is preempted; a step
 // carries at most chunked_prefill_size prefill tokens, so a decode waits at most one step that holds
 // (n_decodes + chunked_prefill_size) tokens between two of its tokens.
@@ -22,6 +25,7 @@
 #include "kvcache/radix_cache.h"
 #include "model/forward_batch.h"
 #include "runtime/sequence.h"
+#include "runtime/step_cost_model.h"
 
 namespace mxserve::runtime {
 
@@ -32,6 +36,8 @@ struct SchedulerConfig {
   int64_t max_running = 256;
   bool enable_prefix_cache = true;
   bool track_draft_kv = false;  // speculative decoding: only cache blocks whose MTP-layer KV is complete
+  double max_step_seconds = 0;     // ITL target for steps with decodes (--max-itl-ms); 0 = hard caps only
+  int64_t min_prefill_chunk = 256; // prefill tokens a step with decodes always gets (when any is waiting)
 };
 
 struct ScheduledChunk {
@@ -47,8 +53,14 @@ struct SchedulePlan {
   std::vector<Sequence*> preempted;    // sequences preempted while planning (now waiting)
   int64_t n_tokens = 0;
   int64_t n_prefill_tokens = 0;
+  bool itl_limited = false;          // the ITL target bounded this step's prefill (PrefillBudget::limited)
+  bool decodes_over_target = false;  // ... and the decodes alone were predicted over it
+  double predicted_seconds = 0;      // the cost model's prediction for the step (when itl_limited)
   bool empty() const { return chunks.empty(); }
 };
+
+// The step's shape in the cost model's features (decodes and prefill chunks alike).
+StepShape shape_of(const SchedulePlan& plan);
 
 struct SchedulerCounters {
   int64_t prefix_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
@@ -77,6 +89,8 @@ class Scheduler {
   const std::vector<Sequence*>& running() const { return running_; }
   const SchedulerCounters& counters() const { return counters_; }
   kvcache::RadixCache* prefix_cache() { return cache_.get(); }
+  // The model behind the ITL target (owned by the engine; null: hard caps only).
+  void set_cost_model(const StepCostModel* model) { cost_model_ = model; }
   // Makes room for seq to hold n_tokens (evicting cache leaves if needed); false when the pool is dry.
   bool reserve(Sequence* seq, int64_t n_tokens);
   int64_t blocks_needed(int64_t n_tokens) const { return (n_tokens + config_.block_size - 1) / config_.block_size; }
@@ -88,6 +102,7 @@ class Scheduler {
   SchedulerConfig config_;
   kvcache::BlockPool& pool_;
   std::unique_ptr<kvcache::RadixCache> cache_;
+  const StepCostModel* cost_model_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   SchedulerCounters counters_;

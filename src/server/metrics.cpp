@@ -136,6 +136,32 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
       sample(&out, "mxserve:http_responses_total", labels_ + ",code=\"" + std::to_string(code) + "\"",
              static_cast<double>(n));
   }
+  const runtime::StepCostStats& sc = s.step_cost;
+  header(&out, "mxserve:itl_target_seconds", "gauge", "--max-itl-ms: the ITL target of chunked prefill (0: off).");
+  sample(&out, "mxserve:itl_target_seconds", labels_, sc.target_seconds);
+  header(&out, "mxserve:step_cost_model_ready", "gauge", "1 once the step cost model has enough samples to be used.");
+  sample(&out, "mxserve:step_cost_model_ready", labels_, sc.ready ? 1 : 0);
+  header(&out, "mxserve:step_cost_samples_total", "counter", "Measured steps fed to the step cost model.");
+  sample(&out, "mxserve:step_cost_samples_total", labels_, static_cast<double>(sc.samples));
+  header(&out, "mxserve:step_cost_coefficient_seconds", "gauge",
+         "Fitted step cost: seconds per unit of each term (docs/scheduling.md).");
+  for (const auto& [term, v] : {std::pair<const char*, double>{"base", sc.coefficients.base},
+                                {"prefill_token", sc.coefficients.per_prefill_token},
+                                {"prefill_attention_pair", sc.coefficients.per_prefill_pair},
+                                {"decode_row", sc.coefficients.per_decode_row},
+                                {"decode_kv_token", sc.coefficients.per_decode_kv_token}})
+    sample(&out, "mxserve:step_cost_coefficient_seconds", labels_ + ",term=\"" + term + "\"", v);
+  header(&out, "mxserve:step_cost_mean_relative_error", "gauge", "Mean |measured - predicted| / measured of the fit.");
+  sample(&out, "mxserve:step_cost_mean_relative_error", labels_, sc.mean_relative_error);
+  header(&out, "mxserve:step_seconds_last", "gauge", "Measured time of the latest engine step.");
+  sample(&out, "mxserve:step_seconds_last", labels_, sc.last_step_seconds);
+  header(&out, "mxserve:step_seconds_predicted_last", "gauge", "Predicted time of the latest ITL-limited step.");
+  sample(&out, "mxserve:step_seconds_predicted_last", labels_, sc.last_predicted_seconds);
+  header(&out, "mxserve:itl_limited_steps_total", "counter", "Steps whose prefill the ITL target bounded.");
+  sample(&out, "mxserve:itl_limited_steps_total", labels_, static_cast<double>(sc.itl_limited_steps));
+  header(&out, "mxserve:itl_over_target_steps_total", "counter",
+         "ITL-limited steps whose decodes alone were predicted over the target (prefill got --min-prefill-chunk).");
+  sample(&out, "mxserve:itl_over_target_steps_total", labels_, static_cast<double>(sc.over_target_steps));
   header(&out, "vllm:time_to_first_token_seconds", "histogram", "Time from arrival to the first generated token.");
   ttft_.render("vllm:time_to_first_token_seconds", labels_, &out);
   header(&out, "vllm:inter_token_latency_seconds", "histogram", "Time between consecutive generated tokens.");

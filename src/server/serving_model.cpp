@@ -160,6 +160,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.scheduler.max_num_batched_tokens = cfg.max_num_batched_tokens;
   ec.scheduler.chunked_prefill_size = std::min(cfg.chunked_prefill_size, cfg.max_num_batched_tokens);
   ec.scheduler.max_running = cfg.max_num_seqs;
+  ec.scheduler.max_step_seconds = cfg.max_itl_seconds;
+  ec.scheduler.min_prefill_chunk = std::min(cfg.min_prefill_chunk, ec.scheduler.chunked_prefill_size);
   ec.scheduler.enable_prefix_cache = cfg.enable_prefix_cache;
   ec.n_blocks = n_blocks;
   ec.max_model_len = max_len;
@@ -169,7 +171,8 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.spec = cfg.spec;
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs
                 << " max_num_batched_tokens=" << cfg.max_num_batched_tokens
-                << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size
+                << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size << " max_itl_ms="
+                << 1e3 * cfg.max_itl_seconds << " min_prefill_chunk=" << ec.scheduler.min_prefill_chunk
                 << " prefix_cache=" << (cfg.enable_prefix_cache ? "on" : "off")
                 << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size()
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");

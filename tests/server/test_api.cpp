@@ -2,6 +2,9 @@
 // stop strings across token boundaries, n > 1, seeded determinism, logprobs, models, health, metrics.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
@@ -83,6 +86,14 @@ TEST(ServerApi, HealthModelsMetrics) {
                            "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
                            "vllm:e2e_request_latency_seconds_bucket"})
     EXPECT_NE(metrics.body.find(name), std::string::npos) << name;
+  // The ITL policy (docs/scheduling.md): serve's default target, and its cost model fed by every step
+  // (stats are published just after a step's events: poll).
+  EXPECT_EQ(s.metric("mxserve:itl_target_seconds"), 0.05);
+  ASSERT_EQ(s.post("/v1/completions", R"({"prompt":"x","max_tokens":2})").status, 200);
+  for (int i = 0; i < 500 && s.metric("mxserve:step_cost_samples_total") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(s.metric("mxserve:step_cost_samples_total"), 2);
+  EXPECT_GE(s.metric("mxserve:step_cost_coefficient_seconds{model_name=\"tiny\",term=\"base\"}"), 0);
 }
 
 TEST(ServerApi, ChatNonStreamingUsageMatchesTokenizer) {
