@@ -5,7 +5,7 @@
 // (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
 // Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
 // sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
-// FP8 E4M3 caches (p.fp8_kv()) are read by every kernel here: the K/V load dequantizes the codes in
+// FP8 E4M3 caches (p.k_scales set) are read by every kernel here: the K/V load dequantizes the codes in
 // registers with the (slot, kv head) scale (kv_fp8_load.cuh) and the tiles in shared memory are bf16 as
 // for a bf16 cache. NOTE: the FP8 load is a plain load, not cp.async (a byte-level async pipeline with the
 // conversion at the MMA fragment is the faster form, later work).
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
       uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
       if (slot_s[j] >= 0) {
         const int64_t off = static_cast<int64_t>(slot_s[j]) * kv_width + kvh * HD + c * 8;
-        if (p.fp8_kv()) {  // e4m3 codes (k_cache / v_cache then point at bytes), dequantized in registers
+        if (p.k_scales != nullptr) {  // FP8 cache: e4m3 codes (k_cache / v_cache point at bytes), in registers
           load_fp8_kv_chunk(k_cache, v_cache, off, slot_s[j], kvh, p, kr, vr);
         } else {
           kr = *reinterpret_cast<const uint4*>(k_cache + off);

@@ -8,7 +8,7 @@
 // split partials use the same workspace layout, merged by the same combine kernel.
 // Two kernels share the per-tile math (process_tile): the per-warp one above for decode-like batches,
 // and a block-shared one for prefill-like batches (8 tokens per block share each 64-key K/V tile).
-// FP8 E4M3 caches (p.fp8_kv()): the tile loads dequantize codes in registers and store bf16 tiles (plain
+// FP8 E4M3 caches (p.k_scales set): the tile loads dequantize codes in registers and store bf16 tiles (plain
 // stores instead of cp.async); everything after the load is the bf16 path.
 // NOTE: mma.sync (HMMA), not wgmma: Hopper's warpgroup MMA with TMA loads is the next step for
 // prefill. ldmatrix / mma.sync / cp.async are the sm_80+ seam; a HIP port maps them to MFMA.
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
         off = slot * kv_width + kvh * HD + d;
       }
-      if (p.fp8_kv()) {  // e4m3 codes dequantized in registers (kv_fp8_load.cuh), stored as bf16
+      if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
         uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
         if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
         *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
           slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
           off = slot * kv_width + kvh * HD + d;
         }
-        if (p.fp8_kv()) {  // e4m3 codes dequantized in registers (kv_fp8_load.cuh), stored as bf16
+        if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
           uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
           if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
           *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
