@@ -254,7 +254,9 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
     Tensor gq = gpu_bf16(q);
     for (const char* kernel : {"", "warp", "shared", "simt"}) {
       SCOPED_TRACE(kernel);
-      ASSERT_TRUE(gpu_->set_kernel_options({.attention_kernel = kernel}).is_ok());
+      backend::KernelOptions forced;
+      forced.attention_kernel = kernel;
+      ASSERT_TRUE(gpu_->set_kernel_options(forced).is_ok());
       Tensor out = poison_bf16({T, c.nh * c.hd});
       gpu_->attention(gq, kv.gk, kv.gv, gmeta, out);
       ASSERT_TRUE(gpu_->set_kernel_options({}).is_ok());
