@@ -9,7 +9,7 @@ rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/fixtures"
 cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cuda_fixture" \
    "$BUILD/tests/model/test_cuda_engine" "$BUILD/tests/model/test_cuda_synthetic" \
    "$BUILD/tests/ops/bench_cuda_kernels" "$BUILD/tests/ops/test_cuda_moe_mxfp4" \
-   "$BUILD/tests/model/test_cuda_mxfp4_moe" "$DEST/bin/"
+   "$BUILD/tests/model/test_cuda_mxfp4_moe" "$BUILD/tests/ops/test_cuda_kv_fp8" "$DEST/bin/"
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"

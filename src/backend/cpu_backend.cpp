@@ -29,6 +29,14 @@ const int32_t* i32(const Tensor& t) {
   return t.data<int32_t>();
 }
 
+// An FP8 cache op needs u8/e4m3 caches of the params' width and both scale pointers.
+void expect_fp8_cache(const Tensor& k_cache, const Tensor& v_cache, const kernels::AttentionParams& p, const char* op) {
+  for (const Tensor* t : {&k_cache, &v_cache})
+    MX_CHECK_MSG(t->dtype() == DType::kFP8E4M3 && t->dim(1) == static_cast<int64_t>(p.n_kv_heads) * p.head_dim,
+                 op << ": FP8 KV scales given but the cache is " << t->describe());
+  MX_CHECK_MSG(p.v_scales != nullptr, op << ": FP8 KV cache with k_scales but no v_scales");
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -100,30 +108,46 @@ class CpuBackend final : public Backend {
   }
   void kv_write(const Tensor& kt, const Tensor& vt, const AttentionMeta& meta, Tensor& k_cache,
                 Tensor& v_cache) override {
-    const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
+    const auto& p = meta.params;
+    const int64_t width = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+    if (p.fp8_kv()) {
+      expect_fp8_cache(k_cache, v_cache, p, "kv_write");
+      k::kv_write_fp8(f32(kt), f32(vt), i32(meta.slot_mapping), k_cache.data<uint8_t>(), v_cache.data<uint8_t>(),
+                      p.k_scales, p.v_scales, kt.numel() / width, p.n_kv_heads, p.head_dim);
+      return;
+    }
     k::kv_write_f32(f32(kt), f32(vt), i32(meta.slot_mapping), f32(k_cache), f32(v_cache), kt.numel() / width, width);
   }
-  // The kernel copies two caches of one width per call (K and V): tensors are paired in layout order, and
-  // one without a partner of its width goes alone (passed as both).
+  // Tensors are paired in layout order (two of one shape and dtype per call, e.g. K and V, or their
+  // scales); one without a partner goes alone. Rows are copied as bytes, so every dtype works.
   void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, const std::vector<Tensor*>& caches) override {
     MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
     for (size_t c = 0; c < caches.size();) {
       Tensor& a = *caches[c];
-      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) && caches[c + 1]->dim(0) == a.dim(0);
+      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) &&
+                        caches[c + 1]->dim(0) == a.dim(0) && caches[c + 1]->dtype() == a.dtype();
       Tensor& b = pair ? *caches[c + 1] : a;
       const int64_t n_slots = a.dim(0);
       for (int64_t i = 0; i < src_slots.numel(); ++i)
         MX_CHECK_MSG(i32(src_slots)[i] >= 0 && i32(src_slots)[i] < n_slots && i32(dst_slots)[i] >= 0 &&
                          i32(dst_slots)[i] < n_slots,
                      "kv_copy: slot pair " << i << " out of range");
-      k::kv_copy_f32(i32(src_slots), i32(dst_slots), src_slots.numel(), f32(a), f32(b), a.dim(1));
+      k::kv_copy_rows(i32(src_slots), i32(dst_slots), src_slots.numel(), static_cast<uint8_t*>(a.raw()),
+                      static_cast<uint8_t*>(b.raw()), static_cast<int64_t>(a.nbytes()) / n_slots);
       c += pair ? 2 : 1;
     }
   }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
+    const auto& p = meta.params;
+    if (p.fp8_kv()) {
+      expect_fp8_cache(k_cache, v_cache, p, "attention");
+      k::paged_attention_f32(f32(q), k_cache.raw(), v_cache.raw(), i32(meta.token_seq), i32(meta.kv_index),
+                             i32(meta.block_tables), f32(out), p);
+      return;
+    }
     k::paged_attention_f32(f32(q), f32(k_cache), f32(v_cache), i32(meta.token_seq), i32(meta.kv_index),
-                           i32(meta.block_tables), f32(out), meta.params);
+                           i32(meta.block_tables), f32(out), p);
   }
   void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
               Tensor& topk_ids, Tensor& topk_weights) override {

@@ -36,6 +36,17 @@ void expect(const Tensor& t, DType dt, const char* op, const char* what) {
   MX_CHECK_MSG(t.is_contiguous(), "cuda " << op << ": " << what << " is not contiguous");
 }
 
+// An FP8 KV op: e4m3 caches of the params' width on this device, and both scale pointers.
+void expect_fp8_cache(const Tensor& k_cache, const Tensor& v_cache, const kernels::AttentionParams& p, const char* op) {
+  expect(k_cache, DType::kFP8E4M3, op, "k_cache");
+  expect(v_cache, DType::kFP8E4M3, op, "v_cache");
+  const int64_t width = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  MX_CHECK_MSG(k_cache.dim(1) == width && v_cache.dim(1) == width,
+               "cuda " << op << ": FP8 caches " << k_cache.describe() << " / " << v_cache.describe() << ", expected width "
+                       << width);
+  MX_CHECK_MSG(p.v_scales != nullptr, "cuda " << op << ": FP8 KV cache with k_scales but no v_scales");
+}
+
 // The routed-expert shape of one moe_experts call: T = x rows, d_model = x columns, top_k = ids columns.
 kc::MoeShape routed_shape(const Tensor& x, const Tensor& topk_ids, int64_t n_experts, int64_t inter) {
   kc::MoeShape s;
@@ -287,39 +298,49 @@ class CudaBackend final : public Backend {
                 Tensor& v_cache) override {
     expect(k, DType::kBF16, "kv_write", "k");
     expect(v, DType::kBF16, "kv_write", "v");
-    expect(k_cache, DType::kBF16, "kv_write", "k_cache");
-    expect(v_cache, DType::kBF16, "kv_write", "v_cache");
     expect(meta.slot_mapping, DType::kI32, "kv_write", "slot_mapping");
-    const int64_t width = static_cast<int64_t>(meta.params.n_kv_heads) * meta.params.head_dim;
+    const auto& p = meta.params;
+    const int64_t width = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
     MX_CHECK_EQ(k.numel(), v.numel());
     MX_CHECK_EQ(k.numel() % width, 0);
     MX_CHECK_EQ(k_cache.numel() % width, 0);
+    if (p.fp8_kv()) {
+      expect_fp8_cache(k_cache, v_cache, p, "kv_write");
+      kc::kv_write_fp8(k.raw(), v.raw(), meta.slot_mapping.data<int32_t>(), k_cache.raw(), v_cache.raw(), p.k_scales,
+                       p.v_scales, k.numel() / width, p.n_kv_heads, p.head_dim, stream_);
+      return;
+    }
+    expect(k_cache, DType::kBF16, "kv_write", "k_cache");
+    expect(v_cache, DType::kBF16, "kv_write", "v_cache");
     kc::kv_write_bf16(k.raw(), v.raw(), meta.slot_mapping.data<int32_t>(), k_cache.raw(), v_cache.raw(),
                       k.numel() / width, width, stream_);
   }
 
-  // The kernel copies two bf16 caches of one width per launch (K and V): tensors are paired in layout
-  // order, and one without a partner of its width goes alone (passed as both).
+  // Tensors are paired in layout order (two of one shape and dtype per launch, e.g. K and V, or their
+  // scales); one without a partner goes alone. Rows are copied as bytes: bf16, FP8 codes and f32 scales.
   void kv_copy(const Tensor& src_slots, const Tensor& dst_slots, const std::vector<Tensor*>& caches) override {
     expect(src_slots, DType::kI32, "kv_copy", "src_slots");
     expect(dst_slots, DType::kI32, "kv_copy", "dst_slots");
     MX_CHECK_EQ(src_slots.numel(), dst_slots.numel());
     for (size_t c = 0; c < caches.size();) {
       Tensor& a = *caches[c];
-      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) && caches[c + 1]->dim(0) == a.dim(0);
+      const bool pair = c + 1 < caches.size() && caches[c + 1]->dim(1) == a.dim(1) &&
+                        caches[c + 1]->dim(0) == a.dim(0) && caches[c + 1]->dtype() == a.dtype();
       Tensor& b = pair ? *caches[c + 1] : a;
-      expect(a, DType::kBF16, "kv_copy", "cache");
-      expect(b, DType::kBF16, "kv_copy", "cache");
-      kc::kv_copy_bf16(src_slots.data<int32_t>(), dst_slots.data<int32_t>(), src_slots.numel(), a.raw(), b.raw(),
-                       a.dim(1), stream_);
+      kc::kv_copy_rows(src_slots.data<int32_t>(), dst_slots.data<int32_t>(), src_slots.numel(), a.raw(), b.raw(),
+                       static_cast<int64_t>(a.nbytes()) / a.dim(0), stream_);
       c += pair ? 2 : 1;
     }
   }
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMeta& meta,
                  Tensor& out) override {
     expect(q, DType::kBF16, "attention", "q");
-    expect(k_cache, DType::kBF16, "attention", "k_cache");
-    expect(v_cache, DType::kBF16, "attention", "v_cache");
+    if (meta.params.fp8_kv()) {
+      expect_fp8_cache(k_cache, v_cache, meta.params, "attention");
+    } else {
+      expect(k_cache, DType::kBF16, "attention", "k_cache");
+      expect(v_cache, DType::kBF16, "attention", "v_cache");
+    }
     expect(out, DType::kBF16, "attention", "out");
     for (const Tensor* t : {&meta.token_seq, &meta.kv_index, &meta.block_tables})
       expect(*t, DType::kI32, "attention", "metadata");

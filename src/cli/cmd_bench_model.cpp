@@ -54,6 +54,7 @@ const char* kUsage = R"(usage: mxserve bench-model --config FILE --synthetic-wei
   --prefill 1024,8192,20480   prefill chunk sizes (one sequence from position 0)
   --model-batches 1,8         full decode-step batches (context: the first of --contexts)
   --block-size N              KV block size (16)
+  --kv-cache-dtype auto|fp8_e4m3  KV cache element type (auto: bf16 on cuda); fp8 halves the K/V bytes read
   --md FILE  --json FILE      write the results
 )";
 
@@ -140,6 +141,32 @@ void fill_random(backend::Backend& be, Tensor& t, uint64_t stream, float stddev)
   be.fill_synthetic(p, t, nullptr);
 }
 
+// An FP8 cache gets real codes and scales: random bf16 K/V rows quantized by the backend's kv_write.
+void fill_fp8_cache(backend::Backend& be, model::CausalLM& lm, kvcache::KvCache& kv) {
+  const model::ModelConfig& c = lm.config();
+  const int64_t width = c.n_kv_heads * c.head_dim, n_slots = kv.spec().n_slots();
+  constexpr int64_t kRows = 4096;
+  backend::AttentionMeta meta;
+  meta.params.n_kv_heads = static_cast<int32_t>(c.n_kv_heads);
+  meta.params.head_dim = static_cast<int32_t>(c.head_dim);
+  Tensor x = be.alloc(be.activation_dtype(), {kRows, width});
+  Tensor slots_host = Tensor::empty(DType::kI32, {kRows});
+  uint64_t stream = 1000;
+  for (int64_t l = 0; l < kv.spec().n_layers(); ++l) {
+    meta.params.k_scales = kv.scales(l, kvcache::CacheRole::kKey).data<float>();
+    meta.params.v_scales = kv.scales(l, kvcache::CacheRole::kValue).data<float>();
+    for (int64_t begin = 0; begin < n_slots; begin += kRows) {
+      const int64_t n = std::min(kRows, n_slots - begin);
+      for (int64_t i = 0; i < n; ++i) slots_host.data<int32_t>()[i] = static_cast<int32_t>(begin + i);
+      meta.slot_mapping = be.upload(slots_host.slice_rows(0, n));
+      Tensor rows = x.slice_rows(0, n);
+      fill_random(be, rows, stream++, 1.f);
+      be.kv_write(rows, rows, meta, kv.k(l), kv.v(l));  // K and V get the same values: timing only
+    }
+  }
+  be.synchronize();
+}
+
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof(b), f, v);
@@ -151,7 +178,7 @@ std::string fmt(const char* f, double v) {
 int cmd_bench_model(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
-                           "--prefill", "--model-batches", "--block-size", "--md", "--json"},
+                           "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype"},
                           {"--synthetic-weights", "--help"});
   if (!args.is_ok()) return fail(args.status());
   if (args->has("--help")) {
@@ -173,6 +200,9 @@ int cmd_bench_model(int argc, char** argv) {
   if (*block_size <= 0 || *num_layers < 0) return fail(invalid_argument("--block-size and --num-layers must be positive"));
   auto plan = model::parse_synthetic_plan(args->get_or("--quantization", ""));
   if (!plan.is_ok()) return fail(plan.status());
+  auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
+  if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
+  const bool fp8_kv = *kv_dtype == kvcache::KvCacheDtype::kFp8E4M3;
 
   launch::LaunchConfig lc;
   lc.backend = args->get_or("--backend", "cpu");
@@ -182,6 +212,7 @@ int cmd_bench_model(int argc, char** argv) {
   lc.model.seed = static_cast<uint64_t>(*seed);
   lc.model.num_layers = *num_layers;
   lc.model.synthetic_quantization = args->get_or("--quantization", "");
+  lc.model.kv_cache_dtype = *kv_dtype;
   auto launched = launch::launch_model(lc);
   if (!launched.is_ok()) return fail(launched.status());
   backend::Backend& be = (*launched)->backend();
@@ -222,8 +253,10 @@ int cmd_bench_model(int argc, char** argv) {
   const double E = static_cast<double>(moe.n_experts);
   const double attn_w = static_cast<double>(attn.dense_params) * w;
   auto n_hit = [&](double T) { return E > 0 ? E * (1.0 - std::pow(1.0 - K / E, T)) : 0.0; };
+  // Bytes per cached K or V element: FP8 codes + one f32 scale per head_dim of them, else the activation dtype.
+  const double kv_elem = fp8_kv ? 1.0 + 4.0 / static_cast<double>(c.head_dim) : a;
   auto attn_bytes = [&](double T, double kv_tokens) {
-    return attn_w + 2 * kvd * a * kv_tokens + 2 * kvd * a * T + a * T * (4 * H + 4 * qd + 4 * kvd);
+    return attn_w + 2 * kvd * kv_elem * kv_tokens + 2 * kvd * kv_elem * T + a * T * (4 * H + 4 * qd + 4 * kvd);
   };
   auto attn_flops = [&](double T, double keys) { return 2 * T * static_cast<double>(attn.matmul_params) + 4 * qd * keys; };
   auto moe_weight_bytes = [&](double T) {
@@ -243,12 +276,15 @@ int cmd_bench_model(int argc, char** argv) {
     max_tokens = std::max(max_tokens, b * ((contexts->front() + *block_size - 1) / *block_size) * *block_size);
   kvcache::KvCache kv(lm.kv_spec(max_tokens / *block_size + 1, *block_size),
                       [&](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
-  {
+  if (fp8_kv) {
+    fill_fp8_cache(be, lm, kv);
+  } else {
     uint64_t stream = 1000;  // K, V of layer 0, then layer 1, ...: the same streams as before layouts
     for (Tensor* t : kv.all_tensors()) fill_random(be, *t, stream++, 1.f);
   }
-  std::fprintf(stderr, "KV cache: %lld blocks of %lld (%.1f MiB)\n", static_cast<long long>(kv.spec().n_blocks),
-               static_cast<long long>(*block_size), kv.spec().bytes() / 1048576.0);
+  std::fprintf(stderr, "KV cache: %lld blocks of %lld (%.1f MiB, %s)\n", static_cast<long long>(kv.spec().n_blocks),
+               static_cast<long long>(*block_size), kv.spec().bytes() / 1048576.0,
+               kvcache::kv_cache_dtype_name(*kv_dtype));
 
   Timer timer(be);
   std::vector<Row> rows;

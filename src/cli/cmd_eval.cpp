@@ -19,9 +19,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: mxserve eval perplexity --model DIR --text FILE [--tokenizer DIR] [--backend cpu|cuda] [--window W]\n"
     "                               [--stride S] [--max-tokens N] [--quantization mxfp4|fp8-block|...]\n"
-    "                               [--kv-cache-dtype auto] [--json FILE]\n"
+    "                               [--kv-cache-dtype auto|fp8_e4m3] [--json FILE]\n"
     "       mxserve eval compare --model DIR --text FILE [--model-b DIR] [--quantization SCHEME (for B)]\n"
-    "                               [--backend X] [--backend-b Y] [--window W] [--max-tokens N] [--json FILE]\n"
+    "                               [--kv-cache-dtype fp8_e4m3 (for B)] [--backend X] [--backend-b Y]\n"
+    "                               [--window W] [--max-tokens N] [--json FILE]\n"
+    "       mxserve eval compare --model CONFIG.json --synthetic-weights [--num-layers N] --random-tokens N\n"
+    "                               --kv-cache-dtype fp8_e4m3 [--backend X] [--window W]   (long synthetic contexts)\n"
     "       mxserve eval acceptance --model DIR --text FILE --speculative-num-steps N [--speculative-eagle-topk K\n"
     "                               --speculative-num-draft-tokens M] [--prompts P] [--prompt-len L] [--gen-tokens G]\n"
     "       mxserve eval tasks --base-url URL --data FILE.jsonl --task gsm8k|multiple-choice [--model NAME]\n"
@@ -54,11 +57,13 @@ int eval_perplexity(int argc, char** argv) {
   if (!args.is_ok()) return eval_fail(args.status());
   if (!args->has("--model") || !args->has("--text") || !args->positional().empty())
     return eval_fail(invalid_argument(kUsage));
-  if (auto st = check_kv_cache_dtype(*args); !st.is_ok()) return eval_fail(st);
+  auto kv_dtype = kv_cache_dtype_flag(*args);
+  if (!kv_dtype.is_ok()) return eval_fail(kv_dtype.status());
   const std::string dir = *args->get("--model");
   auto be = backend::make_backend(args->get_or("--backend", "cpu"));
   if (!be.is_ok()) return eval_fail(be.status());
-  auto m = load_eval_model(dir, args->get_or("--quantization", ""), **be, /*load_mtp=*/false);
+  auto m = load_eval_model(dir, args->get_or("--quantization", ""), **be, /*load_mtp=*/false,
+                           EvalModelOptions{.kv_cache_dtype = *kv_dtype});
   if (!m.is_ok()) return eval_fail(m.status());
   const auto& cfg = (*m)->model->config();
   auto window = window_of(*args, cfg);
@@ -87,17 +92,30 @@ int eval_perplexity(int argc, char** argv) {
 
 int eval_compare(int argc, char** argv) {
   auto args = Args::parse(argc, argv, {"--model", "--model-b", "--text", "--tokenizer", "--backend", "--backend-b",
-                                       "--window", "--max-tokens", "--quantization", "--kv-cache-dtype", "--json"}, {});
+                                       "--window", "--max-tokens", "--quantization", "--kv-cache-dtype", "--json",
+                                       "--num-layers", "--random-tokens"},
+                          {"--synthetic-weights"});
   if (!args.is_ok()) return eval_fail(args.status());
-  if (!args->has("--model") || !args->has("--text") || !args->positional().empty())
+  if (!args->has("--model") || args->has("--text") == args->has("--random-tokens") || !args->positional().empty())
     return eval_fail(invalid_argument(kUsage));
-  if (auto st = check_kv_cache_dtype(*args); !st.is_ok()) return eval_fail(st);
+  // Synthetic weights (--model is a config.json): only the KV cache or the backend can differ between A and B.
+  const bool synthetic = args->has("--synthetic-weights");
+  if (synthetic && (args->has("--model-b") || args->has("--quantization")))
+    return eval_fail(invalid_argument("eval compare --synthetic-weights: A and B share the config; compare "
+                                      "--kv-cache-dtype or --backend-b"));
+  auto num_layers = args->get_int("--num-layers", 0);
+  if (!num_layers.is_ok()) return eval_fail(num_layers.status());
+  if (*num_layers < 0 || (*num_layers > 0 && !synthetic))
+    return eval_fail(invalid_argument("--num-layers needs --synthetic-weights and must be positive"));
+  auto kv_dtype_b = kv_cache_dtype_flag(*args);
+  if (!kv_dtype_b.is_ok()) return eval_fail(kv_dtype_b.status());
   const std::string dir_a = *args->get("--model"), dir_b = args->get_or("--model-b", dir_a);
   const std::string backend_a = args->get_or("--backend", "cpu"), backend_b = args->get_or("--backend-b", backend_a);
   const std::string quant_b = args->get_or("--quantization", "");
-  if (dir_a == dir_b && backend_a == backend_b && (quant_b.empty() || quant_b == "none"))
-    return eval_fail(invalid_argument("eval compare: A and B are the same model, precision and backend; give "
-                                      "--quantization, --model-b or --backend-b"));
+  if (dir_a == dir_b && backend_a == backend_b && (quant_b.empty() || quant_b == "none") &&
+      *kv_dtype_b == kvcache::KvCacheDtype::kAuto)
+    return eval_fail(invalid_argument("eval compare: A and B are the same model, precision, KV cache and backend; give "
+                                      "--quantization, --kv-cache-dtype, --model-b or --backend-b"));
   auto be_a_r = backend::make_backend(backend_a);
   if (!be_a_r.is_ok()) return eval_fail(be_a_r.status());
   std::unique_ptr<backend::Backend> be_a_own = std::move(*be_a_r), be_b_own;
@@ -109,9 +127,10 @@ int eval_compare(int argc, char** argv) {
     be_b_own = std::move(*r);
     be_b = be_b_own.get();
   }
-  auto a = load_eval_model(dir_a, "", *be_a, false);
+  auto a = load_eval_model(dir_a, "", *be_a, false, EvalModelOptions{.synthetic = synthetic, .num_layers = *num_layers});
   if (!a.is_ok()) return eval_fail(a.status());
-  auto b = load_eval_model(dir_b, quant_b, *be_b, false);
+  auto b = load_eval_model(dir_b, quant_b, *be_b, false,
+                           EvalModelOptions{.kv_cache_dtype = *kv_dtype_b, .synthetic = synthetic, .num_layers = *num_layers});
   if (!b.is_ok()) return eval_fail(b.status());
   const auto& cfg = (*a)->model->config();
   const int64_t V = cfg.vocab_size;
@@ -122,8 +141,22 @@ int eval_compare(int argc, char** argv) {
   auto max_tokens = args->get_int("--max-tokens", 4096);
   if (!window.is_ok()) return eval_fail(window.status());
   if (!max_tokens.is_ok()) return eval_fail(max_tokens.status());
-  auto ids = text_file_ids(*args->get("--text"), args->get_or("--tokenizer", dir_a), *max_tokens, V);
+  Result<std::vector<int32_t>> ids = std::vector<int32_t>();
+  if (args->has("--random-tokens")) {  // deterministic ids (splitmix64 of the index) for synthetic models
+    auto n = args->get_int("--random-tokens", 0);
+    if (!n.is_ok()) return eval_fail(n.status());
+    if (*n < 2) return eval_fail(invalid_argument("--random-tokens must be at least 2"));
+    for (int64_t i = 0; i < *n; ++i) {
+      uint64_t z = static_cast<uint64_t>(i) + 0x9e3779b97f4a7c15ull;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      ids->push_back(static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(V)));
+    }
+  } else {
+    ids = text_file_ids(*args->get("--text"), args->get_or("--tokenizer", dir_a), *max_tokens, V);
+  }
   if (!ids.is_ok()) return eval_fail(ids.status());
+  const std::string text_name = args->has("--text") ? *args->get("--text") : "random:" + std::to_string(ids->size());
   eval::LogitComparison cmp;
   double nll[2] = {0, 0};
   int64_t scored = 0;
@@ -149,8 +182,9 @@ int eval_compare(int argc, char** argv) {
   }
   std::fprintf(stderr, "\n");
   const double ppl_a = std::exp(nll[0] / std::max<int64_t>(scored, 1)), ppl_b = std::exp(nll[1] / std::max<int64_t>(scored, 1));
-  std::printf("A: %s (%s, %s)\nB: %s (%s, %s)\n", dir_a.c_str(), (*a)->precision.c_str(), be_a->name().c_str(),
-              dir_b.c_str(), (*b)->precision.c_str(), be_b->name().c_str());
+  const char* kv_b = kvcache::kv_cache_dtype_name(*kv_dtype_b);
+  std::printf("A: %s (%s, %s, kv auto)\nB: %s (%s, %s, kv %s)\n", dir_a.c_str(), (*a)->precision.c_str(),
+              be_a->name().c_str(), dir_b.c_str(), (*b)->precision.c_str(), be_b->name().c_str(), kv_b);
   std::printf("tokens: %lld (non-overlapping windows of %lld)\n", static_cast<long long>(cmp.tokens),
               static_cast<long long>(*window));
   std::printf("KL(A||B) per token: mean %.6f  max %.6f\n", cmp.mean_kl(), cmp.kl_max);
@@ -158,8 +192,8 @@ int eval_compare(int argc, char** argv) {
   std::printf("logits: relative L2 %.3e, mean cosine %.6f\n", cmp.rel_l2(), cmp.mean_cos());
   std::printf("perplexity: A %.4f, B %.4f (%+.2f%%)\n", ppl_a, ppl_b, 100.0 * (ppl_b / ppl_a - 1));
   nlohmann::ordered_json j = {{"a", {{"model", dir_a}, {"precision", (*a)->precision}, {"backend", be_a->name()}}},
-                              {"b", {{"model", dir_b}, {"precision", (*b)->precision}, {"backend", be_b->name()}}},
-                              {"text", *args->get("--text")}, {"tokens", cmp.tokens}, {"window", *window},
+                              {"b", {{"model", dir_b}, {"precision", (*b)->precision}, {"backend", be_b->name()}, {"kv_cache_dtype", kv_b}}},
+                              {"text", text_name}, {"tokens", cmp.tokens}, {"window", *window},
                               {"kl_mean", cmp.mean_kl()}, {"kl_max", cmp.kl_max}, {"top1_agreement", cmp.top1()},
                               {"logits_rel_l2", cmp.rel_l2()}, {"cosine_mean", cmp.mean_cos()},
                               {"perplexity_a", ppl_a}, {"perplexity_b", ppl_b}};

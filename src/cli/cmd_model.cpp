@@ -35,10 +35,11 @@ int fail(const Status& s, int code = 2) {
 }  // namespace
 
 int cmd_verify_fixture(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--backend", "--block-size", "--chunk-size", "--max-rel-l2"}, {});
+  auto args = Args::parse(argc, argv, {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype"}, {});
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
-    return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N]"));
+    return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
+                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)]"));
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -55,6 +56,9 @@ int cmd_verify_fixture(int argc, char** argv) {
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
   lc.backend = args->get_or("--backend", "cpu");
+  auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
+  if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
+  lc.model.kv_cache_dtype = *kv_dtype;
   auto lm = launch::launch_model(lc);
   if (!lm.is_ok()) return fail(lm.status());
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
@@ -83,6 +87,7 @@ Result<launch::ModelSource> model_source(const Args& args) {
   if (opt.num_layers < 0) return invalid_argument("--num-layers must be positive");
   opt.seed = static_cast<uint64_t>(seed);
   opt.synthetic_quantization = args.get_or("--quantization", "");
+  MX_ASSIGN_OR_RETURN(opt.kv_cache_dtype, kvcache::parse_kv_cache_dtype(args.get_or("--kv-cache-dtype", "auto")));
   return opt;
 }
 
@@ -185,7 +190,7 @@ Status generate_once(launch::LaunchedModel& lm, const std::vector<int32_t>& ids,
 int cmd_generate(int argc, char** argv) {
   std::set<std::string> value_flags = {"--model", "--config", "--ids", "--max-tokens", "--backend", "--block-size",
                                        "--seed", "--num-layers", "--quantization", "--batch", "--prompt-len", "--runs",
-                                       "--moe-tuning-dir"};
+                                       "--moe-tuning-dir", "--kv-cache-dtype"};
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());

@@ -64,6 +64,8 @@ runtime:
   --block-size N               tokens per KV block (16)
   --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
+  --kv-cache-dtype auto|bf16|fp8_e4m3|fp8  KV cache element type (auto = bf16 on cuda, f32 on cpu); fp8_e4m3
+                               stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
 chat output (docs/server.md "Reasoning and tool calls"):
@@ -126,8 +128,8 @@ int cmd_serve(int argc, char** argv) {
        "--max-connections", "--max-header-bytes", "--max-header-count", "--http-header-timeout", "--http-body-timeout",
        "--http-keepalive-timeout", "--http-write-timeout", "--max-logprobs", "--max-logprob-entries",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
-       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--max-queued-requests",
-       "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
+       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--kv-cache-dtype",
+       "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
@@ -189,6 +191,8 @@ int cmd_serve(int argc, char** argv) {
   sc.chunked_prefill_size = chunked;
   sc.block_size = block_size;
   sc.num_kv_blocks = num_blocks;
+  MX_CLI_TRY(kv_dtype, kvcache::parse_kv_cache_dtype(a.get_or("--kv-cache-dtype", "auto")));
+  sc.kv_cache_dtype = kv_dtype;
   sc.max_queued_requests = max_queued;
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));

@@ -24,10 +24,11 @@ EvalModel::~EvalModel() {
 }
 
 Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const std::string& quantization,
-                                                   backend::Backend& be, bool load_mtp) {
+                                                   backend::Backend& be, bool load_mtp,
+                                                   const EvalModelOptions& options) {
   auto em = std::make_unique<EvalModel>();
   std::string path = dir;
-  em->precision = "checkpoint";
+  em->precision = options.synthetic ? "synthetic" : "checkpoint";
   if (!quantization.empty() && quantization != "none") {
     MX_ASSIGN_OR_RETURN(quant::Scheme scheme, quant::parse_scheme(quantization));
     char tmpl[] = "/tmp/mxserve_eval_XXXXXX";
@@ -45,6 +46,9 @@ Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const
   }
   model::LoadOptions lo;
   lo.load_mtp = load_mtp;
+  lo.kv_cache_dtype = options.kv_cache_dtype;
+  lo.synthetic = options.synthetic;
+  lo.num_layers_override = options.num_layers;
   MX_ASSIGN_OR_RETURN(em->model, model::load_causal_lm(path, be, lo));
   return em;
 }
@@ -68,11 +72,8 @@ Result<std::vector<int32_t>> text_file_ids(const std::string& path, const std::s
   return out;
 }
 
-Status check_kv_cache_dtype(const Args& args) {
-  const std::string d = args.get_or("--kv-cache-dtype", "auto");
-  if (d == "auto") return Status::ok();
-  return unsupported("--kv-cache-dtype " + d + ": this build keeps the KV cache in the backend's activation dtype "
-                     "(f32 on cpu, bf16 on cuda); only 'auto' is accepted");
+Result<kvcache::KvCacheDtype> kv_cache_dtype_flag(const Args& args) {
+  return kvcache::parse_kv_cache_dtype(args.get_or("--kv-cache-dtype", "auto"));
 }
 
 }  // namespace mxserve::cli

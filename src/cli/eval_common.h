@@ -23,16 +23,24 @@ struct EvalModel {
 };
 
 // quantization: "" / "none" (the checkpoint as stored) or a `mxserve quantize` scheme (mxfp4, fp8-block, ...).
+// Where an eval model comes from beyond its directory: the KV cache element type (--kv-cache-dtype) and, for
+// synthetic weights (dir is then a config.json), the decoder layers kept (0 = all).
+struct EvalModelOptions {
+  kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;
+  bool synthetic = false;
+  int64_t num_layers = 0;
+};
 Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const std::string& quantization,
-                                                   backend::Backend& be, bool load_mtp);
+                                                   backend::Backend& be, bool load_mtp,
+                                                   const EvalModelOptions& options = {});
 
 // The whole file as one string, encoded without special tokens by the tokenizer in tokenizer_dir; the first
 // max_tokens ids (0: all). Every id must be < vocab_size.
 Result<std::vector<int32_t>> text_file_ids(const std::string& path, const std::string& tokenizer_dir,
                                            int64_t max_tokens, int64_t vocab_size);
 
-// --kv-cache-dtype: only the backend's activation dtype ("auto") exists in this build.
-Status check_kv_cache_dtype(const Args& args);
+// --kv-cache-dtype auto|bf16|fp8_e4m3|fp8 (default auto).
+Result<kvcache::KvCacheDtype> kv_cache_dtype_flag(const Args& args);
 
 int eval_fail(const Status& s, int code = 2);
 

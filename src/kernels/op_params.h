@@ -41,6 +41,12 @@ struct AttentionParams {
   // a non-tree row of a tree batch has tree_base = INT32_MAX. kv_index[t] - tree_base[t] < 64.
   const uint64_t* tree_mask = nullptr;
   const int32_t* tree_base = nullptr;
+  // FP8 E4M3 KV cache (kernels/kv_fp8.h), on the kernel's device: the caches hold e4m3 codes and these
+  // f32 [n_slots, n_kv_heads] dequantization scales (value = code * scale); both null for a bf16 / f32
+  // cache. Set per layer by the model (each layer has its own scales); kv_write writes them.
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
+  bool fp8_kv() const { return k_scales != nullptr; }
 };
 
 }  // namespace mxserve::kernels

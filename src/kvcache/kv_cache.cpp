@@ -1,5 +1,7 @@
 #include "kvcache/kv_cache.h"
 
+#include <string>
+
 #include "core/check.h"
 
 namespace mxserve::kvcache {
@@ -12,6 +14,20 @@ const char* cache_role_name(CacheRole r) {
     case CacheRole::kIndexerKey: return "indexer_key";
   }
   return "?";
+}
+
+const char* kv_cache_dtype_name(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::kAuto: return "auto";
+    case KvCacheDtype::kFp8E4M3: return "fp8_e4m3";
+  }
+  return "?";
+}
+
+Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view text) {
+  if (text == "auto" || text == "bf16") return KvCacheDtype::kAuto;
+  if (text == "fp8_e4m3" || text == "fp8") return KvCacheDtype::kFp8E4M3;
+  return invalid_argument("--kv-cache-dtype '" + std::string(text) + "': expected auto, bf16, fp8_e4m3 or fp8");
 }
 
 uint64_t CacheTensorSpec::bytes_per_slot() const {
@@ -44,6 +60,17 @@ KvCacheSpec KvCacheSpec::gqa(int64_t n_layers, int64_t n_blocks, int64_t block_s
   return s;
 }
 
+KvCacheSpec KvCacheSpec::gqa_fp8(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+                                 int64_t head_dim) {
+  KvCacheSpec s = gqa(n_layers, n_blocks, block_size, n_kv_heads, head_dim, DType::kFP8E4M3);
+  for (auto& layer : s.layers)
+    for (auto& t : layer.tensors) {
+      t.scale_width = n_kv_heads;
+      t.scale_dtype = DType::kF32;
+    }
+  return s;
+}
+
 KvCache::KvCache(const KvCacheSpec& spec, const Allocator& alloc) : spec_(spec) {
   for (const auto& ls : spec.layers) {
     Layer layer;
@@ -71,6 +98,14 @@ Tensor& KvCache::scales(int64_t layer, CacheRole role) {
     if (ts[i].role == role && ts[i].scale_width > 0) return layers_[layer].scales[i];
   MX_CHECK_MSG(false, "KV cache: layer " << layer << " has no scales for " << cache_role_name(role));
   return layers_[layer].data.front();
+}
+
+Tensor* KvCache::scales_if_any(int64_t layer, CacheRole role) {
+  MX_CHECK_MSG(layer >= 0 && layer < spec_.n_layers(), "KV cache: layer " << layer << " of " << spec_.n_layers());
+  const auto& ts = spec_.layers[layer].tensors;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].role == role && ts[i].scale_width > 0) return &layers_[layer].scales[i];
+  return nullptr;
 }
 
 std::vector<Tensor*> KvCache::all_tensors() {

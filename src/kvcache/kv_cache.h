@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -21,6 +22,14 @@ namespace mxserve::kvcache {
 
 enum class CacheRole { kKey, kValue, kLatent, kIndexerKey };
 const char* cache_role_name(CacheRole r);
+
+// Element type of the K/V cache (--kv-cache-dtype, vLLM's names). kAuto: the backend's activation dtype
+// (bf16 on CUDA, f32 on the CPU reference). kFp8E4M3: e4m3 codes + one f32 scale per (slot, kv head),
+// quantized at write time (kernels/kv_fp8.h; docs/kv-cache.md says why dynamic scales).
+enum class KvCacheDtype { kAuto, kFp8E4M3 };
+const char* kv_cache_dtype_name(KvCacheDtype d);  // "auto" | "fp8_e4m3"
+// "auto" and "bf16" -> kAuto; "fp8_e4m3" and "fp8" -> kFp8E4M3; anything else is an error naming it.
+Result<KvCacheDtype> parse_kv_cache_dtype(std::string_view text);
 
 // One cache tensor of a layer: `width` elements of `dtype` per token slot, plus (scale_width > 0) a scale
 // tensor [n_slots, scale_width] of scale_dtype (e.g. FP8 keys with one f32 scale per slot or per head).
@@ -51,6 +60,10 @@ struct KvCacheSpec {
   // GQA: n_layers layers of K and V, each [n_slots, n_kv_heads * head_dim] in dtype.
   static KvCacheSpec gqa(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
                          int64_t head_dim, DType dtype);
+  // GQA with an FP8 E4M3 cache: K and V u8 codes [n_slots, n_kv_heads * head_dim], each with f32 scales
+  // [n_slots, n_kv_heads] (4 bytes per head_dim codes).
+  static KvCacheSpec gqa_fp8(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t n_kv_heads,
+                             int64_t head_dim);
 };
 
 class KvCache {
@@ -62,6 +75,8 @@ class KvCache {
   Tensor& tensor(int64_t layer, CacheRole role);
   // Its scale tensor [n_slots, scale_width] (CHECKs that the layout declares one).
   Tensor& scales(int64_t layer, CacheRole role);
+  // The scale tensor when the layout declares one, else nullptr.
+  Tensor* scales_if_any(int64_t layer, CacheRole role);
   Tensor& k(int64_t layer) { return tensor(layer, CacheRole::kKey); }
   Tensor& v(int64_t layer) { return tensor(layer, CacheRole::kValue); }
   // Every tensor of the cache (data and scales, all layers): what a slot copy must move.

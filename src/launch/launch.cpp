@@ -40,6 +40,7 @@ model::LoadOptions load_options(const ModelSource& src) {
   lo.seed = src.seed;
   lo.num_layers_override = src.num_layers;
   lo.synthetic_quantization = src.synthetic_quantization;
+  lo.kv_cache_dtype = src.kv_cache_dtype;
   return lo;
 }
 

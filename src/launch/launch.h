@@ -33,6 +33,7 @@ struct ModelSource {
   std::string synthetic_quantization;  // synthetic precision plan: "", "mxfp4", "mxfp4:fp8-block", ...
   bool load_mtp = false;               // load the MTP layer when the config declares one
   bool require_mtp = false;            // and fail when it does not (speculative decoding drafts with it)
+  kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype (the model's kv_spec)
 };
 
 struct LaunchConfig {

@@ -66,6 +66,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     const auto t0 = std::chrono::steady_clock::now();
     WeightLoader wl(be, src);
     MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
+    MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
     be.synchronize();
     MX_LOG(kInfo) << "synthetic weights ready in "
                   << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
@@ -81,7 +82,9 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
                   << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
   WeightLoader wl(be, w);
-  return arch.build(cfg, wl, be, mtp);
+  MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
+  MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
+  return model;
 }
 
 }  // namespace mxserve::model

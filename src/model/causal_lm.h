@@ -31,6 +31,14 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   // The KV cache geometry this model needs (target layers + the MTP layer, if any).
   virtual kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const = 0;
+  // The cache element type kv_spec lays out (LoadOptions::kv_cache_dtype; set once, before any cache exists).
+  // An architecture without an FP8 layout refuses it, naming the dtype.
+  virtual Status set_kv_cache_dtype(kvcache::KvCacheDtype dtype) {
+    if (dtype == kvcache::KvCacheDtype::kAuto) return Status::ok();
+    return unsupported(std::string("--kv-cache-dtype ") + kvcache::kv_cache_dtype_name(dtype) +
+                       " is not implemented for this architecture");
+  }
+  virtual kvcache::KvCacheDtype kv_cache_dtype() const { return kvcache::KvCacheDtype::kAuto; }
   virtual Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) = 0;
   virtual bool has_mtp() const = 0;
   // MTP draft forward: token_ids are the *next* tokens x_{t+1}; hidden_in [T,H] the target's post-norm
@@ -54,6 +62,7 @@ struct LoadOptions {
   uint64_t seed = 0;                // synthetic weights' seed
   int64_t num_layers_override = 0;  // > 0: keep only the first N decoder layers (truncated model)
   std::string synthetic_quantization;  // synthetic weights' precision plan: "", "mxfp4", "fp8-block" (experts)
+  kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
 };
 
 // config.json at `path` with the options applied (num_layers_override truncates; errors name the flag).

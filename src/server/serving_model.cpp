@@ -88,6 +88,7 @@ launch::LaunchConfig ServingConfig::launch_config() const {
   lc.model.seed = seed;
   lc.model.num_layers = num_layers;
   lc.model.synthetic_quantization = synthetic_quantization;
+  lc.model.kv_cache_dtype = kv_cache_dtype;
   lc.model.require_mtp = spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
   lc.backend = backend;
   lc.moe_tuning_dir = moe_tuning_dir;
@@ -152,8 +153,18 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   sm->max_model_len_ = max_len;
   MX_LOG(kInfo) << "KV cache: " << n_blocks << " blocks x " << cfg.block_size << " tokens = " << capacity
                 << " tokens, " << human_bytes(static_cast<double>(per_block) * n_blocks) << " ("
-                << human_bytes(static_cast<double>(per_block) / cfg.block_size) << "/token); maximum concurrency for "
+                << human_bytes(static_cast<double>(per_block) / cfg.block_size) << "/token, "
+                << kvcache::kv_cache_dtype_name(lm.model().kv_cache_dtype()) << "); maximum concurrency for "
                 << max_len << " tokens per request: " << static_cast<double>(capacity) / max_len << "x";
+  if (lm.model().kv_cache_dtype() == kvcache::KvCacheDtype::kFp8E4M3) {
+    const kvcache::KvCacheSpec spec = lm.model().kv_spec(1, cfg.block_size);
+    uint64_t bf16_per_block = 0;  // the same layout with bf16 elements and no scales
+    for (const auto& layer : spec.layers)
+      for (const auto& t : layer.tensors) bf16_per_block += 2ull * static_cast<uint64_t>(t.width * cfg.block_size);
+    MX_LOG(kInfo) << "KV cache: fp8_e4m3 codes + one f32 scale per (token, kv head): "
+                  << static_cast<double>(bf16_per_block) / static_cast<double>(per_block)
+                  << "x the blocks a bf16 cache gets from the same memory";
+  }
 
   runtime::EngineConfig ec;
   ec.scheduler.block_size = cfg.block_size;

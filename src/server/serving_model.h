@@ -35,6 +35,7 @@ struct ServingConfig {
   int64_t max_num_seqs = 256;
   uint64_t kv_cache_bytes = uint64_t{1} << 30;
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
+  kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   bool enable_prefix_cache = true;
   int64_t max_queued_requests = 1024;
   int32_t max_logprobs = 20;  // the engine's bound on top logprobs per token (--max-logprobs)

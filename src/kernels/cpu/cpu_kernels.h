@@ -29,6 +29,17 @@ void silu_mul_f32(const float* gate_up, float* out, int64_t n_tokens, int64_t in
 void kv_write_f32(const float* k, const float* v, const int32_t* slot_mapping, float* k_cache, float* v_cache,
                   int64_t n_tokens, int64_t kv_width);
 
+// FP8 E4M3 cache (kernels/kv_fp8.h): quantizes k/v rows [T, n_kv_heads*head_dim] into e4m3 codes at
+// slot_mapping[t] of the u8 caches, with one f32 scale per (slot, kv head) into k_scales / v_scales
+// [n_slots, n_kv_heads]. The oracle for the CUDA kv_write: the same bytes for the same inputs.
+void kv_write_fp8(const float* k, const float* v, const int32_t* slot_mapping, uint8_t* k_cache, uint8_t* v_cache,
+                  float* k_scales, float* v_scales, int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim);
+
+// Copies rows src_slots[i] -> dst_slots[i] of two caches of row_bytes-byte rows (any dtype: data or
+// scales), in order (later pairs see earlier writes).
+void kv_copy_rows(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, uint8_t* a, uint8_t* b,
+                  int64_t row_bytes);
+
 // Copies cache rows src_slots[i] -> dst_slots[i] of both caches, in order (later pairs see earlier writes).
 void kv_copy_f32(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, float* k_cache, float* v_cache,
                  int64_t kv_width);
@@ -36,7 +47,9 @@ void kv_copy_f32(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_p
 // q: [T, n_heads, head_dim]; out: [T, n_heads, head_dim].
 // token_seq[T]: sequence of each token; kv_index[T]: its KV index; block_tables: [n_seqs, max_blocks].
 // With p.tree_mask (host pointers here) keys j >= tree_base[t] not in the token's mask are skipped.
-void paged_attention_f32(const float* q, const float* k_cache, const float* v_cache, const int32_t* token_seq,
+// Caches: f32 [n_slots, n_kv_heads*head_dim], or with p.fp8_kv() u8 e4m3 codes dequantized on the fly with
+// p.k_scales / p.v_scales (code value * scale in f32: the FP8 oracle).
+void paged_attention_f32(const float* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                          const int32_t* kv_index, const int32_t* block_tables, float* out,
                          const AttentionParams& p);
 

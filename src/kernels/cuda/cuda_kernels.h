@@ -33,9 +33,15 @@ void add_f32(float* x, const float* y, int64_t n, cudaStream_t stream);
 // k/v bf16 [T, kv_width] -> caches bf16 [n_slots, kv_width] at slot_mapping[t]. kv_width % 8 == 0.
 void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
                    int64_t n_tokens, int64_t kv_width, cudaStream_t stream);
-// Cache rows src_slots[i] -> dst_slots[i] (device i32 [n_pairs]) in both caches, pairs applied in order.
-void kv_copy_bf16(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* k_cache, void* v_cache,
-                  int64_t kv_width, cudaStream_t stream);
+// FP8 E4M3 cache (kernels/kv_fp8.h): k/v bf16 [T, n_kv_heads*head_dim] -> u8 codes at slot_mapping[t] of
+// the caches [n_slots, n_kv_heads*head_dim] + f32 scales [n_slots, n_kv_heads]; byte-identical to the CPU's.
+void kv_write_fp8(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
+                  float* k_scales, float* v_scales, int64_t n_tokens, int n_kv_heads, int head_dim,
+                  cudaStream_t stream);
+// Rows src_slots[i] -> dst_slots[i] (device i32 [n_pairs]) of two tensors of row_bytes-byte rows (any
+// dtype: K/V data or scales; b may be a), pairs applied in order.
+void kv_copy_rows(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* a, void* b,
+                  int64_t row_bytes, cudaStream_t stream);
 // Deterministic pseudo-random bf16 in [-scale, scale) from (seed, index): synthetic weights, benchmarks.
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 

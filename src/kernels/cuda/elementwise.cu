@@ -1,5 +1,6 @@
 // Memory-bound elementwise and row kernels of the CUDA backend: row gather (embedding), RMSNorm,
-// partial NeoX RoPE, SwiGLU activation, residual add, paged KV write, random fill. bf16 storage, fp32
+// partial NeoX RoPE, SwiGLU activation, residual add, paged KV write (bf16 copy or FP8 E4M3 quantization)
+// and slot copies, random fill. bf16 storage, fp32
 // math, one rounding per output. NOTE: all are simple one-pass kernels with 16-byte accesses where the
 // row width allows; fusing them into neighbours (norm + residual, q/k norm + RoPE) is later work.
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kv_fp8.h"
 
 namespace mxserve::kernels::cuda {
 
@@ -258,30 +260,72 @@ void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, vo
 }
 
 namespace {
-// One thread per 8-element chunk of a row; it walks the pairs in order, so a pair that reads a slot an
-// earlier pair wrote sees the new value (the chunk's reads and writes all happen in this thread).
+// One thread per CHUNK-sized piece of a row; it walks the pairs in order, so a pair that reads a slot an
+// earlier pair wrote sees the new value (the piece's reads and writes all happen in this thread).
+template <typename Chunk>
 __global__ void kv_copy_kernel(const int32_t* __restrict__ src, const int32_t* __restrict__ dst, int64_t n_pairs,
-                               bf16* __restrict__ k_cache, bf16* __restrict__ v_cache, int64_t kv_width) {
+                               Chunk* a, Chunk* b, int64_t row_chunks) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= kv_width / 8) return;
+  if (c >= row_chunks) return;
   for (int64_t i = 0; i < n_pairs; ++i) {
     const int64_t s = src[i], d = dst[i];
     if (s == d) continue;
-    *reinterpret_cast<uint4*>(k_cache + d * kv_width + c * 8) =
-        *reinterpret_cast<const uint4*>(k_cache + s * kv_width + c * 8);
-    *reinterpret_cast<uint4*>(v_cache + d * kv_width + c * 8) =
-        *reinterpret_cast<const uint4*>(v_cache + s * kv_width + c * 8);
+    a[d * row_chunks + c] = a[s * row_chunks + c];
+    if (b != a) b[d * row_chunks + c] = b[s * row_chunks + c];
   }
+}
+
+// One warp per (token, kv head, K or V): amax over the head's values, then codes + the scale
+// (kernels/kv_fp8.h: the CPU reference's arithmetic, so the bytes are identical).
+__global__ void kv_write_fp8_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                    const int32_t* __restrict__ slots, uint8_t* k_cache, uint8_t* v_cache,
+                                    float* k_scales, float* v_scales, int64_t n_tokens, int n_kv_heads, int head_dim) {
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= n_tokens * n_kv_heads * 2) return;  // whole warps leave together (blockDim is a multiple of 32)
+  const bool is_v = (item & 1) != 0;
+  const int h = static_cast<int>((item / 2) % n_kv_heads);
+  const int64_t t = item / 2 / n_kv_heads;
+  const int64_t width = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const bf16* x = (is_v ? v : k) + t * width + static_cast<int64_t>(h) * head_dim;
+  float amax = 0.f;
+  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(to_f32(x[d])));
+  amax = warp_max(amax);
+  const float scale = kv_fp8_scale(amax);
+  const int64_t slot = slots[t];
+  uint8_t* codes = (is_v ? v_cache : k_cache) + slot * width + static_cast<int64_t>(h) * head_dim;
+  for (int d = lane; d < head_dim; d += 32) codes[d] = kv_fp8_quantize(to_f32(x[d]), scale);
+  if (lane == 0) (is_v ? v_scales : k_scales)[slot * n_kv_heads + h] = scale;
 }
 }  // namespace
 
-void kv_copy_bf16(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* k_cache, void* v_cache,
-                  int64_t kv_width, cudaStream_t stream) {
-  if (n_pairs == 0) return;
-  MX_CHECK_MSG(kv_width % 8 == 0, "kv_copy_bf16: kv_width " << kv_width);
-  kv_copy_kernel<<<grid_for(kv_width / 8), kThreads, 0, stream>>>(src_slots, dst_slots, n_pairs,
-                                                                   static_cast<bf16*>(k_cache),
-                                                                   static_cast<bf16*>(v_cache), kv_width);
+void kv_copy_rows(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_pairs, void* a, void* b,
+                  int64_t row_bytes, cudaStream_t stream) {
+  if (n_pairs == 0 || row_bytes == 0) return;
+  if (row_bytes % 16 == 0) {
+    const int64_t w = row_bytes / 16;
+    kv_copy_kernel<<<grid_for(w), kThreads, 0, stream>>>(src_slots, dst_slots, n_pairs, static_cast<uint4*>(a),
+                                                         static_cast<uint4*>(b), w);
+  } else if (row_bytes % 4 == 0) {
+    const int64_t w = row_bytes / 4;
+    kv_copy_kernel<<<grid_for(w), kThreads, 0, stream>>>(src_slots, dst_slots, n_pairs, static_cast<uint32_t*>(a),
+                                                         static_cast<uint32_t*>(b), w);
+  } else {
+    kv_copy_kernel<<<grid_for(row_bytes), kThreads, 0, stream>>>(src_slots, dst_slots, n_pairs,
+                                                                 static_cast<uint8_t*>(a), static_cast<uint8_t*>(b),
+                                                                 row_bytes);
+  }
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+void kv_write_fp8(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
+                  float* k_scales, float* v_scales, int64_t n_tokens, int n_kv_heads, int head_dim,
+                  cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  const int64_t threads = n_tokens * n_kv_heads * 2 * 32;
+  kv_write_fp8_kernel<<<ceil_div(threads, kThreads), kThreads, 0, stream>>>(
+      static_cast<const bf16*>(k), static_cast<const bf16*>(v), slot_mapping, static_cast<uint8_t*>(k_cache),
+      static_cast<uint8_t*>(v_cache), k_scales, v_scales, n_tokens, n_kv_heads, head_dim);
   MX_CUDA_CHECK_LAUNCH();
 }
 

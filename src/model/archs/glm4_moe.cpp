@@ -80,11 +80,20 @@ class Glm4MoeModel final : public CausalLM {
   const ModelConfig& config() const override { return cfg_; }
   bool has_mtp() const override { return mtp_.has_value(); }
 
-  // GQA: K and V of n_kv_heads x head_dim per layer (the MTP layer has its own), in the activation dtype.
+  // GQA: K and V of n_kv_heads x head_dim per layer (the MTP layer has its own), in the activation dtype,
+  // or FP8 E4M3 codes with per-(slot, kv head) scales (--kv-cache-dtype fp8_e4m3).
   kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
-    return kvcache::KvCacheSpec::gqa(cfg_.n_layers + (mtp_ ? 1 : 0), n_blocks, block_size, cfg_.n_kv_heads,
-                                     cfg_.head_dim, be_.activation_dtype());
+    const int64_t n_cached = cfg_.n_layers + (mtp_ ? 1 : 0);
+    if (kv_dtype_ == kvcache::KvCacheDtype::kFp8E4M3)
+      return kvcache::KvCacheSpec::gqa_fp8(n_cached, n_blocks, block_size, cfg_.n_kv_heads, cfg_.head_dim);
+    return kvcache::KvCacheSpec::gqa(n_cached, n_blocks, block_size, cfg_.n_kv_heads, cfg_.head_dim,
+                                     be_.activation_dtype());
   }
+  Status set_kv_cache_dtype(kvcache::KvCacheDtype dtype) override {
+    kv_dtype_ = dtype;
+    return Status::ok();
+  }
+  kvcache::KvCacheDtype kv_cache_dtype() const override { return kv_dtype_; }
 
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
@@ -137,7 +146,9 @@ class Glm4MoeModel final : public CausalLM {
         Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
         Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
         be_.rmsnorm(x, L->input_norm, eps, h);
-        L->attn.forward(be_, cfg_, h, up->positions, up->meta, kv.k(layer), kv.v(layer), o);
+        L->attn.forward(be_, cfg_, h, up->positions, up->meta, kv.k(layer), kv.v(layer),
+                        kv.scales_if_any(layer, kvcache::CacheRole::kKey),
+                        kv.scales_if_any(layer, kvcache::CacheRole::kValue), o);
         be_.add(x, o);
       });
     }
@@ -193,7 +204,9 @@ class Glm4MoeModel final : public CausalLM {
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     Tensor o = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(x, layer.input_norm, eps, h);
-    layer.attn.forward(be_, cfg_, h, positions, meta, kv.k(cache_layer), kv.v(cache_layer), o);
+    layer.attn.forward(be_, cfg_, h, positions, meta, kv.k(cache_layer), kv.v(cache_layer),
+                       kv.scales_if_any(cache_layer, kvcache::CacheRole::kKey),
+                       kv.scales_if_any(cache_layer, kvcache::CacheRole::kValue), o);
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
     if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) moe->forward(be_, cfg_, h, o);
@@ -221,6 +234,7 @@ class Glm4MoeModel final : public CausalLM {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayer> layers_;
   std::optional<MtpLayer> mtp_;
+  kvcache::KvCacheDtype kv_dtype_ = kvcache::KvCacheDtype::kAuto;
 };
 
 Result<std::unique_ptr<CausalLM>> build_glm4_moe(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,

@@ -28,7 +28,7 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
 
 void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, const Tensor& positions,
                            const backend::AttentionMeta& meta, Tensor& k_cache, Tensor& v_cache,
-                           Tensor& out) const {
+                           Tensor* k_scales, Tensor* v_scales, Tensor& out) const {
   const int64_t T = x.dim(0);
   const DType act = be.activation_dtype();
   Tensor q = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
@@ -50,9 +50,17 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
   be.rope(q, positions, rp);
   rp.n_heads = static_cast<int32_t>(cfg.n_kv_heads);
   be.rope(k, positions, rp);
-  be.kv_write(k, v, meta, k_cache, v_cache);
   Tensor attn = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
-  be.attention(q, k_cache, v_cache, meta, attn);
+  if (k_scales != nullptr) {  // FP8 cache: this layer's scale pointers ride in a copy of the batch's params
+    backend::AttentionMeta layer_meta = meta;
+    layer_meta.params.k_scales = k_scales->data<float>();
+    layer_meta.params.v_scales = v_scales->data<float>();
+    be.kv_write(k, v, layer_meta, k_cache, v_cache);
+    be.attention(q, k_cache, v_cache, layer_meta, attn);
+  } else {
+    be.kv_write(k, v, meta, k_cache, v_cache);
+    be.attention(q, k_cache, v_cache, meta, attn);
+  }
   be.linear(attn, o_proj, nullptr, out);
 }
 

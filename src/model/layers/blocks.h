@@ -21,8 +21,10 @@ struct GqaAttention {
 
   static GqaAttention load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg);
   // x_norm [T,H] -> out [T,H]; writes this layer's K/V for the batch into the paged cache first.
+  // k_scales / v_scales: the layer's f32 [n_slots, n_kv_heads] scales of an FP8 cache, else null.
   void forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x_norm, const Tensor& positions,
-               const backend::AttentionMeta& meta, Tensor& k_cache, Tensor& v_cache, Tensor& out) const;
+               const backend::AttentionMeta& meta, Tensor& k_cache, Tensor& v_cache, Tensor* k_scales,
+               Tensor* v_scales, Tensor& out) const;
 };
 
 struct SwigluMlp {

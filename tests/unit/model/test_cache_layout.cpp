@@ -21,6 +21,36 @@ TEST(CacheLayout, GqaIsKeysAndValues) {
   EXPECT_EQ(s.bytes_per_block() * 10, s.bytes());
 }
 
+TEST(CacheLayout, GqaFp8IsCodesPlusPerHeadScales) {
+  const KvCacheSpec s = KvCacheSpec::gqa_fp8(/*layers=*/2, /*blocks=*/10, /*block_size=*/16, /*kv heads=*/8,
+                                             /*head_dim=*/128);
+  const CacheTensorSpec* k = s.layers[1].find(CacheRole::kKey);
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->dtype, DType::kFP8E4M3);
+  EXPECT_EQ(k->scale_width, 8);
+  EXPECT_EQ(k->scale_dtype, DType::kF32);
+  // Per slot and layer: K and V, 1024 codes + 8 f32 scales each; vs 2048 bytes each in bf16: 1.94x blocks/GiB.
+  EXPECT_EQ(s.bytes_per_block(), 2ull * 2 * 16 * (1024 + 32));
+  const KvCacheSpec b = KvCacheSpec::gqa(2, 10, 16, 8, 128, DType::kBF16);
+  EXPECT_NEAR(static_cast<double>(b.bytes_per_block()) / s.bytes_per_block(), 2048.0 / 1056.0, 1e-12);
+  KvCache cache(s, [](DType d, Shape sh) { return Tensor::zeros(d, std::move(sh)); });
+  EXPECT_EQ(cache.scales(0, CacheRole::kValue).shape(), (Shape{160, 8}));
+  EXPECT_NE(cache.scales_if_any(1, CacheRole::kKey), nullptr);
+  EXPECT_EQ(cache.all_tensors().size(), 8u);  // K, V and their scales, two layers
+  KvCache plain(b, [](DType d, Shape sh) { return Tensor::zeros(d, std::move(sh)); });
+  EXPECT_EQ(plain.scales_if_any(0, CacheRole::kKey), nullptr);
+}
+
+TEST(CacheLayout, KvCacheDtypeFlag) {
+  EXPECT_EQ(*parse_kv_cache_dtype("auto"), KvCacheDtype::kAuto);
+  EXPECT_EQ(*parse_kv_cache_dtype("bf16"), KvCacheDtype::kAuto);
+  EXPECT_EQ(*parse_kv_cache_dtype("fp8_e4m3"), KvCacheDtype::kFp8E4M3);
+  EXPECT_EQ(*parse_kv_cache_dtype("fp8"), KvCacheDtype::kFp8E4M3);
+  auto bad = parse_kv_cache_dtype("fp8_e5m2");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().to_string().find("--kv-cache-dtype 'fp8_e5m2'"), std::string::npos);
+}
+
 TEST(CacheLayout, MlaLatentAndDsaIndexerKeysAreExpressible) {
   KvCacheSpec mla;
   mla.n_blocks = 4;

@@ -5,6 +5,10 @@
 // (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
 // Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
 // sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
+// FP8 E4M3 caches (p.k_scales set) are read by every kernel here: the K/V load dequantizes the codes in
+// registers with the (slot, kv head) scale (kv_fp8_load.cuh) and the tiles in shared memory are bf16 as
+// for a bf16 cache. NOTE: the FP8 load is a plain load, not cp.async (a byte-level async pipeline with the
+// conversion at the MMA fragment is the faster form, later work).
 // This file also owns the planner: the tensor-core kernels (paged_attention_mma.cu: per-warp for
 // decode-like batches, block-shared for prefill-like ones) serve head_dim 16..128 with groups <= 16;
 // this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). AttentionPlanOptions (the
@@ -18,6 +22,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -102,8 +107,12 @@ __global__ void __launch_bounds__(kThreads)
       uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
       if (slot_s[j] >= 0) {
         const int64_t off = static_cast<int64_t>(slot_s[j]) * kv_width + kvh * HD + c * 8;
-        kr = *reinterpret_cast<const uint4*>(k_cache + off);
-        vr = *reinterpret_cast<const uint4*>(v_cache + off);
+        if (p.k_scales != nullptr) {  // FP8 cache: e4m3 codes (k_cache / v_cache point at bytes), in registers
+          load_fp8_kv_chunk(k_cache, v_cache, off, slot_s[j], kvh, p, kr, vr);
+        } else {
+          kr = *reinterpret_cast<const uint4*>(k_cache + off);
+          vr = *reinterpret_cast<const uint4*>(v_cache + off);
+        }
       }
       *reinterpret_cast<uint4*>(k_s + j * KS + c * 8) = kr;
       *reinterpret_cast<uint4*>(v_s + j * KS + c * 8) = vr;

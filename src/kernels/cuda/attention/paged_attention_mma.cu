@@ -8,6 +8,8 @@
 // split partials use the same workspace layout, merged by the same combine kernel.
 // Two kernels share the per-tile math (process_tile): the per-warp one above for decode-like batches,
 // and a block-shared one for prefill-like batches (8 tokens per block share each 64-key K/V tile).
+// FP8 E4M3 caches (p.k_scales set): the tile loads dequantize codes in registers and store bf16 tiles (plain
+// stores instead of cp.async); everything after the load is the bf16 path.
 // NOTE: mma.sync (HMMA), not wgmma: Hopper's warpgroup MMA with TMA loads is the next step for
 // prefill. ldmatrix / mma.sync / cp.async are the sm_80+ seam; a HIP port maps them to MFMA.
 #include <cuda_bf16.h>
@@ -15,6 +17,7 @@
 #include <climits>
 #include <cmath>
 
+#include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -267,9 +270,18 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int key = k0 + j;
       // Tree-masked keys are zero-filled like those past the end (never 0 * NaN from a stale slot).
       const bool ok = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
-      int64_t off = 0;
-      if (ok) off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
-                    kvh * HD + d;
+      int64_t off = 0, slot = 0;
+      if (ok) {
+        slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = slot * kv_width + kvh * HD + d;
+      }
+      if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
+        uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+        if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
+        *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
+        *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
+        continue;
+      }
       cp_async16(kd + j * R + d, k_cache + off, ok);  // invalid keys are zero-filled: finite, then masked
       cp_async16(vd + j * R + d, v_cache + off, ok);
     }
@@ -356,10 +368,18 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
         const int j = c / CH, d = (c % CH) * 8;
         const int key = k0 + j;
         const bool ok = key < kv_end;
-        int64_t off = 0;
-        if (ok)
-          off = (static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * kv_width +
-                kvh * HD + d;
+        int64_t off = 0, slot = 0;
+        if (ok) {
+          slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+          off = slot * kv_width + kvh * HD + d;
+        }
+        if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
+          uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+          if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
+          *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
+          *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
+          continue;
+        }
         cp_async16(kd + j * R + d, k_cache + off, ok);
         cp_async16(vd + j * R + d, v_cache + off, ok);
       }

@@ -1,0 +1,54 @@
+// The attention kernels' FP8 E4M3 K/V load: 8 codes of one (slot, kv head) row (8 bytes) and the row's f32
+// scale -> 8 bf16 in registers (16 bytes), the same layout the bf16 cache path copies into shared memory,
+// so the math after the load is shared by both cache dtypes. No dequantized copy of the cache exists.
+// Exactness: an e4m3 code widens exactly to f16 (the bits shifted into place are the value * 2^-8,
+// subnormals included), then f32 * 256 is exact, then one f32 rounding for * scale (as the CPU reference)
+// and one bf16 rounding (relative 2^-9, far below FP8's 2^-4).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/op_params.h"
+
+namespace mxserve::kernels::cuda {
+
+// Two e4m3 codes (low byte first) -> their values as floats.
+__device__ __forceinline__ float2 fp8x2_e4m3_to_float2(uint32_t two) {
+  const uint32_t bits = ((two & 0x7fu) << 7) | ((two & 0x80u) << 8) | ((two & 0x7f00u) << 15) | ((two & 0x8000u) << 16);
+  __half2 h;
+  static_assert(sizeof(h) == 4);
+  *reinterpret_cast<uint32_t*>(&h) = bits;
+  const float2 f = __half22float2(h);
+  return make_float2(f.x * 256.f, f.y * 256.f);
+}
+
+// 8 codes (8-byte aligned) * scale -> 8 bf16, packed as one 16-byte vector.
+__device__ __forceinline__ uint4 load_fp8x8_as_bf16(const uint8_t* codes, float scale) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(codes);
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? raw.x : raw.y;
+    const float2 f = fp8x2_e4m3_to_float2((word >> (16 * (i % 2))) & 0xffffu);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+    o[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return out;
+}
+
+// The chunk of 8 elements at element offset `off` (a multiple of 8) of cache row `slot`, head `kvh`, as
+// bf16: an FP8 cache (p.fp8_kv()) stores codes where a bf16 one stores values, so the same element
+// offset is a byte offset into the codes. Returns the K chunk in k, the V chunk in v.
+__device__ __forceinline__ void load_fp8_kv_chunk(const void* k_cache, const void* v_cache, int64_t off,
+                                                  int64_t slot, int kvh, const AttentionParams& p, uint4& k,
+                                                  uint4& v) {
+  const int64_t s = slot * p.n_kv_heads + kvh;
+  k = load_fp8x8_as_bf16(static_cast<const uint8_t*>(k_cache) + off, p.k_scales[s]);
+  v = load_fp8x8_as_bf16(static_cast<const uint8_t*>(v_cache) + off, p.v_scales[s]);
+}
+
+}  // namespace mxserve::kernels::cuda

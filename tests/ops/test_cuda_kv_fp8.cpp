@@ -1,0 +1,271 @@
+// FP8 E4M3 KV cache on CUDA against the CPU reference backend on the same FP8 bytes (label gpu; skips
+// without a CUDA device):
+//   kv_write     CUDA codes and scales == CPU codes and scales, byte for byte (one quantizer source,
+//                kernels/kv_fp8.h), on bf16-representable inputs spanning 2^-20 .. 2^12 per head
+//   kv_copy      codes (1-byte rows) and scales (f32 rows of n_kv_heads) moved exactly, in pair order
+//   attention    every kernel design (planner's choice, warp, shared, simt) reading the FP8 cache directly,
+//                vs the CPU's f32 attention over the same codes * scales. Tolerance kTolFp8Attn = 8e-3 rel L2:
+//                the bf16 attention budget (4e-3, tests/ops/test_cuda_ops.cpp) plus one bf16 rounding of each
+//                dequantized K and V element in the kernels' registers (2^-9 relative, ~2^-9/sqrt(3) RMS).
+// Cases: decode rows at contexts 1, 100, 2048, 8192; prefill chunks over a cached prefix; tree rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "core/numeric.h"
+#include "model/forward_batch.h"
+
+namespace mxserve {
+namespace {
+
+constexpr double kTolFp8Attn = 8e-3;
+
+class CudaKvFp8 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = backend::make_backend("cuda");
+    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
+    gpu_ = std::move(*r);
+    cpu_ = backend::make_cpu_backend();
+  }
+
+  // Host f32 [rows, n_heads * head_dim] of bf16-representable values; each (row, head) gets its own magnitude
+  // 2^e, e uniform in [lo_exp, hi_exp] (K magnitudes vary by head and token in real models).
+  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
+    std::normal_distribution<float> n01(0.f, 1.f);
+    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
+    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float mag = std::ldexp(1.f, ex(rng_));
+        for (int64_t d = 0; d < head_dim; ++d)
+          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
+      }
+    return t;
+  }
+  Tensor gpu_bf16(const Tensor& host_f32) {
+    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
+    gpu_->copy_weight(host_f32, d);
+    return d;
+  }
+  Tensor poison_bf16(Shape s) {
+    Tensor h = Tensor::empty(DType::kBF16, s);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
+    return gpu_->upload(h);
+  }
+  // An FP8 cache on both backends with the same bytes: written by the CPU reference, uploaded exactly.
+  struct Fp8Cache {
+    Tensor ck, cv, cks, cvs;  // CPU
+    Tensor gk, gv, gks, gvs;  // CUDA
+  };
+  Fp8Cache make_cache(int64_t n_slots, int kvh, int hd) {
+    Fp8Cache c;
+    c.ck = Tensor::empty(DType::kFP8E4M3, {n_slots, kvh * hd});
+    c.cv = Tensor::empty(DType::kFP8E4M3, {n_slots, kvh * hd});
+    c.cks = Tensor::empty(DType::kF32, {n_slots, kvh});
+    c.cvs = Tensor::empty(DType::kF32, {n_slots, kvh});
+    Tensor k = rand_heads(n_slots, kvh, hd, -1, 0), v = rand_heads(n_slots, kvh, hd, -3, 1);
+    std::vector<int32_t> all(n_slots);
+    std::iota(all.begin(), all.end(), 0);
+    backend::AttentionMeta m;
+    m.slot_mapping = Tensor::view_of(all.data(), DType::kI32, {n_slots});
+    m.params.n_kv_heads = kvh;
+    m.params.head_dim = hd;
+    m.params.k_scales = c.cks.data<float>();
+    m.params.v_scales = c.cvs.data<float>();
+    cpu_->kv_write(k, v, m, c.ck, c.cv);
+    c.gk = gpu_->upload(c.ck);
+    c.gv = gpu_->upload(c.cv);
+    c.gks = gpu_->upload(c.cks);
+    c.gvs = gpu_->upload(c.cvs);
+    return c;
+  }
+
+  std::unique_ptr<backend::Backend> cpu_, gpu_;
+  std::mt19937 rng_{20261202};
+};
+
+void expect_bytes_equal(const Tensor& got, const Tensor& ref, const char* what) {
+  ASSERT_EQ(got.nbytes(), ref.nbytes()) << what;
+  const auto* a = static_cast<const uint8_t*>(got.raw());
+  const auto* b = static_cast<const uint8_t*>(ref.raw());
+  int64_t diff = 0, first = -1;
+  for (uint64_t i = 0; i < ref.nbytes(); ++i)
+    if (a[i] != b[i]) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++diff;
+    }
+  EXPECT_EQ(diff, 0) << what << ": " << diff << " bytes differ, first at byte " << first;
+}
+
+double rel_l2(const Tensor& got, const Tensor& ref) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = got.data<float>()[i], b = ref.data<float>()[i];
+    if (std::isnan(a)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+TEST_F(CudaKvFp8, KvWriteBytesEqualCpu) {
+  struct Case {
+    int kvh, hd;
+    int64_t T;
+  };
+  for (const Case& c : {Case{2, 32, 11}, Case{8, 128, 300}, Case{1, 16, 5}, Case{4, 256, 7}}) {
+    SCOPED_TRACE(testing::Message() << "kv heads " << c.kvh << " head_dim " << c.hd << " T " << c.T);
+    const int64_t n_slots = c.T + 40, width = c.kvh * c.hd;
+    std::vector<int32_t> slots(n_slots);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(c.T);
+    Tensor k = rand_heads(c.T, c.kvh, c.hd, -20, 12), v = rand_heads(c.T, c.kvh, c.hd, -20, 12);
+    for (int64_t d = 0; d < c.hd; ++d) k.data<float>()[d] = 0.f;  // an all-zero head: scale 0, codes 0
+    Tensor ck = Tensor::zeros(DType::kFP8E4M3, {n_slots, width}), cv = Tensor::zeros(DType::kFP8E4M3, {n_slots, width});
+    Tensor cks = Tensor::zeros(DType::kF32, {n_slots, c.kvh}), cvs = Tensor::zeros(DType::kF32, {n_slots, c.kvh});
+    Tensor gk = gpu_->upload(ck), gv = gpu_->upload(cv), gks = gpu_->upload(cks), gvs = gpu_->upload(cvs);
+    Tensor hs = Tensor::view_of(slots.data(), DType::kI32, {c.T});
+    backend::AttentionMeta cm, gm;
+    cm.slot_mapping = hs;
+    gm.slot_mapping = gpu_->upload(hs);
+    cm.params.n_kv_heads = gm.params.n_kv_heads = c.kvh;
+    cm.params.head_dim = gm.params.head_dim = c.hd;
+    cm.params.k_scales = cks.data<float>();
+    cm.params.v_scales = cvs.data<float>();
+    gm.params.k_scales = gks.data<float>();
+    gm.params.v_scales = gvs.data<float>();
+    cpu_->kv_write(k, v, cm, ck, cv);
+    gpu_->kv_write(gpu_bf16(k), gpu_bf16(v), gm, gk, gv);
+    expect_bytes_equal(gpu_->to_host(gk), ck, "K codes");
+    expect_bytes_equal(gpu_->to_host(gv), cv, "V codes");
+    expect_bytes_equal(gpu_->to_host(gks), cks, "K scales");
+    expect_bytes_equal(gpu_->to_host(gvs), cvs, "V scales");
+  }
+}
+
+TEST_F(CudaKvFp8, KvCopyMovesCodesAndScalesInOrder) {
+  const int64_t n_slots = 64;
+  Fp8Cache c = make_cache(n_slots, 2, 64);
+  std::vector<int32_t> src = {33, 20, 47, 5, 63}, dst = {20, 18, 17, 5, 1};  // pair 1 reads what pair 0 wrote
+  const int64_t P = static_cast<int64_t>(src.size());
+  Tensor hs = Tensor::view_of(src.data(), DType::kI32, {P}), hd = Tensor::view_of(dst.data(), DType::kI32, {P});
+  cpu_->kv_copy(hs, hd, {&c.ck, &c.cv, &c.cks, &c.cvs});
+  gpu_->kv_copy(gpu_->upload(hs), gpu_->upload(hd), {&c.gk, &c.gv, &c.gks, &c.gvs});
+  expect_bytes_equal(gpu_->to_host(c.gk), c.ck, "K codes");
+  expect_bytes_equal(gpu_->to_host(c.gv), c.cv, "V codes");
+  expect_bytes_equal(gpu_->to_host(c.gks), c.cks, "K scales");
+  expect_bytes_equal(gpu_->to_host(c.gvs), c.cvs, "V scales");
+  EXPECT_EQ(c.cks.data<float>()[18 * 2], c.cks.data<float>()[20 * 2]);  // the chain happened on the reference
+}
+
+struct Seq {
+  int32_t n_tokens, kv_len;
+  int32_t tree_nodes = 0;  // > 0: a chain-free speculative tree of this many rows after kv_len - 1 - nodes
+};
+
+struct Case {
+  int nh, kvh, hd;
+  std::vector<Seq> seqs;
+  const char* what;
+};
+
+TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
+  const std::vector<Case> cases = {
+      {96, 8, 128, {{1, 1}}, "decode, context 1"},
+      {96, 8, 128, {{1, 100}, {1, 2048}}, "decode, contexts 100 and 2048"},
+      {96, 8, 128, {{1, 8192}}, "decode, context 8192 (context splits)"},
+      {96, 8, 128, {{1, 8192}, {1, 100}, {1, 1}, {1, 2048}}, "decode batch, mixed contexts"},
+      {96, 8, 128, {{64, 700}, {1, 300}}, "prefill chunk over a cached prefix + a decode"},
+      {96, 8, 128, {{256, 2304}}, "prefill chunk of 256 over 2048 cached"},
+      {8, 2, 128, {{1, 4096}, {9, 9}}, "group 4, long decode + a short prefill"},
+      {8, 1, 16, {{9, 9}, {1, 40}}, "head_dim 16, one kv head"},
+      {32, 1, 64, {{5, 5}, {1, 600}}, "group 32: CUDA-core kernel"},
+      {16, 1, 256, {{3, 40}, {1, 300}}, "head_dim 256: CUDA-core kernel"},
+      {96, 8, 128, {{0, 1500, 12}, {1, 700}}, "tree rows over 1500 cached + a decode"},
+      {8, 2, 128, {{0, 300, 40}}, "40-node tree"},
+  };
+  const int64_t bs = 16;
+  std::mt19937 trng(9);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    model::ForwardBatch batch;
+    int64_t blocks_needed = 0;
+    for (const Seq& s : c.seqs) blocks_needed += (s.kv_len + s.tree_nodes + bs - 1) / bs + 1;
+    const int64_t n_blocks = blocks_needed + 3;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    int64_t next_block = 0;
+    for (const Seq& s : c.seqs) {
+      model::SequenceSpan span;
+      span.token_begin = batch.n_tokens();
+      if (s.tree_nodes == 0) {
+        span.n_tokens = s.n_tokens;
+        span.kv_len = s.kv_len;
+        for (int32_t i = 0; i < s.n_tokens; ++i) batch.positions.push_back(s.kv_len - s.n_tokens + i);
+      } else {
+        // A root row at kv_len - 1, then nodes at kv_len + i with random earlier parents (tree_base = kv_len).
+        span.tree_base = s.kv_len;
+        std::vector<uint64_t> anc(s.tree_nodes);
+        span.kv_indices.push_back(s.kv_len - 1);
+        span.tree_mask.push_back(0);
+        batch.positions.push_back(s.kv_len - 1);
+        for (int32_t i = 0; i < s.tree_nodes; ++i) {
+          std::uniform_int_distribution<int32_t> pick(-1, i - 1);
+          const int32_t parent = i == 0 ? -1 : pick(trng);
+          anc[i] = (parent < 0 ? 0 : anc[parent]) | (uint64_t{1} << i);
+          span.kv_indices.push_back(s.kv_len + i);
+          span.tree_mask.push_back(anc[i]);
+          batch.positions.push_back(s.kv_len + 1);
+        }
+        span.n_tokens = s.tree_nodes + 1;
+        span.kv_len = s.kv_len + s.tree_nodes;
+        span.kv_indices.clear();  // contiguous rows: the default layout
+      }
+      for (int64_t b = 0; b < (span.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next_block++]);
+      for (int32_t i = 0; i < span.n_tokens; ++i) batch.token_ids.push_back(0);
+      batch.seqs.push_back(span);
+    }
+    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+    const int64_t T = batch.n_tokens();
+    kernels::AttentionParams shape;
+    shape.n_heads = c.nh;
+    shape.n_kv_heads = c.kvh;
+    shape.head_dim = c.hd;
+    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    Fp8Cache kv = make_cache(n_blocks * bs, c.kvh, c.hd);
+    cmeta.params.k_scales = kv.cks.data<float>();
+    cmeta.params.v_scales = kv.cvs.data<float>();
+    gmeta.params.k_scales = kv.gks.data<float>();
+    gmeta.params.v_scales = kv.gvs.data<float>();
+    Tensor q = rand_heads(T, c.nh, c.hd, -1, 0);
+    Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
+    cpu_->attention(q, kv.ck, kv.cv, cmeta, ref);
+    Tensor gq = gpu_bf16(q);
+    for (const char* kernel : {"", "warp", "shared", "simt"}) {
+      SCOPED_TRACE(kernel);
+      backend::KernelOptions forced;
+      forced.attention_kernel = kernel;
+      ASSERT_TRUE(gpu_->set_kernel_options(forced).is_ok());
+      Tensor out = poison_bf16({T, c.nh * c.hd});
+      gpu_->attention(gq, kv.gk, kv.gv, gmeta, out);
+      ASSERT_TRUE(gpu_->set_kernel_options({}).is_ok());
+      const double e = rel_l2(gpu_->to_host(out), ref);
+      std::printf("[ err      ] fp8 %-48s %-6s rel_l2 %.3e (tol %.0e)\n", c.what, kernel, e, kTolFp8Attn);
+      EXPECT_LE(e, kTolFp8Attn);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mxserve
