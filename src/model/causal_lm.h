@@ -32,6 +32,13 @@ class CausalLM {
   // The KV cache geometry this model needs (target layers + the MTP layer, if any).
   virtual kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const = 0;
   virtual Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) = 0;
+  // Decode graphs: the target forward over inputs already on the backend (ids, positions i32 [T]; meta with
+  // T rows, its shape fields -- heads, head_dim, scale -- filled here), logits of every row into logits
+  // (f32 [T, V], on the backend). Enqueues no host<->device copy, so Backend::capture_graph can take it.
+  virtual Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
+                                kvcache::KvCache& kv, Tensor& logits) {
+    return unsupported("this model has no device-input forward (decode graphs)");
+  }
   virtual bool has_mtp() const = 0;
   // MTP draft forward: token_ids are the *next* tokens x_{t+1}; hidden_in [T,H] the target's post-norm
   // hidden states h_t (or the draft's own output); positions are the target's. Own KV layer.

@@ -34,6 +34,7 @@ struct ServingConfig {
   uint64_t kv_cache_bytes = uint64_t{1} << 30;
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   bool enable_prefix_cache = true;
+  bool cuda_graphs = false;  // replay CUDA graphs for plain decode steps (--cuda-graph)
   int64_t max_queued_requests = 1024;
   int32_t max_logprobs = 20;  // the engine's bound on top logprobs per token (--max-logprobs)
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)
