@@ -6,6 +6,7 @@
 // Shapes: T tokens, H d_model, E experts, K top_k, I expert width, V vocab.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +25,12 @@ namespace mxserve::backend {
 
 // Paged-attention metadata for one batch, on the backend's device.
 struct AttentionMeta {
-  Tensor token_seq;     // i32 [T]: sequence index of each token
+  Tensor token_seq;     // i32 [T]: block_tables row of each token's sequence (distinct sequences, distinct rows)
   Tensor kv_index;      // i32 [T]: KV index of each token within its sequence (attends to [0, kv_index])
   Tensor slot_mapping;  // i32 [T]: cache slot where the token's K/V are written
-  Tensor block_tables;  // i32 [S, max_blocks]
+  // i32 [rows, max_blocks_per_seq]: engine batches point at the persistent store (kvcache/block_table_store.h),
+  // one row per live sequence; batches built by hand get a temporary table with one row per sequence.
+  Tensor block_tables;
   // Tree rows (speculative trees): i64 [T] ancestor bitmask and i32 [T] KV index of bit 0; empty for a
   // plain causal batch. params.tree_mask / tree_base point at them (see kernels::AttentionParams).
   Tensor tree_mask;
@@ -73,6 +76,13 @@ struct BackendOptions {
   KernelOptions kernels;
 };
 
+// A captured sequence of device work (a CUDA graph), replayed on the backend's stream.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -104,7 +114,16 @@ class Backend {
   // Exact copies (ids, metadata, logits).
   virtual Tensor upload(const Tensor& host) = 0;
   virtual Tensor to_host(const Tensor& t) = 0;  // f32 for float tensors
+  // Copies the host tensor's bytes into dst's flat elements [offset, offset + host.numel()) (same dtype), in
+  // stream order; the host tensor may be freed on return. Small updates of persistent device tables.
+  virtual void write_from_host(Tensor& dst, int64_t offset, const Tensor& host);
   virtual void synchronize() {}
+  // Runs `body` once eagerly, then captures what it enqueues into a graph (decode steps). While either runs,
+  // temporaries come from a memory pool private to this backend's graphs (alive while any graph is), and
+  // host<->device copies are refused: inputs must sit in device buffers the caller keeps alive.
+  virtual Result<std::unique_ptr<DeviceGraph>> capture_graph(const std::function<void()>& body) {
+    return unsupported("backend " + name() + " cannot capture graphs");
+  }
 
   // ---- ops ----
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;        // [V,H], i32[T] -> [T,H]

@@ -106,6 +106,13 @@ class CpuBackend final : public Backend {
     const float* b = f32(y);
     for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
   }
+  void write_from_host(Tensor& dst, int64_t offset, const Tensor& host) override {
+    MX_CHECK_MSG(host.dtype() == dst.dtype() && host.is_contiguous() && dst.is_contiguous() && offset >= 0 &&
+                     offset + host.numel() <= dst.numel(),
+                 "cpu write_from_host: " << host.describe() << " at " << offset << " into " << dst.describe());
+    if (host.numel() > 0)
+      std::memcpy(static_cast<char*>(dst.raw()) + offset * (host.nbytes() / host.numel()), host.raw(), host.nbytes());
+  }
   void kv_write(const Tensor& kt, const Tensor& vt, const AttentionMeta& meta, Tensor& k_cache,
                 Tensor& v_cache) override {
     const auto& p = meta.params;
@@ -223,6 +230,10 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+void Backend::write_from_host(Tensor&, int64_t, const Tensor&) {
+  MX_CHECK_MSG(false, "backend " << name() << " has no write_from_host (needed by the device block-table store)");
+}
 
 void Backend::kv_copy(const Tensor&, const Tensor&, const std::vector<Tensor*>&) {
   MX_CHECK_MSG(false, "backend " << name() << " has no kv_copy (needed by tree speculation's KV compaction)");

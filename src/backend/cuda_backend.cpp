@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -74,6 +75,20 @@ kernels::MoeVariantCatalog mxfp4_catalog() {
   };
   return c;
 }
+
+// A captured graph; holds the graph-private pool its temporaries live in.
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::shared_ptr<kc::PrivatePool> pool)
+      : exec_(exec), stream_(stream), pool_(std::move(pool)) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }  // teardown: errors are not actionable here
+  void replay() override { MX_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  std::shared_ptr<kc::PrivatePool> pool_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -185,6 +200,7 @@ class CudaBackend final : public Backend {
   }
 
   Tensor upload(const Tensor& host) override {
+    no_copy_in_graph("upload");
     MX_CHECK_MSG(host.device().type == DeviceType::kCPU && host.is_contiguous(),
                  "cuda upload: " << host.describe() << " on " << host.device().to_string());
     Tensor t = alloc(host.dtype(), host.shape());
@@ -196,9 +212,14 @@ class CudaBackend final : public Backend {
       MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
       return t;
     }
-    // Per-step metadata (ids, positions, slots, block tables): staged through a pinned ring so the host
-    // never waits for the GPU here. The ring is reused from its start only after the stream drained
-    // (one synchronize per kStagingBytes uploaded).
+    // Per-step metadata (ids, positions, slots): staged through the pinned ring so the host never waits.
+    MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), stage(host.raw(), n), n, cudaMemcpyHostToDevice, stream_));
+    return t;
+  }
+
+  // Copies n bytes (<= kStagingBytes / 4) into the pinned staging ring; the ring is reused from its start
+  // only after the stream drained (one synchronize per kStagingBytes staged).
+  const void* stage(const void* host, size_t n) {
     if (staging_ == nullptr) MX_CUDA_CHECK(cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocDefault));
     staging_off_ = (staging_off_ + 255) & ~size_t{255};
     if (staging_off_ + n > kStagingBytes) {
@@ -206,13 +227,29 @@ class CudaBackend final : public Backend {
       staging_off_ = 0;
     }
     char* src = static_cast<char*>(staging_) + staging_off_;
-    std::memcpy(src, host.raw(), n);
-    MX_CUDA_CHECK(cudaMemcpyAsync(t.raw(), src, n, cudaMemcpyHostToDevice, stream_));
+    std::memcpy(src, host, n);
     staging_off_ += n;
-    return t;
+    return src;
+  }
+
+  void write_from_host(Tensor& dst, int64_t offset, const Tensor& host) override {
+    no_copy_in_graph("write_from_host");
+    MX_CHECK_MSG(host.device().type == DeviceType::kCPU && host.dtype() == dst.dtype() && host.is_contiguous() &&
+                     dst.is_contiguous() && offset >= 0 && offset + host.numel() <= dst.numel(),
+                 "cuda write_from_host: " << host.describe() << " at " << offset << " into " << dst.describe());
+    const size_t n = host.nbytes();
+    if (n == 0) return;
+    char* to = static_cast<char*>(dst.raw()) + static_cast<size_t>(offset) * (n / host.numel());
+    if (n > kStagingBytes / 4) {
+      MX_CUDA_CHECK(cudaMemcpyAsync(to, host.raw(), n, cudaMemcpyHostToDevice, stream_));
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    MX_CUDA_CHECK(cudaMemcpyAsync(to, stage(host.raw(), n), n, cudaMemcpyHostToDevice, stream_));
   }
 
   Tensor to_host(const Tensor& t) override {
+    no_copy_in_graph("to_host");
     MX_CHECK_MSG(t.is_contiguous(), "cuda to_host: " << t.describe() << " is not contiguous");
     if (t.device().type == DeviceType::kCPU) {
       Tensor h = Tensor::empty(t.dtype(), t.shape());
@@ -230,7 +267,36 @@ class CudaBackend final : public Backend {
     return f;
   }
 
-  void synchronize() override { MX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    no_copy_in_graph("synchronize");
+    MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  Result<std::unique_ptr<DeviceGraph>> capture_graph(const std::function<void()>& body) override {
+    if (!graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();
+    pool_->set_private_pool(graph_pool_);
+    in_graph_body_ = true;
+    body();  // warm-up: the private pool learns this body's blocks, so the capture allocates nothing new
+    MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    body();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    in_graph_body_ = false;
+    pool_->set_private_pool(nullptr);
+    if (end != cudaSuccess) {
+      (void)cudaGetLastError();
+      return internal_error(std::string("CUDA graph capture failed: ") + cudaGetErrorString(end));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+      (void)cudaGetLastError();
+      return internal_error(std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst));
+    }
+    return std::unique_ptr<DeviceGraph>(std::make_unique<CudaGraph>(exec, stream_, graph_pool_));
+  }
 
   // ---- ops ----
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
@@ -504,6 +570,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  // A graph body must take its inputs from device buffers: a copy inside it would be captured from a host
+  // buffer that changes between replays (or synchronize a capturing stream).
+  void no_copy_in_graph(const char* op) const {
+    MX_CHECK_MSG(!in_graph_body_, "cuda " << op << " inside a graph body (capture_graph): inputs must already be "
+                                            "on the device");
+  }
+
   static constexpr size_t kStagingBytes = size_t{64} << 20;
   int device_ = 0;
   int n_sms_ = 0;
@@ -513,6 +586,8 @@ class CudaBackend final : public Backend {
   size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<kc::CachingAllocator> pool_;
+  std::shared_ptr<kc::PrivatePool> graph_pool_;  // temporaries of every captured graph (capture_graph)
+  bool in_graph_body_ = false;
   std::unique_ptr<kc::LtGemm> gemm_;
   std::string gpu_name_;  // cudaDeviceProp::name: the tuned tables' key
   std::unique_ptr<kernels::MoeKernelPlanner> moe_planner_;

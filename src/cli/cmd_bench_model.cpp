@@ -336,8 +336,24 @@ int cmd_bench_model(int argc, char** argv) {
 
   // ---- the truncated model's decode step: forward + lm_head + logits to host + greedy on the host ----
   const int64_t step_ctx = contexts->front();
+  // As the engine runs it: the block tables live in the cache's persistent store (one row per sequence,
+  // synced once; a decode step then uploads no table).
+  int64_t max_model_batch = 1;
+  for (int64_t b : *model_batches) max_model_batch = std::max(max_model_batch, b);
+  const int64_t step_blocks = (step_ctx + *block_size - 1) / *block_size;
+  kv.enable_block_tables(
+      max_model_batch, step_blocks, [&be](DType dt, Shape s) { return be.alloc(dt, std::move(s)); },
+      [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
+  uint64_t lease = 0;
   for (int64_t b : *model_batches) {
-    const auto fb = make_batch(b, step_ctx, 1, *block_size, true);
+    auto fb = make_batch(b, step_ctx, 1, *block_size, true);
+    ++lease;  // a new batch layout: every row re-syncs once
+    for (int64_t s = 0; s < b; ++s) {
+      model::SequenceSpan& span = fb.seqs[s];
+      span.table_row = static_cast<int32_t>(s);
+      span.table_lease = lease;
+      span.host_table = &span.block_table;
+    }
     std::vector<int32_t> picked(b);
     Status err = Status::ok();
     auto step = [&] {

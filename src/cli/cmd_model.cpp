@@ -16,6 +16,7 @@
 #include "quant/precision_map.h"
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
+#include "cli/graph_flags.h"
 #include "cli/runs.h"
 #include "cli/spec_flags.h"
 
@@ -115,6 +116,8 @@ Status generate_once(launch::LaunchedModel& lm, const std::vector<int32_t>& ids,
   ec.scheduler.max_num_batched_tokens = std::max<int64_t>(ec.scheduler.max_num_batched_tokens, batch * (spec.num_steps + 1));
   ec.eos_token_ids = cfg.eos_token_ids;
   ec.spec = spec;
+  ec.cuda_graphs = run.cuda_graphs;
+  if (run.cuda_graphs) ec.scheduler.max_running = batch;  // graphs for the buckets this run can use
   const std::unique_ptr<runtime::Engine> engine_ptr = lm.make_engine(ec);
   runtime::Engine& engine = *engine_ptr;
   std::vector<std::vector<int32_t>> outs(batch);
@@ -194,8 +197,11 @@ int cmd_generate(int argc, char** argv) {
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
+  bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
+  auto cuda_graphs = parse_cuda_graph_flags(*args);
+  if (!cuda_graphs.is_ok()) return fail(cuda_graphs.status());
   launch::LaunchConfig lc;
   auto source = model_source(*args);
   if (!source.is_ok()) return fail(source.status());
@@ -250,6 +256,7 @@ int cmd_generate(int argc, char** argv) {
   if (!runs.empty()) {
     // Warm-up (CUDA context, kernels, allocator): not reported.
     GenerateRun warm{1, runs.front().spec};
+    warm.cuda_graphs = *cuda_graphs;
     for (const auto& r : runs) if (r.spec.num_steps > warm.spec.num_steps) warm.spec = r.spec;
     std::vector<int32_t> short_ids(ids->begin(), ids->begin() + std::min<size_t>(ids->size(), 32));
     if (Status st = generate_once(lm, short_ids, warm, 8, *block_size, true, false, false); !st.is_ok())
@@ -257,6 +264,7 @@ int cmd_generate(int argc, char** argv) {
   } else {
     runs.push_back({*batch, *spec});
   }
+  for (auto& r : runs) r.cuda_graphs = *cuda_graphs;
   for (const auto& r : runs)
     if (Status st = generate_once(lm, r.prompt_len > 0 ? synthetic_prompt(r.prompt_len, cfg.vocab_size) : *ids, r,
                                   *max_tokens, *block_size, args->has("--ignore-eos"), !args->has("--runs"));

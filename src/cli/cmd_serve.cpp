@@ -11,6 +11,7 @@
 #include "chat/output_parser.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/graph_flags.h"
 #include "cli/spec_flags.h"
 #include "core/logging.h"
 #include "server/http_server.h"
@@ -68,6 +69,8 @@ runtime:
                                stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
+  --cuda-graph                 replay CUDA graphs for plain decode steps (off by default in this build);
+                               --disable-cuda-graph / --enforce-eager keep every step eager
 chat output (docs/server.md "Reasoning and tool calls"):
   --tool-call-parser NAME      glm45 (GLM-4.5/4.6) | glm47 (GLM-4.7/5.x) | none; default: detected from the
                                chat template (logged)
@@ -134,6 +137,7 @@ int cmd_serve(int argc, char** argv) {
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
+  bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   const Args& a = *args;
@@ -224,6 +228,8 @@ int cmd_serve(int argc, char** argv) {
   }
   sc.enable_prefix_cache =
       !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
+  MX_CLI_TRY(cuda_graphs, parse_cuda_graph_flags(a));
+  sc.cuda_graphs = cuda_graphs;
 
   server::ServerOptions so;
   so.host = a.get_or("--host", "127.0.0.1");

@@ -34,6 +34,7 @@ struct AttentionParams {
   int32_t head_dim = 0;
   int32_t block_size = 0;
   int32_t max_blocks_per_seq = 0;  // row stride of block_tables
+  int32_t max_kv_len = 0;          // bound on every kv_index + 1 (split plans); 0: max_blocks_per_seq * block_size
   float scale = 1.f;
   // Tree attention (speculative tree verification / drafting), on the kernel's device; both null for a
   // plain causal batch (zero cost). Token t attends to KV indices j <= kv_index[t] with

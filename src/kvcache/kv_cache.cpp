@@ -118,4 +118,10 @@ std::vector<Tensor*> KvCache::all_tensors() {
   return out;
 }
 
+void KvCache::enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq, const Allocator& alloc,
+                                  BlockTableStore::Writer write) {
+  block_tables_ = std::make_unique<BlockTableStore>(max_rows, max_blocks_per_seq, spec_.n_blocks, alloc,
+                                                    std::move(write));
+}
+
 }  // namespace mxserve::kvcache

@@ -6,17 +6,20 @@
 // The slot of KV index j of a sequence is block_table[j / block_size] * block_size + j % block_size in every
 // tensor, so block accounting, prefix sharing and preemption (which move blocks, not bytes) never look
 // inside a layout; copies of slots (tree compaction) go over every tensor of every layer.
-// Owns: the tensors and their layout. Does not own: which blocks are free (BlockPool), block tables
+// Owns: the tensors and their layout, and (when enabled) the device copy of the live sequences' block
+// tables (BlockTableStore). Does not own: which blocks are free (BlockPool), the host block tables
 // (sequences), prefix sharing (RadixCache) or any math.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <memory>
 #include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kvcache/block_table_store.h"
 
 namespace mxserve::kvcache {
 
@@ -81,6 +84,10 @@ class KvCache {
   Tensor& v(int64_t layer) { return tensor(layer, CacheRole::kValue); }
   // Every tensor of the cache (data and scales, all layers): what a slot copy must move.
   std::vector<Tensor*> all_tensors();
+  // The persistent device block tables (engine batches index rows of it); nullptr until enabled.
+  void enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq, const Allocator& alloc,
+                           BlockTableStore::Writer write);
+  BlockTableStore* block_tables() { return block_tables_.get(); }
 
  private:
   struct Layer {
@@ -89,6 +96,7 @@ class KvCache {
   };
   KvCacheSpec spec_;
   std::vector<Layer> layers_;
+  std::unique_ptr<BlockTableStore> block_tables_;
 };
 
 }  // namespace mxserve::kvcache

@@ -40,6 +40,13 @@ class CausalLM {
   }
   virtual kvcache::KvCacheDtype kv_cache_dtype() const { return kvcache::KvCacheDtype::kAuto; }
   virtual Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) = 0;
+  // Decode graphs: the target forward over inputs already on the backend (ids, positions i32 [T]; meta with
+  // T rows, its shape fields -- heads, head_dim, scale -- filled here), logits of every row into logits
+  // (f32 [T, V], on the backend). Enqueues no host<->device copy, so Backend::capture_graph can take it.
+  virtual Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
+                                kvcache::KvCache& kv, Tensor& logits) {
+    return unsupported("this model has no device-input forward (decode graphs)");
+  }
   virtual bool has_mtp() const = 0;
   // MTP draft forward: token_ids are the *next* tokens x_{t+1}; hidden_in [T,H] the target's post-norm
   // hidden states h_t (or the draft's own output); positions are the target's. Own KV layer.

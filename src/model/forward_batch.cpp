@@ -51,12 +51,22 @@ Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t bloc
                                   ") must have its own bit set, none after it, and lie within 64 of tree_base");
       }
     }
+    const std::vector<int32_t>& table = q.blocks();
     const int64_t need = (q.kv_len + block_size - 1) / block_size;
-    if (static_cast<int64_t>(q.block_table.size()) < need)
-      return invalid_argument(where + ": " + std::to_string(q.block_table.size()) + " blocks cannot hold " +
+    if (static_cast<int64_t>(table.size()) < need)
+      return invalid_argument(where + ": " + std::to_string(table.size()) + " blocks cannot hold " +
                               std::to_string(q.kv_len) + " tokens");
-    for (int32_t b : q.block_table)
-      if (b < 0 || b >= n_blocks) return invalid_argument(where + ": block id " + std::to_string(b) + " out of range");
+    if (q.host_table != nullptr) {
+      if (q.table_row < 0) return invalid_argument(where + ": a host table without a block-table row");
+      for (int32_t i = 0; i < q.n_tokens; ++i) {  // the blocks this batch writes
+        const int32_t b = table[q.kv_index_of(i) / block_size];
+        if (b < 0 || b >= n_blocks) return invalid_argument(where + ": block id " + std::to_string(b) + " out of range");
+      }
+    } else {
+      if (q.table_row >= 0) return invalid_argument(where + ": a block-table row without its host table");
+      for (int32_t b : table)
+        if (b < 0 || b >= n_blocks) return invalid_argument(where + ": block id " + std::to_string(b) + " out of range");
+    }
     next += q.n_tokens;
   }
   if (next != T) return invalid_argument("forward batch: sequences cover " + std::to_string(next) + " of " +
@@ -66,24 +76,45 @@ Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t bloc
   return Status::ok();
 }
 
-backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::Backend& be, int64_t block_size,
-                                            const kernels::AttentionParams& shape) {
+Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, backend::Backend& be,
+                                                    int64_t block_size, const kernels::AttentionParams& shape,
+                                                    kvcache::BlockTableStore* store) {
   const int64_t T = batch.n_tokens();
   const int64_t S = static_cast<int64_t>(batch.seqs.size());
+  int64_t with_rows = 0, max_kv_len = 1;
+  for (const auto& q : batch.seqs) {
+    with_rows += q.table_row >= 0;
+    max_kv_len = std::max<int64_t>(max_kv_len, q.kv_len);
+  }
+  const bool use_store = with_rows > 0;
+  if (use_store && with_rows != S)
+    return invalid_argument("forward batch: " + std::to_string(with_rows) + " of " + std::to_string(S) +
+                            " sequences carry block-table rows (all or none)");
+  if (use_store && store == nullptr)
+    return invalid_argument("forward batch: sequences carry block-table rows but the KV cache has no block-table "
+                            "store (KvCache::enable_block_tables)");
+  Tensor tables;
   int64_t max_blocks = 1;
-  for (const auto& q : batch.seqs) max_blocks = std::max<int64_t>(max_blocks, q.block_table.size());
+  if (use_store) {
+    for (const auto& q : batch.seqs) MX_RETURN_IF_ERROR(store->sync(q.table_row, q.table_lease, q.blocks()));
+    max_blocks = store->max_blocks_per_seq();
+  } else {
+    for (const auto& q : batch.seqs) max_blocks = std::max<int64_t>(max_blocks, q.block_table.size());
+    tables = Tensor::zeros(DType::kI32, {S, max_blocks});
+  }
   Tensor token_seq = Tensor::empty(DType::kI32, {T});
   Tensor kv_index = Tensor::empty(DType::kI32, {T});
   Tensor slots = Tensor::empty(DType::kI32, {T});
-  Tensor tables = Tensor::zeros(DType::kI32, {S, max_blocks});
   for (int64_t s = 0; s < S; ++s) {
     const auto& q = batch.seqs[s];
-    std::copy(q.block_table.begin(), q.block_table.end(), tables.data<int32_t>() + s * max_blocks);
+    const std::vector<int32_t>& table = q.blocks();
+    if (!use_store) std::copy(table.begin(), table.end(), tables.data<int32_t>() + s * max_blocks);
+    const int32_t table_row = use_store ? q.table_row : static_cast<int32_t>(s);
     for (int32_t i = 0; i < q.n_tokens; ++i) {
       const int32_t row = q.token_begin + i, j = q.kv_index_of(i);
-      token_seq.data<int32_t>()[row] = static_cast<int32_t>(s);
+      token_seq.data<int32_t>()[row] = table_row;
       kv_index.data<int32_t>()[row] = j;
-      slots.data<int32_t>()[row] = static_cast<int32_t>(q.block_table[j / block_size] * block_size + j % block_size);
+      slots.data<int32_t>()[row] = static_cast<int32_t>(table[j / block_size] * block_size + j % block_size);
     }
   }
   backend::AttentionMeta meta;
@@ -104,12 +135,13 @@ backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::
   meta.token_seq = be.upload(token_seq);
   meta.kv_index = be.upload(kv_index);
   meta.slot_mapping = be.upload(slots);
-  meta.block_tables = be.upload(tables);
+  meta.block_tables = use_store ? store->device() : be.upload(tables);
   meta.params = shape;
   meta.params.n_tokens = static_cast<int32_t>(T);
   meta.params.n_seqs = static_cast<int32_t>(S);
   meta.params.block_size = static_cast<int32_t>(block_size);
   meta.params.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  meta.params.max_kv_len = static_cast<int32_t>(max_kv_len);
   if (tree) {
     meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
     meta.params.tree_base = meta.tree_base.data<int32_t>();

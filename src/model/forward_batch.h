@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "kvcache/block_table_store.h"
 
 namespace mxserve::model {
 
@@ -14,7 +15,16 @@ struct SequenceSpan {
   int32_t token_begin = 0;          // first row of this sequence in the batch
   int32_t n_tokens = 0;             // rows of this sequence in the batch
   int32_t kv_len = 0;               // tokens in the KV cache after this batch (cached before + n_tokens)
-  std::vector<int32_t> block_table; // blocks covering KV indices [0, kv_len)
+  // The blocks covering KV indices [0, kv_len), one of two ways:
+  //   engine batches: table_row / table_lease name the sequence's row of the KV cache's persistent block-table
+  //     store (kvcache/block_table_store.h) and host_table points at its host table (the engine's, not a
+  //     copy; valid for the forward call). Only blocks appended since the last sync are uploaded.
+  //   batches built by hand (tests, tools): block_table holds the blocks; a temporary table is uploaded.
+  std::vector<int32_t> block_table;
+  int32_t table_row = -1;
+  uint64_t table_lease = 0;
+  const std::vector<int32_t>* host_table = nullptr;
+  const std::vector<int32_t>& blocks() const { return host_table != nullptr ? *host_table : block_table; }
   // Speculative trees (both optional; empty = the plain causal layout, zero cost):
   //   kv_indices[i]: the KV index of row i (default kv_len - n_tokens + i); kv_len must exceed them all.
   //   tree_mask[i]: row i attends to KV indices j <= its own with j < tree_base, or j = tree_base + b for
@@ -36,11 +46,16 @@ struct ForwardBatch {
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // Checks row coverage, KV lengths, block tables against the cache geometry, ids against the vocab.
+  // Store-row spans: only the table's length and the blocks of the new rows here (BlockTableStore::sync
+  // checks every block id it uploads), so validation costs O(rows), not O(context).
   Status validate(int64_t vocab_size, int64_t n_blocks, int64_t block_size) const;
 };
 
-// Uploads the batch's attention metadata (token->sequence, KV index, slots, block tables).
-backend::AttentionMeta build_attention_meta(const ForwardBatch& batch, backend::Backend& be, int64_t block_size,
-                                            const kernels::AttentionParams& shape);
+// Uploads the batch's attention metadata (token -> table row, KV index, slots) and syncs the block tables:
+// spans with store rows (every span or none) sync `store` and point the kernels at it; otherwise a temporary
+// [S, max_blocks] table is built from the spans' block_table. Errors: rows without a store, mixed spans.
+Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, backend::Backend& be,
+                                                    int64_t block_size, const kernels::AttentionParams& shape,
+                                                    kvcache::BlockTableStore* store = nullptr);
 
 }  // namespace mxserve::model

@@ -55,6 +55,9 @@ Usage usage_of(const Sequence& seq) {
   return u;
 }
 
+// Tokens a sequence's blocks may cover past max_model_len: draft rows of a verify step / draft tree.
+constexpr int64_t kSpecSlackTokens = 256;
+
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> executor)
     : config_(config),
       executor_(std::move(executor)),
@@ -78,6 +81,20 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
                      "MEANINGLESS (benchmark mode)";
   scheduler_.set_cost_model(&cost_model_);
   stats_.step_cost.target_seconds = config_.scheduler.max_step_seconds;
+  {  // a device block-table row per running sequence, wide enough for max_model_len plus speculative rows
+    const int64_t bs = config_.scheduler.block_size;
+    const int64_t width = std::min<int64_t>(config_.n_blocks, (config_.max_model_len + kSpecSlackTokens + bs - 1) / bs);
+    const Status st = executor_->enable_block_tables(config_.scheduler.max_running, width);
+    MX_CHECK_MSG(st.is_ok(), "engine: " << st.to_string());
+  }
+  if (config_.cuda_graphs) {
+    const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running);
+    if (!st.is_ok())
+      MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
+    else if (spec_enabled())
+      MX_LOG(kWarn) << "CUDA graphs cover plain decode steps only: with speculative decoding every step (verify, "
+                       "draft) runs eagerly";
+  }
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
   free_slots_published_ = std::max<int64_t>(0, config_.scheduler.max_running);
@@ -292,6 +309,13 @@ Status Engine::check_invariants() const {
       return internal_error("request " + std::to_string(id) + ": block table shorter than its computed tokens");
     if (seq->state == SeqState::kWaiting && !seq->block_table.empty())
       return internal_error("waiting request " + std::to_string(id) + " holds blocks");
+    if (seq->state == SeqState::kRunning) {
+      if (seq->table_row < 0) return internal_error("running request " + std::to_string(id) + " has no table row");
+      MX_RETURN_IF_ERROR(executor_->check_block_table(seq->table_row, seq->table_lease, seq->block_table));
+    } else if (seq->table_row >= 0) {
+      return internal_error("request " + std::to_string(id) + " holds table row " + std::to_string(seq->table_row) +
+                            " while not running");
+    }
   }
   if (auto* cache = const_cast<Scheduler&>(scheduler_).prefix_cache())
     cache->for_each_block([&](int32_t b, int64_t) { ++expected[b]; });

@@ -34,6 +34,7 @@ struct EngineConfig {
   int32_t max_logprobs = 20;        // SamplingParams::logprobs above this: kInvalidArgument (--max-logprobs)
   std::vector<int64_t> eos_token_ids;
   SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
+  bool cuda_graphs = false;         // replay CUDA graphs for pure-decode steps (--cuda-graph)
 };
 
 struct SpecStats {  // names after vLLM's spec_decode_* metrics

@@ -31,6 +31,22 @@ class ModelExecutor {
   }
   // out[i] = hidden[rows[i]], on the backend.
   virtual Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) = 0;
+  // Gives the KV cache a persistent device block-table store of max_rows x max_blocks_per_seq (the engine's
+  // batches carry store rows: model/forward_batch.h). An executor that reads no block tables (a fake
+  // model) needs none.
+  virtual Status enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq) { return Status::ok(); }
+  // Captures CUDA graphs of pure-decode steps up to max_batch sequences (runtime/decode_graphs.h); needs the
+  // block-table store. Later pure-decode batches replay them; everything else runs eagerly.
+  virtual Status enable_decode_graphs(int64_t max_batch) {
+    return unsupported("this executor has no decode graphs");
+  }
+  // Pure-decode steps served by a graph replay so far (tests, logs).
+  virtual int64_t graph_replays() const { return 0; }
+  // Tests: the device row holds the first synced blocks of `table` for `lease` (nothing to check when the
+  // row was never synced for that lease).
+  virtual Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& table) {
+    return Status::ok();
+  }
   // Waits for the device work queued so far (timing the MTP extend for the speculation policy).
   virtual void synchronize() {}
   // Copies cache slot src_slots[i] to dst_slots[i] in every tensor of the model's cache layout, every

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/decode_graphs.h"
 #include "runtime/executor.h"
 
 namespace mxserve::runtime {
@@ -9,12 +10,18 @@ namespace {
 class CausalLmExecutor final : public ModelExecutor {
  public:
   CausalLmExecutor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks, int64_t block_size)
-      : model_(model), be_(be) {
-    kv_ = std::make_unique<kvcache::KvCache>(model.kv_spec(n_blocks, block_size),
+      : model_(model), be_(be), n_blocks_(n_blocks), block_size_(block_size) {
+    // One block past the pool's: the scratch block padded rows of decode graphs write (never handed out).
+    kv_ = std::make_unique<kvcache::KvCache>(model.kv_spec(n_blocks + 1, block_size),
                                              [&be](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
   }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
+    if (graphs_ && graphs_->covers(batch)) {
+      MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
+      MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch));
+      return finish(batch, out);
+    }
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
     return finish(batch, out);
   }
@@ -46,6 +53,53 @@ class CausalLmExecutor final : public ModelExecutor {
 
   void synchronize() override { be_.synchronize(); }
 
+  Status enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq) override {
+    if (max_rows <= 0 || max_blocks_per_seq <= 0)
+      return invalid_argument("block-table store: " + std::to_string(max_rows) + " rows x " +
+                              std::to_string(max_blocks_per_seq) + " blocks");
+    // One row past the engine's: the scratch row of decode graphs' padded rows (its block: the scratch block).
+    kv_->enable_block_tables(
+        max_rows + 1, max_blocks_per_seq, [this](DType dt, Shape s) { return be_.alloc(dt, std::move(s)); },
+        [this](Tensor& dst, int64_t offset, const Tensor& host) { be_.write_from_host(dst, offset, host); });
+    scratch_row_ = static_cast<int32_t>(max_rows);
+    const std::vector<int32_t> scratch = {static_cast<int32_t>(n_blocks_)};
+    return kv_->block_tables()->sync(scratch_row_, kScratchLease, scratch);
+  }
+
+  int64_t graph_replays() const override { return graphs_ ? graphs_->replays() : 0; }
+
+  Status enable_decode_graphs(int64_t max_batch) override {
+    if (kv_->block_tables() == nullptr) return invalid_argument("decode graphs need the block-table store first");
+    if (max_batch <= 0 || max_batch > scratch_row_)
+      return invalid_argument("decode graphs: max batch " + std::to_string(max_batch) + " outside [1, " +
+                              std::to_string(scratch_row_) + "]");
+    DecodeGraphLayout layout;
+    layout.max_batch = max_batch;
+    layout.block_size = block_size_;
+    layout.scratch_row = scratch_row_;
+    layout.scratch_block = static_cast<int32_t>(n_blocks_);
+    auto graphs = std::make_unique<DecodeGraphs>(model_, be_, *kv_, layout);
+    MX_RETURN_IF_ERROR(graphs->capture());
+    graphs_ = std::move(graphs);
+    return Status::ok();
+  }
+
+  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& table) override {
+    kvcache::BlockTableStore* store = kv_->block_tables();
+    if (store == nullptr || row < 0 || row >= store->max_rows() || store->lease(row) != lease) return Status::ok();
+    const int64_t n = store->synced(row);
+    if (n > static_cast<int64_t>(table.size()))
+      return internal_error("block-table row " + std::to_string(row) + " holds " + std::to_string(n) +
+                            " blocks, the host table " + std::to_string(table.size()));
+    const Tensor host_row = be_.to_host(store->device().slice_rows(row, row + 1));
+    const int32_t* dev = host_row.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (dev[i] != table[i])
+        return internal_error("block-table row " + std::to_string(row) + " column " + std::to_string(i) + ": device " +
+                              std::to_string(dev[i]) + ", host " + std::to_string(table[i]));
+    return Status::ok();
+  }
+
  private:
   // Greedy ids are reduced on the device (R x 4 bytes back); the full logits cross only when asked for.
   ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out) {
@@ -64,9 +118,14 @@ class CausalLmExecutor final : public ModelExecutor {
     return r;
   }
 
+  static constexpr uint64_t kScratchLease = ~uint64_t{0};  // never handed out by TableRows
+
   model::CausalLM& model_;
   backend::Backend& be_;
+  int64_t n_blocks_, block_size_;  // the pool's blocks (the cache holds one more: the scratch block)
   std::unique_ptr<kvcache::KvCache> kv_;
+  int32_t scratch_row_ = -1;
+  std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
 };
 
 }  // namespace

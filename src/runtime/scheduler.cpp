@@ -6,7 +6,8 @@
 
 namespace mxserve::runtime {
 
-Scheduler::Scheduler(const SchedulerConfig& config, kvcache::BlockPool& pool) : config_(config), pool_(pool) {
+Scheduler::Scheduler(const SchedulerConfig& config, kvcache::BlockPool& pool)
+    : config_(config), pool_(pool), table_rows_(config.max_running) {
   if (config_.enable_prefix_cache) cache_ = std::make_unique<kvcache::RadixCache>(pool_, config_.block_size);
 }
 
@@ -34,6 +35,9 @@ void Scheduler::release(Sequence* seq) {
   cache_blocks(seq);
   pool_.unref_all(seq->block_table);
   seq->block_table.clear();
+  if (seq->table_row >= 0) table_rows_.release(seq->table_row);
+  seq->table_row = -1;
+  seq->table_lease = 0;
   seq->n_computed = 0;
   seq->n_draft_computed = 0;
   seq->clear_drafts();
@@ -136,6 +140,10 @@ SchedulePlan Scheduler::schedule() {
       counters_.prefix_hit_tokens += seq->n_computed;
     }
     if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
+    const kvcache::TableLease lease = table_rows_.acquire();
+    MX_CHECK_MSG(lease.row >= 0, "scheduler: no free block-table row with " << running_.size() << " running");
+    seq->table_row = lease.row;
+    seq->table_lease = lease.lease;
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0, seq->n_computed + n == len});
@@ -156,17 +164,25 @@ StepShape shape_of(const SchedulePlan& plan) {
   return shape;
 }
 
+model::SequenceSpan table_span(const Sequence& seq) {
+  MX_CHECK_MSG(seq.table_row >= 0, "request " << seq.id << " is scheduled without a block-table row");
+  model::SequenceSpan span;
+  span.table_row = seq.table_row;
+  span.table_lease = seq.table_lease;
+  span.host_table = &seq.block_table;
+  return span;
+}
+
 model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
   model::ForwardBatch batch;
   batch.token_ids.reserve(plan.n_tokens);
   batch.positions.reserve(plan.n_tokens);
   batch.seqs.reserve(plan.chunks.size());
   for (const auto& c : plan.chunks) {
-    model::SequenceSpan span;
+    model::SequenceSpan span = table_span(*c.seq);
     span.token_begin = batch.n_tokens();
     span.n_tokens = c.n_tokens;
     span.kv_len = c.start + c.n_tokens;
-    span.block_table = c.seq->block_table;
     const int32_t n_real = c.n_tokens - c.n_drafts;
     batch.token_ids.insert(batch.token_ids.end(), c.seq->tokens.begin() + c.start,
                            c.seq->tokens.begin() + c.start + n_real);

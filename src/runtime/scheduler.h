@@ -4,6 +4,7 @@
 //      so a stream of long prefills can never starve them;
 //   2. running sequences mid-prefill continue with a chunk;
 //   3. waiting sequences are admitted FCFS (prefix-cache lookup first) while the budgets allow.
+// Every running sequence holds a block-table row (taken at admission, given back in release()).
 //   Budgets per step: at most max_num_batched_tokens tokens in all, at most chunked_prefill_size of them
 //   prefill tokens, at most max_running sequences running (hard caps). With an ITL target
 //   (max_step_seconds) and a ready step cost model (step_cost_model.h), a step that carries decodes also
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "kvcache/block_pool.h"
+#include "kvcache/block_table_store.h"
 #include "kvcache/radix_cache.h"
 #include "model/forward_batch.h"
 #include "runtime/sequence.h"
@@ -71,6 +73,8 @@ struct SchedulerCounters {
 
 // The forward batch for a plan: chunks in order; a logit row for each chunk that needs a sample.
 model::ForwardBatch build_forward_batch(const SchedulePlan& plan);
+// A span over seq's block table by reference: its store row, lease and host table (no copy of the table).
+model::SequenceSpan table_span(const Sequence& seq);
 
 class Scheduler {
  public:
@@ -105,6 +109,7 @@ class Scheduler {
   const StepCostModel* cost_model_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
+  kvcache::TableRows table_rows_;   // a device block-table row per running sequence (max_running rows)
   SchedulerCounters counters_;
 };
 

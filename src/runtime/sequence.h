@@ -20,6 +20,9 @@ struct Sequence {
   int32_t prompt_len = 0;
   int32_t n_computed = 0;            // tokens [0, n_computed) have K/V in the cache
   std::vector<int32_t> block_table;  // blocks holding tokens [0, n_computed) (+ reserved room)
+  // Its row of the device block-table store while running (kvcache/block_table_store.h); -1 otherwise.
+  int32_t table_row = -1;
+  uint64_t table_lease = 0;
   int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
   int32_t n_preemptions = 0;
   SamplingParams sampling;

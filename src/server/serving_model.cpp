@@ -180,6 +180,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.max_logprobs = cfg.max_logprobs;
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
   ec.spec = cfg.spec;
+  ec.cuda_graphs = cfg.cuda_graphs;
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs
                 << " max_num_batched_tokens=" << cfg.max_num_batched_tokens
                 << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size << " max_itl_ms="

@@ -320,8 +320,8 @@ TEST_F(CudaOps, PagedAttention) {
     shape.n_kv_heads = c.kvh;
     shape.head_dim = c.hd;
     shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
-    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
-    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     Tensor kc = rand({n_blocks * bs, c.kvh * c.hd}, 2.f), vc = rand({n_blocks * bs, c.kvh * c.hd});
     Tensor q = rand({T, c.nh * c.hd}, 2.f);
     Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
@@ -425,8 +425,8 @@ TEST_F(CudaOps, PagedAttentionTreeMask) {
     shape.n_kv_heads = c.kvh;
     shape.head_dim = c.hd;
     shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
-    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
-    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     ASSERT_NE(gmeta.params.tree_mask, nullptr);
     Tensor kc = rand({n_blocks * bs, c.kvh * c.hd}, 2.f), vc = rand({n_blocks * bs, c.kvh * c.hd});
     Tensor q = rand({T, c.nh * c.hd}, 2.f);

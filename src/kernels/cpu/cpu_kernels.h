@@ -45,7 +45,7 @@ void kv_copy_f32(const int32_t* src_slots, const int32_t* dst_slots, int64_t n_p
                  int64_t kv_width);
 
 // q: [T, n_heads, head_dim]; out: [T, n_heads, head_dim].
-// token_seq[T]: sequence of each token; kv_index[T]: its KV index; block_tables: [n_seqs, max_blocks].
+// token_seq[T]: block_tables row of each token's sequence; kv_index[T]: its KV index; block_tables: [rows, max_blocks].
 // With p.tree_mask (host pointers here) keys j >= tree_base[t] not in the token's mask are skipped.
 // Caches: f32 [n_slots, n_kv_heads*head_dim], or with p.fp8_kv() u8 e4m3 codes dequantized on the fly with
 // p.k_scales / p.v_scales (code value * scale in f32: the FP8 oracle).

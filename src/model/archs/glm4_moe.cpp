@@ -98,12 +98,31 @@ class Glm4MoeModel final : public CausalLM {
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
-    auto [ids, positions, meta] = upload_batch(batch, kv);
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    auto& [ids, positions, meta] = up;
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     be_.embedding(embed_, ids, x);
     for (int64_t l = 0; l < cfg_.n_layers; ++l) run_layer(layers_[l], x, positions, meta, kv, l);
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
     return head(batch, x);
+  }
+
+  Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
+                        kvcache::KvCache& kv, Tensor& logits) override {
+    const int64_t T = ids.numel();
+    if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
+        logits.dim(1) != cfg_.vocab_size)
+      return invalid_argument("forward_device: " + std::to_string(T) + " ids, " + std::to_string(positions.numel()) +
+                              " positions, attention metadata for " + std::to_string(device_meta.params.n_tokens) +
+                              " rows, logits " + logits.describe());
+    backend::AttentionMeta meta = device_meta;
+    attention_shape(meta.params);
+    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    be_.embedding(embed_, ids, x);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l) run_layer(layers_[l], x, positions, meta, kv, l);
+    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
+    be_.linear(x, lm_head_, nullptr, logits);
+    return Status::ok();
   }
 
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
@@ -114,7 +133,8 @@ class Glm4MoeModel final : public CausalLM {
     if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
       return invalid_argument("forward_mtp: hidden_in is " + hidden_in.describe() + ", expected [" +
                               std::to_string(T) + ", " + std::to_string(cfg_.d_model) + "]");
-    auto [ids, positions, meta] = upload_batch(batch, kv);
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    auto& [ids, positions, meta] = up;
     const DType act = be_.activation_dtype();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Tensor e = be_.alloc(act, {T, cfg_.d_model});
@@ -138,7 +158,8 @@ class Glm4MoeModel final : public CausalLM {
     if (layer < 0 || layer >= cfg_.n_layers)
       return invalid_argument("bind_layer_part: layer " + std::to_string(layer) + " of " +
                               std::to_string(cfg_.n_layers));
-    auto up = std::make_shared<Uploaded>(upload_batch(batch, kv));
+    MX_ASSIGN_OR_RETURN(Uploaded uploaded, upload_batch(batch, kv));
+    auto up = std::make_shared<Uploaded>(std::move(uploaded));
     const DecoderLayer* L = &layers_[layer];
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     if (part == LayerPart::kAttention) {
@@ -182,17 +203,21 @@ class Glm4MoeModel final : public CausalLM {
     return batch.validate(cfg_.vocab_size, s.n_blocks, s.block_size);
   }
 
-  Uploaded upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
+  void attention_shape(kernels::AttentionParams& ap) const {
+    ap.n_heads = static_cast<int32_t>(cfg_.n_heads);
+    ap.n_kv_heads = static_cast<int32_t>(cfg_.n_kv_heads);
+    ap.head_dim = static_cast<int32_t>(cfg_.head_dim);
+    ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)));
+  }
+
+  Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
     const int64_t T = batch.n_tokens();
     Uploaded u;
     u.ids = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
     u.positions = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.positions.data()), DType::kI32, {T}));
     kernels::AttentionParams ap;
-    ap.n_heads = static_cast<int32_t>(cfg_.n_heads);
-    ap.n_kv_heads = static_cast<int32_t>(cfg_.n_kv_heads);
-    ap.head_dim = static_cast<int32_t>(cfg_.head_dim);
-    ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)));
-    u.meta = build_attention_meta(batch, be_, kv.spec().block_size, ap);
+    attention_shape(ap);
+    MX_ASSIGN_OR_RETURN(u.meta, build_attention_meta(batch, be_, kv.spec().block_size, ap, kv.block_tables()));
     return u;
   }
 

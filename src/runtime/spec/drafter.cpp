@@ -80,11 +80,10 @@ Status Drafter::extend_and_draft(const std::vector<MtpRows>& all_rows, const Ten
   for (size_t i = 0; i < rows.size(); ++i) {
     const MtpRows& r = rows[i];
     Sequence* seq = r.seq;
-    model::SequenceSpan span;
+    model::SequenceSpan span = table_span(*seq);
     span.token_begin = ext.n_tokens();
     span.n_tokens = r.last_pos - r.first_pos + 1;
     span.kv_len = r.last_pos + 1;
-    span.block_table = seq->block_table;
     for (int32_t p = r.first_pos; p <= r.last_pos; ++p) {
       ext.token_ids.push_back(seq->tokens[p + 1]);
       ext.positions.push_back(p);
@@ -173,11 +172,10 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
       Sequence* seq = active[a].seq;
       d.want_host_logits |= needs_host_draft_logits(*seq);
       const int32_t pos = static_cast<int32_t>(seq->tokens.size()) - 3 + j;  // draft d_{j-1} sits here
-      model::SequenceSpan span;
+      model::SequenceSpan span = table_span(*seq);
       span.token_begin = static_cast<int32_t>(a);
       span.n_tokens = 1;
       span.kv_len = pos + 1;
-      span.block_table = seq->block_table;
       d.seqs.push_back(std::move(span));
       d.token_ids.push_back(seq->drafts.back());
       d.positions.push_back(pos);

@@ -114,11 +114,10 @@ Status Drafter::draft_tree(const std::vector<Sequence*>& seqs, const std::vector
       if (t.frontier.empty()) continue;
       Sequence* seq = t.seq;
       const int32_t L = static_cast<int32_t>(seq->tokens.size()) - 1;
-      model::SequenceSpan span;
+      model::SequenceSpan span = table_span(*seq);
       span.token_begin = d.n_tokens();
       span.n_tokens = static_cast<int32_t>(t.frontier.size());
       span.tree_base = L;
-      span.block_table = seq->block_table;
       for (int32_t f : t.frontier) {
         Node& n = t.nodes[f];
         const int32_t e = t.n_exp++;

@@ -80,7 +80,7 @@ class FakeModel final : public ModelExecutor {
 
  private:
   int64_t slot(const model::SequenceSpan& s, int32_t j) const {
-    return static_cast<int64_t>(s.block_table[j / block_size_]) * block_size_ + j % block_size_;
+    return static_cast<int64_t>(s.blocks()[j / block_size_]) * block_size_ + j % block_size_;
   }
   std::vector<int32_t> slots_;
   int64_t block_size_;

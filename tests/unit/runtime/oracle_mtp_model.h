@@ -84,7 +84,7 @@ class OracleMtpModel final : public ModelExecutor {
     return ExecOutput{logits, {}, Tensor()};
   }
   int64_t slot(const model::SequenceSpan& s, int32_t j) const {
-    return static_cast<int64_t>(s.block_table[j / bs_]) * bs_ + j % bs_;
+    return static_cast<int64_t>(s.blocks()[j / bs_]) * bs_ + j % bs_;
   }
   std::vector<int32_t> target_, draft_;
   int64_t bs_, vocab_;

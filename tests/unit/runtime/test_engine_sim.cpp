@@ -236,6 +236,10 @@ class NanForTokenModel final : public ModelExecutor {
   static constexpr int32_t kPoison = 13;
   explicit NanForTokenModel(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
   int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
+  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
+    return inner_->check_block_table(row, lease, t);
+  }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Result<ExecOutput> execute(const model::ForwardBatch& b) override {
     MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute(b));

@@ -53,6 +53,10 @@ class RecordingExecutor final : public ModelExecutor {
   RecordingExecutor(std::unique_ptr<ModelExecutor> inner, MtpRecord* record)
       : inner_(std::move(inner)), record_(record) {}
   int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
+  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
+    return inner_->check_block_table(row, lease, t);
+  }
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
@@ -376,6 +380,10 @@ class ZeroedMtpExecutor final : public ModelExecutor {
  public:
   explicit ZeroedMtpExecutor(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
   int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
+  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
+    return inner_->check_block_table(row, lease, t);
+  }
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }

@@ -4,7 +4,7 @@
 // scores are dot * scale exactly as the CPU reference. With n_splits > 1 each split writes its partial
 // (max, sum, unnormalized acc) to workspace and attention_combine_kernel merges them.
 // Invariant: token t attends to KV indices [0, kv_index[t]] of its sequence; slots come from the
-// sequence's block table row (block_tables [n_seqs, max_blocks_per_seq]).
+// block table row token_seq[t] (block_tables [rows, max_blocks_per_seq]).
 // FP8 E4M3 caches (p.k_scales set) are read by every kernel here: the K/V load dequantizes the codes in
 // registers with the (slot, kv head) scale (kv_fp8_load.cuh) and the tiles in shared memory are bf16 as
 // for a bf16 cache. NOTE: the FP8 load is a plain load, not cp.async (a byte-level async pipeline with the
@@ -275,9 +275,14 @@ int64_t warp_split_target_per_sm(int64_t items, int64_t forced) {
 
 // Splits every context so that `base` work items become about `target` (keys per split a multiple of
 // `align`, at least `min_split`); plan keeps one unbounded split when that is already enough.
+// Bound on any kv_index + 1: the batch's longest context when given (block-table rows may be wider).
+int64_t context_bound(const AttentionParams& p) {
+  return p.max_kv_len > 0 ? p.max_kv_len : static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+}
+
 void split_context(const AttentionParams& p, int64_t base, int64_t target, int64_t min_split, int64_t align,
                    AttentionLaunch& plan) {
-  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;
+  const int64_t max_ctx = context_bound(p);
   plan.n_splits = 1;
   plan.split_len = 1 << 30;
   if (base >= target || max_ctx <= min_split) return;
@@ -338,7 +343,7 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms, options.warp_split_target_per_sm);
   }
   AttentionLaunch plan;
-  const int64_t max_ctx = static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size;  // bound on any kv_index + 1
+  const int64_t max_ctx = context_bound(p);
   const int64_t base_blocks = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
   if (base_blocks >= 2 * n_sms || max_ctx <= kMinSplitKeys) {
     plan.n_splits = 1;

@@ -23,33 +23,79 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [size, p] : free_) cudaFree(p);  // teardown: errors are not actionable here
 }
 
+void* CachingAllocator::device_malloc(uint64_t rounded) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, rounded);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
+    MX_CUDA_CHECK(cudaDeviceSynchronize());
+    release_cached();
+    err = cudaMalloc(&p, rounded);
+  }
+  MX_CHECK_MSG(err == cudaSuccess, "cudaMalloc of " << rounded << " bytes failed: " << cudaGetErrorString(err)
+                                                    << " (in use " << bytes_in_use() << " bytes)");
+  return p;
+}
+
 std::shared_ptr<Storage> CachingAllocator::allocate(uint64_t bytes) {
   const uint64_t rounded = round_size(bytes);
+  std::shared_ptr<PrivatePool> routed;
   void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(rounded);
-    if (it != free_.end()) {
-      p = it->second;
-      free_.erase(it);
-      cached_ -= rounded;
+    routed = private_;
+    if (!routed) {
+      auto it = free_.find(rounded);
+      if (it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+        cached_ -= rounded;
+      }
+      in_use_ += rounded;
     }
-    in_use_ += rounded;
   }
-  if (p == nullptr) {
-    cudaError_t err = cudaMalloc(&p, rounded);
-    if (err == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
-      MX_CUDA_CHECK(cudaDeviceSynchronize());
-      release_cached();
-      err = cudaMalloc(&p, rounded);
-    }
-    MX_CHECK_MSG(err == cudaSuccess, "cudaMalloc of " << rounded << " bytes failed: " << cudaGetErrorString(err)
-                                                      << " (in use " << in_use_ << " bytes)");
-  }
+  if (routed) return allocate_private(routed, bytes, rounded);
+  if (p == nullptr) p = device_malloc(rounded);
   auto self = shared_from_this();
   return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
                                    [self, rounded](void* q) { self->give_back(q, rounded); });
+}
+
+std::shared_ptr<Storage> CachingAllocator::allocate_private(const std::shared_ptr<PrivatePool>& pool, uint64_t bytes,
+                                                            uint64_t rounded) {
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    auto it = pool->free_.find(rounded);
+    if (it != pool->free_.end()) {
+      p = it->second;
+      pool->free_.erase(it);
+    }
+  }
+  if (p == nullptr) {
+    p = device_malloc(rounded);
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    pool->all_.push_back(p);
+    pool->bytes_ += rounded;
+  }
+  return std::make_shared<Storage>(p, bytes, Device::cuda(device_), [pool, rounded](void* q) {
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    pool->free_.emplace(rounded, q);
+  });
+}
+
+void CachingAllocator::set_private_pool(std::shared_ptr<PrivatePool> pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  private_ = std::move(pool);
+}
+
+PrivatePool::~PrivatePool() {
+  for (void* p : all_) cudaFree(p);  // the last graph and block are gone: errors are not actionable here
+}
+
+uint64_t PrivatePool::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
 }
 
 void CachingAllocator::give_back(void* p, uint64_t rounded) {

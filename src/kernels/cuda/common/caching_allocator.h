@@ -2,6 +2,9 @@
 // a free list keyed by their rounded size and are handed out again to the next request of that size.
 // Invariant: all work runs on the backend's one stream, so a block freed on the host (its last tensor
 // dropped) can be reused by any later op at once: stream order puts the reuse after the last use.
+// Graph capture: while a private pool is routed (set_private_pool), every allocation is served from that
+// pool and its blocks return to it, never to the shared lists, so memory a captured graph uses stays
+// reserved for its replays; the pool's blocks go back to the driver when the pool and every block are gone.
 // Does not own: streams, or any multi-stream safety (events per block come with multi-stream work).
 #pragma once
 
@@ -9,10 +12,26 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/tensor.h"
 
 namespace mxserve::kernels::cuda {
+
+// Blocks of captured graphs (see the header comment). Shared by every graph of one backend: graphs replay
+// one at a time on the one stream, so one graph's temporaries may be another's.
+class PrivatePool {
+ public:
+  ~PrivatePool();
+  uint64_t bytes() const;
+
+ private:
+  friend class CachingAllocator;
+  mutable std::mutex mu_;
+  std::multimap<uint64_t, void*> free_;  // rounded size -> block
+  std::vector<void*> all_;
+  uint64_t bytes_ = 0;
+};
 
 class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
  public:
@@ -21,6 +40,8 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
 
   // A 256-byte aligned block of at least `bytes`; the Storage's deleter returns it to this pool.
   std::shared_ptr<Storage> allocate(uint64_t bytes);
+  // Routes allocations to `pool` (nullptr: back to the shared lists).
+  void set_private_pool(std::shared_ptr<PrivatePool> pool);
   // Frees every cached (unused) block back to the driver.
   void release_cached();
 
@@ -30,11 +51,15 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
  private:
   explicit CachingAllocator(int device) : device_(device) {}
   void give_back(void* p, uint64_t rounded);
+  void* device_malloc(uint64_t rounded);
+  std::shared_ptr<Storage> allocate_private(const std::shared_ptr<PrivatePool>& pool, uint64_t bytes,
+                                            uint64_t rounded);
 
   int device_;
   mutable std::mutex mu_;
   std::multimap<uint64_t, void*> free_;  // rounded size -> block
   uint64_t in_use_ = 0, cached_ = 0;
+  std::shared_ptr<PrivatePool> private_;  // routed pool while capturing graphs
 };
 
 }  // namespace mxserve::kernels::cuda

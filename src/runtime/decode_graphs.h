@@ -1,0 +1,71 @@
+// DecodeGraphs: CUDA graphs of the target model's pure-decode forward (one token per sequence), one per
+// (batch bucket, context class), captured at start-up and replayed with the step's metadata.
+// Invariants (what makes a replay equal to the eager forward of the same rows):
+//   - every input lives in a static device buffer of the graph, i32 [5, B] (ids, positions, table row,
+//     kv index, slot), written by one stream-ordered copy before the replay; the block tables are the KV
+//     cache's persistent store (same device tensor for the graph's life);
+//   - every temporary comes from the backend's graph-private pool (Backend::capture_graph);
+//   - nothing captured depends on host values that change between replays: the attention split plan is the
+//     one for the class's context bound (the kernels read each row's kv index from device memory), the MoE
+//     and GEMM choices depend only on the bucket's row count;
+//   - padded rows (batch < bucket) run token 0 at position 0 on the store's scratch row, whose one block is
+//     the KV cache's scratch block: they write and read only the scratch slot, and their logits are ignored.
+// Speculative verify steps (several rows per sequence, tree masks) and MTP draft steps run eagerly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kvcache/kv_cache.h"
+#include "model/causal_lm.h"
+#include "model/forward_batch.h"
+
+namespace mxserve::runtime {
+
+struct DecodeGraphLayout {
+  int64_t max_batch = 0;      // largest bucket (the engine's max running sequences)
+  int64_t block_size = 16;
+  int32_t scratch_row = -1;   // store row of padded rows (its column 0 holds scratch_block)
+  int32_t scratch_block = -1;  // a KV block no sequence is ever given
+};
+
+// Batch buckets 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, then every 64, up to max_batch (always included).
+std::vector<int64_t> decode_graph_buckets(int64_t max_batch);
+// Context classes 128 (one attention split at most), 256, 512, ... doubling, the last one max_context.
+std::vector<int64_t> decode_graph_contexts(int64_t max_context);
+
+class DecodeGraphs {
+ public:
+  DecodeGraphs(model::CausalLM& model, backend::Backend& be, kvcache::KvCache& kv, const DecodeGraphLayout& layout);
+  // Captures every (bucket, context class); logs the buckets, the count and the time taken.
+  Status capture();
+  // Whether the graphs run this batch: one row per sequence, every row a logit row in order, store rows,
+  // no tree, no hidden states, at most max_batch sequences within the largest context class.
+  bool covers(const model::ForwardBatch& batch) const;
+  // Syncs the block tables, writes the inputs, replays the smallest fitting graph. logits [S, V] (a view).
+  Result<model::ForwardOutput> run(const model::ForwardBatch& batch);
+  int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct Graph {
+    int64_t batch = 0;
+    int64_t context = 0;
+    Tensor inputs;  // i32 [5, batch]: ids, positions, table rows, kv indices, slots
+    std::unique_ptr<backend::DeviceGraph> graph;
+  };
+  const Graph* find(int64_t batch, int64_t context) const;
+
+  model::CausalLM& model_;
+  backend::Backend& be_;
+  kvcache::KvCache& kv_;
+  DecodeGraphLayout layout_;
+  std::vector<Graph> graphs_;  // by (batch, context) ascending
+  Tensor logits_;              // f32 [max_batch, V]: every graph writes rows [0, batch) (one replay at a time)
+  std::vector<int32_t> host_;  // staging of one replay's inputs
+  int64_t replays_ = 0;
+};
+
+}  // namespace mxserve::runtime

@@ -1,0 +1,132 @@
+// CUDA graphs of decode steps (label gpu; skips without a CUDA device): the same greedy requests through
+// an engine with graphs and one without must give identical tokens, at batch sizes equal to a bucket
+// (1, 2, 4, 8) and padded into one (3 -> 4, 5 -> 8), and the graphs must actually have been replayed.
+// Also: a graph body that copies from the host is refused loudly, and the CPU backend has no graphs.
+// MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "backend/backend.h"
+#include "cli/fixture.h"
+#include "model/causal_lm.h"
+#include "runtime/engine.h"
+
+namespace mxserve::runtime {
+namespace {
+
+std::string fixture_dir(const std::string& name) {
+  const char* env = std::getenv("MXSERVE_FIXTURE_ROOT");
+  return (env ? std::string(env) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures") + "/" + name;
+}
+
+struct RunResult {
+  std::map<size_t, std::vector<int32_t>> tokens;
+  int64_t replays = 0;
+  double seconds = 0;
+};
+
+RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs) {
+  EngineConfig cfg;
+  cfg.scheduler.block_size = 16;
+  cfg.scheduler.max_running = 16;
+  cfg.n_blocks = 256;
+  cfg.max_model_len = 1024;
+  cfg.cuda_graphs = graphs;
+  auto ex = make_model_executor(lm, be, cfg.n_blocks, cfg.scheduler.block_size);
+  ModelExecutor* raw = ex.get();
+  Engine engine(cfg, std::move(ex));
+  RunResult r;
+  std::map<RequestId, size_t> index;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto id = engine.submit(specs[i], [&r, &index](const TokenEvent& ev) {
+      if (ev.token >= 0) r.tokens[index.at(ev.id)].push_back(ev.token);
+    });
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    index[*id] = i;
+  }
+  while (!engine.idle()) {
+    engine.step();
+    EXPECT_TRUE(engine.check_invariants().is_ok()) << engine.check_invariants().to_string();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.replays = raw->graph_replays();
+  return r;
+}
+
+class CudaGraphs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGraphs, GreedyTokensEqualEagerAtBucketAndPaddedBatches) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  const std::string dir = fixture_dir(GetParam());
+  auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  auto cases = cli::read_fixture_cases(dir, (*lm)->config().vocab_size);
+  ASSERT_TRUE(cases.is_ok()) << cases.status().to_string();
+  ASSERT_FALSE(cases->empty());
+  for (size_t batch : {1, 2, 3, 4, 5, 8}) {
+    std::vector<RequestSpec> specs;
+    for (size_t i = 0; i < batch; ++i) {
+      RequestSpec s;
+      s.prompt = (*cases)[i % cases->size()].input_ids;
+      s.prompt.push_back(static_cast<int32_t>(1 + i));  // distinct prompts (no prefix-cache sharing of the last)
+      s.sampling.temperature = 0;
+      s.sampling.max_tokens = 24;
+      s.sampling.ignore_eos = true;
+      specs.push_back(s);
+    }
+    const RunResult eager = run(**lm, **be, specs, false);
+    const RunResult graph = run(**lm, **be, specs, true);
+    EXPECT_EQ(eager.replays, 0);
+    EXPECT_GT(graph.replays, 0) << "batch " << batch << ": no decode step was replayed from a graph";
+    std::printf("%s batch %zu: eager %.3f s, graphs %.3f s (%lld replays)\n", GetParam().c_str(), batch,
+                eager.seconds, graph.seconds, static_cast<long long>(graph.replays));
+    for (size_t i = 0; i < batch; ++i) {
+      ASSERT_EQ(eager.tokens.at(i).size(), 24u);
+      EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << GetParam() << " batch " << batch << " request " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+
+TEST(CudaGraphCapture, ReplaysWhatWasCapturedWithNewInputs) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  backend::Backend& b = **be;
+  Tensor in = b.alloc(DType::kI32, {4});
+  Tensor table = b.alloc(DType::kF32, {8, 2});
+  std::vector<float> host_table = {0, 1, 10, 11, 20, 21, 30, 31, 40, 41, 50, 51, 60, 61, 70, 71};
+  b.write_from_host(table, 0, Tensor::view_of(host_table.data(), DType::kF32, {8, 2}));
+  Tensor out;
+  std::vector<int32_t> rows = {0, 1, 2, 3};
+  b.write_from_host(in, 0, Tensor::view_of(rows.data(), DType::kI32, {4}));
+  auto graph = b.capture_graph([&] {
+    Tensor o = b.alloc(DType::kF32, {4, 2});
+    b.gather_rows(table, in, o);
+    out = o;
+  });
+  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
+  rows = {7, 5, 3, 1};
+  b.write_from_host(in, 0, Tensor::view_of(rows.data(), DType::kI32, {4}));
+  (*graph)->replay();
+  Tensor h = b.to_host(out);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(h.data<float>()[2 * r], 10.f * rows[r]) << "row " << r;
+  EXPECT_DEATH((void)b.capture_graph([&] { (void)b.upload(Tensor::zeros(DType::kI32, {4})); }),
+               "inside a graph body");
+}
+
+TEST(CudaGraphCapture, CpuBackendHasNone) {
+  auto cpu = backend::make_cpu_backend();
+  auto g = cpu->capture_graph([] {});
+  EXPECT_FALSE(g.is_ok());
+  EXPECT_NE(g.status().message().find("cannot capture graphs"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mxserve::runtime
