@@ -114,7 +114,7 @@ void handle_chat_completions(ServerContext& ctx, const http::Request& req, http:
   if (!text.is_ok())
     return write_error(ctx, bad_request("the chat template rejected these messages: " + text.status().message(), "messages"),
                        res);
-  apply_prompt(&plan, &*text);
+  if (auto e = apply_prompt(&plan, *text, &chat.gen)) return write_error(ctx, *e, res);
   auto ids = ctx.model.tokenizer->encode(*text, /*add_special_tokens=*/false);
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);

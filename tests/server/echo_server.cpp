@@ -58,6 +58,7 @@ class EchoExecutor final : public runtime::ModelExecutor {
     observation_ = *tok.token_to_id("<|observation|>");
     nothink_ = *tok.token_to_id("/nothink");
     newline_ = tok.encode("\n", false)->at(0);
+    for (const char* t : {"</arg_value>", "</tool_call>", "</think>"}) closers_.push_back(*tok.token_to_id(t));
   }
   int64_t vocab_size() const override { return vocab_; }
   Result<runtime::ExecOutput> execute(const model::ForwardBatch& batch) override {
@@ -78,7 +79,10 @@ class EchoExecutor final : public runtime::ModelExecutor {
       }
       const int32_t next = next_token(ctx);
       float* l = logits.data<float>() + r * vocab_;
-      for (int64_t v = 0; v < vocab_; ++v) l[v] = -30.f;
+      // Off script (next = <|observation|>), what a grammar may force instead: a closing tag, else the
+      // lowest id (a strict order, so masked greedy decoding is deterministic).
+      for (int64_t v = 0; v < vocab_; ++v) l[v] = -30.f - 1e-3f * static_cast<float>(v);
+      for (int32_t c : closers_) l[c] = 20.f;
       l[next] = 30.f;
       argmax.push_back(next);
     }
@@ -106,6 +110,7 @@ class EchoExecutor final : public runtime::ModelExecutor {
   std::vector<int32_t> slots_;
   int64_t block_size_, vocab_;
   int32_t user_ = 0, assistant_ = 0, observation_ = 0, nothink_ = 0, newline_ = 0;
+  std::vector<int32_t> closers_;
 };
 
 }  // namespace
