@@ -1,8 +1,7 @@
 #include "server/chat_output.h"
 
-#include <random>
-
 #include <mutex>
+#include <random>
 #include <set>
 
 #include "core/logging.h"
@@ -45,8 +44,8 @@ void warn_ignored_keywords(const std::vector<std::string>& ignored) {
   for (const std::string& w : ignored) {
     const std::string keyword = w.substr(0, w.find(" at "));
     if (seen.size() >= 64 || !seen.insert(keyword).second) continue;
-    MX_LOG(kWarn) << "tool_choice grammar: schema keyword " << keyword
-                  << " is not enforced during decoding (first seen: " << w << "); the arguments are still parsed";
+    MX_LOG(kWarn) << "tool_choice grammar: " << keyword << " is not enforced during decoding (first seen: " << w
+                  << "); the arguments are still parsed";
   }
 }
 

@@ -210,7 +210,7 @@ TEST(ToolCallsE2E, ToolChoiceNamedAndRequiredFollowTheModelWhenItIsValid) {
   EXPECT_EQ(required["message"]["tool_calls"][1]["function"]["arguments"], R"({"days":2,"city":"Oslo"})");
   EXPECT_TRUE(required["message"]["content"].is_null());
   // Thinking off: the template closes the think block; the calls follow.
-  json off = both_ways(s45, chat_body("\n<tool_call>get_time\n</tool_call>", {{"tools", weather_tools()},
+  json off = both_ways(s45, chat_body("\n<think></think>\n<tool_call>get_time\n</tool_call>", {{"tools", weather_tools()},
                                       {"tool_choice", "required"}, {"chat_template_kwargs", {{"enable_thinking", false}}}}));
   ASSERT_EQ(off["message"]["tool_calls"].size(), 1u) << off.dump();
 }
