@@ -529,7 +529,7 @@ int Matcher::string_mode(std::span<const int32_t> tops) const {
     int mode = -1;
     if (k == NodeKind::kRawText && f.b == 0 && f.c < 8) mode = 8 + f.c;
     const bool in_string = (k == NodeKind::kString && f.phase == 1) || (k == NodeKind::kAnyObject && f.phase == kKey);
-    if (in_string && !g_->tag_safe_strings && f.c < 8) mode = f.c;
+    if (in_string && f.c < 8) mode = g_->tag_safe_strings ? 16 + f.c : f.c;
     if (mode < 0 || (u >= 0 && mode != u)) return -1;
     u = mode;
   }

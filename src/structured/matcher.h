@@ -51,9 +51,9 @@ class Matcher {
   void advance(std::span<const int32_t> tops, uint8_t x, std::vector<int32_t>* out);
   bool can_end(std::span<const int32_t> tops);
   // The plain-text mode of a state, or -1. Mode u in [0, 8): every stack's top is inside a free JSON
-  // string (no escape pending; not in tag-safe grammars) with UTF-8 decoder state u. Mode 8 + u: every
-  // top is inside raw text (kRawText) with no delimiter partly matched, decoder state u. Such a state
-  // accepts any run of that mode's plain bytes (token_index.h).
+  // string (no escape or '<' pending) with UTF-8 decoder state u (mode 16 + u in tag-safe grammars).
+  // Mode 8 + u: every top is inside raw text (kRawText) with no delimiter partly matched, decoder state
+  // u. Such a state accepts any run of that mode's plain bytes (token_index.h).
   int string_mode(std::span<const int32_t> tops) const;
 
  private:
