@@ -2,9 +2,9 @@
 //   glm45 (GLM-4.5/4.6): <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...</tool_call>
 //   glm47 (GLM-4.7/5.x): the same without the newlines.
 // Both formats accept either layout (whitespace between the elements is ignored), so the two differ only in
-// the pre-fill that tool_choice writes (tool_choice.h). A call is emitted whole, once its </tool_call> has
-// arrived and it parsed: NAME is a valid function name (one of the request's tools when it has any), and
-// the body is a sequence of <arg_key>/<arg_value> pairs. Values are converted by the tool's schema
+// the layout a forced call's grammar enforces (server/chat_output.cpp). A call is emitted whole, once its
+// </tool_call> has arrived and it parsed: NAME is a valid function name (one of the request's tools when
+// it has any), and the body is a sequence of <arg_key>/<arg_value> pairs. Values are converted by the tool's schema
 // (ToolSet::convert); `arguments` is a JSON object text built by concatenation in the model's order.
 // Anything else -- an unclosed call at the end, a body that is not pairs, an unknown name -- is malformed:
 // its raw text goes to content, verbatim, and is counted. Invariant: the result does not depend on how the

@@ -36,14 +36,4 @@ std::optional<FieldError> parse_tool_choice(const nlohmann::ordered_json* v, con
   return std::nullopt;
 }
 
-std::string tool_call_prefill(ToolCallFormat format, const ToolChoice& choice) {
-  if (!choice.forces_call() || format == ToolCallFormat::kNone) return {};
-  // GLM-4.5/4.6 render "\n<tool_call>NAME\n<arg_key>..." after "<think></think>"; GLM-4.7/5.x
-  // "<tool_call>NAME<arg_key>..." right after "</think>".
-  const bool glm45 = format == ToolCallFormat::kGlm45;
-  std::string s = glm45 ? "\n<tool_call>" : "<tool_call>";
-  if (choice.mode == ToolChoiceMode::kFunction) s += choice.function + (glm45 ? "\n" : "");
-  return s;
-}
-
 }  // namespace mxserve::chat

@@ -2,11 +2,10 @@
 //   auto (default with tools): tools rendered, calls parsed.
 //   none: vLLM's behaviour -- tools are still rendered into the prompt, the output is not parsed for calls
 //         (any tool-call text stays content).
-//   required / {"type":"function","function":{"name":N}}: the assistant turn is pre-filled with the start of a
-//         call ("<tool_call>" or "<tool_call>N"), so the model continues a call instead of choosing whether
-//         to make one. Thinking is off for such turns (the pre-fill follows a closed think block). This is a
-//         prompt constraint, not a grammar: the model may still write a malformed call, which comes back as
-//         content (and is counted), never as an invented call.
+//   required / {"type":"function","function":{"name":N}}: the output is constrained by a tool-call grammar
+//         (structured/tool_call_grammar.h, built by server/chat_output): one or more calls of the request's
+//         tools (exactly one call of N for a named function), arguments valid for the tool's schema, an
+//         optional reasoning block first when the rendered prompt leaves thinking on, nothing after.
 #pragma once
 
 #include <optional>
@@ -30,9 +29,5 @@ struct ToolChoice {
 // Parses `tool_choice` (null/absent = auto). Errors name the field: "tool_choice" or
 // "tool_choice.function.name" (a function the request's tools do not define).
 std::optional<FieldError> parse_tool_choice(const nlohmann::ordered_json* value, const ToolSet& tools, ToolChoice* out);
-
-// The text appended after the generation prompt (rendered with thinking off) to force a call; empty
-// unless choice.forces_call(). The layout follows what each template renders after a closed think block.
-std::string tool_call_prefill(ToolCallFormat format, const ToolChoice& choice);
 
 }  // namespace mxserve::chat

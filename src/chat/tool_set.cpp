@@ -51,6 +51,7 @@ bool valid_function_name(std::string_view name) {
 
 std::optional<FieldError> ToolSet::from_openai(const OJ& tools, ToolSet* out) {
   out->functions_.clear();
+  out->definitions_.clear();
   if (tools.is_null()) return std::nullopt;
   if (!tools.is_array()) return FieldError{"tools", "'tools' must be a list"};
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -71,6 +72,7 @@ std::optional<FieldError> ToolSet::from_openai(const OJ& tools, ToolSet* out) {
       return FieldError{name_field, "'" + name_field + "': function " + OJ(name).dump() + " is defined twice"};
     auto& params = out->functions_[name];
     auto pit = fn.find("parameters");
+    out->definitions_[name] = Definition{i, pit == fn.end() ? OJ(nullptr) : *pit};
     if (pit == fn.end() || pit->is_null()) continue;
     const std::string pw = where + ".function.parameters";
     if (!pit->is_object()) return FieldError{pw, "'" + pw + "' must be a JSON schema object"};
@@ -98,6 +100,18 @@ std::vector<std::string> ToolSet::names() const {
   std::vector<std::string> n;
   for (const auto& [name, params] : functions_) n.push_back(name);
   return n;
+}
+
+bool ToolSet::raw_string(std::string_view name, std::string_view key) const {
+  auto fn = functions_.find(std::string(name));
+  if (fn == functions_.end()) return false;
+  auto p = fn->second.find(std::string(key));
+  return p != fn->second.end() && p->second == ParamKind::kString;
+}
+
+const ToolSet::Definition* ToolSet::definition(std::string_view name) const {
+  auto it = definitions_.find(std::string(name));
+  return it == definitions_.end() ? nullptr : &it->second;
 }
 
 OJ ToolSet::convert(std::string_view name, std::string_view key, std::string_view raw) const {

@@ -31,10 +31,20 @@ class ToolSet {
 
   // The JSON value of argument `key` of function `name` from the model's raw text `raw`.
   nlohmann::ordered_json convert(std::string_view name, std::string_view key, std::string_view raw) const;
+  // True when convert() keeps the raw text of this parameter (a plain string parameter).
+  bool raw_string(std::string_view name, std::string_view key) const;
+
+  // A function as the request gave it: its position in `tools` and its parameters schema (null: none).
+  struct Definition {
+    size_t index = 0;
+    nlohmann::ordered_json parameters;
+  };
+  const Definition* definition(std::string_view name) const;
 
  private:
   enum class ParamKind { kString, kOther };
   std::map<std::string, std::map<std::string, ParamKind>> functions_;  // name -> parameter -> kind
+  std::map<std::string, Definition> definitions_;
 };
 
 // True when `name` can be written between <tool_call> and <arg_key> unambiguously: non-empty, at most

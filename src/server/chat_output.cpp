@@ -1,13 +1,53 @@
 #include "server/chat_output.h"
 
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "core/logging.h"
+#include "structured/tool_call_grammar.h"
 
 namespace mxserve::server {
 namespace {
 
 using OJ = nlohmann::ordered_json;
+
+// The literal layout each GLM template renders (tests/data/tokenizer/templates): GLM-4.5/4.6 put every call
+// on its own line ("\n<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>") and
+// open a think block with "\n<think>"; GLM-4.7/5.x write the same tags with no newlines.
+structured::ToolCallSyntax glm_syntax(chat::ToolCallFormat format) {
+  const bool glm45 = format == chat::ToolCallFormat::kGlm45;
+  const std::string nl = glm45 ? "\n" : "";
+  structured::ToolCallSyntax s;
+  s.call_open = nl + "<tool_call>";
+  s.after_name = nl;
+  s.key_open = "<arg_key>";
+  s.key_to_value = "</arg_key>" + nl + "<arg_value>";
+  s.value_close = "</arg_value>";
+  s.after_value = nl;
+  s.call_close = "</tool_call>";
+  s.think_open = nl + "<think>";
+  s.think_close = "</think>";
+  return s;
+}
+
+bool ends_with_trimmed(std::string_view s, std::string_view suffix) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s.ends_with(suffix);
+}
+
+// Logs each ignored tool-schema keyword once per process (bounded).
+void warn_ignored_keywords(const std::vector<std::string>& ignored) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const std::string& w : ignored) {
+    const std::string keyword = w.substr(0, w.find(" at "));
+    if (seen.size() >= 64 || !seen.insert(keyword).second) continue;
+    MX_LOG(kWarn) << "tool_choice grammar: " << keyword << " is not enforced during decoding (first seen: " << w
+                  << "); the arguments are still parsed";
+  }
+}
 
 }  // namespace
 
@@ -43,23 +83,69 @@ std::optional<ApiError> plan_chat_output(const chat::OutputFormats& formats, con
   if (!tools->empty() && plan->tool_choice.mode != chat::ToolChoiceMode::kNone)
     plan->config.tool_calls = formats.tool_calls;
   plan->config.tools = tools;
-  if (plan->tool_choice.forces_call()) {
-    inputs->kwargs["enable_thinking"] = false;  // the pre-filled call follows a closed think block
-    plan->prefill = chat::tool_call_prefill(formats.tool_calls, plan->tool_choice);
+  if (auto ptc = body.find("parallel_tool_calls"); ptc != body.end() && !ptc->is_null()) {
+    if (!ptc->is_boolean()) return bad_request("'parallel_tool_calls' must be a boolean", "parallel_tool_calls");
+    plan->parallel_tool_calls = ptc->get<bool>();
   }
   plan->active = plan->config.reasoning != chat::ReasoningFormat::kNone ||
                  plan->config.tool_calls != chat::ToolCallFormat::kNone;
   return std::nullopt;
 }
 
-void apply_prompt(ChatOutputPlan* plan, std::string* prompt) {
-  plan->config.starts_in_reasoning = chat::prompt_opens_reasoning(*prompt);
-  *prompt += plan->prefill;
+Result<std::shared_ptr<const structured::Grammar>> tool_call_grammar(const ChatOutputPlan& plan,
+                                                                     chat::ToolCallFormat format,
+                                                                     std::string_view prompt) {
+  const chat::ToolSet& tools = *plan.config.tools;
+  structured::ToolCallGrammarRequest r;
+  r.syntax = glm_syntax(format);
+  const bool named = plan.tool_choice.mode == chat::ToolChoiceMode::kFunction;
+  r.max_calls = named || !plan.parallel_tool_calls ? 1 : -1;
+  if (plan.config.reasoning == chat::ReasoningFormat::kNone) r.reasoning = structured::ReasoningPrefix::kNone;
+  else if (chat::prompt_opens_reasoning(prompt)) r.reasoning = structured::ReasoningPrefix::kOpen;
+  else if (ends_with_trimmed(prompt, "</think>")) r.reasoning = structured::ReasoningPrefix::kNone;
+  else r.reasoning = structured::ReasoningPrefix::kOptional;
+  for (const std::string& name : tools.names()) {
+    if (named && name != plan.tool_choice.function) continue;
+    const chat::ToolSet::Definition* d = tools.definition(name);
+    structured::ToolSpec t;
+    t.name = name;
+    t.field = "tools[" + std::to_string(d->index) + "].function.parameters";
+    t.parameters = d->parameters;
+    if (d->parameters.is_object()) {
+      std::set<std::string> required;
+      if (auto req = d->parameters.find("required"); req != d->parameters.end() && req->is_array())
+        for (const OJ& k : *req) required.insert(k.get<std::string>());
+      if (auto props = d->parameters.find("properties"); props != d->parameters.end() && props->is_object())
+        for (const auto& [key, schema] : props->items())
+          t.args.push_back({key, schema, tools.raw_string(name, key), required.count(key) > 0});
+    }
+    r.tools.push_back(std::move(t));
+  }
+  std::vector<std::string> ignored;
+  auto g = structured::compile_tool_calls(r, &ignored);
+  if (g.is_ok()) warn_ignored_keywords(ignored);
+  return g;
 }
 
-ChoiceOutput::ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics) : parser_(plan.config), metrics_(metrics) {
-  parser_.feed(plan.prefill);  // the start of a call (or nothing): it yields no output
+std::optional<ApiError> apply_prompt(ChatOutputPlan* plan, const std::string& prompt, GenerationOptions* gen) {
+  plan->config.starts_in_reasoning = chat::prompt_opens_reasoning(prompt);
+  if (!plan->tool_choice.forces_call()) return std::nullopt;
+  if (gen->grammar)
+    return bad_request(std::string("'tool_choice' ") +
+                           (plan->tool_choice.mode == chat::ToolChoiceMode::kRequired ? "\"required\"" : "(a named function)") +
+                           " constrains the output to tool calls and cannot be combined with structured output "
+                           "(response_format / guided_*)",
+                       "tool_choice");
+  if (gen->sampling.ignore_eos)
+    return bad_request("'ignore_eos' cannot be combined with tool_choice \"required\" or a named function: the "
+                       "output ends after the last call", "ignore_eos");
+  auto g = tool_call_grammar(*plan, plan->config.tool_calls, prompt);
+  if (!g.is_ok()) return bad_request("'tools': " + g.status().message(), "tools");
+  gen->grammar = *g;
+  return std::nullopt;
 }
+
+ChoiceOutput::ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics) : parser_(plan.config), metrics_(metrics) {}
 
 ChoiceOutput::Delta ChoiceOutput::convert(chat::ParsedDelta p) {
   Delta d;

@@ -1,5 +1,7 @@
 // ChatOutput: the glue between the chat output parsers (src/chat) and the OpenAI chat responses. Per
-// request a ChatOutputPlan (which parsers run, the tool set, tool_choice and its pre-fill); per choice a
+// request a ChatOutputPlan (which parsers run, the tool set, tool_choice) and, for tool_choice "required"
+// or a named function, the tool-call grammar that constrains decoding (built from the parser's own rules,
+// so what the grammar accepts parses into valid calls); per choice a
 // ChoiceOutput that turns generated text into content / reasoning_content / tool_calls deltas, numbers
 // the calls (index, id "call_<random>"), maps finish_reason "stop" to "tool_calls" when calls were made,
 // and counts calls and malformed call texts in the metrics. Streaming and non-streaming both go through
@@ -16,6 +18,8 @@
 #include "chat/tool_choice.h"
 #include "server/api_error.h"
 #include "server/metrics.h"
+#include "server/request_schema.h"
+#include "structured/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace mxserve::server {
@@ -24,16 +28,23 @@ struct ChatOutputPlan {
   bool active = false;           // false: text is returned as content untouched
   chat::OutputParserConfig config;
   chat::ToolChoice tool_choice;
-  std::string prefill;           // appended to the rendered prompt; the parsers see it first
+  bool parallel_tool_calls = true;  // false: a forced turn has exactly one call
 };
 
-// Validates tools / tool_choice of a chat request against the server's formats and fills the plan; may
-// change the template kwargs (a forced call renders with enable_thinking = false). Errors are 400s naming
-// the field.
+// Validates tools / tool_choice of a chat request against the server's formats and fills the plan
+// (chat_template_kwargs.thinking is normalized to enable_thinking). Errors are 400s naming the field.
 std::optional<ApiError> plan_chat_output(const chat::OutputFormats& formats, const nlohmann::ordered_json& body,
                                          tokenizer::ChatInputs* inputs, ChatOutputPlan* plan);
-// After rendering: the parser's start state from the prompt's tail, then the pre-fill is appended.
-void apply_prompt(ChatOutputPlan* plan, std::string* prompt);
+// After rendering: the parser's start state from the prompt's tail and, when tool_choice forces a call,
+// gen->grammar = the tool-call grammar (400 when the request also asks for structured output or
+// ignore_eos, or a tool schema cannot be compiled).
+std::optional<ApiError> apply_prompt(ChatOutputPlan* plan, const std::string& prompt, GenerationOptions* gen);
+
+// The tool-call grammar of a forced turn (exposed for tests): the format's literal layout, the request's
+// tools (only tool_choice.function when named), the reasoning prefix the rendered prompt implies.
+Result<std::shared_ptr<const structured::Grammar>> tool_call_grammar(const ChatOutputPlan& plan,
+                                                                     chat::ToolCallFormat format,
+                                                                     std::string_view prompt);
 
 class ChoiceOutput {
  public:

@@ -32,6 +32,12 @@ void log_ignored_fields(const std::vector<std::string>& names) {
 std::optional<ApiError> check_common(ServerContext& ctx, const GenerationOptions& gen) {
   log_ignored_fields(gen.ignored_fields);
   if (!gen.model.empty() && gen.model != ctx.options.served_model_name) return model_not_found(gen.model);
+  const int32_t vocab = ctx.model.tokenizer ? ctx.model.tokenizer->vocab_size() : 0;
+  for (const auto& [token, bias] : gen.sampling.logit_bias)
+    if (token >= vocab)
+      return bad_request("'logit_bias' token id " + std::to_string(token) + " is outside the vocabulary (" +
+                             std::to_string(vocab) + " tokens)",
+                         "logit_bias");
   return std::nullopt;
 }
 
@@ -114,7 +120,7 @@ void handle_chat_completions(ServerContext& ctx, const http::Request& req, http:
   if (!text.is_ok())
     return write_error(ctx, bad_request("the chat template rejected these messages: " + text.status().message(), "messages"),
                        res);
-  apply_prompt(&plan, &*text);
+  if (auto e = apply_prompt(&plan, *text, &chat.gen)) return write_error(ctx, *e, res);
   auto ids = ctx.model.tokenizer->encode(*text, /*add_special_tokens=*/false);
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);

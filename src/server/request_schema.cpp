@@ -2,6 +2,7 @@
 
 #include "server/structured_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -16,6 +17,33 @@ constexpr int kMaxTopLogprobs = 1024;  // a sanity ceiling; the server's --max-l
 // a hostile body cannot make the server hold megabyte-long names.
 constexpr size_t kMaxIgnoredFieldName = 64;
 constexpr size_t kMaxIgnoredFields = 32;
+constexpr size_t kMaxLogitBias = 1024;   // entries per request (OpenAI allows 300)
+constexpr double kLogitBiasLimit = 100;  // biases are clamped to [-100, 100] (OpenAI / vLLM)
+
+// logit_bias: {"TOKEN_ID": bias}; ids are decimal strings (JSON keys), biases numbers, clamped.
+std::optional<ApiError> parse_logit_bias(const OrderedJson& v, std::vector<std::pair<int32_t, float>>* out) {
+  if (!v.is_object())
+    return bad_request("'logit_bias' must be an object mapping token ids (as strings) to numbers", "logit_bias");
+  if (v.size() > kMaxLogitBias)
+    return bad_request("'logit_bias' has " + std::to_string(v.size()) + " entries; at most " +
+                           std::to_string(kMaxLogitBias),
+                       "logit_bias");
+  for (const auto& [key, bias] : v.items()) {
+    const std::string where = "logit_bias." + key.substr(0, 32);
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (!digits || id > std::numeric_limits<int32_t>::max())
+      return bad_request("'logit_bias' key " + dump_json(OrderedJson(key.substr(0, 32))) +
+                             " is not a token id (a non-negative integer as a string)",
+                         "logit_bias");
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()))
+      return bad_request("'" + where + "' must be a number, got " + json_type_name(bias), where);
+    const double b = std::clamp(bias.get<double>(), -kLogitBiasLimit, kLogitBiasLimit);
+    out->emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return std::nullopt;
+}
 
 // Reads typed fields of one JSON object; the first error wins.
 class Fields {
@@ -98,8 +126,6 @@ class Fields {
 
 // Fields that would change what the client gets, which this server does not implement.
 std::optional<ApiError> check_unsupported(const Fields& f, bool chat) {
-  if (const OrderedJson* v = f.find("logit_bias"))
-    if (!(v->is_object() && v->empty())) return unsupported_field("logit_bias", "logit biases are not implemented");
   if (const OrderedJson* v = f.find("best_of"))
     if (!(v->is_number_integer() && v->get<int64_t>() == 1)) return unsupported_field("best_of", "only best_of = 1");
   if (const OrderedJson* v = f.find("echo"))
@@ -111,9 +137,6 @@ std::optional<ApiError> check_unsupported(const Fields& f, bool chat) {
                              "the legacy functions API is not implemented; use tools");
   if (const OrderedJson* v = f.find("min_tokens"))
     if (!(v->is_number_integer() && v->get<int64_t>() == 0)) return unsupported_field("min_tokens", "only min_tokens = 0");
-  if (const OrderedJson* v = f.find("repetition_penalty"))
-    if (!(v->is_number() && v->get<double>() == 1.0))
-      return unsupported_field("repetition_penalty", "only 1.0; use presence_penalty / frequency_penalty");
   if (const OrderedJson* v = f.find("continue_final_message"))
     if (!(v->is_boolean() && !v->get<bool>())) return unsupported_field("continue_final_message", "not implemented");
   if (f.find("audio")) return unsupported_field("audio", "this is a text-only model");
@@ -177,6 +200,8 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
   MX_TRY(f.get_number("min_p", 0, 1, false, &s.min_p));
   MX_TRY(f.get_number("presence_penalty", -2, 2, false, &s.presence_penalty));
   MX_TRY(f.get_number("frequency_penalty", -2, 2, false, &s.frequency_penalty));
+  MX_TRY(f.get_number("repetition_penalty", 0, 1e9, true, &s.repetition_penalty));  // vLLM: > 0
+  if (const OrderedJson* v = f.find("logit_bias")) MX_TRY(parse_logit_bias(*v, &s.logit_bias));
   std::optional<int64_t> top_k, seed, n;
   MX_TRY(f.get_int("top_k", -1, kMaxTok, &top_k));
   if (top_k) s.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);  // -1 (SGLang) and 0 (vLLM) mean off

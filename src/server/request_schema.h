@@ -1,6 +1,6 @@
 // The OpenAI request schema: parses an untrusted JSON body of /v1/chat/completions or /v1/completions
 // into a typed request. Every field is type- and range-checked here, once; a field that would change
-// semantics but is not implemented (response_format json_schema, logit_bias, best_of, ...) is a 400
+// semantics but is not implemented (best_of, echo, ...) is a 400
 // naming it (structured output: structured_request.h); harmless unknown fields are accepted and reported back for a once-per-name log line.
 // After this file nothing looks at request JSON again (except the chat template, which renders it).
 #pragma once

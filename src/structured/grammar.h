@@ -1,8 +1,11 @@
-// Grammar: the compiled form of a structured-output request (a JSON schema, "any JSON object", or a
-// list of literal choices) as a graph of nodes over bytes, walked by the Matcher (matcher.h).
+// Grammar: the compiled form of a structured-output request (a JSON schema, "any JSON object", a list of
+// literal choices, or tag-delimited tool calls: tool_call_grammar.h) as a graph of nodes over bytes,
+// walked by the Matcher (matcher.h).
 // Owns: the node kinds and the compilers from JSON schema / choices. Does not own matching state.
-// Invariant: every node is productive (it matches at least one byte string), so a matcher state that
-// is alive can always be completed; unsupported schema keywords are compile errors naming the keyword.
+// Invariants: every node is productive (it matches at least one byte string), so a matcher state that
+// is alive can always be completed; no node matches the empty string (a sequence's items each consume a
+// byte before the next starts); unsupported schema keywords are compile errors naming the keyword
+// (lenient mode, used for tool schemas, records them instead: the grammar is then looser, never tighter).
 #pragma once
 
 #include <array>
@@ -26,6 +29,13 @@ enum class NodeKind : uint8_t {
   kInteger,    // JSON integer (no fraction, no exponent)
   kLiterals,   // exactly one of `literals` (byte strings, sorted, unique)
   kAnyOf,      // one of `alts` (no frame of its own: the matcher forks)
+  kSequence,   // `alts` in order
+  kRepeat,     // `item` min_items..max_items times (min_items >= 1), nothing between
+  kRawText,    // raw UTF-8 text up to and including literals[0] (the terminator); no literals[1..] inside.
+               // Every literal starts with '<' (the token mask's fast path relies on it)
+  kTagObject,  // tagged key/value pairs then literals[0] (the close): props[j].key is the literal written
+               // before value j; each property at most once, in any order (in declared order when
+               // `ordered`: more than 32 properties); the close only once every required one was written
 };
 
 struct Property {
@@ -36,12 +46,13 @@ struct Property {
 
 struct Node {
   NodeKind kind = NodeKind::kString;
-  std::vector<Property> props;        // kObject
-  int32_t item = -1;                  // kArray: items; kAnyObject: values
-  int64_t min_items = 0;              // kArray
-  int64_t max_items = -1;             // kArray; -1: unbounded
-  std::vector<std::string> literals;  // kLiterals
-  std::vector<int32_t> alts;          // kAnyOf
+  std::vector<Property> props;        // kObject, kTagObject
+  int32_t item = -1;                  // kArray: items; kAnyObject: values; kRepeat: the repeated node
+  int64_t min_items = 0;              // kArray, kRepeat
+  int64_t max_items = -1;             // kArray, kRepeat; -1: unbounded
+  std::vector<std::string> literals;  // kLiterals; kRawText: terminator, forbidden...; kTagObject: close
+  std::vector<int32_t> alts;          // kAnyOf: alternatives; kSequence: items
+  bool ordered = false;               // kTagObject
   std::array<uint64_t, 4> first{};    // bytes a match can start with (computed by finalize)
   bool first_has(uint8_t b) const { return (first[b >> 6] >> (b & 63)) & 1; }
 };
@@ -50,12 +61,27 @@ struct Grammar {
   std::vector<Node> nodes;
   int32_t root = -1;
   bool json = true;      // JSON text: whitespace (at most kMaxWhitespace bytes) allowed between tokens
+  bool leading_ws = true;  // with json: whitespace allowed before the root value
+  bool tag_safe_strings = false;  // JSON strings may not contain "</" (write "<\/"): tool-call values
   std::string describe;  // for logs: "json_schema", "json_object", "choice(3)"
   static constexpr int kMaxWhitespace = 1;  // per gap; keeps output length bounded
   static constexpr int kMaxIntDigits = 18, kMaxFracDigits = 16, kMaxExpDigits = 3;
-  // Computes first-byte sets and checks productivity (an empty enum / anyOf is an error).
+  // Computes first-byte sets and checks productivity (an empty enum / anyOf is an error) and the
+  // shape rules of the tool-call kinds.
   Status finalize();
+  int32_t add(Node n) {
+    nodes.push_back(std::move(n));
+    return static_cast<int32_t>(nodes.size()) - 1;
+  }
 };
+
+struct SchemaOptions {
+  bool lenient = false;                      // unsupported keywords are recorded in `ignored`, not errors
+  std::vector<std::string>* ignored = nullptr;  // "keyword at path", once per occurrence
+};
+// Compiles `schema` into nodes of *g (not finalized); $ref resolves against `root`. Returns the node.
+Result<int32_t> add_json_schema(Grammar* g, const nlohmann::ordered_json& root, const nlohmann::ordered_json& schema,
+                                const std::string& path, const SchemaOptions& options);
 
 // Compiles a JSON schema (subset; docs/server.md "Structured output"). Errors are kInvalidArgument whose
 // message names the keyword and its JSON-pointer-ish path, e.g. "unsupported keyword 'pattern' at

@@ -1,6 +1,6 @@
 // GrammarConstraint: runtime::LogitConstraint over a Grammar -- a Matcher (the request's state) plus the
 // shared TokenIndex. fill_allowed() walks the token trie from the current state, pruning a subtree at
-// the first byte no stack accepts; inside a free JSON string the tokens made of plain string bytes are
+// the first byte no stack accepts; inside a free JSON string (or raw text) the tokens made of plain bytes are
 // taken whole from a precomputed bitset and only the rest of the trie is walked.
 // Also the structured-output front door: StructuredOutputs builds the TokenIndex once per model and
 // makes a constraint per request choice.

@@ -20,6 +20,13 @@ enum : uint8_t {
   kAfterValue = 5,  // ws; ',' or the close
   kAfterComma = 6,  // ws; a key / an item
 };
+// Tagged object phases (kTagObject).
+enum : uint8_t {
+  kTagBetween = 0,  // a key literal of an unwritten property, or the close literal
+  kTagKey = 1,      // inside key literal b (c bytes matched)
+  kTagValue = 2,    // key b written: its value starts with the next byte
+  kTagClose = 3,    // inside the close literal (c bytes matched)
+};
 // Root frame phases.
 enum : uint8_t { kRootValue = 0, kRootDone = 1 };
 // Number phases.
@@ -65,6 +72,38 @@ int next(int c, uint8_t x) {
 }
 }  // namespace string_lexer
 
+namespace raw_lexer {
+int next(int c, uint8_t x) {
+  if (c == 0 && x < 0x80) return (x >= 0x20 || x == '\t' || x == '\n' || x == '\r') ? 0 : -1;
+  const int n = string_lexer::next(c, x);
+  return n >= 0 && n < 8 ? n : -1;
+}
+}  // namespace raw_lexer
+
+namespace {
+
+// Raw text delimiters: the state is (literal p, l bytes of it matched), the longest suffix of the text
+// that is a prefix of a delimiter. Returns the state after x, or sets *complete to the literal that x
+// completes (-1: none). A literal ending at x is a suffix of (tracked text + x), so none is missed.
+int32_t delimiter_step(const std::vector<std::string>& lits, int32_t state, uint8_t x, int* complete) {
+  const int p = state >> 8, l = state & 255;
+  std::string text = lits[p].substr(0, static_cast<size_t>(l));
+  text += static_cast<char>(x);
+  *complete = -1;
+  for (size_t q = 0; q < lits.size(); ++q)
+    if (text.size() >= lits[q].size() && text.compare(text.size() - lits[q].size(), lits[q].size(), lits[q]) == 0) {
+      if (q > 0 || *complete < 0) *complete = static_cast<int>(q);  // a forbidden literal wins
+    }
+  if (*complete >= 0) return 0;
+  for (size_t k = text.size(); k > 0; --k)
+    for (size_t q = 0; q < lits.size(); ++q)
+      if (lits[q].size() > k && lits[q].compare(0, k, text, text.size() - k, k) == 0)
+        return static_cast<int32_t>(q << 8 | k);
+  return 0;
+}
+
+}  // namespace
+
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
   frames_.push_back(Frame{});  // the root frame: node -1, phase kRootValue
   tops_ = {0};
@@ -97,13 +136,27 @@ int32_t Matcher::child_done(int32_t parent) {
   p.ws = 0;
   if (p.node < 0) {
     p.phase = kRootDone;
-  } else {
-    const NodeKind k = g_->nodes[p.node].kind;
-    p.phase = kAfterValue;
-    if (k == NodeKind::kObject) p.a = p.b + 1;
-    else if (k == NodeKind::kArray) p.a += 1;
+    return push(p);
   }
-  return push(p);
+  const Node& n = g_->nodes[p.node];
+  switch (n.kind) {
+    case NodeKind::kSequence:  // the last item done: the sequence is done (no frame waits for nothing)
+      if (++p.a == static_cast<int32_t>(n.alts.size())) return child_done(p.parent);
+      return push(p);
+    case NodeKind::kRepeat:
+      if (++p.a == n.max_items) return child_done(p.parent);
+      return push(p);
+    case NodeKind::kTagObject:
+      p.phase = kTagBetween;
+      if (n.ordered) p.a = p.b + 1;
+      else p.a = static_cast<int32_t>(static_cast<uint32_t>(p.a) | (1u << p.b));
+      return push(p);
+    default:
+      p.phase = kAfterValue;
+      if (n.kind == NodeKind::kObject) p.a = p.b + 1;
+      else if (n.kind == NodeKind::kArray) p.a += 1;
+      return push(p);
+  }
 }
 
 bool Matcher::may_complete(const Frame& f) const {
@@ -112,7 +165,19 @@ bool Matcher::may_complete(const Frame& f) const {
   if (n.kind == NodeKind::kNumber || n.kind == NodeKind::kInteger)
     return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExpDigits;
   if (n.kind == NodeKind::kLiterals) return f.c > 0 && static_cast<int32_t>(n.literals[f.a].size()) == f.c;
+  if (n.kind == NodeKind::kRepeat) return f.a >= n.min_items;
   return false;
+}
+
+int Matcher::string_next(int c, uint8_t x) const {
+  if (!g_->tag_safe_strings) return string_lexer::next(c, x);
+  constexpr int kAfterLt = 8;  // '<' seen: '/' may not follow
+  if (c == kAfterLt) {
+    if (x == '/') return -1;
+    c = 0;
+  }
+  const int n = string_lexer::next(c, x);
+  return n == 0 && x == '<' ? kAfterLt : n;
 }
 
 void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
@@ -129,7 +194,8 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
   };
   if (f.node < 0) {  // the root frame
     if (f.phase == kRootValue) {
-      ws_or([&] { start(g_->root, top, 0, x, out); });
+      if (g_->leading_ws) ws_or([&] { start(g_->root, top, 0, x, out); });
+      else start(g_->root, top, 0, x, out);
     }
     return;
   }
@@ -145,7 +211,7 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
         emit(nf);
         return;
       }
-      const int c = string_lexer::next(f.c, x);
+      const int c = string_next(f.c, x);
       if (c < 0) return;
       if (c == string_lexer::kStringEnd) {
         out->push_back(child_done(f.parent));
@@ -298,7 +364,7 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
           });
         case kKey: {
           if (free_keys) {
-            const int c = string_lexer::next(f.c, x);
+            const int c = string_next(f.c, x);
             if (c < 0) return;
             nf.phase = c == string_lexer::kStringEnd ? kAfterKey : kKey;
             nf.c = c == string_lexer::kStringEnd ? 0 : c;
@@ -339,8 +405,77 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
       }
       return;
     }
+    case NodeKind::kSequence:  // a is the next item; this frame is its parent
+      start(n.alts[f.a], top, f.depth, x, out);
+      return;
+    case NodeKind::kRepeat:
+      if (n.max_items < 0 || f.a < n.max_items) start(n.item, top, f.depth, x, out);
+      return;
+    case NodeKind::kRawText: {
+      const int c = raw_lexer::next(f.c, x);
+      if (c < 0) return;
+      int complete = -1;
+      const int32_t delim = delimiter_step(n.literals, f.b, x, &complete);
+      if (complete == 0) out->push_back(child_done(f.parent));  // the terminator
+      if (complete >= 0) return;                                // (or a forbidden literal: dead)
+      Frame nf = f;
+      nf.c = c;
+      nf.b = delim;
+      emit(nf);
+      return;
+    }
+    case NodeKind::kTagObject:
+      step_tag_object(top, f, n, x, out);
+      return;
     case NodeKind::kAnyOf:
       MX_CHECK_MSG(false, "an anyOf node never has a frame");
+  }
+}
+
+void Matcher::step_tag_object(int32_t top, const Frame& f, const Node& n, uint8_t x, std::vector<int32_t>* out) {
+  const std::string& close = n.literals[0];
+  const int32_t n_props = static_cast<int32_t>(n.props.size());
+  const auto used = static_cast<uint32_t>(f.a);
+  Frame nf = f;
+  auto close_done = [&](int32_t matched) {
+    if (matched == static_cast<int32_t>(close.size())) {
+      out->push_back(child_done(f.parent));
+    } else {
+      nf.phase = kTagClose;
+      nf.c = matched;
+      out->push_back(push(nf));
+    }
+  };
+  auto key_done = [&](int32_t j, int32_t matched) {
+    nf.b = j;
+    nf.c = matched;
+    nf.phase = matched == static_cast<int32_t>(n.props[j].key.size()) ? kTagValue : kTagKey;
+    out->push_back(push(nf));
+  };
+  switch (f.phase) {
+    case kTagBetween: {
+      bool required_left = false;
+      for (int32_t j = n.ordered ? f.a : 0; j < n_props; ++j) {
+        const bool written = !n.ordered && ((used >> j) & 1u);
+        if (written) continue;
+        if (static_cast<uint8_t>(n.props[j].key[0]) == x) key_done(j, 1);
+        if (n.props[j].required) {
+          required_left = true;
+          if (n.ordered) break;  // a required property cannot be skipped
+        }
+      }
+      if (!required_left && static_cast<uint8_t>(close[0]) == x) close_done(1);
+      return;
+    }
+    case kTagKey:
+      if (static_cast<uint8_t>(n.props[f.b].key[f.c]) == x) key_done(f.b, f.c + 1);
+      return;
+    case kTagValue:
+      start(n.props[f.b].value, top, f.depth, x, out);
+      return;
+    case kTagClose:
+      if (static_cast<uint8_t>(close[f.c]) == x) close_done(f.c + 1);
+      return;
   }
 }
 
@@ -391,9 +526,12 @@ int Matcher::string_mode(std::span<const int32_t> tops) const {
     const Frame& f = frames_[t];
     if (f.node < 0) return -1;
     const NodeKind k = g_->nodes[f.node].kind;
+    int mode = -1;
+    if (k == NodeKind::kRawText && f.b == 0 && f.c < 8) mode = 8 + f.c;
     const bool in_string = (k == NodeKind::kString && f.phase == 1) || (k == NodeKind::kAnyObject && f.phase == kKey);
-    if (!in_string || f.c >= 8 || (u >= 0 && f.c != u)) return -1;
-    u = f.c;
+    if (in_string && f.c < 8) mode = g_->tag_safe_strings ? 16 + f.c : f.c;
+    if (mode < 0 || (u >= 0 && mode != u)) return -1;
+    u = mode;
   }
   return u;
 }

@@ -50,8 +50,10 @@ class Matcher {
   // out = every stack of `tops` advanced by byte x (frames appended to the arena; release() undoes).
   void advance(std::span<const int32_t> tops, uint8_t x, std::vector<int32_t>* out);
   bool can_end(std::span<const int32_t> tops);
-  // u in [0, 8) when every stack's top is inside a free JSON string (no escape pending) with UTF-8
-  // decoder state u; -1 otherwise. Such a state accepts any run of plain string bytes (token_index.h).
+  // The plain-text mode of a state, or -1. Mode u in [0, 8): every stack's top is inside a free JSON
+  // string (no escape or '<' pending) with UTF-8 decoder state u (mode 16 + u in tag-safe grammars).
+  // Mode 8 + u: every top is inside raw text (kRawText) with no delimiter partly matched, decoder state
+  // u. Such a state accepts any run of that mode's plain bytes (token_index.h).
   int string_mode(std::span<const int32_t> tops) const;
 
  private:
@@ -59,6 +61,8 @@ class Matcher {
   void step(int32_t top, uint8_t x, std::vector<int32_t>* out);
   void start(int32_t node, int32_t parent, uint16_t depth, uint8_t x, std::vector<int32_t>* out);
   int32_t child_done(int32_t parent);  // the parent frame once its current child value has ended
+  int string_next(int c, uint8_t x) const;  // string_lexer::next, with the tag-safe rule
+  void step_tag_object(int32_t top, const Frame& f, const Node& n, uint8_t x, std::vector<int32_t>* out);
   bool may_complete(const Frame& f) const;
   bool stack_can_end(int32_t top);
   void compact();
@@ -75,5 +79,11 @@ namespace string_lexer {
 constexpr int kEscape = 16, kHex4 = 17, kHex1 = 20, kStringEnd = 99;
 int next(int c, uint8_t x);
 }  // namespace string_lexer
+
+// Raw text (kRawText): valid UTF-8, any ASCII byte from 0x20 plus tab, newline and carriage return.
+// State c: the UTF-8 decoder states 0..7 of string_lexer. Returns the next state or -1.
+namespace raw_lexer {
+int next(int c, uint8_t x);
+}  // namespace raw_lexer
 
 }  // namespace mxserve::structured

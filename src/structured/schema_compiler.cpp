@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "structured/grammar.h"
+#include "structured/matcher.h"
 
 namespace mxserve::structured {
 namespace {
@@ -44,23 +45,12 @@ bool json_type_is(const json& v, const std::string& type) {
 
 class Compiler {
  public:
-  explicit Compiler(const json& root) : root_(root), g_(std::make_shared<Grammar>()) {}
+  Compiler(Grammar* g, const json& root, const SchemaOptions& options) : root_(root), g_(g), options_(options) {}
 
-  Result<std::shared_ptr<const Grammar>> run() {
-    auto r = compile(root_, "");
-    if (!r.is_ok()) return r.status();
-    g_->root = *r;
-    g_->json = true;
-    g_->describe = "json_schema";
-    MX_RETURN_IF_ERROR(g_->finalize());
-    return std::shared_ptr<const Grammar>(g_);
-  }
+  Result<int32_t> compile_node(const json& schema, const std::string& path) { return compile(schema, path); }
 
  private:
-  int32_t add(Node n) {
-    g_->nodes.push_back(std::move(n));
-    return static_cast<int32_t>(g_->nodes.size()) - 1;
-  }
+  int32_t add(Node n) { return g_->add(std::move(n)); }
   static Status err(const std::string& path, const std::string& what) {
     return invalid_argument(what + " at " + (path.empty() ? "/" : path));
   }
@@ -122,9 +112,11 @@ class Compiler {
       return err(path, "schema 'false' matches nothing");
     }
     if (!s.is_object()) return err(path, "a schema must be an object or a boolean");
-    for (const auto& [k, v] : s.items())
-      if (!understood_keywords().count(k) && !annotation_keywords().count(k))
-        return err(path, "unsupported keyword '" + k + "'");
+    for (const auto& [k, v] : s.items()) {
+      if (understood_keywords().count(k) || annotation_keywords().count(k)) continue;
+      if (!options_.lenient) return err(path, "unsupported keyword '" + k + "'");
+      if (options_.ignored) options_.ignored->push_back("'" + k + "' at " + (path.empty() ? "/" : path));
+    }
     if (s.contains("$ref")) {
       if (!s["$ref"].is_string()) return err(path, "'$ref' must be a string");
       for (const auto& [k, v] : s.items())
@@ -277,7 +269,8 @@ class Compiler {
   }
 
   const json& root_;
-  std::shared_ptr<Grammar> g_;
+  Grammar* g_;
+  SchemaOptions options_;
   std::map<std::string, int32_t> refs_;
   int32_t any_value_ = -1;
   int depth_ = 0;
@@ -294,8 +287,18 @@ const std::vector<std::string>& supported_schema_keywords() {
   return v;
 }
 
+Result<int32_t> add_json_schema(Grammar* g, const nlohmann::ordered_json& root, const nlohmann::ordered_json& schema,
+                                const std::string& path, const SchemaOptions& options) {
+  return Compiler(g, root, options).compile_node(schema, path);
+}
+
 Result<std::shared_ptr<const Grammar>> compile_json_schema(const nlohmann::ordered_json& schema) {
-  return Compiler(schema).run();
+  auto g = std::make_shared<Grammar>();
+  MX_ASSIGN_OR_RETURN(g->root, add_json_schema(g.get(), schema, schema, "", SchemaOptions{}));
+  g->json = true;
+  g->describe = "json_schema";
+  MX_RETURN_IF_ERROR(g->finalize());
+  return std::shared_ptr<const Grammar>(g);
 }
 
 std::shared_ptr<const Grammar> any_json_object_grammar() {
@@ -373,6 +376,28 @@ Status Grammar::finalize() {
             prod = true;
           }
           break;
+        case NodeKind::kSequence:
+          prod = !nd.alts.empty();
+          for (int32_t a : nd.alts) prod = prod && productive[a];
+          if (!nd.alts.empty()) first = nodes[nd.alts[0]].first;
+          break;
+        case NodeKind::kRepeat:
+          first = nodes[nd.item].first;
+          prod = productive[nd.item] && nd.min_items >= 1;
+          break;
+        case NodeKind::kRawText:
+          for (int b = 0; b < 256; ++b)
+            if (raw_lexer::next(0, static_cast<uint8_t>(b)) >= 0) set_bit(first, static_cast<uint8_t>(b));
+          prod = !nd.literals.empty();
+          break;
+        case NodeKind::kTagObject:
+          prod = !nd.literals.empty() && !nd.literals[0].empty();
+          if (prod) set_bit(first, static_cast<uint8_t>(nd.literals[0][0]));
+          for (const Property& p : nd.props) {
+            prod = prod && productive[p.value] && !p.key.empty();
+            if (!p.key.empty()) set_bit(first, static_cast<uint8_t>(p.key[0]));
+          }
+          break;
       }
       if (first != nd.first || static_cast<char>(prod) != productive[i]) {
         nd.first = first;
@@ -380,6 +405,17 @@ Status Grammar::finalize() {
         changed = true;
       }
     }
+  }
+  for (const Node& nd : nodes) {
+    if (nd.kind == NodeKind::kRawText)
+      for (const std::string& l : nd.literals) {
+        bool ascii = true;
+        for (char c : l) ascii = ascii && static_cast<uint8_t>(c) < 0x80;
+        if (l.empty() || l[0] != '<' || l.size() > 255 || !ascii)
+          return invalid_argument("raw text delimiter " + nlohmann::ordered_json(l).dump() + " must be ASCII, start with '<', at most 255 bytes");
+      }
+    if (nd.kind == NodeKind::kTagObject && !nd.ordered && nd.props.size() > 32)
+      return invalid_argument("a tagged object with more than 32 properties must be ordered");
   }
   for (size_t i = 0; i < n; ++i)
     if (!productive[i] && nodes[i].kind != NodeKind::kAnyOf)

@@ -25,7 +25,7 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const std::vector<std::optio
   for (auto& b : ix->bytes_)
     if (b && b->empty()) b.reset();
   const size_t n_ids = ix->bytes_.size();
-  ix->plain_.assign(kUtf8States, std::vector<uint32_t>(static_cast<size_t>(ix->words()), 0));
+  ix->plain_.assign(kModes, std::vector<uint32_t>(static_cast<size_t>(ix->words()), 0));
   ix->token_nonplain_.assign(n_ids, 0);
   std::vector<int32_t> order;
   for (size_t id = 0; id < n_ids; ++id) {
@@ -39,8 +39,18 @@ std::shared_ptr<const TokenIndex> TokenIndex::build(const std::vector<std::optio
         c = string_lexer::next(c, static_cast<uint8_t>(ch));
         if (c < 0 || c >= kUtf8States) break;
       }
+      const bool has_lt = s.find('<') != std::string::npos;
       if (c >= 0 && c < kUtf8States) ix->plain_[u][id >> 5] |= 1u << (id & 31);
-      else ix->token_nonplain_[id] |= static_cast<uint8_t>(1u << u);
+      else ix->token_nonplain_[id] |= 1u << u;
+      if (c >= 0 && c < kUtf8States && !has_lt) ix->plain_[2 * kUtf8States + u][id >> 5] |= 1u << (id & 31);
+      else ix->token_nonplain_[id] |= 1u << (2 * kUtf8States + u);
+      int r = u;
+      for (char ch : s) {
+        r = ch == '<' ? -1 : raw_lexer::next(r, static_cast<uint8_t>(ch));
+        if (r < 0) break;
+      }
+      if (r >= 0) ix->plain_[kUtf8States + u][id >> 5] |= 1u << (id & 31);
+      else ix->token_nonplain_[id] |= 1u << (kUtf8States + u);
     }
   }
   ix->n_tokens_ = static_cast<int64_t>(order.size());
@@ -59,7 +69,7 @@ int32_t TokenIndex::build_node(const std::vector<int32_t>& order, size_t lo, siz
   nodes_.push_back(TrieNode{});
   size_t i = lo;
   nodes_[me].first_token = static_cast<int32_t>(token_ids_.size());
-  uint8_t nonplain = 0;
+  uint32_t nonplain = 0;
   for (; i < hi && bytes_[order[i]]->size() == depth; ++i) {
     token_ids_.push_back(order[i]);
     nonplain |= token_nonplain_[order[i]];

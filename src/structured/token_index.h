@@ -1,7 +1,9 @@
 // TokenIndex: the vocabulary as the grammar sees it -- each token id's bytes (the tokenizer's raw decode
 // of that one token: byte-level BPE tokens may hold part of a UTF-8 character), a byte trie over them for
-// the mask walk, and per-UTF-8-state "plain string" bitsets: the tokens made only of bytes that a free
-// JSON string accepts from that decoder state without leaving it (no quote, backslash or control byte).
+// the mask walk, and per-mode "plain" bitsets (Matcher::string_mode): mode u < 8, the tokens made only
+// of bytes that a free JSON string accepts from UTF-8 decoder state u without leaving it (no quote,
+// backslash or control byte); mode 8 + u, the tokens that raw text accepts from state u with no '<' (so
+// no delimiter can start inside them); mode 16 + u, the JSON-plain tokens with no '<' (tag-safe strings).
 // Built once per tokenizer and shared, read-only, by every request.
 // Invariant: special tokens and tokens with no bytes are in no trie node and no bitset (never allowed).
 #pragma once
@@ -22,6 +24,7 @@ namespace mxserve::structured {
 class TokenIndex {
  public:
   static constexpr int kUtf8States = 8;
+  static constexpr int kModes = 24;  // [0, 8): JSON string; [8, 16): raw text; [16, 24): tag-safe JSON string
   // bytes[id]: nullopt for ids a grammar never allows. vocab_size >= bytes.size() (model rows beyond the
   // tokenizer's vocabulary are never allowed).
   static std::shared_ptr<const TokenIndex> build(const std::vector<std::optional<std::string>>& bytes, int64_t vocab_size);
@@ -39,7 +42,7 @@ class TokenIndex {
   struct TrieNode {
     int32_t first_edge = 0, n_edges = 0;   // children: edge_byte / edge_child [first_edge, +n_edges), by byte
     int32_t first_token = 0, n_tokens = 0;  // ids whose bytes end here: token_ids [first_token, +n_tokens)
-    uint8_t nonplain = 0;                   // bit u: the subtree holds a token that is not plain from state u
+    uint32_t nonplain = 0;                  // bit m: the subtree holds a token that is not plain in mode m
   };
   const TrieNode& node(int32_t i) const { return nodes_[i]; }
   uint8_t edge_byte(int32_t e) const { return edge_byte_[e]; }
@@ -58,8 +61,8 @@ class TokenIndex {
   std::vector<uint8_t> edge_byte_;
   std::vector<int32_t> edge_child_;
   std::vector<int32_t> token_ids_;
-  std::vector<std::vector<uint32_t>> plain_;  // [kUtf8States][words]
-  std::vector<uint8_t> token_nonplain_;       // [ids] bit u: not plain from state u
+  std::vector<std::vector<uint32_t>> plain_;  // [kModes][words]
+  std::vector<uint32_t> token_nonplain_;      // [ids] bit m: not plain in mode m
 };
 
 }  // namespace mxserve::structured

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,13 @@ class EchoExecutor final : public runtime::ModelExecutor {
     observation_ = *tok.token_to_id("<|observation|>");
     nothink_ = *tok.token_to_id("/nothink");
     newline_ = tok.encode("\n", false)->at(0);
+    for (const char* t : {"<think>", "<tool_call>", "<arg_key>", "<arg_value>"}) {
+      const std::string open = t;
+      opens_.push_back(*tok.token_to_id(open));
+      closes_.push_back(*tok.token_to_id("</" + open.substr(1)));
+    }
+    for (int k = kNumSpecial; k < static_cast<int>(std::size(kGlmTokens)); ++k)
+      tags_.push_back(*tok.token_to_id(kGlmTokens[k]));
   }
   int64_t vocab_size() const override { return vocab_; }
   Result<runtime::ExecOutput> execute(const model::ForwardBatch& batch) override {
@@ -78,7 +86,7 @@ class EchoExecutor final : public runtime::ModelExecutor {
       }
       const int32_t next = next_token(ctx);
       float* l = logits.data<float>() + r * vocab_;
-      for (int64_t v = 0; v < vocab_; ++v) l[v] = -30.f;
+      fallback(ctx, l);
       l[next] = 30.f;
       argmax.push_back(next);
     }
@@ -100,12 +108,28 @@ class EchoExecutor final : public runtime::ModelExecutor {
     if (have.size() >= want.size() || !std::equal(have.begin(), have.end(), want.begin())) return observation_;
     return want[have.size()];
   }
+  // Off script (next = <|observation|>), what a grammar may force instead: the closing tag of the innermost
+  // open tag of the turn (tag tokens only), then a tag token, then the lowest id. Steps of >= 20 between
+  // preferences, so even sampling at temperature 1 picks the top allowed one.
+  void fallback(const std::vector<int32_t>& ctx, float* l) const {
+    for (int64_t v = 0; v < vocab_; ++v) l[v] = -1000.f - 20.f * static_cast<float>(v);
+    for (size_t i = 0; i < tags_.size(); ++i) l[tags_[i]] = -40.f - 20.f * static_cast<float>(i);
+    std::vector<size_t> open;  // indices into opens_
+    const auto a = std::find(ctx.rbegin(), ctx.rend(), assistant_);
+    for (auto it = a.base(); it != ctx.end(); ++it) {
+      const auto o = std::find(opens_.begin(), opens_.end(), *it);
+      if (o != opens_.end()) open.push_back(static_cast<size_t>(o - opens_.begin()));
+      else if (!open.empty() && *it == closes_[open.back()]) open.pop_back();
+    }
+    if (!open.empty()) l[closes_[open.back()]] = 20.f;
+  }
   int64_t slot(const model::SequenceSpan& s, int32_t j) const {
     return static_cast<int64_t>(s.blocks()[j / block_size_]) * block_size_ + j % block_size_;
   }
   std::vector<int32_t> slots_;
   int64_t block_size_, vocab_;
   int32_t user_ = 0, assistant_ = 0, observation_ = 0, nothink_ = 0, newline_ = 0;
+  std::vector<int32_t> opens_, closes_, tags_;
 };
 
 }  // namespace
@@ -135,6 +159,7 @@ EchoServer::EchoServer(const EchoServerOptions& o) {
   ModelServices s;
   s.engine = engine_.get();
   s.tokenizer = tokenizer_.get();
+  s.structured = std::make_shared<structured::StructuredOutputs>(*tokenizer_, tokenizer_->vocab_size());
   auto parsed = tokenizer::ChatTemplate::parse(tmpl);
   if (!parsed.is_ok()) throw std::runtime_error(parsed.status().to_string());
   s.chat_template = std::move(*parsed);

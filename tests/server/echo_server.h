@@ -6,7 +6,10 @@
 // message: the assistant turn (generation-prompt tail + generated tokens) becomes that message, token for
 // token, then <|observation|> (an EOS). So a request whose user message is
 // "<think>hm</think>Sure<tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>" gets exactly
-// that as model output, through the real engine, detokenizer, parsers and SSE writer.
+// that as model output, through the real engine, detokenizer, parsers and SSE writer. Off script (once
+// the output departs from the message, e.g. because a grammar forbade the next token) it wants to end;
+// where a grammar forbids that, it prefers to close the innermost open tag (</think>, </arg_value>, ...),
+// then a tag token, then the lowest token id -- so a forced tool call comes out short and deterministic.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,8 @@
 // The official OpenAI Node client (unmodified) reading reasoning_content and tool calls, streamed and not,
 // from mxserve's chat endpoint. The server is mxserve_echo_server (echo_server.h): its model writes back
 // the last user message, so the test chooses the model output. Covers the GLM-4.5 and GLM-5.1 layouts,
-// the client's stream helper (which assembles tool_calls deltas itself), tool_choice and a 400.
+// the client's stream helper (which assembles tool_calls deltas itself), tool_choice (required / named are
+// grammar-constrained: the returned calls validate under ajv) and 400s.
 // Usage: node openai_tool_calls_test.mjs MXSERVE_ECHO_SERVER REPO_ROOT
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -125,10 +126,73 @@ try {
   assert.notEqual(s51.calls[0].id, s51.calls[1].id);
   const named = await streamed(b.client, {
     model: 'echo', tools, tool_choice: { type: 'function', function: { name: 'get_weather' } },
-    messages: [{ role: 'user', content: '</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>' }],
+    messages: [{ role: 'user', content: '<think>x</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>' }],
   });
   assert.equal(named.finish, 'tool_calls');
   assert.deepEqual(JSON.parse(named.calls[0].arguments), { city: 'Rome' });
+
+  // tool_choice required / named constrain decoding with a tool-call grammar: whatever the model wants to
+  // write (free text, a wrong type, an unknown key, a value outside the enum), the calls that come back
+  // name a request tool and their arguments validate (ajv) against its schema. With tool_choice auto the
+  // same model output does not.
+  const Ajv = require('ajv').default ?? require('ajv');
+  const ajv = new Ajv({ strict: false });
+  const alarm = { type: 'function', function: { name: 'set_alarm', parameters: {
+    type: 'object', additionalProperties: false, required: ['hour', 'label'], properties: {
+      hour: { type: 'integer' }, label: { type: 'string' }, repeat: { type: 'string', enum: ['daily', 'never'] },
+      days: { type: 'array', items: { type: 'integer' }, maxItems: 2 } } } } };
+  const allTools = [...tools, alarm];
+  const validators = Object.fromEntries(allTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+  const problem = (content, calls) => {
+    if (content) return `content ${JSON.stringify(content)}`;
+    if (!calls.length) return 'no calls';
+    for (const c of calls) {
+      const v = validators[c.name];
+      if (!v) return `unknown function ${c.name}`;
+      if (!v(JSON.parse(c.arguments))) return `${c.name}(${c.arguments}): ${ajv.errorsText(v.errors)}`;
+    }
+    return '';
+  };
+  const wants = [
+    '<think>Chat.</think>I would rather chat about alarms.',
+    '<think>x</think><tool_call>set_alarm<arg_key>hour</arg_key><arg_value>seven</arg_value></tool_call>',
+    '<think>x</think><tool_call>set_alarm<arg_key>hour</arg_key><arg_value>7</arg_value><arg_key>when</arg_key>' +
+      '<arg_value>am</arg_value></tool_call>',
+    '<think>x</think><tool_call>set_alarm<arg_key>hour</arg_key><arg_value>7</arg_value><arg_key>label</arg_key>' +
+      '<arg_value>wake</arg_value><arg_key>repeat</arg_key><arg_value>weekly</arg_value></tool_call>',
+    '<think>x</think><tool_call>set_alarm<arg_key>label</arg_key><arg_value>a</arg_value><arg_key>hour</arg_key>' +
+      '<arg_value>6</arg_value><arg_key>days</arg_key><arg_value>[1, 2, 3]</arg_value></tool_call>',
+  ];
+  let forced = 0;
+  for (const want of wants) {
+    const messages = [{ role: 'user', content: want }];
+    const auto = await b.client.chat.completions.create({ model: 'echo', tools: allTools, messages });
+    const am = auto.choices[0].message;
+    const autoCalls = (am.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+    assert.notEqual(problem(am.content, autoCalls), '', `auto should not be valid for ${want}`);
+    for (const toolChoice of ['required', { type: 'function', function: { name: 'set_alarm' } }]) {
+      const request = { model: 'echo', tools: allTools, tool_choice: toolChoice, messages };
+      const r = await streamed(b.client, request);
+      assert.equal(problem(r.content, r.calls), '', `${JSON.stringify(toolChoice)} / ${want}`);
+      assert.equal(r.finish, 'tool_calls');
+      const full = await b.client.chat.completions.create(request);
+      const fm = full.choices[0].message;
+      const fullCalls = fm.tool_calls.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+      assert.equal(problem(fm.content, fullCalls), '');
+      assert.deepEqual(fullCalls, r.calls.map((c) => ({ name: c.name, arguments: c.arguments })));
+      if (typeof toolChoice === 'object') {
+        assert.equal(r.calls.length, 1);
+        assert.equal(r.calls[0].name, 'set_alarm');
+      }
+      ++forced;
+    }
+  }
+  // Structured output and a forced call both constrain the output: refused.
+  await assert.rejects(
+    b.client.chat.completions.create({ model: 'echo', tools: allTools, tool_choice: 'required',
+      response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'x' }] }),
+    (e) => e.status === 400 && e.param === 'tool_choice');
+  console.log(`openai client: ${forced} forced tool calls validate against their schemas (ajv)`);
   console.log('openai client: streamed tool calls and reasoning OK');
 } finally {
   for (const s of servers) s.proc.stdin.end();

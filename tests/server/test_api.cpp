@@ -169,6 +169,37 @@ TEST(ServerApi, CompletionsPromptForms) {
   EXPECT_EQ(collect_stream(r, "text_completion"), ja["choices"][0]["text"]);
 }
 
+// logit_bias (vLLM / OpenAI: token ids as strings, clamped to [-100, 100]) and repetition_penalty (> 0)
+// reach the sampler: a +100 bias makes greedy decoding pick that token every step; a huge repetition
+// penalty changes a greedy continuation that repeats tokens.
+TEST(ServerApi, LogitBiasAndRepetitionPenalty) {
+  TestServer s;
+  const std::string prompt = "the weather in the north is";
+  const int32_t the = s.tokenizer().encode(" the", false)->at(0);
+  const std::string the_text = s.tokenizer().decode(std::vector<int32_t>{the}, false);
+  json base = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  json biased = base;
+  biased["logit_bias"] = {{std::to_string(the), 1000}};  // clamped to 100
+  auto r = s.post_json("/v1/completions", biased);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string six;
+  for (int i = 0; i < 6; ++i) six += the_text;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], six);
+
+  json long_base = base;
+  long_base["max_tokens"] = 32;
+  auto plain = s.post_json("/v1/completions", long_base);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  json penalized = long_base;
+  penalized["repetition_penalty"] = 1e6;
+  auto pen = s.post_json("/v1/completions", penalized);
+  ASSERT_EQ(pen.status, 200) << pen.body;
+  EXPECT_NE(json::parse(pen.body)["choices"][0]["text"], json::parse(plain.body)["choices"][0]["text"]);
+  penalized["repetition_penalty"] = 1.0;
+  EXPECT_EQ(json::parse(s.post_json("/v1/completions", penalized).body)["choices"][0]["text"],
+            json::parse(plain.body)["choices"][0]["text"]) << "1.0 is off";
+}
+
 TEST(ServerApi, StopStringAcrossTokenBoundary) {
   TestServer s;
   const json base = {{"prompt", "the other one"}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 0}};

@@ -58,7 +58,10 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
        400, "response_format.json_schema.schema", ""},
       {kChat, "{" + msgs() + R"(,"response_format":{"type":"yaml"}})", 400, "response_format", "unsupported_parameter"},
       {kChat, "{" + msgs() + R"(,"guided_regex":"a+"})", 400, "guided_regex", "unsupported_parameter"},
-      {kChat, "{" + msgs() + R"(,"logit_bias":{"12":5}})", 400, "logit_bias", "unsupported_parameter"},
+      {kChat, "{" + msgs() + R"(,"logit_bias":{"x12":5}})", 400, "logit_bias", ""},
+      {kChat, "{" + msgs() + R"(,"logit_bias":{"12":"up"}})", 400, "logit_bias.12", ""},
+      {kChat, "{" + msgs() + R"(,"logit_bias":{"2147483647":5}})", 400, "logit_bias", ""},  // outside the vocabulary
+      {kChat, "{" + msgs() + R"(,"repetition_penalty":0})", 400, "repetition_penalty", ""},
       {kChat, "{" + msgs() + R"(,"tool_choice":"required"})", 400, "tool_choice", ""},  // no tools
       // The fixture's ChatML template has no tool-call parser: a forced call cannot be honoured.
       {kChat, "{" + msgs() + R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"})", 400,
@@ -130,7 +133,8 @@ TEST(ServerErrors, MalformedCorpusLeavesServerHealthy) {
       "{" + msgs() + ",\"chat_template_kwargs\":[]}", "{" + msgs() + ",\"model\":5}", "{" + msgs() + ",\"ignore_eos\":1}",
       "{" + msgs() + ",\"stop_token_ids\":[-1]}", "{" + msgs() + ",\"best_of\":3}", "{" + msgs() + ",\"echo\":true}",
       "{" + msgs() + ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"minLength\":3}}}}", "{" + msgs() + ",\"response_format\":\"json\"}",
-      "{" + msgs() + ",\"min_tokens\":5}", "{" + msgs() + ",\"repetition_penalty\":1.3}",
+      "{" + msgs() + ",\"min_tokens\":5}", "{" + msgs() + ",\"repetition_penalty\":-1}",
+      "{" + msgs() + ",\"logit_bias\":[1]}", "{" + msgs() + ",\"logit_bias\":{\"-1\":5}}",
       "{" + msgs() + ",\"functions\":[]}",
       "{" + msgs() + ",\"tools\":[{\"type\":5,\"function\":{\"name\":\"f\"}}]}",
       "{" + msgs() + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",

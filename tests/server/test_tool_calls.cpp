@@ -1,7 +1,8 @@
 // End to end through the HTTP server, engine, detokenizer and chat output parsers, with the EchoServer
 // (echo_server.h: the model writes back the last user message, so each test chooses the model's output):
 // reasoning_content and tool_calls in chat responses, streaming == non-streaming, no tag text in content,
-// tool_choice none / required / named (pre-fill), thinking on/off, a turn cut inside <think>, malformed
+// tool_choice none / required / named (a tool-call grammar: a model that wants free text or an invalid call
+// is forced into a valid one), thinking on/off, a turn cut inside <think>, malformed
 // calls returned as content and counted in /metrics, and the 400s for bad tools / tool_choice.
 #include <gtest/gtest.h>
 
@@ -164,22 +165,111 @@ TEST(ToolCallsE2E, ThinkingOffAndCutInsideThink) {
   EXPECT_TRUE(std::string("a long chain of thought").starts_with(cut["message"]["reasoning_content"].get<std::string>()));
 }
 
-TEST(ToolCallsE2E, ToolChoiceNamedAndRequiredPrefillTheCall) {
-  EchoServer s51(echo_options("GLM-5.1"));
-  json named = both_ways(s51, chat_body("</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
+// "" when the message is only tool calls, each naming a request tool with arguments that satisfy its
+// schema (the schemas here use only type / required / enum, checked by hand); else what is wrong.
+std::string call_problem(const json& message, const json& tools) {
+  if (!message["content"].is_null()) return "content " + message["content"].dump();
+  if (!message.contains("tool_calls") || message["tool_calls"].empty()) return "no tool_calls";
+  for (const json& c : message["tool_calls"]) {
+    const json* params = nullptr;
+    for (const json& t : tools)
+      if (t["function"]["name"] == c["function"]["name"]) params = &t["function"]["parameters"];
+    if (!params) return "unknown function in " + c.dump();
+    const json args = json::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+    if (!args.is_object()) return "arguments not an object: " + c.dump();
+    for (const json& r : params->value("required", json::array()))
+      if (!args.contains(r)) return "missing " + r.dump() + " in " + c.dump();
+    for (const auto& [k, v] : args.items()) {
+      if (!(*params)["properties"].contains(k)) return "unknown key " + k + " in " + c.dump();
+      const json& sc = (*params)["properties"][k];
+      if ((sc["type"] == "string" && !v.is_string()) || (sc["type"] == "integer" && !v.is_number_integer()))
+        return "ill-typed " + k + " in " + c.dump();
+    }
+  }
+  return "";
+}
+
+TEST(ToolCallsE2E, ToolChoiceNamedAndRequiredFollowTheModelWhenItIsValid) {
+  EchoServer s51(echo_options("GLM-5.1"));  // the prompt opens <think>: the grammar starts inside it
+  json named = both_ways(s51, chat_body("<think>Rome.</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
                                         {{"tools", weather_tools()},
                                          {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
   EXPECT_EQ(named["finish_reason"], "tool_calls");
+  EXPECT_EQ(named["message"]["reasoning_content"], "Rome.");
   ASSERT_EQ(named["message"]["tool_calls"].size(), 1u) << named.dump();
   EXPECT_EQ(named["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Rome"})");
 
-  EchoServer s45(echo_options("GLM-4.5-Air"));
-  json required = both_ways(s45, chat_body("\n<think></think>\n<tool_call>get_time\n</tool_call>",
+  EchoServer s45(echo_options("GLM-4.5-Air"));  // thinking on: an optional think block, then calls
+  json required = both_ways(s45, chat_body("<think></think>\n<tool_call>get_time\n</tool_call>\n<tool_call>get_weather\n"
+                                           "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>city</arg_key>\n"
+                                           "<arg_value>Oslo</arg_value>\n</tool_call>",
                                            {{"tools", weather_tools()}, {"tool_choice", "required"}}));
   EXPECT_EQ(required["finish_reason"], "tool_calls");
-  ASSERT_EQ(required["message"]["tool_calls"].size(), 1u) << required.dump();
+  ASSERT_EQ(required["message"]["tool_calls"].size(), 2u) << required.dump();
   EXPECT_EQ(required["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  EXPECT_EQ(required["message"]["tool_calls"][1]["function"]["arguments"], R"({"days":2,"city":"Oslo"})");
   EXPECT_TRUE(required["message"]["content"].is_null());
+  // Thinking off: the template closes the think block; the calls follow.
+  json off = both_ways(s45, chat_body("\n<think></think>\n<tool_call>get_time\n</tool_call>", {{"tools", weather_tools()},
+                                      {"tool_choice", "required"}, {"chat_template_kwargs", {{"enable_thinking", false}}}}));
+  ASSERT_EQ(off["message"]["tool_calls"].size(), 1u) << off.dump();
+}
+
+TEST(ToolCallsE2E, ToolChoiceForcesAValidCallOnAModelThatWantsSomethingElse) {
+  EchoServer s45(echo_options("GLM-4.5-Air"));
+  EchoServer s51(echo_options("GLM-5.1"));
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  struct Case {
+    EchoServer* server;
+    std::string echo;  // what the model wants to write; with tool_choice auto it is not a clean set of valid calls
+    json tool_choice;
+    std::string expect_name;
+  };
+  const std::vector<Case> cases = {
+      {&s45, "I'd rather chat about the weather.", "required", ""},
+      {&s51, "<think>hm</think>Sure! Let me check.", named, "get_weather"},
+      {&s51, "<think>hm</think><tool_call>get_weather<arg_key>town</arg_key><arg_value>Rome</arg_value></tool_call>",
+       named, "get_weather"},  // an unknown key
+      {&s45, "<think>ok</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n<arg_key>days</arg_key>\n"
+             "<arg_value>three</arg_value>\n</tool_call>", "required", "get_weather"},  // an ill-typed value
+      {&s51, "<think>x</think><tool_call>get_news</tool_call>", "required", ""},          // an unknown function
+      {&s51, "<think>x</think><tool_call>get_time</tool_call>Done, anything else?", "required", "get_time"},
+      {&s51, "<think>x</think><tool_call>get_weather</tool_call>", named, "get_weather"},  // a required key missing
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.echo);
+    json free = both_ways(*c.server, chat_body(c.echo, {{"tools", weather_tools()}}));
+    EXPECT_NE(call_problem(free["message"], weather_tools()), "") << "auto: " << free.dump();
+    json r = both_ways(*c.server, chat_body(c.echo, {{"tools", weather_tools()}, {"tool_choice", c.tool_choice}}));
+    EXPECT_EQ(r["finish_reason"], "tool_calls") << r.dump();
+    EXPECT_EQ(call_problem(r["message"], weather_tools()), "") << r.dump();
+    if (!c.expect_name.empty()) EXPECT_EQ(r["message"]["tool_calls"][0]["function"]["name"], c.expect_name) << r.dump();
+    if (c.tool_choice.is_object()) EXPECT_EQ(r["message"]["tool_calls"].size(), 1u) << r.dump();
+  }
+}
+
+TEST(ToolCallsE2E, ToolChoiceGrammarConflictsAre400) {
+  EchoServer s(echo_options("GLM-5.1"));
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"tools", weather_tools()}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}},
+       "tool_choice"},
+      {{{"tools", weather_tools()}, {"tool_choice", "required"}, {"ignore_eos", true}}, "ignore_eos"},
+      {{{"tools", weather_tools()}, {"tool_choice", "required"}, {"parallel_tool_calls", "no"}}, "parallel_tool_calls"},
+      {{{"tools", json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+          "properties":{"x":{"type":"integer","allOf":[{},{}]}}}}}])")}, {"tool_choice", "required"}},
+       "tools"},
+  };
+  for (const auto& [extra, param] : cases) {
+    HttpResult r = post(s, chat_body("hi", extra));
+    EXPECT_EQ(r.status, 400) << extra.dump() << " -> " << r.body;
+    json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["error"]["param"], param) << r.body;
+  }
+  // parallel_tool_calls false: exactly one call although the model wants two.
+  json one = both_ways(s, chat_body("<think>x</think><tool_call>get_time</tool_call><tool_call>get_time</tool_call>",
+                                    {{"tools", weather_tools()}, {"tool_choice", "required"}, {"parallel_tool_calls", false}}));
+  EXPECT_EQ(one["message"]["tool_calls"].size(), 1u) << one.dump();
 }
 
 TEST(ToolCallsE2E, ToolChoiceNoneLeavesCallsAsText) {

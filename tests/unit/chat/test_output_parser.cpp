@@ -243,22 +243,5 @@ TEST(ToolChoice, ParseAndValidate) {
   EXPECT_EQ(field(R"({"type":"function","function":{"name":"get_time"}})", ToolSet()), "tool_choice.function.name");
 }
 
-TEST(ToolChoice, PrefillIsParsedAsTheStartOfACall) {
-  ToolChoice named{ToolChoiceMode::kFunction, "get_weather"};
-  EXPECT_EQ(tool_call_prefill(ToolCallFormat::kGlm45, named), "\n<tool_call>get_weather\n");
-  EXPECT_EQ(tool_call_prefill(ToolCallFormat::kGlm47, named), "<tool_call>get_weather");
-  EXPECT_EQ(tool_call_prefill(ToolCallFormat::kGlm47, ToolChoice{ToolChoiceMode::kRequired, ""}), "<tool_call>");
-  EXPECT_EQ(tool_call_prefill(ToolCallFormat::kGlm47, ToolChoice{}), "");
-  // The server feeds the pre-fill first, then the model's continuation.
-  for (ToolCallFormat f : {ToolCallFormat::kGlm45, ToolCallFormat::kGlm47}) {
-    OutputParser p(glm(f));
-    ParsedDelta pre = p.feed(tool_call_prefill(f, named));
-    EXPECT_TRUE(pre.empty());
-    ParsedDelta d = p.feed("<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>");
-    ASSERT_EQ(d.tool_calls.size(), 1u);
-    EXPECT_EQ(d.tool_calls[0].arguments, R"({"city":"Oslo"})");
-  }
-}
-
 }  // namespace
 }  // namespace mxserve::chat
