@@ -3,7 +3,7 @@
 # batch served over HTTP (`serve` + `bench --max-concurrency B`), greedy and sampled (temperature 0.7), on
 # GLM-4.5-Air truncated to 8 layers with MXFP4 experts; then the whole model single-stream and bench-model's
 # decode step at batch 16 x 20k. Extra serve/generate flags (e.g. --cuda-graph, --kv-cache-dtype fp8_e4m3)
-# come from $MX_FLAGS; the label of the run from $MX_LABEL. Run by run_all.sh (needs its LD_LIBRARY_PATH).
+# come from $MX_FLAGS (bench-model's from $MX_BENCH_FLAGS); the label of the run from $MX_LABEL. Run by run_all.sh (needs its LD_LIBRARY_PATH).
 set -u
 # run_all.sh puts the payload's Debian libraries on LD_LIBRARY_PATH for mxserve; the image's curl breaks with them.
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -33,9 +33,14 @@ bench() {  # args: json, extra bench args...
 echo "== [$LABEL] 8 layers: generate --batch 8 (the engine's own loop)"
 timeout 120 "$BIN" generate --config "$AIR" --synthetic-weights --quantization mxfp4 --num-layers 8 --backend cuda \
   --batch 8 --prompt-len 512 --max-tokens 256 --ignore-eos "${FLAGS[@]}" > "$OUT/gen8_$LABEL.log" 2>&1
-echo "rc=$?"; grep -iE "tok/s|step|decode|graph" "$OUT/gen8_$LABEL.log" | tail -6
+echo "rc=$?"; grep -iE "RESULT|graph" "$OUT/gen8_$LABEL.log" | tail -4
+if [ -n "${MX_FLAGS:-}" ]; then  # the same loop without the extra flags, in the same run (eager / bf16 cache)
+  timeout 120 "$BIN" generate --config "$AIR" --synthetic-weights --quantization mxfp4 --num-layers 8 --backend cuda \
+    --batch 8 --prompt-len 512 --max-tokens 256 --ignore-eos > "$OUT/gen8_${LABEL}_noflags.log" 2>&1
+  echo "without MX_FLAGS: rc=$?"; grep -E "RESULT" "$OUT/gen8_${LABEL}_noflags.log" | tail -2
+fi
 echo "== [$LABEL] 8 layers: serve + bench, 8 concurrent streams"
-if serve_start "$OUT/serve8_$LABEL.log" --num-layers 8; then
+if serve_start "$OUT/serve8_$LABEL.log" --num-layers 8 --max-num-seqs 16 --max-model-len 4096; then
   for T in 0 0.7; do
     echo "-- temperature $T"
     bench "$OUT/bench8_t${T}_$LABEL.json" --workload random --input-len 512 --output-len 256 --max-concurrency 8 \
@@ -44,7 +49,7 @@ if serve_start "$OUT/serve8_$LABEL.log" --num-layers 8; then
   serve_stop
 else echo "serve failed"; fi
 echo "== [$LABEL] whole model (46 layers): serve + bench single stream 10k in / 512 out"
-if serve_start "$OUT/serve46_$LABEL.log"; then
+if serve_start "$OUT/serve46_$LABEL.log" --max-num-seqs 4 --max-model-len 12000; then
   bench "$OUT/bench46_single_$LABEL.json" --workload random --input-len 10000 --output-len 512 --max-concurrency 1 \
     --num-requests 3 --warmup-requests 1 --temperature 0
   serve_stop
@@ -52,6 +57,6 @@ else echo "serve failed"; fi
 grep -iE "graph|kv cache|warn" "$OUT/serve46_$LABEL.log" | head -8
 echo "== [$LABEL] bench-model: 2 layers, decode batch 16 at 20k context, whole step"
 timeout 150 "$BIN" bench-model --config "$AIR" --synthetic-weights --num-layers 2 --backend cuda --quantization mxfp4 \
-  --batches 16 --contexts 20480 --prefill 8192 --model-batches 1,16 "${FLAGS[@]}" \
+  --batches 16 --contexts 20480 --prefill 8192 --model-batches 1,16 ${MX_BENCH_FLAGS:-} \
   --md "$OUT/bench_model_$LABEL.md" > "$OUT/bench_model_$LABEL.log" 2>&1
 echo "rc=$?"; cat "$OUT/bench_model_$LABEL.md" 2>/dev/null | head -40
