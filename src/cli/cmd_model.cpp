@@ -18,6 +18,7 @@
 #include "runtime/sequence_runner.h"
 #include "cli/runs.h"
 #include "cli/spec_flags.h"
+#include "cli/parallel_flags.h"
 
 #include <algorithm>
 #include <chrono>
@@ -35,10 +36,15 @@ int fail(const Status& s, int code = 2) {
 }  // namespace
 
 int cmd_verify_fixture(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--backend", "--block-size", "--chunk-size", "--max-rel-l2"}, {});
+  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2"};
+  value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
+  auto args = Args::parse(argc, argv, value_flags, kParallelBoolFlags);
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
-    return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N]"));
+    return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
+                                 "[--tp-size N]"));
+  auto parallel = parse_parallel_flags(*args);
+  if (!parallel.is_ok()) return fail(parallel.status());
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -55,6 +61,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
   lc.backend = args->get_or("--backend", "cpu");
+  lc.parallel = *parallel;
   auto lm = launch::launch_model(lc);
   if (!lm.is_ok()) return fail(lm.status());
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
@@ -189,9 +196,14 @@ int cmd_generate(int argc, char** argv) {
   std::set<std::string> bool_flags = {"--ignore-eos", "--synthetic-weights"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
+  value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
+  bool_flags.insert(kParallelBoolFlags.begin(), kParallelBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   launch::LaunchConfig lc;
+  auto parallel = parse_parallel_flags(*args);
+  if (!parallel.is_ok()) return fail(parallel.status());
+  lc.parallel = *parallel;
   auto source = model_source(*args);
   if (!source.is_ok()) return fail(source.status());
   lc.model = *source;
