@@ -8,6 +8,8 @@
 
 #include "core/logging.h"
 #include "launch/lockstep_model.h"
+#include "model/archs/glm4_moe.h"
+#include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "runtime/spec/self_test.h"
 
@@ -67,6 +69,11 @@ Status check_layout_supported(const LaunchConfig& config) {
 
 Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
   if (tp <= 1) return Status::ok();
+  // The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
+  if (c.arch != &model::glm4_moe_architecture())
+    return unsupported("--tensor-parallel-size " + std::to_string(tp) + ": tensor parallelism is implemented for " +
+                       model::glm4_moe_architecture().hf_name + " only, not " +
+                       (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
   auto refuse = [&](const std::string& what) {
     return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " does not divide " + what + " of " +
                             c.source);
@@ -120,6 +127,14 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp));
+  if (config.parallel.tp > 1 && lo.synthetic) {
+    MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
+    if (plan.experts != "bf16" || plan.rest != "bf16")
+      return unsupported("--quantization " + lo.synthetic_quantization + " with --tensor-parallel-size " +
+                         std::to_string(config.parallel.tp) +
+                         ": rank slices of quantized synthetic weights are not implemented yet (bf16 synthetic "
+                         "weights, or a quantized checkpoint, run at tp > 1)");
+  }
   // Every rank's share of every declared weight; an uneven split fails here, before any weight is read.
   const auto declared = model::declared_weights(cfg, lo.load_mtp && cfg.n_mtp_layers > 0);
   for (const parallel::RankLayout& rank : ranks) {

@@ -66,9 +66,10 @@ inline WeightSpec head_bias(std::string name, int64_t heads, int64_t head_dim) {
   return w;
 }
 // One routed expert's Linear weight [out, in]: expert `e` of `n_experts`, owned whole by one ep rank (ep > 1),
-// or tensor-sliced along `tp_axis` on every rank (ep == 1: gate/up kRow, down kColumn).
+// or tensor-sliced along `tp_axis` on every rank (ep == 1: gate/up kRow, down kColumn; kNone: an
+// architecture without tensor parallelism, which the launch refuses to run at tp > 1).
 inline WeightSpec expert_linear(std::string name, int64_t out, int64_t in, int64_t e, int64_t n_experts,
-                                parallel::ShardAxis tp_axis) {
+                                parallel::ShardAxis tp_axis = parallel::ShardAxis::kNone) {
   WeightSpec w{std::move(name),       {out, in}, expert_precisions(), false, WeightRole::kLinear,
                parallel::ShardAxis::kExpert, e, n_experts};
   w.expert_tp = tp_axis;

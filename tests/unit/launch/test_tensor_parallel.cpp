@@ -15,6 +15,7 @@
 #include "cli/fixture.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
+#include "model/archs/glm4_moe.h"
 #include "parallel/cpu_communicator.h"
 
 namespace mxserve::launch {
@@ -134,6 +135,34 @@ TEST(TensorParallel, EngineGreedyMatchesOneRankWithChunkedPrefillAndPrefixReuse)
   }
 }
 
+TEST(TensorParallel, SyntheticWeightsSliceToTheOneRankModel) {
+  // Every rank generates its slices from the same counter-based generator: tp 2 and 4 decode what tp 1 does.
+  const std::string config = fixture_dirs().front() + "/config.json";
+  auto launch_synthetic = [&](int tp, const std::string& quantization) {
+    LaunchConfig lc;
+    lc.model.path = config;
+    lc.model.synthetic = true;
+    lc.model.seed = 7;
+    lc.model.load_mtp = false;
+    lc.model.synthetic_quantization = quantization;
+    lc.parallel.tp = tp;
+    return launch_model(lc);
+  };
+  auto one = launch_synthetic(1, "");
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const EngineRun want = run_engine(**one, prompt);
+  for (int tp : {2, 4}) {
+    auto lm = launch_synthetic(tp, "");
+    ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+    EXPECT_EQ(run_engine(**lm, prompt).tokens, want.tokens) << "tp " << tp;
+  }
+  auto quantized = launch_synthetic(2, "mxfp4");
+  ASSERT_FALSE(quantized.is_ok());
+  EXPECT_NE(quantized.status().message().find("quantized synthetic weights are not implemented yet"),
+            std::string::npos) << quantized.status().message();
+}
+
 TEST(TensorParallel, BadLayoutsNameTheConstraint) {
   const std::string a = fixture_dirs().front();  // tiny_a: 4 heads, 2 KV heads, widths 96 / 32, vocab 384
   auto three = launch_tp(a, 3);
@@ -160,6 +189,8 @@ TEST(TensorParallel, BadLayoutsNameTheConstraint) {
 TEST(TensorParallel, CheckNamesEveryWidth) {
   model::ModelConfig c;
   c.source = "config.json";
+  EXPECT_NE(check_tensor_parallel(c, 2).message().find("implemented for Glm4MoeForCausalLM only"), std::string::npos);
+  c.arch = &model::glm4_moe_architecture();
   c.n_heads = 8, c.n_kv_heads = 2, c.first_k_dense = 1, c.dense_inter = 64, c.n_experts = 4, c.moe_inter = 32;
   c.n_shared_experts = 1, c.vocab_size = 256;
   EXPECT_TRUE(check_tensor_parallel(c, 4).is_ok());  // KV heads replicated over 2 ranks each
