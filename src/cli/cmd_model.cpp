@@ -19,6 +19,7 @@
 #include "cli/graph_flags.h"
 #include "cli/runs.h"
 #include "cli/spec_flags.h"
+#include "cli/parallel_flags.h"
 
 #include <algorithm>
 #include <chrono>
@@ -36,11 +37,15 @@ int fail(const Status& s, int code = 2) {
 }  // namespace
 
 int cmd_verify_fixture(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype"}, {});
+  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype"};
+  value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
+  auto args = Args::parse(argc, argv, value_flags, kParallelBoolFlags);
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
     return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
-                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)]"));
+                                 "[--tp-size N] [--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)]"));
+  auto parallel = parse_parallel_flags(*args);
+  if (!parallel.is_ok()) return fail(parallel.status());
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -60,6 +65,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
   if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   lc.model.kv_cache_dtype = *kv_dtype;
+  lc.parallel = *parallel;
   auto lm = launch::launch_model(lc);
   if (!lm.is_ok()) return fail(lm.status());
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
@@ -198,11 +204,16 @@ int cmd_generate(int argc, char** argv) {
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
+  value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
+  bool_flags.insert(kParallelBoolFlags.begin(), kParallelBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   auto cuda_graphs = parse_cuda_graph_flags(*args);
   if (!cuda_graphs.is_ok()) return fail(cuda_graphs.status());
   launch::LaunchConfig lc;
+  auto parallel = parse_parallel_flags(*args);
+  if (!parallel.is_ok()) return fail(parallel.status());
+  lc.parallel = *parallel;
   auto source = model_source(*args);
   if (!source.is_ok()) return fail(source.status());
   lc.model = *source;

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/graph_flags.h"
 #include "cli/spec_flags.h"
+#include "cli/parallel_flags.h"
 #include "core/logging.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
@@ -123,7 +124,7 @@ Result<double> positive_seconds(const Args& a, const std::string& flag, double f
 int cmd_serve(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf("%s", kUsage);
+      std::printf("%s\nparallel:\n%s", kUsage, kParallelUsage);
       return 0;
     }
   std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--moe-tuning-dir", "--host", "--port",
@@ -138,6 +139,8 @@ int cmd_serve(int argc, char** argv) {
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
+  value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
+  bool_flags.insert(kParallelBoolFlags.begin(), kParallelBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   const Args& a = *args;
@@ -169,6 +172,8 @@ int cmd_serve(int argc, char** argv) {
     return fail(invalid_argument("--quantization needs --synthetic-weights (a checkpoint's precision is read from it)"));
   sc.tokenizer_dir = a.get_or("--tokenizer", "");
   sc.backend = a.get_or("--backend", "cpu");
+  MX_CLI_TRY(parallel, parse_parallel_flags(a));
+  sc.parallel = parallel;
   sc.moe_tuning_dir = a.get_or("--moe-tuning-dir", "");
   if (sc.backend != "cpu" && sc.backend != "cuda") return fail(invalid_argument("--backend must be cpu or cuda"));
   MX_CLI_TRY(max_model_len, a.get_int("--max-model-len", 0));

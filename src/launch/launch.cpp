@@ -3,9 +3,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/logging.h"
+#include "launch/lockstep_model.h"
+#include "model/archs/glm4_moe.h"
+#include "model/synthetic_weights.h"
+#include "parallel/cpu_communicator.h"
 #include "runtime/spec/self_test.h"
 
 namespace mxserve::launch {
@@ -44,62 +49,154 @@ model::LoadOptions load_options(const ModelSource& src) {
   return lo;
 }
 
+// Layouts that are parsed but not built yet, and backends that cannot run several ranks: a clear refusal.
+Status check_layout_supported(const LaunchConfig& config) {
+  const parallel::ParallelConfig& p = config.parallel;
+  if (p.dp > 1)
+    return unsupported("--data-parallel-size " + std::to_string(p.dp) +
+                       ": data parallelism is not implemented yet (run with --dp-size 1; docs/parallel.md)");
+  if (p.ep > 1)
+    return unsupported("--ep-size " + std::to_string(p.ep) +
+                       " (--enable-expert-parallel): expert parallelism is not implemented yet (run with --ep-size 1; "
+                       "tensor parallelism slices every expert instead; docs/parallel.md)");
+  if (p.world() > 1 && config.backend != "cpu")
+    return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
+                       " backend: multi-GPU ranks (NCCL) are not implemented yet; " + std::to_string(p.world()) +
+                       " ranks run on --backend cpu only (one thread per rank), the CUDA backend runs tp 1");
+  return Status::ok();
+}
+
 }  // namespace
 
+Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
+  if (tp <= 1) return Status::ok();
+  // The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
+  if (c.arch != &model::glm4_moe_architecture())
+    return unsupported("--tensor-parallel-size " + std::to_string(tp) + ": tensor parallelism is implemented for " +
+                       model::glm4_moe_architecture().hf_name + " only, not " +
+                       (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
+  auto refuse = [&](const std::string& what) {
+    return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " does not divide " + what + " of " +
+                            c.source);
+  };
+  if (c.n_heads % tp != 0) return refuse("num_attention_heads " + std::to_string(c.n_heads));
+  if (c.n_kv_heads % tp != 0 && tp % c.n_kv_heads != 0)
+    return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " and num_key_value_heads " +
+                            std::to_string(c.n_kv_heads) + " of " + c.source +
+                            ": tp must divide the KV heads or be a multiple of them (replicated KV heads)");
+  if (c.first_k_dense > 0 && c.dense_inter % tp != 0) return refuse("intermediate_size " + std::to_string(c.dense_inter));
+  if (c.n_experts > 0 && c.moe_inter % tp != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
+  if (c.n_experts > 0 && c.shared_inter() % tp != 0)
+    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) + " (moe_intermediate_size x n_shared_experts)");
+  if (c.vocab_size % tp != 0) return refuse("vocab_size " + std::to_string(c.vocab_size));
+  return Status::ok();
+}
+
 LaunchedModel::~LaunchedModel() {
-  model_.reset();  // weights go before the backends that hold their memory
-  comm_.reset();
+  lockstep_.reset();  // its worker threads and KV mirrors first
+  models_.clear();    // weights go before the backends that hold their memory
+  comms_.clear();
   backends_.clear();
 }
+
+model::CausalLM& LaunchedModel::model() { return lockstep_ ? *lockstep_ : *models_.front(); }
+const model::ModelConfig& LaunchedModel::config() const { return models_.front()->config(); }
 
 Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) {
   if (config.model.path.empty()) return invalid_argument("no model given (--model DIR or --config FILE)");
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> ranks, config.parallel.ranks());
-  if (ranks.size() != 1)
-    return unsupported("a launch over " + std::to_string(ranks.size()) +
-                       " ranks needs a multi-rank communicator, which is not built yet (run with tp = ep = dp = 1)");
-  const parallel::RankLayout& rank = ranks.front();
+  MX_RETURN_IF_ERROR(check_layout_supported(config));
+  const int world = static_cast<int>(ranks.size());
 
   std::unique_ptr<LaunchedModel> lm(new LaunchedModel());
   if (!config.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
     MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(config.moe_tuning_dir));
-  backend::BackendOptions bo = config.backend_options;
-  bo.device = rank.device;
-  MX_ASSIGN_OR_RETURN(auto be, backend::make_backend(config.backend, bo));
-  lm->backends_.push_back(std::move(be));
-  MX_ASSIGN_OR_RETURN(lm->comm_, parallel::make_single_rank_communicator(rank));
+  for (const parallel::RankLayout& rank : ranks) {
+    backend::BackendOptions bo = config.backend_options;
+    bo.device = rank.device;
+    auto be = backend::make_backend(config.backend, bo);
+    if (!be.is_ok()) return be.status().with_context("the backend of " + rank.describe());
+    lm->backends_.push_back(std::move(*be));
+  }
+  if (world == 1) {
+    MX_ASSIGN_OR_RETURN(auto comm, parallel::make_single_rank_communicator(ranks.front()));
+    lm->comms_.push_back(std::move(comm));
+  } else {
+    MX_ASSIGN_OR_RETURN(lm->comms_, parallel::make_cpu_communicators(ranks, config.cpu_group));
+  }
 
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));
-  // The rank's share of every declared weight; an uneven split fails here, before any weight is read.
-  MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, lo.load_mtp &&
-                                                                                         cfg.n_mtp_layers > 0),
-                                                            rank));
-  MX_LOG(kDebug) << "launch: " << rank.describe() << ", communicator " << lm->comm_->name();
+  MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp));
+  if (config.parallel.tp > 1 && lo.synthetic) {
+    MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
+    if (plan.experts != "bf16" || plan.rest != "bf16")
+      return unsupported("--quantization " + lo.synthetic_quantization + " with --tensor-parallel-size " +
+                         std::to_string(config.parallel.tp) +
+                         ": rank slices of quantized synthetic weights are not implemented yet (bf16 synthetic "
+                         "weights, or a quantized checkpoint, run at tp > 1)");
+  }
+  // Every rank's share of every declared weight; an uneven split fails here, before any weight is read.
+  const auto declared = model::declared_weights(cfg, lo.load_mtp && cfg.n_mtp_layers > 0);
+  for (const parallel::RankLayout& rank : ranks) {
+    auto table = model::shard_weight_table(declared, rank);
+    if (!table.is_ok()) return table.status().with_context(rank.describe());
+    if (rank.rank == 0) lm->table_ = std::move(*table);
+  }
+  MX_LOG(kDebug) << "launch: " << world << " rank(s), communicator " << lm->comms_.front()->name();
 
   if (config.log_progress)
     MX_LOG(kInfo) << "loading " << (lo.synthetic ? "synthetic weights for " : "weights from ") << config.model.path
-                  << " on " << lm->backend().name() << " ...";
+                  << " on " << lm->backend().name() << (world > 1 ? " x " + std::to_string(world) + " ranks" : "")
+                  << " ...";
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = with_progress_ticker(config.log_progress,
-                                    [&] { return model::load_causal_lm(config.model.path, lm->backend(), lo); });
-  if (!model.is_ok()) return model.status().with_context("loading the model " + config.model.path);
-  lm->model_ = std::move(*model);
-  lm->backend().synchronize();
+  // One loading thread per rank; a rank that fails stops the launch (the others finish loading, then all
+  // are freed), naming the rank.
+  std::vector<std::optional<Result<std::unique_ptr<model::CausalLM>>>> loaded(world);
+  with_progress_ticker(config.log_progress, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        model::LoadOptions rank_lo = lo;
+        rank_lo.rank = ranks[r];
+        rank_lo.comm = world > 1 ? lm->comms_[r].get() : nullptr;
+        loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
+      });
+    for (auto& t : threads) t.join();
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) {
+    if (loaded[r]->is_ok()) continue;
+    Status s = loaded[r]->status().with_context("loading the model " + config.model.path);
+    if (world > 1) s = s.with_context(ranks[r].describe() + " failed at start-up; every rank stopped");
+    return s;
+  }
+  for (int r = 0; r < world; ++r) {
+    lm->models_.push_back(std::move(**loaded[r]));
+    lm->backends_[r]->synchronize();
+  }
+  if (world > 1) {
+    std::vector<LockstepModel::Rank> group;
+    for (int r = 0; r < world; ++r)
+      group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get()});
+    lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
+  }
   lm->load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (config.model.require_mtp && !lm->model_->has_mtp())
+  if (config.model.require_mtp && !lm->model().has_mtp())
     return invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)");
   return lm;
 }
 
-uint64_t LaunchedModel::kv_bytes_per_block(int64_t block_size) const { return model_->kv_spec(1, block_size).bytes(); }
+uint64_t LaunchedModel::kv_bytes_per_block(int64_t block_size) const {
+  return models_.front()->kv_spec(1, block_size).bytes();
+}
 
 int64_t LaunchedModel::kv_blocks_for_bytes(int64_t block_size, uint64_t bytes) const {
-  return runtime::kv_blocks_for_bytes(*model_, block_size, bytes);
+  return runtime::kv_blocks_for_bytes(*models_.front(), block_size, bytes);
 }
 
 std::unique_ptr<runtime::ModelExecutor> LaunchedModel::make_executor(int64_t n_blocks, int64_t block_size) {
-  return runtime::make_model_executor(*model_, backend(), n_blocks, block_size);
+  return runtime::make_model_executor(model(), backend(), n_blocks, block_size);
 }
 
 std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::EngineConfig& config) {
@@ -107,7 +204,7 @@ std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::Engin
 }
 
 Status LaunchedModel::spec_self_test(const runtime::SpecConfig& spec, int64_t block_size) {
-  return runtime::spec_self_test_after_load(*model_, backend(), spec, block_size);
+  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size);
 }
 
 std::vector<MoeKernelConfigRow> LaunchedModel::moe_kernel_configs() const {

@@ -4,6 +4,9 @@
 // and the CLI (cli/cmd_model, verify-fixture, bench-model) call launch_model(); nothing else constructs a
 // backend for serving. Owns: the backend(s), the communicator, the model. The engines made here borrow them
 // (a LaunchedModel must outlive every executor/engine it made).
+// Several ranks (tensor parallel, CPU backend): one backend, communicator and model per rank, loaded in
+// parallel (a rank failing at start-up fails the launch, naming it), driven in lockstep by one
+// LockstepModel (launch/lockstep_model.h) that model() returns: the engine sees one model.
 // Invariant: a LaunchedModel is fully loaded and validated (MTP present when speculation asks for it, the
 // weight table shards evenly over the layout) -- callers never see a half-built one.
 #pragma once
@@ -18,6 +21,7 @@
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "parallel/communicator.h"
+#include "parallel/cpu_communicator.h"
 #include "parallel/rank_layout.h"
 #include "runtime/engine.h"
 #include "runtime/executor.h"
@@ -40,27 +44,37 @@ struct LaunchConfig {
   ModelSource model;
   std::string backend = "cpu";               // cpu | cuda
   backend::BackendOptions backend_options;   // typed kernel choices (the device comes from the layout)
-  parallel::ParallelConfig parallel;         // tp / ep / dp; a world of 1 today
+  parallel::ParallelConfig parallel;         // tp / ep / dp (tp > 1: CPU backend only; ep, dp: not yet)
+  parallel::CpuGroupOptions cpu_group;       // collectives' timeout of a multi-rank CPU world
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
 };
 
+class LockstepModel;
+
 class LaunchedModel {
  public:
   ~LaunchedModel();
-  const model::ModelConfig& config() const { return model_->config(); }
-  model::CausalLM& model() { return *model_; }
-  // Rank 0's backend (the only one today). Tools that time kernels use it; serving code does not need it.
+  const model::ModelConfig& config() const;
+  // The model the engine drives: rank 0's, or with several ranks the lockstep model over all of them.
+  model::CausalLM& model();
+  // Rank 0's backend. Tools that time kernels use it; serving code does not need it.
   backend::Backend& backend() { return *backends_.front(); }
-  parallel::Communicator& communicator() { return *comm_; }
-  const parallel::RankLayout& layout() const { return comm_->layout(); }
+  parallel::Communicator& communicator() { return *comms_.front(); }  // rank 0's
+  const parallel::RankLayout& layout() const { return comms_.front()->layout(); }
+  int world() const { return static_cast<int>(models_.size()); }
+  // Rank r's pieces (tests that drive the ranks themselves); rank 0's are the defaults above.
+  model::CausalLM& rank_model(int r) { return *models_.at(r); }
+  backend::Backend& rank_backend(int r) { return *backends_.at(r); }
+  parallel::Communicator& rank_communicator(int r) { return *comms_.at(r); }
   std::string backend_name() const { return backends_.front()->name(); }
   DType weight_dtype() const { return backends_.front()->weight_dtype(); }  // float weights' storage dtype
   double load_seconds() const { return load_s_; }
-  // The declared weights as this rank holds them (shapes after sharding), for accounting and reports.
+  // The declared weights as rank 0 holds them (shapes after sharding), for accounting and reports.
   const std::vector<model::WeightSpec>& weight_table() const { return table_; }
 
-  // KV pool sizing: bytes of one block of block_size tokens over every cached layer; blocks that fit in bytes.
+  // KV pool sizing: bytes of one block of block_size tokens over every cached layer, per rank (each rank
+  // caches its own heads on its own device); blocks that fit in bytes.
   uint64_t kv_bytes_per_block(int64_t block_size) const;
   int64_t kv_blocks_for_bytes(int64_t block_size, uint64_t bytes) const;
 
@@ -77,8 +91,9 @@ class LaunchedModel {
   LaunchedModel() = default;
 
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
-  std::unique_ptr<parallel::Communicator> comm_;
-  std::unique_ptr<model::CausalLM> model_;
+  std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank
+  std::vector<std::unique_ptr<model::CausalLM>> models_;        // one per rank
+  std::unique_ptr<LockstepModel> lockstep_;                     // world > 1
   std::vector<model::WeightSpec> table_;
   double load_s_ = 0;
 };
@@ -86,5 +101,9 @@ class LaunchedModel {
 // Validates the config, makes the backend per device of the layout, loads the model. Errors name the flag
 // or file at fault.
 Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
+
+// Whether tensor parallelism of size tp fits the model: tp divides the attention heads, the MLP / expert /
+// shared-expert widths and the vocabulary, and divides or is a multiple of the KV heads. Names the field.
+Status check_tensor_parallel(const model::ModelConfig& cfg, int tp);
 
 }  // namespace mxserve::launch

@@ -65,6 +65,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     }
     const auto t0 = std::chrono::steady_clock::now();
     WeightLoader wl(be, src);
+    wl.set_rank(options.rank, options.comm);
     MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
     MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
     be.synchronize();
@@ -82,6 +83,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
                   << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
   WeightLoader wl(be, w);
+  wl.set_rank(options.rank, options.comm);
   MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
   MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
   return model;

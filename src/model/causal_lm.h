@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/weight_table.h"
+#include "parallel/communicator.h"
 
 namespace mxserve::model {
 
@@ -53,6 +54,12 @@ class CausalLM {
   // Returns logits of batch.logit_rows and (if want_hidden) the draft's output hidden states.
   virtual Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
                                             kvcache::KvCache& kv) = 0;
+  // Copies cache slots src_slots[i] -> dst_slots[i] (i32 [P] on be) in every tensor of kv's layout, pairs in
+  // order (tree-speculation compaction). A model spread over ranks copies in every rank's cache.
+  virtual void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
+                             kvcache::KvCache& kv) {
+    be.kv_copy(src_slots, dst_slots, kv.all_tensors());
+  }
   // Benchmarks: binds one part of decoder layer `layer` to a batch (its metadata uploaded once, here) and
   // returns a closure that runs x += part(norm(x)) on x [T, H] in the activation dtype, enqueueing backend
   // work without synchronizing. The closure references kv and this model: it must not outlive them.
@@ -70,6 +77,8 @@ struct LoadOptions {
   int64_t num_layers_override = 0;  // > 0: keep only the first N decoder layers (truncated model)
   std::string synthetic_quantization;  // synthetic weights' precision plan: "", "mxfp4", "fp8-block" (experts)
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
+  parallel::RankLayout rank;                // the rank loaded for: each weight sliced per its shard axis
+  parallel::Communicator* comm = nullptr;   // its group's collectives (nullptr: one rank)
 };
 
 // config.json at `path` with the options applied (num_layers_override truncates; errors name the flag).

@@ -148,13 +148,17 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
   return invalid_argument(msg);
 }
 
+Result<parallel::ShardSlice> shard_slice_of(const WeightSpec& spec, const parallel::RankLayout& rank) {
+  return parallel::shard_slice(spec.name, spec.shape, spec.shard, rank, spec.expert, spec.n_experts, spec.expert_tp,
+                               spec.shard_groups);
+}
+
 Result<std::vector<WeightSpec>> shard_weight_table(const std::vector<WeightSpec>& table,
                                                    const parallel::RankLayout& rank) {
   std::vector<WeightSpec> out;
   out.reserve(table.size());
   for (const WeightSpec& spec : table) {
-    MX_ASSIGN_OR_RETURN(parallel::ShardSlice slice,
-                        parallel::shard_slice(spec.name, spec.shape, spec.shard, rank, spec.expert, spec.n_experts));
+    MX_ASSIGN_OR_RETURN(parallel::ShardSlice slice, shard_slice_of(spec, rank));
     if (!slice.held) continue;
     WeightSpec local = spec;
     local.shape = slice.local_shape;

@@ -36,7 +36,13 @@ struct WeightSpec {
   parallel::ShardAxis shard = parallel::ShardAxis::kNone;  // how it splits over ranks (parallel/shard.h)
   int64_t expert = -1;     // kExpert: this tensor's expert index within its layer
   int64_t n_experts = 0;   // kExpert: the layer's routed experts
+  // kExpert: the axis the weight is tensor-sliced along when experts are not partitioned (ep == 1, tp > 1).
+  parallel::ShardAxis expert_tp = parallel::ShardAxis::kNone;
+  int64_t shard_groups = 0;  // kRow: dim 0 is this many heads, split whole (replicated when tp > heads)
 };
+
+// The part of `spec` the rank holds (parallel::shard_slice with every field of the spec).
+Result<parallel::ShardSlice> shard_slice_of(const WeightSpec& spec, const parallel::RankLayout& rank);
 
 // The table as one rank holds it: every spec's shape replaced by its local shard, and expert weights of
 // other ep ranks dropped. A weight that does not split evenly is an error naming it. With one rank the

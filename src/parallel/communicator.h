@@ -1,9 +1,10 @@
 // Communicator: the collectives one rank runs with the other ranks of its group, on tensors that live on
 // the rank's backend (device memory on CUDA). The model calls these at its parallel seams (after a
-// column-sharded projection: all_reduce; expert dispatch: all_to_all). Today only the single-rank
-// implementation exists: every collective over one rank is the identity (in-place ops leave x as it is,
-// the others return their input, which shares storage). A multi-rank one (NCCL) implements the same
-// interface; see docs/howto.md "Add a collective".
+// column-sharded projection: all_reduce; expert dispatch: all_to_all). Implementations: the single rank
+// (every collective is the identity: in-place ops leave x as it is, the others return their input, which
+// shares storage) and the CPU thread group (parallel/cpu_communicator.h: N ranks as threads of one
+// process over host memory, deterministic rank-order reductions). NCCL implements the same interface
+// later; see docs/howto.md "Add a collective" and docs/parallel.md.
 // Invariant: shapes are checked on every call (a wrong shape is a Status naming the op and the tensor),
 // so code written against the single rank fails the same way it will on many.
 #pragma once
@@ -38,6 +39,14 @@ class Communicator {
   // received, grouped by source rank; recv_rows[r] = rows that came from rank r.
   virtual Result<Tensor> all_to_all(const Tensor& in, const std::vector<int64_t>& send_rows,
                                     std::vector<int64_t>* recv_rows) = 0;
+  // in [R, C] on every rank -> [R, size() * C]: rank r's columns at [r * C, (r + 1) * C) (vocab-parallel
+  // logits gathered into full rows).
+  virtual Result<Tensor> all_gather_columns(const Tensor& in) = 0;
+  // Every rank of the group waits until all have arrived.
+  virtual Status barrier() = 0;
+  // This rank failed (`why`): the group is poisoned, so every rank's pending and later collectives return
+  // an error naming this rank instead of waiting for it.
+  virtual void abort(const Status& why) = 0;
 };
 
 // The communicator of a world of one rank (errors when layout.world() != 1).

@@ -3,9 +3,14 @@
 //   kNone   -- replicated on every rank (norms, router, embeddings today)
 //   kRow    -- dim 0 split over the tp group (q/k/v, gate/up projections: each rank owns output rows)
 //   kColumn -- the last dim split over the tp group (o_proj, down_proj: partial sums, then an all-reduce)
-//   kExpert -- a per-expert tensor owned whole by one ep rank (expert e on ep_rank e / (E / ep))
-// Invariant: shard_slice() of every rank of a group tiles the logical tensor exactly (no overlap, no gap);
-// an uneven split is an error naming the tensor, never a silent rounding.
+//   kExpert -- a per-expert tensor: with ep > 1 owned whole by one ep rank (expert e on ep_rank e / (E / ep));
+//              with ep == 1 and tp > 1 tensor-sliced along its `expert_tp` axis (gate/up: kRow, down: kColumn)
+// Head groups (kRow with groups > 0, e.g. k_proj of n_kv_heads heads): only whole heads are split; when tp is
+// a multiple of the head count each rank holds one whole head, head tp_rank / (tp / groups) (KV heads
+// replicated over tp / groups ranks).
+// Invariant: shard_slice() of every rank of a group tiles the logical tensor exactly (no overlap, no gap),
+// except replicated heads (each head held by tp / groups ranks); an uneven split is an error naming the
+// tensor and the sizes, never a silent rounding.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +34,11 @@ struct ShardSlice {
   Shape local_shape;
 };
 
-// expert: the expert index of a kExpert weight, n_experts the layer's count (ignored otherwise).
+// expert: the expert index of a kExpert weight, n_experts the layer's count, expert_tp its tensor-slicing
+// axis when experts are not partitioned (ignored otherwise). groups: dim 0 holds this many equal heads (kRow
+// only; 0 = plain rows).
 Result<ShardSlice> shard_slice(const std::string& name, const Shape& logical, ShardAxis axis, const RankLayout& rank,
-                               int64_t expert = -1, int64_t n_experts = 0);
+                               int64_t expert = -1, int64_t n_experts = 0, ShardAxis expert_tp = ShardAxis::kNone,
+                               int64_t groups = 0);
 
 }  // namespace mxserve::parallel

@@ -47,7 +47,7 @@ class CausalLmExecutor final : public ModelExecutor {
     const int64_t P = static_cast<int64_t>(src_slots.size());
     Tensor src = be_.upload(Tensor::view_of(const_cast<int32_t*>(src_slots.data()), DType::kI32, {P}));
     Tensor dst = be_.upload(Tensor::view_of(const_cast<int32_t*>(dst_slots.data()), DType::kI32, {P}));
-    be_.kv_copy(src, dst, kv_->all_tensors());  // every tensor of the model's cache layout
+    model_.copy_kv_slots(be_, src, dst, *kv_);  // every tensor of the model's cache layout (every rank's)
     return Status::ok();
   }
 

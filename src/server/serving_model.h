@@ -26,6 +26,7 @@ struct ServingConfig {
   std::string tokenizer_dir;       // default: the model directory
   std::string backend = "cpu";
   std::string moe_tuning_dir;      // --moe-tuning-dir: MoE kernel tables added to / overriding the embedded ones
+  parallel::ParallelConfig parallel;  // --tp-size / --dp-size / --ep-size (launch_model checks what runs)
   int64_t max_model_len = 0;       // 0: max_position_embeddings, capped by the KV capacity
   int64_t block_size = 16;
   int64_t max_num_batched_tokens = 2048;

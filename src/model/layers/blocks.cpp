@@ -8,16 +8,17 @@ namespace mxserve::model {
 
 GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
   using parallel::ShardAxis;
-  const int64_t H = cfg.d_model, q = cfg.n_heads * cfg.head_dim, kv = cfg.n_kv_heads * cfg.head_dim;
+  const int64_t H = cfg.d_model, hd = cfg.head_dim, q = cfg.n_heads * hd;
   GqaAttention a;
-  a.q_proj = wl.get(decl::linear(p + "q_proj.weight", q, H, ShardAxis::kRow));
-  a.k_proj = wl.get(decl::linear(p + "k_proj.weight", kv, H, ShardAxis::kRow));
-  a.v_proj = wl.get(decl::linear(p + "v_proj.weight", kv, H, ShardAxis::kRow));
+  // Tensor parallel: q/k/v split by whole heads (KV heads replicated when tp > n_kv_heads), o_proj by columns.
+  a.q_proj = wl.get(decl::head_linear(p + "q_proj.weight", cfg.n_heads, hd, H));
+  a.k_proj = wl.get(decl::head_linear(p + "k_proj.weight", cfg.n_kv_heads, hd, H));
+  a.v_proj = wl.get(decl::head_linear(p + "v_proj.weight", cfg.n_kv_heads, hd, H));
   a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, q, ShardAxis::kColumn));
   if (cfg.attention_bias) {
-    a.q_bias = wl.get(decl::bias(p + "q_proj.bias", q, ShardAxis::kRow));
-    a.k_bias = wl.get(decl::bias(p + "k_proj.bias", kv, ShardAxis::kRow));
-    a.v_bias = wl.get(decl::bias(p + "v_proj.bias", kv, ShardAxis::kRow));
+    a.q_bias = wl.get(decl::head_bias(p + "q_proj.bias", cfg.n_heads, hd));
+    a.k_bias = wl.get(decl::head_bias(p + "k_proj.bias", cfg.n_kv_heads, hd));
+    a.v_bias = wl.get(decl::head_bias(p + "v_proj.bias", cfg.n_kv_heads, hd));
   }
   if (cfg.use_qk_norm) {
     a.q_norm = wl.get(decl::replicated(p + "q_norm.weight", {cfg.head_dim}));
@@ -90,9 +91,10 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
   WeightLoader::ExpertDecls ex;
   for (int64_t e = 0; e < E; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
-    ex.gate_up.push_back({decl::expert_linear(ep + "gate_proj.weight", I, H, e, E),
-                          decl::expert_linear(ep + "up_proj.weight", I, H, e, E)});
-    ex.down.push_back(decl::expert_linear(ep + "down_proj.weight", H, I, e, E));
+    using parallel::ShardAxis;
+    ex.gate_up.push_back({decl::expert_linear(ep + "gate_proj.weight", I, H, e, E, ShardAxis::kRow),
+                          decl::expert_linear(ep + "up_proj.weight", I, H, e, E, ShardAxis::kRow)});
+    ex.down.push_back(decl::expert_linear(ep + "down_proj.weight", H, I, e, E, ShardAxis::kColumn));
   }
   m.experts = wl.experts(ex);
   wl.backend().prepare_moe(m.experts, cfg.top_k);  // tuned-kernel selection logged at start-up (issue 9)

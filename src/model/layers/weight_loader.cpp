@@ -98,8 +98,9 @@ backend::ExpertWeights checkpoint_experts_mxfp4(backend::Backend& be, const Boun
 
 Tensor WeightLoader::host_float(const std::string& name) const {
   const BoundWeight& w = weights_.at(name);
-  if (quant::is_float(w.precision())) return w.stored.data;
-  return quant::to_host_f32(w.stored);
+  const Tensor whole = quant::is_float(w.precision()) ? w.stored.data : quant::to_host_f32(w.stored);
+  const parallel::ShardSlice* slice = slice_of(name);
+  return slice == nullptr ? whole : copy_slice(whole, *slice);
 }
 
 Tensor WeightLoader::get(const std::string& name) {
@@ -126,9 +127,9 @@ Tensor WeightLoader::concat_rows(const std::vector<std::string>& names) {
 Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) {
   MX_CHECK(!groups.empty() && !groups[0].empty());
   if (synthetic_) return synthetic_stack(groups);
-  const int64_t cols = weights_.at(groups[0][0]).shape().at(1);
+  const int64_t cols = local_shape(groups[0][0]).at(1);
   int64_t rows = 0;
-  for (const auto& n : groups[0]) rows += weights_.at(n).shape().at(0);
+  for (const auto& n : groups[0]) rows += local_shape(n).at(0);
   const int64_t G = static_cast<int64_t>(groups.size());
   Tensor dst = be_.alloc(be_.weight_dtype(), {G * rows, cols});
   int64_t r = 0;
@@ -149,7 +150,7 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
-  if (be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+  if (rank_.world() == 1 && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
     const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
     if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names);
@@ -166,6 +167,7 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
 }
 
 Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end) {
+  MX_CHECK_MSG(slice_of(name) == nullptr, name << ": a column range of a rank-sliced weight is not supported");
   if (synthetic_) {
     const Shape shape = synthetic_shape(name);
     MX_CHECK(shape.size() == 2 && 0 <= begin && begin < end && end <= shape[1]);

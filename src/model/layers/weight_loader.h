@@ -14,15 +14,20 @@
 // axis written once, where the weight is bound). A recording loader (WeightLoader::recording()) runs the
 // same load code without loading anything and returns the specs in call order: that is the weight
 // table the binder, the synthetic source and the parameter accounting use (weight_loader_declare.cpp).
+// Ranks: a loader loads for one rank (set_rank; default the single rank). Each declared weight is sliced per
+// its shard axis (parallel/shard.h, WeightSpec) as it is read: the returned tensors have the rank's local
+// shapes (weight_loader_shard.cpp). Expert partitioning (ep > 1) is not loaded yet.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/synthetic_weights.h"
 #include "model/weight_table.h"
+#include "parallel/communicator.h"
 
 namespace mxserve::model {
 
@@ -43,6 +48,15 @@ class WeightLoader {
   const std::vector<std::string>& ignored() const { return ignored_; }
   const std::vector<std::string>& ignored_prefixes() const { return ignored_prefixes_; }
 
+  // The rank this loader loads for, and the communicator of its group (nullptr: a world of one), which
+  // the model built from this loader uses at its parallel seams. Call before the first weight.
+  void set_rank(const parallel::RankLayout& rank, parallel::Communicator* comm) {
+    rank_ = rank;
+    comm_ = comm;
+  }
+  const parallel::RankLayout& rank() const { return rank_; }
+  parallel::Communicator* communicator() const { return comm_; }
+
   // ---- declaring overloads (architecture code): same as the name-based calls below ----
   Tensor get(const WeightSpec& w);
   Tensor get_f32(const WeightSpec& w);
@@ -53,6 +67,9 @@ class WeightLoader {
   };
   backend::ExpertWeights experts(const ExpertDecls& decls);
   Tensor columns(const WeightSpec& w, int64_t begin, int64_t end);
+  // The rank's rows of w [rows, cols] followed by one zero row: [rows + 1, cols] (a vocabulary-parallel
+  // embedding looks ids of other ranks up as that zero row).
+  Tensor rows_and_zero_row(const WeightSpec& w);
 
   // ---- name-based calls (the mechanics; tests and the declaring overloads use them) ----
   WeightLoader(backend::Backend& be, const BoundWeights& weights) : be_(be), weights_(weights) {}
@@ -84,9 +101,16 @@ class WeightLoader {
   backend::Backend& backend() { return be_; }
 
  private:
-  // The weight as a host float tensor of its logical shape: a view for float weights, a dequantized f32
-  // copy for quantized ones.
+  // The weight as a host float tensor of its (rank-local) shape: a view for whole float weights, a
+  // dequantized f32 copy for quantized ones, a copy of the rank's slice for sharded ones.
   Tensor host_float(const std::string& name) const;
+  // ---- rank slicing (weight_loader_shard.cpp) ----
+  // The rank's slice of a declared weight, when it holds less than the whole tensor.
+  const parallel::ShardSlice* slice_of(const std::string& name) const;
+  Shape local_shape(const std::string& name) const;  // checkpoint weights
+  static Tensor copy_slice(const Tensor& host, const parallel::ShardSlice& slice);
+  // Synthetic weights: generates the rank's slice of `name` (whole rows or whole columns) into dst.
+  void synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst);
 
   // ---- synthetic branch (weight_loader_synthetic.cpp) ----
   Shape synthetic_shape(const std::string& name) const;
@@ -112,6 +136,9 @@ class WeightLoader {
   const SyntheticSource* synthetic_ = nullptr;  // set: every tensor is generated (synthetic_* helpers)
   std::shared_ptr<Recorder> recorder_;          // set: a recording loader
   std::vector<std::string> ignored_, ignored_prefixes_;
+  parallel::RankLayout rank_;
+  parallel::Communicator* comm_ = nullptr;
+  std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
 };
 
 }  // namespace mxserve::model

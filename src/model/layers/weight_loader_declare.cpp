@@ -36,7 +36,16 @@ void WeightLoader::ignore(const std::string& name) { ignored_.push_back(name); }
 void WeightLoader::ignore_prefix(const std::string& prefix) { ignored_prefixes_.push_back(prefix); }
 
 bool WeightLoader::declare(const WeightSpec& w) {
-  if (!recorder_) return true;
+  if (!recorder_) {
+    if (rank_.world() == 1) return true;
+    // The launch sharded the whole table before loading (an uneven split was reported there): a failure
+    // here is a bug in the declaration.
+    auto slice = shard_slice_of(w, rank_);
+    MX_CHECK_MSG(slice.is_ok(), "loading " << rank_.describe() << ": " << slice.status().to_string());
+    MX_CHECK_MSG(slice->held, w.name << ": expert-parallel loading (ep > 1) is not implemented yet");
+    if (slice->dim >= 0) slices_[w.name] = *slice;
+    return true;
+  }
   auto [it, inserted] = recorder_->index.emplace(w.name, recorder_->specs.size());
   if (inserted) {
     recorder_->specs.push_back(w);

@@ -14,10 +14,17 @@ namespace mxserve::model {
 Shape WeightLoader::synthetic_shape(const std::string& name) const {
   const auto it = synthetic_->shapes.find(name);
   MX_CHECK_MSG(it != synthetic_->shapes.end(), "synthetic weights: no tensor '" << name << "' in the weight table");
-  return it->second;
+  const parallel::ShardSlice* slice = slice_of(name);
+  return slice == nullptr ? it->second : slice->local_shape;
 }
 
 void WeightLoader::synthetic_fill(const std::string& name, Tensor& dst, int64_t begin, int64_t end) {
+  if (const parallel::ShardSlice* slice = slice_of(name)) {
+    MX_CHECK_MSG(begin == 0 && end == slice->local_shape.back(),
+                 "synthetic " << name << ": a column range of a rank-sliced weight is not supported");
+    synthetic_fill_slice(name, *slice, dst);
+    return;
+  }
   kernels::SyntheticFill p = synthetic_fill_params(*synthetic_, name);
   const std::string scheme = synthetic_scheme(synthetic_->plan, name);
   const bool whole = begin == 0 && end == p.cols;
@@ -77,7 +84,7 @@ backend::ExpertWeights WeightLoader::synthetic_experts(const std::vector<std::ve
                                                        const std::vector<std::string>& down_names) {
   const Shape gate = synthetic_shape(gate_up_groups.at(0).at(0));  // [I, H]
   const int64_t E = static_cast<int64_t>(gate_up_groups.size()), I = gate.at(0), H = gate.at(1);
-  const bool packed = synthetic_->plan.experts == "mxfp4" &&
+  const bool packed = rank_.world() == 1 && synthetic_->plan.experts == "mxfp4" &&
                       be_.supports_expert_format(backend::ExpertFormat::kMxfp4) && H % 32 == 0 && I % 32 == 0;
   backend::ExpertWeights ex;
   if (!packed) {  // float experts (mxfp4 plans: the MXFP4 values dequantized on the device, exactly)

@@ -77,8 +77,8 @@ TEST(Launch, WeightTableCarriesShardAxes) {
 }
 
 TEST(Launch, ShardedTableForTwoRanks) {
-  // The declaration a multi-rank loader will slice with: tp 2 halves q/k/v rows and o_proj columns, keeps
-  // norms whole; ep 2 keeps half the experts. (A 2-rank launch itself is refused until collectives exist.)
+  // The declaration the multi-rank loader slices with: tp 2 halves q/k/v rows and o_proj columns, keeps
+  // norms whole; ep 2 keeps half the experts (a tp 2 launch runs: test_tensor_parallel).
   auto lm = launch_fixture(fixture_dirs().front(), true);
   ASSERT_NE(lm, nullptr);
   const auto& c = lm->config();
@@ -146,9 +146,11 @@ TEST(Launch, BadConfigsNameTheCulprit) {
   EXPECT_NE(launch_model(lc).status().message().find("no model"), std::string::npos);
   lc.model.path = fixture_dirs().front();
   lc.parallel.tp = 2;
+  lc.backend = "cuda";  // several ranks run on the CPU backend only (test_tensor_parallel: the CPU layouts)
   auto two = launch_model(lc);
   ASSERT_FALSE(two.is_ok());
   EXPECT_EQ(two.status().code(), StatusCode::kUnsupported);
+  lc.backend = "cpu";
   lc.parallel = {};
   lc.parallel.ep = 3;
   EXPECT_NE(launch_model(lc).status().message().find("expert-parallel"), std::string::npos);

@@ -72,6 +72,42 @@ TEST(Shard, ExpertsGoToTheirEpRank) {
   EXPECT_FALSE(shard_slice("e", {4}, ShardAxis::kExpert, RankLayout{.tp = 3, .ep = 3}, 0, 8).is_ok());
 }
 
+TEST(Shard, HeadGroupsSplitWholeHeadsOrReplicate) {
+  // k_proj of 2 KV heads x 4 rows each.
+  auto half = shard_slice("k", {8, 6}, ShardAxis::kRow, RankLayout{.tp = 2, .rank = 1}, -1, 0, ShardAxis::kNone, 2);
+  ASSERT_TRUE(half.is_ok()) << half.status().to_string();
+  EXPECT_EQ(half->begin, 4);
+  EXPECT_EQ(half->end, 8);
+  // tp 4 > 2 heads: ranks 0, 1 hold head 0; ranks 2, 3 head 1 (each whole).
+  for (int r = 0; r < 4; ++r) {
+    auto s = shard_slice("k", {8, 6}, ShardAxis::kRow, RankLayout{.tp = 4, .rank = r}, -1, 0, ShardAxis::kNone, 2);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->begin, r < 2 ? 0 : 4) << r;
+    EXPECT_EQ(s->local_shape, (Shape{4, 6}));
+  }
+  auto bad = shard_slice("k_proj", {8, 6}, ShardAxis::kRow, RankLayout{.tp = 3}, -1, 0, ShardAxis::kNone, 2);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("2 heads neither split over tp 3"), std::string::npos) << bad.status().message();
+}
+
+TEST(Shard, ExpertsAreTensorSlicedWithoutEp) {
+  // ep 1, tp 2: gate/up rows and down columns of every expert are halved; with ep 2 experts stay whole.
+  auto gate = shard_slice("g", {8, 4}, ShardAxis::kExpert, RankLayout{.tp = 2, .rank = 1}, 3, 8, ShardAxis::kRow);
+  ASSERT_TRUE(gate.is_ok());
+  EXPECT_TRUE(gate->held);
+  EXPECT_EQ(gate->dim, 0);
+  EXPECT_EQ(gate->begin, 4);
+  auto down = shard_slice("d", {4, 8}, ShardAxis::kExpert, RankLayout{.tp = 2, .rank = 0}, 3, 8, ShardAxis::kColumn);
+  ASSERT_TRUE(down.is_ok());
+  EXPECT_EQ(down->dim, 1);
+  EXPECT_EQ(down->local_shape, (Shape{4, 4}));
+  auto whole = shard_slice("g", {8, 4}, ShardAxis::kExpert, RankLayout{.tp = 2, .ep = 2, .rank = 0}, 3, 8,
+                           ShardAxis::kRow);
+  ASSERT_TRUE(whole.is_ok());
+  EXPECT_EQ(whole->dim, -1);
+  EXPECT_EQ(whole->local_shape, (Shape{8, 4}));
+}
+
 TEST(SingleRankCommunicator, CollectivesAreIdentity) {
   auto comm = make_single_rank_communicator(RankLayout{});
   ASSERT_TRUE(comm.is_ok());

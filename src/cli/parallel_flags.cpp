@@ -1,0 +1,44 @@
+#include "cli/parallel_flags.h"
+
+namespace mxserve::cli {
+namespace {
+
+// One size given under either of two names (both: they must agree). 1 when neither is given.
+Result<int> size_flag(const Args& args, const std::string& name, const std::string& alias) {
+  int value = 1;
+  bool seen = false;
+  for (const std::string& flag : {name, alias}) {
+    if (!args.has(flag)) continue;
+    MX_ASSIGN_OR_RETURN(int64_t v, args.get_int(flag, 1));
+    if (v < 1 || v > 1024) return invalid_argument(flag + " must be in [1, 1024], got " + std::to_string(v));
+    if (seen && v != value)
+      return invalid_argument(name + " " + std::to_string(value) + " and " + alias + " " + std::to_string(v) +
+                              " disagree (they are the same flag)");
+    value = static_cast<int>(v);
+    seen = true;
+  }
+  return value;
+}
+
+}  // namespace
+
+Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
+  parallel::ParallelConfig pc;
+  MX_ASSIGN_OR_RETURN(pc.tp, size_flag(args, "--tensor-parallel-size", "--tp-size"));
+  MX_ASSIGN_OR_RETURN(pc.dp, size_flag(args, "--data-parallel-size", "--dp-size"));
+  MX_ASSIGN_OR_RETURN(pc.ep, size_flag(args, "--ep-size", "--ep-size"));
+  if (args.has("--enable-expert-parallel")) {
+    if (args.has("--ep-size") && pc.ep != pc.world())
+      return invalid_argument("--enable-expert-parallel spreads the experts over all tp x dp = " +
+                              std::to_string(pc.world()) + " ranks, but --ep-size is " + std::to_string(pc.ep));
+    pc.ep = pc.world();
+    if (pc.ep == 1)
+      return invalid_argument("--enable-expert-parallel with one rank: give --tp-size or --dp-size > 1");
+  }
+  if (args.has("--enable-dp-attention"))
+    return unsupported("--enable-dp-attention: attention data parallelism is not implemented yet (docs/parallel.md)");
+  MX_RETURN_IF_ERROR(pc.validate());
+  return pc;
+}
+
+}  // namespace mxserve::cli

@@ -1,0 +1,113 @@
+#include "launch/lockstep_model.h"
+
+#include <optional>
+
+#include "core/check.h"
+
+namespace mxserve::launch {
+
+LockstepModel::LockstepModel(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
+  MX_CHECK(!ranks_.empty());
+  for (int r = 0; r < world(); ++r) workers_.emplace_back(&LockstepModel::worker_loop, this, r);
+}
+
+LockstepModel::~LockstepModel() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  job_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  mirrors_.clear();  // before the backends that hold their memory (the launch destroys those after us)
+}
+
+void LockstepModel::worker_loop(int rank) {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    job_cv_.wait(lock, [&] { return stop_ || job_generation_ != seen; });
+    if (stop_) return;
+    seen = job_generation_;
+    std::function<void(int)> job = job_;
+    lock.unlock();
+    job(rank);
+    lock.lock();
+    if (--pending_ == 0) done_cv_.notify_all();
+  }
+}
+
+std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) {
+  auto& mirror = mirrors_[&kv];
+  const kvcache::KvCacheSpec& spec = kv.spec();
+  // NOTE: keyed by address; a new caller cache at a freed one's address reuses its mirrors when the geometry
+  // matches (every slot is written before it is read, as in any fresh cache), else they are remade.
+  if (!mirror.empty() && (mirror[0]->spec().n_blocks != spec.n_blocks ||
+                          mirror[0]->spec().block_size != spec.block_size))
+    mirror.clear();
+  if (mirror.empty()) {
+    for (int r = 1; r < world(); ++r) {
+      backend::Backend* be = ranks_[r].backend;
+      mirror.push_back(std::make_unique<kvcache::KvCache>(
+          ranks_[r].model->kv_spec(spec.n_blocks, spec.block_size),
+          [be](DType dt, Shape s) { return be->alloc(dt, std::move(s)); }));
+    }
+  }
+  std::vector<kvcache::KvCache*> out = {&kv};
+  for (auto& c : mirror) out.push_back(c.get());
+  return out;
+}
+
+Result<model::ForwardOutput> LockstepModel::run_all(kvcache::KvCache& kv, const RankFn& fn) {
+  const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
+  std::vector<std::optional<Result<model::ForwardOutput>>> results(world());
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = [&](int r) {
+      Result<model::ForwardOutput> res = fn(r, *caches[r]);
+      if (!res.is_ok()) ranks_[r].comm->abort(res.status());  // the others stop at their next collective
+      results[r] = std::move(res);
+    };
+    pending_ = world();
+    ++job_generation_;
+    job_cv_.notify_all();
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+  // The root cause: a rank's own error before the echoes of the group failing on the others.
+  int failed = -1;
+  for (int r = 0; r < world(); ++r) {
+    if (results[r]->is_ok()) continue;
+    const bool echo = results[r]->status().message().find("the rank group failed") != std::string::npos;
+    if (failed < 0 || (!echo && results[failed]->status().message().find("the rank group failed") !=
+                                    std::string::npos))
+      failed = r;
+  }
+  if (failed >= 0)
+    return results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
+                                                  std::to_string(world()));
+  return std::move(*results[0]);
+}
+
+void LockstepModel::copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
+                                  kvcache::KvCache& kv) {
+  const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
+  const Tensor src_host = be.to_host(src_slots), dst_host = be.to_host(dst_slots);
+  for (int r = 0; r < world(); ++r) {
+    backend::Backend& rb = *ranks_[r].backend;
+    rb.kv_copy(rb.upload(src_host), rb.upload(dst_host), caches[r]->all_tensors());
+  }
+}
+
+Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) {
+  return run_all(kv, [&](int r, kvcache::KvCache& rkv) { return ranks_[r].model->forward(batch, rkv); });
+}
+
+Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
+                                                        kvcache::KvCache& kv) {
+  // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
+  return run_all(kv, [&](int r, kvcache::KvCache& rkv) {
+    return ranks_[r].model->forward_mtp(batch, hidden_in, rkv);
+  });
+}
+
+}  // namespace mxserve::launch

@@ -1,0 +1,71 @@
+// LockstepModel: the N rank models of one tensor-parallel world seen as one CausalLM. Each forward runs the
+// same ForwardBatch on every rank at once, one persistent worker thread per rank (the ranks meet in their
+// collectives), and returns rank 0's output -- the logits are all-gathered and the hidden states all-reduced,
+// so every rank holds the same. The engine, the sequence runner and verify-fixture drive it unchanged.
+// KV: each rank caches its own heads. The caller's KvCache (made from kv_spec on rank 0's backend) is rank
+// 0's; the model keeps a matching cache per other rank, on that rank's backend, keyed by the caller's cache.
+// Failure: a rank whose forward fails aborts the group (parallel::Communicator::abort), so the others stop
+// at their next collective instead of waiting; the forward returns the failing rank's error, and the group
+// stays failed (every later forward fails at once): the process must stop, as after any rank failure.
+// NOTE: CPU only (hidden_in for forward_mtp and the logits are host tensors every rank can read).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/causal_lm.h"
+#include "parallel/communicator.h"
+
+namespace mxserve::launch {
+
+class LockstepModel final : public model::CausalLM {
+ public:
+  struct Rank {
+    backend::Backend* backend;
+    model::CausalLM* model;
+    parallel::Communicator* comm;
+  };
+  // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
+  explicit LockstepModel(std::vector<Rank> ranks);
+  ~LockstepModel() override;
+
+  const model::ModelConfig& config() const override { return ranks_[0].model->config(); }
+  kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
+    return ranks_[0].model->kv_spec(n_blocks, block_size);
+  }
+  bool has_mtp() const override { return ranks_[0].model->has_mtp(); }
+  Result<model::ForwardOutput> forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) override;
+  Result<model::ForwardOutput> forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
+                                           kvcache::KvCache& kv) override;
+  // The copy in rank 0's cache `kv` and in every mirror of it.
+  void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
+                     kvcache::KvCache& kv) override;
+  int world() const { return static_cast<int>(ranks_.size()); }
+
+ private:
+  using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;
+  // Runs fn on every rank's thread against that rank's cache for `kv`; rank 0's output or the root error.
+  Result<model::ForwardOutput> run_all(kvcache::KvCache& kv, const RankFn& fn);
+  // The caches of ranks 1..N-1 that mirror the caller's cache `kv` (made on first use).
+  std::vector<kvcache::KvCache*> rank_caches(kvcache::KvCache& kv);
+  void worker_loop(int rank);
+
+  std::vector<Rank> ranks_;
+  std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
+
+  std::mutex mutex_;
+  std::condition_variable job_cv_, done_cv_;
+  std::function<void(int)> job_;  // the job of the current generation
+  uint64_t job_generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace mxserve::launch

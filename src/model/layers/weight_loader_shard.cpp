@@ -1,0 +1,74 @@
+// WeightLoader's rank slicing (weight_loader.h): a declared weight this rank holds part of (its ShardSlice,
+// recorded by declare()) is read as that part only -- a host copy of the slice for checkpoint weights, the
+// same generator window for synthetic ones (so every rank's slice holds the values of the one-rank model).
+// Invariant: a sliced weight has the rank-local shape everywhere in the loader (shapes, stacks, fills).
+#include <cstring>
+
+#include "core/check.h"
+#include "model/layers/weight_loader.h"
+#include "model/synthetic_weights.h"
+
+namespace mxserve::model {
+
+const parallel::ShardSlice* WeightLoader::slice_of(const std::string& name) const {
+  const auto it = slices_.find(name);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
+Shape WeightLoader::local_shape(const std::string& name) const {
+  const parallel::ShardSlice* slice = slice_of(name);
+  return slice == nullptr ? weights_.at(name).shape() : slice->local_shape;
+}
+
+// Dims [begin, end) along slice.dim of a contiguous host tensor, as a new contiguous host tensor.
+Tensor WeightLoader::copy_slice(const Tensor& host, const parallel::ShardSlice& slice) {
+  MX_CHECK(host.is_contiguous() && slice.dim >= 0 && slice.dim < host.ndim());
+  const int64_t esize = dtype_bits(host.dtype()) / 8;
+  // outer x [n along dim] x inner: copy the [begin, end) window of every outer row.
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < slice.dim; ++d) outer *= host.dim(d);
+  for (int d = slice.dim + 1; d < host.ndim(); ++d) inner *= host.dim(d);
+  const int64_t n = host.dim(slice.dim), width = slice.end - slice.begin;
+  MX_CHECK(0 <= slice.begin && slice.begin < slice.end && slice.end <= n);
+  Tensor out = Tensor::empty(host.dtype(), slice.local_shape);
+  MX_CHECK_EQ(out.numel(), outer * width * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(static_cast<char*>(out.raw()) + o * width * inner * esize,
+                static_cast<const char*>(host.raw()) + (o * n + slice.begin) * inner * esize, width * inner * esize);
+  return out;
+}
+
+Tensor WeightLoader::rows_and_zero_row(const WeightSpec& w) {
+  if (!declare(w)) return Tensor();
+  const Shape shape = synthetic_ ? synthetic_shape(w.name) : local_shape(w.name);
+  MX_CHECK_MSG(shape.size() == 2, w.name << ": rows_and_zero_row needs a 2-D weight");
+  Tensor dst = be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]});
+  Tensor rows = dst.slice_rows(0, shape[0]);
+  if (synthetic_) {
+    synthetic_fill(w.name, rows, 0, shape[1]);
+  } else {
+    be_.copy_weight(host_float(w.name), rows);
+  }
+  Tensor zero_row = dst.slice_rows(shape[0], shape[0] + 1);
+  be_.copy_weight(Tensor::zeros(DType::kF32, {1, shape[1]}), zero_row);
+  return dst;
+}
+
+void WeightLoader::synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst) {
+  const std::string scheme = synthetic_scheme(synthetic_->plan, name);
+  MX_CHECK_MSG(scheme == "bf16", "synthetic " << name << ": rank slices of " << scheme
+                                              << " weights are not supported yet (use --quantization bf16 with tp > 1)");
+  kernels::SyntheticFill p = synthetic_fill_params(*synthetic_, name);  // the logical [rows, src_cols]
+  const bool rows_slice = slice.dim == 0 && slice.local_shape.size() == 2;
+  if (rows_slice) {  // rows [begin, end), whole: logical element (begin + r) * src_cols + c
+    p.col_offset = slice.begin * p.src_cols;
+    p.rows = slice.end - slice.begin;
+  } else {  // columns [begin, end) of every row (a 1-D tensor is one row)
+    p.col_offset = slice.begin;
+    p.cols = slice.end - slice.begin;
+  }
+  MX_CHECK_MSG(dst.numel() == p.rows * p.cols, "synthetic " << name << ": slice into " << dst.describe());
+  be_.fill_synthetic(p, dst, nullptr);
+}
+
+}  // namespace mxserve::model
