@@ -257,12 +257,25 @@ json tiny_config(int64_t index_topk) {
               {"num_nextn_predict_layers", 1}, {"tie_word_embeddings", false}, {"dtype", "float32"}};
 }
 
+// Every directory the tests write, removed when the test program ends.
+std::vector<fs::path>& temp_dirs() {
+  static std::vector<fs::path> dirs;
+  return dirs;
+}
+struct RemoveTempDirs : ::testing::Environment {
+  void TearDown() override {
+    for (const auto& d : temp_dirs()) fs::remove_all(d);
+  }
+};
+const auto* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
 // Writes config.json + model.safetensors (every declared weight, random, f32) into a fresh directory;
 // `drop` names a tensor to leave out.
 fs::path write_checkpoint(const std::string& tag, const json& cfg_json, const std::string& drop = "") {
   const fs::path dir = fs::temp_directory_path() / ("mxserve_glm_moe_dsa_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  temp_dirs().push_back(dir);
   std::ofstream(dir / "config.json") << cfg_json.dump(2);
   auto cfg = load_model_config(dir.string());
   EXPECT_TRUE(cfg.is_ok()) << cfg.status().to_string();
@@ -461,6 +474,7 @@ TEST(GlmMoeDsaModel, Glm52GeometryShrunkLoadsAndRuns) {
   j["first_k_dense_replace"] = 1;
   const fs::path dir = fs::temp_directory_path() / ("mxserve_glm52_shrunk_" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  temp_dirs().push_back(dir);
   std::ofstream(dir / "config.json") << j.dump();
   auto be = backend::make_cpu_backend();
   LoadOptions o;
