@@ -9,8 +9,9 @@ Same recipe as tools/make_glm4_moe_fixture.py, plus what DSA needs:
   1. a tiny GlmMoeDsaForCausalLM with index_topk SMALLER than the longer prompts (so the sparse selection
      matters), a mix of "full" and "shared" indexer layers, dense first layer(s), and an MTP layer at index L
      built from transformers' own GlmMoeDsaDecoderLayer (its own full indexer, a sparse MoE);
-  2. saved in bf16, RELOADED in fp32 for the reference; routed experts rewritten as per-expert keys
-     (mlp.experts.{e}.{gate,up,down}_proj.weight) if save_pretrained wrote fused ones;
+  2. saved in bf16; routed experts rewritten as per-expert keys (mlp.experts.{e}.{gate,up,down}_proj.weight) if
+     save_pretrained wrote fused ones; the reference is a fresh fp32 model loaded by hand from exactly the saved
+     tensors (from_pretrained is run as a cross-check of the same logits);
   3. prompts resampled until every routing decision, every indexer top-k boundary (score gap between the
      k-th and (k+1)-th causal key, every full layer and the MTP layer), and every greedy argmax has a
      margin > 2e-3, so fp32 rounding cannot flip a decision;
@@ -258,6 +259,51 @@ def normalise_saved_experts(tensors, cfg):
     return {k: v.contiguous() for k, v in out.items()}
 
 
+def reference_model(cfg, tensors):
+    """A fresh fp32 GlmMoeDsaForCausalLM holding exactly the checkpoint's (bf16-rounded) tensors. Built by hand
+    (per-expert keys stacked into the fused in-memory experts) so the reference never depends on how
+    from_pretrained maps expert names; every parameter and persistent buffer must come from the checkpoint."""
+    ref = GlmMoeDsaForCausalLM(cfg).float().eval()
+    if hasattr(ref.config, "_experts_implementation"):
+        ref.config._experts_implementation = "eager"
+    E = cfg.n_routed_experts
+    new = {}
+    for k, v in ref.state_dict().items():
+        if k in tensors:
+            src = tensors[k]
+        elif k.endswith("mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            src = torch.stack([torch.cat([tensors[f"{base}{e}.gate_proj.weight"], tensors[f"{base}{e}.up_proj.weight"]])
+                               for e in range(E)])
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            src = torch.stack([tensors[f"{base}{e}.down_proj.weight"] for e in range(E)])
+        elif k == "lm_head.weight" and cfg.tie_word_embeddings:
+            src = tensors["model.embed_tokens.weight"]
+        else:
+            sys.exit(f"reference model tensor {k} is not in the checkpoint")
+        assert tuple(src.shape) == tuple(v.shape), f"{k}: checkpoint {tuple(src.shape)} vs model {tuple(v.shape)}"
+        new[k] = src.float()
+    ref.load_state_dict(new, strict=True)
+    return ref
+
+
+def cross_check_from_pretrained(ref, out_dir, cfg):
+    """transformers' own loader on the written checkpoint must give the same logits (a warning if it cannot)."""
+    try:
+        hf_ref = GlmMoeDsaForCausalLM.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager").eval()
+        if hasattr(hf_ref.config, "_experts_implementation"):
+            hf_ref.config._experts_implementation = "eager"
+        ids = torch.arange(24)[None] % cfg.vocab_size
+        with torch.no_grad():
+            a = ref(ids, use_cache=False).logits
+            b = hf_ref(ids, use_cache=False).logits
+        d = ((a - b).norm() / a.norm()).item()
+        print(f"from_pretrained cross-check: rel diff {d:.2e}" + ("" if d < 1e-6 else "  <-- WARNING: differs"))
+    except Exception as e:  # noqa: BLE001 - a diagnostic, not the reference
+        print(f"WARNING: from_pretrained cross-check failed: {e!r}")
+
+
 def causal_mask(T):
     m = torch.full((T, T), torch.finfo(torch.float32).min)
     return torch.triu(m, diagonal=1)[None, None]
@@ -319,13 +365,8 @@ def main():
         if ".layers.0." in k or f".layers.{cfg.num_hidden_layers}." in k:
             print(f"  {k} {tuple(tensors[k].shape)} {tensors[k].dtype}")
 
-    ref = GlmMoeDsaForCausalLM.from_pretrained(args.out, dtype=torch.float32, attn_implementation="eager").eval()
-    if hasattr(ref.config, "_experts_implementation"):
-        ref.config._experts_implementation = "eager"
-    with torch.no_grad():  # the reloaded model must hold exactly the saved (bf16-rounded) weights
-        for n, p in ref.named_parameters():
-            if n in tensors:
-                assert torch.equal(p.float(), tensors[n].float()), f"reloaded tensor {n} differs from the checkpoint"
+    ref = reference_model(cfg, tensors)
+    cross_check_from_pretrained(ref, args.out, cfg)
     L = cfg.num_hidden_layers
     probe = Probe(cfg.index_topk)
     gates = [l.mlp.gate for l in ref.model.layers if hasattr(l.mlp, "gate")] + [mods["layer"].mlp.gate]
