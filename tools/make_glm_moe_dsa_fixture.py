@@ -171,10 +171,12 @@ class Probe:
                 sel[s, :n] = torch.arange(n)
                 continue
             vals, idx = sc[s, :n].sort(descending=True)
-            worst = min(worst, (vals[k - 1] - vals[k]).item())
+            gap = (vals[k - 1] - vals[k]).item()
+            worst = min(worst, gap)
             sel[s] = idx[:k].sort().values
             got = output[0, s].long().sort().values
-            assert torch.equal(got, sel[s]), f"recomputed top-k differs from the module's at row {s}"
+            # Near a tie either choice is legitimate (and the prompt is rejected by the margin check).
+            assert gap <= 1e-5 or torch.equal(got, sel[s]), f"recomputed top-k differs from the module's at row {s}"
         self.index_margins.append(worst)
         self.index_sets.append((module, sel))
 
