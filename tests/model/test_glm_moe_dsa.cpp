@@ -95,6 +95,7 @@ TEST(GlmMoeDsaConfig, BadInputIsNamed) {
       {"unknown mlp type", [](json& j) { j["mlp_layer_types"][4] = "moe"; },
        "field 'mlp_layer_types'[4]: 'moe' is not 'dense' or 'sparse'"},
       {"index head < rope", [](json& j) { j["index_head_dim"] = 32; }, "index_head_dim 32 is smaller than"},
+      {"kv heads", [](json& j) { j["num_key_value_heads"] = 8; }, "num_key_value_heads 8 differs from"},
   };
   for (const auto& c : cases) {
     json j = glm52();

@@ -141,6 +141,10 @@ Status parse_glm_moe_dsa_config(const nlohmann::json& json, ModelConfig& c) {
   MX_ASSIGN_OR_RETURN(d.index_head_dim, positive(f, "index_head_dim"));
   MX_ASSIGN_OR_RETURN(d.index_n_heads, positive(f, "index_n_heads"));
   MX_ASSIGN_OR_RETURN(d.index_share_for_mtp_iteration, f.get_bool("index_share_for_mtp_iteration", false));
+  if (c.n_kv_heads != c.n_heads)
+    return invalid_argument(s + ": num_key_value_heads " + std::to_string(c.n_kv_heads) + " differs from " +
+                            "num_attention_heads " + std::to_string(c.n_heads) +
+                            " (MLA expands one latent into every head; transformers requires them equal)");
   if (d.qk_rope_dim % 2 != 0) return f.error("qk_rope_head_dim", "an even number (RoPE rotates pairs)");
   if (d.index_head_dim < d.qk_rope_dim)
     return invalid_argument(s + ": index_head_dim " + std::to_string(d.index_head_dim) +
@@ -161,6 +165,9 @@ Status parse_glm_moe_dsa_config(const nlohmann::json& json, ModelConfig& c) {
   }
   MX_RETURN_IF_ERROR(parse_indexer_types(json, f, c.n_layers, d));
   MX_RETURN_IF_ERROR(parse_mlp_layer_types(f, c));
+  // The common fields as MLA means them (describe_config, accounting): q/k head = nope + rope, RoPE on rope.
+  c.head_dim = d.qk_head_dim();
+  c.rotary_dim = d.qk_rope_dim;
   c.extension = d;
   return Status::ok();
 }
