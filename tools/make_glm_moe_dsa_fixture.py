@@ -31,7 +31,11 @@ import transformers
 from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as hf
 
-MARGIN = 2e-3
+# Decision margins (router top-k / group boundaries, indexer top-k boundaries, greedy argmax) must exceed this:
+# 200x the fp32 CPU-vs-transformers logit error (~1e-6), so fp32 rounding cannot flip a decision. (2e-3, the
+# glm4_moe value, left no 48-token prompt in 4000 tries with 4 router layers + 3 indexers per row.)
+MARGIN = 2e-4
+MAX_ATTEMPTS = 150
 
 COMMON = dict(rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, max_position_embeddings=512,
               rms_norm_eps=1e-5, attention_bias=False, hidden_act="silu", num_nextn_predict_layers=1,
@@ -58,7 +62,7 @@ VARIANTS = {
               n_routed_experts=8, num_experts_per_tok=3, n_group=1, topk_group=1, n_shared_experts=2,
               norm_topk_prob=False, routed_scaling_factor=1.0, tie_word_embeddings=True),
 }
-CASE_LENGTHS = [1, 5, 17, 48]
+CASE_LENGTHS = [1, 5, 12, 20]  # index_topk (6 / 4) < 12 and 20: the sparse selection matters
 GREEDY_TOKENS = 8
 
 
@@ -387,14 +391,14 @@ def main():
     rng = torch.Generator().manual_seed(args.seed + 1)
     out = {}
     for i, T in enumerate(CASE_LENGTHS):
-        for attempt in range(4000):
+        best = None  # (worst margin, ids, seq, routing, index, greedy) of the best prompt seen
+        for attempt in range(MAX_ATTEMPTS):
             ids = torch.randint(0, cfg.vocab_size, (T,), generator=rng)
             probe.clear()
             with torch.no_grad():
                 ref.model(ids[None], use_cache=False)
-            if min(routing_margin(lg_, b, cfg) for lg_, b in probe.routers) <= MARGIN:
-                continue
-            if min(probe.index_margins) <= MARGIN:
+            cheap = min(min(routing_margin(lg_, b, cfg) for lg_, b in probe.routers), min(probe.index_margins))
+            if best is not None and cheap <= best[0]:
                 continue
             with torch.no_grad():
                 seq = ids.clone()
@@ -405,14 +409,20 @@ def main():
                 full = fwd(seq)
                 h_post = hidden(seq)
                 mtp = run_mtp(ref, mods, seq, h_post)
-            margins = [routing_margin(lg_, b, cfg) for lg_, b in probe.routers]
+            rm = min(routing_margin(lg_, b, cfg) for lg_, b in probe.routers)
             am = argmax_margin(full.logits[0, T - 1:])
             mm = argmax_margin(mtp) if mtp.shape[0] else float("inf")
             im = min(probe.index_margins)
-            if min(margins) > MARGIN and am > MARGIN and mm > MARGIN and im > MARGIN:
+            worst = min(rm, am, mm, im)
+            if best is None or worst > best[0]:
+                best = (worst, ids, seq, rm, im, am)
+            if worst > MARGIN:
                 break
-        else:
-            sys.exit(f"case {i}: no prompt of length {T} with routing/index margins > {MARGIN} in 4000 tries")
+        worst, ids, seq, rm, im, am = best
+        if worst <= MARGIN:
+            sys.exit(f"case {i}: no prompt of length {T} with decision margins > {MARGIN} in {MAX_ATTEMPTS} tries "
+                     f"(best {worst:.2e})")
+        margins = [rm]
         print(f"case {i}: T={T} attempt={attempt} routing margin={min(margins):.4f} index margin={im:.4f} "
               f"greedy margin={am:.4f}")
         with torch.no_grad():
