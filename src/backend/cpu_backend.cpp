@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/mla_dsa_ops.h"
 #ifdef MXSERVE_HAVE_CUDA
 #include "backend/cuda_backend.h"
 #endif
@@ -37,7 +38,7 @@ void expect_fp8_cache(const Tensor& k_cache, const Tensor& v_cache, const kernel
   MX_CHECK_MSG(p.v_scales != nullptr, op << ": FP8 KV cache with k_scales but no v_scales");
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public MlaDsaOps {
  public:
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::cpu(); }
@@ -226,6 +227,56 @@ class CpuBackend final : public Backend {
     MX_CHECK_MSG((dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16) && dst.numel() == p.rows * p.cols,
                  "cpu fill_synthetic: dst " << dst.describe() << " for [" << p.rows << ", " << p.cols << "]");
     kernels::cpu::synthetic_fill(p, dst.raw(), dst.dtype() == DType::kBF16, nullptr);
+  }
+
+  // ---- MlaDsaOps (backend/mla_dsa_ops.h; kernels/cpu/mla_dsa.cpp) ----
+  void layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& out) override {
+    const int64_t cols = x.dim(x.ndim() - 1);
+    MX_CHECK_MSG(w.numel() == cols && b.numel() == cols && out.numel() == x.numel(),
+                 "cpu layernorm: x " << x.describe() << ", w " << w.describe() << ", b " << b.describe());
+    k::layernorm_f32(f32(x), f32(w), f32(b), f32(out), x.numel() / cols, cols, eps);
+  }
+  void rope_interleaved(Tensor& x, const Tensor& positions, const kernels::InterleavedRopeParams& p) override {
+    MX_CHECK_MSG(x.numel() == positions.numel() * p.n_heads * p.head_stride && p.rotary_dim % 2 == 0 &&
+                     p.rot_offset + p.rotary_dim <= p.head_stride,
+                 "cpu rope_interleaved: x " << x.describe() << " for " << positions.numel() << " tokens x "
+                                            << p.n_heads << " heads x " << p.head_stride);
+    k::rope_interleaved_f32(f32(x), i32(positions), positions.numel(), p);
+  }
+  void copy_columns(const Tensor& x, int64_t begin, int64_t end, Tensor& out) override {
+    const int64_t rows = x.dim(0), cols = x.numel() / rows;
+    MX_CHECK_MSG(0 <= begin && begin <= end && end <= cols && out.numel() == rows * (end - begin),
+                 "cpu copy_columns: x " << x.describe() << " [" << begin << ", " << end << ") into " << out.describe());
+    k::copy_columns_f32(f32(x), f32(out), rows, cols, begin, end);
+  }
+  void cache_write(const Tensor& rows, const AttentionMeta& meta, Tensor& cache, int64_t col_offset) override {
+    const int64_t n = meta.slot_mapping.numel(), width = rows.numel() / std::max<int64_t>(n, 1);
+    MX_CHECK_MSG(rows.numel() == n * width && col_offset + width <= cache.dim(1),
+                 "cpu cache_write: rows " << rows.describe() << " at column " << col_offset << " of "
+                                          << cache.describe());
+    k::cache_write_f32(f32(rows), i32(meta.slot_mapping), f32(cache), n, width, cache.dim(1), col_offset);
+  }
+  void indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache, const AttentionMeta& meta,
+                    const kernels::IndexerParams& p, Tensor& topk) override {
+    const int64_t T = meta.params.n_tokens;
+    MX_CHECK_MSG(q.numel() == T * p.n_heads * p.head_dim && weights.numel() == T * p.n_heads &&
+                     key_cache.dim(1) == p.head_dim && topk.dtype() == DType::kI32 && topk.numel() == T * p.top_k,
+                 "cpu indexer_topk: q " << q.describe() << ", weights " << weights.describe() << ", keys "
+                                        << key_cache.describe() << ", topk " << topk.describe());
+    k::indexer_topk_f32(f32(q), f32(weights), f32(key_cache), i32(meta.token_seq), i32(meta.kv_index),
+                        i32(meta.block_tables), topk.data<int32_t>(), p, meta.params);
+  }
+  void mla_attention(const Tensor& q, const Tensor& latent_cache, const Tensor& kv_b, const Tensor* topk,
+                     const AttentionMeta& meta, const kernels::MlaParams& p, Tensor& out) override {
+    const int64_t T = meta.params.n_tokens;
+    MX_CHECK_MSG(q.numel() == T * p.n_heads * (p.qk_nope_dim + p.qk_rope_dim) &&
+                     latent_cache.dim(1) == p.kv_lora_rank + p.qk_rope_dim &&
+                     kv_b.numel() == static_cast<int64_t>(p.n_heads) * (p.qk_nope_dim + p.v_dim) * p.kv_lora_rank &&
+                     out.numel() == T * p.n_heads * p.v_dim && (topk == nullptr || topk->dim(0) == T),
+                 "cpu mla_attention: q " << q.describe() << ", cache " << latent_cache.describe() << ", kv_b "
+                                         << kv_b.describe() << ", out " << out.describe());
+    k::mla_attention_f32(f32(q), f32(latent_cache), f32(kv_b), topk ? i32(*topk) : nullptr, topk ? topk->dim(1) : 0,
+                         i32(meta.token_seq), i32(meta.kv_index), i32(meta.block_tables), f32(out), p, meta.params);
   }
 };
 

@@ -1,12 +1,14 @@
 #include "model/registry.h"
 
 #include "model/archs/glm4_moe.h"
+#include "model/archs/glm_moe_dsa.h"
 
 namespace mxserve::model {
 
 const std::vector<const ArchitectureDef*>& architectures() {
   static const std::vector<const ArchitectureDef*> kEntries = {
       &glm4_moe_architecture(),
+      &glm_moe_dsa_architecture(),
   };
   return kEntries;
 }

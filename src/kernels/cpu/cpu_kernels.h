@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/mla_params.h"
 #include "kernels/op_params.h"
 
 namespace mxserve::kernels::cpu {
@@ -58,5 +59,34 @@ void paged_attention_f32(const float* q, const void* k_cache, const void* v_cach
 // topk_ids / topk_weights: [T, top_k].
 void moe_router_f32(const float* logits, const float* correction_bias, int32_t* topk_ids, float* topk_weights,
                     int64_t n_tokens, const RouterParams& p);
+
+// ---- MLA + DSA (mla_dsa.cpp) ----
+
+// out[r,:] = (x[r,:] - mean) * rsqrt(var + eps) * w + b   (biased variance, rows x cols)
+void layernorm_f32(const float* x, const float* w, const float* b, float* out, int64_t rows, int64_t cols, float eps);
+
+// In place on x[n_tokens, n_heads, head_stride] (see InterleavedRopeParams).
+void rope_interleaved_f32(float* x, const int32_t* positions, int64_t n_tokens, const InterleavedRopeParams& p);
+
+// cache[slot_mapping[t], col_offset + c] = rows[t, c] for c < width; cache rows are cache_width wide.
+void cache_write_f32(const float* rows, const int32_t* slot_mapping, float* cache, int64_t n_tokens, int64_t width,
+                     int64_t cache_width, int64_t col_offset);
+
+// topk[t, :] = the selected KV indices of token t (ascending, -1 padded), [n_tokens, p.top_k].
+// q [T, n_heads, head_dim], weights [T, n_heads], key_cache [n_slots, head_dim]; ap: paging + tree masks.
+void indexer_topk_f32(const float* q, const float* weights, const float* key_cache, const int32_t* token_seq,
+                      const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
+                      const AttentionParams& ap);
+
+// Absorbed MLA attention over the latent cache: per head, q_abs = W_uk^T q_nope, score_j = (q_abs . latent_j +
+// q_rope . krope_j) * scale, o = W_uv (sum_j softmax_j latent_j). Keys are the token's visible causal keys,
+// restricted to topk[t, :] when topk is non-null ([T, topk_width], -1 padded KV indices).
+// q [T, n_heads, nope + rope], cache [n_slots, kv_lora + rope], kv_b [n_heads*(nope+v), kv_lora], out [T, n_heads, v].
+void mla_attention_f32(const float* q, const float* cache, const float* kv_b, const int32_t* topk, int64_t topk_width,
+                       const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, float* out,
+                       const MlaParams& p, const AttentionParams& ap);
+
+// out[r, c] = x[r, begin + c] for c < end - begin; x is [rows, cols].
+void copy_columns_f32(const float* x, float* out, int64_t rows, int64_t cols, int64_t begin, int64_t end);
 
 }  // namespace mxserve::kernels::cpu

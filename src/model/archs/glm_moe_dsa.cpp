@@ -1,0 +1,248 @@
+// glm_moe_dsa, as transformers 5.17 computes it (research/glm5-dsa.md):
+//   x = embed[ids]; per layer l: x += MLA_DSA_l(rmsnorm(x)); x += (dense MLP | MoE)(rmsnorm(x));
+//   logits = lm_head(rmsnorm(x)). A "full" layer runs its indexer; a "shared" layer reuses the top-k of
+//   the most recent full layer of the same forward. MTP layer L = n_layers (own full indexer, sparse MoE):
+//   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
+// KV layout per cached layer: kLatent [kv_lora_rank + qk_rope_head_dim]; full layers (and the MTP layer)
+// add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys.
+#include "model/archs/glm_moe_dsa.h"
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <variant>
+
+#include "model/archs/glm_moe_dsa_config.h"
+#include "model/layers/blocks.h"
+#include "model/layers/mla_attention.h"
+#include "model/layers/weight_decl.h"
+
+namespace mxserve::model {
+namespace {
+
+std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
+
+struct DecoderLayer {
+  Tensor input_norm, post_norm;  // [H]
+  MlaAttention attn;
+  std::variant<SwigluMlp, MoeBlock> mlp;
+};
+
+DecoderLayer load_layer(WeightLoader& wl, const ModelConfig& c, int64_t l, bool moe, bool full_indexer) {
+  const std::string p = layer_prefix(l);
+  DecoderLayer d;
+  d.input_norm = wl.get(decl::replicated(p + "input_layernorm.weight", {c.d_model}));
+  d.post_norm = wl.get(decl::replicated(p + "post_attention_layernorm.weight", {c.d_model}));
+  d.attn = MlaAttention::load(wl, p + "self_attn.", c, full_indexer);
+  if (moe) d.mlp = MoeBlock::load(wl, p + "mlp.", c);
+  else d.mlp = SwigluMlp::load(wl, p + "mlp.", c.d_model, c.dense_inter);
+  return d;
+}
+
+struct MtpLayer {
+  Tensor enorm, hnorm, shared_head_norm;  // [H]
+  Tensor eh_proj_e, eh_proj_h;            // eh_proj [H, 2H] split into its embedding / hidden halves
+  DecoderLayer block;
+};
+
+class GlmMoeDsaModel final : public CausalLM {
+ public:
+  GlmMoeDsaModel(const ModelConfig& cfg, backend::Backend& be, backend::MlaDsaOps& ops)
+      : cfg_(cfg), dsa_(glm_moe_dsa_config(cfg)), be_(be), ops_(ops) {}
+
+  Status load(WeightLoader& wl, bool include_mtp) {
+    const int64_t H = cfg_.d_model, V = cfg_.vocab_size;
+    embed_ = wl.get(decl::replicated("model.embed_tokens.weight", {V, H}));
+    final_norm_ = wl.get(decl::replicated("model.norm.weight", {H}));
+    const WeightSpec lm_head = decl::linear("lm_head.weight", V, H, parallel::ShardAxis::kNone);
+    if (cfg_.tie_word_embeddings) wl.declare_unused(lm_head);
+    lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get(lm_head);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      layers_.push_back(load_layer(wl, cfg_, l, cfg_.is_moe_layer(l), dsa_.full_indexer[l]));
+    const std::string p = layer_prefix(cfg_.n_layers);
+    if (include_mtp) {
+      wl.ignore(p + "shared_head.head.weight");  // optional copies: the target's head / embedding are used
+      wl.ignore(p + "embed_tokens.weight");
+      MtpLayer m;
+      m.enorm = wl.get(decl::replicated(p + "enorm.weight", {H}));
+      m.hnorm = wl.get(decl::replicated(p + "hnorm.weight", {H}));
+      m.shared_head_norm = wl.get(decl::replicated(p + "shared_head.norm.weight", {H}));
+      const WeightSpec eh_proj = decl::linear(p + "eh_proj.weight", H, 2 * H, parallel::ShardAxis::kNone);
+      m.eh_proj_e = wl.columns(eh_proj, 0, H);
+      m.eh_proj_h = wl.columns(eh_proj, H, 2 * H);
+      m.block = load_layer(wl, cfg_, cfg_.n_layers, /*moe=*/true, /*full_indexer=*/true);
+      mtp_ = std::move(m);
+    } else {
+      for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) wl.ignore_prefix(layer_prefix(cfg_.n_layers + i));
+    }
+    return Status::ok();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  bool has_mtp() const override { return mtp_.has_value(); }
+
+  kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
+    kvcache::KvCacheSpec s;
+    s.n_blocks = n_blocks;
+    s.block_size = block_size;
+    const DType dt = be_.activation_dtype();
+    for (int64_t l = 0; l < cfg_.n_layers + (mtp_ ? 1 : 0); ++l) {
+      kvcache::CacheLayerSpec layer;
+      layer.tensors.push_back({kvcache::CacheRole::kLatent, dsa_.cache_width(), dt});
+      if (l >= cfg_.n_layers || dsa_.full_indexer[l])
+        layer.tensors.push_back({kvcache::CacheRole::kIndexerKey, dsa_.index_head_dim, dt});
+      s.layers.push_back(std::move(layer));
+    }
+    return s;
+  }
+
+  Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    const int64_t T = batch.n_tokens();
+    auto [ids, positions, meta] = upload_batch(batch, kv);
+    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    be_.embedding(embed_, ids, x);
+    Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});  // written by full layers, read by shared ones
+    for (int64_t l = 0; l < cfg_.n_layers; ++l) run_layer(layers_[l], x, positions, meta, kv, l, topk);
+    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
+    return head(batch, x);
+  }
+
+  Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
+                                    kvcache::KvCache& kv) override {
+    if (!mtp_) return unsupported("this model was loaded without an MTP layer");
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    const int64_t T = batch.n_tokens();
+    if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
+      return invalid_argument("forward_mtp: hidden_in is " + hidden_in.describe() + ", expected [" +
+                              std::to_string(T) + ", " + std::to_string(cfg_.d_model) + "]");
+    auto [ids, positions, meta] = upload_batch(batch, kv);
+    const DType act = be_.activation_dtype();
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    Tensor e = be_.alloc(act, {T, cfg_.d_model});
+    be_.embedding(embed_, ids, e);
+    be_.rmsnorm(e, mtp_->enorm, eps, e);
+    Tensor h = be_.alloc(act, {T, cfg_.d_model});
+    be_.rmsnorm(hidden_in, mtp_->hnorm, eps, h);
+    Tensor x = be_.alloc(act, {T, cfg_.d_model});
+    Tensor xh = be_.alloc(act, {T, cfg_.d_model});
+    be_.linear(e, mtp_->eh_proj_e, nullptr, x);  // eh_proj(cat(e, h)) = e @ We^T + h @ Wh^T
+    be_.linear(h, mtp_->eh_proj_h, nullptr, xh);
+    be_.add(x, xh);
+    Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});
+    run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk);
+    be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
+    return head(batch, x);
+  }
+
+ private:
+  struct Uploaded {
+    Tensor ids, positions;
+    backend::AttentionMeta meta;
+  };
+
+  Status check_batch(const ForwardBatch& batch, kvcache::KvCache& kv) const {
+    const auto& s = kv.spec();
+    const kvcache::KvCacheSpec want = kv_spec(s.n_blocks, s.block_size);
+    if (s.n_layers() < want.n_layers()) return invalid_argument("KV cache geometry does not match the model");
+    for (int64_t l = 0; l < want.n_layers(); ++l)
+      for (const auto& t : want.layers[l].tensors) {
+        const kvcache::CacheTensorSpec* have = s.layers[l].find(t.role);
+        if (have == nullptr || have->width != t.width || have->dtype != t.dtype)
+          return invalid_argument("KV cache geometry does not match the model (layer " + std::to_string(l) + ", " +
+                                  kvcache::cache_role_name(t.role) + ")");
+      }
+    return batch.validate(cfg_.vocab_size, s.n_blocks, s.block_size);
+  }
+
+  Uploaded upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
+    const int64_t T = batch.n_tokens();
+    Uploaded u;
+    u.ids = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
+    u.positions = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.positions.data()), DType::kI32, {T}));
+    kernels::AttentionParams ap;  // paging + tree rows; the MLA / indexer shapes travel in their own params
+    ap.n_heads = static_cast<int32_t>(cfg_.n_heads);
+    ap.n_kv_heads = 1;
+    ap.head_dim = static_cast<int32_t>(dsa_.cache_width());
+    ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dsa_.qk_head_dim())));
+    u.meta = build_attention_meta(batch, be_, kv.spec().block_size, ap);
+    return u;
+  }
+
+  void run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
+                 kvcache::KvCache& kv, int64_t cache_layer, Tensor& topk) {
+    const int64_t T = x.dim(0);
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    const DType act = be_.activation_dtype();
+    Tensor h = be_.alloc(act, {T, cfg_.d_model});
+    Tensor o = be_.alloc(act, {T, cfg_.d_model});
+    be_.rmsnorm(x, layer.input_norm, eps, h);
+    Tensor* index_keys =
+        layer.attn.indexer ? &kv.tensor(cache_layer, kvcache::CacheRole::kIndexerKey) : nullptr;
+    layer.attn.forward(be_, ops_, cfg_, h, positions, meta, kv.tensor(cache_layer, kvcache::CacheRole::kLatent), index_keys,
+                       topk, o);
+    be_.add(x, o);
+    be_.rmsnorm(x, layer.post_norm, eps, h);
+    if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) moe->forward(be_, cfg_, h, o);
+    else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+    be_.add(x, o);
+  }
+
+  Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed) {
+    ForwardOutput out;
+    const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+    if (R > 0) {
+      Tensor rows = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.logit_rows.data()), DType::kI32, {R}));
+      Tensor picked = be_.alloc(be_.activation_dtype(), {R, cfg_.d_model});
+      be_.gather_rows(x_normed, rows, picked);
+      out.logits = be_.alloc(DType::kF32, {R, cfg_.vocab_size});
+      be_.linear(picked, lm_head_, nullptr, out.logits);
+    }
+    if (batch.want_hidden) out.hidden = x_normed;
+    return out;
+  }
+
+  ModelConfig cfg_;
+  GlmMoeDsaConfig dsa_;
+  backend::Backend& be_;
+  backend::MlaDsaOps& ops_;  // the same backend's MLA / DSA ops
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<DecoderLayer> layers_;
+  std::optional<MtpLayer> mtp_;
+};
+
+Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
+                                                    bool include_mtp) {
+  backend::MlaDsaOps* ops = backend::mla_dsa_ops(be);
+  if (ops == nullptr)
+    return unsupported(cfg.source + ": glm_moe_dsa (MLA + DSA attention) is not implemented on the " + be.name() +
+                       " backend yet; use --backend cpu");
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  if (static_cast<int64_t>(d.full_indexer.size()) < cfg.n_layers)
+    return invalid_argument(cfg.source + ": indexer_types covers " + std::to_string(d.full_indexer.size()) +
+                            " of " + std::to_string(cfg.n_layers) + " layers");
+  auto model = std::make_unique<GlmMoeDsaModel>(cfg, be, *ops);
+  MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
+  return std::unique_ptr<CausalLM>(std::move(model));
+}
+
+}  // namespace
+
+const ArchitectureDef& glm_moe_dsa_architecture() {
+  static const ArchitectureDef d = [] {
+    ArchitectureDef a;
+    a.hf_name = "GlmMoeDsaForCausalLM";
+    a.model_type = "glm_moe_dsa";
+    a.default_partial_rotary_factor = 1.0;  // unused: MLA ropes qk_rope_head_dim dims (parse_config)
+    a.parse_config = &parse_glm_moe_dsa_config;
+    a.build = &build_glm_moe_dsa;
+    return a;
+  }();
+  return d;
+}
+
+std::vector<WeightSpec> glm_moe_dsa_weight_table(const ModelConfig& c, bool include_mtp) {
+  return record_weights(glm_moe_dsa_architecture(), c, include_mtp).table;
+}
+
+}  // namespace mxserve::model

@@ -1,0 +1,121 @@
+#include "model/layers/mla_attention.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "model/layers/weight_decl.h"
+
+namespace mxserve::model {
+namespace {
+
+constexpr float kLoraNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (transformers' default, not rms_norm_eps)
+constexpr float kIndexerNormEps = 1e-6f;
+constexpr parallel::ShardAxis kReplicated = parallel::ShardAxis::kNone;
+
+kernels::InterleavedRopeParams rope_params(const ModelConfig& cfg, int64_t n_heads, int64_t stride, int64_t offset) {
+  kernels::InterleavedRopeParams p;
+  p.n_heads = static_cast<int32_t>(n_heads);
+  p.head_stride = static_cast<int32_t>(stride);
+  p.rot_offset = static_cast<int32_t>(offset);
+  p.rotary_dim = static_cast<int32_t>(glm_moe_dsa_config(cfg).qk_rope_dim);
+  p.theta = static_cast<float>(cfg.rope_theta);
+  return p;
+}
+
+}  // namespace
+
+DsaIndexer DsaIndexer::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t H = cfg.d_model, D = d.index_head_dim;
+  DsaIndexer ix;
+  ix.wq_b = wl.get(decl::linear(p + "wq_b.weight", d.index_n_heads * D, d.q_lora_rank, kReplicated));
+  ix.wk = wl.get(decl::linear(p + "wk.weight", D, H, kReplicated));
+  ix.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {D}));
+  ix.k_bias = wl.get(decl::replicated(p + "k_norm.bias", {D}));
+  ix.weights_proj = wl.get(decl::linear(p + "weights_proj.weight", d.index_n_heads, H, kReplicated));
+  return ix;
+}
+
+void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
+                         const Tensor& q_resid,
+                         const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache,
+                         Tensor& topk) const {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t T = x.dim(0), NH = d.index_n_heads, D = d.index_head_dim;
+  const DType act = be.activation_dtype();
+  Tensor q = be.alloc(act, {T, NH * D});
+  be.linear(q_resid, wq_b, nullptr, q);
+  ops.rope_interleaved(q, positions, rope_params(cfg, NH, D, 0));
+  Tensor k = be.alloc(act, {T, D});
+  be.linear(x, wk, nullptr, k);
+  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
+  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
+  ops.cache_write(k, meta, key_cache, 0);
+  Tensor w = be.alloc(act, {T, NH});
+  be.linear(x, weights_proj, nullptr, w);
+  kernels::IndexerParams ip;
+  ip.n_heads = static_cast<int32_t>(NH);
+  ip.head_dim = static_cast<int32_t>(D);
+  ip.top_k = static_cast<int32_t>(d.index_topk);
+  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
+  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
+}
+
+MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg, bool full_indexer) {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t H = cfg.d_model, NH = cfg.n_heads;
+  MlaAttention a;
+  a.q_a = wl.get(decl::linear(p + "q_a_proj.weight", d.q_lora_rank, H, kReplicated));
+  a.q_a_norm = wl.get(decl::replicated(p + "q_a_layernorm.weight", {d.q_lora_rank}));
+  a.q_b = wl.get(decl::linear(p + "q_b_proj.weight", NH * d.qk_head_dim(), d.q_lora_rank, kReplicated));
+  a.kv_a = wl.get(decl::linear(p + "kv_a_proj_with_mqa.weight", d.cache_width(), H, kReplicated));
+  a.kv_a_norm = wl.get(decl::replicated(p + "kv_a_layernorm.weight", {d.kv_lora_rank}));
+  a.kv_b = wl.get(decl::linear(p + "kv_b_proj.weight", NH * (d.qk_nope_dim + d.v_dim), d.kv_lora_rank, kReplicated));
+  a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, NH * d.v_dim, kReplicated));
+  if (full_indexer) a.indexer = DsaIndexer::load(wl, p + "indexer.", cfg);
+  return a;
+}
+
+void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
+                           const Tensor& positions,
+                           const backend::AttentionMeta& meta, Tensor& latent_cache, Tensor* index_key_cache,
+                           Tensor& topk, Tensor& out) const {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t T = x.dim(0), NH = cfg.n_heads;
+  const DType act = be.activation_dtype();
+  Tensor q_resid = be.alloc(act, {T, d.q_lora_rank});
+  be.linear(x, q_a, nullptr, q_resid);
+  be.rmsnorm(q_resid, q_a_norm, kLoraNormEps, q_resid);
+  Tensor q = be.alloc(act, {T, NH * d.qk_head_dim()});
+  be.linear(q_resid, q_b, nullptr, q);
+  ops.rope_interleaved(q, positions, rope_params(cfg, NH, d.qk_head_dim(), d.qk_nope_dim));
+
+  Tensor kv = be.alloc(act, {T, d.cache_width()});
+  be.linear(x, kv_a, nullptr, kv);
+  Tensor latent = be.alloc(act, {T, d.kv_lora_rank});
+  ops.copy_columns(kv, 0, d.kv_lora_rank, latent);
+  be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
+  Tensor k_rope = be.alloc(act, {T, d.qk_rope_dim});
+  ops.copy_columns(kv, d.kv_lora_rank, d.cache_width(), k_rope);
+  ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
+  ops.cache_write(latent, meta, latent_cache, 0);
+  ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
+
+  if (indexer) {
+    MX_CHECK_MSG(index_key_cache != nullptr, "MLA: a full indexer layer needs its indexer-key cache");
+    indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+  }
+  kernels::MlaParams mp;
+  mp.n_heads = static_cast<int32_t>(NH);
+  mp.qk_nope_dim = static_cast<int32_t>(d.qk_nope_dim);
+  mp.qk_rope_dim = static_cast<int32_t>(d.qk_rope_dim);
+  mp.v_dim = static_cast<int32_t>(d.v_dim);
+  mp.kv_lora_rank = static_cast<int32_t>(d.kv_lora_rank);
+  mp.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.qk_head_dim())));
+  Tensor attn = be.alloc(act, {T, NH * d.v_dim});
+  ops.mla_attention(q, latent_cache, kv_b, &topk, meta, mp, attn);
+  be.linear(attn, o_proj, nullptr, out);
+}
+
+}  // namespace mxserve::model

@@ -1,0 +1,55 @@
+// Multi-head latent attention (MLA) with the DeepSeek sparse-attention (DSA) indexer, as glm_moe_dsa
+// (GLM-5.x) computes it in transformers 5.17 (research/glm5-dsa.md):
+//   q_resid = RMSNorm_1e-6(q_a(x)); q = q_b(q_resid) per head [nope | rope];
+//   kv_a(x) = [latent | k_rope]; latent = RMSNorm_1e-6(latent); per head [k_nope | v] = kv_b(latent);
+//   RoPE is GPT-J interleaved on q's rope part and on the one shared k_rope head.
+// Cache per token: [latent | roped k_rope] (kLatent) and, on "full" indexer layers, the indexer key
+// (kIndexerKey). Attention runs in the absorbed form against the cached latent (Backend::mla_attention),
+// restricted to the indexer's top-k keys (backend/mla_dsa_ops.h). Holds weights, not activations.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/mla_dsa_ops.h"
+#include "model/archs/glm_moe_dsa_config.h"
+#include "model/config.h"
+#include "model/layers/weight_loader.h"
+
+namespace mxserve::model {
+
+// The DSA indexer of a "full" layer: scores every visible causal key, keeps index_topk of them.
+struct DsaIndexer {
+  Tensor wq_b;            // [index_n_heads * index_head_dim, q_lora_rank]
+  Tensor wk;              // [index_head_dim, H]
+  Tensor k_norm, k_bias;  // LayerNorm weight / bias [index_head_dim]
+  Tensor weights_proj;    // [index_n_heads, H]
+
+  static DsaIndexer load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg);
+  // Writes the batch's indexer keys into key_cache [n_slots, index_head_dim], then topk i32 [T, index_topk].
+  void forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
+               const Tensor& q_resid,
+               const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache, Tensor& topk) const;
+};
+
+struct MlaAttention {
+  Tensor q_a;        // [q_lora_rank, H]
+  Tensor q_a_norm;   // [q_lora_rank]
+  Tensor q_b;        // [n_heads * (nope + rope), q_lora_rank]
+  Tensor kv_a;       // [kv_lora_rank + rope, H]
+  Tensor kv_a_norm;  // [kv_lora_rank]
+  Tensor kv_b;       // [n_heads * (nope + v), kv_lora_rank]
+  Tensor o_proj;     // [H, n_heads * v]
+  std::optional<DsaIndexer> indexer;  // "full" layers only
+
+  // full_indexer: the layer has its own indexer (its tensors must be in the checkpoint).
+  static MlaAttention load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg, bool full_indexer);
+  // x_norm [T,H] -> out [T,H]. Writes the batch's latent rows (and indexer keys) first. A full layer fills
+  // topk [T, index_topk]; a shared layer reads the topk its most recent full layer wrote in this batch.
+  void forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
+               const Tensor& positions, const backend::AttentionMeta& meta, Tensor& latent_cache,
+               Tensor* index_key_cache, Tensor& topk, Tensor& out) const;
+};
+
+}  // namespace mxserve::model
