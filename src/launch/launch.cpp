@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "io/checkpoint.h"
+#include "model/mtp_presence.h"
 #include "runtime/spec/self_test.h"
 
 namespace mxserve::launch {
@@ -75,6 +77,10 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
                                                                                          cfg.n_mtp_layers > 0),
                                                             rank));
   MX_LOG(kDebug) << "launch: " << rank.describe() << ", communicator " << lm->comm_->name();
+  if (config.model.require_mtp && !lo.synthetic && cfg.n_mtp_layers > 0) {  // before any weight is read
+    MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(config.model.path));
+    MX_RETURN_IF_ERROR(model::mtp_layer_present(*ckpt, *cfg.arch, cfg, true, /*require_mtp=*/true).status());
+  }
 
   if (config.log_progress)
     MX_LOG(kInfo) << "loading " << (lo.synthetic ? "synthetic weights for " : "weights from ") << config.model.path
@@ -84,6 +90,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
                                     [&] { return model::load_causal_lm(config.model.path, lm->backend(), lo); });
   if (!model.is_ok()) return model.status().with_context("loading the model " + config.model.path);
   lm->model_ = std::move(*model);
+  if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->model_->has_mtp())  // the checkpoint lacks it (warned)
+    MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), rank));
   lm->backend().synchronize();
   lm->load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (config.model.require_mtp && !lm->model_->has_mtp())

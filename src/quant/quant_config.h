@@ -6,8 +6,7 @@
 //     are MXFP4; everything else is float.
 //   fp8 (DeepSeek / GLM FP8 block): `weight_block_size` [br, bc] (absent: per-tensor scales);
 //     `modules_to_not_convert` / `ignored_layers` entries match a module exactly, as a dotted parent, or
-//     as a glob. Linear layers not listed are FP8; the router (not a Linear in HF) and the output head
-//     (lm_head, which transformers never converts) are float.
+//     as a glob. Linear layers not listed are FP8; the router (not a Linear in HF) is float.
 //   compressed-tensors (format "float-quantized", e.g. official GLM-4.x FP8): every config group targets
 //     "Linear" with 8-bit float weights, strategy channel | tensor | block; `ignore` entries are exact
 //     names, "re:" regexes or globs. Linear layers not ignored are FP8 of that strategy; router float.

@@ -2,8 +2,6 @@
 // it. A quantized weight is one logical [out, in] matrix spread over a data tensor and a scale tensor:
 //   mxfp4        X.weight u8 [out, in/2] + X.weight_scale u8|e8m0 [out, ceil(in/32)]     (AMD Quark)
 //   fp8-block    X.weight f8_e4m3 [out, in] + X.weight_scale_inv f32 [ceil(out/br), ceil(in/bc)]
-//                (br x bc from quantization_config.weight_block_size; transformers may save the grid
-//                squeezed, [1, 2] as [2]: detect reshapes it back)
 //   fp8-tensor   X.weight f8_e4m3 [out, in] + X.weight_scale f32|bf16|f16 [1] (or [])
 //   fp8-channel  X.weight f8_e4m3 [out, in] + X.weight_scale f32|bf16|f16 [out, 1] (or [out])
 //                (compressed-tensors "float-quantized", e.g. the official GLM-4.x FP8 releases)
