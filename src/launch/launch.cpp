@@ -90,8 +90,9 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
                                     [&] { return model::load_causal_lm(config.model.path, lm->backend(), lo); });
   if (!model.is_ok()) return model.status().with_context("loading the model " + config.model.path);
   lm->model_ = std::move(*model);
-  if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->model_->has_mtp())  // the checkpoint lacks it (warned)
+  if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->model_->has_mtp()) {  // the checkpoint lacks it (warned)
     MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), rank));
+  }
   lm->backend().synchronize();
   lm->load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (config.model.require_mtp && !lm->model_->has_mtp())
