@@ -123,5 +123,34 @@ TEST_F(Binder, MissingMtpLayerIsAWarningForPlainDecodingAndAnErrorForSpeculation
   EXPECT_TRUE(*some);  // the binder then reports the rest of the layer missing
 }
 
+// Routed experts stored the transformers 5.x way (mlp.experts.gate_up_proj [E, 2I, H] + down_proj [E, H, I])
+// bind like per-expert tensors, with nothing left over; a stack with the wrong expert count is named.
+TEST_F(Binder, TransformersFusedExpertStacksBindPerExpert) {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 12,
+    "moe_intermediate_size": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+    "rope_theta": 10000.0, "use_qk_norm": true, "attention_bias": true, "n_shared_experts": 2,
+    "num_nextn_predict_layers": 0})");
+  auto cfg = parse_model_config(j, "cfg.json");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  const auto table = glm4_moe_weight_table(*cfg, false);
+  auto with_stacks = [&](int64_t experts) {
+    io::NamedTensors t;
+    for (const auto& s : table)
+      if (s.name.find(".mlp.experts.") == std::string::npos) t.push_back({s.name, Tensor::zeros(DType::kBF16, s.shape)});
+    t.push_back({"model.layers.1.mlp.experts.gate_up_proj", Tensor::zeros(DType::kBF16, {experts, 8, 8})});
+    t.push_back({"model.layers.1.mlp.experts.down_proj", Tensor::zeros(DType::kBF16, {experts, 8, 4})});
+    return t;
+  };
+  Status ok = bind(with_stacks(4), table);
+  EXPECT_TRUE(ok.is_ok()) << ok.to_string();
+  Status short_stack = bind(with_stacks(3), table);
+  ASSERT_FALSE(short_stack.is_ok());
+  EXPECT_NE(short_stack.message().find("expert 3 is outside 'model.layers.1.mlp.experts.gate_up_proj' (3 experts)"),
+            std::string::npos)
+      << short_stack.message();
+}
+
 }  // namespace
 }  // namespace mxserve::model
