@@ -1,6 +1,8 @@
 #!/bin/bash
-# Issue 23 item 11: checkpoints mxserve did not write, made by transformers' own FP8 quantization and an
-# independent Quark-layout MXFP4 writer, from the committed fixtures; packed to $OUT/independent_ckpt.tar.gz.
+# Issue 23 item 11: checkpoints mxserve did not write, from the committed fixtures: transformers' own FP8
+# quantization op (<fx>_fp8_hf, MTP layer included), transformers' from_pretrained + save_pretrained
+# (<fx>_fp8_hf_saved) and an independent Quark-layout MXFP4 writer (<fx>_mxfp4_quark); packed to
+# $OUT/independent_ckpt.tar.gz (tests/data/independent_ckpt/README.md).
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"

@@ -11,6 +11,8 @@
 #include "model/archs/glm4_moe.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
+#include "io/checkpoint.h"
+#include "model/mtp_presence.h"
 #include "runtime/spec/self_test.h"
 
 namespace mxserve::launch {
@@ -144,6 +146,10 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     if (rank.rank == 0) lm->table_ = std::move(*table);
   }
   MX_LOG(kDebug) << "launch: " << world << " rank(s), communicator " << lm->comms_.front()->name();
+  if (config.model.require_mtp && !lo.synthetic && cfg.n_mtp_layers > 0) {  // before any weight is read
+    MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(config.model.path));
+    MX_RETURN_IF_ERROR(model::mtp_layer_present(*ckpt, *cfg.arch, cfg, true, /*require_mtp=*/true).status());
+  }
 
   if (config.log_progress)
     MX_LOG(kInfo) << "loading " << (lo.synthetic ? "synthetic weights for " : "weights from ") << config.model.path
@@ -180,6 +186,9 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     for (int r = 0; r < world; ++r)
       group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get()});
     lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
+  }
+  if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
+    MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), ranks.front()));
   }
   lm->load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (config.model.require_mtp && !lm->model().has_mtp())

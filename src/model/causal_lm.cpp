@@ -4,6 +4,7 @@
 #include "io/checkpoint.h"
 #include "core/check.h"
 #include "model/layers/weight_loader.h"
+#include "model/mtp_presence.h"
 #include "model/synthetic_weights.h"
 
 #include <algorithm>
@@ -74,7 +75,11 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     return model;
   }
   MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(dir));
-  MX_ASSIGN_OR_RETURN(BoundWeights w, bind_weights(*ckpt, declared.table, declared.bind));
+  // A checkpoint without the MTP layer (one warning) loads for plain decoding; launch refuses it earlier
+  // when speculation needs the layer.
+  MX_ASSIGN_OR_RETURN(const bool with_mtp, mtp_layer_present(*ckpt, arch, cfg, mtp, /*require_mtp=*/false));
+  const DeclaredWeights bound_table = with_mtp == mtp ? declared : record_weights(arch, cfg, false);
+  MX_ASSIGN_OR_RETURN(BoundWeights w, bind_weights(*ckpt, bound_table.table, bound_table.bind));
   MX_LOG(kInfo) << "loading " << describe_config(cfg) << " from " << dir << " (" << w.size() << " tensors, "
                 << ckpt->num_files() << " file(s)) onto " << be.name();
   if (cfg.quant && cfg.quant->activations_quantized) {
@@ -84,7 +89,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
   }
   WeightLoader wl(be, w);
   wl.set_rank(options.rank, options.comm);
-  MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
+  MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, with_mtp));
   MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
   return model;
 }

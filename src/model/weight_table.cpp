@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "quant/detect.h"
 #include "quant/gpt_oss.h"
+#include "quant/hf_fused_experts.h"
 
 namespace mxserve::model {
 
@@ -81,12 +82,22 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
         mismatched.push_back(slice.status().message());
         continue;
       }
-      if (!slice->has_value()) {
-        if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
-        continue;
+      if (slice->has_value()) {
+        for (const auto& n : (*slice)->consumed) expected.insert(n);
+        sw = std::move((*slice)->weight);
+      } else {  // or stacked, transformers 5.x style (quant/hf_fused_experts.h)
+        auto hf = quant::hf_fused_expert_slice(ckpt, spec.name, dopt);
+        if (!hf.is_ok()) {
+          mismatched.push_back(hf.status().message());
+          continue;
+        }
+        if (!hf->has_value()) {
+          if (!spec.optional) missing.push_back(spec.name + " (expected " + shape_to_string(spec.shape) + ")");
+          continue;
+        }
+        for (const auto& n : (*hf)->consumed) expected.insert(n);
+        sw = std::move((*hf)->weight);
       }
-      for (const auto& n : (*slice)->consumed) expected.insert(n);
-      sw = std::move((*slice)->weight);
     } else {
       for (const auto& s : quant::scale_names_for(spec.name))
         if (ckpt.find(s) != nullptr) expected.insert(s);  // consumed with the weight (or reported by detect)

@@ -1,3 +1,5 @@
+// Precision detection (detect.h). FP8 block scales are accepted as the [ceil(out/br), ceil(in/bc)] grid or
+// that grid with its size-1 dimensions dropped (how transformers' FineGrainedFP8 saves per-expert scales).
 #include "quant/detect.h"
 
 #include "quant/host_float.h"
@@ -14,6 +16,14 @@ std::string base_of(const std::string& name) {
 }
 
 std::string desc(const io::TensorInfo& t) { return std::string(dtype_name(t.dtype)) + " " + shape_to_string(t.shape); }
+
+// The shape without its size-1 dimensions (torch's squeeze()).
+Shape squeeze(const Shape& shape) {
+  Shape out;
+  for (int64_t d : shape)
+    if (d != 1) out.push_back(d);
+  return out;
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -87,13 +97,16 @@ Result<StoredWeight> detect_weight(const io::Checkpoint& ckpt, const std::string
       const io::TensorInfo& s = *inv_scale->info;
       const int64_t br = opts.fp8_block_rows, bc = opts.fp8_block_cols;
       const Shape want = {(out + br - 1) / br, (in + bc - 1) / bc};
-      if (s.dtype != DType::kF32 || s.shape != want)
+      // transformers' FineGrainedFP8 writes per-expert grids squeezed ([1, 2] as [2]); same element order.
+      const bool squeezed = s.shape != want && s.shape == squeeze(want);
+      if (s.dtype != DType::kF32 || (s.shape != want && !squeezed))
         return invalid_argument("tensor '" + s.name + "' (block scale of FP8 weight '" + name + "' " + desc(info) +
                                 ") is " + desc(s) + ", expected f32 " + shape_to_string(want) + " (blocks of " +
-                                std::to_string(br) + "x" + std::to_string(bc) + ")");
+                                std::to_string(br) + "x" + std::to_string(bc) +
+                                " from quantization_config.weight_block_size, partial edge blocks included)");
       w.precision = Precision::kFp8Block;
       w.scale_name = s.name;
-      w.scale = ckpt.view(*inv_scale);
+      w.scale = ckpt.view(*inv_scale).reshape(want);
       w.block_rows = br;
       w.block_cols = bc;
       return w;

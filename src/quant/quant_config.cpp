@@ -69,6 +69,12 @@ Status parse_fp8(const nlohmann::json& qc, QuantizationConfig& c) {
   const std::string& src = c.source;
   if (qc.contains("fmt") && qc["fmt"] != "e4m3")
     return unsupported(src + ": quantization_config.fmt: mxserve loads fp8 e4m3 weights only, found " + qc["fmt"].dump());
+  if (qc.contains("modules_to_convert") && !qc["modules_to_convert"].is_null())
+    return unsupported(src + ": quantization_config.modules_to_convert restricts FP8 to listed modules, which " +
+                       "mxserve does not read (found " + qc["modules_to_convert"].dump() + "; null converts every Linear)");
+  if (qc.contains("scale_fmt") && !qc["scale_fmt"].is_null() && qc["scale_fmt"] != "float")
+    return unsupported(src + ": quantization_config.scale_fmt: mxserve reads f32 weight_scale_inv (\"float\") " +
+                       "only, found " + qc["scale_fmt"].dump());
   if (qc.contains("weight_block_size") && !qc["weight_block_size"].is_null()) {
     const auto& b = qc["weight_block_size"];
     if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0] <= 0 ||
@@ -212,6 +218,13 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
   }
   if ((method == QuantMethod::kFp8 || method == QuantMethod::kCompressedTensors) && role == WeightRole::kRouter) {
     x.reason = std::string("the router is not a Linear layer for quant_method ") + quant_method_name(method);
+    return x;
+  }
+  // transformers' FineGrainedFP8 always adds the output head to modules_to_not_convert (DeepSeek-V3 / GLM FP8
+  // releases keep it in bf16 without listing it either).
+  if (method == QuantMethod::kFp8 && (module == "lm_head" || module.size() >= 17 &&
+                                      module.compare(module.size() - 17, 17, ".shared_head.head") == 0)) {
+    x.reason = "the output head, which quant_method fp8 never converts (transformers keeps it unquantized)";
     return x;
   }
   if (method == QuantMethod::kGptOssMxfp4 && module.find(".experts.") == std::string::npos) {

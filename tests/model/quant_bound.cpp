@@ -79,6 +79,33 @@ std::vector<float> fp8_block_error_bound(const std::vector<float>& w, int64_t ro
   return e;
 }
 
+float nearest_e4m3(float x) {
+  if (std::isnan(x)) return x;
+  float best = 0;
+  int best_code = 0;
+  for (int code = 0; code < 256; ++code) {
+    const float v = decode_e4m3(static_cast<uint8_t>(code));
+    if (std::isnan(v)) continue;
+    const float d = std::fabs(v - x), bd = std::fabs(best - x);
+    if (d < bd || (d == bd && (code & 1) == 0 && (best_code & 1) == 1)) best = v, best_code = code;
+  }
+  return best;  // beyond +-448 the nearest is +-448: saturation
+}
+
+std::vector<float> e4m3_cast(const std::vector<float>& w) {
+  std::vector<float> c(w.size());
+  for (size_t i = 0; i < w.size(); ++i) c[i] = nearest_e4m3(w[i]);
+  return c;
+}
+
+std::vector<float> fp8_block_after_cast_error_bound(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t br,
+                                                    int64_t bc) {
+  const std::vector<float> c = e4m3_cast(w);
+  std::vector<float> e = fp8_block_error_bound(c, rows, cols, br, bc);
+  for (size_t i = 0; i < e.size(); ++i) e[i] += std::fabs(w[i] - c[i]);
+  return e;
+}
+
 std::vector<float> to_f32(const Tensor& t) {
   std::vector<float> out(t.numel());
   if (t.dtype() == DType::kF32) {
@@ -195,7 +222,7 @@ Result<std::vector<Tensor>> case_logits(const std::string& dir, const std::strin
 }
 
 Result<LogitError> envelope(const std::string& fixture_dir, const std::string& scratch_dir, const BoundFn& bound,
-                            bool with_mtp, int draws, size_t max_cases) {
+                            bool with_mtp, int draws, size_t max_cases, const BoundFn& center) {
   LogitError worst;
   for (int d = 0; d < draws; ++d) {
     std::mt19937 rng(1000 + d);
@@ -205,9 +232,11 @@ Result<LogitError> envelope(const std::string& fixture_dir, const std::string& s
           // Draw 0 shrinks every weight toward zero by its bound, draw 1 grows it (errors correlated with the
           // weights, as when a block's small values round to zero together), later draws pick random signs.
           std::vector<float> e = bound(name, w, rows, cols);
+          std::vector<float> from = center && !e.empty() ? center(name, w, rows, cols) : std::vector<float>{};
+          if (from.empty()) from = w;
           for (size_t i = 0; i < e.size(); ++i) {
             const bool toward_zero = d == 0 ? true : d == 1 ? false : (rng() & 1);
-            e[i] = w[i] + ((w[i] >= 0) == toward_zero ? -e[i] : e[i]);
+            e[i] = from[i] + ((from[i] >= 0) == toward_zero ? -e[i] : e[i]);
           }
           return e;
         }));

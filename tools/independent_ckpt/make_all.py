@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Makes every checkpoint tests/model/test_independent_ckpt.cpp loads, for each committed fixture:
-<out>/<fixture>_fp8_hf (transformers' FineGrainedFP8Config) and <out>/<fixture>_mxfp4_quark (an independent
-numpy writer of AMD Quark's MXFP4 layout). Run on a machine with a CUDA GPU, torch and transformers 5.x; copy
-<out> to tests/data/independent_ckpt/ (the outputs are small: the fixtures are tiny).
+<out>/<fixture>_fp8_hf (transformers' Fp8Quantize op on every Linear, MTP layer included),
+<out>/<fixture>_fp8_hf_saved (transformers' from_pretrained(FineGrainedFP8Config) + save_pretrained) and
+<out>/<fixture>_mxfp4_quark (an independent numpy writer of AMD Quark's MXFP4 layout). Run on a machine with a
+CUDA GPU, torch and transformers 5.x; copy <out> to tests/data/independent_ckpt/ (the outputs are small: the
+fixtures are tiny).
 
     python3 tools/independent_ckpt/make_all.py --fixtures tests/fixtures --out $OUT/independent_ckpt
 """
@@ -35,7 +37,8 @@ if __name__ == "__main__":
         src = os.path.join(a.fixtures, fx)
         if not os.path.exists(os.path.join(src, "model.safetensors")):
             continue
-        for kind, fn in (("mxfp4_quark", mxfp4_quark.write), ("fp8_hf", fp8_hf.write)):
+        for kind, fn in (("mxfp4_quark", mxfp4_quark.write), ("fp8_hf", fp8_hf.write),
+                         ("fp8_hf_saved", fp8_hf.write_saved)):
             dst = os.path.join(a.out, f"{fx}_{kind}")
             try:
                 print(f"{dst}: {fn(src, dst)}", flush=True)

@@ -6,6 +6,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
 #include "model/archs/glm4_moe.h"
+#include "model/mtp_presence.h"
 #include "model/weight_table.h"
 
 namespace mxserve::model {
@@ -81,6 +82,74 @@ TEST_F(Binder, Glm4MoeTableCoversMtpAndTying) {
   EXPECT_EQ(find(with_mtp, "model.layers.1.self_attn.q_norm.weight")->shape, (Shape{4}));
   auto opts = glm4_moe_bind_options(*cfg, false);
   EXPECT_EQ(opts.ignored_prefixes, (std::vector<std::string>{"model.layers.2."}));
+}
+
+// A checkpoint without the MTP layer its config declares (what transformers' save_pretrained writes): plain
+// decoding loads without it, MTP speculation is an error naming the missing tensors; a partial layer is
+// left to the binder (which names each missing tensor).
+TEST_F(Binder, MissingMtpLayerIsAWarningForPlainDecodingAndAnErrorForSpeculation) {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 12,
+    "moe_intermediate_size": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+    "rope_theta": 10000.0, "use_qk_norm": true, "attention_bias": true, "n_shared_experts": 2,
+    "num_nextn_predict_layers": 1})");
+  auto cfg = parse_model_config(j, "cfg.json");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  io::NamedTensors plain;
+  for (const auto& s : glm4_moe_weight_table(*cfg, false)) plain.push_back({s.name, Tensor::zeros(DType::kBF16, s.shape)});
+  auto present = [&](const io::NamedTensors& tensors, bool want, bool require) -> Result<bool> {
+    EXPECT_TRUE(io::write_safetensors(path_, tensors).is_ok());
+    auto ck = io::Checkpoint::open(path_);
+    EXPECT_TRUE(ck.is_ok());
+    return mtp_layer_present(**ck, *cfg->arch, *cfg, want, require);
+  };
+  auto plain_decoding = present(plain, true, false);
+  ASSERT_TRUE(plain_decoding.is_ok()) << plain_decoding.status().to_string();
+  EXPECT_FALSE(*plain_decoding);
+  auto speculation = present(plain, true, true);
+  ASSERT_FALSE(speculation.is_ok());
+  for (const char* needle : {"num_nextn_predict_layers", "model.layers.2.*", "model.layers.2.enorm.weight",
+                             "MTP speculative decoding"})
+    EXPECT_NE(speculation.status().message().find(needle), std::string::npos) << speculation.status().message();
+  auto not_asked = present(plain, false, false);
+  ASSERT_TRUE(not_asked.is_ok());
+  EXPECT_FALSE(*not_asked);
+
+  io::NamedTensors partial = plain;
+  partial.push_back({"model.layers.2.enorm.weight", Tensor::zeros(DType::kBF16, {8})});
+  auto some = present(partial, true, true);
+  ASSERT_TRUE(some.is_ok()) << some.status().to_string();
+  EXPECT_TRUE(*some);  // the binder then reports the rest of the layer missing
+}
+
+// Routed experts stored the transformers 5.x way (mlp.experts.gate_up_proj [E, 2I, H] + down_proj [E, H, I])
+// bind like per-expert tensors, with nothing left over; a stack with the wrong expert count is named.
+TEST_F(Binder, TransformersFusedExpertStacksBindPerExpert) {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 12,
+    "moe_intermediate_size": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+    "rope_theta": 10000.0, "use_qk_norm": true, "attention_bias": true, "n_shared_experts": 2,
+    "num_nextn_predict_layers": 0})");
+  auto cfg = parse_model_config(j, "cfg.json");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  const auto table = glm4_moe_weight_table(*cfg, false);
+  auto with_stacks = [&](int64_t experts) {
+    io::NamedTensors t;
+    for (const auto& s : table)
+      if (s.name.find(".mlp.experts.") == std::string::npos) t.push_back({s.name, Tensor::zeros(DType::kBF16, s.shape)});
+    t.push_back({"model.layers.1.mlp.experts.gate_up_proj", Tensor::zeros(DType::kBF16, {experts, 8, 8})});
+    t.push_back({"model.layers.1.mlp.experts.down_proj", Tensor::zeros(DType::kBF16, {experts, 8, 4})});
+    return t;
+  };
+  Status ok = bind(with_stacks(4), table);
+  EXPECT_TRUE(ok.is_ok()) << ok.to_string();
+  Status short_stack = bind(with_stacks(3), table);
+  ASSERT_FALSE(short_stack.is_ok());
+  EXPECT_NE(short_stack.message().find("expert 3 is outside 'model.layers.1.mlp.experts.gate_up_proj' (3 experts)"),
+            std::string::npos)
+      << short_stack.message();
 }
 
 }  // namespace

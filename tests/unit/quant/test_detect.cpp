@@ -102,6 +102,58 @@ TEST_F(Detect, MalformedCasesNameTheTensor) {
   }
 }
 
+// transformers' FineGrainedFP8 layout with a block other than 128 (quantization_config.weight_block_size),
+// partial edge blocks and per-expert scale grids saved squeezed ([1, 2] as [2]): hand-built codes and scales,
+// decoded values written out by hand.
+TEST_F(Detect, Fp8BlockOfAnySizeDecodesExactlyWithPartialBlocksAndSqueezedGrids) {
+  const uint8_t kOne = 0x38, kTwo = 0x40, kMinusHalf = 0xB0, kThreeQuarters = 0x34;  // 1, 2, -0.5, 0.75
+  const uint8_t pattern[4] = {kOne, kTwo, kMinusHalf, kThreeQuarters};
+  const float value[4] = {1.f, 2.f, -0.5f, 0.75f};
+  auto codes = [&](int64_t rows, int64_t cols) {
+    Tensor q = Tensor::empty(DType::kFP8E4M3, {rows, cols});
+    for (int64_t i = 0; i < rows * cols; ++i) q.data<uint8_t>()[i] = pattern[(i / cols + 3 * (i % cols)) % 4];
+    return q;
+  };
+  auto grid = [](Shape shape, float first) {
+    Tensor t = Tensor::empty(DType::kF32, std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = first * static_cast<float>(1 << i);  // distinct
+    return t;
+  };
+  const DetectOptions b32{32, 32};
+  auto check = [&](int64_t rows, int64_t cols, Shape scale_shape, int64_t grid_cols) {
+    ck_ = open({{"x.weight", codes(rows, cols)}, {"x.weight_scale_inv", grid(scale_shape, 0.25f)}});
+    auto w = detect_weight(*ck_, "x.weight", b32);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    EXPECT_EQ(w->precision, Precision::kFp8Block);
+    EXPECT_EQ(w->block_rows, 32);
+    const Tensor f = to_host_f32(*w);
+    ASSERT_EQ(f.shape(), (Shape{rows, cols}));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float scale = 0.25f * static_cast<float>(1 << ((r / 32) * grid_cols + c / 32));
+        ASSERT_EQ(f.data<float>()[r * cols + c], value[(r + 3 * c) % 4] * scale) << rows << "x" << cols << " at " << r << "," << c;
+      }
+  };
+  check(40, 70, {2, 3}, 3);  // partial last row block (8 rows) and column block (6 columns)
+  check(32, 64, {2}, 2);     // grid [1, 2] saved squeezed
+  check(64, 32, {2}, 1);     // grid [2, 1] saved squeezed
+  check(32, 32, {}, 1);      // grid [1, 1] saved as a scalar
+
+  struct Bad {
+    Shape weight, scale;
+    const char* needle;
+  };
+  for (const Bad& b : {Bad{{32, 64}, {3}, "is f32 [3], expected f32 [1, 2] (blocks of 32x32"},
+                       Bad{{32, 64}, {2, 1}, "is f32 [2, 1], expected f32 [1, 2]"},
+                       Bad{{40, 70}, {1, 3}, "is f32 [1, 3], expected f32 [2, 3]"}}) {
+    ck_ = open({{"x.weight", codes(b.weight[0], b.weight[1])}, {"x.weight_scale_inv", grid(b.scale, 1.f)}});
+    auto w = detect_weight(*ck_, "x.weight", b32);
+    ASSERT_FALSE(w.is_ok()) << shape_to_string(b.scale);
+    EXPECT_NE(w.status().message().find(b.needle), std::string::npos) << w.status().message();
+    EXPECT_NE(w.status().message().find("'x.weight_scale_inv'"), std::string::npos) << w.status().message();
+  }
+}
+
 TEST_F(Detect, PrecisionMapGroupsLayersAndMarksMtp) {
   auto ck = open({{"model.layers.0.self_attn.q_proj.weight", z(DType::kBF16, {4, 64})},
                   {"model.layers.0.mlp.experts.0.up_proj.weight", z(DType::kU8, {4, 32})},

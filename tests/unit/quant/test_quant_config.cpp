@@ -51,6 +51,25 @@ TEST(QuantConfig, ExpectationsPerRole) {
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();
   EXPECT_EQ(f->expect("model.layers.1.mlp.experts.0.up_proj", WeightRole::kLinear).precision, Precision::kFp8Block);
   EXPECT_FALSE(f->expect("model.layers.1.mlp.gate", WeightRole::kRouter).quantized);  // not a Linear in HF
+
+  // transformers' FineGrainedFP8Config as saved: no modules_to_not_convert, lm_head kept float all the same;
+  // scale_fmt ue8m0 (power-of-two e8m0 scales) is not read by mxserve: a clear error.
+  auto hf = QuantizationConfig::parse({{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"dequantize", false},
+                                       {"modules_to_not_convert", nullptr}, {"scale_fmt", "float"},
+                                       {"weight_block_size", {32, 32}}},
+                                      "cfg.json");
+  ASSERT_TRUE(hf.is_ok()) << hf.status().to_string();
+  EXPECT_EQ(hf->block_rows, 32);
+  EXPECT_FALSE(hf->expect("lm_head", WeightRole::kLinear).quantized);
+  EXPECT_NE(hf->expect("lm_head", WeightRole::kLinear).reason.find("never converts"), std::string::npos);
+  EXPECT_FALSE(hf->expect("model.layers.3.shared_head.head", WeightRole::kLinear).quantized);
+  EXPECT_TRUE(hf->expect("model.layers.3.eh_proj", WeightRole::kLinear).quantized);
+  EXPECT_EQ(hf->expect("model.layers.0.mlp.down_proj", WeightRole::kLinear).precision, Precision::kFp8Block);
+  auto ue8m0 = QuantizationConfig::parse({{"quant_method", "fp8"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {128, 128}}},
+                                         "cfg.json");
+  ASSERT_FALSE(ue8m0.is_ok());
+  EXPECT_NE(ue8m0.status().message().find("scale_fmt"), std::string::npos) << ue8m0.status().message();
+  EXPECT_NE(ue8m0.status().message().find("ue8m0"), std::string::npos) << ue8m0.status().message();
 }
 
 TEST(QuantConfig, CompressedTensorsFloatQuantized) {

@@ -14,32 +14,14 @@
 #include "runtime/engine.h"
 #include "runtime/spec/self_test.h"
 #include "fake_model.h"
+#include "fixture_requests.h"
 #include "oracle_mtp_model.h"
 
 namespace mxserve::runtime {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
-  std::unique_ptr<model::CausalLM> lm;
-  std::vector<cli::FixtureCase> cases;
-};
-
-Loaded& fixture(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Loaded>> cache;
-  auto& slot = cache[name];
-  if (!slot) {
-    slot = std::make_unique<Loaded>();
-    const std::string dir = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/" + name;
-    auto m = model::load_causal_lm(dir, *slot->be, model::LoadOptions{});
-    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-    slot->lm = std::move(*m);
-    auto cases = cli::read_fixture_cases(dir, slot->lm->config().vocab_size);
-    EXPECT_TRUE(cases.is_ok());
-    slot->cases = std::move(*cases);
-  }
-  return *slot;
-}
+using Loaded = testing::LoadedFixture;
+Loaded& fixture(const std::string& name) { return testing::load_fixture(name); }
 
 // What the recorder saw: the first MTP call (the extend over the prompt), all rows' logits.
 struct MtpRecord {
@@ -142,15 +124,7 @@ Result_ run(Loaded& m, const std::vector<RequestSpec>& specs, int32_t spec_steps
 }
 
 std::vector<RequestSpec> prompts_of(const Loaded& m, int32_t max_tokens) {
-  std::vector<RequestSpec> specs;
-  for (const auto& c : m.cases) {
-    RequestSpec s;
-    s.prompt = c.input_ids;
-    s.sampling.temperature = 0;
-    s.sampling.max_tokens = max_tokens;
-    s.sampling.ignore_eos = true;
-    specs.push_back(s);
-  }
+  std::vector<RequestSpec> specs = testing::greedy_fixture_requests(m.cases, max_tokens);
   specs.push_back(specs.back());  // a repeat: served from the prefix cache when it is on
   return specs;
 }

