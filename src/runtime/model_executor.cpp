@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "kernels/cpu/sampling.h"
 #include "runtime/executor.h"
 
 namespace mxserve::runtime {
@@ -16,7 +17,13 @@ class CausalLmExecutor final : public ModelExecutor {
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
+    last_logits_ = out.logits;
     return finish(batch, out);
+  }
+  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput&, const kernels::SampleRowsInput& in) override {
+    if (in.rows.empty()) return std::vector<kernels::SampledRow>{};
+    if (last_logits_.ndim() != 2) return internal_error("sample: the last forward produced no logit rows");
+    return be_.sample_rows(last_logits_, in);
   }
   bool has_mtp() const override { return model_.has_mtp(); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
@@ -66,6 +73,7 @@ class CausalLmExecutor final : public ModelExecutor {
 
   model::CausalLM& model_;
   backend::Backend& be_;
+  Tensor last_logits_;  // f32 [R, V] on the backend: the last execute()'s logit rows, for sample()
   std::unique_ptr<kvcache::KvCache> kv_;
 };
 
@@ -74,6 +82,14 @@ class CausalLmExecutor final : public ModelExecutor {
 std::unique_ptr<ModelExecutor> make_model_executor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks,
                                                    int64_t block_size) {
   return std::make_unique<CausalLmExecutor>(model, be, n_blocks, block_size);
+}
+
+Result<std::vector<kernels::SampledRow>> ModelExecutor::sample(const ExecOutput& out,
+                                                               const kernels::SampleRowsInput& in) {
+  if (in.rows.empty()) return std::vector<kernels::SampledRow>{};
+  if (out.logits.ndim() != 2)
+    return internal_error("sample: this executor has no device sampler and returned no host logits");
+  return kernels::cpu::sample_rows_f32(out.logits.data<float>(), out.logits.dim(0), out.logits.dim(1), in);
 }
 
 int32_t ExecOutput::greedy_token(int64_t r) const {
