@@ -187,7 +187,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(DeviceSampleArgs 
     last_kept = -block_min_i64<kThreads>(-last_kept);
     const double u = counter_uniform(p.seed, p.step);
     const int64_t hit = find_prefix_crossing<kThreads>(V, u, [&](int64_t i) { return kept_weight(i) / kept_total; });
-    token = hit >= 0 ? hit : last_kept;
+    // No crossing: u at the very top of the range (rounding): the last kept id, as the CPU's draw.
+    if (hit >= 0) token = hit;
+    else if (last_kept >= 0) token = last_kept;
   }
 
   // 3. raw logprobs.
