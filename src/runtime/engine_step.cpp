@@ -99,6 +99,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   }
   masks.start(executor_->vocab_size());
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
+  scheduler_.commit(plan);
   {  // device sampling of this step's unconstrained, non-speculative sampled rows (one call)
     kernels::SampleRowsInput in;
     int64_t logit_row = 0;
@@ -119,7 +120,6 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       MX_CHECK_EQ(step.device_rows.size(), in.rows.size());
     }
   }
-  scheduler_.commit(plan);
   int64_t logit_row = 0;
   int32_t row = 0;
   for (const auto& c : plan.chunks) {
