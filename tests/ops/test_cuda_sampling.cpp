@@ -42,7 +42,7 @@ std::vector<float> make_logits(uint32_t seed, float sigma) {
   std::vector<float> l(kVocab);
   for (float& x : l) x = nd(rng);
   for (int i = 0; i < 8; ++i) l[(i * 7919 + 13) % kVocab] = 4.f * sigma + 0.5f * static_cast<float>(i % 3);
-  for (int64_t v = 1000; v < 1200; ++v) l[v] = 2.f * sigma;  // a block of ties
+  for (int64_t v = 1000; v < 1200; ++v) l[v] = 3.5f * sigma;  // a block of ties above most of the bulk
   return l;
 }
 
