@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "kernels/moe_tuning.h"
 #include "kernels/op_params.h"
+#include "kernels/sampling_params.h"
 #include "kernels/synthetic_fill.h"
 
 namespace mxserve::kernels {
@@ -151,6 +152,12 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;          // out[r] = x[rows[r]]
   // Greedy token per row: out i32 [R] = argmax over f32 logits [R, V], ties to the lowest index.
   virtual void argmax_rows(const Tensor& logits, Tensor& out) = 0;
+  // Samples one token per in.rows entry from f32 logits [R, V] on this backend with runtime/sampler.h's
+  // semantics (kernels/sampling_params.h; the CPU backend runs the CPU sampler itself). Host in, host out:
+  // one upload of the row parameters + sparse bias/penalty data, one download of ids, logprobs and per-row
+  // error codes (a NaN row is an error code, never a crash). Waits for the result. (Not pure: a backend
+  // without it -- e.g. a test double -- fails loudly when asked.)
+  virtual std::vector<kernels::SampledRow> sample_rows(const Tensor& logits, const kernels::SampleRowsInput& in);
   // Synthetic weights generated in place (kernels/synthetic_fill.h: the same bits on every backend).
   // kNormal / kMxfp4Dequant: dst float [p.rows, p.cols] (f32 or bf16); kMxfp4: dst u8 packed codes
   // [p.rows, p.cols/2] and *scales u8 [p.rows, p.cols/32] (p.cols % 32 == 0, whole rows).

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/sampling.h"
 
 namespace mxserve::backend {
 namespace {
@@ -213,6 +214,10 @@ class CpuBackend final : public Backend, public MlaDsaOps {
       out.data<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + V) - row);
     }
   }
+  std::vector<kernels::SampledRow> sample_rows(const Tensor& logits, const kernels::SampleRowsInput& in) override {
+    MX_CHECK_MSG(logits.ndim() == 2, "cpu sample_rows: logits " << logits.describe() << " are not [R, V]");
+    return k::sample_rows_f32(f32(logits), logits.dim(0), logits.dim(1), in);
+  }
   void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
     MX_CHECK_MSG(dst.is_contiguous(), "cpu fill_synthetic: dst " << dst.describe() << " is not contiguous");
     if (p.kind == kernels::SyntheticKind::kMxfp4) {
@@ -288,6 +293,11 @@ void Backend::write_from_host(Tensor&, int64_t, const Tensor&) {
 
 void Backend::kv_copy(const Tensor&, const Tensor&, const std::vector<Tensor*>&) {
   MX_CHECK_MSG(false, "backend " << name() << " has no kv_copy (needed by tree speculation's KV compaction)");
+}
+
+std::vector<kernels::SampledRow> Backend::sample_rows(const Tensor&, const kernels::SampleRowsInput&) {
+  MX_CHECK_MSG(false, "backend " << name() << " has no sample_rows (device-side sampling)");
+  return {};
 }
 
 const char* expert_format_name(ExpertFormat f) {

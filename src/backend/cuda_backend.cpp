@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/sampling/argmax.h"
+#include "kernels/cuda/sampling/sample_rows.h"
 #include "kernels/cuda/synthetic_fill.h"
 #include "kernels/moe_plan.h"
 #include "kernels/moe_tuning.h"
@@ -543,6 +545,63 @@ class CudaBackend final : public Backend {
     MX_CHECK_MSG(logits.ndim() == 2 && out.numel() == logits.dim(0),
                  "cuda argmax_rows: " << logits.describe() << " -> " << out.describe());
     kc::argmax_rows_f32(logits.data<float>(), out.data<int32_t>(), logits.dim(0), logits.dim(1), stream_);
+  }
+
+  // One packed upload (row params, penalty tokens, bias entries), the two kernels, one packed download.
+  std::vector<kernels::SampledRow> sample_rows(const Tensor& logits, const kernels::SampleRowsInput& in) override {
+    expect(logits, DType::kF32, "sample_rows", "logits");
+    MX_CHECK_MSG(logits.ndim() == 2 && logits.is_contiguous(), "cuda sample_rows: logits " << logits.describe());
+    const int64_t n = static_cast<int64_t>(in.rows.size()), V = logits.dim(1);
+    std::vector<kernels::SampledRow> result(n);
+    if (n == 0) return result;
+    auto align8 = [](size_t b) { return (b + 7) & ~size_t{7}; };
+    const size_t rows_bytes = align8(n * sizeof(kernels::SampleRowParams));
+    const size_t pen_bytes = align8(in.penalties.size() * sizeof(kernels::SamplePenaltyToken));
+    const size_t bias_bytes = align8(in.biases.size() * sizeof(kernels::SampleBias));
+    std::vector<uint8_t> packed(rows_bytes + pen_bytes + bias_bytes);
+    std::memcpy(packed.data(), in.rows.data(), n * sizeof(kernels::SampleRowParams));
+    if (!in.penalties.empty())
+      std::memcpy(packed.data() + rows_bytes, in.penalties.data(), in.penalties.size() * sizeof(in.penalties[0]));
+    if (!in.biases.empty())
+      std::memcpy(packed.data() + rows_bytes + pen_bytes, in.biases.data(), in.biases.size() * sizeof(in.biases[0]));
+    Tensor dev_in = upload(Tensor::view_of(packed.data(), DType::kU8, {static_cast<int64_t>(packed.size())}));
+    const int32_t max_top = in.max_top();
+    const size_t res_bytes = n * sizeof(kc::DeviceSampleResult), top_count = static_cast<size_t>(n) * max_top;
+    Tensor dev_out = alloc(DType::kU8, {static_cast<int64_t>(res_bytes + 8 * top_count)});
+    bool any_processing = false;
+    for (const auto& r : in.rows) any_processing |= kc::row_has_processing(r);
+    Tensor scratch = any_processing ? alloc(DType::kF32, {n, V}) : Tensor();
+    kc::DeviceSampleArgs a;
+    uint8_t* din = dev_in.data<uint8_t>();
+    uint8_t* dout = dev_out.data<uint8_t>();
+    a.logits = logits.data<float>();
+    a.n_logit_rows = logits.dim(0);
+    a.vocab = V;
+    a.rows = reinterpret_cast<const kernels::SampleRowParams*>(din);
+    a.n_sample = static_cast<int32_t>(n);
+    a.penalties = reinterpret_cast<const kernels::SamplePenaltyToken*>(din + rows_bytes);
+    a.biases = reinterpret_cast<const kernels::SampleBias*>(din + rows_bytes + pen_bytes);
+    a.scratch = any_processing ? scratch.data<float>() : nullptr;
+    a.out = reinterpret_cast<kc::DeviceSampleResult*>(dout);
+    a.max_top = max_top;
+    a.top_ids = reinterpret_cast<int32_t*>(dout + res_bytes);
+    a.top_logprobs = reinterpret_cast<float*>(dout + res_bytes + 4 * top_count);
+    if (any_processing) kc::process_sample_rows(a, stream_);
+    kc::sample_rows(a, stream_);
+    Tensor host = to_host(dev_out);  // waits
+    const auto* res = reinterpret_cast<const kc::DeviceSampleResult*>(host.data<uint8_t>());
+    const auto* top_ids = reinterpret_cast<const int32_t*>(host.data<uint8_t>() + res_bytes);
+    const auto* top_lps = reinterpret_cast<const float*>(host.data<uint8_t>() + res_bytes + 4 * top_count);
+    for (int64_t i = 0; i < n; ++i) {
+      kernels::SampledRow& o = result[i];
+      o.token = res[i].token;
+      o.logprob = res[i].logprob;
+      o.error = res[i].error;
+      o.error_token = res[i].error_token;
+      const int64_t n_top = o.error == kernels::kSampleOk ? std::min<int64_t>(in.rows[i].n_top, V) : 0;
+      for (int64_t j = 0; j < n_top; ++j) o.top.emplace_back(top_ids[i * max_top + j], top_lps[i * max_top + j]);
+    }
+    return result;
   }
 
   void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {

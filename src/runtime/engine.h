@@ -35,6 +35,9 @@ struct EngineConfig {
   std::vector<int64_t> eos_token_ids;
   SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
   bool cuda_graphs = false;         // replay CUDA graphs for pure-decode steps (--cuda-graph)
+  // Sampled rows without a constraint or drafts are sampled on the device (ModelExecutor::sample); false:
+  // every such row takes host logits and the host sampler (the reference path, for A/B tests).
+  bool device_sampling = true;
 };
 
 struct SpecStats {  // names after vLLM's spec_decode_* metrics
@@ -124,6 +127,8 @@ class Engine {
     SpecStats spec;
     MaskJobs* masks = nullptr;                 // structured output: this step's masks (constrained samples)
     std::vector<const Sequence*> masked_seqs;  // whose mask is masks->get(i)
+    std::vector<const Sequence*> device_seqs;      // rows sampled on the device, in order
+    std::vector<kernels::SampledRow> device_rows;  // their results (ModelExecutor::sample)
   };
   // Each returns whether the request finished (an error ends only that request).
   Result<bool> sample_chunk(const ScheduledChunk& c, ExecOutput& out, int64_t logit_row, StepOutcome* step);

@@ -1,10 +1,13 @@
 // Engine::run_plan: one forward of the target over the scheduled batch, then per chunk the next token(s) --
 // plain sampling (sampler.h) or the verification of the sequence's drafts (spec/verifier.h) -- events, and
 // the draft stage for the next step (spec/drafter.h).
+// Where rows are sampled: greedy rows without logit processing take the device argmax; other unconstrained
+// rows without drafts are sampled on the device in one ModelExecutor::sample call right after the forward
+// (ids + requested logprobs come back, never logits); constrained rows and speculative verification take
+// host logits and the host sampler.
 #include <algorithm>
 
 #include "core/check.h"
-#include "runtime/constrained_decoding.h"
 #include "runtime/constrained_decoding.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -16,6 +19,12 @@ namespace {
 // Whether a request's next token needs the target's host logits (else the device argmax is all it needs).
 bool needs_host_logits(const SamplingParams& sp) {
   return !is_greedy(sp) || sp.logprobs >= 0 || has_logit_processing(sp);
+}
+
+// Whether a chunk's next token is sampled by ModelExecutor::sample (no host logits for it).
+bool device_sampled(const ScheduledChunk& c, bool device_sampling) {
+  return device_sampling && c.needs_sample && c.n_drafts == 0 && c.seq->constraint == nullptr &&
+         device_samplable(c.seq->sampling) && needs_host_logits(c.seq->sampling);
 }
 
 TokenContext context_of(const Sequence& seq) {
@@ -80,7 +89,8 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   step.masks = &masks;
   for (const auto& c : plan.chunks) {
     const bool decodes = c.n_drafts > 0 || c.needs_sample;
-    batch.want_host_logits |= decodes && (needs_host_logits(c.seq->sampling) || c.seq->constraint != nullptr);
+    batch.want_host_logits |= decodes && !device_sampled(c, config_.device_sampling) &&
+                              (needs_host_logits(c.seq->sampling) || c.seq->constraint != nullptr);
     if (c.needs_sample && c.n_drafts == 0 && c.seq->constraint) {
       masks.add(c.seq->constraint.get());
       step.masked_seqs.push_back(c.seq);
@@ -90,6 +100,26 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   masks.start(executor_->vocab_size());
   MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
   scheduler_.commit(plan);
+  {  // device sampling of this step's unconstrained, non-speculative sampled rows (one call)
+    kernels::SampleRowsInput in;
+    int64_t logit_row = 0;
+    for (const auto& c : plan.chunks) {
+      const bool decodes = c.n_drafts > 0 || c.needs_sample;
+      if (device_sampled(c, config_.device_sampling)) {
+        const Sequence& seq = *c.seq;
+        kernels::SampleRowParams r =
+            sample_row_params(seq.sampling, seq.seed, seq.n_generated(), static_cast<int32_t>(logit_row));
+        append_row_processing(seq.sampling, context_of(seq), &r, &in);
+        in.rows.push_back(r);
+        step.device_seqs.push_back(c.seq);
+      }
+      logit_row += c.n_drafts > 0 ? c.n_tokens : decodes;
+    }
+    if (!in.rows.empty()) {
+      MX_ASSIGN_OR_RETURN(step.device_rows, executor_->sample(out, in));
+      MX_CHECK_EQ(step.device_rows.size(), in.rows.size());
+    }
+  }
   int64_t logit_row = 0;
   int32_t row = 0;
   for (const auto& c : plan.chunks) {
@@ -133,6 +163,15 @@ Result<bool> Engine::sample_chunk(const ScheduledChunk& c, ExecOutput& out, int6
   if (!needs_host_logits(seq->sampling)) {
     ++step->generated;
     return emit_token(seq, out.greedy_token(logit_row), 0.f, {});
+  }
+  const auto dev = std::find(step->device_seqs.begin(), step->device_seqs.end(), seq);
+  if (dev != step->device_seqs.end()) {  // sampled on the device right after the forward
+    kernels::SampledRow& s = step->device_rows[dev - step->device_seqs.begin()];
+    MX_RETURN_IF_ERROR(kernels::cpu::sample_error_status(s.error, s.error_token, executor_->vocab_size()));
+    std::vector<TopLogprob> top;
+    for (const auto& [id, lp] : s.top) top.push_back({id, lp});
+    ++step->generated;
+    return emit_token(seq, s.token, s.logprob, std::move(top));
   }
   const int64_t V = executor_->vocab_size();
   std::span<float> lr(out.logits.data<float>() + logit_row * V, V);

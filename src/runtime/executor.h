@@ -1,11 +1,13 @@
-// ModelExecutor: runs one ForwardBatch and returns host logits for its logit rows. The engine talks to
-// the model only through this, so the scheduler can be simulated with a fake model in tests.
+// ModelExecutor: runs one ForwardBatch and returns, for its logit rows, the device argmax and (when asked)
+// host logits, and samples rows on the device (sample). The engine talks to the model only through this,
+// so the scheduler can be simulated with a fake model in tests.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
+#include "kernels/sampling_params.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 
@@ -24,6 +26,12 @@ class ModelExecutor {
   virtual ~ModelExecutor() = default;
   virtual int64_t vocab_size() const = 0;
   virtual Result<ExecOutput> execute(const model::ForwardBatch& batch) = 0;
+  // Device-side sampling (Backend::sample_rows, kernels/sampling_params.h) of logit rows of the last
+  // execute(), called right after it: in.rows[i].logit_row indexes out's logit rows; only ids (+ requested
+  // logprobs) come back. The engine samples here every unconstrained, non-speculative sampled row; rows
+  // with a structured-output constraint or verifying drafts keep host logits (batch.want_host_logits).
+  // Default (fake executors, which return host logits always): the CPU sampler over out.logits.
+  virtual Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& out, const kernels::SampleRowsInput& in);
   // The MTP (NextN) draft layer, when the model has one (see CausalLM::forward_mtp).
   virtual bool has_mtp() const { return false; }
   virtual Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) {

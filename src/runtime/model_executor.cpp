@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "runtime/decode_graphs.h"
+#include "kernels/cpu/sampling.h"
 #include "runtime/executor.h"
 
 namespace mxserve::runtime {
@@ -20,10 +21,17 @@ class CausalLmExecutor final : public ModelExecutor {
     if (graphs_ && graphs_->covers(batch)) {
       MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
       MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch));
+      last_logits_ = out.logits;  // the graph's static logits buffer: valid until the next replay
       return finish(batch, out);
     }
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
+    last_logits_ = out.logits;
     return finish(batch, out);
+  }
+  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput&, const kernels::SampleRowsInput& in) override {
+    if (in.rows.empty()) return std::vector<kernels::SampledRow>{};
+    if (last_logits_.ndim() != 2) return internal_error("sample: the last forward produced no logit rows");
+    return be_.sample_rows(last_logits_, in);
   }
   bool has_mtp() const override { return model_.has_mtp(); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
@@ -123,6 +131,7 @@ class CausalLmExecutor final : public ModelExecutor {
   model::CausalLM& model_;
   backend::Backend& be_;
   int64_t n_blocks_, block_size_;  // the pool's blocks (the cache holds one more: the scratch block)
+  Tensor last_logits_;  // f32 [R, V] on the backend: the last execute()'s logit rows, for sample()
   std::unique_ptr<kvcache::KvCache> kv_;
   int32_t scratch_row_ = -1;
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
@@ -133,6 +142,14 @@ class CausalLmExecutor final : public ModelExecutor {
 std::unique_ptr<ModelExecutor> make_model_executor(model::CausalLM& model, backend::Backend& be, int64_t n_blocks,
                                                    int64_t block_size) {
   return std::make_unique<CausalLmExecutor>(model, be, n_blocks, block_size);
+}
+
+Result<std::vector<kernels::SampledRow>> ModelExecutor::sample(const ExecOutput& out,
+                                                               const kernels::SampleRowsInput& in) {
+  if (in.rows.empty()) return std::vector<kernels::SampledRow>{};
+  if (out.logits.ndim() != 2)
+    return internal_error("sample: this executor has no device sampler and returned no host logits");
+  return kernels::cpu::sample_rows_f32(out.logits.data<float>(), out.logits.dim(0), out.logits.dim(1), in);
 }
 
 int32_t ExecOutput::greedy_token(int64_t r) const {

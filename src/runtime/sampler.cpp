@@ -2,11 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
 #include <string>
-
-#include "core/hash.h"
 
 namespace mxserve::runtime {
 
@@ -21,156 +17,75 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-double counter_uniform(uint64_t seed, uint64_t counter) {
-  const uint64_t r = mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
-  return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
-}
-
 bool has_logit_processing(const SamplingParams& p) {
   return p.logit_mask != nullptr || !p.logit_bias.empty() || p.repetition_penalty != 1.f ||
          p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
 }
 
-namespace {
-
-std::vector<int32_t> sorted_copy(std::span<const int32_t> a, std::span<const int32_t> b = {}) {
-  std::vector<int32_t> v(a.begin(), a.end());
-  v.insert(v.end(), b.begin(), b.end());
-  std::sort(v.begin(), v.end());
-  return v;
+void append_row_processing(const SamplingParams& p, const TokenContext& ctx, kernels::SampleRowParams* row,
+                           kernels::SampleRowsInput* in) {
+  row->bias_begin = static_cast<int32_t>(in->biases.size());
+  for (const auto& [token, bias] : p.logit_bias) in->biases.push_back({token, bias});
+  row->bias_count = static_cast<int32_t>(in->biases.size()) - row->bias_begin;
+  row->penalty_begin = static_cast<int32_t>(in->penalties.size());
+  const bool repetition = p.repetition_penalty != 1.f;
+  const bool output_penalties = p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  if (repetition || output_penalties) {
+    // Distinct tokens with their output counts; prompt tokens only matter to the repetition penalty.
+    std::vector<std::pair<int32_t, int32_t>> seen;  // (token, 1 = output / 0 = prompt)
+    seen.reserve((repetition ? ctx.prompt.size() : 0) + ctx.generated.size());
+    if (repetition)
+      for (int32_t t : ctx.prompt) seen.emplace_back(t, 0);
+    for (int32_t t : ctx.generated) seen.emplace_back(t, 1);
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size();) {
+      kernels::SamplePenaltyToken e;
+      e.token = seen[i].first;
+      for (; i < seen.size() && seen[i].first == e.token; ++i) {
+        e.in_prompt |= seen[i].second == 0;
+        e.output_count += seen[i].second;
+      }
+      in->penalties.push_back(e);
+    }
+  }
+  row->penalty_count = static_cast<int32_t>(in->penalties.size()) - row->penalty_begin;
 }
 
-}  // namespace
+kernels::SampleRowParams sample_row_params(const SamplingParams& p, uint64_t request_seed, uint64_t step,
+                                           int32_t logit_row) {
+  kernels::SampleRowParams r;
+  r.logit_row = logit_row;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repetition_penalty = p.repetition_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  r.n_top = p.logprobs;
+  r.seed = sampling_seed(p, request_seed);
+  r.step = step;
+  return r;
+}
 
 void process_logits(std::span<float> logits, const SamplingParams& p, const TokenContext& ctx) {
-  const int64_t V = static_cast<int64_t>(logits.size());
   if (p.logit_mask) p.logit_mask->apply(ctx.generated, logits);
-  for (const auto& [token, bias] : p.logit_bias)
-    if (token >= 0 && token < V) logits[token] += bias;
-  if (p.repetition_penalty != 1.f) {
-    std::vector<int32_t> seen = sorted_copy(ctx.prompt, ctx.generated);
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen) {
-      if (t < 0 || t >= V) continue;
-      float& l = logits[t];
-      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    }
-  }
-  if ((p.presence_penalty != 0.f || p.frequency_penalty != 0.f) && !ctx.generated.empty()) {
-    const std::vector<int32_t> out = sorted_copy(ctx.generated);
-    for (size_t i = 0; i < out.size();) {
-      size_t j = i;
-      while (j < out.size() && out[j] == out[i]) ++j;
-      if (out[i] >= 0 && out[i] < V)
-        logits[out[i]] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(j - i);
-      i = j;
-    }
-  }
+  kernels::SampleRowsInput in;
+  kernels::SampleRowParams row = sample_row_params(p, 0, 0, 0);
+  append_row_processing(p, ctx, &row, &in);
+  kernels::cpu::apply_bias_and_penalties(logits, row, in.biases, in.penalties);
 }
 
 Status check_logits(std::span<const float> logits) {
-  bool any_allowed = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i]))
-      return internal_error("the model produced a NaN logit (token id " + std::to_string(i) + " of " +
-                            std::to_string(logits.size()) + "): refusing to sample from it");
-    any_allowed |= logits[i] > -std::numeric_limits<float>::infinity();
-  }
-  if (!any_allowed)
-    return invalid_argument("no token is allowed: every logit is -inf (the logit mask or logit_bias excluded the "
-                            "whole vocabulary)");
-  return Status::ok();
+  int32_t culprit = -1;
+  const int32_t code = kernels::cpu::check_row(logits, &culprit);
+  return kernels::cpu::sample_error_status(code, culprit, static_cast<int64_t>(logits.size()));
 }
 
-int32_t argmax_of(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+int32_t argmax_of(std::span<const float> logits) { return kernels::cpu::argmax_of(logits); }
 
-double TokenDistribution::prob_of(int32_t token) const {
-  auto it = std::lower_bound(ids.begin(), ids.end(), token);  // ids are sorted
-  return it != ids.end() && *it == token ? probs[it - ids.begin()] : 0.0;
-}
-
-int32_t TokenDistribution::argmax() const {
-  return ids[std::max_element(probs.begin(), probs.end()) - probs.begin()];
-}
-
-int32_t TokenDistribution::draw(double u) const {
-  double acc = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    acc += probs[i];
-    if (u < acc) return ids[i];
-  }
-  return ids.back();
-}
-
-// O(V) on the common paths: top-k by selection, top-p by growing selections instead of a full sort.
-// NOTE: at a 150k vocabulary a full sort per row cost ~5 ms per sampled token on one core.
-// Weights e_i = exp((l_i - max) / T) in double: no overflow for any T >= kGreedyTemperature, -inf -> 0;
-// when some logits are +inf they alone share the mass.
 TokenDistribution sampling_distribution(std::span<const float> logits, const SamplingParams& p) {
-  TokenDistribution d;
-  const int64_t V = static_cast<int64_t>(logits.size());
-  if (is_greedy(p)) {
-    d.ids = {argmax_of(logits)};
-    d.probs = {1.0};
-    return d;
-  }
-  std::vector<int32_t> cand(V);
-  std::iota(cand.begin(), cand.end(), 0);
-  if (p.top_k > 0 && p.top_k < V) {
-    std::nth_element(cand.begin(), cand.begin() + p.top_k, cand.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    cand.resize(p.top_k);
-    std::sort(cand.begin(), cand.end());  // keep candidates in token-id order
-  }
-  float mx = -INFINITY;
-  for (int32_t t : cand) mx = std::max(mx, logits[t]);
-  const double T = p.temperature;
-  std::vector<double> e(cand.size());
-  double total = 0;
-  for (size_t i = 0; i < cand.size(); ++i) {
-    const float l = logits[cand[i]];
-    e[i] = std::isinf(mx) && mx > 0 ? (l == mx ? 1.0 : 0.0) : std::exp((static_cast<double>(l) - mx) / T);
-    total += e[i];
-  }
-  std::vector<char> keep(cand.size(), 1);
-  if (p.top_p < 1.f) {
-    // The smallest set of most likely tokens whose mass reaches top_p (ties broken by token id).
-    std::vector<int32_t> order(cand.size());
-    std::iota(order.begin(), order.end(), 0);
-    auto more_likely = [&](int32_t a, int32_t b) { return e[a] > e[b] || (e[a] == e[b] && cand[a] < cand[b]); };
-    const double target = p.top_p * total;
-    size_t k = std::min<size_t>(64, order.size());
-    for (;;) {
-      if (k < order.size()) std::nth_element(order.begin(), order.begin() + k, order.end(), more_likely);
-      double head = 0;
-      for (size_t i = 0; i < k; ++i) head += e[order[i]];
-      if (head >= target || k == order.size()) break;
-      k = std::min(order.size(), k * 8);
-    }
-    std::sort(order.begin(), order.begin() + k, more_likely);
-    std::fill(keep.begin(), keep.end(), 0);
-    double cum = 0;
-    for (size_t i = 0; i < k && (i == 0 || cum < target); ++i) {
-      keep[order[i]] = 1;
-      cum += e[order[i]];
-    }
-  }
-  if (p.min_p > 0.f)  // relative to the most likely token, whose e is 1
-    for (size_t i = 0; i < cand.size(); ++i)
-      if (e[i] < p.min_p) keep[i] = 0;
-  // Candidates are in token-id order, so the kept ids are sorted (prob_of uses binary search).
-  double kept_total = 0;
-  for (size_t i = 0; i < cand.size(); ++i)
-    if (keep[i] && e[i] > 0) {
-      d.ids.push_back(cand[i]);
-      d.probs.push_back(e[i]);
-      kept_total += e[i];
-    }
-  for (double& q : d.probs) q /= kept_total;
-  return d;
+  return kernels::cpu::sampling_distribution(logits, p.temperature, p.top_k, p.top_p, p.min_p);
 }
 
 Result<int32_t> pick_token(std::span<const float> processed, const SamplingParams& p, uint64_t seed, uint64_t step) {
@@ -181,19 +96,11 @@ Result<int32_t> pick_token(std::span<const float> processed, const SamplingParam
 
 void raw_logprobs(std::span<const float> raw, int32_t token, int32_t n_top, float* logprob,
                   std::vector<TopLogprob>* top) {
-  const float mx = *std::max_element(raw.begin(), raw.end());
-  double z = 0;
-  for (float l : raw) z += std::exp(static_cast<double>(l) - mx);
-  const double lse = mx + std::log(z);
-  if (logprob) *logprob = static_cast<float>(raw[token] - lse);
+  std::vector<std::pair<int32_t, float>> pairs;
+  kernels::cpu::raw_logprobs(raw, token, n_top, logprob, top ? &pairs : nullptr);
   if (!top || n_top <= 0) return;
-  std::vector<int32_t> idx(raw.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  const size_t k = std::min<size_t>(n_top, idx.size());
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
   top->clear();
-  for (size_t i = 0; i < k; ++i) top->push_back({idx[i], static_cast<float>(raw[idx[i]] - lse)});
+  for (const auto& [id, lp] : pairs) top->push_back({id, lp});
 }
 
 Result<SampleResult> sample_token(std::span<float> logits, const SamplingParams& p, uint64_t request_seed,

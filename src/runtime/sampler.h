@@ -9,6 +9,8 @@
 // Reported logprobs are the raw log-softmax (before processing), as vLLM's default reports them.
 // Numerics: NaN logits or a row with no allowed token are errors naming the culprit; +inf logits share the
 // mass equally; -inf logits have probability 0; tiny temperatures are greedy, never an overflow.
+// The arithmetic lives in kernels/cpu/sampling.h, shared with Backend::sample_rows (device-side sampling of
+// unconstrained, non-speculative rows: the engine's default path), so host and device agree by construction.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +18,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/sampling.h"
+#include "kernels/sampling_params.h"
 #include "runtime/request.h"
 
 namespace mxserve::runtime {
 
 // Temperatures below this are greedy (vLLM's rule): logits / T would overflow or underflow.
-inline constexpr float kGreedyTemperature = 1e-5f;
+inline constexpr float kGreedyTemperature = kernels::kGreedyTemperature;
 inline bool is_greedy(const SamplingParams& p) { return p.temperature < kGreedyTemperature; }
 // Whether process_logits changes anything (then a greedy token is not the argmax of the raw logits).
 bool has_logit_processing(const SamplingParams& p);
@@ -43,13 +47,7 @@ Status check_logits(std::span<const float> logits);
 int32_t argmax_of(std::span<const float> logits);
 
 // The distribution a sampled request draws from (temperature, top-k, top-p, min-p applied), sparse.
-struct TokenDistribution {
-  std::vector<int32_t> ids;   // sorted
-  std::vector<double> probs;  // sums to 1
-  double prob_of(int32_t token) const;
-  int32_t argmax() const;
-  int32_t draw(double u) const;  // u uniform in [0, 1)
-};
+using TokenDistribution = kernels::cpu::TokenDistribution;
 // Stage 2's distribution of a processed, checked row (greedy: a point mass on the argmax).
 TokenDistribution sampling_distribution(std::span<const float> logits, const SamplingParams& p);
 
@@ -71,6 +69,18 @@ Result<SampleResult> sample_token(std::span<float> logits, const SamplingParams&
                                   uint64_t step, const TokenContext& ctx);
 
 // A uniform double in [0, 1) from (seed, counter): splitmix64 of the pair. Stateless by design.
-double counter_uniform(uint64_t seed, uint64_t counter);
+inline double counter_uniform(uint64_t seed, uint64_t counter) { return kernels::cpu::counter_uniform(seed, counter); }
+
+// ---- device-side sampling (Backend::sample_rows) ----
+// Whether a request may be sampled by Backend::sample_rows: no logit mask (structured output keeps host
+// logits). Speculative verification is decided by the engine (it keeps host logits too).
+inline bool device_samplable(const SamplingParams& p) { return p.logit_mask == nullptr; }
+// The op's row parameters of a request at output index `step` (bias / penalty ranges left empty).
+kernels::SampleRowParams sample_row_params(const SamplingParams& p, uint64_t request_seed, uint64_t step,
+                                           int32_t logit_row);
+// Appends the request's logit_bias entries and the distinct tokens its penalties act on (none when it has
+// no penalty: the upload is proportional to penalized rows' distinct tokens) and sets row's ranges.
+void append_row_processing(const SamplingParams& p, const TokenContext& ctx, kernels::SampleRowParams* row,
+                           kernels::SampleRowsInput* in);
 
 }  // namespace mxserve::runtime

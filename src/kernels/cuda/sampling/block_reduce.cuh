@@ -1,0 +1,113 @@
+// Block-wide reductions and an id-ordered prefix search for the sampling kernels (one block per row).
+// Every result is returned to every thread, in a fixed order (deterministic run to run); each helper starts
+// with a barrier so its shared slots can be reused by the next call.
+#pragma once
+
+#include <cstdint>
+
+namespace mxserve::kernels::cuda::sampling {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <int kThreads>
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double part[kThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double r = 0;
+  for (int w = 0; w < kThreads / 32; ++w) r += part[w];
+  return r;
+}
+
+template <int kThreads>
+__device__ __forceinline__ uint64_t block_max_u64(uint64_t v) {
+  __shared__ uint64_t part[kThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) {
+    const uint64_t o = __shfl_xor_sync(kFullMask, v, off);
+    v = o > v ? o : v;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  uint64_t r = 0;
+  for (int w = 0; w < kThreads / 32; ++w) r = part[w] > r ? part[w] : r;
+  return r;
+}
+
+template <int kThreads>
+__device__ __forceinline__ int64_t block_min_i64(int64_t v) {
+  __shared__ int64_t part[kThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) {
+    const int64_t o = __shfl_xor_sync(kFullMask, v, off);
+    v = o < v ? o : v;
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int64_t r = part[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = part[w] < r ? part[w] : r;
+  return r;
+}
+
+template <int kThreads>
+__device__ __forceinline__ float block_max_f32(float v) {
+  __shared__ float part[kThreads / 32];
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = part[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = fmaxf(r, part[w]);
+  return r;
+}
+
+// The smallest i in [0, n) where the running sum of f(0..i), taken in id order, exceeds thr; -1 if none.
+// f(i) >= 0. The block's warps own consecutive segments: segment sums pick the crossing segment, whose
+// warp then scans it 32 ids at a time.
+template <int kThreads, class F>
+__device__ int64_t find_prefix_crossing(int64_t n, double thr, F f) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ double seg_sum[kWarps];
+  __shared__ int64_t found;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t seg = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int64_t begin = warp * seg, end = begin + seg < n ? begin + seg : n;
+  double s = 0;
+  for (int64_t i = begin + lane; i < end; i += 32) s += f(i);
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+  __syncthreads();
+  if (lane == 0) seg_sum[warp] = s;
+  if (threadIdx.x == 0) found = -1;
+  __syncthreads();
+  double carry = 0;
+  int cross = -1;
+  for (int w = 0; w < kWarps; ++w) {
+    if (carry + seg_sum[w] > thr) {
+      cross = w;
+      break;
+    }
+    carry += seg_sum[w];
+  }
+  if (warp == cross) {
+    for (int64_t base = begin; base < end; base += 32) {
+      const int64_t i = base + lane;
+      double v = i < end ? f(i) : 0.0;
+      for (int off = 1; off < 32; off <<= 1) {
+        const double o = __shfl_up_sync(kFullMask, v, off);
+        if (lane >= off) v += o;
+      }
+      const unsigned hit = __ballot_sync(kFullMask, i < end && carry + v > thr);
+      if (hit != 0) {
+        if (lane == 0) found = base + __ffs(hit) - 1;
+        break;
+      }
+      carry += __shfl_sync(kFullMask, v, 31);
+    }
+  }
+  __syncthreads();
+  return found;
+}
+
+}  // namespace mxserve::kernels::cuda::sampling
