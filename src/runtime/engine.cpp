@@ -75,10 +75,11 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
                  "tree speculation: num_draft_tokens " << sc.num_draft_tokens << ", topk " << sc.topk << ", depth "
                                                        << sc.num_steps << " (checked by the flags)");
   }
-  if (config_.spec.simulate_acceptance)
+  if (config_.spec.simulate_acceptance) {
     MX_LOG(kWarn) << "--speculative-simulate-acceptance " << *config_.spec.simulate_acceptance
                   << ": drafts are accepted at a fixed rate regardless of the model; the OUTPUT TEXT IS "
                      "MEANINGLESS (benchmark mode)";
+  }
   scheduler_.set_cost_model(&cost_model_);
   stats_.step_cost.target_seconds = config_.scheduler.max_step_seconds;
   {  // a device block-table row per running sequence, wide enough for max_model_len plus speculative rows
@@ -89,11 +90,12 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
   }
   if (config_.cuda_graphs) {
     const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running);
-    if (!st.is_ok())
+    if (!st.is_ok()) {
       MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
-    else if (spec_enabled())
+    } else if (spec_enabled()) {
       MX_LOG(kWarn) << "CUDA graphs cover plain decode steps only: with speculative decoding every step (verify, "
                        "draft) runs eagerly";
+    }
   }
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
