@@ -86,7 +86,7 @@ mx::backend::AttentionMeta decode_meta(mx::backend::Backend& be, int64_t batch, 
   shape.n_kv_heads = kKvHeads;
   shape.head_dim = kHd;
   shape.scale = 1.f / std::sqrt(static_cast<float>(kHd));
-  return mx::model::build_attention_meta(fb, be, kBlock, shape);
+  return mx::model::build_attention_meta(fb, be, kBlock, shape).value();
 }
 
 }  // namespace

@@ -241,8 +241,8 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
     shape.n_kv_heads = c.kvh;
     shape.head_dim = c.hd;
     shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
-    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape);
-    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape);
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     Fp8Cache kv = make_cache(n_blocks * bs, c.kvh, c.hd);
     cmeta.params.k_scales = kv.cks.data<float>();
     cmeta.params.v_scales = kv.cvs.data<float>();

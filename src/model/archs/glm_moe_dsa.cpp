@@ -99,7 +99,8 @@ class GlmMoeDsaModel final : public CausalLM {
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
-    auto [ids, positions, meta] = upload_batch(batch, kv);
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    auto& [ids, positions, meta] = up;
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     be_.embedding(embed_, ids, x);
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});  // written by full layers, read by shared ones
@@ -116,7 +117,8 @@ class GlmMoeDsaModel final : public CausalLM {
     if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
       return invalid_argument("forward_mtp: hidden_in is " + hidden_in.describe() + ", expected [" +
                               std::to_string(T) + ", " + std::to_string(cfg_.d_model) + "]");
-    auto [ids, positions, meta] = upload_batch(batch, kv);
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    auto& [ids, positions, meta] = up;
     const DType act = be_.activation_dtype();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Tensor e = be_.alloc(act, {T, cfg_.d_model});
@@ -155,7 +157,7 @@ class GlmMoeDsaModel final : public CausalLM {
     return batch.validate(cfg_.vocab_size, s.n_blocks, s.block_size);
   }
 
-  Uploaded upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
+  Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
     const int64_t T = batch.n_tokens();
     Uploaded u;
     u.ids = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
@@ -165,7 +167,7 @@ class GlmMoeDsaModel final : public CausalLM {
     ap.n_kv_heads = 1;
     ap.head_dim = static_cast<int32_t>(dsa_.cache_width());
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dsa_.qk_head_dim())));
-    u.meta = build_attention_meta(batch, be_, kv.spec().block_size, ap);
+    MX_ASSIGN_OR_RETURN(u.meta, build_attention_meta(batch, be_, kv.spec().block_size, ap, kv.block_tables()));
     return u;
   }
 
