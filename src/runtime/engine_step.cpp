@@ -89,7 +89,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
   step.masks = &masks;
   for (const auto& c : plan.chunks) {
     const bool decodes = c.n_drafts > 0 || c.needs_sample;
-    batch.want_host_logits |= decodes && !device_sampled(c, config_.device_sampling) &&
+    batch.want_host_logits |= decodes && !device_sampled(c, config_.device_sampling && !spec_enabled()) &&
                               (needs_host_logits(c.seq->sampling) || c.seq->constraint != nullptr);
     if (c.needs_sample && c.n_drafts == 0 && c.seq->constraint) {
       masks.add(c.seq->constraint.get());
@@ -105,7 +105,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     int64_t logit_row = 0;
     for (const auto& c : plan.chunks) {
       const bool decodes = c.n_drafts > 0 || c.needs_sample;
-      if (device_sampled(c, config_.device_sampling)) {
+      if (device_sampled(c, config_.device_sampling && !spec_enabled())) {
         const Sequence& seq = *c.seq;
         kernels::SampleRowParams r =
             sample_row_params(seq.sampling, seq.seed, seq.n_generated(), static_cast<int32_t>(logit_row));
