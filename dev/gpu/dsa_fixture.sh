@@ -8,7 +8,7 @@ SRC=$(cd "$P/.." && pwd)
 T=$(mktemp -d)
 cd "$SRC"
 for v in a b; do
-  LD_LIBRARY_PATH= timeout 80 python3 tools/make_glm_moe_dsa_fixture.py --variant $v --out "$T/glm_moe_dsa_tiny_$v" \
+  LD_LIBRARY_PATH= timeout 45 python3 tools/make_glm_moe_dsa_fixture.py --variant $v --out "$T/glm_moe_dsa_tiny_$v" \
     > "$T/glm_moe_dsa_$v.log" 2>&1
   echo "variant $v rc=$?"; grep -E "^case|rc|Error|error" "$T/glm_moe_dsa_$v.log" | tail -8
 done
