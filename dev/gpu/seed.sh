@@ -3,6 +3,7 @@
 # `mxserve bench` shared-prefix 20k in / 1k out / 60% cached, constant arrivals at $SEED_RATES (req/s, comma list,
 # default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS. Run by run_all.sh.
 set -u
+# --endpoint completions: the Qwen3 tokenizer stands in for GLM's; its chat template's special ids lie outside Air's vocabulary.
 # run_all.sh puts the payload's Debian libraries on LD_LIBRARY_PATH for mxserve; the image's curl breaks with them.
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
@@ -22,7 +23,7 @@ done
 ( while kill -0 $SPID 2>/dev/null; do
     echo "$(date +%s) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader) rss_kib=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)"
     sleep 5; done ) > "$OUT/memory_over_time.txt" 2>&1 &
-"$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress \
+"$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions \
   --workload shared-prefix --input-len 20000 --output-len 1000 --cache-hit-rate 0.6 --num-prefix-groups 4 \
   --arrival constant --sweep "$RATES" --num-requests "$N" --gpus 1 --save-requests \
   --output-json "$OUT/seed.json" 2>&1 | tail -30

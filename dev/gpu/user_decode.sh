@@ -27,7 +27,7 @@ serve_start() {  # args: log file, extra serve args...
 serve_stop() { kill -TERM $SPID 2>/dev/null; wait $SPID 2>/dev/null; }
 bench() {  # args: json, extra bench args...
   local j=$1; shift
-  "$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress \
+  "$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions \
     --output-json "$j" "$@" 2>&1 | grep -E "TPOT|ITL|TTFT|throughput|success|req/s" | head -12
 }
 echo "== [$LABEL] 8 layers: generate --batch 8 (the engine's own loop)"
