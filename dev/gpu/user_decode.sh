@@ -48,6 +48,11 @@ if serve_start "$OUT/serve8_$LABEL.log" --num-layers 8 --max-num-seqs 16 --max-m
   done
   serve_stop
 else echo "serve failed"; fi
+if [[ " ${FLAGS[*]} " == *" --cuda-graph "* ]]; then  # default batch/context limits: capture time and memory
+  echo "== [$LABEL] 8 layers, default --max-num-seqs / --max-model-len: start-up with graphs"
+  if serve_start "$OUT/serve8_defaults_$LABEL.log" --num-layers 8; then serve_stop; echo "ready"; else echo "serve failed"; fi
+  grep -iE "captured|graph|memory plan|KV cache" "$OUT/serve8_defaults_$LABEL.log" | cut -c1-300 | head -6
+fi
 echo "== [$LABEL] whole model (46 layers): serve + bench single stream 10k in / 512 out"
 if serve_start "$OUT/serve46_$LABEL.log" --max-num-seqs 4 --max-model-len 12000; then
   bench "$OUT/bench46_single_$LABEL.json" --workload random --input-len 10000 --output-len 512 --max-concurrency 1 \

@@ -228,7 +228,7 @@ __device__ __forceinline__ void init_state(WarpState<HD>& st) {
 }
 
 // Decode-style kernel: each warp owns one (token, kv head, split) and a private pipeline of 16-key tiles.
-template <int HD>
+template <int HD, bool kFp8>  // kFp8: an FP8 cache (p.k_scales set), a template parameter (see launch)
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_mma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
                                const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
         off = slot * kv_width + kvh * HD + d;
       }
-      if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
+      if constexpr (kFp8) {  // FP8 cache: codes dequantized in registers, stored as bf16
         uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
         if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
         *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // K/V tiles of kSharedKeys keys are loaded once into shared memory for all of them (kSharedWarps x the
 // reuse of the per-warp kernel). Tokens of different sequences in one block are served one sequence
 // after the other (warps of other sequences skip the math but keep the barriers).
-template <int HD>
+template <int HD, bool kFp8>
 __global__ void __launch_bounds__(kSharedWarps * 32)
     paged_attention_mma_shared_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
                                       const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
           slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
           off = slot * kv_width + kvh * HD + d;
         }
-        if (p.k_scales != nullptr) {  // FP8 cache: codes dequantized in registers, stored as bf16
+        if constexpr (kFp8) {  // FP8 cache: codes dequantized in registers, stored as bf16
           uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
           if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
           *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
@@ -406,42 +406,69 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
   if (has_token) write_result<HD>(st, t, kvh, split, n_splits, G, p, out, ws, lane);
 }
 
-template <int HD>
-void launch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
-            const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p, int n_splits,
-            int split_len, void* workspace, cudaStream_t stream) {
+template <int HD, bool kFp8>
+void launch_t(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+              const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p, int n_splits,
+              int split_len, void* workspace, cudaStream_t stream) {
   const size_t smem = kWarps * smem_per_warp<HD>();
   static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
   if (!configured) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     configured = true;
   }
   const int64_t items = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads * n_splits;
   const int64_t blocks = (items + kWarps - 1) / kWarps;
   MX_CHECK_LT(blocks, int64_t{1} << 31);
-  paged_attention_mma_kernel<HD><<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(
+  paged_attention_mma_kernel<HD, kFp8><<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(
       static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
       kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, n_splits, split_len, items);
   MX_CUDA_CHECK_LAUNCH();
+}
+
+template <int HD, bool kFp8>
+void launch_shared_t(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                     const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
+                     int n_splits, int split_len, void* workspace, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kStages) * 2 * kSharedKeys * row_stride<HD>() * sizeof(bf16);
+  static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
+  if (!configured) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_shared_kernel<HD, kFp8>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>((p.n_tokens + kSharedWarps - 1) / kSharedWarps), p.n_kv_heads, n_splits);
+  paged_attention_mma_shared_kernel<HD, kFp8><<<grid, kSharedWarps * 32, smem, stream>>>(
+      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
+      kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, n_splits, split_len);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+// The bf16 and FP8-cache instantiations of both kernels, chosen by whether the params carry FP8 scales: a
+// runtime FP8 branch in the tile loads is the suspect for the bf16 decode kernel's 13% slowdown measured on
+// the H200 when the FP8 cache landed (docs/perf/decode-path.md).
+template <int HD>
+void launch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+            const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p, int n_splits,
+            int split_len, void* workspace, cudaStream_t stream) {
+  if (p.k_scales != nullptr)
+    launch_t<HD, true>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace,
+                       stream);
+  else
+    launch_t<HD, false>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len, workspace,
+                        stream);
 }
 
 template <int HD>
 void launch_shared(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                    const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
                    int n_splits, int split_len, void* workspace, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kStages) * 2 * kSharedKeys * row_stride<HD>() * sizeof(bf16);
-  static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
-  if (!configured) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_shared_kernel<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    configured = true;
-  }
-  const dim3 grid(static_cast<unsigned>((p.n_tokens + kSharedWarps - 1) / kSharedWarps), p.n_kv_heads, n_splits);
-  paged_attention_mma_shared_kernel<HD><<<grid, kSharedWarps * 32, smem, stream>>>(
-      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
-      kv_index, block_tables, static_cast<bf16*>(out), static_cast<float*>(workspace), p, n_splits, split_len);
-  MX_CUDA_CHECK_LAUNCH();
+  if (p.k_scales != nullptr)
+    launch_shared_t<HD, true>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len,
+                              workspace, stream);
+  else
+    launch_shared_t<HD, false>(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, n_splits, split_len,
+                               workspace, stream);
 }
 
 }  // namespace
