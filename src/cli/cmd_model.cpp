@@ -208,7 +208,7 @@ int cmd_generate(int argc, char** argv) {
   bool_flags.insert(kParallelBoolFlags.begin(), kParallelBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
-  auto cuda_graphs = parse_cuda_graph_flags(*args);
+  auto cuda_graphs = parse_cuda_graph_flags(*args, args->get_or("--backend", "cpu"));
   if (!cuda_graphs.is_ok()) return fail(cuda_graphs.status());
   launch::LaunchConfig lc;
   auto parallel = parse_parallel_flags(*args);

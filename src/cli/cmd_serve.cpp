@@ -70,7 +70,7 @@ runtime:
                                stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
-  --cuda-graph                 replay CUDA graphs for plain decode steps (off by default in this build);
+  --cuda-graph                 replay CUDA graphs for plain decode steps (default on the CUDA backend);
                                --disable-cuda-graph / --enforce-eager keep every step eager
 chat output (docs/server.md "Reasoning and tool calls"):
   --tool-call-parser NAME      glm45 (GLM-4.5/4.6) | glm47 (GLM-4.7/5.x) | none; default: detected from the
@@ -233,7 +233,7 @@ int cmd_serve(int argc, char** argv) {
   }
   sc.enable_prefix_cache =
       !(a.has("--disable-prefix-cache") || a.has("--disable-radix-cache") || a.has("--no-enable-prefix-caching"));
-  MX_CLI_TRY(cuda_graphs, parse_cuda_graph_flags(a));
+  MX_CLI_TRY(cuda_graphs, parse_cuda_graph_flags(a, sc.backend));
   sc.cuda_graphs = cuda_graphs;
 
   server::ServerOptions so;

@@ -16,7 +16,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3 | --prompt-len L; --batch B; --runs b=,n=,a=,adaptive=,p=,k=,m=;...; speculation: --speculative-algorithm mtp --speculative-num-steps N [--speculative-eagle-topk K --speculative-num-draft-tokens M]; --cuda-graph: replay CUDA graphs for decode steps)"},
+    {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3 | --prompt-len L; --batch B; --runs b=,n=,a=,adaptive=,p=,k=,m=;...; speculation: --speculative-algorithm mtp --speculative-num-steps N [--speculative-eagle-topk K --speculative-num-draft-tokens M]; CUDA graphs for decode steps are on by default on --backend cuda; --disable-cuda-graph / --enforce-eager turn them off)"},
     {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
     {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
     {"quantize", mxserve::cli::cmd_quantize,

@@ -15,7 +15,7 @@ struct GenerateRun {
   int64_t batch = 1;
   runtime::SpecConfig spec;
   int64_t prompt_len = 0;  // > 0: a synthetic prompt of this length instead of the command's
-  bool cuda_graphs = false;  // --cuda-graph (every run of the command)
+  bool cuda_graphs = false;  // decode graphs (on by default on CUDA; every run of the command)
 };
 
 // Keys: b (batch), n (num_steps), a (simulated acceptance), adaptive (0/1), p (prompt length), k (topk),

@@ -34,7 +34,7 @@ struct EngineConfig {
   int32_t max_logprobs = 20;        // SamplingParams::logprobs above this: kInvalidArgument (--max-logprobs)
   std::vector<int64_t> eos_token_ids;
   SpecConfig spec;                  // MTP speculative decoding (num_steps 0 = off)
-  bool cuda_graphs = false;         // replay CUDA graphs for pure-decode steps (--cuda-graph)
+  bool cuda_graphs = false;         // replay CUDA graphs for pure-decode steps (on by default on CUDA; --disable-cuda-graph / --enforce-eager)
   // Sampled rows without a constraint or drafts are sampled on the device (ModelExecutor::sample); false:
   // every such row takes host logits and the host sampler (the reference path, for A/B tests).
   bool device_sampling = true;

@@ -38,7 +38,7 @@ struct ServingConfig {
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   bool enable_prefix_cache = true;
-  bool cuda_graphs = false;  // replay CUDA graphs for plain decode steps (--cuda-graph)
+  bool cuda_graphs = false;  // replay CUDA graphs for plain decode steps (on by default on CUDA; --disable-cuda-graph / --enforce-eager)
   int64_t max_queued_requests = 1024;
   int32_t max_logprobs = 20;  // the engine's bound on top logprobs per token (--max-logprobs)
   runtime::SpecConfig spec;        // MTP speculative decoding (num_steps 0 = off)

@@ -40,6 +40,9 @@ class RecordingExecutor final : public ModelExecutor {
     return inner_->check_block_table(row, lease, t);
   }
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
+  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& o, const kernels::SampleRowsInput& in) override {
+    return inner_->sample(o, in);  // the inner executor keeps the device logits of its last execute()
+  }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
@@ -359,6 +362,9 @@ class ZeroedMtpExecutor final : public ModelExecutor {
     return inner_->check_block_table(row, lease, t);
   }
   Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
+  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& o, const kernels::SampleRowsInput& in) override {
+    return inner_->sample(o, in);  // the inner executor keeps the device logits of its last execute()
+  }
   bool has_mtp() const override { return inner_->has_mtp(); }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
