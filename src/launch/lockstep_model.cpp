@@ -52,6 +52,20 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
           [be](DType dt, Shape s) { return be->alloc(dt, std::move(s)); }));
     }
   }
+  // Engine batches index persistent block-table rows: each mirror keeps its own store of the caller's geometry
+  // (synced from the same host tables, so every rank's rows hold the same block ids).
+  if (const kvcache::BlockTableStore* store = kv.block_tables()) {
+    for (size_t i = 0; i < mirror.size(); ++i) {
+      const kvcache::BlockTableStore* have = mirror[i]->block_tables();
+      if (have != nullptr && have->max_rows() == store->max_rows() &&
+          have->max_blocks_per_seq() == store->max_blocks_per_seq())
+        continue;
+      backend::Backend* be = ranks_[i + 1].backend;
+      mirror[i]->enable_block_tables(
+          store->max_rows(), store->max_blocks_per_seq(), [be](DType dt, Shape s) { return be->alloc(dt, std::move(s)); },
+          [be](Tensor& dst, int64_t offset, const Tensor& host) { be->write_from_host(dst, offset, host); });
+    }
+  }
   std::vector<kvcache::KvCache*> out = {&kv};
   for (auto& c : mirror) out.push_back(c.get());
   return out;

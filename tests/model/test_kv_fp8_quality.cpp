@@ -135,6 +135,11 @@ TEST(KvFp8Quality, WithinTheFormatEnvelopeOnEveryFixture) {
   ASSERT_GE(dirs.size(), 2u);
   for (const fs::path& dir : dirs) {
     SCOPED_TRACE(dir.string());
+    // glm_moe_dsa (MLA latent + indexer keys) has no FP8 cache layout yet: its loader refuses the flag by name.
+    if (dir.filename().string().rfind("glm_moe_dsa", 0) == 0) {
+      std::printf("[ kv fp8   ] %-16s skipped: no FP8 cache layout for glm_moe_dsa yet\n", dir.filename().c_str());
+      continue;
+    }
     auto cpu = backend::make_cpu_backend();
     const Logits ref = run(dir, *cpu, kvcache::KvCacheDtype::kAuto);
     const Logits fp8 = run(dir, *cpu, kvcache::KvCacheDtype::kFp8E4M3);

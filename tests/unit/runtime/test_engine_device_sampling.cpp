@@ -44,6 +44,10 @@ class RecordingExecutor final : public ModelExecutor {
   explicit RecordingExecutor(std::unique_ptr<ModelExecutor> inner, bool poison_nan = false)
       : inner_(std::move(inner)), poison_nan_(poison_nan) {}
   int64_t vocab_size() const override { return inner_->vocab_size(); }
+  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
+  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
+    return inner_->check_block_table(row, lease, t);
+  }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     ++executes;
     host_logit_steps += batch.want_host_logits;
