@@ -17,6 +17,7 @@
 #include "runtime/sequence_runner.h"
 #include "runtime/spec/self_test.h"
 #include "../unit/runtime/fixture_requests.h"
+#include "../unit/runtime/forwarding_executor.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -237,36 +238,6 @@ TEST_P(CudaEngine, TreeSpeculationIsLosslessOnTheGpu) {
   }
 }
 
-// The MTP layer's drafts with their logits zeroed on the host: the self-test must flag such a draft.
-class ZeroedDraft final : public ModelExecutor {
- public:
-  explicit ZeroedDraft(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
-    return inner_->check_block_table(row, lease, t);
-  }
-  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
-  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& o, const kernels::SampleRowsInput& in) override {
-    return inner_->sample(o, in);  // the inner executor keeps the device logits of its last execute()
-  }
-  bool has_mtp() const override { return inner_->has_mtp(); }
-  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
-  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
-    return inner_->copy_kv(src, dst);
-  }
-  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
-    model::ForwardBatch all = b;
-    all.want_host_logits = true;
-    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(all, h));
-    if (out.logits.ndim() == 2) std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
-    out.argmax.clear();
-    return out;
-  }
-
- private:
-  std::unique_ptr<ModelExecutor> inner_;
-};
 
 // The post-load self-test on the GPU, judged: its acceptance must agree with the CPU backend's on the same
 // fixture and prompts (the CPU suite checks the verdicts themselves against an oracle draft), its verdict
@@ -291,7 +262,7 @@ TEST_P(CudaEngine, SpeculativeSelfTestOnTheGpuAgreesWithTheCpu) {
   EXPECT_GT(rep->drafted, 0);
   EXPECT_NEAR(rep->acceptance_rate(), cref->acceptance_rate(), 0.05) << "bf16 near-ties flip a few drafts, no more";
   EXPECT_EQ(rep->healthy(), cref->healthy());
-  auto zeroed = run_spec_self_test(std::make_unique<ZeroedDraft>(make_model_executor(**lm, **be, 64, 16)), spec, 64, 16);
+  auto zeroed = run_spec_self_test(std::make_unique<ZeroedMtpExecutor>(make_model_executor(**lm, **be, 64, 16)), spec, 64, 16);
   ASSERT_TRUE(zeroed.is_ok()) << zeroed.status().to_string();
   EXPECT_FALSE(zeroed->healthy()) << "a zeroed draft must fail the self-test";
   EXPECT_LE(zeroed->acceptance_rate(), cref->acceptance_rate() + 0.05);

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "fake_model.h"
+#include "forwarding_executor.h"
 #include "kernels/cpu/sampling.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
@@ -39,15 +40,10 @@ Loaded& shared_model() {
 }
 
 // Forwards to an executor and records what the engine asked of it.
-class RecordingExecutor final : public ModelExecutor {
+class RecordingExecutor final : public ForwardingExecutor {
  public:
   explicit RecordingExecutor(std::unique_ptr<ModelExecutor> inner, bool poison_nan = false)
-      : inner_(std::move(inner)), poison_nan_(poison_nan) {}
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
-    return inner_->check_block_table(row, lease, t);
-  }
+      : ForwardingExecutor(std::move(inner)), poison_nan_(poison_nan) {}
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     ++executes;
     host_logit_steps += batch.want_host_logits;
@@ -62,13 +58,9 @@ class RecordingExecutor final : public ModelExecutor {
     penalty_entries += static_cast<int64_t>(in.penalties.size());
     return inner_->sample(out, in);
   }
-  Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) override {
-    return inner_->select_rows(hidden, rows);
-  }
   int64_t executes = 0, host_logit_steps = 0, sample_calls = 0, sampled_rows = 0, penalty_entries = 0;
 
  private:
-  std::unique_ptr<ModelExecutor> inner_;
   bool poison_nan_;
 };
 

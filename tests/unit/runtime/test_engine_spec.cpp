@@ -15,6 +15,7 @@
 #include "runtime/spec/self_test.h"
 #include "fake_model.h"
 #include "fixture_requests.h"
+#include "forwarding_executor.h"
 #include "oracle_mtp_model.h"
 
 namespace mxserve::runtime {
@@ -30,24 +31,10 @@ struct MtpRecord {
 };
 
 // Records the MTP layer's logits of every row (the engine only asks for the last row's).
-class RecordingExecutor final : public ModelExecutor {
+class RecordingExecutor final : public ForwardingExecutor {
  public:
   RecordingExecutor(std::unique_ptr<ModelExecutor> inner, MtpRecord* record)
-      : inner_(std::move(inner)), record_(record) {}
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
-    return inner_->check_block_table(row, lease, t);
-  }
-  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
-  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& o, const kernels::SampleRowsInput& in) override {
-    return inner_->sample(o, in);  // the inner executor keeps the device logits of its last execute()
-  }
-  bool has_mtp() const override { return inner_->has_mtp(); }
-  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
-  Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
-    return inner_->copy_kv(src, dst);
-  }
+      : ForwardingExecutor(std::move(inner)), record_(record) {}
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
     model::ForwardBatch all = b;
     all.logit_rows.clear();
@@ -69,7 +56,6 @@ class RecordingExecutor final : public ModelExecutor {
   }
 
  private:
-  std::unique_ptr<ModelExecutor> inner_;
   MtpRecord* record_;
   bool first_ = true;
 };
@@ -351,34 +337,6 @@ TEST_P(SpecFixture, SimulatedAcceptanceAcceptsAtTheRequestedRate) {
   EXPECT_EQ(r.stats.spec.accepted_per_pos[0], r.stats.spec.num_drafts);
 }
 
-// The test hook for a broken draft layer: the MTP layer's output is zeroed (as if its shared head or
-// eh_proj were loaded as zeros), so it always proposes token 0.
-class ZeroedMtpExecutor final : public ModelExecutor {
- public:
-  explicit ZeroedMtpExecutor(std::unique_ptr<ModelExecutor> inner) : inner_(std::move(inner)) {}
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
-    return inner_->check_block_table(row, lease, t);
-  }
-  Result<ExecOutput> execute(const model::ForwardBatch& b) override { return inner_->execute(b); }
-  Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& o, const kernels::SampleRowsInput& in) override {
-    return inner_->sample(o, in);  // the inner executor keeps the device logits of its last execute()
-  }
-  bool has_mtp() const override { return inner_->has_mtp(); }
-  Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
-  Result<ExecOutput> execute_mtp(const model::ForwardBatch& b, const Tensor& h) override {
-    model::ForwardBatch all = b;
-    all.want_host_logits = true;  // zeroed on the host; the greedy drafts then come from these logits
-    MX_ASSIGN_OR_RETURN(ExecOutput out, inner_->execute_mtp(all, h));
-    if (out.logits.ndim() == 2) std::memset(out.logits.data<float>(), 0, sizeof(float) * out.logits.numel());
-    out.argmax.clear();
-    return out;
-  }
-
- private:
-  std::unique_ptr<ModelExecutor> inner_;
-};
 
 // The adaptive policy on real (random-weight) drafts: it explores N = 3..0, the drafts are ~never accepted,
 // so it settles on N = 0 (the extend then skips the MTP head); greedy outputs stay identical throughout.
