@@ -37,13 +37,17 @@ int fail(const Status& s, int code = 2) {
 }  // namespace
 
 int cmd_verify_fixture(int argc, char** argv) {
-  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype"};
+  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype",
+                                       "--decision-rel-error"};
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
-  auto args = Args::parse(argc, argv, value_flags, kParallelBoolFlags);
+  std::set<std::string> bool_flags = kParallelBoolFlags;
+  bool_flags.insert("--decision-aware");
+  auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
     return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
-                                 "[--tp-size N] [--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)]"));
+                                 "[--tp-size N] [--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware] "
+                                 "[--decision-rel-error RHO]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
   FixtureOptions opt;
@@ -68,6 +72,23 @@ int cmd_verify_fixture(int argc, char** argv) {
   lc.parallel = *parallel;
   auto lm = launch::launch_model(lc);
   if (!lm.is_ok()) return fail(lm.status());
+  // Decision-aware checks (cli/fixture_decisions.h): always on a reduced-precision backend, on request on the CPU;
+  // the reference is the fixture on the CPU backend in f32.
+  opt.decision_aware = args->has("--decision-aware") || (*lm)->backend().activation_dtype() != DType::kF32;
+  auto rho = args->get_double("--decision-rel-error", opt.decision_rel_error);
+  if (!rho.is_ok()) return fail(rho.status());
+  if (!(*rho > 0)) return fail(invalid_argument("--decision-rel-error must be positive"));
+  opt.decision_rel_error = *rho;
+  std::unique_ptr<backend::Backend> ref_be;
+  std::unique_ptr<model::CausalLM> ref_model;
+  if (opt.decision_aware) {
+    ref_be = backend::make_cpu_backend();
+    auto ref = model::load_causal_lm(dir, *ref_be, model::LoadOptions{});
+    if (!ref.is_ok()) return fail(ref.status());
+    ref_model = std::move(*ref);
+    opt.reference = ref_model.get();
+    opt.reference_backend = ref_be.get();
+  }
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
   if (!report.is_ok()) return fail(report.status());
   std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s)\n", dir.c_str(),

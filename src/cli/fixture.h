@@ -32,6 +32,13 @@ struct FixtureOptions {
   double max_rel_l2 = 1e-4;
   int64_t block_size = 16;
   int64_t chunk_size = 7;  // prefill chunk for the through-the-cache check (exercises block boundaries)
+  // Decision-aware checks (cli/fixture_decisions.h), for bf16 backends: needs the fixture loaded on the CPU
+  // backend as the reference. A plain check that fails on a case whose every decision disagreement is a
+  // legitimate flip, and whose forced run passes, is reported as explained instead of failed.
+  bool decision_aware = false;
+  model::CausalLM* reference = nullptr;
+  backend::Backend* reference_backend = nullptr;
+  double decision_rel_error = 4e-2;  // kBf16DecisionRelError
 };
 
 // Runs every check, printing one line per case and check; failures counted in the report.

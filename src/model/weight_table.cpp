@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "quant/detect.h"
+#include "quant/fp8_release.h"
 #include "quant/gpt_oss.h"
 #include "quant/hf_fused_experts.h"
 
@@ -50,7 +51,11 @@ std::string module_of(const std::string& name) {
 // Checks one detected weight against quantization_config; empty when they agree.
 std::string config_disagreement(const quant::QuantizationConfig& qc, const WeightSpec& spec,
                                 const quant::StoredWeight& sw, int64_t br, int64_t bc) {
-  const quant::Expectation x = qc.expect(module_of(spec.name), spec.role);
+  quant::Expectation x = qc.expect(module_of(spec.name), spec.role);
+  // GLM-5.x FP8 releases keep two Linear weights bf16 outside their lists (quant/fp8_release.h).
+  const quant::Fp8ReleaseRule rule = quant::fp8_release_rule(qc, module_of(spec.name));
+  if (rule == quant::Fp8ReleaseRule::kEither) return "";
+  if (rule == quant::Fp8ReleaseRule::kNeverQuantized) x = {false, Precision::kBF16, quant::fp8_release_reason(rule)};
   const bool found_quantized = quant::is_quantized(sw.precision);
   if (x.quantized == found_quantized && (!x.quantized || x.precision == sw.precision)) return "";
   const std::string expected = x.quantized ? quant::expected_storage(x.precision, spec.shape, br, bc)

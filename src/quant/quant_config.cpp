@@ -15,6 +15,15 @@ Status field_error(const std::string& source, const std::string& field, const st
 
 bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
+// The entries of an exclude / not-convert list for an error message: the first 8 quoted, then how many more.
+std::string list_summary(const std::vector<std::string>& entries) {
+  if (entries.empty()) return "empty";
+  std::string s = "[";
+  for (size_t i = 0; i < entries.size() && i < 8; ++i) s += (i ? ", '" : "'") + entries[i] + "'";
+  if (entries.size() > 8) s += ", ... " + std::to_string(entries.size() - 8) + " more";
+  return s + "]";
+}
+
 Result<std::vector<std::string>> string_list(const nlohmann::json& qc, const std::string& key, const std::string& source) {
   std::vector<std::string> out;
   if (!qc.contains(key) || qc[key].is_null()) return out;
@@ -239,7 +248,8 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
     return x;
   }
   x.quantized = true;
-  x.reason = std::string("a Linear layer not matched by any ") + list + " entry";
+  x.reason = std::string("a Linear layer not matched by any ") + list + " entry (" + list + ": " +
+             list_summary(method == QuantMethod::kQuark ? exclude : not_convert) + ")";
   switch (method) {
     case QuantMethod::kQuark: x.precision = Precision::kMxfp4; break;
     case QuantMethod::kFp8: x.precision = block_rows > 0 ? Precision::kFp8Block : Precision::kFp8Tensor; break;

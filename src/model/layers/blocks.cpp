@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/layers/decision_sites.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -86,6 +87,7 @@ void SwigluMlp::forward(backend::Backend& be, const Tensor& x, Tensor& out) cons
 MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
   const int64_t H = cfg.d_model, E = cfg.n_experts, I = cfg.moe_inter;
   MoeBlock m;
+  m.layer = layer_of_prefix(p);
   m.gate = wl.get(decl::router(p + "gate.weight", E, H));
   m.correction_bias = wl.get_f32(decl::replicated(p + "gate.e_score_correction_bias", {E}));
   WeightLoader::ExpertDecls ex;
@@ -114,6 +116,8 @@ void MoeBlock::forward(backend::Backend& be, const ModelConfig& cfg, const Tenso
   Tensor ids = be.alloc(DType::kI32, {T, cfg.top_k});
   Tensor weights = be.alloc(DType::kF32, {T, cfg.top_k});
   be.router(x, gate, correction_bias, rp, ids, weights);
+  if (DecisionHook* hook = active_decision_hook())
+    routing_decision(be, x, gate, correction_bias, rp, layer, *hook, ids, weights);
   if (shared) {
     shared->forward(be, x, out);  // out = shared(x); routed experts accumulate on top
   } else {

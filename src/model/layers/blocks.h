@@ -40,6 +40,7 @@ struct MoeBlock {
   Tensor correction_bias;           // f32 [E] (selection only)
   backend::ExpertWeights experts;   // [E, 2I, H], [E, H, I]
   std::optional<SwigluMlp> shared;  // width I * n_shared_experts
+  int64_t layer = -1;               // decoder layer (decision sites, model/decisions.h)
 
   static MoeBlock load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg);
   void forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const;  // [T,H]

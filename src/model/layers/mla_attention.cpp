@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/layers/decision_sites.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -28,6 +29,7 @@ DsaIndexer DsaIndexer::load(WeightLoader& wl, const std::string& p, const ModelC
   const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
   const int64_t H = cfg.d_model, D = d.index_head_dim;
   DsaIndexer ix;
+  ix.layer = layer_of_prefix(p);
   ix.wq_b = wl.get(decl::linear(p + "wq_b.weight", d.index_n_heads * D, d.q_lora_rank, kReplicated));
   ix.wk = wl.get(decl::linear(p + "wk.weight", D, H, kReplicated));
   ix.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {D}));
@@ -60,6 +62,7 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
   ops.indexer_topk(q, w, key_cache, meta, ip, topk);
+  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
 }
 
 MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg, bool full_indexer) {

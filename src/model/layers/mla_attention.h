@@ -25,6 +25,7 @@ struct DsaIndexer {
   Tensor wk;              // [index_head_dim, H]
   Tensor k_norm, k_bias;  // LayerNorm weight / bias [index_head_dim]
   Tensor weights_proj;    // [index_n_heads, H]
+  int64_t layer = -1;     // decoder layer (decision sites, model/decisions.h)
 
   static DsaIndexer load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg);
   // Writes the batch's indexer keys into key_cache [n_slots, index_head_dim], then topk i32 [T, index_topk].
