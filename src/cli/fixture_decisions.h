@@ -12,9 +12,9 @@
 //      rows' argmax must equal the fixture's tokens unless the reference's top-2 logit margin is within the bound.
 // The bound. A flip between candidates a and b needs |err_a| + |err_b| >= margin, so it is explainable when
 // margin <= 2 x (largest score error), and the score error of a bf16 backend is modelled as rho x scale, scale
-// being the row's DecisionRows::scale (routing: 0.25 x max |router logit|, the sigmoid's slope being at most 1/4;
-// index: max |indexer score|; greedy: max |logit|) and rho the relative error of the activations that feed the
-// scores. rho = kBf16DecisionRelError = 4e-2: twice the documented bf16 rel-L2 of the final logits on the fixtures
+// being the row's DecisionRows::scale for the two candidates the margin is between (routing: 0.25 x sum_i |x_i g_ei|,
+// the sigmoid's slope being at most 1/4; index: the indexer score's sum of absolute terms; greedy: max |logit|),
+// i.e. the sum of the absolute products a relative input error rho perturbs, and rho that relative error. rho = kBf16DecisionRelError = 4e-2: twice the documented bf16 rel-L2 of the final logits on the fixtures
 // (tests/model/test_cuda_fixture.cpp kBf16RelL2 = 2e-2, docs/cuda.md), the score inputs being no noisier than the
 // final logits, which compound every layer's rounding. Measured use of the bound, printed per case: over the rows whose
 // decisions agree, max |margin(test) - margin(reference)| / bound (the margin moves by at most the two scores'

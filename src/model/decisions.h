@@ -34,8 +34,9 @@ struct DecisionRows {
   // [rows] the candidates that margin is between: {lowest kept, highest dropped}; {-1, -1} when nothing was
   // dropped or when the binding margin is routing's group selection.
   std::vector<std::pair<int32_t, int32_t>> margin_pair;
-  // [rows] the size of a score error per unit of relative activation error at this row (routing: 0.25 x the
-  // largest |router logit| (the sigmoid's slope is at most 1/4); index: the largest |indexer score|).
+  // [rows] the size of a score error per unit of relative error in the scores' inputs, for the two candidates
+  // of margin_pair (the larger of the two): routing: 0.25 (the sigmoid's largest slope) x sum_i |x_i g_ei| (every
+  // expert when groups decide); index: sum_h |w_h| x |q_h|.|k| terms x scales. 0 when nothing was dropped.
   std::vector<double> scale;
   bool forced = false;  // set by a hook that replaced ids; the site then runs with them
 

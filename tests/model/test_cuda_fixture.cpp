@@ -1,5 +1,7 @@
 // verify-fixture on the CUDA backend for every golden fixture (label gpu): batched and chunked-cache
-// teacher-forced logits, greedy decode through the paged cache, MTP logits, all against HF transformers.
+// teacher-forced logits, greedy decode through the paged cache, MTP logits, all against HF transformers, with the
+// decision-aware checks (cli/fixture_decisions.h: routing / index top-k / greedy flips within the bf16 bound are
+// reported and forced, beyond it they fail).
 // Tolerance kBf16RelL2 = 2e-2 relative L2 on the logits: the reference is fp32 arithmetic on bf16
 // weights, while the CUDA backend rounds every activation to bf16 (~2^-9 relative per rounding, a few
 // dozen roundings compounded through 3-4 layers); docs/cuda.md gives the measured figures. Greedy tokens
@@ -33,9 +35,20 @@ class CudaFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaFixture, VerifyFixture) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  // Decision-aware (cli/fixture_decisions.h): the CPU f32 model of the same fixture is the reference whose routing /
+  // index top-k / greedy decisions are forced; disagreements within the bf16 bound are reported as flips.
+  const std::string dir = fixture_root() + "/" + GetParam();
+  auto cpu = backend::make_cpu_backend();
+  auto ref = model::load_causal_lm(dir, *cpu, model::LoadOptions{});
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
   cli::FixtureOptions opt;
   opt.max_rel_l2 = kBf16RelL2;
-  auto report = cli::verify_fixture(fixture_root() + "/" + GetParam(), **be, opt);
+  opt.decision_aware = true;
+  opt.reference = ref->get();
+  opt.reference_backend = cpu.get();
+  auto report = cli::verify_fixture_model(dir, **lm, **be, opt);
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_GT(report->cases, 0);
   EXPECT_EQ(report->failures, 0);

@@ -96,6 +96,18 @@ TEST(GlmMoeDsaConfig, BadInputIsNamed) {
        "field 'mlp_layer_types'[4]: 'moe' is not 'dense' or 'sparse'"},
       {"index head < rope", [](json& j) { j["index_head_dim"] = 32; }, "index_head_dim 32 is smaller than"},
       {"kv heads", [](json& j) { j["num_key_value_heads"] = 8; }, "num_key_value_heads 8 differs from"},
+      {"index_n_heads 0", [](json& j) { j["index_n_heads"] = 0; }, "field 'index_n_heads': expected a positive integer"},
+      {"index_topk a string", [](json& j) { j["index_topk"] = "2048"; }, "field 'index_topk'"},
+      {"pattern vs indexer_types",
+       [](json& j) {
+         j.erase("index_topk_freq");
+         j.erase("index_skip_topk_offset");
+         j["index_topk_pattern"] = "F" + std::string(77, 'S');
+       },
+       "contradictory fields: indexer_types"},
+      {"pattern length", [](json& j) { j.erase("indexer_types"); j["index_topk_pattern"] = "FSS"; },
+       "field 'index_topk_pattern' has 3 entries for 78 layers"},
+      {"indexer_types not a list", [](json& j) { j["indexer_types"] = "full"; }, "field 'indexer_types'"},
   };
   for (const auto& c : cases) {
     json j = glm52();
@@ -271,8 +283,9 @@ struct RemoveTempDirs : ::testing::Environment {
 const auto* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
 
 // Writes config.json + model.safetensors (every declared weight, random, f32) into a fresh directory;
-// `drop` names a tensor to leave out.
-fs::path write_checkpoint(const std::string& tag, const json& cfg_json, const std::string& drop = "") {
+// `drop` names a tensor to leave out, `extra` tensors are added.
+fs::path write_checkpoint(const std::string& tag, const json& cfg_json, const std::string& drop = "",
+                          io::NamedTensors extra = {}) {
   const fs::path dir = fs::temp_directory_path() / ("mxserve_glm_moe_dsa_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -296,6 +309,7 @@ fs::path write_checkpoint(const std::string& tag, const json& cfg_json, const st
     for (int64_t i = 0; i < t.numel(); ++i) v[i] = is_norm ? 1.f + vals[i] : vals[i];
     tensors.emplace_back(w.name, std::move(t));
   }
+  for (auto& t : extra) tensors.push_back(std::move(t));
   EXPECT_TRUE(io::write_safetensors((dir / "model.safetensors").string(), tensors).is_ok());
   return dir;
 }
@@ -443,6 +457,19 @@ TEST(GlmMoeDsaModel, MissingIndexerTensorOnAFullLayerIsNamed) {
     ASSERT_FALSE(m.is_ok()) << name;
     EXPECT_NE(m.status().to_string().find(name), std::string::npos) << m.status().to_string();
   }
+}
+
+TEST(GlmMoeDsaModel, IndexerTensorOnASharedLayerIsNamed) {
+  // Layer 1 is "shared" in the config but the checkpoint carries an indexer there: config and weights disagree.
+  const std::string name = "model.layers.1.self_attn.indexer.wk.weight";
+  io::NamedTensors extra;
+  extra.emplace_back(name, Tensor::zeros(DType::kF32, {12, 32}));
+  const fs::path dir = write_checkpoint("shared_extra", tiny_config(4), "", std::move(extra));
+  auto be = backend::make_cpu_backend();
+  auto m = load_causal_lm(dir.string(), *be, LoadOptions{});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().to_string().find(name), std::string::npos) << m.status().to_string();
+  EXPECT_NE(m.status().to_string().find("unexpected"), std::string::npos) << m.status().to_string();
 }
 
 TEST(GlmMoeDsaModel, SharedLayersDeclareNoIndexer) {

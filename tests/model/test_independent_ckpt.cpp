@@ -4,7 +4,10 @@
 //                 Linear of the fixture, MTP layer included, in transformers' layout;
 //   fp8_hf_saved  transformers 5.17 from_pretrained(FineGrainedFP8Config) + save_pretrained: FP8-block of the
 //                 weights first cast to e4m3 unscaled (a transformers defect, reproduced bit for bit), no MTP;
-//   mxfp4_quark   AMD Quark's MXFP4 layout written by an independent numpy writer.
+//   mxfp4_quark   AMD Quark's MXFP4 layout written by an independent numpy writer (glm4_moe) or Node writer
+//                 (glm_moe_dsa, tools/independent_ckpt/dsa_formats.mjs, run by the test);
+//   fp8_release   glm_moe_dsa in the official GLM-5.x FP8 release layout (weight_scale_inv per block, the release's
+//                 set of quantized tensors and its quantization_config), by the same Node writer.
 // For each one present:
 //   1. every quantized tensor, decoded here (quant_bound.h's decoders), is within the format's worst-case error
 //      of the fixture's bf16 weight of the same name (the producer followed the format and the names);
@@ -27,6 +30,7 @@
 #include "cli/fixture.h"
 #include "io/checkpoint.h"
 #include "launch/launch.h"
+#include "dsa_ckpt_writer.h"
 #include "quant_bound.h"
 
 namespace mxserve::quant_bound {
@@ -40,11 +44,17 @@ const char* kMakeCommand =
 
 struct Foreign {
   const char* fx;
-  const char* kind;  // fp8_hf | fp8_hf_saved | mxfp4_quark
+  const char* kind;  // fp8_hf | fp8_hf_saved | mxfp4_quark | fp8_release
+  // > 0: written at test time by tools/independent_ckpt/dsa_formats.mjs (Node, no GPU), with FP8 blocks of this
+  // size (fp8_release; the GLM-5.x release uses 128, which on the tiny fixtures is one block per tensor, so
+  // tiny_b also runs with 16 to exercise block grids with partial edge blocks); 0: committed under tests/data.
+  int generated_block = 0;
 };
 const Foreign kForeign[] = {{"glm4_moe_tiny_a", "fp8_hf"},       {"glm4_moe_tiny_b", "fp8_hf"},
                             {"glm4_moe_tiny_a", "fp8_hf_saved"}, {"glm4_moe_tiny_b", "fp8_hf_saved"},
-                            {"glm4_moe_tiny_a", "mxfp4_quark"},  {"glm4_moe_tiny_b", "mxfp4_quark"}};
+                            {"glm4_moe_tiny_a", "mxfp4_quark"},  {"glm4_moe_tiny_b", "mxfp4_quark"},
+                            {"glm_moe_dsa_tiny_a", "fp8_release", 128}, {"glm_moe_dsa_tiny_b", "fp8_release", 16},
+                            {"glm_moe_dsa_tiny_a", "mxfp4_quark", 32},   {"glm_moe_dsa_tiny_b", "mxfp4_quark", 32}};
 
 std::string fixture_dir(const std::string& fx) { return std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/" + fx; }
 
@@ -91,8 +101,14 @@ class IndependentCheckpoint : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(IndependentCheckpoint, LoadsAndMatchesTheFixtureWithinTheFormatBound) {
   const Foreign& f = kForeign[GetParam()];
-  const fs::path dir = fs::path(MXSERVE_SOURCE_DIR) / "tests/data/independent_ckpt" / (std::string(f.fx) + "_" + f.kind);
-  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << dir << " is absent; make it with: " << kMakeCommand;
+  fs::path dir = fs::path(MXSERVE_SOURCE_DIR) / "tests/data/independent_ckpt" / (std::string(f.fx) + "_" + f.kind);
+  if (f.generated_block > 0) {
+    auto written = write_dsa_checkpoint(f.fx, f.kind, f.generated_block);
+    if (!written.is_ok()) GTEST_SKIP() << written.status().to_string();
+    dir = *written;
+  } else if (!fs::exists(dir / "config.json")) {
+    GTEST_SKIP() << dir << " is absent; make it with: " << kMakeCommand;
+  }
   const std::string kind = f.kind;
   const bool fp8 = kind != "mxfp4_quark", cast_first = kind == "fp8_hf_saved";
   std::ifstream cfg_in(dir / "config.json");
@@ -193,6 +209,7 @@ TEST_P(IndependentCheckpoint, LoadsAndMatchesTheFixtureWithinTheFormatBound) {
   }
   std::error_code ec;
   fs::remove_all(decoded_dir, ec);
+  if (f.generated_block > 0) fs::remove_all(dir, ec);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, IndependentCheckpoint, ::testing::Range<size_t>(0, std::size(kForeign)),

@@ -65,6 +65,14 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
   Tensor logits_dev = be.alloc(DType::kF32, {T, E});
   be.linear(x, gate, nullptr, logits_dev);
   const Tensor logits = be.to_host(logits_dev), b = be.to_host(bias), chosen = be.to_host(ids);
+  const Tensor xh = be.to_host(x), gh = be.to_host(gate);
+  const int64_t H = x.dim(1);
+  // sum_i |x_i g_ei|: the size of router logit e's rounding error per unit of relative error in its inputs.
+  auto abs_dot = [&](int64_t t, int64_t e) {
+    double s = 0;
+    for (int64_t i = 0; i < H; ++i) s += std::fabs(static_cast<double>(xh.data<float>()[t * H + i]) * gh.data<float>()[e * H + i]);
+    return s;
+  };
   DecisionRows d;
   d.site = DecisionSite::kExpertRouting;
   d.layer = layer;
@@ -76,11 +84,9 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits.data<float>() + t * E;
     std::vector<double> sc(E);
-    double lmax = 0;
     for (int64_t e = 0; e < E; ++e) {
       sig[t][e] = 1.0 / (1.0 + std::exp(-static_cast<double>(l[e])));
       sc[e] = sig[t][e] + b.data<float>()[e];
-      lmax = std::max(lmax, std::fabs(static_cast<double>(l[e])));
     }
     std::vector<char> visible(E, 1);
     double group_margin = kInf;
@@ -102,7 +108,14 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
     const double expert_margin = margin_of(sc, visible, d.row(t), K, &pair);
     d.margin.push_back(std::min(group_margin, expert_margin));
     d.margin_pair.push_back(group_margin < expert_margin ? std::pair<int32_t, int32_t>{-1, -1} : pair);
-    d.scale.push_back(0.25 * lmax);
+    // The sigmoid's slope is at most 1/4. The pair's experts, or every expert when groups decide.
+    double scale = 0;
+    if (d.margin_pair.back().first >= 0) {
+      scale = std::max(abs_dot(t, pair.first), abs_dot(t, pair.second));
+    } else if (std::isfinite(d.margin.back())) {
+      for (int64_t e = 0; e < E; ++e) scale = std::max(scale, abs_dot(t, e));
+    }
+    d.scale.push_back(0.25 * scale);
   }
   hook.on_decision(d);
   if (!d.forced) return;
@@ -139,24 +152,28 @@ void index_decision(backend::Backend& be, const Tensor& q_dev, const Tensor& w_d
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = kvi.data<int32_t>()[t] + 1;
     const int32_t* table = tables.data<int32_t>() + seq.data<int32_t>()[t] * stride;
-    std::vector<double> score(n);
-    double smax = 0;
+    std::vector<double> score(n), abs_score(n);  // abs: sum over heads of |w_h| x ReLU(...), the error's size
     for (int64_t j = 0; j < n; ++j) {
       const float* key = cache.data<float>() + (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * D;
-      double s = 0;
+      double s = 0, a = 0;
       for (int64_t h = 0; h < NH; ++h) {
         const float* qh = q.data<float>() + (t * NH + h) * D;
-        double dot = 0;
-        for (int64_t k = 0; k < D; ++k) dot += static_cast<double>(qh[k]) * key[k];
-        s += static_cast<double>(w.data<float>()[t * NH + h]) * ip.weight_scale * std::max(dot * ip.score_scale, 0.0);
+        double dot = 0, adot = 0;
+        for (int64_t k = 0; k < D; ++k) {
+          dot += static_cast<double>(qh[k]) * key[k];
+          adot += std::fabs(static_cast<double>(qh[k]) * key[k]);
+        }
+        const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * ip.weight_scale;
+        s += wh * std::max(dot * ip.score_scale, 0.0);
+        a += std::fabs(wh) * adot * ip.score_scale;
       }
       score[j] = s;
-      smax = std::max(smax, std::fabs(s));
+      abs_score[j] = a;
     }
     std::pair<int32_t, int32_t> pair;
     d.margin.push_back(margin_of(score, std::vector<char>(n, 1), d.row(t), K, &pair));
     d.margin_pair.push_back(pair);
-    d.scale.push_back(smax);
+    d.scale.push_back(pair.first >= 0 ? std::max(abs_score[pair.first], abs_score[pair.second]) : 0.0);
   }
   hook.on_decision(d);
   if (!d.forced) return;
