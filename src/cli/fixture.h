@@ -38,7 +38,7 @@ struct FixtureOptions {
   bool decision_aware = false;
   model::CausalLM* reference = nullptr;
   backend::Backend* reference_backend = nullptr;
-  double decision_rel_error = 4e-2;  // kBf16DecisionRelError
+  double decision_rel_error = 1.5e-2;  // kBf16DecisionRelError
 };
 
 // Runs every check, printing one line per case and check; failures counted in the report.

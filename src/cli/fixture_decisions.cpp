@@ -44,18 +44,19 @@ Result<Tensor> mtp_with(runtime::SequenceRunner& runner, const std::vector<int32
 
 struct Margin {
   int64_t arg = 0;
-  double margin = 0, scale = 0;  // top-1 minus top-2; max |logit|
+  double margin = 0, scale = 0;  // top-1 minus top-2; 4 x rms of the row (the logits' noise per unit rel. error)
 };
 Margin top2(const float* row, int64_t V) {
   Margin m;
-  double second = -INFINITY;
+  double second = -INFINITY, sq = 0;
   for (int64_t v = 1; v < V; ++v)
     if (row[v] > row[m.arg]) m.arg = v;
   for (int64_t v = 0; v < V; ++v) {
     if (v != m.arg) second = std::max(second, static_cast<double>(row[v]));
-    m.scale = std::max(m.scale, std::fabs(static_cast<double>(row[v])));
+    sq += static_cast<double>(row[v]) * row[v];
   }
   m.margin = row[m.arg] - second;
+  m.scale = 4.0 * std::sqrt(sq / static_cast<double>(V));
   return m;
 }
 

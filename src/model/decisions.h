@@ -34,9 +34,11 @@ struct DecisionRows {
   // [rows] the candidates that margin is between: {lowest kept, highest dropped}; {-1, -1} when nothing was
   // dropped or when the binding margin is routing's group selection.
   std::vector<std::pair<int32_t, int32_t>> margin_pair;
-  // [rows] the size of a score error per unit of relative error in the scores' inputs, for the two candidates
-  // of margin_pair (the larger of the two): routing: 0.25 (the sigmoid's largest slope) x sum_i |x_i g_ei| (every
-  // expert when groups decide); index: sum_h |w_h| x |q_h|.|k| terms x scales. 0 when nothing was dropped.
+  // [rows] the size of a score error per unit of relative error in the scores' inputs, modelled as uncorrelated
+  // noise: 4 standard deviations, the larger of margin_pair's two candidates (every expert when routing groups
+  // decide); 0 when nothing was dropped. A score that sums products p_i has noise sqrt(sum p_i^2) per unit
+  // relative error: routing s(1 - s) (the sigmoid's slope at the logit, linearized) x sqrt(sum_i (x_i g_ei)^2); index
+  // sqrt(3 sum_h w_h^2 sum_d (q_hd k_d)^2) x scales over the heads the ReLU passes (q, k and w all noisy).
   std::vector<double> scale;
   bool forced = false;  // set by a hook that replaced ids; the site then runs with them
 

@@ -14,6 +14,7 @@ namespace mxserve::model {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kSigmas = 4.0;  // DecisionRows::scale covers 4 standard deviations of the noise model
 
 // Row r of an i32 [T, width] host tensor, ascending, -1 padding last.
 std::vector<int32_t> sorted_rows(const Tensor& ids_host, int64_t rows, int64_t width) {
@@ -67,11 +68,15 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
   const Tensor logits = be.to_host(logits_dev), b = be.to_host(bias), chosen = be.to_host(ids);
   const Tensor xh = be.to_host(x), gh = be.to_host(gate);
   const int64_t H = x.dim(1);
-  // sum_i |x_i g_ei|: the size of router logit e's rounding error per unit of relative error in its inputs.
+  // sqrt(sum_i (x_i g_ei)^2): the standard deviation of router logit e's error per unit of relative error in its
+  // inputs, when that error is uncorrelated noise (decisions.h).
   auto abs_dot = [&](int64_t t, int64_t e) {
     double s = 0;
-    for (int64_t i = 0; i < H; ++i) s += std::fabs(static_cast<double>(xh.data<float>()[t * H + i]) * gh.data<float>()[e * H + i]);
-    return s;
+    for (int64_t i = 0; i < H; ++i) {
+      const double p = static_cast<double>(xh.data<float>()[t * H + i]) * gh.data<float>()[e * H + i];
+      s += p * p;
+    }
+    return std::sqrt(s);
   };
   DecisionRows d;
   d.site = DecisionSite::kExpertRouting;
@@ -108,14 +113,16 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
     const double expert_margin = margin_of(sc, visible, d.row(t), K, &pair);
     d.margin.push_back(std::min(group_margin, expert_margin));
     d.margin_pair.push_back(group_margin < expert_margin ? std::pair<int32_t, int32_t>{-1, -1} : pair);
-    // The sigmoid's slope is at most 1/4. The pair's experts, or every expert when groups decide.
+    // Score noise of expert e: the sigmoid's slope s(1 - s) at its logit (linearized) x the logit's noise. The
+    // pair's experts, or every expert when groups decide.
+    auto noise = [&](int64_t e) { return sig[t][e] * (1.0 - sig[t][e]) * abs_dot(t, e); };
     double scale = 0;
     if (d.margin_pair.back().first >= 0) {
-      scale = std::max(abs_dot(t, pair.first), abs_dot(t, pair.second));
+      scale = std::max(noise(pair.first), noise(pair.second));
     } else if (std::isfinite(d.margin.back())) {
-      for (int64_t e = 0; e < E; ++e) scale = std::max(scale, abs_dot(t, e));
+      for (int64_t e = 0; e < E; ++e) scale = std::max(scale, noise(e));
     }
-    d.scale.push_back(0.25 * scale);
+    d.scale.push_back(kSigmas * scale);
   }
   hook.on_decision(d);
   if (!d.forced) return;
@@ -152,28 +159,29 @@ void index_decision(backend::Backend& be, const Tensor& q_dev, const Tensor& w_d
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = kvi.data<int32_t>()[t] + 1;
     const int32_t* table = tables.data<int32_t>() + seq.data<int32_t>()[t] * stride;
-    std::vector<double> score(n), abs_score(n);  // abs: sum over heads of |w_h| x ReLU(...), the error's size
+    std::vector<double> score(n), noise(n);  // noise: sqrt(sum of squared products), as for routing
     for (int64_t j = 0; j < n; ++j) {
       const float* key = cache.data<float>() + (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * D;
       double s = 0, a = 0;
       for (int64_t h = 0; h < NH; ++h) {
         const float* qh = q.data<float>() + (t * NH + h) * D;
-        double dot = 0, adot = 0;
+        double dot = 0, sq = 0;
         for (int64_t k = 0; k < D; ++k) {
-          dot += static_cast<double>(qh[k]) * key[k];
-          adot += std::fabs(static_cast<double>(qh[k]) * key[k]);
+          const double p = static_cast<double>(qh[k]) * key[k];
+          dot += p;
+          sq += p * p;
         }
-        const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * ip.weight_scale;
-        s += wh * std::max(dot * ip.score_scale, 0.0);
-        a += std::fabs(wh) * adot * ip.score_scale;
+        const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * ip.weight_scale * ip.score_scale;
+        s += wh * std::max(dot, 0.0);
+        a += dot > 0 ? wh * wh * sq : 0.0;  // heads the ReLU passes; q, k and w each carry the relative error
       }
       score[j] = s;
-      abs_score[j] = a;
+      noise[j] = std::sqrt(3.0 * a);
     }
     std::pair<int32_t, int32_t> pair;
     d.margin.push_back(margin_of(score, std::vector<char>(n, 1), d.row(t), K, &pair));
     d.margin_pair.push_back(pair);
-    d.scale.push_back(pair.first >= 0 ? std::max(abs_score[pair.first], abs_score[pair.second]) : 0.0);
+    d.scale.push_back(pair.first >= 0 ? kSigmas * std::max(noise[pair.first], noise[pair.second]) : 0.0);
   }
   hook.on_decision(d);
   if (!d.forced) return;
