@@ -42,7 +42,7 @@ struct SwigluMlp {
 // token of x, plus its shared-expert slice. Summing the outputs of the ranks of a tensor-parallel group
 // (ep == tp: one all-reduce, the caller's) gives the block's output. A caller that sums over a group spanning
 // several tp groups (DP attention: tokens all-gathered over the dp ranks, partial sums reduce-scattered
-// back) must count the shared expert once per tp group: forward_routed() + forward_shared() on one of them.
+// back) runs forward_routed() there and forward_shared() apart (its slices sum over one tp group only).
 struct MoeBlock {
   Tensor gate;                      // router weight [E, H] (all experts, replicated)
   Tensor correction_bias;           // f32 [E] (selection only)
