@@ -50,6 +50,8 @@ const char* expert_format_name(ExpertFormat f);
 //   kFloat: gate_up [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up: transformers 5.x in-memory layout), down [E, H, I].
 //   kMxfp4: gate_up u8 [E, 2I, H/2], gate_up_scales u8 [E, 2I, H/32]; down u8 [E, H, I/2],
 //           down_scales u8 [E, H, I/32] (H % 32 == 0, I % 32 == 0; same row order as kFloat).
+// E is the experts this rank holds: all of the layer's, or (expert parallelism) the contiguous range
+// [first_expert, first_expert + E) of global_experts; router ids outside that range belong to other ranks.
 struct ExpertWeights {
   Tensor gate_up;
   Tensor down;
@@ -58,7 +60,10 @@ struct ExpertWeights {
   Tensor down_scales;     // kMxfp4 only
   // The kernel plan of this shape on the backend that loaded it (Backend::prepare_moe); nullptr otherwise.
   const kernels::MoeKernelPlan* kernel_plan = nullptr;
+  int64_t first_expert = 0;    // global id of local expert 0 (expert parallelism; 0 otherwise)
+  int64_t global_experts = 0;  // the layer's routed experts over all ranks; 0 = n_experts() (not partitioned)
   int64_t n_experts() const { return gate_up.dim(0); }
+  bool partitioned() const { return global_experts != 0 && global_experts != n_experts(); }
   int64_t inter() const { return gate_up.dim(1) / 2; }
 };
 
@@ -146,7 +151,9 @@ class Backend {
   // Router GEMM in fp32 + sigmoid + group-limited top-k: x [T,H], gate_w [E,H], bias f32 [E].
   virtual void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
                       Tensor& topk_ids, Tensor& topk_weights) = 0;                         // i32/f32 [T,K]
-  // out [T,H] += sum_k weights[t,k] * Expert_{ids[t,k]}(x[t])
+  // out [T,H] += sum_k weights[t,k] * Expert_{ids[t,k]}(x[t]) over the experts this rank holds: ids are global
+  // (the router's), an id outside [first_expert, first_expert + n_experts()) adds nothing (expert parallel:
+  // another rank adds it). A backend that cannot skip foreign ids refuses partitioned() experts loudly.
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const ExpertWeights& experts, Tensor& out) = 0;
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;          // out[r] = x[rows[r]]

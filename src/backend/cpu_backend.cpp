@@ -171,12 +171,15 @@ class CpuBackend final : public Backend, public MlaDsaOps {
                  "cpu moe_experts: experts stored as " << expert_format_name(ex.format) << " (the loader dequantizes for cpu)");
     const int64_t n_tokens = x.dim(0), d = x.dim(1), top_k = topk_ids.dim(1);
     const int64_t n_experts = ex.gate_up.dim(0), inter = ex.down.dim(2);
-    // Group (token, slot) pairs by expert: plain gather -> GEMM -> SwiGLU -> GEMM -> weighted scatter.
+    // Group (token, slot) pairs by local expert: plain gather -> GEMM -> SwiGLU -> GEMM -> weighted scatter.
+    // Expert parallel: ids of other ranks' experts are skipped (their ranks add them).
+    const int64_t global = ex.global_experts > 0 ? ex.global_experts : n_experts;
     std::vector<std::vector<int64_t>> rows(n_experts);
     const int32_t* ids = i32(topk_ids);
     for (int64_t i = 0; i < n_tokens * top_k; ++i) {
-      MX_CHECK(ids[i] >= 0 && ids[i] < n_experts);
-      rows[ids[i]].push_back(i);
+      MX_CHECK(ids[i] >= 0 && ids[i] < global);
+      const int64_t local = ids[i] - ex.first_expert;
+      if (local >= 0 && local < n_experts) rows[local].push_back(i);
     }
     const float* xs = f32(x);
     const float* w = f32(topk_weights);

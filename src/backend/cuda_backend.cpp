@@ -450,6 +450,8 @@ class CudaBackend final : public Backend {
     expect(topk_ids, DType::kI32, "moe_experts", "topk_ids");
     expect(topk_weights, DType::kF32, "moe_experts", "topk_weights");
     expect(out, DType::kBF16, "moe_experts", "out");
+    MX_CHECK_MSG(!ex.partitioned(), "cuda moe_experts: expert-partitioned experts (" << ex.n_experts() << " of "
+                                        << ex.global_experts << ", ep > 1) are not implemented on CUDA");
     switch (ex.format) {
       case ExpertFormat::kFloat: return moe_experts_float(x, topk_ids, topk_weights, ex, out);
       case ExpertFormat::kMxfp4: return moe_experts_mxfp4(x, topk_ids, topk_weights, ex, out);

@@ -1,6 +1,7 @@
 // The parallel-layout flags shared by `mxserve serve`, `generate` and `verify-fixture` (sglang / vLLM
-// spelling). Parsing only checks the values; launch_model() decides what runs (tp > 1 on the CPU backend
-// today; ep, dp and DP attention are refused there with "not implemented yet", never ignored).
+// spelling). Parsing only checks the values; launch_model() decides what runs (tp > 1, with or without
+// ep = tp, on the CPU backend today; dp and DP attention are refused there with "not implemented yet",
+// never ignored).
 #pragma once
 
 #include <set>
@@ -20,7 +21,8 @@ inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parall
 inline const char* kParallelUsage =
     "  --tensor-parallel-size, --tp-size N   ranks the model is split over (tp > 1: --backend cpu, one thread each)\n"
     "  --data-parallel-size, --dp-size N     data-parallel replicas (not implemented yet)\n"
-    "  --enable-expert-parallel, --ep-size N experts partitioned over ranks (not implemented yet)\n"
+    "  --enable-expert-parallel, --ep-size N routed experts partitioned whole over N ranks (N = 1, tp or tp x dp;\n"
+    "                                        --enable-expert-parallel: tp x dp), instead of sliced tp ways\n"
     "  --enable-dp-attention                 attention data-parallel with experts spread (not implemented yet)\n";
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);

@@ -57,10 +57,6 @@ Status check_layout_supported(const LaunchConfig& config) {
   if (p.dp > 1)
     return unsupported("--data-parallel-size " + std::to_string(p.dp) +
                        ": data parallelism is not implemented yet (run with --dp-size 1; docs/parallel.md)");
-  if (p.ep > 1)
-    return unsupported("--ep-size " + std::to_string(p.ep) +
-                       " (--enable-expert-parallel): expert parallelism is not implemented yet (run with --ep-size 1; "
-                       "tensor parallelism slices every expert instead; docs/parallel.md)");
   if (p.world() > 1 && config.backend != "cpu")
     return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
                        " backend: multi-GPU ranks (NCCL) are not implemented yet; " + std::to_string(p.world()) +
@@ -70,13 +66,36 @@ Status check_layout_supported(const LaunchConfig& config) {
 
 }  // namespace
 
-Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
+namespace {
+
+// The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
+Status check_parallel_architecture(const model::ModelConfig& c, const std::string& flag, const std::string& what) {
+  if (c.arch == &model::glm4_moe_architecture()) return Status::ok();
+  return unsupported(flag + ": " + what + " is implemented for " + model::glm4_moe_architecture().hf_name +
+                     " only, not " + (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" +
+                     c.source + ")");
+}
+
+}  // namespace
+
+Status check_expert_parallel(const model::ModelConfig& c, int ep) {
+  if (ep <= 1) return Status::ok();
+  const std::string flag = "--ep-size " + std::to_string(ep);
+  MX_RETURN_IF_ERROR(check_parallel_architecture(c, flag, "expert parallelism"));
+  if (c.n_experts <= 0)
+    return invalid_argument(flag + ": the model has no routed experts (num_routed_experts / n_routed_experts 0 in " +
+                            c.source + ")");
+  if (c.n_experts % ep != 0)
+    return invalid_argument(flag + " does not divide num_routed_experts (n_routed_experts) " +
+                            std::to_string(c.n_experts) + " of " + c.source +
+                            " (every expert-parallel rank holds the same number of whole experts)");
+  return Status::ok();
+}
+
+Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (tp <= 1) return Status::ok();
-  // The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
-  if (c.arch != &model::glm4_moe_architecture())
-    return unsupported("--tensor-parallel-size " + std::to_string(tp) + ": tensor parallelism is implemented for " +
-                       model::glm4_moe_architecture().hf_name + " only, not " +
-                       (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
+  MX_RETURN_IF_ERROR(
+      check_parallel_architecture(c, "--tensor-parallel-size " + std::to_string(tp), "tensor parallelism"));
   auto refuse = [&](const std::string& what) {
     return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " does not divide " + what + " of " +
                             c.source);
@@ -87,7 +106,7 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
                             std::to_string(c.n_kv_heads) + " of " + c.source +
                             ": tp must divide the KV heads or be a multiple of them (replicated KV heads)");
   if (c.first_k_dense > 0 && c.dense_inter % tp != 0) return refuse("intermediate_size " + std::to_string(c.dense_inter));
-  if (c.n_experts > 0 && c.moe_inter % tp != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
+  if (c.n_experts > 0 && ep == 1 && c.moe_inter % tp != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
   if (c.n_experts > 0 && c.shared_inter() % tp != 0)
     return refuse("the shared experts' width " + std::to_string(c.shared_inter()) + " (moe_intermediate_size x n_shared_experts)");
   if (c.vocab_size % tp != 0) return refuse("vocab_size " + std::to_string(c.vocab_size));
@@ -129,7 +148,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
 
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));
-  MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp));
+  MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
+  MX_RETURN_IF_ERROR(check_expert_parallel(cfg, config.parallel.ep));
   if (config.parallel.tp > 1 && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
     if (plan.experts != "bf16" || plan.rest != "bf16")

@@ -4,7 +4,7 @@
 // and the CLI (cli/cmd_model, verify-fixture, bench-model) call launch_model(); nothing else constructs a
 // backend for serving. Owns: the backend(s), the communicator, the model. The engines made here borrow them
 // (a LaunchedModel must outlive every executor/engine it made).
-// Several ranks (tensor parallel, CPU backend): one backend, communicator and model per rank, loaded in
+// Several ranks (tensor / expert parallel, CPU backend): one backend, communicator and model per rank, loaded in
 // parallel (a rank failing at start-up fails the launch, naming it), driven in lockstep by one
 // LockstepModel (launch/lockstep_model.h) that model() returns: the engine sees one model.
 // Invariant: a LaunchedModel is fully loaded and validated (MTP present when speculation asks for it, the
@@ -44,7 +44,7 @@ struct LaunchConfig {
   ModelSource model;
   std::string backend = "cpu";               // cpu | cuda
   backend::BackendOptions backend_options;   // typed kernel choices (the device comes from the layout)
-  parallel::ParallelConfig parallel;         // tp / ep / dp (tp > 1: CPU backend only; ep, dp: not yet)
+  parallel::ParallelConfig parallel;         // tp / ep / dp (tp > 1, ep = tp: CPU backend only; dp: not yet)
   parallel::CpuGroupOptions cpu_group;       // collectives' timeout of a multi-rank CPU world
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
@@ -104,6 +104,10 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
 
 // Whether tensor parallelism of size tp fits the model: tp divides the attention heads, the MLP / expert /
 // shared-expert widths and the vocabulary, and divides or is a multiple of the KV heads. Names the field.
-Status check_tensor_parallel(const model::ModelConfig& cfg, int tp);
+// With expert parallelism (ep > 1) the routed experts are not sliced, so their width need not split.
+Status check_tensor_parallel(const model::ModelConfig& cfg, int tp, int ep = 1);
+// Whether expert parallelism of size ep fits the model: ep divides the routed experts (whole experts per
+// rank). Names the flag, n_routed_experts and the config file.
+Status check_expert_parallel(const model::ModelConfig& cfg, int ep);
 
 }  // namespace mxserve::launch

@@ -12,9 +12,14 @@ Status ParallelConfig::validate() const {
   if (tp < 1) return invalid_argument("tensor-parallel size must be >= 1, got " + std::to_string(tp));
   if (dp < 1) return invalid_argument("data-parallel size must be >= 1, got " + std::to_string(dp));
   if (ep < 1) return invalid_argument("expert-parallel size must be >= 1, got " + std::to_string(ep));
-  if (world() % ep != 0)
-    return invalid_argument("expert-parallel size " + std::to_string(ep) + " must divide the world (tp " +
-                            std::to_string(tp) + " x dp " + std::to_string(dp) + " = " + std::to_string(world()) + ")");
+  // Routed experts are held whole (never width-sliced) once partitioned, so the ranks that sum a MoE block's
+  // partial outputs -- a tp group, or the whole world -- must hold each expert exactly once: ep is the tp
+  // group (each DP replica partitions the experts over its tp ranks) or the world (one partition).
+  if (ep != 1 && ep != tp && ep != world())
+    return invalid_argument("--ep-size " + std::to_string(ep) + " must be 1, the tensor-parallel size " +
+                            std::to_string(tp) + " or tp x dp = " + std::to_string(world()) +
+                            " (experts are partitioned whole over a tp group or over all ranks; "
+                            "--enable-expert-parallel picks tp x dp)");
   if (first_device < 0) return invalid_argument("first device must be >= 0, got " + std::to_string(first_device));
   return Status::ok();
 }

@@ -1,7 +1,8 @@
 // Rank layout: how a launch spreads one model over ranks (one rank = one backend on one device).
 // world = tp * dp ranks; rank r has dp_rank = r / tp and tp_rank = r % tp (tensor-parallel groups are
-// consecutive ranks, so they share a host). Expert parallelism runs over the same ranks: ep divides the
-// world and rank r holds the experts of ep_rank = r % ep. Invariant: every RankLayout produced by
+// consecutive ranks, so they share a host). Expert parallelism runs over the same ranks: ep is 1, tp (each
+// tp group partitions the experts) or the world, and rank r holds the experts of ep_rank = r % ep (expert e
+// of E on ep rank e / (E / ep), whole; parallel/shard.h). Invariant: every RankLayout produced by
 // ParallelConfig::ranks() passed validate(), and device = first_device + rank.
 #pragma once
 

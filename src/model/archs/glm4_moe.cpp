@@ -5,7 +5,8 @@
 // Tensor parallel (docs/parallel.md; the loader hands this rank its slices): each rank runs its heads, its
 // slice of every MLP / expert width and its vocabulary rows; "TP:" marks the collectives -- all-reduces after
 // the embedding lookup, after o_proj and after the MLP / MoE (shared + routed partial sums together), and an
-// all-gather of the logits.
+// all-gather of the logits. Expert parallel (ep = tp): each rank holds E / ep whole experts and the MoE block's
+// output is a partial sum over them (MoeBlock, blocks.h), summed by that same all-reduce: no extra collective.
 #include "model/archs/glm4_moe.h"
 
 #include <algorithm>

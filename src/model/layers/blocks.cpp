@@ -105,9 +105,22 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
 }
 
 void MoeBlock::forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const {
+  forward_shared(be, x, out);         // out = shared(x); routed experts accumulate on top
+  forward_routed(be, cfg, x, out);
+}
+
+void MoeBlock::forward_shared(backend::Backend& be, const Tensor& x, Tensor& out) const {
+  if (shared) {
+    shared->forward(be, x, out);
+  } else {
+    out = be.upload(Tensor::zeros(be.activation_dtype(), out.shape()));
+  }
+}
+
+void MoeBlock::forward_routed(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const {
   const int64_t T = x.dim(0);
   kernels::RouterParams rp;
-  rp.n_experts = static_cast<int32_t>(cfg.n_experts);
+  rp.n_experts = static_cast<int32_t>(cfg.n_experts);  // all experts: the same choice on every rank
   rp.top_k = static_cast<int32_t>(cfg.top_k);
   rp.n_group = static_cast<int32_t>(cfg.n_group);
   rp.topk_group = static_cast<int32_t>(cfg.topk_group);
@@ -118,12 +131,7 @@ void MoeBlock::forward(backend::Backend& be, const ModelConfig& cfg, const Tenso
   be.router(x, gate, correction_bias, rp, ids, weights);
   if (DecisionHook* hook = active_decision_hook())
     routing_decision(be, x, gate, correction_bias, rp, layer, *hook, ids, weights);
-  if (shared) {
-    shared->forward(be, x, out);  // out = shared(x); routed experts accumulate on top
-  } else {
-    out = be.upload(Tensor::zeros(be.activation_dtype(), out.shape()));  // routed experts accumulate into 0
-  }
-  be.moe_experts(x, ids, weights, experts, out);
+  be.moe_experts(x, ids, weights, experts, out);  // expert parallel: only this rank's experts add
 }
 
 }  // namespace mxserve::model

@@ -35,15 +35,28 @@ struct SwigluMlp {
   void forward(backend::Backend& be, const Tensor& x, Tensor& out) const;  // [T,H] -> [T,H]
 };
 
+// Parallel ranks (docs/parallel.md): the router is replicated (every rank scores all E experts with the same
+// bits and picks the same top-k). The rank holds the routed experts of its ep rank whole (ep > 1: a
+// contiguous E / ep of them) or a tp slice of every expert's width (ep == 1), and its tp slice of the shared
+// expert. forward()'s output is therefore a PARTIAL SUM: this rank's routed experts' contribution to every
+// token of x, plus its shared-expert slice. Summing the outputs of the ranks of a tensor-parallel group
+// (ep == tp: one all-reduce, the caller's) gives the block's output. A caller that sums over a group spanning
+// several tp groups (DP attention: tokens all-gathered over the dp ranks, partial sums reduce-scattered
+// back) runs forward_routed() there and forward_shared() apart (its slices sum over one tp group only).
 struct MoeBlock {
-  Tensor gate;                      // router weight [E, H]
+  Tensor gate;                      // router weight [E, H] (all experts, replicated)
   Tensor correction_bias;           // f32 [E] (selection only)
-  backend::ExpertWeights experts;   // [E, 2I, H], [E, H, I]
-  std::optional<SwigluMlp> shared;  // width I * n_shared_experts
+  backend::ExpertWeights experts;   // this rank's: [E_local, 2I_local, H], [E_local, H, I_local]
+  std::optional<SwigluMlp> shared;  // width I * n_shared_experts (/ tp)
   int64_t layer = -1;               // decoder layer (decision sites, model/decisions.h)
 
   static MoeBlock load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg);
-  void forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const;  // [T,H]
+  // x [T,H] (the same rows on every rank of the group) -> out [T,H] = shared slice + local routed experts.
+  void forward(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const;
+  // out [T,H] += this rank's routed experts (router over all experts, local ones evaluated).
+  void forward_routed(backend::Backend& be, const ModelConfig& cfg, const Tensor& x, Tensor& out) const;
+  // out [T,H] = this rank's shared-expert slice, or zeros when the model has none.
+  void forward_shared(backend::Backend& be, const Tensor& x, Tensor& out) const;
 };
 
 }  // namespace mxserve::model

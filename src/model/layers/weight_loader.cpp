@@ -150,7 +150,7 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
-  if (rank_.world() == 1 && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+  if (!experts_sliced() && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
     const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
     if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names);

@@ -16,7 +16,7 @@
 // table the binder, the synthetic source and the parameter accounting use (weight_loader_declare.cpp).
 // Ranks: a loader loads for one rank (set_rank; default the single rank). Each declared weight is sliced per
 // its shard axis (parallel/shard.h, WeightSpec) as it is read: the returned tensors have the rank's local
-// shapes (weight_loader_shard.cpp). Expert partitioning (ep > 1) is not loaded yet.
+// shapes (weight_loader_shard.cpp). Expert parallel (ep > 1): experts() loads only the rank's experts, whole.
 #pragma once
 
 #include <memory>
@@ -55,6 +55,9 @@ class WeightLoader {
     comm_ = comm;
   }
   const parallel::RankLayout& rank() const { return rank_; }
+  // Whether routed experts are tensor-sliced on this rank (tp > 1 without expert parallelism); else each
+  // expert this rank holds is whole (and an MXFP4 one may stay packed).
+  bool experts_sliced() const { return rank_.tp > 1 && rank_.ep == 1; }
   parallel::Communicator* communicator() const { return comm_; }
 
   // ---- declaring overloads (architecture code): same as the name-based calls below ----

@@ -42,7 +42,8 @@ bool WeightLoader::declare(const WeightSpec& w) {
     // here is a bug in the declaration.
     auto slice = shard_slice_of(w, rank_);
     MX_CHECK_MSG(slice.is_ok(), "loading " << rank_.describe() << ": " << slice.status().to_string());
-    MX_CHECK_MSG(slice->held, w.name << ": expert-parallel loading (ep > 1) is not implemented yet");
+    MX_CHECK_MSG(slice->held, w.name << ": " << rank_.describe()
+                                     << " does not hold this expert (load routed experts through experts())");
     if (slice->dim >= 0) slices_[w.name] = *slice;
     return true;
   }
@@ -71,24 +72,43 @@ Tensor WeightLoader::concat_rows(const std::vector<WeightSpec>& parts) {
   return load ? concat_rows(names) : Tensor();
 }
 
+// Expert parallel (ep > 1): only the experts this rank holds -- a contiguous range, whole (parallel/shard.h)
+// -- are declared and loaded; the result records where that range sits among the layer's experts.
 backend::ExpertWeights WeightLoader::experts(const ExpertDecls& decls) {
   const auto& gate_up_groups = decls.gate_up;
   const auto& down = decls.down;
+  MX_CHECK(gate_up_groups.size() == down.size() && !down.empty());
+  const int64_t n_global = static_cast<int64_t>(down.size());
   std::vector<std::vector<std::string>> gu_names;
   std::vector<std::string> down_names;
+  int64_t first = -1;
   bool load = true;
-  for (const auto& group : gate_up_groups) {
+  for (int64_t e = 0; e < n_global; ++e) {
+    if (!recorder_ && rank_.ep > 1) {
+      auto slice = shard_slice_of(down[e], rank_);
+      MX_CHECK_MSG(slice.is_ok(), "loading " << rank_.describe() << ": " << slice.status().to_string());
+      if (!slice->held) continue;
+      MX_CHECK_MSG(first < 0 || first + static_cast<int64_t>(down_names.size()) == e,
+                   down[e].name << ": the experts of " << rank_.describe() << " are not contiguous");
+      if (first < 0) first = e;
+    }
     gu_names.emplace_back();
-    for (const WeightSpec& w : group) {
+    for (const WeightSpec& w : gate_up_groups[e]) {
       load = declare(w) && load;
       gu_names.back().push_back(w.name);
     }
+    load = declare(down[e]) && load;
+    down_names.push_back(down[e].name);
   }
-  for (const WeightSpec& w : down) {
-    load = declare(w) && load;
-    down_names.push_back(w.name);
+  if (!load) return backend::ExpertWeights{};
+  MX_CHECK_MSG(!down_names.empty(), down.front().name << ": " << rank_.describe() << " holds none of the "
+                                                      << n_global << " experts");
+  backend::ExpertWeights ex = experts(gu_names, down_names);
+  if (first >= 0) {
+    ex.first_expert = first;
+    ex.global_experts = n_global;
   }
-  return load ? experts(gu_names, down_names) : backend::ExpertWeights{};
+  return ex;
 }
 
 Tensor WeightLoader::columns(const WeightSpec& w, int64_t begin, int64_t end) {

@@ -84,7 +84,7 @@ backend::ExpertWeights WeightLoader::synthetic_experts(const std::vector<std::ve
                                                        const std::vector<std::string>& down_names) {
   const Shape gate = synthetic_shape(gate_up_groups.at(0).at(0));  // [I, H]
   const int64_t E = static_cast<int64_t>(gate_up_groups.size()), I = gate.at(0), H = gate.at(1);
-  const bool packed = rank_.world() == 1 && synthetic_->plan.experts == "mxfp4" &&
+  const bool packed = !experts_sliced() && synthetic_->plan.experts == "mxfp4" &&
                       be_.supports_expert_format(backend::ExpertFormat::kMxfp4) && H % 32 == 0 && I % 32 == 0;
   backend::ExpertWeights ex;
   if (!packed) {  // float experts (mxfp4 plans: the MXFP4 values dequantized on the device, exactly)

@@ -23,7 +23,12 @@ TEST(RankLayout, RanksOfAConfig) {
 
 TEST(RankLayout, InvalidConfigsNameTheSize) {
   EXPECT_NE((ParallelConfig{.tp = 0}).validate().message().find("tensor-parallel"), std::string::npos);
-  EXPECT_NE((ParallelConfig{.tp = 2, .ep = 3}).validate().message().find("expert-parallel size 3"), std::string::npos);
+  EXPECT_NE((ParallelConfig{.tp = 2, .ep = 3}).validate().message().find("--ep-size 3 must be 1"), std::string::npos);
+  // Whole experts: ep is the tp group or the world, so the ranks summing a MoE block hold each expert once.
+  EXPECT_NE((ParallelConfig{.tp = 4, .ep = 2}).validate().message().find("the tensor-parallel size 4 or tp x dp = 4"),
+            std::string::npos);
+  EXPECT_TRUE((ParallelConfig{.tp = 2, .ep = 2, .dp = 2}).validate().is_ok());
+  EXPECT_TRUE((ParallelConfig{.tp = 2, .ep = 4, .dp = 2}).validate().is_ok());
   EXPECT_FALSE((ParallelConfig{.first_device = -1}).validate().is_ok());
   EXPECT_TRUE((ParallelConfig{}).validate().is_ok());
 }
