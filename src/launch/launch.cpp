@@ -72,7 +72,7 @@ Status check_layout_supported(const LaunchConfig& config) {
 Status check_data_parallel(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
   if (!p.dp_attention) return Status::ok();  // plain DP: whole replicas (each group as tensor parallel says)
   if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
-    return unsupported("--enable-dp-attention is implemented for " + model::glm4_moe_architecture().hf_name + " and " +
+    return unsupported(std::string("--enable-dp-attention is implemented for ") + model::glm4_moe_architecture().hf_name + " and " +
                        model::glm_moe_dsa_architecture().hf_name + ", not " +
                        (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
   if (c.n_experts <= 0)
