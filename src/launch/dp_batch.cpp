@@ -23,7 +23,8 @@ Result<DpSplit> split_by_dp_rank(const model::ForwardBatch& batch, int dp, int64
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const model::SequenceSpan& q = batch.seqs[s];
     const std::vector<int32_t>& blocks = q.blocks();
-    if (blocks.empty()) return invalid_argument("DP split: sequence " + std::to_string(s) + " of the batch holds no KV block");
+    if (blocks.empty())
+      return invalid_argument("DP split: sequence " + std::to_string(s) + " of the batch holds no KV block");
     for (int32_t b : blocks)
       if (b < 0 || b >= n_blocks)
         return invalid_argument("DP split: sequence " + std::to_string(s) + " holds block " + std::to_string(b) +
@@ -96,7 +97,8 @@ Tensor merge_rows(const std::vector<Tensor>& parts, const std::vector<std::vecto
   const int64_t rb = row_bytes(*first);
   for (size_t r = 0; r < parts.size(); ++r)
     for (size_t i = 0; i < rows[r].size(); ++i)
-      std::memcpy(static_cast<char*>(out.raw()) + rows[r][i] * rb, static_cast<const char*>(parts[r].raw()) + i * rb, rb);
+      std::memcpy(static_cast<char*>(out.raw()) + rows[r][i] * rb,
+                  static_cast<const char*>(parts[r].raw()) + i * rb, rb);
   return out;
 }
 

@@ -72,8 +72,9 @@ Status check_layout_supported(const LaunchConfig& config) {
 Status check_data_parallel(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
   if (!p.dp_attention) return Status::ok();  // plain DP: whole replicas (each group as tensor parallel says)
   if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
-    return unsupported(std::string("--enable-dp-attention is implemented for ") + model::glm4_moe_architecture().hf_name + " and " +
-                       model::glm_moe_dsa_architecture().hf_name + ", not " +
+    return unsupported(std::string("--enable-dp-attention is implemented for ") +
+                       model::glm4_moe_architecture().hf_name + " and " + model::glm_moe_dsa_architecture().hf_name +
+                       ", not " +
                        (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
   if (c.n_experts <= 0)
     return invalid_argument("--enable-dp-attention spreads the MoE blocks over the ranks, but " + c.source +
@@ -85,7 +86,8 @@ Status check_data_parallel(const model::ModelConfig& c, const parallel::Parallel
   };
   if (c.moe_inter % world != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
   if (c.shared_inter() % world != 0)
-    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) + " (moe_intermediate_size x n_shared_experts)");
+    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) +
+                  " (moe_intermediate_size x n_shared_experts)");
   return Status::ok();
 }
 
@@ -108,7 +110,8 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
   if (c.first_k_dense > 0 && c.dense_inter % tp != 0) return refuse("intermediate_size " + std::to_string(c.dense_inter));
   if (c.n_experts > 0 && c.moe_inter % tp != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
   if (c.n_experts > 0 && c.shared_inter() % tp != 0)
-    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) + " (moe_intermediate_size x n_shared_experts)");
+    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) +
+                  " (moe_intermediate_size x n_shared_experts)");
   if (c.vocab_size % tp != 0) return refuse("vocab_size " + std::to_string(c.vocab_size));
   return Status::ok();
 }

@@ -167,7 +167,8 @@ class CpuCommunicator final : public Communicator {
       for (int r = 0; r < size(); ++r)
         if (*group_->post(r).send_rows != rows)
           return invalid_argument("reduce_scatter_v: rank " + std::to_string(r) + " and rank " +
-                                  std::to_string(rank()) + " bring different row counts (every rank must bring the same)");
+                                  std::to_string(rank()) +
+                                  " bring different row counts (every rank must bring the same)");
       const int64_t row_elems = in.dim(0) == 0 ? 0 : in.numel() / in.dim(0);
       int64_t begin = 0;
       for (int r = 0; r < rank(); ++r) begin += rows[r];

@@ -5,7 +5,8 @@ namespace mxserve::parallel {
 std::string RankLayout::describe() const {
   return "rank " + std::to_string(rank) + "/" + std::to_string(world()) + " (tp " + std::to_string(tp_rank()) + "/" +
          std::to_string(tp) + ", ep " + std::to_string(ep_rank()) + "/" + std::to_string(ep) + ", dp " +
-         std::to_string(dp_rank()) + "/" + std::to_string(dp) + (dp_attention ? ", dp attention" : "") + ") on device " + std::to_string(device);
+         std::to_string(dp_rank()) + "/" + std::to_string(dp) + (dp_attention ? ", dp attention" : "") +
+         ") on device " + std::to_string(device);
 }
 
 Status ParallelConfig::validate() const {

@@ -335,7 +335,8 @@ Status Engine::check_invariants() const {
       cache->for_each_block([&](int32_t b, int64_t) {
         ++expected[b];
         if (pool_.range_of(b) != r && in_range.is_ok())
-          in_range = internal_error("DP rank " + std::to_string(r) + "'s prefix cache holds block " + std::to_string(b));
+          in_range =
+              internal_error("DP rank " + std::to_string(r) + "'s prefix cache holds block " + std::to_string(b));
       });
     MX_RETURN_IF_ERROR(in_range);
   }

@@ -108,7 +108,8 @@ class GlmMoeDsaModel final : public CausalLM {
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     be_.embedding(embed_, ids, x);
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});  // written by full layers, read by shared ones
-    for (int64_t l = 0; l < cfg_.n_layers; ++l) MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, topk));
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, topk));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
     return head(batch, x);
   }

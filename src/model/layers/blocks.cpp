@@ -102,7 +102,8 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
   }
   m.experts = wl.experts(ex);
   wl.backend().prepare_moe(m.experts, cfg.top_k);  // tuned-kernel selection logged at start-up (issue 9)
-  if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.", H, cfg.shared_inter(), /*moe_group=*/true);
+  if (cfg.n_shared_experts > 0)
+    m.shared = SwigluMlp::load(wl, p + "shared_experts.", H, cfg.shared_inter(), /*moe_group=*/true);
   return m;
 }
 

@@ -1,5 +1,6 @@
 // Data parallelism and DP attention on the CPU backend (docs/parallel.md "Data parallel"): dp 2, dp 2 with
-// DP attention, and DP attention over dp 2 x tp 2 of every committed fixture (glm4_moe and glm_moe_dsa) match
+// DP attention, and (glm4_moe, where tensor parallelism runs) dp 2 x tp 2 with and without DP attention of
+// every committed fixture (glm4_moe and glm_moe_dsa) match
 // the fixture's reference logits within its tolerance (cli::verify_fixture_model; that checker's sequences
 // all live on DP rank 0, so DP rank 1 runs idle steps that only join the MoE exchanges), and an engine over
 // them decodes exactly what the one-rank engine decodes for several concurrent requests spread over both DP
@@ -44,7 +45,7 @@ struct Layout {
 // The layouts a fixture runs: tp 2 only where tensor parallelism supports the architecture.
 std::vector<Layout> layouts_for(const std::string& dir) {
   std::vector<Layout> out = {{1, 2, false}, {1, 2, true}};
-  if (!is_dsa(dir)) out.push_back({2, 2, true});
+  if (!is_dsa(dir)) out.insert(out.end(), {{2, 2, false}, {2, 2, true}});
   return out;
 }
 
