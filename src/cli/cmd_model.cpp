@@ -46,7 +46,8 @@ int cmd_verify_fixture(int argc, char** argv) {
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
     return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
-                                 "[--tp-size N] [--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware] "
+                                 "[--tp-size N] [--dp-size N [--enable-dp-attention]] [--ep-size N | --enable-expert-parallel] "
+                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware] "
                                  "[--decision-rel-error RHO]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());

@@ -35,8 +35,7 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
     if (pc.ep == 1)
       return invalid_argument("--enable-expert-parallel with one rank: give --tp-size or --dp-size > 1");
   }
-  if (args.has("--enable-dp-attention"))
-    return unsupported("--enable-dp-attention: attention data parallelism is not implemented yet (docs/parallel.md)");
+  pc.dp_attention = args.has("--enable-dp-attention");  // validate() names it when dp < 2
   MX_RETURN_IF_ERROR(pc.validate());
   return pc;
 }

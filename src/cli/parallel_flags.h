@@ -1,7 +1,6 @@
 // The parallel-layout flags shared by `mxserve serve`, `generate` and `verify-fixture` (sglang / vLLM
-// spelling). Parsing only checks the values; launch_model() decides what runs (tp > 1, with or without
-// ep = tp, on the CPU backend today; dp and DP attention are refused there with "not implemented yet",
-// never ignored).
+// spelling). Parsing only checks the values; launch_model() decides what runs (tp, ep, dp and DP attention
+// on the CPU backend today; several GPUs with NCCL: docs/parallel.md).
 #pragma once
 
 #include <set>
@@ -20,10 +19,10 @@ inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parall
 
 inline const char* kParallelUsage =
     "  --tensor-parallel-size, --tp-size N   ranks the model is split over (tp > 1: --backend cpu, one thread each)\n"
-    "  --data-parallel-size, --dp-size N     data-parallel replicas (not implemented yet)\n"
+    "  --data-parallel-size, --dp-size N     data-parallel ranks, requests placed by prefix hit / free KV / load\n"
     "  --enable-expert-parallel, --ep-size N routed experts partitioned whole over N ranks (N = 1, tp or tp x dp;\n"
     "                                        --enable-expert-parallel: tp x dp), instead of sliced tp ways\n"
-    "  --enable-dp-attention                 attention data-parallel with experts spread (not implemented yet)\n";
+    "  --enable-dp-attention                 attention per dp rank, MoE blocks spread over all ranks (dp > 1)\n";
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);
 

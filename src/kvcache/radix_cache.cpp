@@ -65,6 +65,17 @@ RadixCache::Match RadixCache::match(std::span<const int32_t> tokens, int64_t max
   return m;
 }
 
+int64_t RadixCache::match_length(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  Node* node = root_.get();
+  int64_t n = 0;
+  for (; n + block_size_ <= limit; n += block_size_) {
+    node = child(node, tokens.subspan(n, block_size_));
+    if (node == nullptr) break;
+  }
+  return n;
+}
+
 int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
   const int64_t n_full = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / block_size_,
                                            static_cast<int64_t>(blocks.size()));

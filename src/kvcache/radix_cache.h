@@ -29,6 +29,8 @@ class RadixCache {
   // Longest cached prefix of tokens[0 : max_tokens) in whole blocks. The caller owns one reference to
   // each returned block (unref when done). Touches the matched path (LRU).
   Match match(std::span<const int32_t> tokens, int64_t max_tokens);
+  // The token count match() would return, without taking references or touching the LRU order.
+  int64_t match_length(std::span<const int32_t> tokens, int64_t max_tokens) const;
 
   // Records the full blocks of a sequence: blocks[i] holds tokens[i*bs : (i+1)*bs]. Blocks already cached
   // for the same tokens are kept as they are (the sequence keeps using its own copy). Returns the number

@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "launch/lockstep_model.h"
 #include "model/archs/glm4_moe.h"
+#include "model/archs/glm_moe_dsa.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "io/checkpoint.h"
@@ -54,11 +55,9 @@ model::LoadOptions load_options(const ModelSource& src) {
 // Layouts that are parsed but not built yet, and backends that cannot run several ranks: a clear refusal.
 Status check_layout_supported(const LaunchConfig& config) {
   const parallel::ParallelConfig& p = config.parallel;
-  if (p.dp > 1)
-    return unsupported("--data-parallel-size " + std::to_string(p.dp) +
-                       ": data parallelism is not implemented yet (run with --dp-size 1; docs/parallel.md)");
   if (p.world() > 1 && config.backend != "cpu")
-    return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
+    return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " x --data-parallel-size " +
+                       std::to_string(p.dp) + " on the " + config.backend +
                        " backend: multi-GPU ranks (NCCL) are not implemented yet; " + std::to_string(p.world()) +
                        " ranks run on --backend cpu only (one thread per rank), the CUDA backend runs tp 1");
   return Status::ok();
@@ -93,6 +92,29 @@ Status check_expert_parallel(const model::ModelConfig& c, int ep) {
 }
 
 Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
+Status check_data_parallel(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
+  if (!p.dp_attention) return Status::ok();  // plain DP: whole replicas (each group as tensor parallel says)
+  if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
+    return unsupported(std::string("--enable-dp-attention is implemented for ") +
+                       model::glm4_moe_architecture().hf_name + " and " + model::glm_moe_dsa_architecture().hf_name +
+                       ", not " +
+                       (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
+  if (c.n_experts <= 0)
+    return invalid_argument("--enable-dp-attention spreads the MoE blocks over the ranks, but " + c.source +
+                            " has no routed experts (use --dp-size alone)");
+  const int world = p.world();
+  auto refuse = [&](const std::string& what) {
+    return invalid_argument("--enable-dp-attention: the MoE blocks are sliced over all tp x dp = " +
+                            std::to_string(world) + " ranks, which does not divide " + what + " of " + c.source);
+  };
+  if (p.ep == 1 && c.moe_inter % world != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
+  if (c.shared_inter() % world != 0)
+    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) +
+                  " (moe_intermediate_size x n_shared_experts)");
+  return Status::ok();
+}
+
+Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
   if (tp <= 1) return Status::ok();
   MX_RETURN_IF_ERROR(
       check_parallel_architecture(c, "--tensor-parallel-size " + std::to_string(tp), "tensor parallelism"));
@@ -108,7 +130,8 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (c.first_k_dense > 0 && c.dense_inter % tp != 0) return refuse("intermediate_size " + std::to_string(c.dense_inter));
   if (c.n_experts > 0 && ep == 1 && c.moe_inter % tp != 0) return refuse("moe_intermediate_size " + std::to_string(c.moe_inter));
   if (c.n_experts > 0 && c.shared_inter() % tp != 0)
-    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) + " (moe_intermediate_size x n_shared_experts)");
+    return refuse("the shared experts' width " + std::to_string(c.shared_inter()) +
+                  " (moe_intermediate_size x n_shared_experts)");
   if (c.vocab_size % tp != 0) return refuse("vocab_size " + std::to_string(c.vocab_size));
   return Status::ok();
 }
@@ -116,6 +139,7 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
 LaunchedModel::~LaunchedModel() {
   lockstep_.reset();  // its worker threads and KV mirrors first
   models_.clear();    // weights go before the backends that hold their memory
+  tp_comms_.clear();
   comms_.clear();
   backends_.clear();
 }
@@ -145,16 +169,27 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   } else {
     MX_ASSIGN_OR_RETURN(lm->comms_, parallel::make_cpu_communicators(ranks, config.cpu_group));
   }
+  const int tp = config.parallel.tp, dp = config.parallel.dp;
+  if (dp > 1 && tp > 1) {  // one communicator per tp group (the model's TP collectives stay inside its DP group)
+    for (int g = 0; g < dp; ++g) {
+      std::vector<parallel::RankLayout> group;
+      for (int j = 0; j < tp; ++j) group.push_back(parallel::RankLayout{tp, 1, 1, j, ranks[g * tp + j].device});
+      MX_ASSIGN_OR_RETURN(auto comms, parallel::make_cpu_communicators(group, config.cpu_group));
+      for (auto& c : comms) lm->tp_comms_.push_back(std::move(c));
+    }
+  }
 
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_expert_parallel(cfg, config.parallel.ep));
-  if (config.parallel.tp > 1 && lo.synthetic) {
+  MX_RETURN_IF_ERROR(check_data_parallel(cfg, config.parallel));
+  if ((config.parallel.tp > 1 || ranks.front().moe_tp() > 1) && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
     if (plan.experts != "bf16" || plan.rest != "bf16")
       return unsupported("--quantization " + lo.synthetic_quantization + " with --tensor-parallel-size " +
                          std::to_string(config.parallel.tp) +
+                         (config.parallel.dp_attention ? " --enable-dp-attention" : "") +
                          ": rank slices of quantized synthetic weights are not implemented yet (bf16 synthetic "
                          "weights, or a quantized checkpoint, run at tp > 1)");
   }
@@ -185,7 +220,9 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
       threads.emplace_back([&, r] {
         model::LoadOptions rank_lo = lo;
         rank_lo.rank = ranks[r];
-        rank_lo.comm = world > 1 ? lm->comms_[r].get() : nullptr;
+        // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own.
+        rank_lo.comm = world == 1 ? nullptr : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
+        rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
       });
     for (auto& t : threads) t.join();
@@ -204,7 +241,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   if (world > 1) {
     std::vector<LockstepModel::Rank> group;
     for (int r = 0; r < world; ++r)
-      group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get()});
+      group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get(),
+                       lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get()});
     lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
   }
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
@@ -229,7 +267,9 @@ std::unique_ptr<runtime::ModelExecutor> LaunchedModel::make_executor(int64_t n_b
 }
 
 std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::EngineConfig& config) {
-  return std::make_unique<runtime::Engine>(config, make_executor(config.n_blocks, config.scheduler.block_size));
+  runtime::EngineConfig c = config;
+  c.scheduler.dp_ranks = layout().dp;  // one block range and prefix cache per DP rank (one scheduler)
+  return std::make_unique<runtime::Engine>(c, make_executor(c.n_blocks, c.scheduler.block_size));
 }
 
 Status LaunchedModel::spec_self_test(const runtime::SpecConfig& spec, int64_t block_size) {

@@ -4,7 +4,7 @@
 // and the CLI (cli/cmd_model, verify-fixture, bench-model) call launch_model(); nothing else constructs a
 // backend for serving. Owns: the backend(s), the communicator, the model. The engines made here borrow them
 // (a LaunchedModel must outlive every executor/engine it made).
-// Several ranks (tensor / expert parallel, CPU backend): one backend, communicator and model per rank, loaded in
+// Several ranks (tensor / expert / data parallel, CPU backend): one backend, communicator and model per rank, loaded in
 // parallel (a rank failing at start-up fails the launch, naming it), driven in lockstep by one
 // LockstepModel (launch/lockstep_model.h) that model() returns: the engine sees one model.
 // Invariant: a LaunchedModel is fully loaded and validated (MTP present when speculation asks for it, the
@@ -44,7 +44,7 @@ struct LaunchConfig {
   ModelSource model;
   std::string backend = "cpu";               // cpu | cuda
   backend::BackendOptions backend_options;   // typed kernel choices (the device comes from the layout)
-  parallel::ParallelConfig parallel;         // tp / ep / dp (tp > 1, ep = tp: CPU backend only; dp: not yet)
+  parallel::ParallelConfig parallel;         // tp / ep / dp / DP attention (world > 1: CPU backend only)
   parallel::CpuGroupOptions cpu_group;       // collectives' timeout of a multi-rank CPU world
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
@@ -91,7 +91,8 @@ class LaunchedModel {
   LaunchedModel() = default;
 
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
-  std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank
+  std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank, over the world
+  std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;  // dp > 1 and tp > 1: per rank, its tp group's
   std::vector<std::unique_ptr<model::CausalLM>> models_;        // one per rank
   std::unique_ptr<LockstepModel> lockstep_;                     // world > 1
   std::vector<model::WeightSpec> table_;
@@ -109,5 +110,9 @@ Status check_tensor_parallel(const model::ModelConfig& cfg, int tp, int ep = 1);
 // Whether expert parallelism of size ep fits the model: ep divides the routed experts (whole experts per
 // rank). Names the flag, n_routed_experts and the config file.
 Status check_expert_parallel(const model::ModelConfig& cfg, int ep);
+Status check_tensor_parallel(const model::ModelConfig& cfg, int tp);
+// Whether the data-parallel layout fits the model: DP attention needs glm4_moe / glm_moe_dsa with routed
+// experts whose widths (routed and shared) split over all tp x dp ranks. Names the flag and the field.
+Status check_data_parallel(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
 
 }  // namespace mxserve::launch

@@ -3,11 +3,17 @@
 #include <optional>
 
 #include "core/check.h"
+#include "launch/dp_batch.h"
 
 namespace mxserve::launch {
 
 LockstepModel::LockstepModel(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
   MX_CHECK(!ranks_.empty());
+  const parallel::RankLayout& layout = ranks_[0].comm->layout();
+  tp_ = layout.tp;
+  dp_ = layout.dp;
+  dp_attention_ = layout.dp_attention;
+  MX_CHECK_MSG(tp_ * dp_ == world(), "lockstep model: " << world() << " ranks for " << layout.describe());
   for (int r = 0; r < world(); ++r) workers_.emplace_back(&LockstepModel::worker_loop, this, r);
 }
 
@@ -72,13 +78,21 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
 }
 
 Result<model::ForwardOutput> LockstepModel::run_all(kvcache::KvCache& kv, const RankFn& fn) {
+  MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs, run_each(kv, fn));
+  return std::move(outs[0]);
+}
+
+Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCache& kv, const RankFn& fn) {
   const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
   std::vector<std::optional<Result<model::ForwardOutput>>> results(world());
   {
     std::unique_lock<std::mutex> lock(mutex_);
     job_ = [&](int r) {
       Result<model::ForwardOutput> res = fn(r, *caches[r]);
-      if (!res.is_ok()) ranks_[r].comm->abort(res.status());  // the others stop at their next collective
+      if (!res.is_ok()) {  // the others stop at their next collective
+        ranks_[r].comm->abort(res.status());
+        if (ranks_[r].tp_comm != nullptr) ranks_[r].tp_comm->abort(res.status());
+      }
       results[r] = std::move(res);
     };
     pending_ = world();
@@ -99,7 +113,30 @@ Result<model::ForwardOutput> LockstepModel::run_all(kvcache::KvCache& kv, const 
   if (failed >= 0)
     return results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
                                                   std::to_string(world()));
-  return std::move(*results[0]);
+  std::vector<model::ForwardOutput> outs;
+  for (auto& r : results) outs.push_back(std::move(**r));
+  return outs;
+}
+
+Result<model::ForwardOutput> LockstepModel::run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv,
+                                                      const PartFn& fn) {
+  MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
+  MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs, run_each(kv, [&](int r, kvcache::KvCache& rkv) {
+    const int g = r / tp_;  // the DP rank (rank layout: dp_rank = rank / tp)
+    // Plain DP: a group without tokens sits the step out; DP attention: it joins the MoE exchanges.
+    if (split.parts[g].n_tokens() == 0 && !dp_attention_) return Result<model::ForwardOutput>(model::ForwardOutput{});
+    return fn(r, split.parts[g], g, rkv);
+  }));
+  // Each DP group's first rank speaks for it (its tp ranks hold the same outputs).
+  std::vector<Tensor> logits(dp_), hidden(dp_);
+  for (int g = 0; g < dp_; ++g) {
+    logits[g] = outs[g * tp_].logits;
+    hidden[g] = outs[g * tp_].hidden;
+  }
+  model::ForwardOutput out;
+  out.logits = merge_rows(logits, split.logit_index, static_cast<int64_t>(batch.logit_rows.size()));
+  if (batch.want_hidden) out.hidden = merge_rows(hidden, split.rows, batch.n_tokens());
+  return out;
 }
 
 void LockstepModel::copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
@@ -113,12 +150,24 @@ void LockstepModel::copy_kv_slots(backend::Backend& be, const Tensor& src_slots,
 }
 
 Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) {
+  if (dp_ > 1)
+    return run_split(batch, kv, [&](int r, const model::ForwardBatch& part, int, kvcache::KvCache& rkv) {
+      return ranks_[r].model->forward(part, rkv);
+    });
   return run_all(kv, [&](int r, kvcache::KvCache& rkv) { return ranks_[r].model->forward(batch, rkv); });
 }
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
+  if (dp_ > 1) {
+    MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
+    std::vector<Tensor> part_hidden(dp_);
+    for (int g = 0; g < dp_; ++g) part_hidden[g] = take_rows(hidden_in, split.rows[g]);
+    return run_split(batch, kv, [&](int r, const model::ForwardBatch& part, int g, kvcache::KvCache& rkv) {
+      return ranks_[r].model->forward_mtp(part, part_hidden[g], rkv);
+    });
+  }
   return run_all(kv, [&](int r, kvcache::KvCache& rkv) {
     return ranks_[r].model->forward_mtp(batch, hidden_in, rkv);
   });

@@ -7,6 +7,12 @@
 // Failure: a rank whose forward fails aborts the group (parallel::Communicator::abort), so the others stop
 // at their next collective instead of waiting; the forward returns the failing rank's error, and the group
 // stays failed (every later forward fails at once): the process must stop, as after any rank failure.
+// Data parallelism (the ranks' layouts say dp > 1; docs/parallel.md): each batch is split by DP rank
+// (launch/dp_batch.h: a sequence's DP rank owns its KV blocks), each DP group (tp ranks) runs its own
+// sub-batch on its own caches, and the outputs are reassembled in the batch's row order. Plain DP: a group
+// without tokens skips the step. DP attention: it still runs (the model joins every MoE exchange with 0 rows).
+// Every rank's cache has the caller's whole geometry; a DP group writes only its own block range (the CPU
+// reference keeps one id space; a device build would allocate only the range).
 // NOTE: CPU only (hidden_in for forward_mtp and the logits are host tensors every rank can read).
 #pragma once
 
@@ -29,7 +35,8 @@ class LockstepModel final : public model::CausalLM {
   struct Rank {
     backend::Backend* backend;
     model::CausalLM* model;
-    parallel::Communicator* comm;
+    parallel::Communicator* comm;                // the world's communicator (its layout: tp, dp, rank)
+    parallel::Communicator* tp_comm = nullptr;   // its tp group's when dp > 1 and tp > 1 (aborted too)
   };
   // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
   explicit LockstepModel(std::vector<Rank> ranks);
@@ -50,13 +57,21 @@ class LockstepModel final : public model::CausalLM {
 
  private:
   using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;
-  // Runs fn on every rank's thread against that rank's cache for `kv`; rank 0's output or the root error.
+  using PartFn = std::function<Result<model::ForwardOutput>(int rank, const model::ForwardBatch& part, int dp_rank,
+                                                            kvcache::KvCache& kv)>;
+  // Runs fn on every rank's thread against that rank's cache for `kv`; every rank's output or the root error.
+  Result<std::vector<model::ForwardOutput>> run_each(kvcache::KvCache& kv, const RankFn& fn);
+  // Rank 0's output of run_each.
   Result<model::ForwardOutput> run_all(kvcache::KvCache& kv, const RankFn& fn);
+  // dp > 1: fn on every rank with its DP rank's part of batch; the outputs merged in the batch's order.
+  Result<model::ForwardOutput> run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv, const PartFn& fn);
   // The caches of ranks 1..N-1 that mirror the caller's cache `kv` (made on first use).
   std::vector<kvcache::KvCache*> rank_caches(kvcache::KvCache& kv);
   void worker_loop(int rank);
 
   std::vector<Rank> ranks_;
+  int tp_ = 1, dp_ = 1;  // from rank 0's layout
+  bool dp_attention_ = false;
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
 
   std::mutex mutex_;

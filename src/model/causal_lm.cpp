@@ -66,7 +66,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     }
     const auto t0 = std::chrono::steady_clock::now();
     WeightLoader wl(be, src);
-    wl.set_rank(options.rank, options.comm);
+    wl.set_rank(options.rank, options.comm, options.moe_comm);
     MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
     MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
     be.synchronize();
@@ -88,7 +88,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
                   << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
   WeightLoader wl(be, w);
-  wl.set_rank(options.rank, options.comm);
+  wl.set_rank(options.rank, options.comm, options.moe_comm);
   MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, with_mtp));
   MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
   return model;

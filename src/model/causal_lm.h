@@ -78,7 +78,8 @@ struct LoadOptions {
   std::string synthetic_quantization;  // synthetic weights' precision plan: "", "mxfp4", "fp8-block" (experts)
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   parallel::RankLayout rank;                // the rank loaded for: each weight sliced per its shard axis
-  parallel::Communicator* comm = nullptr;   // its group's collectives (nullptr: one rank)
+  parallel::Communicator* comm = nullptr;   // its tp group's collectives (nullptr: one rank)
+  parallel::Communicator* moe_comm = nullptr;  // DP attention: the world its MoE blocks exchange tokens over
 };
 
 // config.json at `path` with the options applied (num_layers_override truncates; errors name the flag).

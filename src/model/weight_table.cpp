@@ -166,7 +166,7 @@ Result<BoundWeights> bind_weights(const io::Checkpoint& ckpt, const std::vector<
 
 Result<parallel::ShardSlice> shard_slice_of(const WeightSpec& spec, const parallel::RankLayout& rank) {
   return parallel::shard_slice(spec.name, spec.shape, spec.shard, rank, spec.expert, spec.n_experts, spec.expert_tp,
-                               spec.shard_groups);
+                               spec.shard_groups, spec.moe_group);
 }
 
 Result<std::vector<WeightSpec>> shard_weight_table(const std::vector<WeightSpec>& table,

@@ -39,6 +39,7 @@ struct WeightSpec {
   // kExpert: the axis the weight is tensor-sliced along when experts are not partitioned (ep == 1, tp > 1).
   parallel::ShardAxis expert_tp = parallel::ShardAxis::kNone;
   int64_t shard_groups = 0;  // kRow: dim 0 is this many heads, split whole (replicated when tp > heads)
+  bool moe_group = false;    // part of a MoE block (shared experts): sliced over the MoE group (parallel/shard.h)
 };
 
 // The part of `spec` the rank holds (parallel::shard_slice with every field of the spec).

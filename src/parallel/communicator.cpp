@@ -27,6 +27,18 @@ class SingleRankCommunicator final : public Communicator {
     if (recv_rows != nullptr) *recv_rows = {in.dim(0)};
     return in;
   }
+  Result<Tensor> all_gather_v(const Tensor& in, std::vector<int64_t>* rows) override {
+    MX_RETURN_IF_ERROR(check_rows("all_gather_v", in));
+    if (rows != nullptr) *rows = {in.dim(0)};
+    return in;
+  }
+  Result<Tensor> reduce_scatter_v(const Tensor& in, const std::vector<int64_t>& rows, ReduceOp) override {
+    MX_RETURN_IF_ERROR(check_rows("reduce_scatter_v", in));
+    if (rows.size() != 1 || rows[0] != in.dim(0))
+      return invalid_argument("reduce_scatter_v: rows must name 1 rank with the " + std::to_string(in.dim(0)) +
+                              " rows of " + in.describe());
+    return in;
+  }
   Result<Tensor> all_gather_columns(const Tensor& in) override {
     MX_RETURN_IF_ERROR(check_rows("all_gather_columns", in));
     return in;

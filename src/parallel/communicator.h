@@ -39,6 +39,16 @@ class Communicator {
   // received, grouped by source rank; recv_rows[r] = rows that came from rank r.
   virtual Result<Tensor> all_to_all(const Tensor& in, const std::vector<int64_t>& send_rows,
                                     std::vector<int64_t>* recv_rows) = 0;
+  // Variable rows (DP attention's token exchange, docs/parallel.md). The ranks may bring different row
+  // counts, 0 included; every rank brings the same dtype and the same dims after the first.
+  // all_gather_v: in [R_r, ...] on rank r -> [R_0 + ... + R_{size-1}, ...] on every rank, the ranks' rows
+  // concatenated in rank order (rank r's rows at [R_0 + ... + R_{r-1}, ... + R_r)); *rows (when not null)
+  // gets {R_0, ..., R_{size-1}}, the same on every rank.
+  virtual Result<Tensor> all_gather_v(const Tensor& in, std::vector<int64_t>* rows) = 0;
+  // reduce_scatter_v: the inverse of all_gather_v's layout. rows (size() counts >= 0, the same vector on
+  // every rank) and in [sum(rows), ...] (the same shape on every rank) -> this rank's [rows[rank()], ...]:
+  // rows [rows[0] + ... + rows[rank()-1], + rows[rank()]) of the element-wise reduction of every rank's in.
+  virtual Result<Tensor> reduce_scatter_v(const Tensor& in, const std::vector<int64_t>& rows, ReduceOp op) = 0;
   // in [R, C] on every rank -> [R, size() * C]: rank r's columns at [r * C, (r + 1) * C) (vocab-parallel
   // logits gathered into full rows).
   virtual Result<Tensor> all_gather_columns(const Tensor& in) = 0;

@@ -14,7 +14,7 @@ namespace {
 struct Post {
   std::string op;
   const Tensor* in = nullptr;
-  const std::vector<int64_t>* send_rows = nullptr;  // all_to_all only
+  const std::vector<int64_t>* send_rows = nullptr;  // all_to_all (send counts), reduce_scatter_v (row counts)
 };
 
 std::string seconds(std::chrono::milliseconds ms) {
@@ -132,6 +132,54 @@ class CpuCommunicator final : public Communicator {
     return out;
   }
 
+  Result<Tensor> all_gather_v(const Tensor& in, std::vector<int64_t>* rows) override {
+    MX_RETURN_IF_ERROR(check_rows("all_gather_v", in));
+    Tensor out;
+    std::vector<int64_t> counts(size());
+    MX_RETURN_IF_ERROR(exchange("all_gather_v", &in, nullptr, [&] {
+      MX_RETURN_IF_ERROR(same_row_shapes("all_gather_v"));
+      Shape shape = in.shape();
+      shape[0] = 0;
+      for (int r = 0; r < size(); ++r) shape[0] += counts[r] = input(r).dim(0);
+      out = Tensor::empty(in.dtype(), shape);
+      int64_t offset = 0;
+      for (int r = 0; r < size(); ++r) {
+        std::memcpy(static_cast<char*>(out.raw()) + offset, input(r).raw(), input(r).nbytes());
+        offset += input(r).nbytes();
+      }
+      return Status::ok();
+    }));
+    if (rows != nullptr) *rows = counts;
+    return out;
+  }
+
+  Result<Tensor> reduce_scatter_v(const Tensor& in, const std::vector<int64_t>& rows, ReduceOp op) override {
+    MX_RETURN_IF_ERROR(check_input("reduce_scatter_v", in, true));
+    int64_t total = 0;
+    bool negative = false;
+    for (int64_t n : rows) total += n, negative = negative || n < 0;
+    if (in.ndim() < 1 || static_cast<int>(rows.size()) != size() || negative || total != in.dim(0))
+      return invalid_argument("reduce_scatter_v: rows must name " + std::to_string(size()) +
+                              " rank(s) with non-negative counts summing to the rows of " + in.describe());
+    Tensor out;
+    MX_RETURN_IF_ERROR(exchange("reduce_scatter_v", &in, &rows, [&] {
+      MX_RETURN_IF_ERROR(same_shapes("reduce_scatter_v"));
+      for (int r = 0; r < size(); ++r)
+        if (*group_->post(r).send_rows != rows)
+          return invalid_argument("reduce_scatter_v: rank " + std::to_string(r) + " and rank " +
+                                  std::to_string(rank()) +
+                                  " bring different row counts (every rank must bring the same)");
+      const int64_t row_elems = in.dim(0) == 0 ? 0 : in.numel() / in.dim(0);
+      int64_t begin = 0;
+      for (int r = 0; r < rank(); ++r) begin += rows[r];
+      Shape shape = in.shape();
+      shape[0] = rows[rank()];
+      out = reduce(begin * row_elems, rows[rank()] * row_elems, shape, op);
+      return Status::ok();
+    }));
+    return out;
+  }
+
   Result<Tensor> all_gather_columns(const Tensor& in) override {
     MX_RETURN_IF_ERROR(check_input("all_gather_columns", in, false));
     if (in.ndim() != 2) return invalid_argument("all_gather_columns: needs a 2-D tensor, got " + in.describe());
@@ -239,6 +287,18 @@ class CpuCommunicator final : public Communicator {
       if (input(r).dtype() != mine.dtype() || input(r).shape() != mine.shape())
         return invalid_argument(op + ": rank " + std::to_string(r) + " brought " + input(r).describe() + ", rank " +
                                 std::to_string(rank()) + " " + mine.describe() + " (every rank must bring the same)");
+    return Status::ok();
+  }
+
+  // Same dtype and dims after the first on every rank (row counts may differ).
+  Status same_row_shapes(const std::string& op) const {
+    const Tensor& mine = input(rank());
+    for (int r = 0; r < size(); ++r)
+      if (input(r).dtype() != mine.dtype() || input(r).ndim() != mine.ndim() ||
+          !std::equal(mine.shape().begin() + 1, mine.shape().end(), input(r).shape().begin() + 1))
+        return invalid_argument(op + ": rank " + std::to_string(r) + " brought " + input(r).describe() + ", rank " +
+                                std::to_string(rank()) + " " + mine.describe() +
+                                " (dtype and row shape must agree; row counts may differ)");
     return Status::ok();
   }
 

@@ -13,7 +13,15 @@ const char* shard_axis_name(ShardAxis a) {
 }
 
 Result<ShardSlice> shard_slice(const std::string& name, const Shape& logical, ShardAxis axis, const RankLayout& rank,
-                               int64_t expert, int64_t n_experts, ShardAxis expert_tp, int64_t groups) {
+                               int64_t expert, int64_t n_experts, ShardAxis expert_tp, int64_t groups,
+                               bool moe_group) {
+  if ((moe_group || axis == ShardAxis::kExpert) && rank.dp_attention) {  // sliced over the MoE group (the world)
+    RankLayout world = rank;
+    world.tp = rank.moe_tp();
+    world.dp = 1;
+    world.dp_attention = false;
+    return shard_slice(name, logical, axis, world, expert, n_experts, expert_tp, groups, false);
+  }
   ShardSlice s;
   s.local_shape = logical;
   if (axis == ShardAxis::kNone) return s;

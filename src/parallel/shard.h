@@ -8,6 +8,9 @@
 // Head groups (kRow with groups > 0, e.g. k_proj of n_kv_heads heads): only whole heads are split; when tp is
 // a multiple of the head count each rank holds one whole head, head tp_rank / (tp / groups) (KV heads
 // replicated over tp / groups ranks).
+// MoE group (moe_group, and every kExpert weight): the weights of a MoE block (routed and shared experts) are
+// sliced over the layout's MoE group (RankLayout::moe_tp(): the tp group, or the whole world under DP
+// attention) instead of the tp group.
 // Invariant: shard_slice() of every rank of a group tiles the logical tensor exactly (no overlap, no gap),
 // except replicated heads (each head held by tp / groups ranks); an uneven split is an error naming the
 // tensor and the sizes, never a silent rounding.
@@ -39,6 +42,6 @@ struct ShardSlice {
 // only; 0 = plain rows).
 Result<ShardSlice> shard_slice(const std::string& name, const Shape& logical, ShardAxis axis, const RankLayout& rank,
                                int64_t expert = -1, int64_t n_experts = 0, ShardAxis expert_tp = ShardAxis::kNone,
-                               int64_t groups = 0);
+                               int64_t groups = 0, bool moe_group = false);
 
 }  // namespace mxserve::parallel

@@ -61,7 +61,7 @@ constexpr int64_t kSpecSlackTokens = 256;
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> executor)
     : config_(config),
       executor_(std::move(executor)),
-      pool_(config.n_blocks),
+      pool_(config.n_blocks, config.scheduler.dp_ranks),
       scheduler_(with_spec(config.scheduler, config.spec), pool_),
       drafter_(config.spec, config.scheduler.max_num_batched_tokens, *executor_, scheduler_) {
   MX_CHECK_GT(config_.n_blocks, 0);
@@ -118,9 +118,12 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
     return invalid_argument("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
                             std::to_string(spec.sampling.max_tokens) + ") = " + std::to_string(total) +
                             " exceeds the model's context limit of " + std::to_string(config_.max_model_len));
-  if (scheduler_.blocks_needed(total) > config_.n_blocks)
+  // With DP a sequence lives in one rank's block range: the smallest range bounds it.
+  const int64_t range_blocks = config_.n_blocks / config_.scheduler.dp_ranks;
+  if (scheduler_.blocks_needed(total) > range_blocks)
     return invalid_argument("prompt + max_tokens = " + std::to_string(total) + " tokens can never fit in the KV cache (" +
-                            std::to_string(config_.n_blocks * config_.scheduler.block_size) + " tokens)");
+                            std::to_string(range_blocks * config_.scheduler.block_size) + " tokens" +
+                            (config_.scheduler.dp_ranks > 1 ? " per DP rank" : "") + ")");
   auto seq = std::make_unique<Sequence>();
   seq->tokens = std::move(spec.prompt);
   seq->prompt_len = static_cast<int32_t>(n_prompt);
@@ -226,7 +229,9 @@ bool Engine::step() {
   stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
   stats_.running = static_cast<int64_t>(scheduler_.running().size());
   stats_.blocks_free = pool_.n_free();
-  stats_.blocks_cached = scheduler_.prefix_cache() ? scheduler_.prefix_cache()->n_evictable() : 0;
+  stats_.blocks_cached = 0;
+  for (int r = 0; r < scheduler_.dp_ranks(); ++r)
+    if (const kvcache::RadixCache* cache = scheduler_.prefix_cache(r)) stats_.blocks_cached += cache->n_evictable();
   stats_.scheduler = scheduler_.counters();
   return worked;
 }
@@ -319,8 +324,22 @@ Status Engine::check_invariants() const {
                             " while not running");
     }
   }
-  if (auto* cache = const_cast<Scheduler&>(scheduler_).prefix_cache())
-    cache->for_each_block([&](int32_t b, int64_t) { ++expected[b]; });
+  for (int r = 0; r < scheduler_.dp_ranks(); ++r) {  // DP: every block in its holder's range
+    for (const auto& [id, seq] : seqs_)
+      for (int32_t b : seq->block_table)
+        if (seq->dp_rank == r && pool_.range_of(b) != r)
+          return internal_error("request " + std::to_string(id) + " on DP rank " + std::to_string(r) + " holds block " +
+                                std::to_string(b) + " of DP rank " + std::to_string(pool_.range_of(b)));
+    Status in_range = Status::ok();
+    if (auto* cache = const_cast<Scheduler&>(scheduler_).prefix_cache(r))
+      cache->for_each_block([&](int32_t b, int64_t) {
+        ++expected[b];
+        if (pool_.range_of(b) != r && in_range.is_ok())
+          in_range =
+              internal_error("DP rank " + std::to_string(r) + "'s prefix cache holds block " + std::to_string(b));
+      });
+    MX_RETURN_IF_ERROR(in_range);
+  }
   int64_t free_count = 0;
   for (int64_t b = 0; b < config_.n_blocks; ++b) {
     if (pool_.ref_count(static_cast<int32_t>(b)) != expected[b])

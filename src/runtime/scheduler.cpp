@@ -3,12 +3,29 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "runtime/dp_placement.h"
 
 namespace mxserve::runtime {
 
 Scheduler::Scheduler(const SchedulerConfig& config, kvcache::BlockPool& pool)
     : config_(config), pool_(pool), table_rows_(config.max_running) {
-  if (config_.enable_prefix_cache) cache_ = std::make_unique<kvcache::RadixCache>(pool_, config_.block_size);
+  MX_CHECK_MSG(pool_.n_ranges() == config_.dp_ranks,
+               "scheduler: " << config_.dp_ranks << " DP ranks over a pool of " << pool_.n_ranges() << " ranges");
+  if (config_.enable_prefix_cache)
+    for (int r = 0; r < config_.dp_ranks; ++r)
+      caches_.push_back(std::make_unique<kvcache::RadixCache>(pool_, config_.block_size));
+}
+
+int Scheduler::place(const Sequence& seq) const {
+  if (config_.dp_ranks == 1) return 0;
+  std::vector<DpRankLoad> loads(config_.dp_ranks);
+  for (int r = 0; r < config_.dp_ranks; ++r) {
+    if (!caches_.empty())
+      loads[r].prefix_hit_tokens = caches_[r]->match_length(seq.tokens, static_cast<int64_t>(seq.tokens.size()) - 1);
+    loads[r].free_blocks = pool_.n_free(r);
+  }
+  for (const Sequence* s : running_) ++loads[s->dp_rank].running;
+  return place_on_dp_rank(loads);
 }
 
 void Scheduler::add_waiting(Sequence* seq) {
@@ -19,16 +36,17 @@ void Scheduler::add_waiting(Sequence* seq) {
 bool Scheduler::reserve(Sequence* seq, int64_t n_tokens) {
   const int64_t need = blocks_needed(n_tokens) - static_cast<int64_t>(seq->block_table.size());
   if (need <= 0) return true;
-  if (pool_.n_free() < need && cache_) counters_.evicted_blocks += cache_->evict(need - pool_.n_free());
-  if (pool_.n_free() < need) return false;
-  MX_CHECK(pool_.allocate(need, seq->block_table).is_ok());
+  const int r = seq->dp_rank;
+  if (pool_.n_free(r) < need && !caches_.empty()) counters_.evicted_blocks += caches_[r]->evict(need - pool_.n_free(r));
+  if (pool_.n_free(r) < need) return false;
+  MX_CHECK(pool_.allocate(need, seq->block_table, r).is_ok());
   return true;
 }
 
 void Scheduler::cache_blocks(Sequence* seq) {
   const int32_t n = config_.track_draft_kv ? std::min(seq->n_computed, seq->n_draft_computed) : seq->n_computed;
-  if (!cache_ || n < config_.block_size) return;
-  cache_->insert(std::span<const int32_t>(seq->tokens.data(), n), seq->block_table);
+  if (caches_.empty() || n < config_.block_size) return;
+  caches_[seq->dp_rank]->insert(std::span<const int32_t>(seq->tokens.data(), n), seq->block_table);
 }
 
 void Scheduler::release(Sequence* seq) {
@@ -76,7 +94,9 @@ SchedulePlan Scheduler::schedule() {
     }
     const int32_t n = 1 + static_cast<int32_t>(seq->drafts.size());
     if (!reserve(seq, seq->n_computed + n)) {
-      Sequence* victim = running_.back();
+      // The newest running sequence on seq's DP rank (only its blocks are in seq's range).
+      Sequence* victim = *std::find_if(running_.rbegin(), running_.rend(),
+                                       [&](const Sequence* s) { return s->dp_rank == seq->dp_rank; });
       // Drop chunks already planned for the victim this step (it restarts from scratch).
       plan.chunks.erase(std::remove_if(plan.chunks.begin(), plan.chunks.end(),
                                        [&](const ScheduledChunk& c) {
@@ -121,9 +141,10 @@ SchedulePlan Scheduler::schedule() {
     Sequence* seq = waiting_.front();
     MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
     const int64_t len = static_cast<int64_t>(seq->tokens.size());
-    if (cache_) {
+    seq->dp_rank = place(*seq);
+    if (!caches_.empty()) {
       // Never match the last token: its logits are needed to sample the next one.
-      auto m = cache_->match(seq->tokens, len - 1);
+      auto m = caches_[seq->dp_rank]->match(seq->tokens, len - 1);
       seq->block_table = std::move(m.blocks);
       seq->n_computed = static_cast<int32_t>(m.n_tokens);
     }
@@ -135,7 +156,7 @@ SchedulePlan Scheduler::schedule() {
     }
     waiting_.pop_front();
     // Counted once per admission (a request held back by the budgets is looked up again next step).
-    if (cache_) {
+    if (!caches_.empty()) {
       counters_.prefix_queries_tokens += len - 1;
       counters_.prefix_hit_tokens += seq->n_computed;
     }

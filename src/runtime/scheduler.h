@@ -15,6 +15,9 @@
 // (n_decodes + chunked_prefill_size) tokens between two of its tokens.
 // Out of blocks: evict unreferenced prefix-cache leaves (LRU), then preempt the newest running sequence
 // (its computed full blocks go to the prefix cache; it is re-queued at the front to recompute).
+// Data parallelism (dp_ranks > 1, docs/parallel.md): the pool's block ids split into one range per DP rank;
+// each admission places the sequence on a rank (runtime/dp_placement.h) and it takes blocks from that
+// range only; each rank has its own prefix cache; eviction and preemption free blocks of the rank in need.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,7 @@ struct SchedulerConfig {
   bool track_draft_kv = false;  // speculative decoding: only cache blocks whose MTP-layer KV is complete
   double max_step_seconds = 0;     // ITL target for steps with decodes (--max-itl-ms); 0 = hard caps only
   int64_t min_prefill_chunk = 256; // prefill tokens a step with decodes always gets (when any is waiting)
+  int dp_ranks = 1;                // data-parallel ranks; the pool must have as many block ranges
 };
 
 struct ScheduledChunk {
@@ -92,7 +96,9 @@ class Scheduler {
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }
   const SchedulerCounters& counters() const { return counters_; }
-  kvcache::RadixCache* prefix_cache() { return cache_.get(); }
+  // DP rank dp_rank's prefix cache (null when disabled).
+  kvcache::RadixCache* prefix_cache(int dp_rank = 0) { return caches_.empty() ? nullptr : caches_[dp_rank].get(); }
+  int dp_ranks() const { return config_.dp_ranks; }
   // The model behind the ITL target (owned by the engine; null: hard caps only).
   void set_cost_model(const StepCostModel* model) { cost_model_ = model; }
   // Makes room for seq to hold n_tokens (evicting cache leaves if needed); false when the pool is dry.
@@ -102,10 +108,11 @@ class Scheduler {
  private:
   void preempt(Sequence* seq);
   void cache_blocks(Sequence* seq);
+  int place(const Sequence& seq) const;  // the DP rank for an admission (dp_placement.h)
 
   SchedulerConfig config_;
   kvcache::BlockPool& pool_;
-  std::unique_ptr<kvcache::RadixCache> cache_;
+  std::vector<std::unique_ptr<kvcache::RadixCache>> caches_;  // one per DP rank; empty: no prefix cache
   const StepCostModel* cost_model_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order

@@ -23,6 +23,7 @@ struct Sequence {
   // Its row of the device block-table store while running (kvcache/block_table_store.h); -1 otherwise.
   int32_t table_row = -1;
   uint64_t table_lease = 0;
+  int32_t dp_rank = 0;               // the data-parallel rank it runs on (chosen at each admission)
   int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
   int32_t n_preemptions = 0;
   SamplingParams sampling;

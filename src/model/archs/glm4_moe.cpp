@@ -7,6 +7,9 @@
 // the embedding lookup, after o_proj and after the MLP / MoE (shared + routed partial sums together), and an
 // all-gather of the logits. Expert parallel (ep = tp): each rank holds E / ep whole experts and the MoE block's
 // output is a partial sum over them (MoeBlock, blocks.h), summed by that same all-reduce: no extra collective.
+// The communicator is this rank's tp group's. DP attention ("DP:"): each MoE block
+// exchanges tokens over the whole world instead (model/layers/dp_moe.h); a DP group without tokens this step
+// still joins every MoE block's exchange (idle_forward).
 #include "model/archs/glm4_moe.h"
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "model/layers/blocks.h"
+#include "model/layers/dp_moe.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -53,8 +57,9 @@ class Glm4MoeModel final : public CausalLM {
  public:
   // comm: the tensor-parallel group (nullptr: one rank). attn_cfg_ is cfg with this rank's head counts.
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
-               parallel::Communicator* comm)
-      : cfg_(cfg), attn_cfg_(cfg), be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr) {
+               parallel::Communicator* comm, parallel::Communicator* moe_comm)
+      : cfg_(cfg), attn_cfg_(cfg), be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr),
+        dp_moe_{rank.dp_attention ? moe_comm : nullptr, rank.tp > 1 ? comm : nullptr} {
     attn_cfg_.n_heads = cfg.n_heads / rank.tp;  // the launch checked tp divides them
     attn_cfg_.n_kv_heads = std::max<int64_t>(1, cfg.n_kv_heads / rank.tp);  // replicated when tp > n_kv_heads
   }
@@ -117,6 +122,7 @@ class Glm4MoeModel final : public CausalLM {
   kvcache::KvCacheDtype kv_cache_dtype() const override { return kv_dtype_; }
 
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/false);
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
     MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
@@ -131,7 +137,8 @@ class Glm4MoeModel final : public CausalLM {
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits) override {
-    if (comm_ != nullptr) return unsupported("forward_device (CUDA graph capture) with tensor parallelism");
+    if (comm_ != nullptr || dp_moe_.enabled())
+      return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
         logits.dim(1) != cfg_.vocab_size)
@@ -152,6 +159,7 @@ class Glm4MoeModel final : public CausalLM {
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
                                     kvcache::KvCache& kv) override {
     if (!mtp_) return unsupported("this model was loaded without an MTP layer");
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/true);
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
     if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
@@ -180,6 +188,7 @@ class Glm4MoeModel final : public CausalLM {
   Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
                                                        kvcache::KvCache& kv) override {
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    if (dp_moe_.enabled()) return unsupported("bind_layer_part with DP attention (its MoE blocks exchange tokens)");
     if (layer < 0 || layer >= cfg_.n_layers)
       return invalid_argument("bind_layer_part: layer " + std::to_string(layer) + " of " +
                               std::to_string(cfg_.n_layers));
@@ -277,11 +286,29 @@ class Glm4MoeModel final : public CausalLM {
     MX_RETURN_IF_ERROR(reduce_partial(o));
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
-    if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) moe->forward(be_, cfg_, h, o);
-    else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
-    MX_RETURN_IF_ERROR(reduce_partial(o));
+    const auto* moe = std::get_if<MoeBlock>(&layer.mlp);
+    if (moe != nullptr && dp_moe_.enabled()) {  // DP: the MoE block over every DP group's tokens
+      MX_ASSIGN_OR_RETURN(o, dp_moe_.forward(be_, cfg_, *moe, h));
+    } else {
+      if (moe != nullptr) moe->forward(be_, cfg_, h, o);
+      else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+      MX_RETURN_IF_ERROR(reduce_partial(o));
+    }
     be_.add(x, o);
     return Status::ok();
+  }
+
+  // DP attention, no tokens for this DP group this step: join every MoE block's exchange with 0 rows.
+  Result<ForwardOutput> idle_forward(bool mtp) {
+    const Tensor none = be_.alloc(be_.activation_dtype(), {0, cfg_.d_model});
+    if (mtp) {
+      MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, std::get<MoeBlock>(mtp_->block.mlp), none).status());
+      return ForwardOutput{};
+    }
+    for (const DecoderLayer& layer : layers_)
+      if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp))
+        MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, *moe, none).status());
+    return ForwardOutput{};
   }
 
   Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed) {
@@ -306,7 +333,8 @@ class Glm4MoeModel final : public CausalLM {
   ModelConfig attn_cfg_;  // cfg_ with this rank's n_heads / n_kv_heads (tensor parallel)
   backend::Backend& be_;
   parallel::RankLayout rank_;
-  parallel::Communicator* comm_;  // nullptr: one rank
+  parallel::Communicator* comm_;  // the tp group; nullptr: tp 1
+  DpMoeExchange dp_moe_;          // DP attention's MoE exchange (disabled otherwise)
   Tensor embed_, final_norm_, lm_head_;  // embed_ / lm_head_: this rank's vocabulary rows [V / tp, H]
   Tensor embed_lookup_;  // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks
   std::vector<DecoderLayer> layers_;
@@ -316,7 +344,8 @@ class Glm4MoeModel final : public CausalLM {
 
 Result<std::unique_ptr<CausalLM>> build_glm4_moe(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
                                                  bool include_mtp) {
-  auto model = std::make_unique<Glm4MoeModel>(cfg, be, wl.rank(), wl.communicator());
+  auto model = std::make_unique<Glm4MoeModel>(cfg, be, wl.rank(), wl.communicator(),
+                                              wl.moe_communicator());
   MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }

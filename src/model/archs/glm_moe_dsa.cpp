@@ -5,6 +5,8 @@
 //   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
 // KV layout per cached layer: kLatent [kv_lora_rank + qk_rope_head_dim]; full layers (and the MTP layer)
 // add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys.
+// DP attention ("DP:", docs/parallel.md): attention runs whole per DP rank on its own latent cache; each MoE
+// block exchanges tokens over the world (model/layers/dp_moe.h), an idle DP rank joining with 0 rows.
 #include "model/archs/glm_moe_dsa.h"
 
 #include <cmath>
@@ -14,6 +16,7 @@
 
 #include "model/archs/glm_moe_dsa_config.h"
 #include "model/layers/blocks.h"
+#include "model/layers/dp_moe.h"
 #include "model/layers/mla_attention.h"
 #include "model/layers/weight_decl.h"
 
@@ -47,8 +50,8 @@ struct MtpLayer {
 
 class GlmMoeDsaModel final : public CausalLM {
  public:
-  GlmMoeDsaModel(const ModelConfig& cfg, backend::Backend& be, backend::MlaDsaOps& ops)
-      : cfg_(cfg), dsa_(glm_moe_dsa_config(cfg)), be_(be), ops_(ops) {}
+  GlmMoeDsaModel(const ModelConfig& cfg, backend::Backend& be, backend::MlaDsaOps& ops, DpMoeExchange dp_moe)
+      : cfg_(cfg), dsa_(glm_moe_dsa_config(cfg)), be_(be), ops_(ops), dp_moe_(dp_moe) {}
 
   Status load(WeightLoader& wl, bool include_mtp) {
     const int64_t H = cfg_.d_model, V = cfg_.vocab_size;
@@ -97,6 +100,7 @@ class GlmMoeDsaModel final : public CausalLM {
   }
 
   Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/false);
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
     MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
@@ -104,7 +108,8 @@ class GlmMoeDsaModel final : public CausalLM {
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     be_.embedding(embed_, ids, x);
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});  // written by full layers, read by shared ones
-    for (int64_t l = 0; l < cfg_.n_layers; ++l) run_layer(layers_[l], x, positions, meta, kv, l, topk);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, topk));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
     return head(batch, x);
   }
@@ -112,6 +117,7 @@ class GlmMoeDsaModel final : public CausalLM {
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
                                     kvcache::KvCache& kv) override {
     if (!mtp_) return unsupported("this model was loaded without an MTP layer");
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/true);
     MX_RETURN_IF_ERROR(check_batch(batch, kv));
     const int64_t T = batch.n_tokens();
     if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
@@ -132,7 +138,7 @@ class GlmMoeDsaModel final : public CausalLM {
     be_.linear(h, mtp_->eh_proj_h, nullptr, xh);
     be_.add(x, xh);
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});
-    run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk);
+    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk));
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
     return head(batch, x);
   }
@@ -171,8 +177,8 @@ class GlmMoeDsaModel final : public CausalLM {
     return u;
   }
 
-  void run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
-                 kvcache::KvCache& kv, int64_t cache_layer, Tensor& topk) {
+  Status run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
+                   kvcache::KvCache& kv, int64_t cache_layer, Tensor& topk) {
     const int64_t T = x.dim(0);
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     const DType act = be_.activation_dtype();
@@ -185,9 +191,29 @@ class GlmMoeDsaModel final : public CausalLM {
                        topk, o);
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
-    if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) moe->forward(be_, cfg_, h, o);
-    else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+    const auto* moe = std::get_if<MoeBlock>(&layer.mlp);
+    if (moe != nullptr && dp_moe_.enabled()) {  // DP: the MoE block over every DP rank's tokens
+      MX_ASSIGN_OR_RETURN(o, dp_moe_.forward(be_, cfg_, *moe, h));
+    } else if (moe != nullptr) {
+      moe->forward(be_, cfg_, h, o);
+    } else {
+      std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+    }
     be_.add(x, o);
+    return Status::ok();
+  }
+
+  // DP attention, no tokens for this DP rank this step: join every MoE block's exchange with 0 rows.
+  Result<ForwardOutput> idle_forward(bool mtp) {
+    const Tensor none = be_.alloc(be_.activation_dtype(), {0, cfg_.d_model});
+    if (mtp) {
+      MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, std::get<MoeBlock>(mtp_->block.mlp), none).status());
+      return ForwardOutput{};
+    }
+    for (const DecoderLayer& layer : layers_)
+      if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp))
+        MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, *moe, none).status());
+    return ForwardOutput{};
   }
 
   Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed) {
@@ -208,6 +234,7 @@ class GlmMoeDsaModel final : public CausalLM {
   GlmMoeDsaConfig dsa_;
   backend::Backend& be_;
   backend::MlaDsaOps& ops_;  // the same backend's MLA / DSA ops
+  DpMoeExchange dp_moe_;     // DP attention's MoE exchange (disabled otherwise)
   Tensor embed_, final_norm_, lm_head_;
   std::vector<DecoderLayer> layers_;
   std::optional<MtpLayer> mtp_;
@@ -223,7 +250,10 @@ Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, Weig
   if (static_cast<int64_t>(d.full_indexer.size()) < cfg.n_layers)
     return invalid_argument(cfg.source + ": indexer_types covers " + std::to_string(d.full_indexer.size()) +
                             " of " + std::to_string(cfg.n_layers) + " layers");
-  auto model = std::make_unique<GlmMoeDsaModel>(cfg, be, *ops);
+  DpMoeExchange dp_moe;
+  if (wl.rank().dp_attention) dp_moe.world = wl.moe_communicator();
+  if (wl.rank().dp_attention && wl.rank().tp > 1) dp_moe.tp = wl.communicator();
+  auto model = std::make_unique<GlmMoeDsaModel>(cfg, be, *ops, dp_moe);
   MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }

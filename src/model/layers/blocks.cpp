@@ -66,12 +66,16 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
   be.linear(attn, o_proj, nullptr, out);
 }
 
-SwigluMlp SwigluMlp::load(WeightLoader& wl, const std::string& p, int64_t d_model, int64_t inter) {
+SwigluMlp SwigluMlp::load(WeightLoader& wl, const std::string& p, int64_t d_model, int64_t inter, bool moe_group) {
   using parallel::ShardAxis;
+  auto spec = [moe_group](WeightSpec w) {
+    w.moe_group = moe_group;
+    return w;
+  };
   SwigluMlp m;
-  m.gate_up = wl.concat_rows({decl::linear(p + "gate_proj.weight", inter, d_model, ShardAxis::kRow),
-                              decl::linear(p + "up_proj.weight", inter, d_model, ShardAxis::kRow)});
-  m.down = wl.get(decl::linear(p + "down_proj.weight", d_model, inter, ShardAxis::kColumn));
+  m.gate_up = wl.concat_rows({spec(decl::linear(p + "gate_proj.weight", inter, d_model, ShardAxis::kRow)),
+                              spec(decl::linear(p + "up_proj.weight", inter, d_model, ShardAxis::kRow))});
+  m.down = wl.get(spec(decl::linear(p + "down_proj.weight", d_model, inter, ShardAxis::kColumn)));
   return m;
 }
 
@@ -100,7 +104,8 @@ MoeBlock MoeBlock::load(WeightLoader& wl, const std::string& p, const ModelConfi
   }
   m.experts = wl.experts(ex);
   wl.backend().prepare_moe(m.experts, cfg.top_k);  // tuned-kernel selection logged at start-up (issue 9)
-  if (cfg.n_shared_experts > 0) m.shared = SwigluMlp::load(wl, p + "shared_experts.", H, cfg.shared_inter());
+  if (cfg.n_shared_experts > 0)
+    m.shared = SwigluMlp::load(wl, p + "shared_experts.", H, cfg.shared_inter(), /*moe_group=*/true);
   return m;
 }
 

@@ -31,7 +31,9 @@ struct SwigluMlp {
   Tensor gate_up;  // [2I, H]: gate rows then up rows
   Tensor down;     // [H, I]
 
-  static SwigluMlp load(WeightLoader& wl, const std::string& prefix, int64_t d_model, int64_t inter);
+  // moe_group: a MoE block's shared experts, sliced over the MoE group (parallel/shard.h), not the tp group.
+  static SwigluMlp load(WeightLoader& wl, const std::string& prefix, int64_t d_model, int64_t inter,
+                        bool moe_group = false);
   void forward(backend::Backend& be, const Tensor& x, Tensor& out) const;  // [T,H] -> [T,H]
 };
 

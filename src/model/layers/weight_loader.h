@@ -48,17 +48,21 @@ class WeightLoader {
   const std::vector<std::string>& ignored() const { return ignored_; }
   const std::vector<std::string>& ignored_prefixes() const { return ignored_prefixes_; }
 
-  // The rank this loader loads for, and the communicator of its group (nullptr: a world of one), which
-  // the model built from this loader uses at its parallel seams. Call before the first weight.
-  void set_rank(const parallel::RankLayout& rank, parallel::Communicator* comm) {
+  // The rank this loader loads for, and the communicator of its tp group (nullptr: a world of one), which
+  // the model built from this loader uses at its parallel seams; moe_comm: under DP attention the world its
+  // MoE blocks exchange tokens over (model/layers/dp_moe.h). Call before the first weight.
+  void set_rank(const parallel::RankLayout& rank, parallel::Communicator* comm,
+                parallel::Communicator* moe_comm = nullptr) {
     rank_ = rank;
     comm_ = comm;
+    moe_comm_ = moe_comm;
   }
   const parallel::RankLayout& rank() const { return rank_; }
   // Whether routed experts are tensor-sliced on this rank (tp > 1 without expert parallelism); else each
   // expert this rank holds is whole (and an MXFP4 one may stay packed).
   bool experts_sliced() const { return rank_.tp > 1 && rank_.ep == 1; }
   parallel::Communicator* communicator() const { return comm_; }
+  parallel::Communicator* moe_communicator() const { return moe_comm_; }
 
   // ---- declaring overloads (architecture code): same as the name-based calls below ----
   Tensor get(const WeightSpec& w);
@@ -141,6 +145,7 @@ class WeightLoader {
   std::vector<std::string> ignored_, ignored_prefixes_;
   parallel::RankLayout rank_;
   parallel::Communicator* comm_ = nullptr;
+  parallel::Communicator* moe_comm_ = nullptr;
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
 };
 

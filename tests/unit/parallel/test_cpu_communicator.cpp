@@ -156,6 +156,63 @@ TEST_P(CpuCommunicatorSizes, AllToAllVariableRows) {
   }
 }
 
+TEST_P(CpuCommunicatorSizes, VariableRowGatherAndReduceScatterInvertEachOther) {
+  // Rank r brings r % 3 rows (rank 0 none): all_gather_v stacks them in rank order; reduce_scatter_v of
+  // per-rank [sum, 4] tensors hands rank r the rank-order sum of its own rows.
+  const int n = GetParam();
+  std::vector<int64_t> want_rows(n);
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) total += want_rows[r] = r % 3;
+  auto comms = group(n);
+  std::vector<Tensor> gathered(n), mine(n);
+  std::vector<std::vector<int64_t>> rows(n);
+  run_ranks(n, [&](int r) {
+    auto g = comms[r]->all_gather_v(input(r, {want_rows[r], 4}), &rows[r]);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    gathered[r] = *g;
+    auto s = comms[r]->reduce_scatter_v(input(r, {total, 4}, 11), rows[r], ReduceOp::kSum);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    mine[r] = *s;
+  });
+  int64_t begin = 0;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(rows[r], want_rows) << "rank " << r;
+    ASSERT_EQ(gathered[r].shape(), (Shape{total, 4}));
+    int64_t offset = 0;
+    for (int q = 0; q < n; ++q) {
+      Tensor part = input(q, {want_rows[q], 4});
+      EXPECT_EQ(std::memcmp(gathered[r].data<float>() + offset * 4, part.raw(), part.nbytes()), 0) << r << " " << q;
+      offset += want_rows[q];
+    }
+    Tensor ref = Tensor::empty(DType::kF32, {want_rows[r], 4});
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      float acc = input(0, {total, 4}, 11).data<float>()[begin * 4 + i];
+      for (int q = 1; q < n; ++q) acc += input(q, {total, 4}, 11).data<float>()[begin * 4 + i];
+      ref.data<float>()[i] = acc;
+    }
+    EXPECT_TRUE(bitwise_equal(mine[r], ref)) << "rank " << r;
+    begin += want_rows[r];
+  }
+}
+
+TEST(CpuCommunicator, VariableRowCollectivesCheckTheirArguments) {
+  auto comms = group(2);
+  std::vector<Status> gather(2), scatter(2);
+  run_ranks(2, [&](int r) {  // row shapes differ: refused on every rank, naming both
+    gather[r] = comms[r]->all_gather_v(input(r, {1, r == 0 ? 4 : 5}), nullptr).status();
+    // counts that disagree between the ranks: refused on every rank
+    scatter[r] = comms[r]->reduce_scatter_v(input(r, {3, 2}), r == 0 ? std::vector<int64_t>{1, 2}
+                                                                      : std::vector<int64_t>{2, 1},
+                                            ReduceOp::kSum).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(gather[r].message().find("row shape must agree"), std::string::npos) << gather[r].message();
+    EXPECT_NE(scatter[r].message().find("different row counts"), std::string::npos) << scatter[r].message();
+  }
+  // Counts that do not sum to the rows: refused before any exchange.
+  EXPECT_FALSE(comms[0]->reduce_scatter_v(input(0, {3, 2}), {1, 1}, ReduceOp::kSum).is_ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CpuCommunicatorSizes, ::testing::Values(1, 2, 3, 4));
 
 TEST(CpuCommunicator, MismatchedShapesFailOnEveryRank) {
