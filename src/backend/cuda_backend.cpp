@@ -419,12 +419,13 @@ class CudaBackend final : public Backend {
     }
     MX_CHECK_EQ(q.numel(), static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim);
     MX_CHECK_EQ(out.numel(), q.numel());
-    const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_, attention_options_);
+    // Mixed batches: the leading plain decode rows get the decode kernel (kc::plan_paged_attention_batch).
+    const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(p, n_sms_, attention_options_);
     Tensor ws;
     if (plan.workspace_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(plan.workspace_bytes)});
-    kc::paged_attention_bf16(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
-                             meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), out.raw(), p, plan,
-                             ws.raw(), stream_);
+    kc::paged_attention_batch(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
+                              meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), out.raw(), plan,
+                              ws.raw(), stream_);
   }
 
   void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
