@@ -111,8 +111,9 @@ TEST(AttentionMixedPlan, LeadingDecodeRowsGetTheDecodeKernel) {
     EXPECT_EQ(rest.params.n_seqs, 1);
     EXPECT_EQ(rest.launch.kernel, kc::AttentionKernel::kShared);
     EXPECT_EQ(plan.workspace_bytes, std::max(dec.launch.workspace_bytes, rest.launch.workspace_bytes));
-    if (*std::max_element(c.decode_ctx.begin(), c.decode_ctx.end()) >= 8192)
+    if (*std::max_element(c.decode_ctx.begin(), c.decode_ctx.end()) >= 8192) {
       EXPECT_GT(dec.launch.n_splits, 1) << "long decode rows get split-KV";
+    }
     std::printf("[ plan     ] %-62s decode %d rows warp x%d splits | rest %d rows %s x%d splits\n", c.what,
                 dec.params.n_tokens, dec.launch.n_splits, rest.params.n_tokens,
                 kc::attention_kernel_name(rest.launch.kernel), rest.launch.n_splits);
