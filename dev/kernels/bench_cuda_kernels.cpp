@@ -143,13 +143,16 @@ int main(int argc, char** argv) {
   rows.push_back({"ceiling: cuBLASLt bf16 GEMM 8192^3", ceil.gemm_ms, 0,
                   2.0 * ceil.gemm_n * ceil.gemm_n * ceil.gemm_n});
 
-  // ---- attention, the seed workload's mixed step: 30 decode rows at 20k + a 2048-token chunk at 20k ----
+  // ---- attention, the seed workload's mixed step: 30 decode rows at 20k + a 2048- (or 256-) token chunk at 20k ----
   // [split]: the leading decode rows in the per-warp kernel with split-KV, the chunk in the shared kernel
   // (kernels::cuda::plan_paged_attention_batch); [shared]: the whole batch in the shared kernel (the path
   // before the split, reached by forcing the kernel). Bytes: the decode rows' K+V; FLOPs: the chunk's.
-  // The decode rows alone and the chunk alone bound what the mixed step can reach (their sum).
-  {
-    const int64_t n_dec = 30, ctx = 20000, chunk = 2048;
+  // The decode rows alone and the chunk alone bound what the mixed step can reach (their sum). With a 256-token
+  // chunk the whole batch is decode-like (256 + 30 < 8 * 31 rows): [shared] there is the forced shared kernel,
+  // the old path is the per-warp kernel for every row ([warp]).
+  for (const int64_t chunk : {int64_t{2048}, int64_t{256}}) {
+    const int64_t n_dec = 30, ctx = 20000;
+    const std::string mixed = "attention mixed 30 dec + " + std::to_string(chunk) + " chunk @20k [";
     const int64_t n_slots = (n_dec + 1) * ((ctx + kBlock - 1) / kBlock) * kBlock;
     const double dec_bytes = 2.0 * n_dec * ctx * kKvHeads * kHd * 2;
     const double chunk_flops = 4.0 * kHeads * kHd * chunk * (ctx - chunk / 2.0);
@@ -180,19 +183,17 @@ int main(int argc, char** argv) {
         vc = bench.random({n_slots, kKvHeads * kHd}, 1.f);
       }
       const std::string tag = std::string(" (") + cache + " cache)";
-      for (const char* kernel : {"", "shared"}) {
+      for (const char* kernel : {"", "shared", "warp"}) {
         MX_CHECK(be.set_kernel_options({.attention_kernel = kernel}).is_ok());
         const double ms = bench.time([&](int) { be.attention(q, kc, vc, m, o); }, 3);
-        rows.push_back({std::string("attention mixed 30 dec + 2048 chunk @20k [") + (kernel[0] ? "shared" : "split") +
-                            "]" + tag,
-                        ms, dec_bytes, chunk_flops});
+        rows.push_back({mixed + (kernel[0] ? kernel : "split") + "]" + tag, ms, dec_bytes, chunk_flops});
       }
       MX_CHECK(be.set_kernel_options({}).is_ok());
       Tensor qd = q.slice_rows(0, n_dec), od = o.slice_rows(0, n_dec);
       Tensor qc = q.slice_rows(n_dec, T), oc = o.slice_rows(n_dec, T);
       rows.push_back({"attention decode batch 30 ctx 20000 alone" + tag,
                       bench.time([&](int) { be.attention(qd, kc, vc, d, od); }, 10), dec_bytes, 0});
-      rows.push_back({"attention chunk 2048 @20k alone" + tag,
+      rows.push_back({"attention chunk " + std::to_string(chunk) + " @20k alone" + tag,
                       bench.time([&](int) { be.attention(qc, kc, vc, c, oc); }, 3), 0, chunk_flops});
     }
   }

@@ -97,9 +97,10 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
 // ---- attention/attention_batch.cpp ----------------------------------------------------------------
 // A whole batch's attention as one or two launches on one stream. A mixed batch (plain decode rows first,
 // p.n_leading_decode_rows of them, then prefill / verify rows) that the planner would send entirely to the
-// block-shared kernel is split: the leading decode rows go to the per-warp kernel with its own split-KV plan
-// (else 8 decode rows of 8 sequences share one block and walk their contexts one after the other), the rest
-// to the planner's choice for them. Forcing a kernel (options.force != kAuto) keeps one launch (the old path).
+// block-shared kernel -- or whose rows after the decode rows would take it on their own -- is split: the
+// leading decode rows go to the per-warp kernel with its own split-KV plan (else 8 decode rows of 8 sequences
+// share one block and walk their contexts one after the other), the rest to the planner's choice for them.
+// Forcing a kernel (options.force != kAuto) keeps one launch (the old path).
 struct AttentionBatchPart {
   int32_t row_begin = 0;      // first row of the batch this part serves
   AttentionParams params;     // the part's rows: n_tokens, n_seqs, n_leading_decode_rows

@@ -1,6 +1,8 @@
 // Whole-batch attention plans (cuda_kernels.h "attention/attention_batch.cpp"): one launch, or two on one
 // stream for a mixed batch whose leading plain decode rows would otherwise ride in the block-shared
-// prefill kernel (8 decode rows of 8 sequences in one block walk their contexts serially, unsplit).
+// prefill kernel (8 decode rows of 8 sequences in one block walk their contexts serially, unsplit), or whose
+// prefill rows would otherwise ride in the per-warp decode kernel (no K/V tile shared across rows).
+// Either kernel is exact for any causal rows: the split changes speed, never results.
 // Invariant: the parts cover rows [0, n_tokens) in order, and each part is a self-contained batch for
 // paged_attention_bf16: pointers to per-row data (q, out, token_seq, kv_index, tree rows) are offset by
 // row_begin; block tables, caches and FP8 scales are shared (rows name their table row via token_seq).
@@ -15,8 +17,20 @@ AttentionBatchPlan plan_paged_attention_batch(const AttentionParams& p, int n_sm
   AttentionBatchPlan plan;
   const AttentionLaunch whole = plan_paged_attention(p, n_sms, options);
   const int32_t lead = std::clamp(p.n_leading_decode_rows, 0, p.n_tokens);
-  const bool split = options.force == AttentionPlanOptions::Force::kAuto && whole.kernel == AttentionKernel::kShared &&
-                     p.tree_mask == nullptr && lead > 0 && lead < p.n_tokens;
+  AttentionParams rest_params = p;
+  rest_params.n_tokens = p.n_tokens - lead;
+  rest_params.n_seqs = std::max(1, p.n_seqs - lead);
+  rest_params.n_leading_decode_rows = 0;
+  // Split when the whole batch would take the shared kernel (its blocks would serialize the decode rows), or
+  // when the rows after the decode rows would take it on their own (a prefill chunk too short to make the whole
+  // batch prefill-like, e.g. 30 decode rows + a 200-token chunk: one warp per chunk row re-reads every K/V tile).
+  bool split = options.force == AttentionPlanOptions::Force::kAuto && p.tree_mask == nullptr && lead > 0 &&
+               lead < p.n_tokens;
+  AttentionLaunch rest_launch;
+  if (split) {
+    rest_launch = plan_paged_attention(rest_params, n_sms, options);
+    split = whole.kernel == AttentionKernel::kShared || rest_launch.kernel == AttentionKernel::kShared;
+  }
   if (!split) {
     plan.parts[0].params = p;
     plan.parts[0].launch = whole;
@@ -33,11 +47,8 @@ AttentionBatchPlan plan_paged_attention_batch(const AttentionParams& p, int n_sm
   decode.launch = plan_paged_attention(decode.params, n_sms, options);
   AttentionBatchPart& rest = plan.parts[1];
   rest.row_begin = lead;
-  rest.params = p;
-  rest.params.n_tokens = p.n_tokens - lead;
-  rest.params.n_seqs = std::max(1, p.n_seqs - lead);
-  rest.params.n_leading_decode_rows = 0;
-  rest.launch = plan_paged_attention(rest.params, n_sms, options);
+  rest.params = rest_params;
+  rest.launch = rest_launch;
   plan.n_parts = 2;
   plan.workspace_bytes = std::max(decode.launch.workspace_bytes, rest.launch.workspace_bytes);
   return plan;
