@@ -40,8 +40,9 @@ timeout 120 "$P/bin/test_cuda_engine" --gtest_color=no > "$OUT/engine_tests.log"
 RC_ENG=$?
 # Synthetic weights (CUDA bits == CPU bits), the MXFP4 MoE kernels (every variant vs the CPU reference) and
 # MXFP4 experts through the loader and the backend's tuned-table selection.
+# test_cuda_attention_mixed: mixed batches (decode rows + a prefill chunk), split / shared / warp paths vs the CPU.
 RC_MORE=0
-for t in test_cuda_synthetic test_cuda_moe_mxfp4 test_cuda_mxfp4_moe; do
+for t in test_cuda_synthetic test_cuda_moe_mxfp4 test_cuda_mxfp4_moe test_cuda_attention_mixed; do
   timeout 150 "$P/bin/$t" --gtest_color=no > "$OUT/$t.log" 2>&1 || RC_MORE=$?
 done
 # The engine end to end on the GPU: the embedded default (synthetic) and a truncated GLM-4.5-Air

@@ -1,7 +1,8 @@
 // bench_cuda_kernels: one GLM-4.5-Air layer's ops on the CUDA backend, timed with CUDA events, each
 // figure printed with the bytes / FLOPs counted and its fraction of the ceilings measured in the same
 // run (device-to-device copy bandwidth; cuBLASLt bf16 GEMM rate at 8192^3).
-//   usage: bench_cuda_kernels [--quick] [--md FILE]   (writes a markdown table to FILE when given)
+//   usage: bench_cuda_kernels [--quick] [--mixed-only] [--md FILE]   (writes a markdown table to FILE when given)
+//   --mixed-only: the ceilings and the mixed-step attention rows only (decode rows + a prefill chunk).
 // Shapes (../shared/models/GLM-4.5-Air/config.json): d_model 4096, 96 q heads / 8 kv heads of 128,
 // 128 routed experts, top 8, moe_intermediate 1408. Weights are random bf16 generated on the device.
 // Each timed region runs `reps` launches between two events on the backend's stream; the median of 5
@@ -89,13 +90,39 @@ mx::backend::AttentionMeta decode_meta(mx::backend::Backend& be, int64_t batch, 
   return mx::model::build_attention_meta(fb, be, kBlock, shape).value();
 }
 
+// The seed workload's mixed step: n_dec decode rows at ctx keys each, then one prefill chunk of `chunk`
+// rows ending at ctx keys (decode rows first, as the scheduler orders them).
+mx::backend::AttentionMeta mixed_meta(mx::backend::Backend& be, int64_t n_dec, int64_t ctx, int64_t chunk) {
+  mx::model::ForwardBatch fb;
+  int32_t next = 0;
+  for (int64_t s = 0; s <= n_dec; ++s) {
+    mx::model::SequenceSpan span;
+    span.token_begin = fb.n_tokens();
+    span.n_tokens = static_cast<int32_t>(s < n_dec ? 1 : chunk);
+    span.kv_len = static_cast<int32_t>(ctx);
+    for (int64_t b = 0; b < (ctx + kBlock - 1) / kBlock; ++b) span.block_table.push_back(next++);
+    for (int32_t i = 0; i < span.n_tokens; ++i) {
+      fb.token_ids.push_back(0);
+      fb.positions.push_back(static_cast<int32_t>(ctx - span.n_tokens + i));
+    }
+    fb.seqs.push_back(span);
+  }
+  mx::kernels::AttentionParams shape;
+  shape.n_heads = kHeads;
+  shape.n_kv_heads = kKvHeads;
+  shape.head_dim = kHd;
+  shape.scale = 1.f / std::sqrt(static_cast<float>(kHd));
+  return mx::model::build_attention_meta(fb, be, kBlock, shape).value();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, mixed_only = false;
   std::string md_path;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--mixed-only") == 0) mixed_only = true;
     else if (std::strcmp(argv[i], "--md") == 0 && i + 1 < argc) md_path = argv[++i];
   }
   auto made = mx::backend::make_backend("cuda");
@@ -116,8 +143,63 @@ int main(int argc, char** argv) {
   rows.push_back({"ceiling: cuBLASLt bf16 GEMM 8192^3", ceil.gemm_ms, 0,
                   2.0 * ceil.gemm_n * ceil.gemm_n * ceil.gemm_n});
 
+  // ---- attention, the seed workload's mixed step: 30 decode rows at 20k + a 2048- (or 256-) token chunk at 20k ----
+  // [split]: the leading decode rows in the per-warp kernel with split-KV, the chunk in the shared kernel
+  // (kernels::cuda::plan_paged_attention_batch); [shared]: the whole batch in the shared kernel (the path
+  // before the split, reached by forcing the kernel). Bytes: the decode rows' K+V; FLOPs: the chunk's.
+  // The decode rows alone and the chunk alone bound what the mixed step can reach (their sum). With a 256-token
+  // chunk the whole batch is decode-like (256 + 30 < 8 * 31 rows): [shared] there is the forced shared kernel,
+  // the old path is the per-warp kernel for every row ([warp]).
+  for (const int64_t chunk : {int64_t{2048}, int64_t{256}}) {
+    const int64_t n_dec = 30, ctx = 20000;
+    const std::string mixed = "attention mixed 30 dec + " + std::to_string(chunk) + " chunk @20k [";
+    const int64_t n_slots = (n_dec + 1) * ((ctx + kBlock - 1) / kBlock) * kBlock;
+    const double dec_bytes = 2.0 * n_dec * ctx * kKvHeads * kHd * 2;
+    const double chunk_flops = 4.0 * kHeads * kHd * chunk * (ctx - chunk / 2.0);
+    const auto meta = mixed_meta(be, n_dec, ctx, chunk);
+    const auto decode_alone = decode_meta(be, n_dec, ctx, 1, 0);
+    const auto chunk_alone = decode_meta(be, 1, ctx, chunk, 0);
+    const int64_t T = n_dec + chunk;
+    Tensor q = bench.random({T, kHeads * kHd}, 1.f), o = be.alloc(DType::kBF16, {T, kHeads * kHd});
+    for (const char* cache : {"bf16", "fp8"}) {
+      const bool fp8 = std::strcmp(cache, "fp8") == 0;
+      Tensor kc, vc, ks, vs;
+      auto m = meta, d = decode_alone, c = chunk_alone;
+      if (fp8) {  // e4m3 code 0x38 = 1.0 everywhere, scales 1 (timing only)
+        kc = be.alloc(DType::kFP8E4M3, {n_slots, kKvHeads * kHd});
+        vc = be.alloc(DType::kFP8E4M3, {n_slots, kKvHeads * kHd});
+        MX_CUDA_CHECK(cudaMemsetAsync(kc.raw(), 0x38, kc.nbytes(), bench.stream()));
+        MX_CUDA_CHECK(cudaMemsetAsync(vc.raw(), 0x38, vc.nbytes(), bench.stream()));
+        Tensor ones = Tensor::empty(DType::kF32, {n_slots, kKvHeads});
+        std::fill(ones.data<float>(), ones.data<float>() + ones.numel(), 1.f);
+        ks = be.upload(ones);
+        vs = be.upload(ones);
+        for (auto* x : {&m, &d, &c}) {
+          x->params.k_scales = ks.data<float>();
+          x->params.v_scales = vs.data<float>();
+        }
+      } else {
+        kc = bench.random({n_slots, kKvHeads * kHd}, 1.f);
+        vc = bench.random({n_slots, kKvHeads * kHd}, 1.f);
+      }
+      const std::string tag = std::string(" (") + cache + " cache)";
+      for (const char* kernel : {"", "shared", "warp"}) {
+        MX_CHECK(be.set_kernel_options({.attention_kernel = kernel}).is_ok());
+        const double ms = bench.time([&](int) { be.attention(q, kc, vc, m, o); }, 3);
+        rows.push_back({mixed + (kernel[0] ? kernel : "split") + "]" + tag, ms, dec_bytes, chunk_flops});
+      }
+      MX_CHECK(be.set_kernel_options({}).is_ok());
+      Tensor qd = q.slice_rows(0, n_dec), od = o.slice_rows(0, n_dec);
+      Tensor qc = q.slice_rows(n_dec, T), oc = o.slice_rows(n_dec, T);
+      rows.push_back({"attention decode batch 30 ctx 20000 alone" + tag,
+                      bench.time([&](int) { be.attention(qd, kc, vc, d, od); }, 10), dec_bytes, 0});
+      rows.push_back({"attention chunk " + std::to_string(chunk) + " @20k alone" + tag,
+                      bench.time([&](int) { be.attention(qc, kc, vc, c, oc); }, 3), 0, chunk_flops});
+    }
+  }
+
   // ---- dense projection (q_proj) at decode ----
-  {
+  if (!mixed_only) {
     Tensor w = bench.random({kHeads * kHd, kH}, 0.02f);
     for (int64_t m : {1, 8, 64}) {
       Tensor x = bench.random({m, kH}, 1.f);
@@ -144,12 +226,13 @@ int main(int argc, char** argv) {
     rows.push_back({label, ms, kv_bytes + 4.0 * b * kHeads * kHd, 4.0 * b * kHeads * kHd * ctx});
   };
   const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 8, 32, 64};
-  for (int64_t ctx : {2048, 8192})
-    for (int64_t b : batches)
+  if (!mixed_only)
+    for (int64_t ctx : {2048, 8192})
+      for (int64_t b : batches)
       decode_row(b, ctx, "attention decode batch " + std::to_string(b) + " ctx " + std::to_string(ctx));
 
   // ---- attention decode, split heuristic sweep: warps per SM the split count aims for ----
-  if (!quick) {
+  if (!quick && !mixed_only) {
     for (const char* target : {"4", "16", "32"}) {
       MX_CHECK(be.set_kernel_options({.attention_split_target = std::atoll(target)}).is_ok());
       for (int64_t b : {1, 8, 32, 64})
@@ -163,6 +246,7 @@ int main(int argc, char** argv) {
   // Designs: shared (8 tokens per block share K/V tiles; the default for prefill), warp (one warp per token,
   // the decode kernel), simt (CUDA cores).
   for (const char* kernel : {"shared", "warp", "simt"}) {
+    if (mixed_only) break;
     const bool simt = std::strcmp(kernel, "simt") == 0;
     MX_CHECK(be.set_kernel_options({.attention_kernel = kernel}).is_ok());
     std::vector<int64_t> chunks = {1024};
@@ -194,7 +278,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- MoE routed experts: decode (bytes of the experts hit) and prefill (FLOPs) ----
-  {
+  if (!mixed_only) {
     Tensor gate_up = bench.random({kE, 2 * kI, kH}, 0.02f), down = bench.random({kE, kH, kI}, 0.02f);
     mx::backend::ExpertWeights ex{gate_up, down};
     std::mt19937 rng(7);

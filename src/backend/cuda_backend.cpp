@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "core/numeric.h"
 #include "kernels/cuda/common/caching_allocator.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -24,6 +25,7 @@
 #include "kernels/cuda/sampling/sample_rows.h"
 #include "kernels/cuda/synthetic_fill.h"
 #include "kernels/moe_plan.h"
+#include "kernels/attention_tuning.h"
 #include "kernels/moe_tuning.h"
 
 namespace mxserve::backend {
@@ -419,12 +421,16 @@ class CudaBackend final : public Backend {
     }
     MX_CHECK_EQ(q.numel(), static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim);
     MX_CHECK_EQ(out.numel(), q.numel());
-    const kc::AttentionLaunch plan = kc::plan_paged_attention(p, n_sms_, attention_options_);
+    // Mixed batches: the leading plain decode rows get the decode kernel (kc::plan_paged_attention_batch).
+    kc::AttentionPlanOptions options = attention_options_;
+    options.split_table = split_table_for(p);
+    const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(p, n_sms_, options);
+    report_split_source(plan, p);
     Tensor ws;
     if (plan.workspace_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(plan.workspace_bytes)});
-    kc::paged_attention_bf16(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
-                             meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), out.raw(), p, plan,
-                             ws.raw(), stream_);
+    kc::paged_attention_batch(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
+                              meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), out.raw(), plan,
+                              ws.raw(), stream_);
   }
 
   void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
@@ -631,6 +637,39 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  // The tuned decode split table of this device for p's cache dtype and head geometry (null: none).
+  const kernels::AttentionSplitTable* split_table_for(const kernels::AttentionParams& p) {
+    kernels::AttentionTuningKey key{gpu_name_, p.fp8_kv() ? "fp8_e4m3" : "bf16", p.n_heads, p.n_kv_heads, p.head_dim};
+    for (const auto& [k, t] : split_tables_)
+      if (k == key) return t;
+    const kernels::AttentionSplitTable* t = kernels::find_attention_split_table(key);
+    split_tables_.emplace_back(std::move(key), t);
+    return t;
+  }
+  // No silent fallbacks: the decode kernel's split count from the heuristic is said once (no tuned table for
+  // this device and shape, or a shape beyond the table's grid), with the command that tunes it.
+  static void report_split_source(const kc::AttentionBatchPlan& plan, const kernels::AttentionParams& p) {
+    for (int i = 0; i < plan.n_parts; ++i) {
+      const kc::AttentionLaunch& l = plan.parts[i].launch;
+      if (l.kernel != kc::AttentionKernel::kWarp) continue;
+      if (l.split_source == kc::AttentionSplitSource::kHeuristic) {
+        MX_WARN_ONCE << "decode attention: no tuned split table for this GPU, " << (p.fp8_kv() ? "fp8_e4m3" : "bf16")
+                     << " cache, heads " << p.n_heads << "/" << p.n_kv_heads << "x" << p.head_dim
+                     << " (configs/attention/ has none, or only an untuned one): the split count comes from the "
+                        "heuristic (warps per SM by batch size). Tune it: mxserve tune-attention --heads "
+                     << p.n_heads << " --kv-heads " << p.n_kv_heads << " --head-dim " << p.head_dim
+                     << " --kv-cache-dtype " << (p.fp8_kv() ? "fp8_e4m3" : "bf16")
+                     << " (docs/perf/decode-path.md)";
+      } else if (l.split_source == kc::AttentionSplitSource::kOutsideTable) {
+        MX_WARN_ONCE << "decode attention: " << plan.parts[i].params.n_tokens << " rows at context up to "
+                     << (p.max_kv_len > 0 ? p.max_kv_len : p.max_blocks_per_seq * p.block_size)
+                     << " lie outside the tuned split table's grid: the heuristic split runs for such shapes. "
+                        "Re-tune with a larger grid (mxserve tune-attention --max-rows / --max-context, "
+                        "docs/perf/decode-path.md)";
+      }
+    }
+  }
+
   // A graph body must take its inputs from device buffers: a copy inside it would be captured from a host
   // buffer that changes between replays (or synchronize a capturing stream).
   void no_copy_in_graph(const char* op) const {
@@ -651,6 +690,7 @@ class CudaBackend final : public Backend {
   bool in_graph_body_ = false;
   std::unique_ptr<kc::LtGemm> gemm_;
   std::string gpu_name_;  // cudaDeviceProp::name: the tuned tables' key
+  std::vector<std::pair<kernels::AttentionTuningKey, const kernels::AttentionSplitTable*>> split_tables_;
   std::unique_ptr<kernels::MoeKernelPlanner> moe_planner_;
 };
 

@@ -12,6 +12,7 @@ int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_tune_moe(int argc, char** argv);       // cmd_moe_kernels.cpp
+int cmd_tune_attention(int argc, char** argv); // cmd_tune_attention.cpp
 int cmd_bench_kernels(int argc, char** argv);  // cmd_moe_kernels.cpp
 int cmd_bench_model(int argc, char** argv);
 int cmd_eval(int argc, char** argv);  // cmd_eval.cpp: perplexity, compare, acceptance, tasks

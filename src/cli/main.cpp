@@ -36,6 +36,8 @@ const Command kCommands[] = {
      "time one attention and one MoE layer + the decode step on a backend (--config FILE --synthetic-weights)"},
     {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
     {"tune-moe", mxserve::cli::cmd_tune_moe, "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)"},
+    {"tune-attention", mxserve::cli::cmd_tune_attention,
+     "tune the decode attention split count per (rows, context), write a table (CUDA)"},
     {"bench-grammar", mxserve::cli::cmd_bench_grammar,
      "structured output: token-mask cost per step at a batch (--tokenizer DIR [--batch 64 --schema F --doc F])"},
     {"bench-kernels", mxserve::cli::cmd_bench_kernels, "MoE kernel microbenchmark: bench-kernels moe --experts E ... (CUDA)"},

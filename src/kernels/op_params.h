@@ -47,6 +47,11 @@ struct AttentionParams {
   // cache. Set per layer by the model (each layer has its own scales); kv_write writes them.
   float* k_scales = nullptr;
   float* v_scales = nullptr;
+  // Rows [0, n_leading_decode_rows) are single-token causal sequences (plain decode rows: one row each,
+  // no tree mask), set by the batch builder (the scheduler puts them first). The CUDA backend runs them
+  // through the per-warp decode kernel with its own split plan when the rest of a mixed batch takes the
+  // block-shared prefill kernel. 0: unknown / none (always correct, only slower).
+  int32_t n_leading_decode_rows = 0;
   bool fp8_kv() const { return k_scales != nullptr; }
 };
 

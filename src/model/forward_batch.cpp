@@ -76,6 +76,15 @@ Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t bloc
   return Status::ok();
 }
 
+int32_t leading_decode_rows(const ForwardBatch& batch) {
+  int32_t n = 0;
+  for (const auto& q : batch.seqs) {
+    if (q.n_tokens != 1 || !q.tree_mask.empty()) break;
+    ++n;
+  }
+  return n;
+}
+
 Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, backend::Backend& be,
                                                     int64_t block_size, const kernels::AttentionParams& shape,
                                                     kvcache::BlockTableStore* store) {
@@ -142,6 +151,7 @@ Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, b
   meta.params.block_size = static_cast<int32_t>(block_size);
   meta.params.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
   meta.params.max_kv_len = static_cast<int32_t>(max_kv_len);
+  meta.params.n_leading_decode_rows = leading_decode_rows(batch);
   if (tree) {
     meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
     meta.params.tree_base = meta.tree_base.data<int32_t>();

@@ -51,6 +51,10 @@ struct ForwardBatch {
   Status validate(int64_t vocab_size, int64_t n_blocks, int64_t block_size) const;
 };
 
+// Rows before the first span that is not a plain decode row (one token, no tree mask): the spans are in
+// row order, so these rows are [0, n) and belong to n distinct sequences (AttentionParams::n_leading_decode_rows).
+int32_t leading_decode_rows(const ForwardBatch& batch);
+
 // Uploads the batch's attention metadata (token -> table row, KV index, slots) and syncs the block tables:
 // spans with store rows (every span or none) sync `store` and point the kernels at it; otherwise a temporary
 // [S, max_blocks] table is built from the spans' block_table. Errors: rows without a store, mixed spans.

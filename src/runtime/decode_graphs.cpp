@@ -71,6 +71,7 @@ Status DecodeGraphs::capture() {
       meta.params.block_size = static_cast<int32_t>(bs);
       meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
       meta.params.max_kv_len = static_cast<int32_t>(C);
+      meta.params.n_leading_decode_rows = static_cast<int32_t>(B);  // one plain decode row per sequence
       Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
       Tensor logits = logits_.slice_rows(0, B);
       Status body_status = Status::ok();

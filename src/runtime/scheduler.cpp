@@ -173,11 +173,18 @@ SchedulePlan Scheduler::schedule() {
     budget -= n;
     prefill_budget -= n;
   }
+  // 4. Plain decode rows (one token, no drafts) first, then multi-token chunks (speculative verification,
+  // prefill), each group in the order above: the attention backend runs the leading decode rows through
+  // its decode kernel when the rest of a mixed step takes the prefill kernel (AttentionParams::
+  // n_leading_decode_rows). Every consumer walks plan.chunks in this one order (rows, logit rows).
+  std::stable_partition(plan.chunks.begin(), plan.chunks.end(), is_plain_decode_row);
   plan.itl_limited = itl.limited();
   plan.decodes_over_target = itl.decodes_over_target();
   plan.predicted_seconds = itl.predicted_seconds();
   return plan;
 }
+
+bool is_plain_decode_row(const ScheduledChunk& c) { return c.n_tokens == 1 && c.n_drafts == 0; }
 
 StepShape shape_of(const SchedulePlan& plan) {
   StepShape shape;

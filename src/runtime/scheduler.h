@@ -55,7 +55,8 @@ struct ScheduledChunk {
 };
 
 struct SchedulePlan {
-  std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+  std::vector<ScheduledChunk> chunks;  // plain decode rows (is_plain_decode_row) first, then speculative
+                                       // verify chunks, then prefill chunks
   std::vector<Sequence*> preempted;    // sequences preempted while planning (now waiting)
   int64_t n_tokens = 0;
   int64_t n_prefill_tokens = 0;
@@ -64,6 +65,9 @@ struct SchedulePlan {
   double predicted_seconds = 0;      // the cost model's prediction for the step (when itl_limited)
   bool empty() const { return chunks.empty(); }
 };
+
+// One row, no drafts: a plain decode row (or a one-token prefill chunk), the rows schedule() puts first.
+bool is_plain_decode_row(const ScheduledChunk& c);
 
 // The step's shape in the cost model's features (decodes and prefill chunks alike).
 StepShape shape_of(const SchedulePlan& plan);

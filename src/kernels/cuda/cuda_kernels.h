@@ -13,6 +13,10 @@
 
 #include "kernels/op_params.h"
 
+namespace mxserve::kernels {
+struct AttentionSplitTable;  // kernels/attention_split_table.h: tuned decode split counts
+}  // namespace mxserve::kernels
+
 namespace mxserve::kernels::cuda {
 
 // ---- elementwise.cu ------------------------------------------------------------------------------
@@ -59,22 +63,59 @@ enum class AttentionKernel {
   kShared,  // tensor cores, 8 tokens per block share K/V tiles: prefill-like batches
 };
 const char* attention_kernel_name(AttentionKernel k);
+// Where the decode kernel's split count came from (kWarp plans; the others are kHeuristic).
+enum class AttentionSplitSource {
+  kHeuristic,     // no tuned table for this device / cache dtype / head geometry
+  kTable,         // the tuned table's nearest (rows, context) bucket
+  kOutsideTable,  // a table exists but the shape lies beyond its largest bucket: the heuristic
+  kForced,        // AttentionPlanOptions::warp_split_target_per_sm
+};
+const char* attention_split_source_name(AttentionSplitSource s);
 struct AttentionLaunch {
   AttentionKernel kernel = AttentionKernel::kSimt;
   int n_splits = 1;        // context splits per (token, kv head)
   int split_len = 0;       // keys per split (multiple of the key tile)
   size_t workspace_bytes = 0;
+  AttentionSplitSource split_source = AttentionSplitSource::kHeuristic;
 };
 // Planner overrides, passed down from the backend's typed options (tests and benchmarks compare designs).
 struct AttentionPlanOptions {
   enum class Force { kAuto, kSimt, kWarp, kShared } force = Force::kAuto;  // a forced tensor-core kernel on
                                     // a shape it does not serve falls back to kSimt, by the planner's rule
   int64_t warp_split_target_per_sm = 0;  // > 0: warps per SM the decode kernel's context split aims for
+  int32_t warp_splits = 0;               // > 0: exactly this many context splits (mxserve tune-attention)
+  // Tuned split counts of the decode kernel for this device, cache dtype and head geometry
+  // (kernels/attention_split_table.h; the backend picks it); null or a shape outside it: the heuristic
+  // (said once, loudly). warp_splits or warp_split_target_per_sm > 0 override the table.
+  const AttentionSplitTable* split_table = nullptr;
 };
 AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const AttentionPlanOptions& options = {});
 void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                           const int32_t* kv_index, const int32_t* block_tables, void* out, const AttentionParams& p,
                           const AttentionLaunch& plan, void* workspace, cudaStream_t stream);
+
+// ---- attention/attention_batch.cpp ----------------------------------------------------------------
+// A whole batch's attention as one or two launches on one stream. A mixed batch (plain decode rows first,
+// p.n_leading_decode_rows of them, then prefill / verify rows) that the planner would send entirely to the
+// block-shared kernel -- or whose rows after the decode rows would take it on their own -- is split: the
+// leading decode rows go to the per-warp kernel with its own split-KV plan (else 8 decode rows of 8 sequences
+// share one block and walk their contexts one after the other), the rest to the planner's choice for them.
+// Forcing a kernel (options.force != kAuto) keeps one launch (the old path).
+struct AttentionBatchPart {
+  int32_t row_begin = 0;      // first row of the batch this part serves
+  AttentionParams params;     // the part's rows: n_tokens, n_seqs, n_leading_decode_rows
+  AttentionLaunch launch;
+};
+struct AttentionBatchPlan {
+  AttentionBatchPart parts[2];
+  int n_parts = 0;
+  size_t workspace_bytes = 0;  // the larger part's (the parts run one after the other)
+};
+AttentionBatchPlan plan_paged_attention_batch(const AttentionParams& p, int n_sms,
+                                              const AttentionPlanOptions& options = {});
+void paged_attention_batch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                           const int32_t* kv_index, const int32_t* block_tables, void* out,
+                           const AttentionBatchPlan& plan, void* workspace, cudaStream_t stream);
 
 // ---- moe/router.cu -------------------------------------------------------------------------------
 // logits f32 [T, E] (x @ gate_w^T, computed by the caller in fp32) -> top-k ids i32 / weights f32

@@ -124,5 +124,54 @@ TEST(Scheduler, ItlBudgetHoldsBackAdmissionAndCountsLookupsOnce) {
   EXPECT_EQ(sched.counters().prefix_queries_tokens, 7 + 19999 + 99);
 }
 
+// A mixed step lists plain decode rows first, then speculative verify chunks, then prefill chunks; the
+// forward batch's leading decode rows (the attention backend's decode-kernel rows) are exactly the plain
+// decodes. Without the reorder B's verify rows would sit between A and C and only A would lead.
+TEST(Scheduler, PlainDecodeRowsLeadMixedSteps) {
+  SchedulerConfig cfg;
+  cfg.block_size = 16;
+  cfg.enable_prefix_cache = false;
+  kvcache::BlockPool pool(1000);
+  Scheduler sched(cfg, pool);
+  auto a = make_seq(1, 8), b = make_seq(2, 8), c = make_seq(3, 8), d = make_seq(4, 100);
+  for (Sequence* s : {a.get(), b.get(), c.get()}) sched.add_waiting(s);
+  SchedulePlan first = sched.schedule();
+  ASSERT_EQ(first.chunks.size(), 3u);
+  sched.commit(first);
+  for (const auto& ch : first.chunks) ch.seq->tokens.push_back(1);
+  b->drafts = {5, 6, 7};
+  b->draft_parents = {-1, 0, 0};  // a tree: two children of the first draft
+  sched.add_waiting(d.get());
+  const SchedulePlan plan = sched.schedule();
+  ASSERT_EQ(plan.chunks.size(), 4u);
+  EXPECT_EQ(plan.chunks[0].seq, a.get());
+  EXPECT_EQ(plan.chunks[1].seq, c.get());
+  EXPECT_EQ(plan.chunks[2].seq, b.get());
+  EXPECT_EQ(plan.chunks[2].n_drafts, 3);
+  EXPECT_EQ(plan.chunks[3].seq, d.get());
+  EXPECT_EQ(plan.chunks[3].n_tokens, 100);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(is_plain_decode_row(plan.chunks[i]), i < 2) << "chunk " << i;
+  const model::ForwardBatch batch = build_forward_batch(plan);
+  EXPECT_EQ(model::leading_decode_rows(batch), 2);
+  ASSERT_EQ(batch.seqs.size(), 4u);
+  EXPECT_EQ(batch.seqs[2].token_begin, 2);
+  EXPECT_FALSE(batch.seqs[2].tree_mask.empty());
+  // Logit rows follow the same order: a, c, b's four verify rows, d's last row.
+  EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 105}));
+
+  // A one-row tree span (a drafted root only) does not lead; a batch opening with a prefill chunk has none.
+  model::ForwardBatch tree_only;
+  tree_only.seqs.resize(2);
+  tree_only.seqs[0].n_tokens = 1;
+  tree_only.seqs[0].tree_mask = {1};
+  tree_only.seqs[1].n_tokens = 1;
+  EXPECT_EQ(model::leading_decode_rows(tree_only), 0);
+  model::ForwardBatch prefill_first;
+  prefill_first.seqs.resize(2);
+  prefill_first.seqs[0].n_tokens = 16;
+  prefill_first.seqs[1].n_tokens = 1;
+  EXPECT_EQ(model::leading_decode_rows(prefill_first), 0);
+}
+
 }  // namespace
 }  // namespace mxserve::runtime

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/attention_split_table.h"
 #include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/common/bf16.cuh"
@@ -265,7 +266,8 @@ namespace {
 //   batch 8  (64 items):  35.9 / 61.0 / 56.6 / 49.2  -> 8
 //   batch 32 (256 items): 52.8 / 46.0 / 51.5 / 66.5  -> 32
 //   batch 64 (512 items): 71.2 / 55.9 / 61.2 / 61.4  -> 4
-// NOTE: three measured points; a per-(items, context) tuned table is the proper form (later work).
+// NOTE: three measured points; the tuned per-(rows, context) table (AttentionPlanOptions::split_table,
+// `mxserve tune-attention`) replaces this rule where one exists for the device and shape.
 int64_t warp_split_target_per_sm(int64_t items, int64_t forced) {
   if (forced > 0) return forced;
   if (items <= 128) return kDefaultWarpSplitTarget;
@@ -296,12 +298,45 @@ void split_context(const AttentionParams& p, int64_t base, int64_t target, int64
   plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
 }
 
-AttentionLaunch plan_warp(const AttentionParams& p, int n_sms, int64_t forced_target) {
+// Exactly `splits` context splits (fewer when the context is short: keys per split a multiple of `align`,
+// at least `min_split`).
+void fixed_splits(const AttentionParams& p, int64_t splits, int64_t min_split, int64_t align, AttentionLaunch& plan) {
+  const int64_t max_ctx = context_bound(p);
+  plan.n_splits = 1;
+  plan.split_len = 1 << 30;
+  if (splits <= 1 || max_ctx <= min_split) return;
+  int64_t len = std::max(min_split, (max_ctx + splits - 1) / splits);
+  len = (len + align - 1) / align * align;
+  splits = (max_ctx + len - 1) / len;
+  if (splits <= 1) return;
+  plan.n_splits = static_cast<int>(splits);
+  plan.split_len = static_cast<int>(len);
+  plan.workspace_bytes = static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
+}
+
+// Split count: forced (options), else the tuned table's bucket (kernels/attention_split_table.h), else the
+// heuristic (warp_split_target_per_sm). The backend says once when a table exists but misses the shape.
+AttentionLaunch plan_warp(const AttentionParams& p, int n_sms, const AttentionPlanOptions& o) {
   constexpr int64_t kMinSplit = 128, kAlign = 64;
   AttentionLaunch plan;
   plan.kernel = AttentionKernel::kWarp;
+  if (o.warp_splits > 0) {
+    fixed_splits(p, o.warp_splits, kMinSplit, kAlign, plan);
+    plan.split_source = AttentionSplitSource::kForced;
+    return plan;
+  }
+  if (o.warp_split_target_per_sm <= 0 && o.split_table != nullptr && o.split_table->tuned) {
+    const int32_t tuned = lookup_attention_splits(*o.split_table, p.n_tokens, context_bound(p));
+    if (tuned > 0) {
+      fixed_splits(p, tuned, kMinSplit, kAlign, plan);
+      plan.split_source = AttentionSplitSource::kTable;
+      return plan;
+    }
+    plan.split_source = AttentionSplitSource::kOutsideTable;
+  }
+  if (o.warp_split_target_per_sm > 0) plan.split_source = AttentionSplitSource::kForced;
   const int64_t base = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads;
-  const int64_t target = warp_split_target_per_sm(base, forced_target) * n_sms;
+  const int64_t target = warp_split_target_per_sm(base, o.warp_split_target_per_sm) * n_sms;
   split_context(p, base, target, kMinSplit, kAlign, plan);
   return plan;
 }
@@ -319,6 +354,16 @@ AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
 }
 
 }  // namespace
+
+const char* attention_split_source_name(AttentionSplitSource s) {
+  switch (s) {
+    case AttentionSplitSource::kHeuristic: return "heuristic";
+    case AttentionSplitSource::kTable: return "table";
+    case AttentionSplitSource::kOutsideTable: return "outside-table";
+    case AttentionSplitSource::kForced: return "forced";
+  }
+  return "?";
+}
 
 const char* attention_kernel_name(AttentionKernel k) {
   switch (k) {
@@ -340,7 +385,7 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     if (force == Force::kWarp) shared = false;
     if (force == Force::kShared) shared = true;
     if (p.tree_mask != nullptr) shared = false;
-    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms, options.warp_split_target_per_sm);
+    return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms, options);
   }
   AttentionLaunch plan;
   const int64_t max_ctx = context_bound(p);
