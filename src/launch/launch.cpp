@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "launch/lockstep_model.h"
 #include "model/archs/glm4_moe.h"
+#include "model/archs/glm_moe_dsa.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "io/checkpoint.h"
@@ -73,9 +74,10 @@ Status check_layout_supported(const LaunchConfig& config) {
 Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
   if (tp <= 1) return Status::ok();
   // The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
-  if (c.arch != &model::glm4_moe_architecture())
+  if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
     return unsupported("--tensor-parallel-size " + std::to_string(tp) + ": tensor parallelism is implemented for " +
-                       model::glm4_moe_architecture().hf_name + " only, not " +
+                       model::glm4_moe_architecture().hf_name + " and " + model::glm_moe_dsa_architecture().hf_name +
+                       " only, not " +
                        (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
   auto refuse = [&](const std::string& what) {
     return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " does not divide " + what + " of " +
