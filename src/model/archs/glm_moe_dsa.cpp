@@ -8,8 +8,8 @@
 // Tensor parallel (docs/parallel.md): each rank runs its attention heads (q_b / kv_b rows, o_proj columns),
 // its slice of every MLP / expert width and its vocabulary rows; the latent cache, the indexer and its
 // top-k are replicated. "TP:" marks the collectives -- all-reduces after the embedding, after o_proj and
-// after the MLP / MoE, the logits all-gather, and (full indexer layers) the check that the top-k is the
-// same on every rank.
+// after the MLP / MoE, the logits all-gather, and (full indexer layers) the checks that the indexer's input
+// and its top-k are the same on every rank.
 #include "model/archs/glm_moe_dsa.h"
 
 #include <cmath>
@@ -188,6 +188,8 @@ class GlmMoeDsaModel final : public CausalLM {
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     Tensor o = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(x, layer.input_norm, eps, h);
+    if (layer.attn.indexer)  // TP: the indexer's input (and through replicated q_a, its query latent)
+      MX_RETURN_IF_ERROR(tp_.check_replicated(h, "the DSA indexer input of layer " + std::to_string(cache_layer)));
     Tensor* index_keys =
         layer.attn.indexer ? &kv.tensor(cache_layer, kvcache::CacheRole::kIndexerKey) : nullptr;
     layer.attn.forward(be_, ops_, attn_cfg_, h, positions, meta, kv.tensor(cache_layer, kvcache::CacheRole::kLatent),
