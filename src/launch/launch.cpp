@@ -69,9 +69,10 @@ namespace {
 
 // The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
 Status check_parallel_architecture(const model::ModelConfig& c, const std::string& flag, const std::string& what) {
-  if (c.arch == &model::glm4_moe_architecture()) return Status::ok();
+  if (c.arch == &model::glm4_moe_architecture() || c.arch == &model::glm_moe_dsa_architecture())
+    return Status::ok();
   return unsupported(flag + ": " + what + " is implemented for " + model::glm4_moe_architecture().hf_name +
-                     " only, not " + (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" +
+                     " and " + model::glm_moe_dsa_architecture().hf_name + " only, not " + (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" +
                      c.source + ")");
 }
 
@@ -91,7 +92,6 @@ Status check_expert_parallel(const model::ModelConfig& c, int ep) {
   return Status::ok();
 }
 
-Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
 Status check_data_parallel(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
   if (!p.dp_attention) return Status::ok();  // plain DP: whole replicas (each group as tensor parallel says)
   if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
@@ -114,7 +114,7 @@ Status check_data_parallel(const model::ModelConfig& c, const parallel::Parallel
   return Status::ok();
 }
 
-Status check_tensor_parallel(const model::ModelConfig& c, int tp) {
+Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (tp <= 1) return Status::ok();
   MX_RETURN_IF_ERROR(
       check_parallel_architecture(c, "--tensor-parallel-size " + std::to_string(tp), "tensor parallelism"));

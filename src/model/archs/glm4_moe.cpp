@@ -5,7 +5,7 @@
 // Tensor parallel (docs/parallel.md; the loader hands this rank its slices): each rank runs its heads, its
 // slice of every MLP / expert width and its vocabulary rows; "TP:" marks the collectives -- all-reduces after
 // the embedding lookup, after o_proj and after the MLP / MoE (shared + routed partial sums together), and an
-// all-gather of the logits. Expert parallel (ep = tp): each rank holds E / ep whole experts and the MoE block's
+// all-gather of the logits (the vocabulary-parallel pieces: model/layers/tensor_parallel.h). Expert parallel (ep = tp): each rank holds E / ep whole experts and the MoE block's
 // output is a partial sum over them (MoeBlock, blocks.h), summed by that same all-reduce: no extra collective.
 // The communicator is this rank's tp group's. DP attention ("DP:"): each MoE block
 // exchanges tokens over the whole world instead (model/layers/dp_moe.h); a DP group without tokens this step
@@ -21,12 +21,11 @@
 #include "core/logging.h"
 #include "model/layers/blocks.h"
 #include "model/layers/dp_moe.h"
+#include "model/layers/tensor_parallel.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
 namespace {
-
-constexpr parallel::ShardAxis kRow = parallel::ShardAxis::kRow;
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
 
@@ -58,7 +57,7 @@ class Glm4MoeModel final : public CausalLM {
   // comm: the tensor-parallel group (nullptr: one rank). attn_cfg_ is cfg with this rank's head counts.
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
                parallel::Communicator* comm, parallel::Communicator* moe_comm)
-      : cfg_(cfg), attn_cfg_(cfg), be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr),
+      : cfg_(cfg), attn_cfg_(cfg), be_(be), tp_(be, rank, comm),
         dp_moe_{rank.dp_attention ? moe_comm : nullptr, rank.tp > 1 ? comm : nullptr} {
     attn_cfg_.n_heads = cfg.n_heads / rank.tp;  // the launch checked tp divides them
     attn_cfg_.n_kv_heads = std::max<int64_t>(1, cfg.n_kv_heads / rank.tp);  // replicated when tp > n_kv_heads
@@ -66,21 +65,9 @@ class Glm4MoeModel final : public CausalLM {
 
   // Binds (or, on a recording loader, declares) every weight; names the checkpoint tensors left unused.
   Status load(WeightLoader& wl, bool include_mtp) {
-    const int64_t H = cfg_.d_model, V = cfg_.vocab_size;
-    const WeightSpec embed = decl::vocab_rows("model.embed_tokens.weight", V, H);
-    if (comm_ != nullptr) {  // TP: this rank's vocabulary rows + a zero row that other ranks' ids look up
-      embed_lookup_ = wl.rows_and_zero_row(embed);
-      if (embed_lookup_.defined() && embed_lookup_.ndim() == 2)
-        embed_ = embed_lookup_.slice_rows(0, embed_lookup_.dim(0) - 1);
-    } else {
-      embed_ = wl.get(embed);
-      embed_lookup_ = embed_;
-    }
+    const int64_t H = cfg_.d_model;
+    tp_.load_vocab(wl, cfg_);  // TP: embed_tokens / lm_head, this rank's vocabulary rows
     final_norm_ = wl.get(decl::replicated("model.norm.weight", {H}));
-    // A tied checkpoint may still carry an lm_head copy (unused); an untied one must have it.
-    const WeightSpec lm_head = decl::linear("lm_head.weight", V, H, kRow);
-    if (cfg_.tie_word_embeddings) wl.declare_unused(lm_head);
-    lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get(lm_head);  // both: this rank's vocabulary rows
     for (int64_t l = 0; l < cfg_.n_layers; ++l) layers_.push_back(load_layer(wl, cfg_, l, cfg_.is_moe_layer(l)));
     const std::string p = layer_prefix(cfg_.n_layers);
     if (include_mtp) {
@@ -128,16 +115,15 @@ class Glm4MoeModel final : public CausalLM {
     MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
     auto& [ids, positions, meta] = up;
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    be_.embedding(embed_lookup_, ids, x);
-    MX_RETURN_IF_ERROR(reduce_partial(x));  // TP: each token's row came from one rank, zeros from the others
+    MX_RETURN_IF_ERROR(tp_.embed(ids, x));  // TP: each token's row came from one rank, zeros from the others
     for (int64_t l = 0; l < cfg_.n_layers; ++l) MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    return head(batch, x);
+    return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
   }
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits) override {
-    if (comm_ != nullptr || dp_moe_.enabled())
+    if (tp_.active() || dp_moe_.enabled())
       return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
@@ -148,11 +134,10 @@ class Glm4MoeModel final : public CausalLM {
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    be_.embedding(embed_lookup_, ids, x);
-    MX_RETURN_IF_ERROR(reduce_partial(x));
+    MX_RETURN_IF_ERROR(tp_.embed(ids, x));
     for (int64_t l = 0; l < cfg_.n_layers; ++l) MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    be_.linear(x, lm_head_, nullptr, logits);
+    be_.linear(x, tp_.lm_head(), nullptr, logits);
     return Status::ok();
   }
 
@@ -170,8 +155,7 @@ class Glm4MoeModel final : public CausalLM {
     const DType act = be_.activation_dtype();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Tensor e = be_.alloc(act, {T, cfg_.d_model});
-    be_.embedding(embed_lookup_, ids, e);
-    MX_RETURN_IF_ERROR(reduce_partial(e));  // TP: vocabulary-parallel embedding
+    MX_RETURN_IF_ERROR(tp_.embed(ids, e));  // TP: vocabulary-parallel embedding
     be_.rmsnorm(e, mtp_->enorm, eps, e);
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(hidden_in, mtp_->hnorm, eps, h);
@@ -182,7 +166,7 @@ class Glm4MoeModel final : public CausalLM {
     be_.add(x, xh);
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers));
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
-    return head(batch, x);
+    return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
   }
 
   Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
@@ -204,7 +188,7 @@ class Glm4MoeModel final : public CausalLM {
         L->attn.forward(be_, attn_cfg_, h, up->positions, up->meta, kv.k(layer), kv.v(layer),
                         kv.scales_if_any(layer, kvcache::CacheRole::kKey),
                         kv.scales_if_any(layer, kvcache::CacheRole::kValue), o);
-        MX_CHECK_MSG(reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
+        MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
         be_.add(x, o);
       });
     }
@@ -214,7 +198,7 @@ class Glm4MoeModel final : public CausalLM {
       be_.rmsnorm(x, L->post_norm, eps, h);
       if (const auto* moe = std::get_if<MoeBlock>(&L->mlp)) moe->forward(be_, cfg_, h, o);
       else std::get<SwigluMlp>(L->mlp).forward(be_, h, o);
-      MX_CHECK_MSG(reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
+      MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
       be_.add(x, o);
     });
   }
@@ -249,27 +233,12 @@ class Glm4MoeModel final : public CausalLM {
   Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
     const int64_t T = batch.n_tokens();
     Uploaded u;
-    if (comm_ == nullptr) {
-      u.ids = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
-    } else {  // TP: ids as rows of this rank's vocabulary slice; other ranks' ids -> the zero row
-      const int64_t part = cfg_.vocab_size / rank_.tp, begin = rank_.tp_rank() * part;
-      Tensor local = Tensor::empty(DType::kI32, {T});
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t id = batch.token_ids[t];
-        local.data<int32_t>()[t] = static_cast<int32_t>(id >= begin && id < begin + part ? id - begin : part);
-      }
-      u.ids = be_.upload(local);
-    }
+    u.ids = tp_.upload_ids(batch);  // TP: rows of this rank's vocabulary slice; other ranks' ids -> the zero row
     u.positions = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.positions.data()), DType::kI32, {T}));
     kernels::AttentionParams ap;
     attention_shape(ap);
     MX_ASSIGN_OR_RETURN(u.meta, build_attention_meta(batch, be_, kv.spec().block_size, ap, kv.block_tables()));
     return u;
-  }
-
-  // TP: o holds this rank's partial sum (its heads / its slice of the width): sum it over the group.
-  Status reduce_partial(Tensor& o) {
-    return comm_ == nullptr ? Status::ok() : comm_->all_reduce(o, parallel::ReduceOp::kSum);
   }
 
   Status run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
@@ -283,7 +252,7 @@ class Glm4MoeModel final : public CausalLM {
     layer.attn.forward(be_, attn_cfg_, h, positions, meta, kv.k(cache_layer), kv.v(cache_layer),
                        kv.scales_if_any(cache_layer, kvcache::CacheRole::kKey),
                        kv.scales_if_any(cache_layer, kvcache::CacheRole::kValue), o);
-    MX_RETURN_IF_ERROR(reduce_partial(o));
+    MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
     const auto* moe = std::get_if<MoeBlock>(&layer.mlp);
@@ -292,7 +261,7 @@ class Glm4MoeModel final : public CausalLM {
     } else {
       if (moe != nullptr) moe->forward(be_, cfg_, h, o);
       else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
-      MX_RETURN_IF_ERROR(reduce_partial(o));
+      MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP
     }
     be_.add(x, o);
     return Status::ok();
@@ -311,32 +280,12 @@ class Glm4MoeModel final : public CausalLM {
     return ForwardOutput{};
   }
 
-  Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed) {
-    ForwardOutput out;
-    const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-    if (R > 0) {
-      Tensor rows = be_.upload(
-          Tensor::view_of(const_cast<int32_t*>(batch.logit_rows.data()), DType::kI32, {R}));
-      Tensor picked = be_.alloc(be_.activation_dtype(), {R, cfg_.d_model});
-      be_.gather_rows(x_normed, rows, picked);
-      out.logits = be_.alloc(DType::kF32, {R, lm_head_.dim(0)});
-      be_.linear(picked, lm_head_, nullptr, out.logits);
-      if (comm_ != nullptr) {  // TP: vocabulary-parallel head: [R, V / tp] per rank -> [R, V]
-        MX_ASSIGN_OR_RETURN(out.logits, comm_->all_gather_columns(out.logits));
-      }
-    }
-    if (batch.want_hidden) out.hidden = x_normed;
-    return out;
-  }
-
   ModelConfig cfg_;
   ModelConfig attn_cfg_;  // cfg_ with this rank's n_heads / n_kv_heads (tensor parallel)
   backend::Backend& be_;
-  parallel::RankLayout rank_;
-  parallel::Communicator* comm_;  // the tp group; nullptr: tp 1
-  DpMoeExchange dp_moe_;          // DP attention's MoE exchange (disabled otherwise)
-  Tensor embed_, final_norm_, lm_head_;  // embed_ / lm_head_: this rank's vocabulary rows [V / tp, H]
-  Tensor embed_lookup_;  // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks
+  TensorParallel tp_;  // the vocabulary-parallel embedding / head and the group's all-reduce
+  DpMoeExchange dp_moe_;  // DP attention's MoE exchange (disabled otherwise)
+  Tensor final_norm_;  // [H]
   std::vector<DecoderLayer> layers_;
   std::optional<MtpLayer> mtp_;
   kvcache::KvCacheDtype kv_dtype_ = kvcache::KvCacheDtype::kAuto;

@@ -5,6 +5,11 @@
 //   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
 // KV layout per cached layer: kLatent [kv_lora_rank + qk_rope_head_dim]; full layers (and the MTP layer)
 // add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys.
+// Tensor parallel (docs/parallel.md): each rank runs its attention heads (q_b / kv_b rows, o_proj columns),
+// its slice of every MLP / expert width and its vocabulary rows; the latent cache, the indexer and its
+// top-k are replicated. "TP:" marks the collectives -- all-reduces after the embedding, after o_proj and
+// after the MLP / MoE, the logits all-gather, and (full indexer layers) the checks that the indexer's input
+// and its top-k are the same on every rank.
 // DP attention ("DP:", docs/parallel.md): attention runs whole per DP rank on its own latent cache; each MoE
 // block exchanges tokens over the world (model/layers/dp_moe.h), an idle DP rank joining with 0 rows.
 #include "model/archs/glm_moe_dsa.h"
@@ -18,6 +23,7 @@
 #include "model/layers/blocks.h"
 #include "model/layers/dp_moe.h"
 #include "model/layers/mla_attention.h"
+#include "model/layers/tensor_parallel.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -50,16 +56,19 @@ struct MtpLayer {
 
 class GlmMoeDsaModel final : public CausalLM {
  public:
-  GlmMoeDsaModel(const ModelConfig& cfg, backend::Backend& be, backend::MlaDsaOps& ops, DpMoeExchange dp_moe)
-      : cfg_(cfg), dsa_(glm_moe_dsa_config(cfg)), be_(be), ops_(ops), dp_moe_(dp_moe) {}
+  // comm: the tensor-parallel group (nullptr: one rank). attn_cfg_ is cfg with this rank's head count.
+  GlmMoeDsaModel(const ModelConfig& cfg, backend::Backend& be, backend::MlaDsaOps& ops,
+                 const parallel::RankLayout& rank, parallel::Communicator* comm, DpMoeExchange dp_moe)
+      : cfg_(cfg), attn_cfg_(cfg), dsa_(glm_moe_dsa_config(cfg)), be_(be), ops_(ops), tp_(be, rank, comm),
+        dp_moe_(dp_moe) {
+    attn_cfg_.n_heads = cfg.n_heads / rank.tp;  // the launch checked tp divides them
+    attn_cfg_.n_kv_heads = attn_cfg_.n_heads;   // MLA: one "KV head" per query head (decompressed)
+  }
 
   Status load(WeightLoader& wl, bool include_mtp) {
-    const int64_t H = cfg_.d_model, V = cfg_.vocab_size;
-    embed_ = wl.get(decl::replicated("model.embed_tokens.weight", {V, H}));
+    const int64_t H = cfg_.d_model;
+    tp_.load_vocab(wl, cfg_);  // TP: embed_tokens / lm_head, this rank's vocabulary rows
     final_norm_ = wl.get(decl::replicated("model.norm.weight", {H}));
-    const WeightSpec lm_head = decl::linear("lm_head.weight", V, H, parallel::ShardAxis::kNone);
-    if (cfg_.tie_word_embeddings) wl.declare_unused(lm_head);
-    lm_head_ = cfg_.tie_word_embeddings ? embed_ : wl.get(lm_head);
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
       layers_.push_back(load_layer(wl, cfg_, l, cfg_.is_moe_layer(l), dsa_.full_indexer[l]));
     const std::string p = layer_prefix(cfg_.n_layers);
@@ -106,12 +115,12 @@ class GlmMoeDsaModel final : public CausalLM {
     MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
     auto& [ids, positions, meta] = up;
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    be_.embedding(embed_, ids, x);
+    MX_RETURN_IF_ERROR(tp_.embed(ids, x));  // TP: each token's row came from one rank, zeros from the others
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});  // written by full layers, read by shared ones
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
       MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, topk));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    return head(batch, x);
+    return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
   }
 
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
@@ -128,7 +137,7 @@ class GlmMoeDsaModel final : public CausalLM {
     const DType act = be_.activation_dtype();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     Tensor e = be_.alloc(act, {T, cfg_.d_model});
-    be_.embedding(embed_, ids, e);
+    MX_RETURN_IF_ERROR(tp_.embed(ids, e));  // TP: vocabulary-parallel embedding
     be_.rmsnorm(e, mtp_->enorm, eps, e);
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(hidden_in, mtp_->hnorm, eps, h);
@@ -140,7 +149,7 @@ class GlmMoeDsaModel final : public CausalLM {
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk));
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
-    return head(batch, x);
+    return tp_.head(batch, x);
   }
 
  private:
@@ -166,10 +175,10 @@ class GlmMoeDsaModel final : public CausalLM {
   Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
     const int64_t T = batch.n_tokens();
     Uploaded u;
-    u.ids = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
+    u.ids = tp_.upload_ids(batch);  // TP: rows of this rank's vocabulary slice; other ranks' ids -> the zero row
     u.positions = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.positions.data()), DType::kI32, {T}));
     kernels::AttentionParams ap;  // paging + tree rows; the MLA / indexer shapes travel in their own params
-    ap.n_heads = static_cast<int32_t>(cfg_.n_heads);
+    ap.n_heads = static_cast<int32_t>(attn_cfg_.n_heads);  // this rank's heads
     ap.n_kv_heads = 1;
     ap.head_dim = static_cast<int32_t>(dsa_.cache_width());
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dsa_.qk_head_dim())));
@@ -185,19 +194,24 @@ class GlmMoeDsaModel final : public CausalLM {
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     Tensor o = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(x, layer.input_norm, eps, h);
+    if (layer.attn.indexer)  // TP: the indexer's input (and through replicated q_a, its query latent)
+      MX_RETURN_IF_ERROR(tp_.check_replicated(h, "the DSA indexer input of layer " + std::to_string(cache_layer)));
     Tensor* index_keys =
         layer.attn.indexer ? &kv.tensor(cache_layer, kvcache::CacheRole::kIndexerKey) : nullptr;
-    layer.attn.forward(be_, ops_, cfg_, h, positions, meta, kv.tensor(cache_layer, kvcache::CacheRole::kLatent), index_keys,
-                       topk, o);
+    layer.attn.forward(be_, ops_, attn_cfg_, h, positions, meta, kv.tensor(cache_layer, kvcache::CacheRole::kLatent),
+                       index_keys, topk, o);
+    if (layer.attn.indexer)  // TP: the replicated indexer must pick the same keys on every rank
+      MX_RETURN_IF_ERROR(tp_.check_replicated(topk, "the DSA top-k of layer " + std::to_string(cache_layer)));
+    MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: o_proj over this rank's heads
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
     const auto* moe = std::get_if<MoeBlock>(&layer.mlp);
-    if (moe != nullptr && dp_moe_.enabled()) {  // DP: the MoE block over every DP rank's tokens
+    if (moe != nullptr && dp_moe_.enabled()) {  // DP: the MoE block over every DP rank's tokens (whole rows back)
       MX_ASSIGN_OR_RETURN(o, dp_moe_.forward(be_, cfg_, *moe, h));
-    } else if (moe != nullptr) {
-      moe->forward(be_, cfg_, h, o);
     } else {
-      std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+      if (moe != nullptr) moe->forward(be_, cfg_, h, o);
+      else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
+      MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: shared + routed experts' partial sums together
     }
     be_.add(x, o);
     return Status::ok();
@@ -216,26 +230,14 @@ class GlmMoeDsaModel final : public CausalLM {
     return ForwardOutput{};
   }
 
-  Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed) {
-    ForwardOutput out;
-    const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-    if (R > 0) {
-      Tensor rows = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.logit_rows.data()), DType::kI32, {R}));
-      Tensor picked = be_.alloc(be_.activation_dtype(), {R, cfg_.d_model});
-      be_.gather_rows(x_normed, rows, picked);
-      out.logits = be_.alloc(DType::kF32, {R, cfg_.vocab_size});
-      be_.linear(picked, lm_head_, nullptr, out.logits);
-    }
-    if (batch.want_hidden) out.hidden = x_normed;
-    return out;
-  }
-
   ModelConfig cfg_;
+  ModelConfig attn_cfg_;  // cfg_ with this rank's n_heads (tensor parallel)
   GlmMoeDsaConfig dsa_;
   backend::Backend& be_;
   backend::MlaDsaOps& ops_;  // the same backend's MLA / DSA ops
+  TensorParallel tp_;        // the vocabulary-parallel embedding / head, the group's collectives
   DpMoeExchange dp_moe_;     // DP attention's MoE exchange (disabled otherwise)
-  Tensor embed_, final_norm_, lm_head_;
+  Tensor final_norm_;        // [H]
   std::vector<DecoderLayer> layers_;
   std::optional<MtpLayer> mtp_;
 };
@@ -250,10 +252,14 @@ Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, Weig
   if (static_cast<int64_t>(d.full_indexer.size()) < cfg.n_layers)
     return invalid_argument(cfg.source + ": indexer_types covers " + std::to_string(d.full_indexer.size()) +
                             " of " + std::to_string(cfg.n_layers) + " layers");
+  const int tp = wl.rank().tp;
+  if (tp > 1 && cfg.n_heads % tp != 0)  // heads are the unit MLA splits over ranks
+    return invalid_argument(cfg.source + ": num_attention_heads " + std::to_string(cfg.n_heads) +
+                            " is not divisible by --tensor-parallel-size " + std::to_string(tp));
   DpMoeExchange dp_moe;
   if (wl.rank().dp_attention) dp_moe.world = wl.moe_communicator();
   if (wl.rank().dp_attention && wl.rank().tp > 1) dp_moe.tp = wl.communicator();
-  auto model = std::make_unique<GlmMoeDsaModel>(cfg, be, *ops, dp_moe);
+  auto model = std::make_unique<GlmMoeDsaModel>(cfg, be, *ops, wl.rank(), wl.communicator(), dp_moe);
   MX_RETURN_IF_ERROR(model->load(wl, include_mtp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }

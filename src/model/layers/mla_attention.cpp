@@ -71,11 +71,14 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
   MlaAttention a;
   a.q_a = wl.get(decl::linear(p + "q_a_proj.weight", d.q_lora_rank, H, kReplicated));
   a.q_a_norm = wl.get(decl::replicated(p + "q_a_layernorm.weight", {d.q_lora_rank}));
-  a.q_b = wl.get(decl::linear(p + "q_b_proj.weight", NH * d.qk_head_dim(), d.q_lora_rank, kReplicated));
+  // Tensor parallel: q_b / kv_b split by whole heads ([nope | rope] and [k_nope | v] rows per head), o_proj by
+  // the columns of those heads (a partial sum); q_a, kv_a (latent + rope key), their norms and the indexer
+  // are replicated, so every rank writes the same latent cache and computes the same top-k.
+  a.q_b = wl.get(decl::head_linear(p + "q_b_proj.weight", NH, d.qk_head_dim(), d.q_lora_rank));
   a.kv_a = wl.get(decl::linear(p + "kv_a_proj_with_mqa.weight", d.cache_width(), H, kReplicated));
   a.kv_a_norm = wl.get(decl::replicated(p + "kv_a_layernorm.weight", {d.kv_lora_rank}));
-  a.kv_b = wl.get(decl::linear(p + "kv_b_proj.weight", NH * (d.qk_nope_dim + d.v_dim), d.kv_lora_rank, kReplicated));
-  a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, NH * d.v_dim, kReplicated));
+  a.kv_b = wl.get(decl::head_linear(p + "kv_b_proj.weight", NH, d.qk_nope_dim + d.v_dim, d.kv_lora_rank));
+  a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, NH * d.v_dim, parallel::ShardAxis::kColumn));
   if (full_indexer) a.indexer = DsaIndexer::load(wl, p + "indexer.", cfg);
   return a;
 }
@@ -85,7 +88,10 @@ void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const 
                            const backend::AttentionMeta& meta, Tensor& latent_cache, Tensor* index_key_cache,
                            Tensor& topk, Tensor& out) const {
   const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
-  const int64_t T = x.dim(0), NH = cfg.n_heads;
+  const int64_t T = x.dim(0), NH = cfg.n_heads;  // this rank's heads
+  MX_CHECK_MSG(q_b.dim(0) == NH * d.qk_head_dim() && kv_b.dim(0) == NH * (d.qk_nope_dim + d.v_dim),
+               "MLA: cfg.n_heads " << NH << " is not the head count of q_b " << q_b.describe() << " / kv_b "
+                                   << kv_b.describe());
   const DType act = be.activation_dtype();
   Tensor q_resid = be.alloc(act, {T, d.q_lora_rank});
   be.linear(x, q_a, nullptr, q_resid);

@@ -6,6 +6,9 @@
 // Cache per token: [latent | roped k_rope] (kLatent) and, on "full" indexer layers, the indexer key
 // (kIndexerKey). Attention runs in the absorbed form against the cached latent (Backend::mla_attention),
 // restricted to the indexer's top-k keys (backend/mla_dsa_ops.h). Holds weights, not activations.
+// Tensor parallel (docs/parallel.md): a rank holds its heads of q_b / kv_b / o_proj; everything before the
+// per-head split (q_a, kv_a, norms, the indexer) is replicated, so the latent cache, the indexer keys and
+// the top-k are the same on every rank.
 #pragma once
 
 #include <optional>
@@ -37,17 +40,20 @@ struct DsaIndexer {
 struct MlaAttention {
   Tensor q_a;        // [q_lora_rank, H]
   Tensor q_a_norm;   // [q_lora_rank]
-  Tensor q_b;        // [n_heads * (nope + rope), q_lora_rank]
+  Tensor q_b;        // [n_heads * (nope + rope), q_lora_rank]   (n_heads: this rank's heads)
   Tensor kv_a;       // [kv_lora_rank + rope, H]
   Tensor kv_a_norm;  // [kv_lora_rank]
-  Tensor kv_b;       // [n_heads * (nope + v), kv_lora_rank]
-  Tensor o_proj;     // [H, n_heads * v]
+  Tensor kv_b;       // [n_heads * (nope + v), kv_lora_rank]       (this rank's heads)
+  Tensor o_proj;     // [H, n_heads * v]  (this rank's heads' columns: a partial sum at tp > 1)
   std::optional<DsaIndexer> indexer;  // "full" layers only
 
-  // full_indexer: the layer has its own indexer (its tensors must be in the checkpoint).
+  // full_indexer: the layer has its own indexer (its tensors must be in the checkpoint). cfg: the model's
+  // (all heads); the loader slices q_b / kv_b / o_proj to this rank's heads.
   static MlaAttention load(WeightLoader& wl, const std::string& prefix, const ModelConfig& cfg, bool full_indexer);
   // x_norm [T,H] -> out [T,H]. Writes the batch's latent rows (and indexer keys) first. A full layer fills
   // topk [T, index_topk]; a shared layer reads the topk its most recent full layer wrote in this batch.
+  // cfg.n_heads: this rank's heads (tensor parallel; the model's count at tp 1). out: this rank's partial
+  // sum over its heads at tp > 1 (the caller all-reduces it).
   void forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
                const Tensor& positions, const backend::AttentionMeta& meta, Tensor& latent_cache,
                Tensor* index_key_cache, Tensor& topk, Tensor& out) const;

@@ -1,9 +1,14 @@
-// Tensor parallelism on the CPU backend (docs/parallel.md): a tp 2 / tp 4 launch of every committed glm4_moe
-// fixture (threads as ranks, the CPU communicator) matches the fixture's reference -- teacher-forced logits,
-// chunked-cache logits, greedy tokens and MTP logits within the fp32 tolerance (cli::verify_fixture_model) --
-// and an engine over it decodes exactly what the one-rank engine decodes, through chunked prefill and
-// prefix-cache reuse. Both fixtures cover KV-head splitting (tiny_a: 2 KV heads, tp 2) and replication
-// (tiny_b: 1 KV head; tiny_a at tp 4), a tied and an untied lm_head, dense and MoE layers.
+// Tensor parallelism on the CPU backend (docs/parallel.md), table-driven: every committed fixture (glm4_moe and
+// glm_moe_dsa) under every layout of kLayouts (threads as ranks, the CPU communicator) must
+//   - match the fixture's reference: teacher-forced logits, chunked-cache logits, greedy tokens and MTP logits
+//     within the fixture tolerance (cli::verify_fixture_model, 1e-4 rel L2);
+//   - decode through an engine exactly what the one-rank engine decodes: chunked prefill + prefix-cache reuse,
+//     preemption (a pool too small for the batch), chain and tree MTP speculation;
+//   - (glm_moe_dsa) pick the same DSA top-k on every rank: the model compares it bit for bit across ranks on
+//     every full indexer layer (TensorParallel::check_replicated) and the test asserts those checks ran.
+// The glm4_moe fixtures cover KV-head splitting (tiny_a: 2 KV heads, tp 2) and replication (tiny_b: 1 KV head;
+// tiny_a at tp 4), a tied and an untied lm_head, dense and MoE layers; the glm_moe_dsa fixtures (4 and 8 heads:
+// both split at tp 4) cover MLA heads, full / shared indexer layers, dense and MoE layers and the MTP layer.
 // Bad layouts are errors naming the constraint; a rank failing mid-forward fails the forward, naming the
 // rank, without a hang.
 #include <gtest/gtest.h>
@@ -11,11 +16,15 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <thread>
 
 #include "cli/fixture.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
 #include "model/archs/glm4_moe.h"
+#include "model/archs/glm_moe_dsa.h"
+#include "model/layers/tensor_parallel.h"
 #include "parallel/cpu_communicator.h"
 
 namespace mxserve::launch {
@@ -23,150 +32,243 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The layouts every fixture runs under, one row each (expert / data parallel rows join this table).
+struct Layout {
+  const char* name;
+  parallel::ParallelConfig parallel;
+};
+const Layout kLayouts[] = {
+    {"tp2", {.tp = 2}},
+    {"tp4", {.tp = 4}},
+};
+
+std::string fixture_dir(const std::string& name) {
+  return (fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures" / name).string();
+}
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures"))
+    if (fs::exists(e.path() / "reference.safetensors")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::vector<std::string> fixture_dirs() {
   std::vector<std::string> dirs;
-  for (const auto& e : fs::directory_iterator(fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures"))
-    if (fs::exists(e.path() / "reference.safetensors")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
+  for (const auto& n : fixture_names()) dirs.push_back(fixture_dir(n));
   return dirs;
 }
 
-Result<std::unique_ptr<LaunchedModel>> launch_tp(const std::string& dir, int tp, bool mtp = true) {
+bool is_dsa(const std::string& name) { return fs::path(name).filename().string().rfind("glm_moe_dsa", 0) == 0; }
+
+Result<std::unique_ptr<LaunchedModel>> launch(const std::string& dir, const parallel::ParallelConfig& parallel,
+                                              bool mtp = true) {
   LaunchConfig lc;
   lc.model.path = dir;
   lc.model.load_mtp = mtp;
   lc.backend = "cpu";
-  lc.parallel.tp = tp;
+  lc.parallel = parallel;
   lc.cpu_group.timeout = std::chrono::seconds(60);
   return launch_model(lc);
 }
 
-class TensorParallelFixture : public ::testing::TestWithParam<int> {};
-
-TEST_P(TensorParallelFixture, MatchesEveryFixtureReference) {
-  const int tp = GetParam();
-  for (const auto& dir : fixture_dirs()) {
-    if (fs::path(dir).filename().string().rfind("glm_moe_dsa", 0) == 0) {  // refused by name at tp > 1 (tested below)
-      auto refused = launch_tp(dir, tp);
-      EXPECT_FALSE(refused.is_ok()) << dir << ": glm_moe_dsa must be refused at tp " << tp;
-      continue;
-    }
-    auto lm = launch_tp(dir, tp);
-    ASSERT_TRUE(lm.is_ok()) << dir << ": " << lm.status().to_string();
-    EXPECT_EQ((*lm)->world(), tp);
-    EXPECT_EQ((*lm)->communicator().size(), tp);
-    cli::FixtureOptions opt;
-    opt.chunk_size = 3;  // several prefill chunks per case
-    opt.block_size = 4;
-    auto report = cli::verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
-    ASSERT_TRUE(report.is_ok()) << report.status().to_string();
-    EXPECT_GT(report->cases, 0) << dir;
-    EXPECT_EQ(report->failures, 0) << dir << " at tp " << tp;
-  }
+Result<std::unique_ptr<LaunchedModel>> launch_tp(const std::string& dir, int tp, bool mtp = true) {
+  return launch(dir, {.tp = tp}, mtp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, TensorParallelFixture, ::testing::Values(2, 4));
-
-// Greedy outputs of requests through an engine: two prompts sharing a 12-token prefix, the second submitted
-// after the first finished (its prefix comes from the cache), prefill in chunks of 5 tokens.
+// Greedy outputs of requests through an engine (prefill in chunks of 5 tokens, blocks of 4 slots).
 struct EngineRun {
   std::vector<std::vector<int32_t>> tokens;
-  std::vector<int32_t> cached;
+  std::vector<int32_t> cached;  // prompt tokens served from the prefix cache, per request
+  int64_t preemptions = 0;
 };
 
-EngineRun run_engine(LaunchedModel& lm, const std::vector<int32_t>& prompt, const runtime::SpecConfig& spec = {}) {
+// one_at_a_time: each prompt is submitted after the previous one finished (its prefix comes from the cache);
+// else all at once (with few blocks: preemption).
+EngineRun run_engine(LaunchedModel& lm, const std::vector<std::vector<int32_t>>& prompts, bool one_at_a_time,
+                     int64_t n_blocks, const runtime::SpecConfig& spec = {}) {
   runtime::EngineConfig ec;
   ec.spec = spec;
   ec.scheduler.block_size = 4;
   ec.scheduler.chunked_prefill_size = 5;
   ec.scheduler.max_num_batched_tokens = 8;
-  ec.n_blocks = 64;
+  ec.n_blocks = n_blocks;
   ec.max_model_len = 256;
   auto engine = lm.make_engine(ec);
   EngineRun run;
-  std::vector<int32_t> second = std::vector<int32_t>(prompt.begin(), prompt.begin() + 12);
-  second.push_back(prompt[3]);
-  second.push_back(prompt[1]);
-  for (const auto& p : {prompt, second}) {
-    run.tokens.emplace_back();
-    run.cached.push_back(0);
+  run.tokens.resize(prompts.size());
+  run.cached.resize(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
     runtime::RequestSpec req;
-    req.prompt = p;
+    req.prompt = prompts[i];
     req.sampling.temperature = 0;
     req.sampling.max_tokens = 6;
     req.sampling.ignore_eos = true;
-    auto* out = &run.tokens.back();
-    auto* cached = &run.cached.back();
+    auto* out = &run.tokens[i];
+    auto* cached = &run.cached[i];
     EXPECT_TRUE(engine->submit(req, [out, cached](const runtime::TokenEvent& ev) {
       if (ev.token >= 0) out->push_back(ev.token);
       *cached = ev.usage.cached_tokens;
     }).is_ok());
-    while (!engine->idle()) engine->step();
+    if (one_at_a_time)
+      while (!engine->idle()) engine->step();
   }
+  while (!engine->idle()) engine->step();
+  run.preemptions = engine->stats().scheduler.preemptions;
   return run;
 }
 
-TEST(TensorParallel, EngineGreedyMatchesOneRankWithChunkedPrefillAndPrefixReuse) {
-  for (const auto& dir : fixture_dirs()) {
-    if (fs::path(dir).filename().string().rfind("glm_moe_dsa", 0) == 0) continue;  // no TP for it yet (refused)
-    auto one = launch_tp(dir, 1, false);
-    ASSERT_TRUE(one.is_ok()) << one.status().to_string();
-    auto cases = cli::read_fixture_cases(dir, (*one)->config().vocab_size);
-    ASSERT_TRUE(cases.is_ok());
-    std::vector<int32_t> prompt = cases->front().input_ids;
-    while (prompt.size() < 16) prompt.insert(prompt.end(), prompt.begin(), prompt.end());
-    const EngineRun want = run_engine(**one, prompt);
-    ASSERT_EQ(want.tokens[0].size(), 6u);
-    EXPECT_GE(want.cached[1], 8) << "the second prompt should reuse the cached prefix";
-    for (int tp : {2, 4}) {
-      auto lm = launch_tp(dir, tp, false);
-      ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
-      const EngineRun got = run_engine(**lm, prompt);
-      EXPECT_EQ(got.tokens, want.tokens) << dir << " tp " << tp;
-      EXPECT_EQ(got.cached, want.cached) << dir << " tp " << tp;
-    }
-    // MTP speculation is lossless: chain and tree drafts (the tree compacts KV slots in every rank's cache)
-    // at tp 2 give the one-rank greedy tokens.
-    auto spec_lm = launch_tp(dir, 2, true);
-    ASSERT_TRUE(spec_lm.is_ok()) << spec_lm.status().to_string();
-    runtime::SpecConfig chain;
-    chain.num_steps = 2;
-    chain.adaptive = false;
-    chain.self_test = false;
-    EXPECT_EQ(run_engine(**spec_lm, prompt, chain).tokens, want.tokens) << dir << " chain MTP at tp 2";
-    runtime::SpecConfig tree = chain;
-    tree.topk = 2;
-    tree.num_draft_tokens = 5;
-    EXPECT_EQ(run_engine(**spec_lm, prompt, tree).tokens, want.tokens) << dir << " tree MTP at tp 2";
+// The engine workload of one fixture: a prompt of >= 16 tokens from its first case and a second one sharing
+// its first 12 tokens (prefix reuse), then four prompts sharing a prefix decoded together in a pool of 7
+// blocks (28 slots for ~4 x 20 tokens: preemption).
+struct Workload {
+  std::vector<std::vector<int32_t>> sequential, concurrent;
+};
+
+Workload workload(const std::string& dir, int64_t vocab) {
+  auto cases = cli::read_fixture_cases(dir, vocab);
+  EXPECT_TRUE(cases.is_ok()) << cases.status().to_string();
+  std::vector<int32_t> prompt = cases->front().input_ids;
+  while (prompt.size() < 16) prompt.insert(prompt.end(), prompt.begin(), prompt.end());
+  std::vector<int32_t> second(prompt.begin(), prompt.begin() + 12);
+  second.push_back(prompt[3]);
+  second.push_back(prompt[1]);
+  Workload w;
+  w.sequential = {prompt, second};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p(prompt.begin(), prompt.begin() + 10 + 2 * i);
+    p.push_back(static_cast<int32_t>((40 + i) % vocab));
+    w.concurrent.push_back(p);
+  }
+  return w;
+}
+
+constexpr int64_t kPlentyOfBlocks = 64, kTightBlocks = 7;
+
+runtime::SpecConfig chain_spec() {
+  runtime::SpecConfig chain;
+  chain.num_steps = 2;
+  chain.adaptive = false;
+  chain.self_test = false;
+  return chain;
+}
+
+runtime::SpecConfig tree_spec() {
+  runtime::SpecConfig tree = chain_spec();
+  tree.topk = 2;
+  tree.num_draft_tokens = 5;
+  return tree;
+}
+
+// The one-rank engine results of a fixture (computed once per fixture, shared by every layout row).
+struct OneRank {
+  Workload work;
+  EngineRun sequential, concurrent;
+};
+
+const OneRank& one_rank(const std::string& name) {
+  static std::map<std::string, OneRank> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  OneRank o;
+  auto lm = launch(fixture_dir(name), {}, false);
+  EXPECT_TRUE(lm.is_ok()) << lm.status().to_string();
+  o.work = workload(fixture_dir(name), (*lm)->config().vocab_size);
+  o.sequential = run_engine(**lm, o.work.sequential, true, kPlentyOfBlocks);
+  o.concurrent = run_engine(**lm, o.work.concurrent, false, kTightBlocks);
+  EXPECT_EQ(o.sequential.tokens[0].size(), 6u);
+  EXPECT_GE(o.sequential.cached[1], 8) << name << ": the second prompt should reuse the cached prefix";
+  EXPECT_GT(o.concurrent.preemptions, 0) << name << ": the tight pool should preempt";
+  for (const auto& t : o.concurrent.tokens) EXPECT_EQ(t.size(), 6u);
+  return cache.emplace(name, std::move(o)).first->second;
+}
+
+class LayoutFixture : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  std::string name() const { return std::get<0>(GetParam()); }
+  const Layout& layout() const { return kLayouts[std::get<1>(GetParam())]; }
+  std::string what() const { return name() + " under " + layout().name; }
+};
+
+TEST_P(LayoutFixture, MatchesTheFixtureReference) {
+  const int64_t checks_before = model::TensorParallel::replica_checks_passed();
+  auto lm = launch(fixture_dir(name()), layout().parallel);
+  ASSERT_TRUE(lm.is_ok()) << what() << ": " << lm.status().to_string();
+  EXPECT_EQ((*lm)->world(), layout().parallel.world());
+  EXPECT_EQ((*lm)->communicator().size(), layout().parallel.world());
+  cli::FixtureOptions opt;
+  opt.chunk_size = 3;  // several prefill chunks per case
+  opt.block_size = 4;
+  auto report = cli::verify_fixture_model(fixture_dir(name()), (*lm)->model(), (*lm)->backend(), opt);
+  ASSERT_TRUE(report.is_ok()) << what() << ": " << report.status().to_string();
+  EXPECT_GT(report->cases, 0) << what();
+  EXPECT_EQ(report->failures, 0) << what();
+  if (is_dsa(name()) && layout().parallel.tp > 1) {  // every rank compared its top-k with every other rank's
+    EXPECT_GT(model::TensorParallel::replica_checks_passed(), checks_before) << what();
   }
 }
 
+TEST_P(LayoutFixture, EngineMatchesOneRank) {
+  const OneRank& want = one_rank(name());
+  if (HasFailure()) return;
+  auto lm = launch(fixture_dir(name()), layout().parallel);
+  ASSERT_TRUE(lm.is_ok()) << what() << ": " << lm.status().to_string();
+  const EngineRun got = run_engine(**lm, want.work.sequential, true, kPlentyOfBlocks);
+  EXPECT_EQ(got.tokens, want.sequential.tokens) << what() << ": chunked prefill + prefix reuse";
+  EXPECT_EQ(got.cached, want.sequential.cached) << what();
+  const EngineRun tight = run_engine(**lm, want.work.concurrent, false, kTightBlocks);
+  EXPECT_EQ(tight.tokens, want.concurrent.tokens) << what() << ": preemption";
+  EXPECT_EQ(tight.preemptions, want.concurrent.preemptions) << what();
+  // MTP speculation is lossless: chain and tree drafts (the tree compacts KV slots in every rank's cache)
+  // give the one-rank greedy tokens.
+  EXPECT_EQ(run_engine(**lm, want.work.sequential, true, kPlentyOfBlocks, chain_spec()).tokens,
+            want.sequential.tokens) << what() << ": chain MTP";
+  EXPECT_EQ(run_engine(**lm, want.work.sequential, true, kPlentyOfBlocks, tree_spec()).tokens,
+            want.sequential.tokens) << what() << ": tree MTP";
+}
+
+std::vector<int> layout_rows() {
+  std::vector<int> rows;
+  for (int i = 0; i < static_cast<int>(std::size(kLayouts)); ++i) rows.push_back(i);
+  return rows;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutFixture,
+                         ::testing::Combine(::testing::ValuesIn(fixture_names()), ::testing::ValuesIn(layout_rows())),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + kLayouts[std::get<1>(info.param)].name;
+                         });
+
 TEST(TensorParallel, SyntheticWeightsSliceToTheOneRankModel) {
-  // Every rank generates its slices from the same counter-based generator: tp 2 and 4 decode what tp 1 does.
-  const std::string config = fixture_dirs().front() + "/config.json";
-  auto launch_synthetic = [&](int tp, const std::string& quantization) {
-    LaunchConfig lc;
-    lc.model.path = config;
-    lc.model.synthetic = true;
-    lc.model.seed = 7;
-    lc.model.load_mtp = false;
-    lc.model.synthetic_quantization = quantization;
-    lc.parallel.tp = tp;
-    return launch_model(lc);
-  };
-  auto one = launch_synthetic(1, "");
-  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  const EngineRun want = run_engine(**one, prompt);
-  for (int tp : {2, 4}) {
-    auto lm = launch_synthetic(tp, "");
-    ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
-    EXPECT_EQ(run_engine(**lm, prompt).tokens, want.tokens) << "tp " << tp;
+  // Every rank generates its slices from the same counter-based generator: tp 2 and 4 decode what tp 1 does
+  // (a glm4_moe and a glm_moe_dsa config).
+  for (const std::string fixture : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_b"}) {
+    const std::string config = fixture_dir(fixture) + "/config.json";
+    auto launch_synthetic = [&](int tp, const std::string& quantization) {
+      LaunchConfig lc;
+      lc.model.path = config;
+      lc.model.synthetic = true;
+      lc.model.seed = 7;
+      lc.model.load_mtp = false;
+      lc.model.synthetic_quantization = quantization;
+      lc.parallel.tp = tp;
+      return launch_model(lc);
+    };
+    auto one = launch_synthetic(1, "");
+    ASSERT_TRUE(one.is_ok()) << fixture << ": " << one.status().to_string();
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    const EngineRun want = run_engine(**one, {prompt}, true, kPlentyOfBlocks);
+    for (int tp : {2, 4}) {
+      auto lm = launch_synthetic(tp, "");
+      ASSERT_TRUE(lm.is_ok()) << fixture << ": " << lm.status().to_string();
+      EXPECT_EQ(run_engine(**lm, {prompt}, true, kPlentyOfBlocks).tokens, want.tokens) << fixture << " tp " << tp;
+    }
+    auto quantized = launch_synthetic(2, "mxfp4");
+    ASSERT_FALSE(quantized.is_ok());
+    EXPECT_NE(quantized.status().message().find("quantized synthetic weights are not implemented yet"),
+              std::string::npos) << quantized.status().message();
   }
-  auto quantized = launch_synthetic(2, "mxfp4");
-  ASSERT_FALSE(quantized.is_ok());
-  EXPECT_NE(quantized.status().message().find("quantized synthetic weights are not implemented yet"),
-            std::string::npos) << quantized.status().message();
 }
 
 TEST(TensorParallel, BadLayoutsNameTheConstraint) {
@@ -177,6 +279,16 @@ TEST(TensorParallel, BadLayoutsNameTheConstraint) {
   auto eight = launch_tp(a, 8);
   ASSERT_FALSE(eight.is_ok());
   EXPECT_NE(eight.status().message().find("does not divide num_attention_heads"), std::string::npos);
+  // glm_moe_dsa splits MLA heads: tiny_b has 8 heads (tp 3 refused), tiny_a 4 (tp 8 refused), naming the file.
+  auto dsa_three = launch_tp(fixture_dir("glm_moe_dsa_tiny_b"), 3);
+  ASSERT_FALSE(dsa_three.is_ok());
+  EXPECT_NE(dsa_three.status().message().find("--tensor-parallel-size 3 does not divide num_attention_heads 8 of " +
+                                              fixture_dir("glm_moe_dsa_tiny_b")),
+            std::string::npos) << dsa_three.status().message();
+  auto dsa_eight = launch_tp(fixture_dir("glm_moe_dsa_tiny_a"), 8);
+  ASSERT_FALSE(dsa_eight.is_ok());
+  EXPECT_NE(dsa_eight.status().message().find("does not divide num_attention_heads 4"), std::string::npos)
+      << dsa_eight.status().message();
 
   LaunchConfig lc;
   lc.model.path = a;
@@ -194,7 +306,9 @@ TEST(TensorParallel, BadLayoutsNameTheConstraint) {
 TEST(TensorParallel, CheckNamesEveryWidth) {
   model::ModelConfig c;
   c.source = "config.json";
-  EXPECT_NE(check_tensor_parallel(c, 2).message().find("implemented for Glm4MoeForCausalLM only"), std::string::npos);
+  EXPECT_NE(check_tensor_parallel(c, 2).message().find(
+                "implemented for Glm4MoeForCausalLM and GlmMoeDsaForCausalLM only"),
+            std::string::npos);
   c.arch = &model::glm4_moe_architecture();
   c.n_heads = 8, c.n_kv_heads = 2, c.first_k_dense = 1, c.dense_inter = 64, c.n_experts = 4, c.moe_inter = 32;
   c.n_shared_experts = 1, c.vocab_size = 256;
@@ -260,6 +374,56 @@ TEST(TensorParallel, AFailingRankFailsTheForwardWithoutAHang) {
   EXPECT_NE(out.status().message().find("injected failure in layer 0"), std::string::npos) << out.status().message();
   // The group stays failed: the next forward fails at once.
   EXPECT_FALSE(group.forward(batch, kv).is_ok());
+}
+
+// Loading glm_moe_dsa for a rank of a layout whose tp does not divide the heads (without the launch's check):
+// a load error naming the config key and the file.
+TEST(TensorParallel, GlmMoeDsaLoadRefusesTpNotDividingHeads) {
+  auto be = backend::make_backend("cpu");
+  ASSERT_TRUE(be.is_ok());
+  model::LoadOptions lo;
+  lo.rank = {.tp = 3, .rank = 1};
+  const std::string dir = fixture_dir("glm_moe_dsa_tiny_b");
+  auto m = model::load_causal_lm(dir, **be, lo);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("num_attention_heads 8 is not divisible by --tensor-parallel-size 3"),
+            std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find(dir), std::string::npos) << m.status().message();
+}
+
+// The replica check the glm_moe_dsa forward runs on its top-k: equal copies pass on every rank; a copy that
+// differs on one rank fails every rank, naming what, the ranks and the first differing element.
+TEST(TensorParallel, CheckReplicatedCatchesADifferingRank) {
+  std::vector<parallel::RankLayout> ranks = {{.tp = 2, .rank = 0}, {.tp = 2, .rank = 1}};
+  auto comms = parallel::make_cpu_communicators(ranks, {.timeout = std::chrono::seconds(30)});
+  ASSERT_TRUE(comms.is_ok()) << comms.status().to_string();
+  auto be0 = backend::make_backend("cpu"), be1 = backend::make_backend("cpu");
+  ASSERT_TRUE(be0.is_ok() && be1.is_ok());
+  backend::Backend* bes[2] = {be0->get(), be1->get()};
+  auto run = [&](int32_t rank1_value) {
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        model::TensorParallel tp(*bes[r], ranks[r], (*comms)[r].get());
+        Tensor topk = Tensor::empty(DType::kI32, {3, 4});
+        for (int64_t i = 0; i < 12; ++i) topk.data<int32_t>()[i] = static_cast<int32_t>(i);
+        if (r == 1) topk.data<int32_t>()[6] = rank1_value;
+        st[r] = tp.check_replicated(topk, "the DSA top-k of layer 2");
+      });
+    for (auto& t : threads) t.join();
+    return st;
+  };
+  const int64_t before = model::TensorParallel::replica_checks_passed();
+  for (const Status& s : run(6)) EXPECT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(model::TensorParallel::replica_checks_passed(), before + 2);
+  const std::vector<Status> bad = run(7);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(bad[r].is_ok()) << "rank " << r;
+    EXPECT_NE(bad[r].message().find("the DSA top-k of layer 2 differs between ranks " + std::to_string(r) + " and " +
+                                    std::to_string(1 - r) + " (first at element 6"),
+              std::string::npos) << bad[r].message();
+  }
 }
 
 }  // namespace

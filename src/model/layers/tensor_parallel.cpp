@@ -1,0 +1,87 @@
+#include "model/layers/tensor_parallel.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "model/layers/weight_decl.h"
+
+namespace mxserve::model {
+
+std::atomic<int64_t> TensorParallel::replica_checks_passed_{0};
+
+void TensorParallel::load_vocab(WeightLoader& wl, const ModelConfig& cfg) {
+  vocab_ = cfg.vocab_size;
+  d_model_ = cfg.d_model;
+  const WeightSpec embed = decl::vocab_rows("model.embed_tokens.weight", vocab_, d_model_);
+  if (comm_ != nullptr) {  // this rank's vocabulary rows + a zero row that other ranks' ids look up
+    embed_lookup_ = wl.rows_and_zero_row(embed);
+    if (embed_lookup_.defined() && embed_lookup_.ndim() == 2)
+      embed_ = embed_lookup_.slice_rows(0, embed_lookup_.dim(0) - 1);
+  } else {
+    embed_ = wl.get(embed);
+    embed_lookup_ = embed_;
+  }
+  // A tied checkpoint may still carry an lm_head copy (unused); an untied one must have it.
+  const WeightSpec lm_head = decl::linear("lm_head.weight", vocab_, d_model_, parallel::ShardAxis::kRow);
+  if (cfg.tie_word_embeddings) wl.declare_unused(lm_head);
+  lm_head_ = cfg.tie_word_embeddings ? embed_ : wl.get(lm_head);
+}
+
+Tensor TensorParallel::upload_ids(const ForwardBatch& batch) const {
+  const int64_t T = batch.n_tokens();
+  if (comm_ == nullptr)
+    return be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.token_ids.data()), DType::kI32, {T}));
+  const int64_t part = vocab_ / rank_.tp, begin = rank_.tp_rank() * part;
+  Tensor local = Tensor::empty(DType::kI32, {T});
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t id = batch.token_ids[t];
+    local.data<int32_t>()[t] = static_cast<int32_t>(id >= begin && id < begin + part ? id - begin : part);
+  }
+  return be_.upload(local);
+}
+
+Status TensorParallel::embed(const Tensor& ids, Tensor& x) {
+  be_.embedding(embed_lookup_, ids, x);
+  return reduce_partial(x);  // each token's row came from one rank, zeros from the others
+}
+
+Result<ForwardOutput> TensorParallel::head(const ForwardBatch& batch, const Tensor& x_normed) {
+  ForwardOutput out;
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  if (R > 0) {
+    Tensor rows = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.logit_rows.data()), DType::kI32, {R}));
+    Tensor picked = be_.alloc(be_.activation_dtype(), {R, x_normed.dim(1)});
+    be_.gather_rows(x_normed, rows, picked);
+    out.logits = be_.alloc(DType::kF32, {R, lm_head_.dim(0)});
+    be_.linear(picked, lm_head_, nullptr, out.logits);
+    if (comm_ != nullptr) {  // vocabulary-parallel head: [R, V / tp] per rank -> [R, V]
+      MX_ASSIGN_OR_RETURN(out.logits, comm_->all_gather_columns(out.logits));
+    }
+  }
+  if (batch.want_hidden) out.hidden = x_normed;
+  return out;
+}
+
+Status TensorParallel::check_replicated(const Tensor& t, const std::string& what) {
+  if (comm_ == nullptr || t.numel() == 0) return Status::ok();
+  const Tensor rows = t.ndim() >= 1 ? t : t.reshape({1});
+  MX_ASSIGN_OR_RETURN(Tensor gathered, comm_->all_gather(rows));
+  const Tensor host = be_.to_host(gathered);
+  const int64_t bytes = rows.numel() * dtype_bits(rows.dtype()) / 8, esize = dtype_bits(rows.dtype()) / 8;
+  const char* base = static_cast<const char*>(host.raw());
+  const char* mine = base + static_cast<int64_t>(comm_->rank()) * bytes;
+  for (int r = 0; r < comm_->size(); ++r) {
+    const char* theirs = base + static_cast<int64_t>(r) * bytes;
+    if (std::memcmp(mine, theirs, bytes) == 0) continue;
+    int64_t i = 0;
+    while (std::memcmp(mine + i * esize, theirs + i * esize, esize) == 0) ++i;
+    return internal_error(what + " differs between ranks " + std::to_string(comm_->rank()) + " and " +
+                          std::to_string(r) + " (first at element " + std::to_string(i) + " of " +
+                          rows.describe() + "): a replicated input is not bit-identical across the "
+                          "tensor-parallel group (docs/parallel.md)");
+  }
+  ++replica_checks_passed_;
+  return Status::ok();
+}
+
+}  // namespace mxserve::model

@@ -1,0 +1,67 @@
+// TensorParallel: the tensor-parallel pieces every architecture's forward shares (docs/parallel.md): the
+// vocabulary-parallel embedding and lm_head (each rank holds vocabulary rows [r V/tp, (r+1) V/tp)), the
+// all-reduce of a rank's partial sum, and the bitwise check that a decision every rank computes from
+// replicated inputs (the DSA indexer's top-k) is the same on every rank.
+// Invariant: at tp == 1 (no communicator) every call is exactly the one-rank computation: no collective,
+// no copy, the whole vocabulary.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/layers/weight_loader.h"
+#include "parallel/communicator.h"
+
+namespace mxserve::model {
+
+class TensorParallel {
+ public:
+  // comm: the tensor-parallel group; used only when rank.tp > 1 (nullptr or tp 1: one rank).
+  TensorParallel(backend::Backend& be, const parallel::RankLayout& rank, parallel::Communicator* comm)
+      : be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr) {}
+
+  bool active() const { return comm_ != nullptr; }
+
+  // Binds model.embed_tokens.weight and lm_head.weight (the embedding's rows when tie_word_embeddings; an
+  // lm_head copy in a tied checkpoint is declared unused), this rank's vocabulary rows of each.
+  void load_vocab(WeightLoader& wl, const ModelConfig& cfg);
+  const Tensor& embedding() const { return embed_; }  // [V / tp, H]
+  const Tensor& lm_head() const { return lm_head_; }  // [V / tp, H]
+
+  // The batch's token ids on the backend, as rows of this rank's embedding table (other ranks' ids ->
+  // the zero row at index V / tp).
+  Tensor upload_ids(const ForwardBatch& batch) const;
+  // x [T, H] = embedding rows of ids (from upload_ids, or device ids at tp 1), summed over the ranks.
+  Status embed(const Tensor& ids, Tensor& x);
+  // o holds this rank's partial sum (its heads / its slice of a width): sum it over the group.
+  Status reduce_partial(Tensor& o) {
+    return comm_ == nullptr ? Status::ok() : comm_->all_reduce(o, parallel::ReduceOp::kSum);
+  }
+  // Logits of batch.logit_rows of x_normed [T, H] (f32 [R, V], gathered along the vocabulary at tp > 1)
+  // and, when batch.want_hidden, x_normed itself.
+  Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed);
+
+  // t (any shape, the same on every rank by construction) is compared bit for bit with every other rank's
+  // copy; a difference fails every rank with an internal error naming `what`, the rank and the element.
+  // tp 1: nothing to compare. Cost: an all-gather of t per call.
+  Status check_replicated(const Tensor& t, const std::string& what);
+  // Calls of check_replicated that compared tp > 1 copies and found them equal, process-wide (tests
+  // assert the check ran).
+  static int64_t replica_checks_passed() { return replica_checks_passed_.load(); }
+
+ private:
+  backend::Backend& be_;
+  parallel::RankLayout rank_;
+  parallel::Communicator* comm_;  // nullptr: one rank
+  int64_t vocab_ = 0, d_model_ = 0;
+  Tensor embed_, lm_head_;  // this rank's vocabulary rows [V / tp, H]
+  Tensor embed_lookup_;     // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks
+  static std::atomic<int64_t> replica_checks_passed_;
+};
+
+}  // namespace mxserve::model
