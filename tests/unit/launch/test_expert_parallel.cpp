@@ -5,8 +5,8 @@
 // greedy and MTP logits within the fp32 tolerance), and an engine over it decodes exactly what the one-rank
 // engine decodes through chunked prefill, prefix reuse, preemption and MTP speculation (chain and tree).
 // Bad layouts are errors naming the constraint and the flag.
-// glm_moe_dsa rows are marked `refused` while glm_moe_dsa runs one rank only: the launch must refuse them
-// naming the architecture. When tensor parallelism for it lands, flip `refused` (the rows then run as above).
+// glm_moe_dsa rows run the same checks (MLA heads split over the tp group, experts partitioned over it).
+// A row marked `refused` checks that the launch refuses the architecture by name (none today).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,8 +37,8 @@ const std::vector<EpRow>& rows() {
   static const std::vector<EpRow> r = {
       {"glm4_moe_tiny_a", {{2, 2}, {4, 4}}},  // 16 experts (4 / 8 per rank), 4 heads, 2 KV heads
       {"glm4_moe_tiny_b", {{2, 2}, {4, 4}}},  // 8 experts (4 / 2 per rank), 8 heads, 1 KV head, no dense layer
-      {"glm_moe_dsa_tiny_a", {{2, 2}}, /*refused=*/true},
-      {"glm_moe_dsa_tiny_b", {{2, 2}}, /*refused=*/true},
+      {"glm_moe_dsa_tiny_a", {{2, 2}, {4, 4}}},  // 8 experts, 4 heads
+      {"glm_moe_dsa_tiny_b", {{2, 2}, {4, 4}}},  // 8 experts, 8 heads
   };
   return r;
 }
