@@ -13,6 +13,10 @@ cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cu
 # The decode-path GPU tests (dev/gpu/new_tests.sh): CUDA graphs on/off, the device sampler and its benchmark.
 cp "$BUILD/tests/model/test_cuda_graphs" "$BUILD/tests/ops/test_cuda_sampling" "$BUILD/tests/ops/bench_cuda_sampling" \
    "$DEST/bin/"
+# Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
+for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl tests/ops/bench_peer_allreduce; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"

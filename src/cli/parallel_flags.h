@@ -12,16 +12,20 @@
 namespace mxserve::cli {
 
 // --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size N
+// --nnodes N --node-rank R --dist-init-addr host:port (sglang): parsed and validated; nnodes > 1 is refused
+// until the follower nodes' step loop exists (the rendezvous is parallel/rendezvous.h).
 inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-size", "--tp-size",
-                                                          "--data-parallel-size", "--dp-size", "--ep-size"};
+                                                          "--data-parallel-size", "--dp-size", "--ep-size",
+                                                          "--nnodes", "--node-rank", "--dist-init-addr"};
 // --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
 inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};
 
 inline const char* kParallelUsage =
-    "  --tensor-parallel-size, --tp-size N   ranks the model is split over (tp > 1: --backend cpu, one thread each)\n"
+    "  --tensor-parallel-size, --tp-size N   ranks the model is split over (one thread each; cuda: one GPU each)\n"
     "  --data-parallel-size, --dp-size N     data-parallel replicas (not implemented yet)\n"
     "  --enable-expert-parallel, --ep-size N experts partitioned over ranks (not implemented yet)\n"
-    "  --enable-dp-attention                 attention data-parallel with experts spread (not implemented yet)\n";
+    "  --enable-dp-attention                 attention data-parallel with experts spread (not implemented yet)\n"
+    "  --nnodes N --node-rank R --dist-init-addr HOST:PORT  several nodes (not implemented yet; docs/parallel.md)\n";
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);
 

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "parallel/nccl_communicator.h"
 
 namespace mxserve::launch {
 
@@ -22,6 +23,7 @@ LockstepModel::~LockstepModel() {
 }
 
 void LockstepModel::worker_loop(int rank) {
+  if (ranks_[rank].cuda_device >= 0) parallel::bind_thread_to_device(ranks_[rank].cuda_device);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {

@@ -7,7 +7,8 @@
 // Failure: a rank whose forward fails aborts the group (parallel::Communicator::abort), so the others stop
 // at their next collective instead of waiting; the forward returns the failing rank's error, and the group
 // stays failed (every later forward fails at once): the process must stop, as after any rank failure.
-// NOTE: CPU only (hidden_in for forward_mtp and the logits are host tensors every rank can read).
+// NOTE: forward_mtp hands rank 0's hidden_in to every rank: CPU ranks only (the launch refuses MTP with
+// several CUDA ranks). CUDA ranks: the logits returned are rank 0's (all-gathered on every rank).
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +31,7 @@ class LockstepModel final : public model::CausalLM {
     backend::Backend* backend;
     model::CausalLM* model;
     parallel::Communicator* comm;
+    int cuda_device = -1;  // >= 0: the rank's worker thread makes this CUDA device current first
   };
   // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
   explicit LockstepModel(std::vector<Rank> ranks);

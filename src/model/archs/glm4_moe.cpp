@@ -50,10 +50,13 @@ struct MtpLayer {
 
 class Glm4MoeModel final : public CausalLM {
  public:
-  // comm: the tensor-parallel group (nullptr: one rank). attn_cfg_ is cfg with this rank's head counts.
+  // comm: the tensor-parallel group (nullptr: one rank; a one-rank world's communicator given anyway runs
+  // every collective as the identity: the launch's NCCL one-rank test switch). attn_cfg_ is cfg with this
+  // rank's head counts.
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
                parallel::Communicator* comm)
-      : cfg_(cfg), attn_cfg_(cfg), be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr) {
+      : cfg_(cfg), attn_cfg_(cfg), be_(be), rank_(rank),
+        comm_(rank.tp > 1 || rank.world() == 1 ? comm : nullptr) {
     attn_cfg_.n_heads = cfg.n_heads / rank.tp;  // the launch checked tp divides them
     attn_cfg_.n_kv_heads = std::max<int64_t>(1, cfg.n_kv_heads / rank.tp);  // replicated when tp > n_kv_heads
   }
@@ -130,7 +133,8 @@ class Glm4MoeModel final : public CausalLM {
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits) override {
-    if (comm_ != nullptr) return unsupported("forward_device (CUDA graph capture) with tensor parallelism");
+    if (comm_ != nullptr && rank_.tp > 1)
+      return unsupported("forward_device (CUDA graph capture) with tensor parallelism");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
         logits.dim(1) != cfg_.vocab_size)
