@@ -338,6 +338,27 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
                                         std::to_string(world) + " rank(s)",
                                     results[i], group->comms[i]));
   }
+  // Warm-up: one grouped all-reduce over the local ranks (one thread may drive several ranks inside a group
+  // call) sets up NCCL's connections now, outside any CUDA graph capture, and proves the group works.
+  std::vector<Tensor> probe;
+  std::vector<cudaStream_t> streams;
+  ncclResult_t warm = api->GroupStart();
+  for (int i = 0; i < n && warm == ncclSuccess; ++i) {
+    cudaSetDevice(local_ranks[i].device);
+    probe.push_back(backends[i]->alloc(DType::kI32, {1}));
+    streams.push_back(reinterpret_cast<cudaStream_t>(backend::cuda_backend_stream(*backends[i])));
+    warm = api->AllReduce(probe[i].raw(), probe[i].raw(), 1, ncclInt32, ncclSum, group->comms[i], streams[i]);
+  }
+  const ncclResult_t end = api->GroupEnd();
+  if (warm == ncclSuccess) warm = end;
+  if (warm != ncclSuccess)
+    return unavailable(nccl_error(*api, "the first all-reduce over " + std::to_string(world) + " NCCL rank(s)", warm));
+  for (int i = 0; i < n; ++i) {
+    const cudaError_t e = cudaStreamSynchronize(streams[i]);
+    if (e != cudaSuccess)
+      return unavailable(cuda_error(local_ranks[i].describe() + " failed at start-up: the first NCCL all-reduce", e));
+  }
+  probe.clear();
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i)
     out.push_back(std::make_unique<NcclCommunicator>(local_ranks[i], backends[i], group, i, options));

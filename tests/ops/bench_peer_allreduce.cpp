@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdlib.h>
 
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 using namespace mxserve;
 
 int main(int argc, char** argv) {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);  // the N ranks' streams on separate hw queues
   const int64_t C = argc > 1 ? std::atoll(argv[1]) : 4096;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
   if (!backend::make_backend("cuda").is_ok()) {

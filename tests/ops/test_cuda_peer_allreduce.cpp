@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <stdlib.h>
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
@@ -21,6 +22,10 @@
 
 namespace mxserve::parallel {
 namespace {
+
+// Before any CUDA call: one hardware queue per stream for up to 32 streams, so the N ranks' kernels (N streams
+// of one device) never queue behind each other (they wait for each other at the barriers).
+const int kConnections = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
 
 float bf16r(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
