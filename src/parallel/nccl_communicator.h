@@ -36,7 +36,10 @@ struct NcclOptions {
 Result<NcclId> make_nccl_unique_id();
 
 // One communicator per entry of local_ranks (all the same world size; backends[i] is local_ranks[i]'s CUDA
-// backend, on local_ranks[i].device). id == nullptr: the whole world is local (in-process init).
+// backend, on local_ranks[i].device). id == nullptr: the whole world is local (in-process init). The group
+// is the layouts' world (rank = layout.rank of layout.world()); a sub-group (the tp ranks of one dp replica)
+// is made by a second call with layouts numbered within it. Ends with one grouped warm-up all-reduce, so
+// NCCL's connections exist before any CUDA graph capture.
 Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
     const std::vector<RankLayout>& local_ranks, const std::vector<backend::Backend*>& backends, const NcclId* id,
     const NcclOptions& options = {});
