@@ -15,6 +15,10 @@ cp "$BUILD/tests/model/test_cuda_graphs" "$BUILD/tests/ops/test_cuda_sampling" "
    "$DEST/bin/"
 # Mixed-step attention (decode rows + a prefill chunk) and the decode split tuner (dev/gpu/attn_mixed.sh).
 cp "$BUILD/tests/ops/test_cuda_attention_mixed" "$DEST/bin/"
+# Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
+for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl tests/ops/bench_peer_allreduce; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"

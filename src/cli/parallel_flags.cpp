@@ -1,5 +1,9 @@
 #include "cli/parallel_flags.h"
 
+#include <algorithm>
+
+#include "parallel/rendezvous.h"
+
 namespace mxserve::cli {
 namespace {
 
@@ -36,6 +40,18 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
       return invalid_argument("--enable-expert-parallel with one rank: give --tp-size or --dp-size > 1");
   }
   pc.dp_attention = args.has("--enable-dp-attention");  // validate() names it when dp < 2
+  if (args.has("--nnodes") || args.has("--node-rank") || args.has("--dist-init-addr")) {
+    parallel::DistInit d;
+    MX_ASSIGN_OR_RETURN(int64_t nnodes, args.get_int("--nnodes", 1));
+    MX_ASSIGN_OR_RETURN(int64_t node_rank, args.get_int("--node-rank", 0));
+    d.nnodes = static_cast<int>(std::clamp<int64_t>(nnodes, -1, 1 << 20));
+    d.node_rank = static_cast<int>(std::clamp<int64_t>(node_rank, -1, 1 << 20));
+    if (args.has("--dist-init-addr")) MX_RETURN_IF_ERROR(parallel::parse_dist_init_addr(args.get_or("--dist-init-addr", ""), &d));
+    MX_RETURN_IF_ERROR(parallel::validate_dist_init(d));
+    if (d.nnodes > 1)
+      return unsupported("--nnodes " + std::to_string(d.nnodes) + ": multi-node serving is not implemented yet (the "
+                         "rendezvous and NCCL init exist; the follower nodes' step loop does not; docs/parallel.md)");
+  }
   MX_RETURN_IF_ERROR(pc.validate());
   return pc;
 }

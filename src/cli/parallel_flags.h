@@ -12,17 +12,21 @@
 namespace mxserve::cli {
 
 // --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size N
+// --nnodes N --node-rank R --dist-init-addr host:port (sglang): parsed and validated; nnodes > 1 is refused
+// until the follower nodes' step loop exists (the rendezvous is parallel/rendezvous.h).
 inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-size", "--tp-size",
-                                                          "--data-parallel-size", "--dp-size", "--ep-size"};
+                                                          "--data-parallel-size", "--dp-size", "--ep-size",
+                                                          "--nnodes", "--node-rank", "--dist-init-addr"};
 // --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
 inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};
 
 inline const char* kParallelUsage =
-    "  --tensor-parallel-size, --tp-size N   ranks the model is split over (tp > 1: --backend cpu, one thread each)\n"
+    "  --tensor-parallel-size, --tp-size N   ranks the model is split over (one thread each; cuda: one GPU each)\n"
     "  --data-parallel-size, --dp-size N     data-parallel ranks, requests placed by prefix hit / free KV / load\n"
     "  --enable-expert-parallel, --ep-size N routed experts partitioned whole over N ranks (N = 1, tp or tp x dp;\n"
     "                                        --enable-expert-parallel: tp x dp), instead of sliced tp ways\n"
-    "  --enable-dp-attention                 attention per dp rank, MoE blocks spread over all ranks (dp > 1)\n";
+    "  --enable-dp-attention                 attention per dp rank, MoE blocks spread over all ranks (dp > 1)\n"
+    "  --nnodes N --node-rank R --dist-init-addr HOST:PORT  several nodes (not implemented yet; docs/parallel.md)\n";
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);
 

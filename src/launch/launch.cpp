@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "model/archs/glm_moe_dsa.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "io/checkpoint.h"
 #include "model/mtp_presence.h"
 #include "runtime/spec/self_test.h"
@@ -55,12 +57,47 @@ model::LoadOptions load_options(const ModelSource& src) {
 // Layouts that are parsed but not built yet, and backends that cannot run several ranks: a clear refusal.
 Status check_layout_supported(const LaunchConfig& config) {
   const parallel::ParallelConfig& p = config.parallel;
-  if (p.world() > 1 && config.backend != "cpu")
-    return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " x --data-parallel-size " +
-                       std::to_string(p.dp) + " on the " + config.backend +
-                       " backend: multi-GPU ranks (NCCL) are not implemented yet; " + std::to_string(p.world()) +
-                       " ranks run on --backend cpu only (one thread per rank), the CUDA backend runs tp 1");
+  if (p.world() > 1 && config.backend != "cpu" && config.backend != "cuda")
+    return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
+                       " backend: several ranks run on --backend cpu or cuda");
+  if (p.world() > 1 && config.backend == "cuda") {
+    if (p.dp > 1)
+      return unsupported("--data-parallel-size " + std::to_string(p.dp) + " on --backend cuda: data parallelism and DP "
+                         "attention run on --backend cpu only so far (the NCCL sub-groups per DP rank are not wired; "
+                         "docs/parallel.md)");
+    const int visible = parallel::visible_cuda_devices();
+    if (p.first_device + p.world() > visible)
+      return invalid_argument("--tensor-parallel-size " + std::to_string(p.tp) + " x --data-parallel-size " +
+                              std::to_string(p.dp) + " = " + std::to_string(p.world()) + " ranks need one GPU each (devices " +
+                              std::to_string(p.first_device) + ".." + std::to_string(p.first_device + p.world() - 1) +
+                              "), but " + std::to_string(visible) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES)");
+    if (config.model.load_mtp || config.model.require_mtp)
+      return unsupported("MTP / speculative decoding with --tensor-parallel-size " + std::to_string(p.tp) +
+                         " on --backend cuda: the lockstep model hands rank 0's hidden states to every rank, which "
+                         "the CUDA ranks (one device each) cannot read yet; run without speculation");
+  }
   return Status::ok();
+}
+
+// "" or "nccl" from the config, else from MXSERVE_COMMUNICATOR; whether the ranks use NCCL.
+Result<bool> use_nccl(const LaunchConfig& config, int world) {
+  std::string kind = config.communicator;
+  std::string source = "LaunchConfig::communicator";
+  if (kind.empty()) {
+    const char* env = std::getenv("MXSERVE_COMMUNICATOR");
+    kind = env != nullptr ? env : "";
+    source = "MXSERVE_COMMUNICATOR";
+  }
+  if (kind != "" && kind != "auto" && kind != "nccl")
+    return invalid_argument(source + "=" + kind + ": expected nccl or auto");
+  if (kind == "nccl" && config.backend != "cuda")
+    return invalid_argument(source + "=nccl needs --backend cuda (the " + config.backend + " backend's ranks use " +
+                            (world > 1 ? "the CPU thread communicator)" : "no communicator)"));
+  const bool nccl = config.backend == "cuda" && (world > 1 || kind == "nccl");
+  if (nccl && world == 1)
+    MX_LOG(kWarn) << source << "=nccl: the one-rank CUDA launch runs every collective through a one-rank NCCL "
+                  << "communicator (a test of the NCCL path; slower than none)";
+  return nccl;
 }
 
 }  // namespace
@@ -156,6 +193,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   std::unique_ptr<LaunchedModel> lm(new LaunchedModel());
   if (!config.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
     MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(config.moe_tuning_dir));
+  MX_ASSIGN_OR_RETURN(const bool nccl, use_nccl(config, world));
+  const bool cuda = config.backend == "cuda";
   for (const parallel::RankLayout& rank : ranks) {
     backend::BackendOptions bo = config.backend_options;
     bo.device = rank.device;
@@ -163,7 +202,14 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     if (!be.is_ok()) return be.status().with_context("the backend of " + rank.describe());
     lm->backends_.push_back(std::move(*be));
   }
-  if (world == 1) {
+  if (cuda) parallel::bind_thread_to_device(ranks.front().device);  // each backend made its device current
+  if (nccl) {
+    std::vector<backend::Backend*> bes;
+    for (auto& be : lm->backends_) bes.push_back(be.get());
+    parallel::NcclOptions no;
+    no.timeout = config.cpu_group.timeout;
+    MX_ASSIGN_OR_RETURN(lm->comms_, parallel::make_nccl_communicators(ranks, bes, nullptr, no));
+  } else if (world == 1) {
     MX_ASSIGN_OR_RETURN(auto comm, parallel::make_single_rank_communicator(ranks.front()));
     lm->comms_.push_back(std::move(comm));
   } else {
@@ -218,10 +264,13 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
+        if (cuda) parallel::bind_thread_to_device(ranks[r].device);
         model::LoadOptions rank_lo = lo;
         rank_lo.rank = ranks[r];
-        // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own.
-        rank_lo.comm = world == 1 ? nullptr : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
+        // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own. A one-rank
+        // CUDA launch with the NCCL test switch gets its one-rank NCCL communicator.
+        rank_lo.comm = world == 1 ? (nccl ? lm->comms_[r].get() : nullptr)
+                       : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
         rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
       });
@@ -242,7 +291,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     std::vector<LockstepModel::Rank> group;
     for (int r = 0; r < world; ++r)
       group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get(),
-                       lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get()});
+                       lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get(),
+                       cuda ? ranks[r].device : -1});
     lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
   }
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)

@@ -4,9 +4,10 @@
 // and the CLI (cli/cmd_model, verify-fixture, bench-model) call launch_model(); nothing else constructs a
 // backend for serving. Owns: the backend(s), the communicator, the model. The engines made here borrow them
 // (a LaunchedModel must outlive every executor/engine it made).
-// Several ranks (tensor / expert / data parallel, CPU backend): one backend, communicator and model per rank, loaded in
-// parallel (a rank failing at start-up fails the launch, naming it), driven in lockstep by one
-// LockstepModel (launch/lockstep_model.h) that model() returns: the engine sees one model.
+// Several ranks (tensor / expert / data parallel): one backend, communicator and model per rank, loaded in
+// parallel (a rank failing at start-up fails the launch, naming it), driven in lockstep by one LockstepModel
+// (launch/lockstep_model.h) that model() returns: the engine sees one model. CPU backend: the CPU thread
+// communicator; CUDA backend: one GPU per rank (first_device + rank), NCCL (parallel/nccl_communicator.h).
 // Invariant: a LaunchedModel is fully loaded and validated (MTP present when speculation asks for it, the
 // weight table shards evenly over the layout) -- callers never see a half-built one.
 #pragma once
@@ -46,6 +47,10 @@ struct LaunchConfig {
   backend::BackendOptions backend_options;   // typed kernel choices (the device comes from the layout)
   parallel::ParallelConfig parallel;         // tp / ep / dp / DP attention (world > 1: CPU backend only)
   parallel::CpuGroupOptions cpu_group;       // collectives' timeout of a multi-rank CPU world
+  // "" (auto: NCCL for CUDA ranks when world > 1, none for one rank) or "nccl": a ONE-rank CUDA launch runs
+  // its collectives through a one-rank NCCL communicator (the GPU suite's check of the NCCL path). Empty
+  // here reads the environment variable MXSERVE_COMMUNICATOR (same values).
+  std::string communicator;
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
 };

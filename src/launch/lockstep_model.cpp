@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "launch/dp_batch.h"
+#include "parallel/nccl_communicator.h"
 
 namespace mxserve::launch {
 
@@ -28,6 +29,7 @@ LockstepModel::~LockstepModel() {
 }
 
 void LockstepModel::worker_loop(int rank) {
+  if (ranks_[rank].cuda_device >= 0) parallel::bind_thread_to_device(ranks_[rank].cuda_device);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -42,6 +44,22 @@ void LockstepModel::worker_loop(int rank) {
   }
 }
 
+namespace {
+
+// CUDA ranks: makes rank device `device` current on the calling thread for a scope, then `restore` again
+// (the caller's thread drives rank 0; the other ranks' streams and memory belong to their own devices).
+struct RankDeviceScope {
+  RankDeviceScope(int device, int restore) : restore_(device >= 0 ? restore : -1) {
+    if (device >= 0) parallel::bind_thread_to_device(device);
+  }
+  ~RankDeviceScope() {
+    if (restore_ >= 0) parallel::bind_thread_to_device(restore_);
+  }
+  int restore_;
+};
+
+}  // namespace
+
 std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) {
   auto& mirror = mirrors_[&kv];
   const kvcache::KvCacheSpec& spec = kv.spec();
@@ -52,6 +70,7 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
     mirror.clear();
   if (mirror.empty()) {
     for (int r = 1; r < world(); ++r) {
+      RankDeviceScope on_rank(ranks_[r].cuda_device, ranks_[0].cuda_device);
       backend::Backend* be = ranks_[r].backend;
       mirror.push_back(std::make_unique<kvcache::KvCache>(
           ranks_[r].model->kv_spec(spec.n_blocks, spec.block_size),
@@ -66,6 +85,7 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
       if (have != nullptr && have->max_rows() == store->max_rows() &&
           have->max_blocks_per_seq() == store->max_blocks_per_seq())
         continue;
+      RankDeviceScope on_rank(ranks_[i + 1].cuda_device, ranks_[0].cuda_device);
       backend::Backend* be = ranks_[i + 1].backend;
       mirror[i]->enable_block_tables(
           store->max_rows(), store->max_blocks_per_seq(), [be](DType dt, Shape s) { return be->alloc(dt, std::move(s)); },
@@ -144,6 +164,7 @@ void LockstepModel::copy_kv_slots(backend::Backend& be, const Tensor& src_slots,
   const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
   const Tensor src_host = be.to_host(src_slots), dst_host = be.to_host(dst_slots);
   for (int r = 0; r < world(); ++r) {
+    RankDeviceScope on_rank(ranks_[r].cuda_device, ranks_[0].cuda_device);
     backend::Backend& rb = *ranks_[r].backend;
     rb.kv_copy(rb.upload(src_host), rb.upload(dst_host), caches[r]->all_tensors());
   }

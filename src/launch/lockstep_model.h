@@ -13,7 +13,8 @@
 // without tokens skips the step. DP attention: it still runs (the model joins every MoE exchange with 0 rows).
 // Every rank's cache has the caller's whole geometry; a DP group writes only its own block range (the CPU
 // reference keeps one id space; a device build would allocate only the range).
-// NOTE: CPU only (hidden_in for forward_mtp and the logits are host tensors every rank can read).
+// NOTE: forward_mtp hands rank 0's hidden_in to every rank: CPU ranks only (the launch refuses MTP with
+// several CUDA ranks). CUDA ranks: the logits returned are rank 0's (all-gathered on every rank).
 #pragma once
 
 #include <condition_variable>
@@ -37,6 +38,7 @@ class LockstepModel final : public model::CausalLM {
     model::CausalLM* model;
     parallel::Communicator* comm;                // the world's communicator (its layout: tp, dp, rank)
     parallel::Communicator* tp_comm = nullptr;   // its tp group's when dp > 1 and tp > 1 (aborted too)
+    int cuda_device = -1;  // >= 0: the rank's worker thread makes this CUDA device current first
   };
   // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
   explicit LockstepModel(std::vector<Rank> ranks);

@@ -54,7 +54,9 @@ struct MtpLayer {
 
 class Glm4MoeModel final : public CausalLM {
  public:
-  // comm: the tensor-parallel group (nullptr: one rank). attn_cfg_ is cfg with this rank's head counts.
+  // comm: the tensor-parallel group (nullptr: one rank; a one-rank world's communicator given anyway runs
+  // every collective as the identity: the launch's NCCL one-rank test switch). attn_cfg_ is cfg with this
+  // rank's head counts.
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
                parallel::Communicator* comm, parallel::Communicator* moe_comm)
       : cfg_(cfg), attn_cfg_(cfg), be_(be), tp_(be, rank, comm),
@@ -123,7 +125,7 @@ class Glm4MoeModel final : public CausalLM {
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits) override {
-    if (tp_.active() || dp_moe_.enabled())
+    if (tp_.splits() || dp_moe_.enabled())
       return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||

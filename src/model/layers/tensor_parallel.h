@@ -21,11 +21,13 @@ namespace mxserve::model {
 
 class TensorParallel {
  public:
-  // comm: the tensor-parallel group; used only when rank.tp > 1 (nullptr or tp 1: one rank).
+  // comm: the tensor-parallel group; used when rank.tp > 1, or in a one-rank world when given (the launch's
+  // NCCL one-rank test switch: every collective runs as the identity). nullptr: one rank, no collective.
   TensorParallel(backend::Backend& be, const parallel::RankLayout& rank, parallel::Communicator* comm)
-      : be_(be), rank_(rank), comm_(rank.tp > 1 ? comm : nullptr) {}
+      : be_(be), rank_(rank), comm_(rank.tp > 1 || rank.world() == 1 ? comm : nullptr) {}
 
   bool active() const { return comm_ != nullptr; }
+  bool splits() const { return rank_.tp > 1; }  // the weights are sliced over several ranks
 
   // Binds model.embed_tokens.weight and lm_head.weight (the embedding's rows when tie_word_embeddings; an
   // lm_head copy in a tied checkpoint is declared unused), this rank's vocabulary rows of each.

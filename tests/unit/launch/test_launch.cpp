@@ -146,10 +146,12 @@ TEST(Launch, BadConfigsNameTheCulprit) {
   EXPECT_NE(launch_model(lc).status().message().find("no model"), std::string::npos);
   lc.model.path = fixture_dirs().front();
   lc.parallel.tp = 2;
-  lc.backend = "cuda";  // several ranks run on the CPU backend only (test_tensor_parallel: the CPU layouts)
+  lc.backend = "cuda";
+  lc.parallel.first_device = 1024;  // more ranks than GPUs anywhere: refused naming the flags and the GPU count
   auto two = launch_model(lc);
   ASSERT_FALSE(two.is_ok());
-  EXPECT_EQ(two.status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(two.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(two.status().message().find("2 ranks need one GPU each"), std::string::npos) << two.status().message();
   lc.backend = "cpu";
   lc.parallel = {};
   lc.parallel.ep = 3;

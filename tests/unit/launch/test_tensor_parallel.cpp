@@ -294,9 +294,22 @@ TEST(TensorParallel, BadLayoutsNameTheConstraint) {
   lc.model.path = a;
   lc.parallel.tp = 2;
   lc.backend = "cuda";
+  lc.parallel.first_device = 1024;  // more ranks than GPUs on any machine: the error names the flag and the count
   auto cuda = launch_model(lc);
-  EXPECT_EQ(cuda.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(cuda.status().message().find("NCCL"), std::string::npos) << cuda.status().message();
+  EXPECT_EQ(cuda.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cuda.status().message().find("--tensor-parallel-size 2 x --data-parallel-size 1 = 2 ranks need one GPU "
+                                          "each (devices 1024..1025), but "),
+            std::string::npos)
+      << cuda.status().message();
+  EXPECT_NE(cuda.status().message().find("GPU(s) are visible"), std::string::npos) << cuda.status().message();
+  lc.parallel.first_device = 0;
+  lc.communicator = "nccl";  // the one-rank NCCL switch needs the CUDA backend
+  lc.parallel.tp = 1;
+  lc.backend = "cpu";
+  EXPECT_NE(launch_model(lc).status().message().find("=nccl needs --backend cuda"), std::string::npos);
+  lc.communicator = "mpi";
+  EXPECT_NE(launch_model(lc).status().message().find("communicator=mpi: expected nccl or auto"), std::string::npos);
+  lc.communicator.clear();
   lc.backend = "cpu";
   lc.parallel = {.tp = 4, .ep = 2};  // expert parallelism: tests/unit/launch/test_expert_parallel.cpp
   EXPECT_NE(launch_model(lc).status().message().find("--ep-size 2 must be 1, the tensor-parallel size 4"),

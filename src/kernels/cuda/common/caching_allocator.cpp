@@ -24,6 +24,15 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::device_malloc(uint64_t rounded) {
+  // On this allocator's device whatever the calling thread's current device is (several CUDA ranks in one
+  // process: a rank's backend may be asked for memory from another rank's thread); restored after.
+  int current = -1;
+  MX_CUDA_CHECK(cudaGetDevice(&current));
+  struct Restore {
+    int device;
+    ~Restore() { cudaSetDevice(device); }
+  } restore{current};
+  if (current != device_) MX_CUDA_CHECK(cudaSetDevice(device_));
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, rounded);
   if (err == cudaErrorMemoryAllocation) {
