@@ -13,6 +13,8 @@ cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cu
 # The decode-path GPU tests (dev/gpu/new_tests.sh): CUDA graphs on/off, the device sampler and its benchmark.
 cp "$BUILD/tests/model/test_cuda_graphs" "$BUILD/tests/ops/test_cuda_sampling" "$BUILD/tests/ops/bench_cuda_sampling" \
    "$DEST/bin/"
+# The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
+[ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"
