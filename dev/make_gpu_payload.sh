@@ -19,6 +19,8 @@ cp "$BUILD/tests/ops/test_cuda_attention_mixed" "$DEST/bin/"
 for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl tests/ops/bench_peer_allreduce; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
+[ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"

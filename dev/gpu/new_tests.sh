@@ -12,5 +12,5 @@ for t in test_cuda_graphs test_cuda_kv_fp8 test_cuda_sampling; do
   echo "$t rc=$rc"; grep -E "^\[  (     OK|FAILED|  PASSED|  SKIPPED) \]|Failure|rel_l2|chi|agree|graph" "$OUT/$t.log" | head -30
   [ $rc = 0 ] || RC=$rc
 done
-[ -x "$P/bin/bench_cuda_sampling" ] && timeout 60 "$P/bin/bench_cuda_sampling" 2>&1 | tail -12
+[ -x "$P/bin/bench_cuda_sampling" ] && timeout 60 "$P/bin/bench_cuda_sampling" 2>&1 | tail -36
 exit $RC

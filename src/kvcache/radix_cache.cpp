@@ -114,23 +114,27 @@ void RadixCache::visit_blocks(const std::function<void(int32_t, int64_t)>& f) co
 
 int64_t RadixCache::n_evictable() const {
   // A node is evictable once no sequence references its block or any block below it (evict() takes leaves
-  // only, so a tree-only node above a sequence's block stays until that block is released). Post-order:
-  // children before their parent.
+  // only, so a tree-only node above a sequence's block stays until that block is released). Post-order with
+  // an explicit stack of frames (each frame ANDs its children's answers into `free`): no allocation per node.
+  struct Frame {
+    const Node* n;
+    decltype(root_->children.cbegin()) next;  // the next child to visit
+    bool free;                                // every finished child's subtree is free
+  };
   int64_t count = 0;
-  std::unordered_map<const Node*, bool> subtree_free;
-  std::vector<std::pair<const Node*, bool>> stack = {{root_.get(), false}};
+  std::vector<Frame> stack = {{root_.get(), root_->children.cbegin(), true}};
   while (!stack.empty()) {
-    auto [n, children_done] = stack.back();
-    stack.pop_back();
-    if (!children_done) {
-      stack.push_back({n, true});
-      for (const auto& [h, c] : n->children) stack.push_back({c.get(), false});
+    Frame& f = stack.back();
+    if (f.next != f.n->children.cend()) {
+      const Node* c = (f.next++)->second.get();
+      stack.push_back({c, c->children.cbegin(), true});  // f is not used after this
       continue;
     }
-    bool free = n == root_.get() || pool_.ref_count(n->block) == 1;
-    for (const auto& [h, c] : n->children) free = free && subtree_free.at(c.get());
-    subtree_free[n] = free;
+    const Node* n = f.n;
+    const bool free = f.free && (n == root_.get() || pool_.ref_count(n->block) == 1);
+    stack.pop_back();
     if (free && n != root_.get()) ++count;
+    if (!stack.empty()) stack.back().free = stack.back().free && free;
   }
   return count;
 }

@@ -171,6 +171,9 @@ class Engine {
   StepCostModel cost_model_;                // engine thread only; the scheduler reads it
   std::function<double()> step_clock_;      // null: steady_clock
   double last_cost_log_ = -1e300, last_over_target_warning_ = -1e300;
+  // When stats_.blocks_cached was last counted (Engine::step refreshes it only when it can have changed).
+  double cached_count_at_ = -1e300;
+  int64_t cached_count_finishes_ = -1, cached_count_evictions_ = -1;
 
   Drafter drafter_;  // speculative decoding's draft stage and adaptive policy (idle when spec is off)
 

@@ -106,10 +106,12 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     for (const auto& c : plan.chunks) {
       const bool decodes = c.n_drafts > 0 || c.needs_sample;
       if (device_sampled(c, config_.device_sampling && !spec_enabled())) {
-        const Sequence& seq = *c.seq;
+        Sequence& seq = *c.seq;
         kernels::SampleRowParams r =
             sample_row_params(seq.sampling, seq.seed, seq.n_generated(), static_cast<int32_t>(logit_row));
-        append_row_processing(seq.sampling, context_of(seq), &r, &in);
+        if (has_penalties(seq.sampling))  // caught up incrementally, not rebuilt from the whole context
+          seq.penalty_tokens.sync(seq.tokens, seq.prompt_len, seq.sampling.repetition_penalty != 1.f);
+        append_row_processing(seq.sampling, seq.penalty_tokens, &r, &in);
         in.rows.push_back(r);
         step.device_seqs.push_back(c.seq);
       }

@@ -51,6 +51,16 @@ void append_row_processing(const SamplingParams& p, const TokenContext& ctx, ker
   row->penalty_count = static_cast<int32_t>(in->penalties.size()) - row->penalty_begin;
 }
 
+void append_row_processing(const SamplingParams& p, const PenaltyTokens& seen, kernels::SampleRowParams* row,
+                           kernels::SampleRowsInput* in) {
+  row->bias_begin = static_cast<int32_t>(in->biases.size());
+  for (const auto& [token, bias] : p.logit_bias) in->biases.push_back({token, bias});
+  row->bias_count = static_cast<int32_t>(in->biases.size()) - row->bias_begin;
+  row->penalty_begin = static_cast<int32_t>(in->penalties.size());
+  if (has_penalties(p)) in->penalties.insert(in->penalties.end(), seen.entries().begin(), seen.entries().end());
+  row->penalty_count = static_cast<int32_t>(in->penalties.size()) - row->penalty_begin;
+}
+
 kernels::SampleRowParams sample_row_params(const SamplingParams& p, uint64_t request_seed, uint64_t step,
                                            int32_t logit_row) {
   kernels::SampleRowParams r;

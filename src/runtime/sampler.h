@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/sampling_params.h"
+#include "runtime/penalty_tokens.h"
 #include "runtime/request.h"
 
 namespace mxserve::runtime {
@@ -82,5 +83,12 @@ kernels::SampleRowParams sample_row_params(const SamplingParams& p, uint64_t req
 // no penalty: the upload is proportional to penalized rows' distinct tokens) and sets row's ranges.
 void append_row_processing(const SamplingParams& p, const TokenContext& ctx, kernels::SampleRowParams* row,
                            kernels::SampleRowsInput* in);
+// The same from a request's PenaltyTokens caught up with its tokens (the engine's per-step path).
+void append_row_processing(const SamplingParams& p, const PenaltyTokens& seen, kernels::SampleRowParams* row,
+                           kernels::SampleRowsInput* in);
+// Whether the request's penalties need the distinct seen tokens (any penalty), and the prompt's (repetition).
+inline bool has_penalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+}
 
 }  // namespace mxserve::runtime

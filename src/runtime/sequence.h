@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/penalty_tokens.h"
 #include "runtime/request.h"
 #include "runtime/sampler.h"
 
@@ -29,6 +30,7 @@ struct Sequence {
   SamplingParams sampling;
   std::shared_ptr<LogitConstraint> constraint;  // structured output (runtime/logit_constraint.h); may be null
   uint64_t seed = 0;                 // per-request default seed (sampling.seed overrides)
+  PenaltyTokens penalty_tokens;      // device sampling of penalized requests: the distinct tokens seen so far
   SeqState state = SeqState::kWaiting;
   RequestTimes times;
   EventCallback on_event;

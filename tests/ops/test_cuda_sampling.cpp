@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "backend/backend.h"
 #include "kernels/cpu/sampling.h"
@@ -152,6 +153,131 @@ TEST_F(CudaSampling, DistributionAndSeededAgreementWithTheCpuSampler) {
                 static_cast<long long>(mismatches), static_cast<long long>(kDraws));
     expect_fits(d, counts, kDraws - outside, c.name);
   }
+}
+
+// Draws n seeded tokens of one row with parameters p (seed / step varied) and checks them against the CPU
+// sampler's distribution: no draw outside its support, at most max_mismatch draws differing from the CPU's
+// draw. Returns the distribution (support checks by the caller).
+kc::TokenDistribution expect_draws_match(backend::Backend& gpu, const std::vector<float>& raw, SampleRowParams p,
+                                         int64_t n, int64_t max_mismatch, const char* name) {
+  Tensor dev = gpu.upload(Tensor::view_of(const_cast<float*>(raw.data()), DType::kF32, {1, kVocab}));
+  const kc::TokenDistribution d = kc::sampling_distribution(raw, p.temperature, p.top_k, p.top_p, p.min_p);
+  SampleRowsInput in;
+  for (int64_t j = 0; j < n; ++j) {
+    p.seed = 0xB0DE0000ull + static_cast<uint64_t>(j) % 5;
+    p.step = static_cast<uint64_t>(j) * 7 + 3;
+    in.rows.push_back(p);
+  }
+  const auto got = gpu.sample_rows(dev, in);
+  int64_t mismatches = 0, outside = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_EQ(got[j].error, kernels::kSampleOk) << name;
+    mismatches += got[j].token != d.draw(kc::counter_uniform(in.rows[j].seed, in.rows[j].step));
+    outside += d.prob_of(got[j].token) == 0.0;
+  }
+  EXPECT_EQ(outside, 0) << name << ": draws outside the CPU distribution's support";
+  EXPECT_LE(mismatches, max_mismatch) << name << ": seeded draws differing from the CPU sampler";
+  std::printf("[ sampling ] %-22s support %zu, %lld / %lld seeded draws differ from the CPU\n", name, d.ids.size(),
+              static_cast<long long>(mismatches), static_cast<long long>(n));
+  return d;
+}
+
+// Cut boundaries that land exactly on a tie group (weights exactly 1 or 0, so the CPU's double sums and the
+// device's fixed-point sums are both exact): the kept set must be the CPU's to the token.
+TEST_F(CudaSampling, CutBoundariesAndTiesMatchTheCpuExactly) {
+  std::vector<float> four(kVocab, -INFINITY);
+  for (int32_t id : {10, 20, 30, 40}) four[id] = 0.f;
+  struct PCase {
+    float top_p;
+    size_t support;
+  };
+  for (const PCase c : {PCase{0.25f, 1}, PCase{0.5f, 2}, PCase{0.75f, 3}, PCase{0.9f, 4}}) {
+    SampleRowParams p;
+    p.top_p = c.top_p;
+    const std::string name = "4 ties top_p " + std::to_string(c.top_p).substr(0, 4);
+    const auto d = expect_draws_match(*gpu_, four, p, 2000, 0, name.c_str());
+    EXPECT_EQ(d.ids.size(), c.support) << name;
+  }
+  // Top-k through a tie group: the lowest ids of the group fill k.
+  std::vector<float> ties = make_logits(77, 1.f);
+  for (int32_t id : {7, 300, 5000, 70000, 151000}) ties[id] = 9.f;
+  for (int32_t k : {3, 5, 6}) {
+    SampleRowParams p;
+    p.top_k = k;
+    const std::string name = "top_k " + std::to_string(k) + " through 5 ties";
+    const auto d = expect_draws_match(*gpu_, ties, p, 2000, 2, name.c_str());
+    EXPECT_EQ(d.ids.size(), static_cast<size_t>(k)) << name;
+  }
+  // A uniform row: every token a tie, the top-p cut inside the group (ids in order).
+  std::vector<float> flat(kVocab, 0.5f);
+  for (float top_p : {0.3f, 0.999f}) {
+    SampleRowParams p;
+    p.top_p = top_p;
+    const std::string name = "uniform top_p " + std::to_string(top_p).substr(0, 5);
+    expect_draws_match(*gpu_, flat, p, 2000, 2, name.c_str());
+  }
+  // +inf logits share the mass alone; top-p halves them.
+  std::vector<float> inf_row = make_logits(78, 1.f);
+  inf_row[123] = inf_row[4567] = INFINITY;
+  {
+    SampleRowParams p;
+    p.top_p = 0.5f;
+    const auto d = expect_draws_match(*gpu_, inf_row, p, 500, 0, "+inf ties top_p 0.5");
+    EXPECT_EQ(d.ids, std::vector<int32_t>{123});
+  }
+  // bf16-like logits (multiples of 1/8: thousands of ties per value) through every filter at once.
+  std::vector<float> coarse = make_logits(79, 2.f);
+  for (float& x : coarse) x = std::round(x * 8.f) / 8.f;
+  {
+    SampleRowParams p;
+    p.temperature = 0.9f;
+    p.top_k = 2000;
+    p.top_p = 0.8f;
+    p.min_p = 0.001f;
+    expect_draws_match(*gpu_, coarse, p, 4000, 4, "coarse k2000 p0.8 min_p");
+  }
+}
+
+// A row's seeded token does not depend on what else is in the batch or where the row sits in it.
+TEST_F(CudaSampling, SameSeededTokensAcrossBatchCompositions) {
+  const int64_t R = 3;
+  std::vector<float> raw(R * kVocab);
+  for (int64_t r = 0; r < R; ++r) {
+    auto l = make_logits(200 + static_cast<uint32_t>(r), 1.f + static_cast<float>(r));
+    std::copy(l.begin(), l.end(), raw.begin() + r * kVocab);
+  }
+  Tensor dev = gpu_->upload(Tensor::view_of(raw.data(), DType::kF32, {R, kVocab}));
+  SampleRowParams probe;
+  probe.logit_row = 1;
+  probe.temperature = 0.8f;
+  probe.top_p = 0.9f;
+  probe.top_k = 500;
+  int64_t differ = 0;
+  for (uint64_t step = 0; step < 40; ++step) {
+    probe.seed = 1234 + step % 3;
+    probe.step = step;
+    SampleRowsInput alone;
+    alone.rows = {probe};
+    SampleRowsInput mixed;
+    for (int64_t j = 0; j < 64; ++j) {
+      SampleRowParams o;
+      o.logit_row = static_cast<int32_t>((j + step) % R);
+      o.temperature = j % 4 == 0 ? 0.f : 1.2f;
+      o.top_k = j % 3 == 0 ? 20 : 0;
+      o.top_p = j % 5 == 0 ? 0.7f : 1.f;
+      o.n_top = j % 7 == 0 ? 3 : -1;
+      o.seed = j;
+      o.step = step;
+      mixed.rows.push_back(o);
+    }
+    const int64_t at = static_cast<int64_t>(step * 13 % 64);
+    mixed.rows[at] = probe;
+    const auto a = gpu_->sample_rows(dev, alone);
+    const auto b = gpu_->sample_rows(dev, mixed);
+    differ += a[0].token != b[at].token;
+  }
+  EXPECT_EQ(differ, 0) << "seeded tokens changed with the batch composition";
+  std::printf("[ sampling ] batch composition: %lld / 40 seeded tokens differ\n", static_cast<long long>(differ));
 }
 
 TEST_F(CudaSampling, GreedyLogprobsAndTopLogprobsMatchTheCpu) {

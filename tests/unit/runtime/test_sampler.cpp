@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
+#include <tuple>
 
 #include "runtime/sampler.h"
 
@@ -167,6 +169,44 @@ TEST(Sampler, NanLogitsAreAnErrorNamingTheToken) {
     auto r = sample_token(l, p, 0, 0, {});
     ASSERT_FALSE(r.is_ok()) << "temperature " << t;
     EXPECT_NE(r.status().to_string().find("NaN logit (token id 2"), std::string::npos) << r.status().to_string();
+  }
+}
+
+
+// The engine's incremental penalty entries (PenaltyTokens, caught up token by token as a request generates)
+// are the set append_row_processing rebuilds from the whole context, for every penalty combination.
+TEST(Sampler, IncrementalPenaltyTokensEqualTheRebuiltSet) {
+  std::mt19937 rng(5);
+  struct Combo {
+    float repetition, presence, frequency;
+  };
+  for (const Combo c : {Combo{1.1f, 0.f, 0.f}, Combo{1.f, 0.5f, 0.f}, Combo{1.f, 0.f, 0.3f}, Combo{1.2f, 0.4f, 0.2f}}) {
+    SamplingParams p;
+    p.repetition_penalty = c.repetition;
+    p.presence_penalty = c.presence;
+    p.frequency_penalty = c.frequency;
+    p.logit_bias = {{3, 1.5f}, {9, -2.f}};
+    std::vector<int32_t> tokens(300);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % 97);  // repeats within prompt and output
+    const int32_t prompt_len = 200;
+    PenaltyTokens seen;
+    for (size_t n = prompt_len; n <= tokens.size(); n += 1 + rng() % 7) {  // steps that emit 1..7 tokens
+      const std::span<const int32_t> now(tokens.data(), n);
+      seen.sync(now, prompt_len, p.repetition_penalty != 1.f);
+      kernels::SampleRowsInput want_in, got_in;
+      kernels::SampleRowParams want_row, got_row;
+      append_row_processing(p, TokenContext{now.first(prompt_len), now.subspan(prompt_len)}, &want_row, &want_in);
+      append_row_processing(p, seen, &got_row, &got_in);
+      auto key = [](const kernels::SamplePenaltyToken& e) { return std::tuple(e.token, e.output_count, e.in_prompt); };
+      std::vector<std::tuple<int32_t, int32_t, int32_t>> want, got;
+      for (const auto& e : want_in.penalties) want.push_back(key(e));
+      for (const auto& e : got_in.penalties) got.push_back(key(e));
+      std::sort(got.begin(), got.end());
+      ASSERT_EQ(got, want) << "after " << n << " tokens, repetition " << c.repetition;
+      EXPECT_EQ(got_row.penalty_count, want_row.penalty_count);
+      EXPECT_EQ(got_row.bias_count, 2);
+      ASSERT_EQ(got_in.biases.size(), want_in.biases.size());
+    }
   }
 }
 

@@ -1,17 +1,18 @@
 // The sampling kernel: one 512-thread block per sampled row, every pass a coalesced sweep of the row.
 //   1. checks (first NaN id, any token allowed) and the argmax (ties: lowest id) of the processed row;
-//   2. sampled rows: the top-k pivot (bisection on order-preserving keys: the largest key with >= k tokens
-//      at or above it; ties at the pivot taken in id order), the top-p pivot the same way on the double
-//      weights e = exp((l - max) / T) of the top-k candidates, min-p on e, then the draw: the first kept id
-//      whose id-ordered cumulative probability exceeds counter_uniform(seed, step) (as the CPU's draw);
+//   2. sampled rows: the top-k pivot (threshold_select.cuh: the largest key with >= k tokens at or above it;
+//      ties at the pivot taken in id order), the top-p pivot the same way on the fixed-point weights of the
+//      top-k candidates, min-p on e, then the draw: the first kept id whose id-ordered cumulative weight
+//      exceeds counter_uniform(seed, step) * total (the CPU's draw);
 //   3. logprobs of the RAW row: log-softmax at the token and the top-n (ties: lower id first).
-// Cost: ~35 sweeps of the row for top-k + top-p rows (L2-resident), ~5 without them.
-#include <cfloat>
+// Cost: ~6 sweeps of the row per select (level-0 buckets + 4 radix digits + ties), 2 for the draw, 1 for
+// the checks; only the level-0 and draw sweeps compute an exp per token.
 #include <cstdint>
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/sampling/block_reduce.cuh"
 #include "kernels/cuda/sampling/sample_rows.h"
+#include "kernels/cuda/sampling/threshold_select.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -19,15 +20,6 @@ namespace {
 using namespace sampling;
 constexpr int kThreads = 512;
 
-// Order-preserving key of a non-NaN float (-0 and +0 share one key: they compare equal).
-__device__ __forceinline__ uint32_t order_key(float l) {
-  if (l == 0.f) l = 0.f;
-  const uint32_t b = __float_as_uint(l);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 // Total order of the sampler (larger logit first, then lower id) as one u64: larger = earlier.
 __device__ __forceinline__ uint64_t rank_of(float l, int64_t i) {
   return (static_cast<uint64_t>(order_key(l)) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
@@ -44,26 +36,6 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 __device__ __forceinline__ double counter_uniform(uint64_t seed, uint64_t counter) {
   const uint64_t r = mix64(mix64(seed) ^ (counter * 0xd1b54a32d192ed03ull));
   return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);
-}
-
-// The largest key tau with measure(tau) >= need, given measure(0) >= need and measure(2^32) = 0 < need
-// (measure non-increasing in tau). *above = measure(tau + 1).
-template <class M>
-__device__ uint32_t bisect_key(M measure, double need, double* above) {
-  uint64_t lo = 0, hi = 1ull << 32;
-  double at_hi = 0;
-  while (hi - lo > 1) {
-    const uint64_t mid = (lo + hi) / 2;
-    const double m = measure(static_cast<uint32_t>(mid));
-    if (m >= need) {
-      lo = mid;
-    } else {
-      hi = mid;
-      at_hi = m;
-    }
-  }
-  *above = at_hi;
-  return static_cast<uint32_t>(lo);
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(DeviceSampleArgs a) {
@@ -104,92 +76,73 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(DeviceSampleArgs 
 
   // 2. sampled rows.
   if (!(p.temperature < kGreedyTemperature)) {
-    const float mx = row[token];
-    const bool inf_max = isinf(mx) && mx > 0;
-    const double T = p.temperature, mxd = mx;
-    auto weight = [&](float l) -> double {
-      return inf_max ? (l == mx ? 1.0 : 0.0) : exp((static_cast<double>(l) - mxd) / T);
-    };
+    __shared__ uint64_t hist[kBuckets];
+    const RowView r = make_row_view(row, V, row[token], p.temperature);
     // Top-k candidates: key > tk, or key == tk and id <= pk.
     const bool use_top_k = p.top_k > 0 && p.top_k < V;
     uint32_t tk = 0;
     int64_t pk = V;
     if (use_top_k) {
-      double above = 0;
-      tk = bisect_key(
-          [&](uint32_t tau) {
-            double c = 0;
-            for (int64_t i = threadIdx.x; i < V; i += kThreads) c += order_key(row[i]) >= tau ? 1.0 : 0.0;
-            return block_sum<kThreads>(c);
-          },
-          static_cast<double>(p.top_k), &above);
-      const double need_ties = p.top_k - above;  // >= 1
-      pk = find_prefix_crossing<kThreads>(V, need_ties - 0.5, [&](int64_t i) {
-        return order_key(row[i]) == tk ? 1.0 : 0.0;
-      });
+      uint64_t above = 0, total = 0, ties = 0;
+      const uint64_t k = static_cast<uint64_t>(p.top_k);
+      tk = select_pivot<kThreads>(
+          r, hist, [](int64_t, uint32_t) { return true; }, [](float) { return uint64_t{1}; },
+          [&](uint64_t) { return k; }, &above, &total);
+      const uint64_t need_ties = k > above ? k - above : 1;
+      pk = find_prefix_crossing_u64<kThreads>(
+          V, [&](uint64_t) { return need_ties - 1; },
+          [&](int64_t i) { return order_key(row[i]) == tk ? uint64_t{1} : uint64_t{0}; }, &ties);
     }
     auto in_cand = [&](int64_t i, uint32_t k) { return !use_top_k || k > tk || (k == tk && i <= pk); };
-    double total = 0;
-    for (int64_t i = threadIdx.x; i < V; i += kThreads) {
-      const float l = row[i];
-      if (in_cand(i, order_key(l))) total += weight(l);
-    }
-    total = block_sum<kThreads>(total);
     // Top-p: the smallest prefix (in the candidates' order) whose mass reaches top_p * total.
     const bool use_top_p = p.top_p < 1.f;
     uint32_t tp = 0;
     int64_t pp = V;
     if (use_top_p) {
-      const double target = p.top_p * total;
-      double above = 0;
-      tp = bisect_key(
-          [&](uint32_t tau) {
-            double m = 0;
-            for (int64_t i = threadIdx.x; i < V; i += kThreads) {
-              const float l = row[i];
-              const uint32_t k = order_key(l);
-              if (k >= tau && in_cand(i, k)) m += weight(l);
-            }
-            return block_sum<kThreads>(m);
+      const double top_p = p.top_p;
+      auto target_of = [top_p](uint64_t total) {
+        const double t = ceil(top_p * static_cast<double>(total));
+        const uint64_t u = t < 1 ? 1 : static_cast<uint64_t>(t);
+        return u < total ? u : total;
+      };
+      uint64_t above = 0, total = 0, ties = 0;
+      tp = select_pivot<kThreads>(
+          r, hist, in_cand, [&](float l) { return weight_fixed(r, l); }, target_of, &above, &total);
+      const uint64_t target = target_of(total), w_tp = weight_fixed(r, key_value(tp));
+      uint64_t need_ties = w_tp > 0 && target > above ? (target - above + w_tp - 1) / w_tp : 1;
+      need_ties = need_ties < 1 ? 1 : need_ties;
+      pp = find_prefix_crossing_u64<kThreads>(
+          V, [&](uint64_t n_ties) { return (need_ties < n_ties ? need_ties : n_ties) - 1; },
+          [&](int64_t i) {
+            const uint32_t k = order_key(row[i]);
+            return k == tp && in_cand(i, k) ? uint64_t{1} : uint64_t{0};
           },
-          target > 0 ? target : DBL_MIN, &above);
-      double ties = 0;
-      for (int64_t i = threadIdx.x; i < V; i += kThreads) {
-        const uint32_t k = order_key(row[i]);
-        ties += k == tp && in_cand(i, k) ? 1.0 : 0.0;
-      }
-      ties = block_sum<kThreads>(ties);
-      double need_ties = ceil((target - above) / weight(key_value(tp)));
-      need_ties = need_ties < 1 ? 1 : (need_ties > ties ? ties : need_ties);
-      pp = find_prefix_crossing<kThreads>(V, need_ties - 0.5, [&](int64_t i) {
-        const uint32_t k = order_key(row[i]);
-        return k == tp && in_cand(i, k) ? 1.0 : 0.0;
-      });
+          &ties);
     }
-    const double min_p = p.min_p;
-    auto kept_weight = [&](int64_t i) -> double {
+    const float min_p = p.min_p;
+    auto kept_weight = [&](int64_t i) -> uint64_t {
       const float l = row[i];
       const uint32_t k = order_key(l);
-      if (!in_cand(i, k)) return 0.0;
-      if (use_top_p && !(k > tp || (k == tp && i <= pp))) return 0.0;
-      const double e = weight(l);
-      if (min_p > 0 && e < min_p) return 0.0;
-      return e;
+      if (!in_cand(i, k)) return 0;
+      if (use_top_p && !(k > tp || (k == tp && i <= pp))) return 0;
+      const float e = weight_f(r, l);
+      if (min_p > 0 && e < min_p) return 0;
+      return to_fixed(r, e);
     };
-    double kept_total = 0;
-    int64_t last_kept = -1;
-    for (int64_t i = threadIdx.x; i < V; i += kThreads) {
-      const double e = kept_weight(i);
-      kept_total += e;
-      if (e > 0) last_kept = i;
-    }
-    kept_total = block_sum<kThreads>(kept_total);
-    last_kept = -block_min_i64<kThreads>(-last_kept);
+    // The draw: the first kept id whose running weight exceeds u * total; u * total rounding up to the total
+    // gives the last kept id, as the CPU's draw.
     const double u = counter_uniform(p.seed, p.step);
-    const int64_t hit = find_prefix_crossing<kThreads>(V, u, [&](int64_t i) { return kept_weight(i) / kept_total; });
-    // No crossing: u at the very top of the range (rounding): the last kept id, as the CPU's draw.
-    if (hit >= 0) token = hit;
-    else if (last_kept >= 0) token = last_kept;
+    uint64_t kept_total = 0;
+    const int64_t hit = find_prefix_crossing_u64<kThreads>(
+        V,
+        [u](uint64_t total) -> uint64_t {
+          if (total == 0) return 0;
+          const double x = u * static_cast<double>(total);
+          const uint64_t t = x < static_cast<double>(total) ? static_cast<uint64_t>(x) : total - 1;
+          return t < total - 1 ? t : total - 1;
+        },
+        kept_weight, &kept_total);
+    if (hit >= 0) token = hit;  // none: nothing kept (cannot happen: the argmax always is): the argmax
   }
 
   // 3. raw logprobs.
