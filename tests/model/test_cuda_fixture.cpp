@@ -100,7 +100,8 @@ TEST_P(CudaFixture, GreedyWithinBf16Margin) {
   EXPECT_EQ(unexplained, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixture, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixture, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b",
+                                                                "glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"));
 
 }  // namespace
 }  // namespace mxserve
