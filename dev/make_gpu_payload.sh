@@ -20,6 +20,7 @@ cp "$SRC/dev/gpu_check.sh" "$DEST/"
 mkdir -p "$DEST/gpu" && cp "$SRC"/dev/gpu/*.sh "$DEST/gpu/"
 mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
+cp "$SRC"/tests/data/configs/GLM-5.2.json "$DEST/configs/glm52.json"
 mkdir -p "$DEST/configs/moe" && cp "$SRC"/configs/moe/*.json "$DEST/configs/moe/"
 LIBS=$(mktemp -d)
 # Debian libraries the GPU image may lack (BLAS for the CPU reference, ICU + PCRE2 for the tokenizer).

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 16, CUDA: the MLA + DSA ops against the CPU reference (test_cuda_mla_dsa), the glm_moe_dsa fixtures
 # on CUDA (test_cuda_fixture + verify-fixture --backend cuda), a short greedy generate on CUDA and CPU (same
-# ids expected unless a logged bf16 flip), and the op tests under compute-sanitizer memcheck when present.
+# ids expected unless a logged bf16 flip), GLM-5.2 shapes end to end (synthetic, 4 layers) and the op tests under
+# compute-sanitizer memcheck when present.
 # Run by run_all.sh (needs its LD_LIBRARY_PATH and MXSERVE_FIXTURE_ROOT).
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -22,6 +23,15 @@ for v in a b; do
     echo "generate $v $be: $(timeout 60 "$P/bin/mxserve" generate --model "$f" --backend $be --ids 1,2,3,4,5,6,7,8,9 \
       --max-tokens 24 --ignore-eos 2>&1 | tail -3 | tr '\n' ' ')"
   done
+done
+# GLM-5.2 shapes end to end (synthetic weights, 4 layers, MXFP4 experts): 64 heads, kv_lora 512, indexer 32 x 128,
+# index_topk 2048 below a 3000-token prompt, so prefill and decode both take the sparse path. Throughput only.
+for b in 1 4; do
+  timeout 150 "$P/bin/mxserve" generate --config "$P/configs/glm52.json" --synthetic-weights --num-layers 4 \
+    --quantization mxfp4 --backend cuda --prompt-len 3000 --batch $b --max-tokens 32 --ignore-eos \
+    > "$OUT/mla_dsa_glm52_b$b.log" 2>&1
+  rc=$?; echo "GLM-5.2 synthetic 4 layers, prompt 3000, batch $b: rc=$rc"; [ $rc = 0 ] || RC=$rc
+  grep -vE "^\[I " "$OUT/mla_dsa_glm52_b$b.log" | tail -4
 done
 if command -v compute-sanitizer > /dev/null; then
   timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$P/bin/test_cuda_mla_dsa" --gtest_color=no \
