@@ -3,7 +3,8 @@
 // LayerNorm with bias, GPT-J interleaved RoPE, column copy and cache write (exact), the DSA indexer's
 // top-k and absorbed MLA attention (dense and sparse), on one token, ragged batches, sequences straddling
 // KV blocks (shuffled block tables), contexts far above index_topk, exact score ties and speculative-tree
-// rows. CUDA outputs start as NaN (or a sentinel), so an unwritten element fails.
+// rows, and the narrow linear of the indexer weights. CUDA outputs start as NaN (or a sentinel), so an unwritten
+// element fails.
 // Tolerances: copies exact; row ops and attention kTolBf16Out (4e-3 rel L2: fp32 math both sides, the
 // CUDA output rounded to bf16 once). The indexer's selection is checked as a set: every CUDA row must be
 // a valid top-k of the exact (fp64) scores up to kScoreSlack of the row's score scale (a near-tie may go
@@ -369,7 +370,9 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
                 c.what, static_cast<long long>(T), rows_differ, bad_format, not_topk, pass ? "PASS" : "FAIL");
     EXPECT_EQ(bad_format, 0);
     EXPECT_EQ(not_topk, 0);
-    if (c.equal_keys) EXPECT_EQ(rows_differ, 0) << "exact ties must go to the lower KV index";
+    if (c.equal_keys) {
+      EXPECT_EQ(rows_differ, 0) << "exact ties must go to the lower KV index";
+    }
   }
 }
 
@@ -437,6 +440,21 @@ TEST_F(CudaMlaDsa, MlaAttention) {
     Tensor out = poison({T, NH * c.v});
     gops_->mla_attention(gpu_bf16(q), gpu_bf16(cache), gpu_bf16(kv_b), c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
     EXPECT_CLOSE(host(out), ref, kTolBf16Out, c.what);
+  }
+}
+
+// The indexer's weights_proj is a linear with index_n_heads outputs (2 / 4 in the fixtures, 32 in GLM-5.x):
+// output rows narrower than 16 bytes, which no other model's linear produces. Last in this file: a cuBLASLt
+// refusal aborts the binary.
+TEST_F(CudaMlaDsa, LinearNarrowOutputs) {
+  for (const int64_t n : {2, 4, 32}) {
+    const int64_t m = 13, k = 64;
+    Tensor x = rand({m, k}), w = rand({n, k});
+    Tensor ref = cpu_->alloc(DType::kF32, {m, n});
+    cpu_->linear(cpu(x), cpu(w), nullptr, ref);
+    Tensor out = poison({m, n});
+    gpu_->linear(gpu_bf16(x), gpu_bf16(w), nullptr, out);
+    EXPECT_CLOSE(host(out), ref, kTolBf16Out, ("linear [13, 64] x [" + std::to_string(n) + ", 64]^T").c_str());
   }
 }
 
