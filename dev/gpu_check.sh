@@ -32,8 +32,6 @@ RC_FIX=$?
 : > "$OUT/verify.log"
 RC_VER=0
 for f in "$P"/fixtures/*/; do
-  # glm_moe_dsa has no CUDA path yet (issue 16): the loader refuses it by name; not a failure of this suite.
-  case $f in *glm_moe_dsa*) echo "$f: skipped (glm_moe_dsa is CPU-only so far)" >> "$OUT/verify.log"; continue ;; esac
   timeout 60 "$P/bin/mxserve" verify-fixture "$f" --backend cuda --max-rel-l2 2e-2 >> "$OUT/verify.log" 2>&1 || RC_VER=$?
 done
 timeout 120 "$P/bin/test_cuda_engine" --gtest_color=no > "$OUT/engine_tests.log" 2>&1

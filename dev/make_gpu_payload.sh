@@ -9,7 +9,8 @@ rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/fixtures"
 cp "$BUILD/mxserve" "$BUILD/tests/ops/test_cuda_ops" "$BUILD/tests/model/test_cuda_fixture" \
    "$BUILD/tests/model/test_cuda_engine" "$BUILD/tests/model/test_cuda_synthetic" \
    "$BUILD/tests/ops/bench_cuda_kernels" "$BUILD/tests/ops/test_cuda_moe_mxfp4" \
-   "$BUILD/tests/model/test_cuda_mxfp4_moe" "$BUILD/tests/ops/test_cuda_kv_fp8" "$DEST/bin/"
+   "$BUILD/tests/model/test_cuda_mxfp4_moe" "$BUILD/tests/ops/test_cuda_kv_fp8" \
+   "$BUILD/tests/ops/test_cuda_mla_dsa" "$DEST/bin/"
 # The decode-path GPU tests (dev/gpu/new_tests.sh): CUDA graphs on/off, the device sampler and its benchmark.
 cp "$BUILD/tests/model/test_cuda_graphs" "$BUILD/tests/ops/test_cuda_sampling" "$BUILD/tests/ops/bench_cuda_sampling" \
    "$DEST/bin/"
@@ -27,6 +28,7 @@ cp "$SRC/dev/gpu_check.sh" "$DEST/"
 mkdir -p "$DEST/gpu" && cp "$SRC"/dev/gpu/*.sh "$DEST/gpu/"
 mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
+cp "$SRC"/tests/data/configs/GLM-5.2.json "$DEST/configs/glm52.json"
 mkdir -p "$DEST/configs/moe" && cp "$SRC"/configs/moe/*.json "$DEST/configs/moe/"
 LIBS=$(mktemp -d)
 # Debian libraries the GPU image may lack (BLAS for the CPU reference, ICU + PCRE2 for the tokenizer).

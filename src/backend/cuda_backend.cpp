@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda_mla_dsa_ops.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/numeric.h"
@@ -94,7 +95,7 @@ class CudaGraph final : public DeviceGraph {
   std::shared_ptr<kc::PrivatePool> pool_;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA / DSA ops
  public:
   explicit CudaBackend(int device) : device_(device) {
     MX_CUDA_CHECK(cudaSetDevice(device_));
@@ -102,6 +103,7 @@ class CudaBackend final : public Backend {
     MX_CUDA_CHECK(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, device_));
     pool_ = kc::CachingAllocator::create(device_);
     gemm_ = std::make_unique<kc::LtGemm>(stream_);
+    init_mla_dsa(this, stream_);
     cudaDeviceProp prop{};
     MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     gpu_name_ = prop.name;

@@ -1,5 +1,5 @@
 // MlaDsaOps: the backend ops of MLA + DeepSeek sparse attention (glm_moe_dsa / GLM-5.x), an optional
-// capability a Backend implements alongside its op table (the CPU reference does; CUDA does not yet).
+// capability a Backend implements alongside its op table (the CPU reference and CUDA, backend/cuda_mla_dsa_ops.h).
 // mla_dsa_ops(be) is null on a backend without them, and the architecture then refuses to load with an
 // error naming the backend -- never a fallback. Kept out of backend.h so adding these ops does not rebuild
 // every file that includes the op table; the shapes and semantics are those of kernels/mla_params.h.

@@ -247,7 +247,7 @@ Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, Weig
   backend::MlaDsaOps* ops = backend::mla_dsa_ops(be);
   if (ops == nullptr)
     return unsupported(cfg.source + ": glm_moe_dsa (MLA + DSA attention) is not implemented on the " + be.name() +
-                       " backend yet; use --backend cpu");
+                       " backend yet; use --backend cpu or cuda");
   const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
   if (static_cast<int64_t>(d.full_indexer.size()) < cfg.n_layers)
     return invalid_argument(cfg.source + ": indexer_types covers " + std::to_string(d.full_indexer.size()) +

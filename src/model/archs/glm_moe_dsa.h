@@ -1,6 +1,6 @@
 // glm_moe_dsa (GLM-5 / 5.1 / 5.2, GlmMoeDsaForCausalLM): the registered architecture (model/registry.h).
 // MLA + DSA attention (model/layers/mla_attention.h), the glm4_moe MoE blocks, an MTP layer with its own
-// full indexer. Runs on backends with the MLA / DSA ops (backend/mla_dsa_ops.h: the CPU reference).
+// full indexer. Runs on backends with the MLA / DSA ops (backend/mla_dsa_ops.h: the CPU reference and CUDA).
 #pragma once
 
 #include <vector>

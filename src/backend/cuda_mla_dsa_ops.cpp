@@ -1,0 +1,146 @@
+// CudaMlaDsaOps: entry checks and launches of the MLA / DSA ops on CUDA (see cuda_mla_dsa_ops.h). Each op
+// refuses, naming itself and the tensors, anything the kernels do not implement (a non-bf16 tensor, a
+// latent rank above kMlaMaxLatent, an indexer shape whose score tile exceeds 48 KiB of shared memory) --
+// no fallback to another backend.
+#include "backend/cuda_mla_dsa_ops.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/cuda/attention/mla_dsa.h"
+
+namespace mxserve::backend {
+namespace {
+
+namespace kc = kernels::cuda;
+
+void expect(const Tensor& t, DType dt, const char* op, const char* what) {
+  MX_CHECK_MSG(t.dtype() == dt, "cuda " << op << ": " << what << " is " << t.describe() << ", expected "
+                                        << dtype_name(dt) << " (not implemented on the CUDA backend)");
+  MX_CHECK_MSG(t.device().type == DeviceType::kCUDA || t.numel() == 0,
+               "cuda " << op << ": " << what << " is on " << t.device().to_string());
+  MX_CHECK_MSG(t.is_contiguous(), "cuda " << op << ": " << what << " is not contiguous");
+}
+
+void expect_meta(const AttentionMeta& meta, const char* op) {
+  for (const Tensor* t : {&meta.token_seq, &meta.kv_index, &meta.block_tables})
+    expect(*t, DType::kI32, op, "attention metadata");
+  MX_CHECK_MSG(meta.token_seq.numel() == meta.params.n_tokens && meta.kv_index.numel() == meta.params.n_tokens,
+               "cuda " << op << ": metadata for " << meta.params.n_tokens << " tokens has token_seq "
+                       << meta.token_seq.describe() << ", kv_index " << meta.kv_index.describe());
+  if (meta.params.tree_mask != nullptr) {
+    expect(meta.tree_mask, DType::kI64, op, "tree_mask");
+    expect(meta.tree_base, DType::kI32, op, "tree_base");
+  }
+}
+
+// Bound on every token's kv_index + 1 (AttentionParams::max_kv_len, else the block table's capacity).
+int64_t max_context(const kernels::AttentionParams& ap) {
+  return ap.max_kv_len > 0 ? ap.max_kv_len : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
+}
+
+}  // namespace
+
+void CudaMlaDsaOps::layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& out) {
+  expect(x, DType::kBF16, "layernorm", "x");
+  expect(w, DType::kBF16, "layernorm", "w");
+  expect(b, DType::kBF16, "layernorm", "b");
+  expect(out, DType::kBF16, "layernorm", "out");
+  const int64_t cols = x.dim(x.ndim() - 1);
+  MX_CHECK_MSG(w.numel() == cols && b.numel() == cols && out.numel() == x.numel(),
+               "cuda layernorm: x " << x.describe() << ", w " << w.describe() << ", b " << b.describe() << ", out "
+                                    << out.describe());
+  kc::layernorm_bf16(x.raw(), w.raw(), b.raw(), out.raw(), x.numel() / cols, cols, eps, mla_stream_);
+}
+
+void CudaMlaDsaOps::rope_interleaved(Tensor& x, const Tensor& positions, const kernels::InterleavedRopeParams& p) {
+  expect(x, DType::kBF16, "rope_interleaved", "x");
+  expect(positions, DType::kI32, "rope_interleaved", "positions");
+  MX_CHECK_MSG(x.numel() == positions.numel() * p.n_heads * p.head_stride && p.rotary_dim % 2 == 0 &&
+                   p.rot_offset >= 0 && p.rot_offset + p.rotary_dim <= p.head_stride,
+               "cuda rope_interleaved: x " << x.describe() << " for " << positions.numel() << " tokens x " << p.n_heads
+                                           << " heads x " << p.head_stride << ", rotary dims [" << p.rot_offset
+                                           << ", +" << p.rotary_dim << ")");
+  kc::rope_interleaved_bf16(x.raw(), positions.data<int32_t>(), positions.numel(), p, mla_stream_);
+}
+
+void CudaMlaDsaOps::copy_columns(const Tensor& x, int64_t begin, int64_t end, Tensor& out) {
+  expect(x, DType::kBF16, "copy_columns", "x");
+  expect(out, DType::kBF16, "copy_columns", "out");
+  const int64_t rows = x.dim(0), cols = rows > 0 ? x.numel() / rows : 0;
+  MX_CHECK_MSG(0 <= begin && begin <= end && end <= cols && out.numel() == rows * (end - begin),
+               "cuda copy_columns: x " << x.describe() << " [" << begin << ", " << end << ") into " << out.describe());
+  kc::copy_columns_bf16(x.raw(), out.raw(), rows, cols, begin, end, mla_stream_);
+}
+
+void CudaMlaDsaOps::cache_write(const Tensor& rows, const AttentionMeta& meta, Tensor& cache, int64_t col_offset) {
+  expect(rows, DType::kBF16, "cache_write", "rows");
+  expect(cache, DType::kBF16, "cache_write", "cache");
+  expect(meta.slot_mapping, DType::kI32, "cache_write", "slot_mapping");
+  const int64_t n = meta.slot_mapping.numel(), width = rows.numel() / std::max<int64_t>(n, 1);
+  MX_CHECK_MSG(cache.ndim() == 2 && rows.numel() == n * width && col_offset >= 0 && col_offset + width <= cache.dim(1),
+               "cuda cache_write: rows " << rows.describe() << " at column " << col_offset << " of "
+                                         << cache.describe());
+  kc::cache_write_columns_bf16(rows.raw(), meta.slot_mapping.data<int32_t>(), cache.raw(), n, width, cache.dim(1),
+                               col_offset, mla_stream_);
+}
+
+void CudaMlaDsaOps::indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache,
+                                 const AttentionMeta& meta, const kernels::IndexerParams& p, Tensor& topk) {
+  expect(q, DType::kBF16, "indexer_topk", "q");
+  expect(weights, DType::kBF16, "indexer_topk", "weights");
+  expect(key_cache, DType::kBF16, "indexer_topk", "key_cache");
+  expect(topk, DType::kI32, "indexer_topk", "topk");
+  expect_meta(meta, "indexer_topk");
+  const int64_t T = meta.params.n_tokens;
+  MX_CHECK_MSG(q.numel() == T * p.n_heads * p.head_dim && weights.numel() == T * p.n_heads && key_cache.ndim() == 2 &&
+                   key_cache.dim(1) == p.head_dim && topk.numel() == T * p.top_k && p.top_k > 0,
+               "cuda indexer_topk: q " << q.describe() << ", weights " << weights.describe() << ", keys "
+                                       << key_cache.describe() << ", topk " << topk.describe() << " for " << T
+                                       << " tokens, " << p.n_heads << " heads x " << p.head_dim << ", top_k "
+                                       << p.top_k);
+  const size_t smem = kc::dsa_indexer_smem_bytes(p);
+  MX_CHECK_MSG(smem <= 48 * 1024, "cuda indexer_topk: " << p.n_heads << " index heads x head_dim " << p.head_dim
+                                                        << " need " << smem
+                                                        << " bytes of shared memory per score block (48 KiB "
+                                                           "implemented)");
+  if (T == 0) return;
+  const int64_t max_ctx = max_context(meta.params);
+  const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(T, max_ctx);
+  Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  kc::dsa_indexer_topk(q.raw(), weights.raw(), key_cache.raw(), meta.token_seq.data<int32_t>(),
+                       meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), topk.data<int32_t>(), p,
+                       meta.params, max_ctx, ws.raw(), ws_bytes, mla_stream_);
+}
+
+void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, const Tensor& kv_b, const Tensor* topk,
+                                  const AttentionMeta& meta, const kernels::MlaParams& p, Tensor& out) {
+  expect(q, DType::kBF16, "mla_attention", "q");
+  expect(latent_cache, DType::kBF16, "mla_attention", "latent_cache");
+  expect(kv_b, DType::kBF16, "mla_attention", "kv_b");
+  expect(out, DType::kBF16, "mla_attention", "out");
+  if (topk != nullptr) expect(*topk, DType::kI32, "mla_attention", "topk");
+  expect_meta(meta, "mla_attention");
+  const int64_t T = meta.params.n_tokens;
+  MX_CHECK_MSG(q.numel() == T * p.n_heads * (p.qk_nope_dim + p.qk_rope_dim) && latent_cache.ndim() == 2 &&
+                   latent_cache.dim(1) == p.kv_lora_rank + p.qk_rope_dim &&
+                   kv_b.numel() == static_cast<int64_t>(p.n_heads) * (p.qk_nope_dim + p.v_dim) * p.kv_lora_rank &&
+                   out.numel() == T * p.n_heads * p.v_dim &&
+                   (topk == nullptr || (topk->ndim() == 2 && topk->dim(0) == T)),
+               "cuda mla_attention: q " << q.describe() << ", cache " << latent_cache.describe() << ", kv_b "
+                                        << kv_b.describe() << ", out " << out.describe() << ", topk "
+                                        << (topk ? topk->describe() : std::string("none")));
+  MX_CHECK_MSG(p.kv_lora_rank > 0 && p.kv_lora_rank <= kc::kMlaMaxLatent && p.qk_nope_dim <= 1024,
+               "cuda mla_attention: kv_lora_rank " << p.kv_lora_rank << ", qk_nope_dim " << p.qk_nope_dim
+                                                   << " (kv_lora_rank <= " << kc::kMlaMaxLatent
+                                                   << " and qk_nope_dim <= 1024 implemented)");
+  if (T == 0) return;
+  const size_t ws_bytes = kc::mla_attention_workspace_bytes(T, p);
+  Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
+                         topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
+                         meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,
+                         mla_stream_);
+}
+
+}  // namespace mxserve::backend

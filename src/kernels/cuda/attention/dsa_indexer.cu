@@ -1,0 +1,198 @@
+// The DeepSeek sparse-attention indexer on CUDA (glm_moe_dsa): per query token t and visible key j,
+// score = sum_h w[t, h] * weight_scale * ReLU(q[t, h] . key[j] * score_scale) in fp32 (the CPU reference's
+// order of operations), then the exact top-k per token: ties to the lower KV index, the selection written
+// in ascending KV order, -1 padded; every visible key when there are at most top_k.
+// Two kernels per group of tokens: scores (one block per (token, 128 keys), the keys staged through shared
+// memory) into a u32 workspace of order-preserving score codes (0 = not visible), then one block per token
+// selects: a 4-pass 8-bit radix select finds the k-th largest code, an ordered block scan writes the set.
+// NOTE: correctness-first SIMT design (no tensor cores, no FP8); the workspace is one u32 per (token, key)
+// for at most kScoreBudget bytes of tokens at a time. Speed is later work.
+#include <algorithm>
+
+#include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/mla_visibility.cuh"
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/cuda_check.h"
+#include "core/check.h"
+
+namespace mxserve::kernels::cuda {
+namespace {
+
+constexpr int kIdxKeys = 128;       // keys (= threads) per score block
+constexpr int kSelThreads = 512;    // threads of the select block
+constexpr int64_t kScoreBudget = int64_t{256} << 20;
+
+__host__ __device__ inline size_t align16(size_t b) { return (b + 15) & ~size_t{15}; }
+
+// Monotone map float -> u32 (larger float, larger code); +-0 both map to 0x80000000. Finite floats map
+// above 0x007fffff, so 0 is free to mean "not visible".
+__device__ __forceinline__ uint32_t order_code(float f) {
+  if (f == 0.f) f = 0.f;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void dsa_scores_kernel(const bf16* __restrict__ q, const bf16* __restrict__ weights,
+                                  const bf16* __restrict__ key_cache, const int32_t* __restrict__ token_seq,
+                                  const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
+                                  uint32_t* __restrict__ codes, int64_t stride, int64_t t0, IndexerParams p,
+                                  AttentionParams ap) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int NH = p.n_heads, D = p.head_dim, pitch = D + 2;
+  bf16* q_s = reinterpret_cast<bf16*>(smem);
+  float* w_s = reinterpret_cast<float*>(smem + align16(static_cast<size_t>(NH) * D * 2));
+  bf16* k_s = reinterpret_cast<bf16*>(reinterpret_cast<unsigned char*>(w_s) + align16(static_cast<size_t>(NH) * 4));
+  const int64_t tl = blockIdx.y, t = t0 + tl;
+  const MlaVisibility vis = mla_visibility(kv_index, ap, t);
+  const int64_t n_ctx = vis.n_ctx < stride ? vis.n_ctx : stride;  // kv_index + 1 <= max_kv_len (AttentionParams)
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kIdxKeys;
+  if (j0 >= n_ctx) return;  // the whole block: the select kernel reads codes [0, n_ctx) only
+  const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
+  for (int i = threadIdx.x; i < NH * D; i += blockDim.x) q_s[i] = q[t * NH * D + i];
+  for (int i = threadIdx.x; i < NH; i += blockDim.x) w_s[i] = to_f32(weights[t * NH + i]) * p.weight_scale;
+  for (int i = threadIdx.x; i < kIdxKeys * D; i += blockDim.x) {
+    const int k = i / D, d = i % D;
+    const int64_t j = j0 + k;
+    if (j < n_ctx) k_s[k * pitch + d] = key_cache[mla_slot(table, j, ap.block_size) * D + d];
+  }
+  __syncthreads();
+  const int64_t j = j0 + threadIdx.x;
+  if (j >= n_ctx) return;
+  uint32_t code = 0;
+  if (vis(j)) {
+    const bf16* key = k_s + threadIdx.x * pitch;
+    float score = 0.f;
+    for (int h = 0; h < NH; ++h) {
+      const bf16* qh = q_s + h * D;
+      float dot = 0.f;
+      for (int d = 0; d < D; ++d) dot += to_f32(qh[d]) * to_f32(key[d]);
+      score += w_s[h] * fmaxf(dot * p.score_scale, 0.f);
+    }
+    code = order_code(score);
+  }
+  codes[tl * stride + j] = code;
+}
+
+__device__ __forceinline__ unsigned long long warp_inclusive_scan(unsigned long long v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  return v;
+}
+
+__global__ void dsa_select_kernel(const uint32_t* __restrict__ codes, int64_t stride, int64_t t0,
+                                  const int32_t* __restrict__ kv_index, int32_t* __restrict__ topk, int K) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix, s_krem;
+  __shared__ unsigned long long warp_tot[kSelThreads / 32];
+  __shared__ unsigned long long s_base;
+  __shared__ int s_visible;
+  const int64_t tl = blockIdx.x, t = t0 + tl;
+  const int64_t n_ctx = static_cast<int64_t>(kv_index[t]) + 1;
+  const int64_t n = n_ctx < stride ? n_ctx : stride;
+  const uint32_t* row = codes + tl * stride;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (tid == 0) {
+    s_visible = 0;
+    s_base = 0;
+  }
+  __syncthreads();
+  int visible = 0;
+  for (int64_t j = tid; j < n; j += blockDim.x) visible += row[j] != 0 ? 1 : 0;
+  for (int o = 16; o > 0; o >>= 1) visible += __shfl_xor_sync(0xffffffffu, visible, o);
+  if (lane == 0) atomicAdd(&s_visible, visible);
+  __syncthreads();
+  uint32_t thr = 0, allowed_ties = 0;  // at most K visible: every code > 0 (the visible keys)
+  if (s_visible > K) {
+    uint32_t prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
+      __syncthreads();
+      for (int64_t j = tid; j < n; j += blockDim.x) {
+        const uint32_t c = row[j];
+        if ((c & mask) == prefix) atomicAdd(&hist[(c >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        uint32_t krem = shift == 24 ? static_cast<uint32_t>(K) : s_krem, cum = 0;
+        for (int b = 255; b >= 0; --b) {
+          if (cum + hist[b] >= krem) {
+            s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+            s_krem = krem - cum;
+            break;
+          }
+          cum += hist[b];
+        }
+      }
+      __syncthreads();
+      prefix = s_prefix;
+      mask |= 255u << shift;
+    }
+    thr = prefix;
+    allowed_ties = s_krem;  // ties of the k-th code to keep, lowest KV index first
+  }
+  // Ordered compaction: selected before j = (codes > thr before j) + min(ties before j, allowed_ties).
+  int32_t* out = topk + t * K;
+  for (int64_t c0 = 0; c0 < n; c0 += blockDim.x) {
+    const int64_t j = c0 + tid;
+    const uint32_t c = j < n ? row[j] : 0;
+    const bool greater = c > thr, tie = thr != 0 && c == thr;
+    const unsigned long long mine = (static_cast<unsigned long long>(greater) << 32) | (tie ? 1ull : 0ull);
+    const unsigned long long incl = warp_inclusive_scan(mine);
+    if (lane == 31) warp_tot[warp] = incl;
+    __syncthreads();
+    unsigned long long before = s_base;
+    for (int w = 0; w < warp; ++w) before += warp_tot[w];
+    before += incl - mine;
+    const uint32_t g_before = static_cast<uint32_t>(before >> 32), e_before = static_cast<uint32_t>(before);
+    if (greater) out[g_before + min(e_before, allowed_ties)] = static_cast<int32_t>(j);
+    else if (tie && e_before < allowed_ties) out[g_before + e_before] = static_cast<int32_t>(j);
+    __syncthreads();
+    if (tid == blockDim.x - 1) s_base = before + mine;
+    __syncthreads();
+  }
+  const int selected = s_visible < K ? s_visible : K;
+  for (int i = selected + tid; i < K; i += blockDim.x) out[i] = -1;
+}
+
+}  // namespace
+
+size_t dsa_indexer_smem_bytes(const IndexerParams& p) {
+  return align16(static_cast<size_t>(p.n_heads) * p.head_dim * 2) + align16(static_cast<size_t>(p.n_heads) * 4) +
+         static_cast<size_t>(kIdxKeys) * (p.head_dim + 2) * 2;
+}
+
+size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx) {
+  const int64_t row = std::max<int64_t>(max_ctx, 1) * 4;
+  const int64_t group = std::max<int64_t>(1, std::min<int64_t>({n_tokens, kScoreBudget / row, 65535}));
+  return static_cast<size_t>(group * row);
+}
+
+void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
+                      const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
+                      const AttentionParams& ap, int64_t max_ctx, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  const int64_t T = ap.n_tokens;
+  if (T == 0) return;
+  const int64_t row = std::max<int64_t>(max_ctx, 1) * 4;
+  const int64_t group = std::min<int64_t>(static_cast<int64_t>(workspace_bytes) / row, 65535);
+  MX_CHECK_MSG(group >= 1, "dsa_indexer_topk: workspace " << workspace_bytes << " bytes < one row of " << row);
+  const size_t smem = dsa_indexer_smem_bytes(p);
+  auto* codes = static_cast<uint32_t*>(workspace);
+  for (int64_t t0 = 0; t0 < T; t0 += group) {
+    const int64_t tg = std::min(group, T - t0);
+    const dim3 grid(static_cast<unsigned>(ceil_div(max_ctx, kIdxKeys)), static_cast<unsigned>(tg));
+    dsa_scores_kernel<<<grid, kIdxKeys, smem, stream>>>(
+        static_cast<const bf16*>(q), static_cast<const bf16*>(weights), static_cast<const bf16*>(key_cache),
+        token_seq, kv_index, block_tables, codes, max_ctx, t0, p, ap);
+    MX_CUDA_CHECK_LAUNCH();
+    dsa_select_kernel<<<static_cast<unsigned>(tg), kSelThreads, 0, stream>>>(codes, max_ctx, t0, kv_index, topk,
+                                                                              p.top_k);
+    MX_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace mxserve::kernels::cuda

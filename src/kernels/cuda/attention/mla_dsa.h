@@ -1,0 +1,64 @@
+// Host launchers of the MLA + DeepSeek sparse attention kernels (glm_moe_dsa / GLM-5.x) on CUDA: the
+// row ops (LayerNorm with bias, GPT-J interleaved RoPE, column copy, column-offset cache write), the DSA
+// indexer (scores over causal keys, then an exact top-k per query) and absorbed MLA attention over the
+// paged latent cache. Semantics are those of the CPU reference (kernels/cpu/mla_dsa.cpp, params in
+// kernels/mla_params.h); bf16 storage, fp32 math. Launchers take raw device pointers, enqueue on `stream`
+// and never synchronize; shapes are checked by the backend (backend/cuda_mla_dsa_ops.cpp) at the op entry.
+// Invariant: a token t sees KV index j only when j <= kv_index[t] and its tree mask (if any) allows j; the
+// indexer and the attention apply that same rule (device helper in mla_visibility.cuh).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/mla_params.h"
+#include "kernels/op_params.h"
+
+namespace mxserve::kernels::cuda {
+
+// ---- attention/mla_rows.cu -----------------------------------------------------------------------
+// out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b   x, out bf16 [rows, cols] (out may alias x); w, b bf16.
+void layernorm_bf16(const void* x, const void* w, const void* b, void* out, int64_t rows, int64_t cols, float eps,
+                    cudaStream_t stream);
+// In place on x bf16 [n_tokens, n_heads * head_stride]: GPT-J pairs (2i, 2i+1) of [rot_offset, +rotary_dim).
+void rope_interleaved_bf16(void* x, const int32_t* positions, int64_t n_tokens, const InterleavedRopeParams& p,
+                           cudaStream_t stream);
+// out bf16 [rows, end - begin] = columns [begin, end) of x bf16 [rows, cols].
+void copy_columns_bf16(const void* x, void* out, int64_t rows, int64_t cols, int64_t begin, int64_t end,
+                       cudaStream_t stream);
+// rows bf16 [n_tokens, width] -> columns [col_offset, +width) of cache bf16 [n_slots, cache_width] at
+// slot_mapping[t]; a negative slot (a padding row) is skipped.
+void cache_write_columns_bf16(const void* rows, const int32_t* slot_mapping, void* cache, int64_t n_tokens,
+                              int64_t width, int64_t cache_width, int64_t col_offset, cudaStream_t stream);
+
+// ---- attention/dsa_indexer.cu --------------------------------------------------------------------
+// Shared memory (bytes) the score kernel needs for this shape; the backend refuses shapes above 48 KiB.
+size_t dsa_indexer_smem_bytes(const IndexerParams& p);
+// Workspace (bytes) dsa_indexer_topk needs for a batch whose keys per token are at most max_ctx.
+size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
+// q bf16 [T, n_heads * head_dim], weights bf16 [T, n_heads], key_cache bf16 [n_slots, head_dim]
+// -> topk i32 [T, top_k]: the selected KV indices ascending, -1 padded (all visible keys when at most
+// top_k); ties go to the lower KV index. ap: paging + tree rows (n_tokens, block_size, max_blocks_per_seq,
+// max_kv_len, tree_mask / tree_base); workspace of dsa_indexer_workspace_bytes(T, max_ctx).
+void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
+                      const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
+                      const AttentionParams& ap, int64_t max_ctx, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+
+// ---- attention/mla_attention.cu ------------------------------------------------------------------
+// Largest kv_lora_rank the attention kernel holds per lane (kv_lora_rank <= 32 * 16).
+constexpr int kMlaMaxLatent = 512;
+// Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32).
+size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p);
+// Absorbed MLA: q bf16 [T, n_heads * (nope + rope)] (roped), latent_cache bf16 [n_slots, kv_lora + rope],
+// kv_b bf16 [n_heads * (nope + v), kv_lora], topk i32 [T, topk_width] or null (every causal key)
+// -> out bf16 [T, n_heads * v]. q_abs = q_nope W_uk (fp32), softmax over the token's keys of
+// (q_abs . latent + q_rope . k_rope) * scale, latent-weighted sum, then W_uv.
+void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
+                        int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
+                        const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace mxserve::kernels::cuda

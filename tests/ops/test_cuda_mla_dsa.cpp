@@ -1,0 +1,462 @@
+// The CUDA MLA + DSA ops (backend/cuda_mla_dsa_ops.h) against the CPU reference backend on random
+// bf16-representable inputs (label gpu; skips with a clear message where no CUDA device is present):
+// LayerNorm with bias, GPT-J interleaved RoPE, column copy and cache write (exact), the DSA indexer's
+// top-k and absorbed MLA attention (dense and sparse), on one token, ragged batches, sequences straddling
+// KV blocks (shuffled block tables), contexts far above index_topk, exact score ties and speculative-tree
+// rows, and the narrow linear of the indexer weights. CUDA outputs start as NaN (or a sentinel), so an unwritten
+// element fails.
+// Tolerances: copies exact; row ops and attention kTolBf16Out (4e-3 rel L2: fp32 math both sides, the
+// CUDA output rounded to bf16 once). The indexer's selection is checked as a set: every CUDA row must be
+// a valid top-k of the exact (fp64) scores up to kScoreSlack of the row's score scale (a near-tie may go
+// either way between two fp32 summation orders), in the op's format (ascending, visible, -1 padded).
+// Every case prints one line with its numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "backend/backend.h"
+#include "backend/mla_dsa_ops.h"
+#include "core/numeric.h"
+#include "model/forward_batch.h"
+
+namespace mxserve {
+namespace {
+
+using backend::Backend;
+using backend::MlaDsaOps;
+
+constexpr double kTolBf16Out = 4e-3;
+constexpr double kScoreSlack = 1e-5;
+
+double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
+  EXPECT_EQ(got.numel(), ref.numel());
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = got.data<float>()[i], b = ref.data<float>()[i];
+    if (std::isnan(a) || std::isnan(b)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+    mx = std::max(mx, std::fabs(a - b));
+  }
+  *max_abs = mx;
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+#define EXPECT_CLOSE(got, ref, tol, what)                                                                 \
+  do {                                                                                                    \
+    double mx_ = 0;                                                                                       \
+    const double e_ = rel_l2(got, ref, &mx_);                                                             \
+    std::printf("[ err      ] %-22s %-48s rel_l2 %.3e max_abs %.3e (tol %.0e) %s\n",                      \
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), what, e_, mx_, tol,      \
+                e_ <= tol ? "PASS" : "FAIL");                                                             \
+    EXPECT_LE(e_, tol) << what;                                                                           \
+  } while (0)
+
+void expect_exact(const Tensor& got, const Tensor& ref, const char* what) {
+  ASSERT_EQ(got.nbytes(), ref.nbytes());
+  const bool same = std::memcmp(got.raw(), ref.raw(), ref.nbytes()) == 0;
+  std::printf("[ exact    ] %-48s %s\n", what, same ? "PASS" : "FAIL");
+  EXPECT_TRUE(same) << what;
+}
+
+struct SeqCase {
+  int32_t n_tokens, kv_len;
+};
+
+// A tree sequence: `ctx` committed tokens, then a root row at ctx - 1 and n_nodes tree rows at KV
+// indices ctx.. with random parents (AttentionParams::tree_mask).
+struct TreeCase {
+  int32_t ctx, n_nodes;
+};
+
+class CudaMlaDsa : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = backend::make_backend("cuda");
+    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
+    gpu_ = std::move(*r);
+    cpu_ = backend::make_cpu_backend();
+    gops_ = backend::mla_dsa_ops(*gpu_);
+    cops_ = backend::mla_dsa_ops(*cpu_);
+    ASSERT_NE(gops_, nullptr) << "the CUDA backend does not implement MlaDsaOps";
+    ASSERT_NE(cops_, nullptr);
+  }
+
+  Tensor rand(Shape s, float scale = 1.f, float offset = 0.f) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    Tensor t = Tensor::empty(DType::kF32, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_) + offset));
+    return t;
+  }
+  Tensor cpu(const Tensor& host) { return cpu_->upload(host); }
+  Tensor gpu_bf16(const Tensor& host_f32) {
+    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
+    gpu_->copy_weight(host_f32, d);
+    return d;
+  }
+  Tensor poison(Shape s) {
+    Tensor h = Tensor::empty(DType::kBF16, s);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
+    return gpu_->upload(h);
+  }
+  Tensor host(const Tensor& t) { return gpu_->to_host(t); }
+
+  // A batch of plain causal sequences and tree sequences over shuffled blocks of block_size bs.
+  model::ForwardBatch make_batch(const std::vector<SeqCase>& seqs, const std::vector<TreeCase>& trees, int64_t bs,
+                                 int64_t* n_blocks) {
+    model::ForwardBatch batch;
+    int64_t needed = 0;
+    for (const SeqCase& s : seqs) needed += (s.kv_len + bs - 1) / bs;
+    for (const TreeCase& t : trees) needed += (t.ctx + t.n_nodes + bs - 1) / bs;
+    *n_blocks = needed + 3;
+    std::vector<int32_t> perm(*n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    int64_t next = 0;
+    for (const SeqCase& s : seqs) {
+      model::SequenceSpan span;
+      span.token_begin = batch.n_tokens();
+      span.n_tokens = s.n_tokens;
+      span.kv_len = s.kv_len;
+      for (int64_t b = 0; b < (s.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next++]);
+      for (int32_t i = 0; i < s.n_tokens; ++i) {
+        batch.token_ids.push_back(0);
+        batch.positions.push_back(s.kv_len - s.n_tokens + i);
+      }
+      batch.seqs.push_back(span);
+    }
+    for (const TreeCase& t : trees) {
+      model::SequenceSpan span;
+      span.token_begin = batch.n_tokens();
+      span.tree_base = t.ctx;
+      span.kv_indices.push_back(t.ctx - 1);
+      span.tree_mask.push_back(0);
+      batch.positions.push_back(t.ctx - 1);
+      std::vector<uint64_t> anc;
+      for (int32_t i = 0; i < t.n_nodes; ++i) {
+        const int32_t parent = i == 0 ? -1 : std::uniform_int_distribution<int32_t>(-1, i - 1)(rng_);
+        anc.push_back((parent < 0 ? 0 : anc[parent]) | (uint64_t{1} << i));
+        span.kv_indices.push_back(t.ctx + i);
+        span.tree_mask.push_back(anc.back());
+        batch.positions.push_back(t.ctx + 1);
+      }
+      span.n_tokens = t.n_nodes + 1;
+      span.kv_len = t.ctx + t.n_nodes;
+      for (int64_t b = 0; b < (span.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next++]);
+      for (int32_t i = 0; i < span.n_tokens; ++i) batch.token_ids.push_back(0);
+      batch.seqs.push_back(span);
+    }
+    return batch;
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+  MlaDsaOps* gops_ = nullptr;
+  MlaDsaOps* cops_ = nullptr;
+  std::mt19937 rng_{20261202};
+};
+
+// Host view of the batch: per token, its KV indices in order of the cache, and the visibility rule.
+struct TokenView {
+  std::vector<int64_t> slot_of_kv;  // slot of KV index j of the token's sequence
+  int64_t kv_index;
+  int64_t tree_base;  // INT64_MAX: plain causal row
+  uint64_t tree_mask;
+  bool visible(int64_t j) const {
+    return j >= 0 && j <= kv_index && (j < tree_base || ((tree_mask >> (j - tree_base)) & 1u) != 0);
+  }
+};
+
+std::vector<TokenView> token_views(const model::ForwardBatch& batch, int64_t bs) {
+  std::vector<TokenView> v;
+  for (const auto& s : batch.seqs) {
+    std::vector<int64_t> slots(s.kv_len);
+    for (int64_t j = 0; j < s.kv_len; ++j) slots[j] = static_cast<int64_t>(s.block_table[j / bs]) * bs + j % bs;
+    for (int32_t i = 0; i < s.n_tokens; ++i) {
+      TokenView tv{slots, s.kv_index_of(i), INT64_MAX, 0};
+      if (!s.tree_mask.empty() && s.tree_mask[i] != 0) {
+        tv.tree_base = s.tree_base;
+        tv.tree_mask = s.tree_mask[i];
+      }
+      v.push_back(std::move(tv));
+    }
+  }
+  return v;
+}
+
+kernels::AttentionParams meta_shape(int64_t heads, int64_t width) {
+  kernels::AttentionParams a;
+  a.n_heads = static_cast<int32_t>(heads);
+  a.n_kv_heads = 1;
+  a.head_dim = static_cast<int32_t>(width);
+  return a;
+}
+
+// ---- row ops ---------------------------------------------------------------------------------------
+
+TEST_F(CudaMlaDsa, LayerNormWithBias) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {5, 24}, {33, 128}, {7, 1000}}) {
+    Tensor x = rand({rows, cols}, 2.f, 1.5f), w = rand({cols}), b = rand({cols}, 0.5f);
+    Tensor ref = cpu_->alloc(DType::kF32, {rows, cols});
+    cops_->layernorm(cpu(x), cpu(w), cpu(b), 1e-6f, ref);
+    Tensor gx = gpu_bf16(x), gw = gpu_bf16(w), gb = gpu_bf16(b), out = poison({rows, cols});
+    gops_->layernorm(gx, gw, gb, 1e-6f, out);
+    const std::string what = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+    EXPECT_CLOSE(host(out), ref, kTolBf16Out, what.c_str());
+    gops_->layernorm(gx, gw, gb, 1e-6f, gx);  // in place (the indexer key norm runs so)
+    EXPECT_CLOSE(host(gx), ref, kTolBf16Out, (what + " in place").c_str());
+  }
+}
+
+TEST_F(CudaMlaDsa, RopeInterleaved) {
+  struct Case {
+    int heads, stride, offset, rotary;
+    float theta;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {4, 24, 16, 8, 1e4f, "fixture a: q heads, rope after nope"},
+      {1, 8, 0, 8, 1e4f, "fixture a: shared k_rope"},
+      {2, 24, 0, 16, 1e4f, "fixture b: indexer heads, partial"},
+      {64, 256, 192, 64, 8e6f, "GLM-5.2 q heads"},
+      {32, 128, 0, 64, 8e6f, "GLM-5.2 indexer q"},
+  };
+  for (const Case& c : cases) {
+    const int64_t T = 37;
+    Tensor pos = Tensor::empty(DType::kI32, {T});
+    for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = t < 5 ? static_cast<int32_t>(t) : rng_() % 200000;
+    Tensor x = rand({T, int64_t{c.heads} * c.stride}, 2.f);
+    kernels::InterleavedRopeParams p{c.heads, c.stride, c.offset, c.rotary, c.theta};
+    Tensor ref = cpu(x);
+    cops_->rope_interleaved(ref, cpu(pos), p);
+    Tensor gx = gpu_bf16(x);
+    gops_->rope_interleaved(gx, gpu_->upload(pos), p);
+    Tensor got = host(gx);
+    EXPECT_CLOSE(got, ref, kTolBf16Out, c.what);
+    bool untouched = true;  // dims outside [offset, offset + rotary) are not modified at all
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t d = i % c.stride;
+      if (d < c.offset || d >= c.offset + c.rotary) untouched &= got.data<float>()[i] == x.data<float>()[i];
+    }
+    EXPECT_TRUE(untouched) << c.what << ": a dim outside the rotary range changed";
+  }
+}
+
+TEST_F(CudaMlaDsa, CopyColumnsAndCacheWriteExact) {
+  const int64_t bs = 16;
+  int64_t n_blocks = 0;
+  model::ForwardBatch batch = make_batch({{1, 1}, {5, 37}, {16, 16}, {3, 33}}, {}, bs, &n_blocks);
+  const int64_t T = batch.n_tokens(), L = 24, R = 16;
+  auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(1, L + R)).value();
+  auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, L + R)).value();
+  Tensor kv = rand({T, L + R}), cache = rand({n_blocks * bs, L + R});
+  Tensor clat = cpu_->alloc(DType::kF32, {T, L}), crope = cpu_->alloc(DType::kF32, {T, R});
+  cops_->copy_columns(cpu(kv), 0, L, clat);
+  cops_->copy_columns(cpu(kv), L, L + R, crope);
+  Tensor glat = poison({T, L}), grope = poison({T, R}), gkv = gpu_bf16(kv);
+  gops_->copy_columns(gkv, 0, L, glat);
+  gops_->copy_columns(gkv, L, L + R, grope);
+  expect_exact(host(glat), clat, "copy_columns [0, L)");
+  expect_exact(host(grope), crope, "copy_columns [L, L + R)");
+  Tensor ccache = cpu(cache), gcache = gpu_bf16(cache);
+  cops_->cache_write(clat, cmeta, ccache, 0);
+  cops_->cache_write(crope, cmeta, ccache, L);
+  gops_->cache_write(glat, gmeta, gcache, 0);
+  gops_->cache_write(grope, gmeta, gcache, L);
+  expect_exact(host(gcache), ccache, "cache_write at column offsets 0 and L");
+}
+
+// ---- the DSA indexer ---------------------------------------------------------------------------------
+
+struct IndexerCase {
+  int heads, dim, top_k;
+  std::vector<SeqCase> seqs;
+  std::vector<TreeCase> trees;
+  bool equal_keys;  // every cached key identical: all scores tie, the lowest KV indices must win
+  const char* what;
+};
+
+TEST_F(CudaMlaDsa, IndexerTopk) {
+  const std::vector<IndexerCase> cases = {
+      {4, 16, 6, {{1, 1}}, {}, false, "one token, context 1"},
+      {4, 16, 6, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, false, "fixture a shape, ragged, block edges"},
+      {2, 24, 4, {{9, 9}, {1, 5}, {2, 40}}, {}, false, "fixture b shape"},
+      {4, 16, 6, {{20, 20}}, {}, true, "all keys equal: ties to the lower index"},
+      {4, 16, 6, {{2, 30}}, {{40, 9}, {5, 3}}, false, "tree rows + a plain sequence"},
+      {32, 128, 64, {{1, 3000}, {20, 20}, {4, 300}}, {}, false, "GLM-5.2 heads, context >> top_k"},
+      {32, 128, 2048, {{1, 5000}, {1, 1500}, {3, 2050}}, {}, false, "top_k 2048: above and below"},
+      {8, 64, 16, {{1, 70000}}, {}, false, "one decode over 70k keys"},
+  };
+  const int64_t bs = 16;
+  for (const IndexerCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = make_batch(c.seqs, c.trees, bs, &n_blocks);
+    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+    const int64_t T = batch.n_tokens(), NH = c.heads, D = c.dim, K = c.top_k;
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(1, D)).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, D)).value();
+    Tensor q = rand({T, NH * D}), w = rand({T, NH}), keys = rand({n_blocks * bs, D});
+    if (c.equal_keys)
+      for (int64_t i = 0; i < keys.numel(); ++i) keys.data<float>()[i] = keys.data<float>()[i % D];
+    kernels::IndexerParams p;
+    p.n_heads = c.heads;
+    p.head_dim = c.dim;
+    p.top_k = c.top_k;
+    p.score_scale = 1.f / std::sqrt(static_cast<float>(D));
+    p.weight_scale = 1.f / std::sqrt(static_cast<float>(NH));
+    Tensor ref = cpu_->alloc(DType::kI32, {T, K});
+    cops_->indexer_topk(cpu(q), cpu(w), cpu(keys), cmeta, p, ref);
+    Tensor sentinel = Tensor::empty(DType::kI32, {T, K});
+    std::fill(sentinel.data<int32_t>(), sentinel.data<int32_t>() + T * K, -7);
+    Tensor gtopk = gpu_->upload(sentinel);
+    gops_->indexer_topk(gpu_bf16(q), gpu_bf16(w), gpu_bf16(keys), gmeta, p, gtopk);
+    Tensor got = host(gtopk);
+    const std::vector<TokenView> views = token_views(batch, bs);
+    int rows_differ = 0, bad_format = 0, not_topk = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const TokenView& v = views[t];
+      const int32_t* g = got.data<int32_t>() + t * K;
+      const int32_t* r = ref.data<int32_t>() + t * K;
+      rows_differ += std::memcmp(g, r, sizeof(int32_t) * K) != 0 ? 1 : 0;
+      // Exact fp64 scores of the visible keys.
+      std::vector<double> score(v.kv_index + 1, -INFINITY);
+      double scale = 0;
+      int64_t n_visible = 0;
+      for (int64_t j = 0; j <= v.kv_index; ++j) {
+        if (!v.visible(j)) continue;
+        ++n_visible;
+        const float* key = keys.data<float>() + v.slot_of_kv[j] * D;
+        double s = 0, s_abs = 0;
+        for (int64_t h = 0; h < NH; ++h) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(q.data<float>()[(t * NH + h) * D + d]) * key[d];
+          const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * p.weight_scale;
+          s += wh * std::max(dot * p.score_scale, 0.0);
+          s_abs += std::fabs(wh) * std::fabs(dot * p.score_scale);
+        }
+        score[j] = s;
+        scale = std::max(scale, s_abs);
+      }
+      const int64_t want = std::min<int64_t>(K, n_visible);
+      std::set<int64_t> chosen;
+      bool format_ok = true;
+      for (int64_t i = 0; i < K; ++i) {
+        if (i < want) {
+          format_ok &= v.visible(g[i]) && (i == 0 || g[i] > g[i - 1]);
+          chosen.insert(g[i]);
+        } else {
+          format_ok &= g[i] == -1;
+        }
+      }
+      bad_format += format_ok ? 0 : 1;
+      if (!format_ok) continue;
+      double worst_in = INFINITY, best_out = -INFINITY;
+      for (int64_t j = 0; j <= v.kv_index; ++j) {
+        if (!v.visible(j)) continue;
+        if (chosen.count(j)) worst_in = std::min(worst_in, score[j]);
+        else best_out = std::max(best_out, score[j]);
+      }
+      not_topk += best_out > worst_in + kScoreSlack * scale ? 1 : 0;
+    }
+    const bool pass = bad_format == 0 && not_topk == 0 && (!c.equal_keys || rows_differ == 0);
+    std::printf("[ topk     ] %-48s %lld rows, %d differ from the CPU's (near-ties), %d malformed, %d not a "
+                "top-k: %s\n",
+                c.what, static_cast<long long>(T), rows_differ, bad_format, not_topk, pass ? "PASS" : "FAIL");
+    EXPECT_EQ(bad_format, 0);
+    EXPECT_EQ(not_topk, 0);
+    if (c.equal_keys) {
+      EXPECT_EQ(rows_differ, 0) << "exact ties must go to the lower KV index";
+    }
+  }
+}
+
+// ---- absorbed MLA attention --------------------------------------------------------------------------
+
+struct MlaCase {
+  int heads, nope, rope, v, lora, top_k;  // top_k 0: dense causal (no top-k list)
+  std::vector<SeqCase> seqs;
+  std::vector<TreeCase> trees;
+  const char* what;
+};
+
+TEST_F(CudaMlaDsa, MlaAttention) {
+  const std::vector<MlaCase> cases = {
+      {4, 16, 8, 24, 32, 0, {{1, 1}}, {}, "one token, dense"},
+      {4, 16, 8, 24, 32, 0, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, "fixture a shape, dense, ragged"},
+      {4, 16, 8, 24, 32, 6, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, "fixture a shape, top-6"},
+      {8, 8, 16, 12, 24, 4, {{9, 9}, {1, 5}, {2, 40}}, {}, "fixture b shape, top-4 (lora 24)"},
+      {4, 16, 8, 24, 32, 6, {{2, 30}}, {{40, 9}, {5, 3}}, "tree rows, top-6"},
+      {4, 16, 8, 24, 32, 0, {}, {{40, 9}}, "tree rows, dense"},
+      {16, 192, 64, 256, 512, 0, {{1, 600}, {8, 40}}, {}, "GLM-5.2 head shape, dense"},
+      {16, 192, 64, 256, 512, 64, {{1, 3000}, {20, 20}, {4, 300}}, {}, "GLM-5.2 head shape, top-64"},
+      {16, 192, 64, 256, 512, 2048, {{1, 5000}, {1, 1500}}, {}, "GLM-5.2 head shape, top-2048"},
+  };
+  const int64_t bs = 16;
+  for (const MlaCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = make_batch(c.seqs, c.trees, bs, &n_blocks);
+    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+    const int64_t T = batch.n_tokens(), NH = c.heads, W = c.lora + c.rope;
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(NH, W)).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(NH, W)).value();
+    Tensor q = rand({T, NH * (c.nope + c.rope)}), cache = rand({n_blocks * bs, W});
+    Tensor kv_b = rand({NH * (c.nope + c.v), c.lora}, 0.2f);
+    kernels::MlaParams p;
+    p.n_heads = c.heads;
+    p.qk_nope_dim = c.nope;
+    p.qk_rope_dim = c.rope;
+    p.v_dim = c.v;
+    p.kv_lora_rank = c.lora;
+    p.scale = 1.f / std::sqrt(static_cast<float>(c.nope + c.rope));
+    // A top-k list per token: a random ascending subset of its visible keys (all when fewer), -1 padded,
+    // with one index past the token's context where there is room (the op must ignore it).
+    Tensor topk;
+    if (c.top_k > 0) {
+      topk = Tensor::empty(DType::kI32, {T, c.top_k});
+      const std::vector<TokenView> views = token_views(batch, bs);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> vis;
+        for (int64_t j = 0; j <= views[t].kv_index; ++j)
+          if (views[t].visible(j)) vis.push_back(static_cast<int32_t>(j));
+        std::shuffle(vis.begin(), vis.end(), rng_);
+        if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
+        std::sort(vis.begin(), vis.end());
+        if (static_cast<int64_t>(vis.size()) < c.top_k) vis.push_back(static_cast<int32_t>(views[t].kv_index + 1));
+        vis.resize(c.top_k, -1);
+        std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
+      }
+    }
+    Tensor ref = cpu_->alloc(DType::kF32, {T, NH * c.v});
+    Tensor ctopk = c.top_k > 0 ? cpu(topk) : Tensor();
+    cops_->mla_attention(cpu(q), cpu(cache), cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
+    Tensor gtopk = c.top_k > 0 ? gpu_->upload(topk) : Tensor();
+    Tensor out = poison({T, NH * c.v});
+    gops_->mla_attention(gpu_bf16(q), gpu_bf16(cache), gpu_bf16(kv_b), c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
+    EXPECT_CLOSE(host(out), ref, kTolBf16Out, c.what);
+  }
+}
+
+// The indexer's weights_proj is a linear with index_n_heads outputs (2 / 4 in the fixtures, 32 in GLM-5.x):
+// output rows narrower than 16 bytes, which no other model's linear produces. Last in this file: a cuBLASLt
+// refusal aborts the binary.
+TEST_F(CudaMlaDsa, LinearNarrowOutputs) {
+  for (const int64_t n : {2, 4, 32}) {
+    const int64_t m = 13, k = 64;
+    Tensor x = rand({m, k}), w = rand({n, k});
+    Tensor ref = cpu_->alloc(DType::kF32, {m, n});
+    cpu_->linear(cpu(x), cpu(w), nullptr, ref);
+    Tensor out = poison({m, n});
+    gpu_->linear(gpu_bf16(x), gpu_bf16(w), nullptr, out);
+    EXPECT_CLOSE(host(out), ref, kTolBf16Out, ("linear [13, 64] x [" + std::to_string(n) + ", 64]^T").c_str());
+  }
+}
+
+}  // namespace
+}  // namespace mxserve
