@@ -32,21 +32,21 @@ std::vector<std::string> fixture_dirs() {
   std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
-bool is_dsa(const std::string& dir) { return fs::path(dir).filename().string().rfind("glm_moe_dsa", 0) == 0; }
 
 struct Layout {
   int tp = 1, dp = 1;
   bool dp_attention = false;
+  int ep = 1;  // expert parallel: tp (plain DP replicas) or tp x dp (DP attention)
   std::string name() const {
-    return "tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + (dp_attention ? " + dp attention" : "");
+    return "tp " + std::to_string(tp) + " x dp " + std::to_string(dp) + (dp_attention ? " + dp attention" : "") +
+           (ep > 1 ? " + ep " + std::to_string(ep) : "");
   }
 };
 
-// The layouts a fixture runs: tp 2 only where tensor parallelism supports the architecture.
-std::vector<Layout> layouts_for(const std::string& dir) {
-  std::vector<Layout> out = {{1, 2, false}, {1, 2, true}};
-  if (!is_dsa(dir)) out.insert(out.end(), {{2, 2, false}, {2, 2, true}});
-  return out;
+// The layouts every fixture runs (both architectures have tensor and expert parallelism): plain DP, DP
+// attention with the experts sliced or partitioned (EP) over all ranks, and the same with tp 2 groups.
+std::vector<Layout> layouts_for(const std::string&) {
+  return {{1, 2, false}, {1, 2, true}, {1, 2, true, 2}, {2, 2, false}, {2, 2, false, 2}, {2, 2, true}, {2, 2, true, 4}};
 }
 
 Result<std::unique_ptr<LaunchedModel>> launch(const std::string& dir, Layout l, bool mtp = true) {
@@ -57,6 +57,7 @@ Result<std::unique_ptr<LaunchedModel>> launch(const std::string& dir, Layout l, 
   lc.parallel.tp = l.tp;
   lc.parallel.dp = l.dp;
   lc.parallel.dp_attention = l.dp_attention;
+  lc.parallel.ep = l.ep;
   lc.cpu_group.timeout = std::chrono::seconds(60);
   return launch_model(lc);
 }
