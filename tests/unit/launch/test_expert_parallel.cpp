@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "cli/fixture.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "launch/launch.h"
 #include "model/archs/glm4_moe.h"
 
@@ -228,7 +230,7 @@ TEST(ExpertParallel, BadLayoutsNameTheConstraintAndTheFlag) {
 
   model::ModelConfig c;
   c.source = "config.json";
-  EXPECT_NE(check_expert_parallel(c, 2).message().find("expert parallelism is implemented for Glm4MoeForCausalLM only"),
+  EXPECT_NE(check_expert_parallel(c, 2).message().find("expert parallelism is implemented for Glm4MoeForCausalLM and GlmMoeDsaForCausalLM only"),
             std::string::npos);
   c.arch = &model::glm4_moe_architecture();
   EXPECT_NE(check_expert_parallel(c, 2).message().find("no routed experts"), std::string::npos);
@@ -237,6 +239,58 @@ TEST(ExpertParallel, BadLayoutsNameTheConstraintAndTheFlag) {
   // Whole experts: their width need not split over tp when they are partitioned.
   EXPECT_NE(check_tensor_parallel(c, 4).message().find("moe_intermediate_size 6"), std::string::npos);
   EXPECT_TRUE(check_tensor_parallel(c, 4, 4).is_ok());
+}
+
+}  // namespace
+}  // namespace mxserve::launch
+
+namespace mxserve::launch {
+namespace {
+
+// A rank failing at start-up (issue 19, "bad input"): a checkpoint that lacks one tensor of expert 7 -- held
+// whole by ep rank 1 only -- loads on rank 0 and fails on rank 1; the launch fails naming rank 1, the tensor
+// and "every rank stopped" (the other ranks' models are freed, no thread is left waiting).
+TEST(ExpertParallel, ARankFailingAtStartUpStopsTheLaunchNamingTheRank) {
+  namespace fs = std::filesystem;
+  const std::string b = fixture_dir("glm4_moe_tiny_b");
+  const fs::path dir = fs::temp_directory_path() / ("mxserve_ep_startup_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "generation_config.json"})
+    if (fs::exists(fs::path(b) / f)) fs::copy_file(fs::path(b) / f, dir / f, fs::copy_options::overwrite_existing);
+  auto file = io::SafetensorsFile::open(b + "/model.safetensors");
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  const std::string missing = "model.layers.1.mlp.experts.7.down_proj.weight";
+  io::NamedTensors kept;
+  bool dropped = false;
+  for (const io::TensorInfo& t : (*file)->tensors()) {
+    if (t.name == missing) {
+      dropped = true;
+      continue;
+    }
+    kept.push_back({t.name, (*file)->view(t)});
+  }
+  ASSERT_TRUE(dropped) << "tiny_b's checkpoint changed: update this test";
+  ASSERT_TRUE(io::write_safetensors((dir / "model.safetensors").string(), kept).is_ok());
+
+  LaunchConfig lc;
+  lc.model.path = dir.string();
+  lc.backend = "cpu";
+  lc.parallel = {.tp = 2, .ep = 2};
+  lc.cpu_group.timeout = std::chrono::seconds(30);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto launched = launch_model(lc);
+  ASSERT_FALSE(launched.is_ok());
+  const std::string& why = launched.status().message();
+  EXPECT_NE(why.find("rank 1/2"), std::string::npos) << why;
+  EXPECT_NE(why.find("failed at start-up; every rank stopped"), std::string::npos) << why;
+  EXPECT_NE(why.find(missing), std::string::npos) << why;
+  EXPECT_EQ(why.find("rank 0/2"), std::string::npos) << "rank 0 holds experts 0..3 and must load: " << why;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << "the launch waited for a timeout";
+  lc.parallel = {.tp = 1};  // one rank needs every expert: the same tensor named, no rank prefix
+  auto one = launch_model(lc);
+  ASSERT_FALSE(one.is_ok());
+  EXPECT_NE(one.status().message().find(missing), std::string::npos) << one.status().message();
+  fs::remove_all(dir);
 }
 
 }  // namespace
