@@ -172,6 +172,78 @@ class NcclCommunicator final : public Communicator {
     return out;
   }
 
+  Result<Tensor> all_gather_v(const Tensor& in, std::vector<int64_t>* rows) override {
+    MX_RETURN_IF_ERROR(check("all_gather_v", in, true));
+    // Every rank's row count -> everyone, then grouped send / receive of the rows (NCCL's AllGather needs
+    // equal counts). This rank's own rows are a local copy.
+    const int64_t mine_rows = in.dim(0);
+    Tensor mine = be_->alloc(DType::kI64, {1});
+    MX_RETURN_IF_ERROR(cuda("all_gather_v: uploading the row count",
+                            cudaMemcpyAsync(mine.raw(), &mine_rows, sizeof(int64_t), cudaMemcpyHostToDevice, stream_)));
+    Tensor all = be_->alloc(DType::kI64, {size()});
+    MX_RETURN_IF_ERROR(nccl("all_gather_v (row counts)", api_->AllGather(mine.raw(), all.raw(), 1, ncclInt64, comm_,
+                                                                       stream_)));
+    MX_RETURN_IF_ERROR(wait("all_gather_v"));
+    std::vector<int64_t> counts(size());
+    MX_RETURN_IF_ERROR(cuda("all_gather_v: reading the row counts",
+                            cudaMemcpy(counts.data(), all.raw(), counts.size() * sizeof(int64_t), cudaMemcpyDeviceToHost)));
+    Shape shape = in.shape();
+    shape[0] = 0;
+    for (int64_t n : counts) shape[0] += n;
+    Tensor out = be_->alloc(in.dtype(), shape);
+    const int64_t rb = row_bytes(in);
+    int64_t my_off = 0;
+    for (int r = 0; r < rank(); ++r) my_off += counts[r];
+    if (mine_rows > 0 && rb > 0)
+      MX_RETURN_IF_ERROR(cuda("all_gather_v: this rank's rows",
+                              cudaMemcpyAsync(static_cast<char*>(out.raw()) + my_off * rb, in.raw(), mine_rows * rb,
+                                              cudaMemcpyDeviceToDevice, stream_)));
+    MX_RETURN_IF_ERROR(nccl("all_gather_v", api_->GroupStart()));
+    ncclResult_t res = ncclSuccess;
+    int64_t off = 0;
+    for (int r = 0; r < size() && res == ncclSuccess; ++r) {
+      if (r != rank() && mine_rows > 0 && rb > 0) res = api_->Send(in.raw(), mine_rows * rb, ncclUint8, r, comm_, stream_);
+      if (res == ncclSuccess && r != rank() && counts[r] > 0 && rb > 0)
+        res = api_->Recv(static_cast<char*>(out.raw()) + off * rb, counts[r] * rb, ncclUint8, r, comm_, stream_);
+      off += counts[r];
+    }
+    const ncclResult_t end = api_->GroupEnd();
+    MX_RETURN_IF_ERROR(nccl("all_gather_v", res != ncclSuccess ? res : end));
+    if (rows != nullptr) *rows = counts;
+    return out;
+  }
+
+  // NOTE: an all-reduce of the whole tensor, then this rank's rows (NCCL's ReduceScatter needs equal blocks;
+  // padding every block to the largest is the cheaper form, later work).
+  Result<Tensor> reduce_scatter_v(const Tensor& in, const std::vector<int64_t>& rows, ReduceOp op) override {
+    MX_RETURN_IF_ERROR(check("reduce_scatter_v", in, true));
+    int64_t total = 0, my_off = 0;
+    bool negative = false;
+    for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
+      negative = negative || rows[r] < 0;
+      if (r < rank()) my_off += rows[r];
+      total += rows[r];
+    }
+    if (static_cast<int>(rows.size()) != size() || negative || total != in.dim(0))
+      return invalid_argument("reduce_scatter_v: rows must name " + std::to_string(size()) +
+                              " rank(s) with non-negative counts summing to the " + std::to_string(in.dim(0)) +
+                              " rows of " + in.describe());
+    Tensor sum = be_->alloc(in.dtype(), in.shape());
+    if (in.nbytes() > 0)
+      MX_RETURN_IF_ERROR(cuda("reduce_scatter_v: copy", cudaMemcpyAsync(sum.raw(), in.raw(), in.nbytes(),
+                                                                       cudaMemcpyDeviceToDevice, stream_)));
+    MX_RETURN_IF_ERROR(all_reduce(sum, op));
+    Shape shape = in.shape();
+    shape[0] = rows[rank()];
+    Tensor out = be_->alloc(in.dtype(), shape);
+    const int64_t rb = row_bytes(in);
+    if (out.nbytes() > 0)
+      MX_RETURN_IF_ERROR(cuda("reduce_scatter_v: this rank's rows",
+                              cudaMemcpyAsync(out.raw(), static_cast<const char*>(sum.raw()) + my_off * rb,
+                                              out.nbytes(), cudaMemcpyDeviceToDevice, stream_)));
+    return out;
+  }
+
   Result<Tensor> all_gather_columns(const Tensor& in) override {
     MX_RETURN_IF_ERROR(check("all_gather_columns", in, false));
     if (in.ndim() != 2) return invalid_argument("all_gather_columns: needs a 2-D tensor, got " + in.describe());
