@@ -73,6 +73,15 @@ TEST_F(NcclOneRank, EveryCollectiveIsTheIdentity) {
     ASSERT_TRUE(a2a.is_ok()) << a2a.status().to_string();
     EXPECT_TRUE(same(*a2a, h)) << "all_to_all";
     EXPECT_EQ(recv, std::vector<int64_t>{5});
+    std::vector<int64_t> rows;
+    auto gv = comm_->all_gather_v(x, &rows);
+    ASSERT_TRUE(gv.is_ok()) << gv.status().to_string();
+    EXPECT_TRUE(same(*gv, h)) << "all_gather_v";
+    EXPECT_EQ(rows, std::vector<int64_t>{5});
+    auto rsv = comm_->reduce_scatter_v(x, {5}, ReduceOp::kSum);
+    ASSERT_TRUE(rsv.is_ok()) << rsv.status().to_string();
+    EXPECT_TRUE(same(*rsv, h)) << "reduce_scatter_v";
+    EXPECT_FALSE(comm_->reduce_scatter_v(x, {4}, ReduceOp::kSum).is_ok()) << "rows must sum to the input's";
   }
   // Zero rows move nothing and still succeed.
   Tensor empty = be_->alloc(DType::kBF16, {0, 4});
@@ -82,7 +91,7 @@ TEST_F(NcclOneRank, EveryCollectiveIsTheIdentity) {
   EXPECT_EQ(a2a->dim(0), 0);
   EXPECT_TRUE(comm_->barrier().is_ok());
   std::printf("PASS nccl one-rank identity: all_reduce sum/max, all_gather, reduce_scatter, all_gather_columns, "
-              "all_to_all, barrier\n");
+              "all_to_all, all_gather_v, reduce_scatter_v, barrier\n");
 }
 
 TEST_F(NcclOneRank, ShapeAndDeviceErrorsNameTheOp) {
