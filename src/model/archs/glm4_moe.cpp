@@ -257,28 +257,21 @@ class Glm4MoeModel final : public CausalLM {
     MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP
     be_.add(x, o);
     be_.rmsnorm(x, layer.post_norm, eps, h);
-    const auto* moe = std::get_if<MoeBlock>(&layer.mlp);
-    if (moe != nullptr && dp_moe_.enabled()) {  // DP: the MoE block over every DP group's tokens
-      MX_ASSIGN_OR_RETURN(o, dp_moe_.forward(be_, cfg_, *moe, h));
-    } else {
-      if (moe != nullptr) moe->forward(be_, cfg_, h, o);
-      else std::get<SwigluMlp>(layer.mlp).forward(be_, h, o);
-      MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP
-    }
+    MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o));  // TP / DP attention
     be_.add(x, o);
     return Status::ok();
   }
 
   // DP attention, no tokens for this DP group this step: join every MoE block's exchange with 0 rows.
   Result<ForwardOutput> idle_forward(bool mtp) {
-    const Tensor none = be_.alloc(be_.activation_dtype(), {0, cfg_.d_model});
+    std::vector<const MoeBlock*> blocks;
     if (mtp) {
-      MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, std::get<MoeBlock>(mtp_->block.mlp), none).status());
-      return ForwardOutput{};
+      blocks.push_back(&std::get<MoeBlock>(mtp_->block.mlp));
+    } else {
+      for (const DecoderLayer& layer : layers_)
+        if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) blocks.push_back(moe);
     }
-    for (const DecoderLayer& layer : layers_)
-      if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp))
-        MX_RETURN_IF_ERROR(dp_moe_.forward(be_, cfg_, *moe, none).status());
+    MX_RETURN_IF_ERROR(dp_moe_.idle(be_, cfg_, blocks));
     return ForwardOutput{};
   }
 

@@ -16,4 +16,22 @@ Result<Tensor> DpMoeExchange::forward(backend::Backend& be, const ModelConfig& c
   return tp->all_gather_v(mine, nullptr);
 }
 
+Status DpMoeExchange::mlp(backend::Backend& be, const ModelConfig& cfg, const std::variant<SwigluMlp, MoeBlock>& mlp,
+                         TensorParallel& tp_group, const Tensor& h, Tensor& o) const {
+  const auto* moe = std::get_if<MoeBlock>(&mlp);
+  if (moe != nullptr && enabled()) {  // DP: the MoE block over every DP group's tokens
+    MX_ASSIGN_OR_RETURN(o, forward(be, cfg, *moe, h));
+    return Status::ok();
+  }
+  if (moe != nullptr) moe->forward(be, cfg, h, o);
+  else std::get<SwigluMlp>(mlp).forward(be, h, o);
+  return tp_group.reduce_partial(o);  // TP: shared + routed experts' partial sums together
+}
+
+Status DpMoeExchange::idle(backend::Backend& be, const ModelConfig& cfg, const std::vector<const MoeBlock*>& blocks) const {
+  const Tensor none = be.alloc(be.activation_dtype(), {0, cfg.d_model});
+  for (const MoeBlock* moe : blocks) MX_RETURN_IF_ERROR(forward(be, cfg, *moe, none).status());
+  return Status::ok();
+}
+
 }  // namespace mxserve::model

@@ -10,8 +10,12 @@
 // Invariant: the output equals the one-rank MoE block on the same rows up to fp32 summation order.
 #pragma once
 
+#include <variant>
+#include <vector>
+
 #include "core/status.h"
 #include "model/layers/blocks.h"
+#include "model/layers/tensor_parallel.h"
 #include "parallel/communicator.h"
 
 namespace mxserve::model {
@@ -23,6 +27,13 @@ struct DpMoeExchange {
   bool enabled() const { return world != nullptr; }
   // h [T, H]: this group's rows (the same on each of its tp ranks) -> the MoE block's output for them [T, H].
   Result<Tensor> forward(backend::Backend& be, const ModelConfig& cfg, const MoeBlock& moe, const Tensor& h) const;
+  // The MLP half of a decoder layer, h [T,H] -> o [T,H]: a MoE block under DP attention runs the exchange
+  // (whole rows back); otherwise this rank's partial sum (MoE block or dense MLP) is summed over its tp group.
+  Status mlp(backend::Backend& be, const ModelConfig& cfg, const std::variant<SwigluMlp, MoeBlock>& mlp,
+             TensorParallel& tp_group, const Tensor& h, Tensor& o) const;
+  // A DP group with no tokens this step: joins the exchange of every MoE block in `blocks` (the model's, in
+  // layer order) with 0 rows.
+  Status idle(backend::Backend& be, const ModelConfig& cfg, const std::vector<const MoeBlock*>& blocks) const;
 };
 
 }  // namespace mxserve::model
