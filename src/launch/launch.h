@@ -115,7 +115,6 @@ Status check_tensor_parallel(const model::ModelConfig& cfg, int tp, int ep = 1);
 // Whether expert parallelism of size ep fits the model: ep divides the routed experts (whole experts per
 // rank). Names the flag, n_routed_experts and the config file.
 Status check_expert_parallel(const model::ModelConfig& cfg, int ep);
-Status check_tensor_parallel(const model::ModelConfig& cfg, int tp);
 // Whether the data-parallel layout fits the model: DP attention needs glm4_moe / glm_moe_dsa with routed
 // experts whose widths (routed and shared) split over all tp x dp ranks. Names the flag and the field.
 Status check_data_parallel(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
