@@ -10,7 +10,7 @@ namespace mxserve::parallel {
 namespace {
 
 TEST(RankLayout, RanksOfAConfig) {
-  ParallelConfig pc{.tp = 2, .ep = 4, .dp = 2, .first_device = 1};
+  ParallelConfig pc{.tp = 2, .ep = 4, .dp = 2, .dp_attention = true, .first_device = 1};
   auto ranks = pc.ranks();
   ASSERT_TRUE(ranks.is_ok()) << ranks.status().to_string();
   ASSERT_EQ(ranks->size(), 4u);
@@ -28,7 +28,11 @@ TEST(RankLayout, InvalidConfigsNameTheSize) {
   EXPECT_NE((ParallelConfig{.tp = 4, .ep = 2}).validate().message().find("the tensor-parallel size 4 or tp x dp = 4"),
             std::string::npos);
   EXPECT_TRUE((ParallelConfig{.tp = 2, .ep = 2, .dp = 2}).validate().is_ok());
-  EXPECT_TRUE((ParallelConfig{.tp = 2, .ep = 4, .dp = 2}).validate().is_ok());
+  // ep = tp x dp only under DP attention (the MoE blocks are summed over all ranks); plain DP replicas each
+  // partition their experts over their own tp group.
+  EXPECT_TRUE((ParallelConfig{.tp = 2, .ep = 4, .dp = 2, .dp_attention = true}).validate().is_ok());
+  EXPECT_NE((ParallelConfig{.tp = 2, .ep = 4, .dp = 2}).validate().message().find("must be 1 or the tensor-parallel size 2"),
+            std::string::npos);
   EXPECT_FALSE((ParallelConfig{.first_device = -1}).validate().is_ok());
   EXPECT_TRUE((ParallelConfig{}).validate().is_ok());
 }
