@@ -25,7 +25,7 @@ done
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"
-mkdir -p "$DEST/gpu" && cp "$SRC"/dev/gpu/*.sh "$DEST/gpu/"
+mkdir -p "$DEST/gpu" && cp "$SRC"/dev/gpu/*.sh "$SRC"/dev/gpu/*.py "$DEST/gpu/"
 mkdir -p "$DEST/configs" && cp "$SRC"/models/tiny-glm4-moe/config.json "$DEST/configs/tiny.json"
 cp "$SRC"/tests/data/configs/GLM-4.5-Air.json "$DEST/configs/air.json"
 cp "$SRC"/tests/data/configs/GLM-5.2.json "$DEST/configs/glm52.json"

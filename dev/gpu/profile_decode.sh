@@ -13,18 +13,5 @@ for B in 1 16; do
     "$BIN" generate --config "$AIR" --synthetic-weights --quantization mxfp4 --num-layers 8 --backend cuda \
     --batch $B --prompt-len 16 --max-tokens 12 --ignore-eos --disable-cuda-graph > "$OUT/ncu_b$B.csv" 2> "$OUT/ncu_b$B.err"
   echo "batch $B: ncu rc=$?"
-  python3 - "$OUT/ncu_b$B.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-hdr = rows[0]; ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value")
-tot = collections.Counter(); cnt = collections.Counter()
-for r in rows[1:]:
-    try: v = float(r[vi].replace(",", ""))
-    except ValueError: continue
-    name = r[ki][:90]; tot[name] += v; cnt[name] += 1
-steps = 12.0; all_ns = sum(tot.values())
-print(f"  {len(rows)-1} kernels, {all_ns/steps/1e3:.1f} us of kernel time per forward pass (13 passes incl. prefill, /12)")
-for name, v in tot.most_common(25):
-    print(f"  {v/steps/1e3:9.1f} us/step {100*v/all_ns:5.1f}%  x{cnt[name]/steps:5.1f}/step  {name}")
-PY
+  python3 "$P/gpu/ncu_agg.py" "$OUT/ncu_b$B.csv" 13
 done
