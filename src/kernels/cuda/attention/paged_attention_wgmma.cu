@@ -13,6 +13,7 @@
 // Design notes: docs/perf/prefill.md. wgmma primitives: wgmma.cuh.
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
 
@@ -294,11 +295,15 @@ void paged_attention_wgmma_bf16(const void* q, const void* k_cache, const void* 
   if (p.n_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(paged_attention_wgmma_supports(p, &why), "paged_attention_wgmma: " << why << " (planner bug)");
-  static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
-  if (!configured) {
+  // > 48 KB of dynamic shared memory needs an opt-in, once per device (the attribute is per device).
+  static std::atomic<bool> configured[64];
+  int dev = 0;
+  MX_CUDA_CHECK(cudaGetDevice(&dev));
+  MX_CHECK_LT(dev, 64);
+  if (!configured[dev].load()) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kSmemBytes)));
-    configured = true;
+    configured[dev].store(true);
   }
   const int64_t row_blocks = (static_cast<int64_t>(p.n_tokens) + kRows - 1) / kRows;
   MX_CHECK_LT(row_blocks, int64_t{65536});
