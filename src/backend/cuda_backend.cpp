@@ -141,8 +141,9 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     if (o.attention_kernel == "simt") a.force = Force::kSimt;
     else if (o.attention_kernel == "warp") a.force = Force::kWarp;
     else if (o.attention_kernel == "shared") a.force = Force::kShared;
+    else if (o.attention_kernel == "wgmma") a.force = Force::kWgmma;
     else if (!o.attention_kernel.empty())
-      return invalid_argument("attention kernel '" + o.attention_kernel + "': expected simt, warp or shared");
+      return invalid_argument("attention kernel '" + o.attention_kernel + "': expected simt, warp, shared or wgmma");
     if (o.attention_split_target < 0)
       return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
     if (!o.moe_kernel.empty() && o.moe_kernel != "grouped")

@@ -1,6 +1,6 @@
 // Whole-batch attention plans (cuda_kernels.h "attention/attention_batch.cpp"): one launch, or two on one
 // stream for a mixed batch whose leading plain decode rows would otherwise ride in the block-shared
-// prefill kernel (8 decode rows of 8 sequences in one block walk their contexts serially, unsplit), or whose
+// prefill kernel (shared or wgmma: 8 decode rows of 8 sequences in one block walk their contexts serially, unsplit), or whose
 // prefill rows would otherwise ride in the per-warp decode kernel (no K/V tile shared across rows).
 // Either kernel is exact for any causal rows: the split changes speed, never results.
 // Invariant: the parts cover rows [0, n_tokens) in order, and each part is a self-contained batch for
@@ -29,7 +29,8 @@ AttentionBatchPlan plan_paged_attention_batch(const AttentionParams& p, int n_sm
   AttentionLaunch rest_launch;
   if (split) {
     rest_launch = plan_paged_attention(rest_params, n_sms, options);
-    split = whole.kernel == AttentionKernel::kShared || rest_launch.kernel == AttentionKernel::kShared;
+    auto block_shared = [](AttentionKernel k) { return k == AttentionKernel::kShared || k == AttentionKernel::kWgmma; };
+    split = block_shared(whole.kernel) || block_shared(rest_launch.kernel);
   }
   if (!split) {
     plan.parts[0].params = p;

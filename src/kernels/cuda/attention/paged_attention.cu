@@ -24,7 +24,9 @@
 
 #include "kernels/attention_split_table.h"
 #include "kernels/cuda/attention/kv_fp8_load.cuh"
+#include "core/logging.h"
 #include "kernels/cuda/attention/paged_attention_mma.h"
+#include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -370,6 +372,7 @@ const char* attention_kernel_name(AttentionKernel k) {
     case AttentionKernel::kSimt: return "simt";
     case AttentionKernel::kWarp: return "warp";
     case AttentionKernel::kShared: return "shared";
+    case AttentionKernel::kWgmma: return "wgmma";
   }
   return "?";
 }
@@ -383,8 +386,24 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     // the tensor-core one that applies tree masks.
     bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
     if (force == Force::kWarp) shared = false;
-    if (force == Force::kShared) shared = true;
+    if (force == Force::kShared || force == Force::kWgmma) shared = true;
     if (p.tree_mask != nullptr) shared = false;
+    // Long prefill chunks (>= 64 rows per sequence on average, at least one wave of 128-row blocks) take the
+    // wgmma kernel where it serves the batch; elsewhere (FP8 cache, tree mask, not sm_90, head_dim != 128)
+    // the mma.sync kernels run, said once.
+    const int64_t wgmma_blocks = (p.n_tokens + kWgmmaRowsPerBlock - 1) / kWgmmaRowsPerBlock * p.n_heads;
+    const bool wgmma_shape = p.n_tokens >= 64ll * std::max(p.n_seqs, 1) && wgmma_blocks >= n_sms;
+    if (force == Force::kWgmma || (force == Force::kAuto && shared && wgmma_shape)) {
+      const char* why = nullptr;
+      if (paged_attention_wgmma_supports(p, &why)) {
+        AttentionLaunch plan;
+        plan.kernel = AttentionKernel::kWgmma;
+        plan.split_len = 1 << 30;
+        return plan;
+      }
+      MX_WARN_ONCE << "prefill attention: the wgmma kernel does not serve this batch (" << why
+                   << "); the mma.sync kernels run instead (slower prefill)";
+    }
     return shared ? plan_shared(p, n_sms) : plan_warp(p, n_sms, options);
   }
   AttentionLaunch plan;
@@ -418,6 +437,11 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
                "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
   MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
   if (plan.kernel != AttentionKernel::kSimt) {
+    if (plan.kernel == AttentionKernel::kWgmma) {
+      MX_CHECK_MSG(plan.n_splits == 1, "paged attention: the wgmma kernel has no context split (planner bug)");
+      paged_attention_wgmma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
+      return;
+    }
     if (plan.kernel == AttentionKernel::kWarp)
       paged_attention_mma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, plan.n_splits,
                                plan.split_len, workspace, stream);

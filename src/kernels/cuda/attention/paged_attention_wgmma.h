@@ -1,0 +1,25 @@
+// Internal seam between the attention planner (paged_attention.cu) and the Hopper wgmma prefill kernel
+// (paged_attention_wgmma.cu). Not part of the backend-facing launcher API (cuda_kernels.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/op_params.h"
+
+namespace mxserve::kernels::cuda {
+
+// Query rows per block of the wgmma kernel (one q head, consecutive tokens).
+constexpr int kWgmmaRowsPerBlock = 128;
+
+// Whether the wgmma prefill kernel serves p on the current device: an sm_90 device, bf16 cache (no FP8
+// scales), head_dim 128, no tree mask. Else false and *why (a static string) names the first reason.
+bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why);
+
+// Causal paged GQA attention, one launch, no context split (every row's whole context in one block).
+void paged_attention_wgmma_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                                const int32_t* kv_index, const int32_t* block_tables, void* out,
+                                const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace mxserve::kernels::cuda

@@ -1,0 +1,270 @@
+// The Hopper wgmma prefill attention kernel (kernels/cuda/attention/paged_attention_wgmma.cu) against the CPU
+// reference attention and against the mma.sync block-shared kernel (label gpu; the device tests skip without a
+// CUDA device, or without an sm_90 one: the kernel is Hopper-only):
+//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get the wgmma kernel, forced or not.
+//   cpu       ragged batches of several sequences (runs of rows of different sequences inside one 128-row
+//             block), one-token chunks, chunks of 1..300 rows over prefixes not multiples of the 128-key tile or
+//             of the cache block, cache blocks of 16 and 32, scattered (shuffled) block tables; against the CPU
+//             reference within kTolBf16 = 4e-3 rel L2 (tests/ops/test_cuda_ops.cpp's attention budget), and
+//             against the shared kernel.
+//   big       GLM-4.5-Air heads (96 / 8 / 128): an 8192-row chunk over a 12288-key prefix and 4 x 2048-row chunks
+//             against the shared kernel (kTolKernels = 6e-3: two bf16-rounded outputs; the CPU reference would
+//             take minutes), plus a 3000-row chunk over 5000 keys at 2 heads against the CPU reference.
+// Each case prints one PASS / FAIL line with rel-L2 and max abs error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "backend/cuda_backend.h"
+#include "core/numeric.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/forward_batch.h"
+
+namespace mxserve {
+namespace {
+
+namespace kc = kernels::cuda;
+using Force = kc::AttentionPlanOptions::Force;
+
+constexpr double kTolBf16 = 4e-3;
+constexpr double kTolKernels = 6e-3;
+constexpr int kH200Sms = 132;
+
+struct Seq {
+  int32_t rows, prefix;  // new rows of the chunk, cached keys before it
+};
+struct Case {
+  int nh, kvh;
+  int64_t bs;
+  std::vector<Seq> seqs;
+  bool cpu_ref;  // false: the shared kernel is the reference (too large for the CPU)
+  const char* what;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {96, 8, 16, {{300, 0}}, true, "Air heads: one 300-row chunk from position 0"},
+      {96, 8, 16, {{1, 0}, {77, 35}, {129, 1000}, {300, 17}}, true, "Air heads: ragged 4 seqs, a one-token chunk"},
+      {16, 2, 16, {{5, 123}, {64, 64}, {127, 129}, {128, 4095}, {200, 7}, {33, 1}, {1, 4000}}, true,
+       "7 seqs, chunks 1..200 over prefixes off tile/block"},
+      {16, 2, 32, {{250, 333}, {131, 2}, {17, 95}}, true, "cache block 32, chunks over odd prefixes"},
+      {8, 1, 16, {{1, 0}}, true, "one token from position 0"},
+      {12, 1, 16, {{129, 127}, {128, 128}, {255, 1}}, true, "GQA 12:1, chunks at tile edges"},
+      {2, 1, 16, {{3000, 5000}}, true, "3000-row chunk over 5000 keys (2 heads)"},
+      {96, 8, 16, {{8192, 12288}}, false, "Air heads: 8192-row chunk over 12288 prefix"},
+      {96, 8, 16, {{2048, 0}, {2048, 1000}, {2048, 5}, {2048, 3333}}, false, "Air heads: 4 x 2048-row chunks"},
+  };
+  return c;
+}
+
+// The case's forward batch: blocks shuffled over the whole cache (scattered tables).
+model::ForwardBatch batch_of(const Case& c, std::mt19937& rng, int64_t* n_blocks) {
+  model::ForwardBatch batch;
+  int64_t need = 0;
+  for (const Seq& s : c.seqs) need += (s.prefix + s.rows + c.bs - 1) / c.bs;
+  *n_blocks = need + 5;
+  std::vector<int32_t> perm(*n_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int64_t next = 0;
+  for (const Seq& s : c.seqs) {
+    model::SequenceSpan span;
+    span.token_begin = batch.n_tokens();
+    span.n_tokens = s.rows;
+    span.kv_len = s.prefix + s.rows;
+    for (int64_t b = 0; b < (span.kv_len + c.bs - 1) / c.bs; ++b) span.block_table.push_back(perm[next++]);
+    for (int32_t i = 0; i < s.rows; ++i) {
+      batch.token_ids.push_back(0);
+      batch.positions.push_back(s.prefix + i);
+    }
+    batch.seqs.push_back(span);
+  }
+  return batch;
+}
+
+kernels::AttentionParams shape_of(int nh, int kvh, int hd) {
+  kernels::AttentionParams shape;
+  shape.n_heads = nh;
+  shape.n_kv_heads = kvh;
+  shape.head_dim = hd;
+  shape.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  return shape;
+}
+
+struct Err {
+  double rel_l2 = 0, max_abs = 0;
+};
+Err compare(const Tensor& got, const Tensor& ref) {
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = got.data<float>()[i], b = ref.data<float>()[i];
+    if (!std::isfinite(a)) return {INFINITY, INFINITY};
+    num += (a - b) * (a - b);
+    den += b * b;
+    mx = std::max(mx, std::fabs(a - b));
+  }
+  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
+}
+
+// Host-only: the shapes the wgmma kernel does not serve stay on the mma.sync kernels, forced or not.
+TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
+  kernels::AttentionParams p = shape_of(96, 8, 128);
+  p.n_tokens = 8192;
+  p.n_seqs = 1;
+  p.block_size = 16;
+  p.max_blocks_per_seq = 1280;
+  p.max_kv_len = 20480;
+  for (Force f : {Force::kAuto, Force::kWgmma}) {
+    kc::AttentionPlanOptions o;
+    o.force = f;
+    kernels::AttentionParams fp8 = p;
+    float dummy = 0;
+    fp8.k_scales = fp8.v_scales = &dummy;
+    EXPECT_EQ(kc::plan_paged_attention(fp8, kH200Sms, o).kernel, kc::AttentionKernel::kShared) << "fp8 cache";
+    kernels::AttentionParams hd64 = shape_of(96, 8, 64);
+    hd64.n_tokens = p.n_tokens;
+    hd64.n_seqs = 1;
+    hd64.block_size = 16;
+    EXPECT_EQ(kc::plan_paged_attention(hd64, kH200Sms, o).kernel, kc::AttentionKernel::kShared) << "head_dim 64";
+    kernels::AttentionParams tree = p;
+    uint64_t mask = 1;
+    int32_t base = 0;
+    tree.tree_mask = &mask;
+    tree.tree_base = &base;
+    EXPECT_EQ(kc::plan_paged_attention(tree, kH200Sms, o).kernel, kc::AttentionKernel::kWarp) << "tree mask";
+  }
+  // Short chunks (< 64 rows per sequence) keep the shared kernel on every device.
+  kernels::AttentionParams short_chunks = p;
+  short_chunks.n_tokens = 40 * 8;
+  short_chunks.n_seqs = 8;
+  EXPECT_EQ(kc::plan_paged_attention(short_chunks, kH200Sms).kernel, kc::AttentionKernel::kShared);
+  std::printf("[ plan     ] bf16 8192-row chunk, auto: %s (wgmma on an sm_90 device, shared elsewhere)\n",
+              kc::attention_kernel_name(kc::plan_paged_attention(p, kH200Sms).kernel));
+}
+
+class CudaAttentionWgmma : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = backend::make_backend("cuda");
+    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
+    gpu_ = std::move(*r);
+    cpu_ = backend::make_cpu_backend();
+    kernels::AttentionParams p = shape_of(96, 8, 128);
+    p.n_tokens = 8192;
+    p.n_seqs = 1;
+    p.block_size = 16;
+    kc::AttentionPlanOptions o;
+    o.force = Force::kWgmma;
+    if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmma)
+      GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
+  }
+  // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
+  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
+    std::normal_distribution<float> n01(0.f, 1.f);
+    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
+    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float mag = std::ldexp(1.f, ex(rng_));
+        for (int64_t d = 0; d < head_dim; ++d)
+          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
+      }
+    return t;
+  }
+  Tensor gpu_bf16(const Tensor& host_f32) {
+    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
+    gpu_->copy_weight(host_f32, d);
+    return d;
+  }
+  Tensor gpu_random(Shape s, float scale) {
+    Tensor d = gpu_->alloc(DType::kBF16, std::move(s));
+    kc::fill_random_bf16(d.raw(), d.numel(), seed_++, scale, backend::cuda_backend_stream(*gpu_));
+    return d;
+  }
+  Tensor poison_bf16(Shape s) {
+    Tensor h = Tensor::empty(DType::kBF16, s);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
+    return gpu_->upload(h);
+  }
+  // The GPU output (host f32) of one forced kernel.
+  Tensor run_kernel(const char* kernel, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const backend::AttentionMeta& meta, int64_t T, int64_t width) {
+    backend::KernelOptions forced;
+    forced.attention_kernel = kernel;
+    EXPECT_TRUE(gpu_->set_kernel_options(forced).is_ok());
+    Tensor out = poison_bf16({T, width});
+    gpu_->attention(q, k, v, meta, out);
+    EXPECT_TRUE(gpu_->set_kernel_options({}).is_ok());
+    return gpu_->to_host(out);
+  }
+
+  void run_cases(bool cpu_ref);
+
+  std::unique_ptr<backend::Backend> cpu_, gpu_;
+  std::mt19937 rng_{20261202};
+  uint64_t seed_ = 11;
+};
+
+void CudaAttentionWgmma::run_cases(bool cpu_ref) {
+  constexpr int hd = 128;
+  for (const Case& c : cases()) {
+    if (c.cpu_ref != cpu_ref) continue;
+    SCOPED_TRACE(c.what);
+    int64_t n_blocks = 0;
+    const model::ForwardBatch batch = batch_of(c, rng_, &n_blocks);
+    ASSERT_TRUE(batch.validate(1, n_blocks, c.bs).is_ok());
+    const int64_t T = batch.n_tokens(), n_slots = n_blocks * c.bs, width = static_cast<int64_t>(c.nh) * hd;
+    auto gmeta = model::build_attention_meta(batch, *gpu_, c.bs, shape_of(c.nh, c.kvh, hd)).value();
+    Tensor gq, gk, gv, ref;
+    if (c.cpu_ref) {
+      auto cmeta = model::build_attention_meta(batch, *cpu_, c.bs, shape_of(c.nh, c.kvh, hd)).value();
+      Tensor k = rand_heads(n_slots, c.kvh, hd, -1, 0), v = rand_heads(n_slots, c.kvh, hd, -3, 1);
+      Tensor q = rand_heads(T, c.nh, hd, -1, 0);
+      ref = cpu_->alloc(DType::kF32, {T, width});
+      cpu_->attention(q, k, v, cmeta, ref);
+      gq = gpu_bf16(q);
+      gk = gpu_bf16(k);
+      gv = gpu_bf16(v);
+    } else {
+      gq = gpu_random({T, width}, 1.f);
+      gk = gpu_random({n_slots, static_cast<int64_t>(c.kvh) * hd}, 1.f);
+      gv = gpu_random({n_slots, static_cast<int64_t>(c.kvh) * hd}, 2.f);
+    }
+    const Tensor shared = run_kernel("shared", gq, gk, gv, gmeta, T, width);
+    const Tensor wgmma = run_kernel("wgmma", gq, gk, gv, gmeta, T, width);
+    const Err vs_shared = compare(wgmma, shared);
+    bool pass = vs_shared.rel_l2 <= kTolKernels;
+    Err vs_cpu{}, shared_vs_cpu{};
+    if (c.cpu_ref) {
+      vs_cpu = compare(wgmma, ref);
+      shared_vs_cpu = compare(shared, ref);
+      pass = pass && vs_cpu.rel_l2 <= kTolBf16;
+      EXPECT_LE(vs_cpu.rel_l2, kTolBf16);
+    }
+    EXPECT_LE(vs_shared.rel_l2, kTolKernels);
+    const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(gmeta.params, kH200Sms);
+    if (c.cpu_ref)
+      std::printf("[ %s ] %-52s T %-6lld vs cpu rel_l2 %.3e max_abs %.3e (shared: %.3e) | vs shared rel_l2 %.3e "
+                  "max_abs %.3e | auto %s\n",
+                  pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_cpu.rel_l2, vs_cpu.max_abs,
+                  shared_vs_cpu.rel_l2, vs_shared.rel_l2, vs_shared.max_abs,
+                  kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel));
+    else
+      std::printf("[ %s ] %-52s T %-6lld vs shared rel_l2 %.3e max_abs %.3e (tol %.0e) | auto %s\n",
+                  pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_shared.rel_l2, vs_shared.max_abs,
+                  kTolKernels, kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel));
+  }
+}
+
+// Small and ragged batches against the CPU reference (and the shared kernel); quick enough for compute-sanitizer.
+TEST_F(CudaAttentionWgmma, MatchesCpuReference) { run_cases(true); }
+// GLM-4.5-Air prefill sizes against the shared kernel.
+TEST_F(CudaAttentionWgmma, LargeMatchesSharedKernel) { run_cases(false); }
+
+}  // namespace
+}  // namespace mxserve
