@@ -6,10 +6,13 @@
 // Layout: one CTA per (token, KV split) holds all heads of the token: the query rows [bf16(q_abs) | q_rope]
 // sit in shared memory once; 32-key latent tiles stream through a 2-stage cp.async pipeline (gathered by
 // block table, and by the top-k list in sparse mode), so every latent byte is read from HBM once per
-// (token, split) and shared by all heads. Warp (head group hg of 16 heads, quarter qr) computes the
-// scores of its 16 heads x keys [8 qr, +8) of the tile (mma.sync m16n8k16 over the 576 dims) into shared
-// memory; after a barrier it runs the online softmax of its 16 heads over the 32 keys and accumulates
-// P x latent[:, 128 qr, +128) (ldmatrix.trans of the same tile) in registers. Each split writes its
+// (token, split) and shared by all heads. Warp (head group hg of 16 heads, quarter qr) holds the query
+// fragments of its 16 heads x dims [144 qr, +144) in registers for the whole kernel and computes the
+// partial scores of those heads x all 32 keys of the tile over its 144 dims (mma.sync m16n8k16); the four
+// partials are summed in shared memory (each warp sums 16 heads x 8 keys), then each warp runs the online
+// softmax of its 16 heads over the 32 keys and accumulates P x latent[:, 128 qr, +128) (ldmatrix.trans of
+// the same tile) in registers. Splitting the score's K dimension (not its keys) across the quarter warps
+// keeps the query out of the per-tile shared-memory traffic, the limit of this design (see bench). Each split writes its
 // normalized partial output and (max, denominator); a combine kernel merges the splits into o_lat.
 // Precision: q_abs and the probabilities enter the MMAs as bf16 (fp32 accumulate, fp32 softmax), as
 // production MLA kernels do; the op test states its tolerance against the fp32 CPU reference.
@@ -33,6 +36,7 @@ constexpr int kRowPad = kRow + 8;  // 1168-byte smem rows: 8 consecutive rows hi
 constexpr int kTileKeys = 32;
 constexpr int kSStride = kTileKeys + 4;
 constexpr int kMaxHeadGroups = 4;  // 64 heads
+constexpr int kQuarterDims = kRow / 4;  // 144: score K-dims per quarter warp (9 k-steps)
 constexpr int kMinKeysPerSplit = 128;
 constexpr int kMaxSplits = 256;
 
@@ -66,7 +70,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 size_t attend_smem_bytes(int head_groups) {
   return sizeof(bf16) * (static_cast<size_t>(head_groups) * 16 + 2 * kTileKeys) * kRowPad +
-         sizeof(float) * head_groups * 16 * kSStride + sizeof(int) * 2 * kTileKeys;
+         sizeof(float) * 4 * head_groups * 16 * kSStride + sizeof(int) * 2 * kTileKeys;
 }
 
 // Grid (n_splits, tokens of the group); HG * 4 warps. part_o [tg, n_splits, NH, 512] (normalized by the
@@ -80,8 +84,9 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);                            // [HG * 16][kRowPad]
   bf16* k_s = q_s + HG * 16 * kRowPad;                                      // [2][kTileKeys][kRowPad]
-  float* s_s = reinterpret_cast<float*>(k_s + 2 * kTileKeys * kRowPad);     // [HG * 16][kSStride]
-  int* valid_s = reinterpret_cast<int*>(s_s + HG * 16 * kSStride);          // [2][kTileKeys]
+  // [4 quarters][HG * 16][kSStride] partial scores; quarter 0 then holds the summed, scaled, masked scores.
+  float* s_s = reinterpret_cast<float*>(k_s + 2 * kTileKeys * kRowPad);
+  int* valid_s = reinterpret_cast<int*>(s_s + 4 * HG * 16 * kSStride);  // [2][kTileKeys]
   const int NH = p.n_heads, split = blockIdx.x;
   const int64_t tl = blockIdx.y, t = t0 + tl;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -109,7 +114,8 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int64_t n_items = topk != nullptr ? topk_width : vis.n_ctx;
   const int64_t begin = static_cast<int64_t>(split) * keys_per_split;
-  const int64_t end = n_items < begin + keys_per_split ? n_items : begin + keys_per_split;
+  // The last split also takes any tail past the planned bound (a max_kv_len that undercounts stays correct).
+  const int64_t end = split == n_splits - 1 || n_items < begin + keys_per_split ? n_items : begin + keys_per_split;
   const int n_tiles = begin < end ? static_cast<int>((end - begin + kTileKeys - 1) / kTileKeys) : 0;
 
   auto load_tile = [&](int tile, int buf) {
@@ -133,6 +139,15 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows g, g + 8 of the head group
   if (n_tiles > 0) load_tile(0, 0);
   __syncthreads();
+  // A fragments of heads [16 hg, +16) x dims [144 qr, +144): held in registers below 64 heads; at 64 heads
+  // (512 threads, 128 registers each) re-read from q_s per tile, each reused over the tile's 4 key n-tiles.
+  constexpr bool kQInRegs = HG < 4;
+  uint32_t qf[kQInRegs ? kQuarterDims / 16 : 1][4];
+  const bf16* qa = q_s + (hg * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowPad + qr * kQuarterDims + 8 * (lane >> 4);
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < kQuarterDims / 16; ++ks) ldsm_x4(qf[ks], qa + 16 * ks);
+  }
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int buf = tile & 1;
     if (tile + 1 < n_tiles) {
@@ -142,26 +157,41 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
       cp_async_wait_group<0>();
     }
     __syncthreads();
-    {  // scores of heads [16 hg, +16) x keys [8 qr, +8)
-      float c[4] = {0.f, 0.f, 0.f, 0.f};
-      const bf16* qa = q_s + (hg * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowPad + 8 * (lane >> 4);
-      const bf16* kb = k_s + (buf * kTileKeys + qr * 8 + (lane & 7)) * kRowPad + 8 * (lane >> 3);
-#pragma unroll 6
-      for (int k0 = 0; k0 < kRow; k0 += 32) {
-        uint32_t a0[4], a1[4], b[4];
-        ldsm_x4(a0, qa + k0);
-        ldsm_x4(a1, qa + k0 + 16);
-        ldsm_x4(b, kb + k0);
-        mma_bf16_m16n8k16(c, a0, b[0], b[1]);
-        mma_bf16_m16n8k16(c, a1, b[2], b[3]);
+    {  // partial scores of heads [16 hg, +16) x the tile's 32 keys over dims [144 qr, +144)
+      float c[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+      const bf16* kb = k_s + (buf * kTileKeys + (lane & 7) + 8 * (lane >> 4)) * kRowPad + qr * kQuarterDims +
+                       8 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int ks = 0; ks < kQuarterDims / 16; ++ks) {
+        uint32_t a_tmp[4];
+        if constexpr (!kQInRegs) ldsm_x4(a_tmp, qa + 16 * ks);
+        const uint32_t(&a)[4] = kQInRegs ? qf[kQInRegs ? ks : 0] : a_tmp;
+#pragma unroll
+        for (int ntp = 0; ntp < 2; ++ntp) {
+          uint32_t b[4];
+          ldsm_x4(b, kb + 16 * ntp * kRowPad + 16 * ks);
+          mma_bf16_m16n8k16(c[2 * ntp], a, b[0], b[1]);
+          mma_bf16_m16n8k16(c[2 * ntp + 1], a, b[2], b[3]);
+        }
       }
-      const int key = qr * 8 + 2 * tig;
-      const bool v0 = valid_s[buf * kTileKeys + key] != 0, v1 = valid_s[buf * kTileKeys + key + 1] != 0;
-      float* srow = s_s + (hg * 16 + g) * kSStride + key;
-      srow[0] = v0 ? c[0] * p.scale : -INFINITY;
-      srow[1] = v1 ? c[1] * p.scale : -INFINITY;
-      srow[8 * kSStride] = v0 ? c[2] * p.scale : -INFINITY;
-      srow[8 * kSStride + 1] = v1 ? c[3] * p.scale : -INFINITY;
+      float* part = s_s + (qr * HG * 16 + hg * 16 + g) * kSStride + 2 * tig;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        part[8 * nt] = c[nt][0];
+        part[8 * nt + 1] = c[nt][1];
+        part[8 * kSStride + 8 * nt] = c[nt][2];
+        part[8 * kSStride + 8 * nt + 1] = c[nt][3];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // sum the quarters of heads [16 hg, +16) x keys [8 qr, +8), scale, mask
+      const int e = lane + 32 * i, row = hg * 16 + e / 8, key = qr * 8 + e % 8;
+      float* dst = s_s + row * kSStride + key;
+      const float sum = dst[0] + dst[HG * 16 * kSStride] + dst[2 * HG * 16 * kSStride] + dst[3 * HG * 16 * kSStride];
+      dst[0] = valid_s[buf * kTileKeys + key] != 0 ? sum * p.scale : -INFINITY;
     }
     __syncthreads();
     uint32_t pa[2][4];  // P as A fragments, 2 k-steps of 16 keys
@@ -283,11 +313,14 @@ void launch_attend(dim3 grid, cudaStream_t stream, const bf16* q, const float* q
                    const int32_t* block_tables, float* part_o, float* part_ml, int64_t t0, int n_splits,
                    int64_t keys_per_split, const MlaParams& p, const AttentionParams& ap) {
   const size_t smem = attend_smem_bytes(HG);
-  static std::atomic<bool> configured{false};
-  if (!configured.load()) {
+  static std::atomic<uint64_t> configured{0};  // one bit per device (the attribute is per device context)
+  int dev = 0;
+  MX_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((configured.load() & bit) == 0) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(mla_attend_mma_kernel<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    configured.store(true);
+    configured.fetch_or(bit);
   }
   mla_attend_mma_kernel<HG><<<grid, HG * 128, smem, stream>>>(q, q_abs, cache, topk, topk_width, token_seq, kv_index,
                                                               block_tables, part_o, part_ml, t0, n_splits,
