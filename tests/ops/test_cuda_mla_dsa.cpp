@@ -5,6 +5,7 @@
 // KV blocks (shuffled block tables), contexts far above index_topk, exact score ties and speculative-tree
 // rows, and the narrow linear of the indexer weights. CUDA outputs start as NaN (or a sentinel), so an unwritten
 // element fails.
+// The indexer's GLM-shaped cases (multiples of 16 index heads) run its tensor-core score kernel.
 // MLA attention also runs the tensor-core attend kernel and its SIMT oracle directly through the launcher
 // on GLM-5.x latent shapes (64 / 32 / 20 / 16 heads, tile and block edges, many KV splits, top-k below and
 // above the context, tree rows, a prefill chunk).
@@ -299,6 +300,11 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
       {32, 128, 64, {{1, 3000}, {20, 20}, {4, 300}}, {}, false, "GLM-5.2 heads, context >> top_k"},
       {32, 128, 2048, {{1, 5000}, {1, 1500}, {3, 2050}}, {}, false, "top_k 2048: above and below"},
       {8, 64, 16, {{1, 70000}}, {}, false, "one decode over 70k keys"},
+      // Multiples of 16 index heads run the tensor-core score kernel (kernels/cuda dsa_indexer_mma_supported).
+      {32, 128, 64, {{2, 30}}, {{40, 9}}, false, "mma: GLM-5.2 heads, tree rows"},
+      {16, 128, 8, {{20, 20}}, {}, true, "mma: all keys equal: ties to the lower index"},
+      {64, 64, 512, {{1, 20000}, {1, 129}}, {}, false, "mma: 64 heads x 64, 20k keys"},
+      {48, 32, 16, {{1, 1}, {5, 37}, {1, 128}, {1, 129}}, {}, false, "mma: 48 heads, block edges"},
   };
   const int64_t bs = 16;
   for (const IndexerCase& c : cases) {
