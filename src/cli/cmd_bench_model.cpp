@@ -118,8 +118,10 @@ class Timer {
   backend::Backend& be_;
 };
 
-// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively.
-model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits) {
+// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively; token ids
+// below min(vocab, 1000).
+model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits,
+                               int64_t vocab) {
   model::ForwardBatch fb;
   const int64_t blocks = (ctx + block_size - 1) / block_size;
   for (int64_t s = 0; s < b; ++s) {
@@ -130,7 +132,7 @@ model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t
     for (int64_t k = 0; k < blocks; ++k) span.block_table.push_back(static_cast<int32_t>(s * blocks + k));
     for (int64_t i = 0; i < n_tokens; ++i) {
       if (logits) fb.logit_rows.push_back(fb.n_tokens());
-      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % 1000));
+      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % std::min<int64_t>(vocab, 1000)));
       fb.positions.push_back(static_cast<int32_t>(ctx - n_tokens + i));
     }
     fb.seqs.push_back(span);
@@ -333,7 +335,7 @@ int cmd_bench_model(int argc, char** argv) {
   // ---- decode ----
   for (int64_t ctx : *contexts) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, ctx, 1, *block_size, false);
+      const auto fb = make_batch(b, ctx, 1, *block_size, false, c.vocab_size);
       auto ms = run_part(0, model::LayerPart::kAttention, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
       rows.push_back({"attention", "decode", b, ctx, b, *ms, decode_bytes(b, ctx), decode_flops(b, ctx)});
@@ -342,7 +344,7 @@ int cmd_bench_model(int argc, char** argv) {
   }
   if (moe_layer >= 0) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false);
+      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false, c.vocab_size);
       auto ms = run_part(moe_layer, model::LayerPart::kMlp, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
       rows.push_back({"moe", "decode", b, 0, b, *ms, moe_bytes(b), moe_flops(b)});
@@ -354,7 +356,7 @@ int cmd_bench_model(int argc, char** argv) {
 
   // ---- prefill: one sequence, a causal chunk from position 0 ----
   for (int64_t p : *prefill) {
-    const auto fb = make_batch(1, p, p, *block_size, false);
+    const auto fb = make_batch(1, p, p, *block_size, false, c.vocab_size);
     const int reps = p >= 4096 ? 1 : 3;
     auto ms = run_part(0, model::LayerPart::kAttention, fb, reps);
     if (!ms.is_ok()) return fail(ms.status(), 1);
@@ -380,7 +382,7 @@ int cmd_bench_model(int argc, char** argv) {
       [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
   uint64_t lease = 0;
   for (int64_t b : *model_batches) {
-    auto fb = make_batch(b, step_ctx, 1, *block_size, true);
+    auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size);
     ++lease;  // a new batch layout: every row re-syncs once
     for (int64_t s = 0; s < b; ++s) {
       model::SequenceSpan& span = fb.seqs[s];
