@@ -75,6 +75,7 @@ size_t attend_smem_bytes(int head_groups) {
 
 // Grid (n_splits, tokens of the group); HG * 4 warps. part_o [tg, n_splits, NH, 512] (normalized by the
 // split's denominator), part_ml [tg, n_splits, NH, 2] (running max, denominator; l = 0: no visible key).
+// With one split part_o is o_lat itself (the same layout) and no combine runs.
 template <int HG>
 __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
     const bf16* __restrict__ q, const float* __restrict__ q_abs, const bf16* __restrict__ cache,
@@ -126,7 +127,10 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
       int64_t j = -1;
       if (item < end) j = topk != nullptr ? static_cast<int64_t>(topk[t * topk_width + item]) : item;
       const bool ok = item < end && vis(j);
-      const bf16* src = ok ? cache + mla_slot(table, j, ap.block_size) * kRow + c * 8 : cache;
+      const int jj = static_cast<int>(j);  // < 2^31 keys: 32-bit division for the block lookup
+      const bf16* src =
+          ok ? cache + (static_cast<int64_t>(table[jj / ap.block_size]) * ap.block_size + jj % ap.block_size) * kRow + c * 8
+             : cache;
       cp_async_cg16_zfill(k_s + (buf * kTileKeys + r) * kRowPad + c * 8, src, ok);
       if (c == 0) valid_s[buf * kTileKeys + r] = ok ? 1 : 0;
     }
@@ -348,9 +352,13 @@ MlaSplitPlan mla_attend_split_plan(int64_t group_tokens, int64_t max_items) {
   return plan;
 }
 
+// Several splits only when group_tokens < SMs, so group_tokens x n_splits <= SMs partial rows; one split
+// writes o_lat directly and needs only the (max, denominator) pairs.
 size_t mla_attend_mma_workspace_bytes(int64_t group_tokens, const MlaParams& p) {
-  const int64_t parts = std::max<int64_t>(group_tokens, std::min<int64_t>(sm_count(), kMaxSplits));
-  return static_cast<size_t>(parts) * p.n_heads * (kLat + 2) * sizeof(float);
+  const int64_t split_parts = std::min<int64_t>(sm_count(), kMaxSplits);
+  return std::max(static_cast<size_t>(split_parts) * p.n_heads * (kLat + 2),
+                  static_cast<size_t>(group_tokens) * p.n_heads * 2) *
+         sizeof(float);
 }
 
 void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache, const int32_t* topk,
@@ -360,12 +368,13 @@ void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache,
   if (group_tokens == 0) return;
   const MlaSplitPlan plan = mla_attend_split_plan(group_tokens, max_items);
   const int64_t parts = group_tokens * plan.n_splits;
-  const size_t need = static_cast<size_t>(parts) * p.n_heads * (kLat + 2) * sizeof(float);
+  const bool direct = plan.n_splits == 1;  // the kernel writes o_lat itself
+  const size_t need = static_cast<size_t>(parts) * p.n_heads * ((direct ? 0 : kLat) + 2) * sizeof(float);
   MX_CHECK_MSG(need <= workspace_bytes, "mla_attend_mma: workspace " << workspace_bytes << " bytes < " << need
                                                                      << " for " << group_tokens << " tokens x "
                                                                      << plan.n_splits << " splits");
-  float* part_o = static_cast<float*>(workspace);
-  float* part_ml = part_o + parts * p.n_heads * kLat;
+  float* part_o = direct ? o_lat : static_cast<float*>(workspace);
+  float* part_ml = direct ? static_cast<float*>(workspace) : part_o + parts * p.n_heads * kLat;
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(group_tokens));
   const auto* qb = static_cast<const bf16*>(q);
   const auto* cb = static_cast<const bf16*>(latent_cache);
@@ -387,6 +396,7 @@ void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache,
                        part_ml, t0, plan.n_splits, plan.keys_per_split, p, ap);
       break;
   }
+  if (direct) return;
   const dim3 cgrid(static_cast<unsigned>(group_tokens), static_cast<unsigned>(p.n_heads));
   mla_attend_combine_kernel<<<cgrid, 128, 0, stream>>>(part_o, part_ml, o_lat, plan.n_splits, p.n_heads);
   MX_CUDA_CHECK_LAUNCH();
