@@ -14,6 +14,12 @@
 //                     n_hit = E (1 - (1 - K/E)^T) (expected experts hit under uniform routing);
 //                     w_e = 0.5 + 1/32 for packed MXFP4, else w
 //   MoE FLOPs       = 2 T (router + shared Linear params + K x one expert's params = E H + 3 H I_s + K 3 H I)
+//   glm_moe_dsa (MLA + DSA indexer; cache row = latent + rope key, L = kv_lora_rank + qk_rope_dim, plus an
+//   indexer key of index_head_dim D_i on full-indexer layers; K = index_topk; n_att(ctx) = min(ctx, K)):
+//   attention bytes = w + a (L n_att + D_i ctx) per decode row (prefill: every cached row once) + a T (L + D_i)
+//                     [cache write] + a T (4 H + 4 n_heads (qk_head_dim + v_dim))
+//   attention FLOPs = 2 T Linear params + 2 n_heads (L + kv_lora_rank) sum_t n_att(t)  [absorbed scores + P V]
+//                     + 2 index_n_heads D_i sum_t ctx(t)                              [indexer scores]
 //   decode step     = all layers' weights (MoE: experts hit at T = batch) + lm_head + KV read; roofline
 //                     tok/s = batch / (bytes / copy bandwidth)
 // Owns: the command. Does not own: the model code (model/), the ceilings (kernels/cuda/ceilings.h).
@@ -33,6 +39,7 @@
 #include "core/logging.h"
 #include "kvcache/kv_cache.h"
 #include "launch/launch.h"
+#include "model/archs/glm_moe_dsa_config.h"
 #include "model/causal_lm.h"
 #include "model/synthetic_weights.h"
 #include "model/weight_stats.h"
@@ -111,8 +118,10 @@ class Timer {
   backend::Backend& be_;
 };
 
-// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively.
-model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits) {
+// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively; token ids
+// below min(vocab, 1000).
+model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits,
+                               int64_t vocab) {
   model::ForwardBatch fb;
   const int64_t blocks = (ctx + block_size - 1) / block_size;
   for (int64_t s = 0; s < b; ++s) {
@@ -123,7 +132,7 @@ model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t
     for (int64_t k = 0; k < blocks; ++k) span.block_table.push_back(static_cast<int32_t>(s * blocks + k));
     for (int64_t i = 0; i < n_tokens; ++i) {
       if (logits) fb.logit_rows.push_back(fb.n_tokens());
-      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % 1000));
+      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % std::min<int64_t>(vocab, 1000)));
       fb.positions.push_back(static_cast<int32_t>(ctx - n_tokens + i));
     }
     fb.seqs.push_back(span);
@@ -259,6 +268,34 @@ int cmd_bench_model(int argc, char** argv) {
     return attn_w + 2 * kvd * kv_elem * kv_tokens + 2 * kvd * kv_elem * T + a * T * (4 * H + 4 * qd + 4 * kvd);
   };
   auto attn_flops = [&](double T, double keys) { return 2 * T * static_cast<double>(attn.matmul_params) + 4 * qd * keys; };
+  // glm_moe_dsa: MLA over the latent cache, sparse over the indexer's top-k (formulas in the header).
+  const bool mla = c.arch != nullptr && std::string(c.arch->model_type) == "glm_moe_dsa";
+  const model::GlmMoeDsaConfig* dsa = mla ? &model::glm_moe_dsa_config(c) : nullptr;
+  auto mla_bytes = [&](double T, double latent_rows, double index_rows) {
+    const double L = static_cast<double>(dsa->cache_width()), Di = static_cast<double>(dsa->index_head_dim);
+    return attn_w + a * (L * latent_rows + Di * index_rows) + a * T * (L + Di) +
+           a * T * (4 * H + 4 * static_cast<double>(c.n_heads) * static_cast<double>(dsa->qk_head_dim() + dsa->v_dim));
+  };
+  auto mla_flops = [&](double T, double attended, double indexed) {
+    const double L = static_cast<double>(dsa->cache_width()), R = static_cast<double>(dsa->kv_lora_rank);
+    return 2 * T * static_cast<double>(attn.matmul_params) + 2 * static_cast<double>(c.n_heads) * (L + R) * attended +
+           2 * static_cast<double>(dsa->index_n_heads * dsa->index_head_dim) * indexed;
+  };
+  // Decode: b rows at context ctx. Prefill: one causal chunk of p tokens from position 0.
+  auto decode_bytes = [&](double b, double ctx) {
+    return mla ? mla_bytes(b, b * std::min(ctx, double(dsa->index_topk)), b * ctx) : attn_bytes(b, b * ctx);
+  };
+  auto decode_flops = [&](double b, double ctx) {
+    return mla ? mla_flops(b, b * std::min(ctx, double(dsa->index_topk)), b * ctx) : attn_flops(b, b * ctx);
+  };
+  auto prefill_bytes = [&](double p) { return mla ? mla_bytes(p, p, p) : attn_bytes(p, p); };
+  auto prefill_flops = [&](double p) {
+    const double all = p * (p + 1) / 2;
+    if (!mla) return attn_flops(p, all);
+    const double K = static_cast<double>(dsa->index_topk);  // sum over t of min(t + 1, K)
+    const double attended = p <= K ? all : K * (K + 1) / 2 + (p - K) * K;
+    return mla_flops(p, attended, all);
+  };
   auto moe_weight_bytes = [&](double T) {
     return static_cast<double>(moe.dense_params) * w + n_hit(T) * static_cast<double>(moe.per_expert_params) * we;
   };
@@ -298,16 +335,16 @@ int cmd_bench_model(int argc, char** argv) {
   // ---- decode ----
   for (int64_t ctx : *contexts) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, ctx, 1, *block_size, false);
+      const auto fb = make_batch(b, ctx, 1, *block_size, false, c.vocab_size);
       auto ms = run_part(0, model::LayerPart::kAttention, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
-      rows.push_back({"attention", "decode", b, ctx, b, *ms, attn_bytes(b, double(b) * ctx), attn_flops(b, double(b) * ctx)});
+      rows.push_back({"attention", "decode", b, ctx, b, *ms, decode_bytes(b, ctx), decode_flops(b, ctx)});
       std::fprintf(stderr, "attention decode b=%lld ctx=%lld: %.1f us\n", (long long)b, (long long)ctx, *ms * 1e3);
     }
   }
   if (moe_layer >= 0) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false);
+      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false, c.vocab_size);
       auto ms = run_part(moe_layer, model::LayerPart::kMlp, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
       rows.push_back({"moe", "decode", b, 0, b, *ms, moe_bytes(b), moe_flops(b)});
@@ -319,12 +356,11 @@ int cmd_bench_model(int argc, char** argv) {
 
   // ---- prefill: one sequence, a causal chunk from position 0 ----
   for (int64_t p : *prefill) {
-    const auto fb = make_batch(1, p, p, *block_size, false);
+    const auto fb = make_batch(1, p, p, *block_size, false, c.vocab_size);
     const int reps = p >= 4096 ? 1 : 3;
     auto ms = run_part(0, model::LayerPart::kAttention, fb, reps);
     if (!ms.is_ok()) return fail(ms.status(), 1);
-    const double keys = double(p) * (p + 1) / 2;
-    rows.push_back({"attention", "prefill", 1, p, p, *ms, attn_bytes(p, p), attn_flops(p, keys)});
+    rows.push_back({"attention", "prefill", 1, p, p, *ms, prefill_bytes(p), prefill_flops(p)});
     std::fprintf(stderr, "attention prefill %lld: %.1f us\n", (long long)p, *ms * 1e3);
     if (moe_layer >= 0) {
       auto mms = run_part(moe_layer, model::LayerPart::kMlp, fb, reps);
@@ -346,7 +382,7 @@ int cmd_bench_model(int argc, char** argv) {
       [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
   uint64_t lease = 0;
   for (int64_t b : *model_batches) {
-    auto fb = make_batch(b, step_ctx, 1, *block_size, true);
+    auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size);
     ++lease;  // a new batch layout: every row re-syncs once
     for (int64_t s = 0; s < b; ++s) {
       model::SequenceSpan& span = fb.seqs[s];
@@ -383,8 +419,8 @@ int cmd_bench_model(int argc, char** argv) {
     double bytes = H * w + head_params * w;  // final norm + lm_head
     double flops = 2.0 * b * head_params;
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      bytes += attn_bytes(b, double(b) * step_ctx);
-      flops += attn_flops(b, double(b) * step_ctx);
+      bytes += decode_bytes(b, step_ctx);
+      flops += decode_flops(b, step_ctx);
       if (c.is_moe_layer(l)) {
         bytes += moe_bytes(b);
         flops += moe_flops(b);

@@ -5,6 +5,10 @@
 // KV blocks (shuffled block tables), contexts far above index_topk, exact score ties and speculative-tree
 // rows, and the narrow linear of the indexer weights. CUDA outputs start as NaN (or a sentinel), so an unwritten
 // element fails.
+// The indexer's GLM-shaped cases (multiples of 16 index heads) run its tensor-core score kernel.
+// MLA attention also runs the tensor-core attend kernel and its SIMT oracle directly through the launcher
+// on GLM-5.x latent shapes (64 / 32 / 20 / 16 heads, tile and block edges, many KV splits, top-k below and
+// above the context, tree rows, a prefill chunk).
 // Tolerances: copies exact; row ops and attention kTolBf16Out (4e-3 rel L2: fp32 math both sides, the
 // CUDA output rounded to bf16 once). The indexer's selection is checked as a set: every CUDA row must be
 // a valid top-k of the exact (fp64) scores up to kScoreSlack of the row's score scale (a near-tie may go
@@ -21,8 +25,10 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "backend/cuda_backend.h"
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
+#include "kernels/cuda/attention/mla_dsa.h"
 #include "model/forward_batch.h"
 
 namespace mxserve {
@@ -33,6 +39,9 @@ using backend::MlaDsaOps;
 
 constexpr double kTolBf16Out = 4e-3;
 constexpr double kScoreSlack = 1e-5;
+// The tensor-core MLA attend kernel feeds q_abs and the softmax probabilities to the MMAs as bf16 (fp32
+// accumulate): two more bf16 roundings than the SIMT kernel, hence a wider bound on the same rel-L2 metric.
+constexpr double kTolMlaMma = 1e-2;
 
 double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
   EXPECT_EQ(got.numel(), ref.numel());
@@ -76,7 +85,7 @@ struct TreeCase {
 };
 
 class CudaMlaDsa : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     auto r = backend::make_backend("cuda");
     if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
@@ -291,6 +300,11 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
       {32, 128, 64, {{1, 3000}, {20, 20}, {4, 300}}, {}, false, "GLM-5.2 heads, context >> top_k"},
       {32, 128, 2048, {{1, 5000}, {1, 1500}, {3, 2050}}, {}, false, "top_k 2048: above and below"},
       {8, 64, 16, {{1, 70000}}, {}, false, "one decode over 70k keys"},
+      // Multiples of 16 index heads run the tensor-core score kernel (kernels/cuda dsa_indexer_mma_supported).
+      {32, 128, 64, {{2, 30}}, {{40, 9}}, false, "mma: GLM-5.2 heads, tree rows"},
+      {16, 128, 8, {{20, 20}}, {}, true, "mma: all keys equal: ties to the lower index"},
+      {64, 64, 512, {{1, 20000}, {1, 129}}, {}, false, "mma: 64 heads x 64, 20k keys"},
+      {48, 32, 16, {{1, 1}, {5, 37}, {1, 128}, {1, 129}}, {}, false, "mma: 48 heads, block edges"},
   };
   const int64_t bs = 16;
   for (const IndexerCase& c : cases) {
@@ -385,6 +399,12 @@ struct MlaCase {
   const char* what;
 };
 
+// Runs one MLA case on the CPU reference and on CUDA through the op (kAuto: the tensor-core kernel for
+// the GLM-5.x shape, else the SIMT kernel); with `both_kernels` also each attend kernel directly through
+// the launcher (kSimple, the oracle, and kMma), each against the reference.
+void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
+                  const MlaCase& c, bool both_kernels);
+
 TEST_F(CudaMlaDsa, MlaAttention) {
   const std::vector<MlaCase> cases = {
       {4, 16, 8, 24, 32, 0, {{1, 1}}, {}, "one token, dense"},
@@ -397,49 +417,96 @@ TEST_F(CudaMlaDsa, MlaAttention) {
       {16, 192, 64, 256, 512, 64, {{1, 3000}, {20, 20}, {4, 300}}, {}, "GLM-5.2 head shape, top-64"},
       {16, 192, 64, 256, 512, 2048, {{1, 5000}, {1, 1500}}, {}, "GLM-5.2 head shape, top-2048"},
   };
+  for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false);
+}
+
+// The tensor-core attend kernel (mla_decode_mma.cu) and the SIMT oracle, each against the CPU reference, on
+// the GLM-5.x latent shape: 64 heads (4 head groups), 20 heads (a partial head group), one token, ragged
+// decode batches whose contexts end on / beside 16-token block and 32-key tile boundaries, contexts that
+// split over many KV splits, top-k smaller and larger than the context (-1 padding, an out-of-range entry),
+// tree rows, and a prefill chunk (splits = 1 per token).
+TEST_F(CudaMlaDsa, MlaAttentionTensorCoreKernel) {
+  const std::vector<MlaCase> cases = {
+      {64, 192, 64, 256, 512, 0, {{1, 1}}, {}, "mma 64 heads, one token, ctx 1"},
+      {64, 192, 64, 256, 512, 0, {{1, 31}, {1, 32}, {1, 33}, {1, 16}, {1, 17}, {1, 4097}}, {},
+       "mma 64 heads, decode, tile/block edges"},
+      {64, 192, 64, 256, 512, 0, {{1, 3001}, {1, 2048}, {1, 129}, {1, 700}}, {}, "mma 64 heads, decode, ragged"},
+      {20, 192, 64, 256, 512, 0, {{1, 999}, {3, 64}}, {}, "mma 20 heads (partial group)"},
+      {16, 192, 64, 256, 512, 0, {{24, 300}}, {}, "mma 16 heads, prefill chunk 24"},
+      {16, 192, 64, 256, 512, 0, {{140, 160}}, {}, "mma 16 heads, prefill 140 (1 split, no combine)"},
+      {16, 192, 64, 256, 512, 64, {{140, 400}}, {}, "mma 16 heads, prefill 140, top-64"},
+      {64, 192, 64, 256, 512, 96, {{1, 5000}, {1, 50}, {1, 96}, {1, 97}}, {}, "mma 64 heads, top-96 </>= ctx"},
+      {64, 192, 64, 256, 512, 2048, {{1, 6000}, {1, 1500}, {2, 2100}}, {}, "mma 64 heads, top-2048"},
+      {32, 192, 64, 256, 512, 8, {{2, 30}}, {{40, 9}}, "mma 32 heads, tree rows, top-8"},
+      {32, 192, 64, 256, 512, 0, {}, {{70, 12}}, "mma 32 heads, tree rows, dense"},
+  };
+  for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, true);
+}
+
+void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
+                  const MlaCase& c, bool both_kernels) {
+  SCOPED_TRACE(c.what);
   const int64_t bs = 16;
-  for (const MlaCase& c : cases) {
-    SCOPED_TRACE(c.what);
-    int64_t n_blocks = 0;
-    model::ForwardBatch batch = make_batch(c.seqs, c.trees, bs, &n_blocks);
-    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
-    const int64_t T = batch.n_tokens(), NH = c.heads, W = c.lora + c.rope;
-    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(NH, W)).value();
-    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(NH, W)).value();
-    Tensor q = rand({T, NH * (c.nope + c.rope)}), cache = rand({n_blocks * bs, W});
-    Tensor kv_b = rand({NH * (c.nope + c.v), c.lora}, 0.2f);
-    kernels::MlaParams p;
-    p.n_heads = c.heads;
-    p.qk_nope_dim = c.nope;
-    p.qk_rope_dim = c.rope;
-    p.v_dim = c.v;
-    p.kv_lora_rank = c.lora;
-    p.scale = 1.f / std::sqrt(static_cast<float>(c.nope + c.rope));
-    // A top-k list per token: a random ascending subset of its visible keys (all when fewer), -1 padded,
-    // with one index past the token's context where there is room (the op must ignore it).
-    Tensor topk;
-    if (c.top_k > 0) {
-      topk = Tensor::empty(DType::kI32, {T, c.top_k});
-      const std::vector<TokenView> views = token_views(batch, bs);
-      for (int64_t t = 0; t < T; ++t) {
-        std::vector<int32_t> vis;
-        for (int64_t j = 0; j <= views[t].kv_index; ++j)
-          if (views[t].visible(j)) vis.push_back(static_cast<int32_t>(j));
-        std::shuffle(vis.begin(), vis.end(), rng_);
-        if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
-        std::sort(vis.begin(), vis.end());
-        if (static_cast<int64_t>(vis.size()) < c.top_k) vis.push_back(static_cast<int32_t>(views[t].kv_index + 1));
-        vis.resize(c.top_k, -1);
-        std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
-      }
+  int64_t n_blocks = 0;
+  model::ForwardBatch batch = f.make_batch(c.seqs, c.trees, bs, &n_blocks);
+  ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+  const int64_t T = batch.n_tokens(), NH = c.heads, W = c.lora + c.rope;
+  auto cmeta = model::build_attention_meta(batch, cpu_be, bs, meta_shape(NH, W)).value();
+  auto gmeta = model::build_attention_meta(batch, gpu_be, bs, meta_shape(NH, W)).value();
+  Tensor q = f.rand({T, NH * (c.nope + c.rope)}), cache = f.rand({n_blocks * bs, W});
+  Tensor kv_b = f.rand({NH * (c.nope + c.v), c.lora}, 0.2f);
+  kernels::MlaParams p;
+  p.n_heads = c.heads;
+  p.qk_nope_dim = c.nope;
+  p.qk_rope_dim = c.rope;
+  p.v_dim = c.v;
+  p.kv_lora_rank = c.lora;
+  p.scale = 1.f / std::sqrt(static_cast<float>(c.nope + c.rope));
+  // A top-k list per token: a random ascending subset of its visible keys (all when fewer), -1 padded,
+  // with one index past the token's context where there is room (the op must ignore it).
+  Tensor topk;
+  if (c.top_k > 0) {
+    topk = Tensor::empty(DType::kI32, {T, c.top_k});
+    const std::vector<TokenView> views = token_views(batch, bs);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> vis;
+      for (int64_t j = 0; j <= views[t].kv_index; ++j)
+        if (views[t].visible(j)) vis.push_back(static_cast<int32_t>(j));
+      std::shuffle(vis.begin(), vis.end(), rng);
+      if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
+      std::sort(vis.begin(), vis.end());
+      if (static_cast<int64_t>(vis.size()) < c.top_k) vis.push_back(static_cast<int32_t>(views[t].kv_index + 1));
+      vis.resize(c.top_k, -1);
+      std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
     }
-    Tensor ref = cpu_->alloc(DType::kF32, {T, NH * c.v});
-    Tensor ctopk = c.top_k > 0 ? cpu(topk) : Tensor();
-    cops_->mla_attention(cpu(q), cpu(cache), cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
-    Tensor gtopk = c.top_k > 0 ? gpu_->upload(topk) : Tensor();
-    Tensor out = poison({T, NH * c.v});
-    gops_->mla_attention(gpu_bf16(q), gpu_bf16(cache), gpu_bf16(kv_b), c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
-    EXPECT_CLOSE(host(out), ref, kTolBf16Out, c.what);
+  }
+  Tensor ref = cpu_be.alloc(DType::kF32, {T, NH * c.v});
+  Tensor ctopk = c.top_k > 0 ? f.cpu(topk) : Tensor();
+  cops.mla_attention(f.cpu(q), f.cpu(cache), f.cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
+  Tensor gtopk = c.top_k > 0 ? gpu_be.upload(topk) : Tensor();
+  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_bf16(cache), gkv_b = f.gpu_bf16(kv_b);
+  const bool mma = kernels::cuda::mla_attend_mma_supported(p);
+  const double tol = mma ? kTolMlaMma : kTolBf16Out;
+  {
+    Tensor out = f.poison({T, NH * c.v});
+    gops.mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
+    EXPECT_CLOSE(f.host(out), ref, tol, (std::string(c.what) + (mma ? " [op: mma]" : " [op: simt]")).c_str());
+  }
+  if (!both_kernels) return;
+  const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(T, p);
+  Tensor ws = gpu_be.alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  for (const auto kernel : {kernels::cuda::MlaAttendKernel::kSimple, kernels::cuda::MlaAttendKernel::kMma}) {
+    if (kernel == kernels::cuda::MlaAttendKernel::kMma && !mma) continue;
+    Tensor out = f.poison({T, NH * c.v});
+    kernels::cuda::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(),
+                                      c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
+                                      gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                                      gmeta.block_tables.data<int32_t>(), out.raw(), p, gmeta.params, ws.raw(),
+                                      ws_bytes, backend::cuda_backend_stream(gpu_be), kernel);
+    const bool simple = kernel == kernels::cuda::MlaAttendKernel::kSimple;
+    const double tol_k = simple ? kTolBf16Out : kTolMlaMma;
+    EXPECT_CLOSE(f.host(out), ref, tol_k,
+                 (std::string(c.what) + (simple ? " [simt]" : " [mma]")).c_str());
   }
 }
 

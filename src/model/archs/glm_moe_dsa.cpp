@@ -15,10 +15,12 @@
 #include "model/archs/glm_moe_dsa.h"
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <variant>
 
+#include "core/check.h"
 #include "model/archs/glm_moe_dsa_config.h"
 #include "model/layers/blocks.h"
 #include "model/layers/dp_moe.h"
@@ -150,6 +152,36 @@ class GlmMoeDsaModel final : public CausalLM {
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk));
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
     return tp_.head(batch, x);
+  }
+
+  // bench-model hook: the attention part (norm, MLA with its indexer on a full layer) or the MLP part of one
+  // layer, as run_layer does them. On a shared-indexer layer the top-k is the closure's own (not recomputed).
+  Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
+                                                       kvcache::KvCache& kv) override {
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    if (dp_moe_.enabled()) return unsupported("bind_layer_part with DP attention (its MoE blocks exchange tokens)");
+    if (layer < 0 || layer >= cfg_.n_layers)
+      return invalid_argument("bind_layer_part: layer " + std::to_string(layer) + " of " + std::to_string(cfg_.n_layers));
+    MX_ASSIGN_OR_RETURN(Uploaded uploaded, upload_batch(batch, kv));
+    auto up = std::make_shared<Uploaded>(std::move(uploaded));
+    auto topk = std::make_shared<Tensor>(be_.alloc(DType::kI32, {batch.n_tokens(), dsa_.index_topk}));
+    const DecoderLayer* L = &layers_[layer];
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    return std::function<void(Tensor&)>([this, up, topk, L, eps, layer, part, &kv](Tensor& x) {
+      Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+      Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+      if (part == LayerPart::kAttention) {
+        be_.rmsnorm(x, L->input_norm, eps, h);
+        Tensor* index_keys = L->attn.indexer ? &kv.tensor(layer, kvcache::CacheRole::kIndexerKey) : nullptr;
+        L->attn.forward(be_, ops_, attn_cfg_, h, up->positions, up->meta, kv.tensor(layer, kvcache::CacheRole::kLatent),
+                        index_keys, *topk, o);
+        MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
+      } else {
+        be_.rmsnorm(x, L->post_norm, eps, h);
+        MX_CHECK_MSG(dp_moe_.mlp(be_, cfg_, L->mlp, tp_, h, o).is_ok(), "bind_layer_part: MLP failed");
+      }
+      be_.add(x, o);
+    });
   }
 
  private:

@@ -6,9 +6,9 @@
 //   unabsorb: out[t, h, :]   = W_uv[h] o_lat[t, h, :]          (W_uv = kv_b rows [h (nope+v) + nope, +v))
 // The same formula for prefill and decode (the CPU reference's, kernels/cpu/mla_dsa.cpp); only the
 // latent + rope part is ever cached or read.
-// NOTE: correctness-first SIMT kernels: attend is one block per (token, head), 4 warps over keys with an
-// online softmax each, lanes over the latent dims; every head re-reads its keys (no sharing across heads,
-// no tensor cores). Speed (heads sharing a key tile, MMA for the scores) is later work.
+// The attend step runs the tensor-core kernel of mla_decode_mma.cu (all heads of a token share each latent
+// tile, split-KV + combine) for the GLM-5.x shape, else the SIMT kernel here: one block per (token, head),
+// 4 warps over keys with an online softmax each, lanes over the latent dims -- the oracle of the fast one.
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "core/logging.h"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -151,24 +152,48 @@ int64_t group_tokens(const MlaParams& p) {
   return std::max<int64_t>(1, std::min<int64_t>(kLatentBudget / per_token, 65535));  // grid dims
 }
 
+int64_t group_size(int64_t n_tokens, const MlaParams& p) {
+  return std::min(std::max<int64_t>(n_tokens, 1), group_tokens(p));
+}
+
 }  // namespace
 
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p) {
-  const int64_t group = std::min(std::max<int64_t>(n_tokens, 1), group_tokens(p));
-  return static_cast<size_t>(2 * group * p.n_heads * p.kv_lora_rank * 4);
+  const int64_t group = group_size(n_tokens, p);
+  const size_t simple = static_cast<size_t>(2 * group * p.n_heads * p.kv_lora_rank * 4);
+  return simple + (mla_attend_mma_supported(p) ? mla_attend_mma_workspace_bytes(group, p) : 0);
 }
 
 void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
-                        void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream, MlaAttendKernel kernel) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
+  const bool mma_ok = mla_attend_mma_supported(p);
+  MX_CHECK_MSG(kernel != MlaAttendKernel::kMma || mma_ok,
+               "mla_attention_bf16: the tensor-core attend kernel needs kv_lora_rank 512, qk_rope_dim 64 and 1..64 "
+               "heads; got kv_lora_rank "
+                   << p.kv_lora_rank << ", qk_rope_dim " << p.qk_rope_dim << ", " << p.n_heads << " heads");
+  const bool use_mma = mma_ok && kernel != MlaAttendKernel::kSimple;
+  if (kernel == MlaAttendKernel::kAuto && !mma_ok)
+    MX_WARN_ONCE << "mla_attention: kv_lora_rank " << p.kv_lora_rank << ", qk_rope_dim " << p.qk_rope_dim << ", "
+                 << p.n_heads << " heads: outside the tensor-core kernel (512 / 64 / <= 64 heads); running the slow "
+                                 "SIMT attend kernel (correct, one head per block)";
   const int64_t per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
-  const int64_t group = std::min<int64_t>(static_cast<int64_t>(workspace_bytes) / (2 * per_token * 4), 65535);
-  MX_CHECK_MSG(group >= 1, "mla_attention_bf16: workspace " << workspace_bytes << " bytes < one token's");
+  const int64_t group = group_size(T, p);
+  const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
+  MX_CHECK_MSG(workspace_bytes >= mla_attention_workspace_bytes(T, p),
+               "mla_attention_bf16: workspace " << workspace_bytes << " bytes < "
+                                                << mla_attention_workspace_bytes(T, p) << " for " << T << " tokens");
   float* q_abs = static_cast<float*>(workspace);
   float* o_lat = q_abs + group * per_token;
+  void* parts = static_cast<char*>(workspace) + simple_bytes;
+  const size_t parts_bytes = workspace_bytes - simple_bytes;
+  // Splits are planned over the widest item range: the causal bound (dense) or the top-k list width.
+  const int64_t max_items = topk != nullptr ? topk_width
+                            : ap.max_kv_len > 0 ? ap.max_kv_len
+                                                : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
   const auto* qb = static_cast<const bf16*>(q);
   const auto* kvb = static_cast<const bf16*>(kv_b);
   const size_t absorb_smem = sizeof(float) * kTokTile * p.qk_nope_dim;
@@ -179,11 +204,16 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
     const dim3 tiles(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(ceil_div(tg, kTokTile)));
     mla_absorb_kernel<<<tiles, 256, absorb_smem, stream>>>(qb, kvb, q_abs, tg, t0, p);
     MX_CUDA_CHECK_LAUNCH();
-    const dim3 heads(static_cast<unsigned>(tg), static_cast<unsigned>(p.n_heads));
-    mla_attend_kernel<<<heads, kAttWarps * 32, attend_smem, stream>>>(
-        qb, q_abs, static_cast<const bf16*>(latent_cache), topk, topk_width, token_seq, kv_index, block_tables, o_lat,
-        t0, p, ap);
-    MX_CUDA_CHECK_LAUNCH();
+    if (use_mma) {
+      mla_attend_mma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
+                     max_items, p, ap, parts, parts_bytes, stream);
+    } else {
+      const dim3 heads(static_cast<unsigned>(tg), static_cast<unsigned>(p.n_heads));
+      mla_attend_kernel<<<heads, kAttWarps * 32, attend_smem, stream>>>(
+          qb, q_abs, static_cast<const bf16*>(latent_cache), topk, topk_width, token_seq, kv_index, block_tables,
+          o_lat, t0, p, ap);
+      MX_CUDA_CHECK_LAUNCH();
+    }
     mla_unabsorb_kernel<<<tiles, 256, unabsorb_smem, stream>>>(o_lat, kvb, static_cast<bf16*>(out), tg, t0, p);
     MX_CUDA_CHECK_LAUNCH();
   }

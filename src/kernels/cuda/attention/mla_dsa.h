@@ -42,15 +42,25 @@ size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // -> topk i32 [T, top_k]: the selected KV indices ascending, -1 padded (all visible keys when at most
 // top_k); ties go to the lower KV index. ap: paging + tree rows (n_tokens, block_size, max_blocks_per_seq,
 // max_kv_len, tree_mask / tree_base); workspace of dsa_indexer_workspace_bytes(T, max_ctx).
+// Which score kernel dsa_indexer_topk runs: kAuto = tensor cores where dsa_indexer_mma_supported, else the
+// SIMT kernel with a one-time warning; kSimple = the SIMT kernel (the oracle); kMma = tensor cores (an
+// unsupported shape is an error). The top-k select is the same exact radix select for both.
+enum class IndexerScoreKernel { kAuto, kSimple, kMma };
+bool dsa_indexer_mma_supported(const IndexerParams& p);
 void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
                       const AttentionParams& ap, int64_t max_ctx, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream);
+                      cudaStream_t stream, IndexerScoreKernel kernel = IndexerScoreKernel::kAuto);
 
 // ---- attention/mla_attention.cu ------------------------------------------------------------------
 // Largest kv_lora_rank the attention kernel holds per lane (kv_lora_rank <= 32 * 16).
 constexpr int kMlaMaxLatent = 512;
-// Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32).
+// Which attend kernel mla_attention_bf16 runs: kAuto = the tensor-core kernel (mla_decode_mma.cu) where
+// mla_attend_mma_supported, else the SIMT kernel with a one-time warning; kSimple = the SIMT kernel (the
+// oracle); kMma = the tensor-core kernel (an unsupported shape is an error).
+enum class MlaAttendKernel { kAuto, kSimple, kMma };
+// Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
+// the split partials of the tensor-core kernel).
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p);
 // Absorbed MLA: q bf16 [T, n_heads * (nope + rope)] (roped), latent_cache bf16 [n_slots, kv_lora + rope],
 // kv_b bf16 [n_heads * (nope + v), kv_lora], topk i32 [T, topk_width] or null (every causal key)
@@ -59,6 +69,26 @@ size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p);
 void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
-                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                        MlaAttendKernel kernel = MlaAttendKernel::kAuto);
+
+// ---- attention/mla_decode_mma.cu -----------------------------------------------------------------
+// The tensor-core attend step handles kv_lora_rank 512, qk_rope_dim 64, 1..64 heads (GLM-5.x).
+bool mla_attend_mma_supported(const MlaParams& p);
+// KV splits per token of a group (chosen so group_tokens x n_splits fills the SMs once) and the keys
+// (or top-k entries) each split walks, a multiple of the 32-key tile.
+struct MlaSplitPlan {
+  int n_splits = 1;
+  int64_t keys_per_split = 0;
+};
+MlaSplitPlan mla_attend_split_plan(int64_t group_tokens, int64_t max_items);
+// Split partials (bytes) for a group of group_tokens tokens.
+size_t mla_attend_mma_workspace_bytes(int64_t group_tokens, const MlaParams& p);
+// o_lat f32 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs f32 [group, n_heads, 512] and the
+// roped q bf16 (rope part); max_items bounds every token's causal context (dense) or is topk_width (sparse).
+void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache, const int32_t* topk,
+                    int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables,
+                    float* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items, const MlaParams& p,
+                    const AttentionParams& ap, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda
