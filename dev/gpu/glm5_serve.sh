@@ -25,10 +25,12 @@ LAYERS=${GLM5_LAYERS:-8}; STEPS=${GLM5_SPEC_STEPS:-3}; FLAGS=(${MX_FLAGS:-})
 TOK=${GLM5_TOK:-$P/tok}
 [ -f "$TOK/tokenizer.json" ] || { mkdir -p "$TOK" && tar -xJf "$P/tok.tar.xz" -C "$TOK"; }
 PORT=18125; BASE=http://127.0.0.1:$PORT
-FAILS=0
+FAILS=0; VERDICTS=()
 verdict() {  # name, ok(0/1), detail
-  if [ "$2" = 0 ]; then echo "PASS $1 $3"; else echo "FAIL $1 $3"; FAILS=$((FAILS + 1)); fi
+  local v="PASS $1"; [ "$2" = 0 ] || { v="FAIL $1"; FAILS=$((FAILS + 1)); }
+  echo "$v ${3:0:240}"; VERDICTS+=("$v")
 }
+NUMBERS=()  # "run c=N: TPOT / tok/s / acceptance length" for the closing summary
 serve_start() {  # log file, extra serve args...
   local log=$1; shift
   "$BIN" serve --config "$CFG" --synthetic-weights --num-layers "$LAYERS" --quantization "$QUANT" --backend "$BACKEND" \
@@ -66,6 +68,9 @@ bench() {  # label, concurrency, requests
   local ok; ok=$(grep -E "Success rate" "$OUT/glm5_$1_c$2.txt" | tail -1 | awk '{print $NF}')
   [ $rc = 0 ] && [ "${ok:-0}" = "100.00" ]; verdict "$1 bench concurrency $2" $? "(rc=$rc, success ${ok:-?}%)"
   [ $rc = 0 ] || tail -5 "$OUT/glm5_$1_c$2.txt"
+  NUMBERS+=("$1 c=$2: TPOT mean $(grep -m1 'Mean TPOT' "$OUT/glm5_$1_c$2.txt" | awk '{print $NF}') ms, output \
+$(grep -m1 '^Output token throughput' "$OUT/glm5_$1_c$2.txt" | awk '{print $NF}') tok/s, acceptance length \
+$(grep -m1 'acceptance length' "$OUT/glm5_$1_c$2.txt" | awk '{print $NF}')")
 }
 run() {  # label, extra serve args...
   local label=$1; shift
@@ -87,5 +92,7 @@ run nomtp
 run mtp --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive
 run mtpsim --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive --benchmark-mode \
   --speculative-simulate-acceptance 2.5
+echo "== summary"
+printf '%s\n' "${NUMBERS[@]}" "${VERDICTS[@]}"
 echo "glm5_serve: $FAILS failed checks"
 [ $FAILS = 0 ]
