@@ -203,11 +203,16 @@ class CpuBackend final : public Backend, public MlaDsaOps {
       }
     }
   }
-  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
-    const int64_t cols = x.numel() / x.dim(0);
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {  // any dtype (f32 rows, i32 top-k)
+    MX_CHECK_MSG(x.dtype() == out.dtype() && x.is_contiguous() && out.is_contiguous(),
+                 "cpu gather_rows: " << x.describe() << " -> " << out.describe());
+    const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / x.dim(0);
+    MX_CHECK_EQ(static_cast<int64_t>(out.nbytes()), row_bytes * rows.numel());
     const int32_t* r = i32(rows);
+    const auto* src = static_cast<const uint8_t*>(x.raw());
+    auto* dst = static_cast<uint8_t*>(out.raw());
     for (int64_t i = 0; i < rows.numel(); ++i)
-      std::memcpy(f32(out) + i * cols, f32(x) + static_cast<int64_t>(r[i]) * cols, sizeof(float) * cols);
+      std::memcpy(dst + i * row_bytes, src + static_cast<int64_t>(r[i]) * row_bytes, row_bytes);
   }
   void argmax_rows(const Tensor& logits, Tensor& out) override {
     const int64_t V = logits.dim(1);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "kvcache/block_pool.h"
 
 namespace mxserve::launch {
@@ -17,6 +18,9 @@ int dp_rank_of_block(int32_t block, int64_t n_blocks, int dp) {
 Result<DpSplit> split_by_dp_rank(const model::ForwardBatch& batch, int dp, int64_t n_blocks) {
   DpSplit split;
   split.parts.resize(dp);
+  if (!batch.mtp_first_step_rows.empty())  // the rows name the extend batch, not a DP part of it
+    MX_WARN_ONCE << "index_share_for_mtp_iteration is not applied under DP attention: every MTP draft step "
+                          "recomputes its DSA top-k (exact, only slower drafting)";
   split.rows.resize(dp);
   split.logit_index.resize(dp);
   std::vector<int> row_rank(batch.n_tokens(), -1);

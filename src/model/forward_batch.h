@@ -43,6 +43,11 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted
   bool want_hidden = false;         // also return the post-final-norm hidden state of every row
   bool want_host_logits = true;     // copy the logit rows to the host (false: greedy ids only, see executor.h)
+  // MTP chain draft steps >= 2 only (runtime/spec/drafter.cpp): row i continues the draft chain whose first
+  // step was row mtp_first_step_rows[i] of the latest MTP forward sent without this field (the extend). A
+  // model with index_share_for_mtp_iteration (glm_moe_dsa) reuses that row's DSA top-k; others ignore it.
+  // Empty: not a continuation step (every MTP forward computes its own top-k).
+  std::vector<int32_t> mtp_first_step_rows;
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // Checks row coverage, KV lengths, block tables against the cache geometry, ids against the vocab.

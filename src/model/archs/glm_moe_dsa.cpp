@@ -3,6 +3,9 @@
 //   logits = lm_head(rmsnorm(x)). A "full" layer runs its indexer; a "shared" layer reuses the top-k of
 //   the most recent full layer of the same forward. MTP layer L = n_layers (own full indexer, sparse MoE):
 //   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
+//   index_share_for_mtp_iteration: draft-chain steps >= 2 (ForwardBatch::mtp_first_step_rows) attend over the
+//   top-k the chain's first step (the MTP extend) computed instead of running the MTP indexer's scores again
+//   (its keys are still written); the target's verification keeps the outputs exact.
 // KV layout per cached layer: kLatent [kv_lora_rank + qk_rope_head_dim]; full layers (and the MTP layer)
 // add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys.
 // Tensor parallel (docs/parallel.md): each rank runs its attention heads (q_b / kv_b rows, o_proj columns),
@@ -125,6 +128,13 @@ class GlmMoeDsaModel final : public CausalLM {
     return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
   }
 
+  // No decode graphs yet: the engine logs this once and runs every step eagerly.
+  Status forward_device(const Tensor&, const Tensor&, const backend::AttentionMeta&, kvcache::KvCache&,
+                        Tensor&) override {
+    return unsupported("glm_moe_dsa has no device-input forward yet (its MLA / DSA decode is not captured in CUDA "
+                       "graphs); decode runs eagerly -- pass --disable-cuda-graph to silence this");
+  }
+
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
                                     kvcache::KvCache& kv) override {
     if (!mtp_) return unsupported("this model was loaded without an MTP layer");
@@ -149,7 +159,9 @@ class GlmMoeDsaModel final : public CausalLM {
     be_.linear(h, mtp_->eh_proj_h, nullptr, xh);
     be_.add(x, xh);
     Tensor topk = be_.alloc(DType::kI32, {T, dsa_.index_topk});
-    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk));
+    MX_ASSIGN_OR_RETURN(const bool reuse, shared_mtp_topk(batch, topk));
+    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, topk, reuse));
+    if (!reuse) first_step_topk_ = topk;
     be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
     return tp_.head(batch, x);
   }
@@ -218,21 +230,42 @@ class GlmMoeDsaModel final : public CausalLM {
     return u;
   }
 
+  // index_share_for_mtp_iteration: a draft-chain continuation (batch.mtp_first_step_rows) takes the top-k rows
+  // the chain's first MTP step computed (first_step_topk_) into topk and returns true; false: the MTP layer's
+  // indexer runs. Rows outside the stored first step are an error naming them.
+  Result<bool> shared_mtp_topk(const ForwardBatch& batch, Tensor& topk) {
+    if (batch.mtp_first_step_rows.empty() || !dsa_.index_share_for_mtp_iteration) return false;
+    const int64_t T = batch.n_tokens();
+    const int64_t have = first_step_topk_.defined() ? first_step_topk_.dim(0) : 0;
+    if (static_cast<int64_t>(batch.mtp_first_step_rows.size()) != T)
+      return invalid_argument("forward_mtp: mtp_first_step_rows has " +
+                              std::to_string(batch.mtp_first_step_rows.size()) + " rows for " + std::to_string(T) +
+                              " tokens");
+    for (int32_t r : batch.mtp_first_step_rows)
+      if (r < 0 || r >= have)
+        return invalid_argument("forward_mtp: mtp_first_step_rows names row " + std::to_string(r) +
+                                " of a first draft step with " + std::to_string(have) + " rows");
+    Tensor dev_rows =
+        be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.mtp_first_step_rows.data()), DType::kI32, {T}));
+    be_.gather_rows(first_step_topk_, dev_rows, topk);
+    return true;
+  }
+
   Status run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
-                   kvcache::KvCache& kv, int64_t cache_layer, Tensor& topk) {
+                   kvcache::KvCache& kv, int64_t cache_layer, Tensor& topk, bool reuse_topk = false) {
     const int64_t T = x.dim(0);
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     const DType act = be_.activation_dtype();
     Tensor h = be_.alloc(act, {T, cfg_.d_model});
     Tensor o = be_.alloc(act, {T, cfg_.d_model});
     be_.rmsnorm(x, layer.input_norm, eps, h);
-    if (layer.attn.indexer)  // TP: the indexer's input (and through replicated q_a, its query latent)
+    if (layer.attn.indexer && !reuse_topk)  // TP: the indexer's input (and through replicated q_a, its query latent)
       MX_RETURN_IF_ERROR(tp_.check_replicated(h, "the DSA indexer input of layer " + std::to_string(cache_layer)));
     Tensor* index_keys =
         layer.attn.indexer ? &kv.tensor(cache_layer, kvcache::CacheRole::kIndexerKey) : nullptr;
     layer.attn.forward(be_, ops_, attn_cfg_, h, positions, meta, kv.tensor(cache_layer, kvcache::CacheRole::kLatent),
-                       index_keys, topk, o);
-    if (layer.attn.indexer)  // TP: the replicated indexer must pick the same keys on every rank
+                       index_keys, topk, o, reuse_topk);
+    if (layer.attn.indexer && !reuse_topk)  // TP: the replicated indexer must pick the same keys on every rank
       MX_RETURN_IF_ERROR(tp_.check_replicated(topk, "the DSA top-k of layer " + std::to_string(cache_layer)));
     MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: o_proj over this rank's heads
     be_.add(x, o);
@@ -265,6 +298,9 @@ class GlmMoeDsaModel final : public CausalLM {
   Tensor final_norm_;        // [H]
   std::vector<DecoderLayer> layers_;
   std::optional<MtpLayer> mtp_;
+  // i32 [T, index_topk]: the MTP layer's top-k of the latest forward_mtp that ran its indexer (a draft chain's
+  // first step), reused by the chain's later steps under index_share_for_mtp_iteration.
+  Tensor first_step_topk_;
 };
 
 Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,

@@ -25,7 +25,7 @@ struct GlmMoeDsaConfig {
   int64_t index_head_dim = 0;   // indexer key width (cached per token on full layers)
   int64_t index_n_heads = 0;
   std::vector<bool> full_indexer;  // per target layer: true = "full" (own indexer), false = "shared"
-  bool index_share_for_mtp_iteration = false;  // draft steps >= 2 reuse the first step's top-k (not used yet)
+  bool index_share_for_mtp_iteration = false;  // draft steps >= 2 reuse the first step's top-k
 
   int64_t qk_head_dim() const { return qk_nope_dim + qk_rope_dim; }
   int64_t cache_width() const { return kv_lora_rank + qk_rope_dim; }  // latent + rope key per token

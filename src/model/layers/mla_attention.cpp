@@ -48,11 +48,7 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   Tensor q = be.alloc(act, {T, NH * D});
   be.linear(q_resid, wq_b, nullptr, q);
   ops.rope_interleaved(q, positions, rope_params(cfg, NH, D, 0));
-  Tensor k = be.alloc(act, {T, D});
-  be.linear(x, wk, nullptr, k);
-  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
-  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
-  ops.cache_write(k, meta, key_cache, 0);
+  write_keys(be, ops, cfg, x, positions, meta, key_cache);
   Tensor w = be.alloc(act, {T, NH});
   be.linear(x, weights_proj, nullptr, w);
   kernels::IndexerParams ip;
@@ -63,6 +59,16 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
   ops.indexer_topk(q, w, key_cache, meta, ip, topk);
   if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+}
+
+void DsaIndexer::write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
+                            const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache) const {
+  const int64_t T = x.dim(0), D = glm_moe_dsa_config(cfg).index_head_dim;
+  Tensor k = be.alloc(be.activation_dtype(), {T, D});
+  be.linear(x, wk, nullptr, k);
+  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
+  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
+  ops.cache_write(k, meta, key_cache, 0);
 }
 
 MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg, bool full_indexer) {
@@ -86,7 +92,7 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
 void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
                            const Tensor& positions,
                            const backend::AttentionMeta& meta, Tensor& latent_cache, Tensor* index_key_cache,
-                           Tensor& topk, Tensor& out) const {
+                           Tensor& topk, Tensor& out, bool reuse_topk) const {
   const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
   const int64_t T = x.dim(0), NH = cfg.n_heads;  // this rank's heads
   MX_CHECK_MSG(q_b.dim(0) == NH * d.qk_head_dim() && kv_b.dim(0) == NH * (d.qk_nope_dim + d.v_dim),
@@ -113,7 +119,8 @@ void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const 
 
   if (indexer) {
     MX_CHECK_MSG(index_key_cache != nullptr, "MLA: a full indexer layer needs its indexer-key cache");
-    indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+    if (reuse_topk) indexer->write_keys(be, ops, cfg, x, positions, meta, *index_key_cache);
+    else indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
   }
   kernels::MlaParams mp;
   mp.n_heads = static_cast<int32_t>(NH);

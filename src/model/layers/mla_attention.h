@@ -35,6 +35,9 @@ struct DsaIndexer {
   void forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
                const Tensor& q_resid,
                const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache, Tensor& topk) const;
+  // Only the first half of forward: the batch's indexer keys into key_cache (the top-k is reused, not scored).
+  void write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
+                  const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache) const;
 };
 
 struct MlaAttention {
@@ -53,10 +56,12 @@ struct MlaAttention {
   // x_norm [T,H] -> out [T,H]. Writes the batch's latent rows (and indexer keys) first. A full layer fills
   // topk [T, index_topk]; a shared layer reads the topk its most recent full layer wrote in this batch.
   // cfg.n_heads: this rank's heads (tensor parallel; the model's count at tp 1). out: this rank's partial
-  // sum over its heads at tp > 1 (the caller all-reduces it).
+  // sum over its heads at tp > 1 (the caller all-reduces it). reuse_topk (MTP draft steps >= 2 under
+  // index_share_for_mtp_iteration): topk already holds the rows to attend over; a full layer still writes its
+  // indexer keys but does not score them.
   void forward(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
                const Tensor& positions, const backend::AttentionMeta& meta, Tensor& latent_cache,
-               Tensor* index_key_cache, Tensor& topk, Tensor& out) const;
+               Tensor* index_key_cache, Tensor& topk, Tensor& out, bool reuse_topk = false) const;
 };
 
 }  // namespace mxserve::model

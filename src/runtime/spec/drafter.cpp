@@ -136,6 +136,7 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
   struct Active {
     Sequence* seq;
     int32_t hidden_row;  // row of the sequence's latest MTP output in the latest hidden tensor
+    int32_t first_row;   // the sequence's row in the extend (its first draft step: ForwardBatch::mtp_first_step_rows)
   };
   // Draft j of every active sequence from logit row r of `out`; a sequence whose row is unusable stops.
   auto propose = [&](std::vector<Active>& active, const ExecOutput& out, const std::vector<int32_t>& rows,
@@ -159,7 +160,7 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
   std::vector<Active> active;
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->clear_drafts();
-    active.push_back({seqs[i], root_hidden[i]});
+    active.push_back({seqs[i], root_hidden[i], root_hidden[i]});
   }
   propose(active, extend, root_rows, 1);
   Tensor hidden = extend.hidden;
@@ -181,6 +182,7 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
       d.positions.push_back(pos);
       d.logit_rows.push_back(static_cast<int32_t>(a));
       hrows.push_back(active[a].hidden_row);
+      d.mtp_first_step_rows.push_back(active[a].first_row);
       lrows.push_back(static_cast<int32_t>(a));
     }
     Tensor hd = executor_.select_rows(hidden, hrows);
