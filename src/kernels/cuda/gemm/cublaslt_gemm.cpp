@@ -5,13 +5,28 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
+#include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/gemm/skinny_gemm.h"
 
 namespace mxserve::kernels::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32ull << 20;
+// f32-out calls take the skinny path only up to this N (the MoE router's logits); the lm_head (N = vocab)
+// already streams at copy bandwidth through cuBLASLt.
+constexpr int64_t kSkinnyMaxF32N = 16384;
+// Below this N the skinny kernel has too few 16-row tiles (blocks) to spread over the SMs (the MoE router's
+// N = 128-256 would run on 8-16 SMs): cuBLASLt's split-K spreads them better.
+constexpr int64_t kSkinnyMinN = 512;
+
+bool skinny_env_enabled() {
+  const char* v = std::getenv("MXSERVE_SKINNY_GEMM");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
@@ -22,7 +37,7 @@ int alignment_of(const void* p) {
 
 }  // namespace
 
-LtGemm::LtGemm(cudaStream_t stream) : stream_(stream) {
+LtGemm::LtGemm(cudaStream_t stream) : stream_(stream), skinny_(skinny_env_enabled()) {
   MX_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_bytes_ = kWorkspaceBytes;
   MX_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
@@ -82,6 +97,15 @@ LtGemm::Plan& LtGemm::plan(const Key& key) {
 void LtGemm::run(const void* x, const void* w, const void* bias, void* out, bool out_f32, int64_t m, int64_t n,
                  int64_t k) {
   if (m == 0 || n == 0) return;
+  if (skinny_ && m <= kSkinnyMaxRows && n >= kSkinnyMinN && (!out_f32 || n <= kSkinnyMaxF32N)) {
+    const char* why = skinny_gemm_unsupported_reason(x, w, bias, out, m, n, k);
+    if (why == nullptr) {
+      skinny_gemm_bf16(x, w, bias, out, out_f32, m, n, k, stream_);
+      return;
+    }
+    MX_WARN_ONCE << "dense GEMM M=" << m << " N=" << n << " K=" << k << " runs on cuBLASLt, not the skinny M<=8 "
+                 << "kernel: " << why << " (first such shape only; slower decode, correct results)";
+  }
   int align = std::min({alignment_of(x), alignment_of(w), alignment_of(out)});
   if (bias) align = std::min(align, alignment_of(bias));
   Plan& p = plan({m, n, k, out_f32, bias != nullptr, align});

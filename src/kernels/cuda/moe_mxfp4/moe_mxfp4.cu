@@ -26,14 +26,16 @@ constexpr int64_t kDecodeDesignMaxTokens = 256;
 constexpr int64_t kNoTokenLimit = std::numeric_limits<int64_t>::max();
 
 MoeMxfp4Design design_of(int v) { return kMoeMxfp4Variants[v].design; }
-bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv; }
+// Design 7 is design 5 with another load path: same roles (direct mode, fused combine, probes excepted).
+bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv || design_of(v) == MoeMxfp4Design::kGva; }
 bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
 
 // Every variant's launcher, by id: the rows each design's translation unit generated from the list.
 Mxfp4Launchers collect_launchers() {
   Mxfp4Launchers all{};
   for (const Mxfp4Launchers* design : {&mxfp4_simt_launchers(), &mxfp4_tc_launchers(), &mxfp4_dec_launchers(),
-                                       &mxfp4_pf_launchers(), &mxfp4_gv_launchers()})
+                                       &mxfp4_pf_launchers(), &mxfp4_gv_launchers(),
+                                       &mxfp4_gva_launchers()})
     for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
       if ((*design)[v] != nullptr) all[v] = (*design)[v];
   for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
@@ -73,6 +75,7 @@ int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& 
     case MoeMxfp4Design::kDec:  // one k slice per warp, at most 8 warps
       return (k + 127) / 128 <= 8 * info.p0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kGv:  // whole k steps, aligned scale words
+    case MoeMxfp4Design::kGva:
       return k % 128 == 0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kPf: return k % 128 == 0 ? kNoTokenLimit : 0;  // whole k steps, aligned scale words
     case MoeMxfp4Design::kTc: return kNoTokenLimit;  // any N (row guards), any K % 32 == 0, any row count
@@ -162,7 +165,8 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   g.k = static_cast<int>(s.d_model);
   g.n_tokens = s.n_tokens;
   if (plan.probe == MoeProbe::kGateUpLoadsOnly || plan.probe == MoeProbe::kGateUpMathOnly) {
-    MX_CHECK_MSG(is_gv(plan.gate_up), "moe_experts_mxfp4: the loads/math probes need a gv_* gate_up");
+    MX_CHECK_MSG(design_of(plan.gate_up) == MoeMxfp4Design::kGv,
+                 "moe_experts_mxfp4: the loads/math probes need a gv_* gate_up");
     g.gv_probe = plan.probe == MoeProbe::kGateUpLoadsOnly ? 1 : 2;
   }
   run_gemm(plan.gate_up, true, g, stream);

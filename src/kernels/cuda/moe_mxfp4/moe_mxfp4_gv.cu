@@ -23,6 +23,8 @@
 //       un-permute: block = 16 output features, warp w takes experts w, w + 8, ..., scales by the
 //       routing weight in fp32, the warps sum through shared memory, and out[0] += the sum (no y buffer,
 //       no un-permute launch).
+//   mxfp4_gva_kernel / mxfp4_gva_combine_kernel (design 7, gva_* rows): the same two kernels (kSplit 1) with
+//       the weight ring in shared memory, filled by cp.async (see "design 7" below).
 // Launch order at M = 1: gate_up (waits for the router, then lets the down kernel launch at once), down
 // (reads its expert ids, which the router wrote, and issues its first weight loads BEFORE waiting for
 // gate_up), so the two weight streams overlap instead of draining between kernels.
@@ -162,6 +164,22 @@ __device__ __forceinline__ void gv_mma_step(float (&acc)[4], const GvStep& w, co
   }
 }
 
+// One k step's math: the scale factors (the two-step form only on a warp vote), dequant and 8 MMAs.
+__device__ __forceinline__ void gv_compute_step(float (&acc)[4], const GvStep& w, const GvX& xs, int t) {
+  const uint32_t ea = (w.sa >> (8 * t)) & 0xFFu, eb = (w.sb >> (8 * t)) & 0xFFu;
+  if (__any_sync(0xffffffffu, ea > 128u || eb > 128u)) {
+    gv_mma_step<true>(acc, w, xs, mxfp4_factor(ea), mxfp4_factor(eb));
+  } else {
+    Mxfp4Factor fa, fb;  // 2^(s-1): exponent field s + 126, a bf16 normal for every s <= 128
+    const uint32_t ha = (ea + 126u) << 7, hb = (eb + 126u) << 7;
+    fa.f1 = ha | (ha << 16);
+    fb.f1 = hb | (hb << 16);
+    fa.f2 = fb.f2 = 0;
+    fa.two_step = fb.two_step = false;
+    gv_mma_step<false>(acc, w, xs, fa, fb);
+  }
+}
+
 // Streams one tile over all of K: ring[] holds steps 0 .. kDepth-1 on entry (issued by the caller, so they
 // can be in flight before a dependency wait); xrow is this lane's token row (nullptr: no token, zeros).
 // x is loaded at the start of each step (L1 hits after the first warp of an SM touched the line).
@@ -190,18 +208,7 @@ __device__ __forceinline__ void gv_run(float (&acc)[4], const GvTile& tl, GvStep
           if (!kRefillFirst && s + kDepth < n) ring[d] = tl.load(s + kDepth);
           continue;
         }
-        const uint32_t ea = (w.sa >> (8 * t)) & 0xFFu, eb = (w.sb >> (8 * t)) & 0xFFu;
-        if (__any_sync(0xffffffffu, ea > 128u || eb > 128u)) {
-          gv_mma_step<true>(acc, w, xs, mxfp4_factor(ea), mxfp4_factor(eb));
-        } else {
-          Mxfp4Factor fa, fb;  // 2^(s-1): exponent field s + 126, a bf16 normal for every s <= 128
-          const uint32_t ha = (ea + 126u) << 7, hb = (eb + 126u) << 7;
-          fa.f1 = ha | (ha << 16);
-          fb.f1 = hb | (hb << 16);
-          fa.f2 = fb.f2 = 0;
-          fa.two_step = fb.two_step = false;
-          gv_mma_step<false>(acc, w, xs, fa, fb);
-        }
+        gv_compute_step(acc, w, xs, t);
         if (!kRefillFirst && s + kDepth < n) ring[d] = kProbe == 2 ? gv_fake_step(s + kDepth, t) : tl.load(s + kDepth);
       }
     }
@@ -382,10 +389,232 @@ struct GvLaunch {
   }
 };
 
+
+// ---- design 7 (gva_*): design 5 with the weight ring in shared memory, filled by cp.async ----
+// Why: design 5 keeps kDepth k steps in flight in registers, which caps it at 4 steps x 16 warps per SM
+// (or 8 x 8); at one token (GLM-4.5-Air: 8 experts x 2816 gate_up rows) that is ~50 KB in flight per SM,
+// short of what DRAM latency under load needs, and the down GEMM's 11 k steps per warp never reach a
+// steady state. Here each lane copies its own 40 bytes per k step (16 code bytes of rows g and g+8, the
+// two scale words) into its own slot of a per-warp ring of kStages steps in shared memory, so kStages - 1
+// steps stay in flight with no registers held for them, and a lane only ever reads back what it copied
+// itself (cp.async.wait_group alone orders it: no warp or block barrier in the main loop). The math per
+// step is design 5's (gv_compute_step). Slot layout per warp and step: qa[32], qb[32] (uint4), sa[32],
+// sb[32] (u32) = kGvaSlotBytes.
+constexpr int kGvaSlotBytes = 32 * (16 + 16 + 4 + 4);
+
+__device__ __forceinline__ uint32_t gva_smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// mma_sm80.cuh's cp_async_cg16 plus the L2::256B prefetch hint design 5's loads use.
+__device__ __forceinline__ void gva_cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// This warp's ring: kStages slots of kGvaSlotBytes in dynamic shared memory.
+struct GvaRing {
+  uint8_t* base;
+  int lane;
+  __device__ __forceinline__ uint8_t* slot(int i) const { return base + i * kGvaSlotBytes; }
+  __device__ __forceinline__ void issue(const GvTile& tl, int s, int i) const {
+    uint8_t* b = slot(i);
+    gva_cp16(gva_smem_addr(b + 16 * lane), tl.qa + 64 * s);
+    gva_cp16(gva_smem_addr(b + 512 + 16 * lane), tl.qb + 64 * s);
+    cp_async_ca4_zfill(b + 1024 + 4 * lane, tl.sa + s, true);
+    cp_async_ca4_zfill(b + 1152 + 4 * lane, tl.sb + s, true);
+  }
+  __device__ __forceinline__ GvStep read(int i) const {
+    const uint8_t* b = slot(i);
+    GvStep w;
+    w.qa = *reinterpret_cast<const uint4*>(b + 16 * lane);
+    w.qb = *reinterpret_cast<const uint4*>(b + 512 + 16 * lane);
+    w.sa = *reinterpret_cast<const uint32_t*>(b + 1024 + 4 * lane);
+    w.sb = *reinterpret_cast<const uint32_t*>(b + 1152 + 4 * lane);
+    return w;
+  }
+};
+
+// Steps 0 .. kStages-2 of the tile into slots 0 .. kStages-2, one commit group each (empty past the end, so
+// the group count stays uniform and gva_run's wait depth is a constant).
+template <int kStages>
+__device__ __forceinline__ void gva_prologue(const GvaRing& r, const GvTile& tl) {
+#pragma unroll
+  for (int d = 0; d < kStages - 1; ++d) {
+    if (d < tl.n_steps) r.issue(tl, d, d);
+    cp_async_commit_group();
+  }
+}
+
+// The tile over all of K after gva_prologue: at step s, group s is complete once at most kStages - 2 newer
+// groups are pending; step s + kStages - 1 refills the slot step s - 1 used (its values were consumed by
+// step s - 1's MMAs, so the copy cannot overwrite them before they are read).
+template <int kStages>
+__device__ __forceinline__ void gva_run(float (&acc)[4], const GvaRing& r, const GvTile& tl, const bf16* xrow,
+                                        int t) {
+  const int n = tl.n_steps;
+  int slot = 0;
+  for (int s = 0; s < n; ++s) {
+    cp_async_wait_group<kStages - 2>();
+    const GvStep w = r.read(slot);
+    const int refill = slot == 0 ? kStages - 1 : slot - 1;
+    if (s + kStages - 1 < n) r.issue(tl, s + kStages - 1, refill);
+    cp_async_commit_group();
+    const GvX xs = gv_load_x(xrow, s, t);
+    gv_compute_step(acc, w, xs, t);
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+  }
+}
+
+template <int kWarps, int kStages>
+constexpr size_t kGvaSmemBytes = static_cast<size_t>(kWarps) * kStages * kGvaSlotBytes;
+
+// design 5's mxfp4_gv_kernel with kSplit 1 and the shared-memory ring; grid and roles identical.
+template <int kWarps, int kStages, bool kSwiglu>
+__global__ void __launch_bounds__(kWarps * 32, (16 / kWarps > 0 ? 16 / kWarps : 1)) mxfp4_gva_kernel(Mxfp4GemmArgs p) {
+  extern __shared__ __align__(16) uint8_t gva_smem[];
+  constexpr int kFeat = kSwiglu ? 8 : 16;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, warp = threadIdx.x / 32;
+  const bool direct = p.direct_ids != nullptr;
+  if (kSwiglu) {
+    mxfp4_pdl_wait();
+    gv_launch_dependents();
+    if (direct && p.pair_row_out && blockIdx.x == 0 && blockIdx.y == 0)
+      for (int i = threadIdx.x; i < p.max_active; i += blockDim.x) p.pair_row_out[i] = i;
+  }
+  const int y = blockIdx.y;
+  const int n_act = direct ? p.max_active : *p.n_active;
+  if (y >= n_act) {
+    if (!kSwiglu) mxfp4_pdl_wait();
+    return;
+  }
+  const int e = direct ? p.direct_ids[y] : p.active[y];
+  if (direct && (e < 0 || e >= p.n_experts)) __trap();
+  const int N = p.n;
+  const int f0 = (blockIdx.x * kWarps + warp) * kFeat;
+  const int64_t w_rows = kSwiglu ? 2ll * N : N;
+  const int fa = f0 + g, fb = kSwiglu ? f0 + g : f0 + g + 8;
+  const int64_t row_a = static_cast<int64_t>(e) * w_rows + (fa < N ? fa : 0);
+  const int64_t row_b = static_cast<int64_t>(e) * w_rows + (fb < N ? (kSwiglu ? N + fb : fb) : 0);
+  const GvTile tl = gv_tile(p, row_a, row_b, t);
+  const GvaRing ring{gva_smem + static_cast<size_t>(warp) * kStages * kGvaSlotBytes, lane};
+  const bool live = f0 < N;  // warp-uniform; no block barrier below, so a dead warp may leave
+  if (live) gva_prologue<kStages>(ring, tl);
+  if (!kSwiglu) {
+    mxfp4_pdl_wait();
+    gv_launch_dependents();
+  }
+  if (!live) return;
+  const int rb = direct ? y : p.row_offsets[e];
+  const int rows_total = direct ? 1 : p.row_offsets[e + 1] - rb;
+  for (int r0 = 0; r0 < rows_total; r0 += kGvMaxRows) {
+    const int rows = min(kGvMaxRows, rows_total - r0);
+    if (r0 > 0) gva_prologue<kStages>(ring, tl);
+    const bf16* xrow = nullptr;
+    if (g < rows) {
+      const int64_t src = kSwiglu ? (direct ? 0 : p.row_token[rb + r0 + g]) : rb + r0 + g;
+      xrow = p.a + src * p.k;
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    gva_run<kStages>(acc, ring, tl, xrow, t);
+    mxfp4_store_tile<kSwiglu>(acc, p.c, rb + r0, 0, rows, N, fa, fb, t);
+  }
+}
+
+// design 5's mxfp4_gv_combine_kernel (one token, down GEMM + weighted un-permute) with the shared-memory
+// ring: every warp's first expert's kStages - 1 steps are in flight before the wait for gate_up's act.
+template <int kWarps, int kStages>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) mxfp4_gva_combine_kernel(Mxfp4GemmArgs p) {
+  extern __shared__ __align__(16) uint8_t gva_smem[];
+  __shared__ float red[kWarps][4][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int N = p.n, top_k = p.max_active;
+  const int f0 = blockIdx.x * 16;
+  const int fa = f0 + g, fb = f0 + g + 8;
+  const GvaRing ring{gva_smem + static_cast<size_t>(warp) * kStages * kGvaSlotBytes, lane};
+  float sum[4] = {0.f, 0.f, 0.f, 0.f};
+  bool waited = false;
+  for (int k = warp; k < top_k; k += kWarps) {
+    const int e = p.direct_ids[k];
+    if (e < 0 || e >= p.n_experts) __trap();
+    const int64_t base = static_cast<int64_t>(e) * N;
+    const GvTile tl = gv_tile(p, base + (fa < N ? fa : 0), base + (fb < N ? fb : 0), t);
+    gva_prologue<kStages>(ring, tl);
+    if (!waited) {
+      mxfp4_pdl_wait();
+      gv_launch_dependents();
+      waited = true;
+    }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    gva_run<kStages>(acc, ring, tl, g == 0 ? p.a + static_cast<int64_t>(k) * p.k : nullptr, t);
+    const float wk = p.combine_weights[k];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] += wk * acc[i];
+  }
+  if (!waited) mxfp4_pdl_wait();
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][i][lane] = sum[i];
+  __syncthreads();
+  if (warp == 0 && t == 0) {
+    float ca = 0.f, cb = 0.f;
+#pragma unroll
+    for (int w2 = 0; w2 < kWarps; ++w2) {
+      ca += red[w2][0][lane];
+      cb += red[w2][2][lane];
+    }
+    if (fa < N) p.combine_out[fa] = to_bf16(to_f32(p.combine_out[fa]) + ca);
+    if (fb < N) p.combine_out[fb] = to_bf16(to_f32(p.combine_out[fb]) + cb);
+  }
+}
+
+// Raises a kernel's dynamic shared-memory cap once (above 48 KB needs the opt-in).
+template <typename Kernel>
+void gva_allow_smem(Kernel kernel, size_t bytes) {
+  MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+template <int kWarps, int kStages>
+void launch_gva(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
+  static_assert(kStages >= 2, "gva: the ring needs two slots");
+  MX_CHECK_MSG(a.k % 128 == 0, "mxfp4 gva: K " << a.k << " must be a multiple of 128");
+  MX_CHECK_MSG(reinterpret_cast<uintptr_t>(a.wq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.a) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.ws) % 4 == 0,
+               "mxfp4 gva: misaligned pointer (codes " << static_cast<const void*>(a.wq) << " and activations "
+                                                        << static_cast<const void*>(a.a) << " need 16 bytes, scales "
+                                                        << static_cast<const void*>(a.ws) << " 4 bytes)");
+  if (!swiglu && a.combine_out != nullptr) {
+    MX_CHECK_MSG(a.direct_ids != nullptr && a.n_tokens == 1, "mxfp4 gva: the fused combine needs one token");
+    constexpr size_t smem = kGvaSmemBytes<kGvCombineWarps, kStages>;
+    static const bool once = (gva_allow_smem(mxfp4_gva_combine_kernel<kGvCombineWarps, kStages>, smem), true);
+    (void)once;
+    mxfp4_launch_pdl(mxfp4_gva_combine_kernel<kGvCombineWarps, kStages>, dim3(ceil_div(a.n, 16)),
+                     dim3(kGvCombineWarps * 32), smem, stream, a);
+    return;
+  }
+  constexpr size_t smem = kGvaSmemBytes<kWarps, kStages>;
+  const int tiles = ceil_div(a.n, swiglu ? 8 : 16);
+  const dim3 grid(ceil_div(tiles, kWarps), a.max_active), block(kWarps * 32);
+  if (swiglu) {
+    static const bool once = (gva_allow_smem(mxfp4_gva_kernel<kWarps, kStages, true>, smem), true);
+    (void)once;
+    mxfp4_launch_pdl(mxfp4_gva_kernel<kWarps, kStages, true>, grid, block, smem, stream, a);
+  } else {
+    static const bool once = (gva_allow_smem(mxfp4_gva_kernel<kWarps, kStages, false>, smem), true);
+    (void)once;
+    mxfp4_launch_pdl(mxfp4_gva_kernel<kWarps, kStages, false>, grid, block, smem, stream, a);
+  }
+}
+
+template <int kWarps, int kStages, int kUnused>
+struct GvaLaunch {
+  static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) { launch_gva<kWarps, kStages>(swiglu, a, stream); }
+};
 }  // namespace
 
 const Mxfp4Launchers& mxfp4_gv_launchers() {
   static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kGv, GvLaunch>();
+  return kLaunchers;
+}
+
+const Mxfp4Launchers& mxfp4_gva_launchers() {
+  static constexpr Mxfp4Launchers kLaunchers = mxfp4_design_launchers<MoeMxfp4Design::kGva, GvaLaunch>();
   return kLaunchers;
 }
 

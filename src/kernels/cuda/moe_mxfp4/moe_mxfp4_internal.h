@@ -116,5 +116,9 @@ const Mxfp4Launchers& mxfp4_pf_launchers();
 // set (direct mode, down GEMM) the weighted un-permute is fused; P2 2 splits K over two warps per tile.
 // Needs K % 128 == 0.
 const Mxfp4Launchers& mxfp4_gv_launchers();
+// Design 7 (decode GEMV, moe_mxfp4_gv.cu): design 5's math and roles (kSplit 1), the weights streamed
+// through a per-warp cp.async ring of P1 slots in shared memory (P1 - 1 k steps in flight), P0 tiles per
+// block. Needs K % 128 == 0.
+const Mxfp4Launchers& mxfp4_gva_launchers();
 
 }  // namespace mxserve::kernels::cuda
