@@ -141,14 +141,14 @@ inline Batch make_batch(const Shape& s, int64_t T, int pool, int hot, std::mt199
 }
 
 // Host reference of output row t (out starts at zero): sum_k w_k down_e(bf16(silu(gate_e x) * up_e x)).
-inline std::vector<double> reference_row(const Model& m, const Batch& b, int64_t t) {
-  const Shape& s = m.shape;
+inline std::vector<double> reference_row_of(const Shape& s, const std::vector<HostMx>& gate_up,
+                                            const std::vector<HostMx>& down, const Batch& b, int64_t t) {
   std::vector<double> out(s.H, 0.0), xs(s.H), act(s.I);
   for (int64_t j = 0; j < s.H; ++j) xs[j] = bf16_to_f32(b.x[t * s.H + j]);
   for (int k = 0; k < s.K; ++k) {
     const int e = b.ids[t * s.K + k];
-    const HostMx& gu = m.gate_up[e];
-    const HostMx& dn = m.down[e];
+    const HostMx& gu = gate_up[e];
+    const HostMx& dn = down[e];
     for (int64_t f = 0; f < s.I; ++f) {
       const double g = mx_row_dot(gu, f, xs), u = mx_row_dot(gu, s.I + f, xs);
       act[f] = bf16_to_f32(f32_to_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u)));
@@ -159,6 +159,10 @@ inline std::vector<double> reference_row(const Model& m, const Batch& b, int64_t
     }
   }
   return out;
+}
+
+inline std::vector<double> reference_row(const Model& m, const Batch& b, int64_t t) {
+  return reference_row_of(m.shape, m.gate_up, m.down, b, t);
 }
 
 // The MoE on the device for one plan: out (bf16 bits, [T, H]) from zero. Buffers are the caller's.
