@@ -20,6 +20,10 @@ cp "$BUILD/tests/ops/test_cuda_attention_mixed" "$DEST/bin/"
 for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl tests/ops/bench_peer_allreduce; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.
+for t in tests/ops/test_cuda_moe_mxfp4_wg tests/ops/bench_moe_mxfp4_wg; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 strip "$DEST"/bin/*

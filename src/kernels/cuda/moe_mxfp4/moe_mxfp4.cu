@@ -35,7 +35,8 @@ Mxfp4Launchers collect_launchers() {
   Mxfp4Launchers all{};
   for (const Mxfp4Launchers* design : {&mxfp4_simt_launchers(), &mxfp4_tc_launchers(), &mxfp4_dec_launchers(),
                                        &mxfp4_pf_launchers(), &mxfp4_gv_launchers(),
-                                       &mxfp4_gva_launchers()})
+                                       &mxfp4_gva_launchers(),
+                                       &mxfp4_wg_launchers()})
     for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
       if ((*design)[v] != nullptr) all[v] = (*design)[v];
   for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
@@ -78,6 +79,7 @@ int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& 
     case MoeMxfp4Design::kGva:
       return k % 128 == 0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kPf: return k % 128 == 0 ? kNoTokenLimit : 0;  // whole k steps, aligned scale words
+    case MoeMxfp4Design::kWg: return k % 128 == 0 ? kNoTokenLimit : 0;  // (the launcher checks sm_90 itself)
     case MoeMxfp4Design::kTc: return kNoTokenLimit;  // any N (row guards), any K % 32 == 0, any row count
   }
   return 0;

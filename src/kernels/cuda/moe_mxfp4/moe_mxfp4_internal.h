@@ -116,6 +116,10 @@ const Mxfp4Launchers& mxfp4_pf_launchers();
 // set (direct mode, down GEMM) the weighted un-permute is fused; P2 2 splits K over two warps per tile.
 // Needs K % 128 == 0.
 const Mxfp4Launchers& mxfp4_gv_launchers();
+// Design 6 (prefill, Hopper wgmma, W4A16; moe_mxfp4_wg.cu): 128 expert rows x P0 (128 / 256) weight rows per
+// block, 2 warpgroups, tokens and dequantized weights in 128-byte swizzled shared memory, P1-stage cp.async
+// ring of 64-wide k steps. Needs K % 128 == 0; on a device other than sm_90 it runs pf_t128 (warning once).
+const Mxfp4Launchers& mxfp4_wg_launchers();
 // Design 7 (decode GEMV, moe_mxfp4_gv.cu): design 5's math and roles (kSplit 1), the weights streamed
 // through a per-warp cp.async ring of P1 slots in shared memory (P1 - 1 k steps in flight), P0 tiles per
 // block. Needs K % 128 == 0.

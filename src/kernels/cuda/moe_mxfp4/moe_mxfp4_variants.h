@@ -21,7 +21,7 @@ enum class MoeMxfp4Design : uint8_t {
   kDec = 3,   // moe_mxfp4_dec.cu   decode split K: P0 k steps per warp, P1 16-row tiles, P2 blocks per SM
   kPf = 4,    // moe_mxfp4_pf.cu    prefill cp.async ring: 128 weight rows x 16 P0 tokens per block
   kGv = 5,    // moe_mxfp4_gv.cu    decode GEMV: P0 tiles per block, P1 k steps in flight, P2 warps per tile
-  // 6 is left to the prefill wgmma design (h4/wgmoe).
+  kWg = 6,    // moe_mxfp4_wg.cu    prefill, Hopper wgmma (sm_90a): 128 rows x P0 weight rows, P1-stage ring
   kGva = 7,   // moe_mxfp4_gv.cu    design 5 with a cp.async weight ring in shared memory: P0 tiles, P1 ring slots
 };
 
@@ -31,6 +31,7 @@ enum class MoeMxfp4Design : uint8_t {
 //   dec_s{S}_r{R}[_o2]  design 3: S 128-wide k steps per warp, R row tiles per block; _o2: 2 blocks per SM
 //   pf_t{T}             design 4: T = 16 P0 tokens per block
 //   gv_w{W}_d{D}[_k2]   design 5: W tiles per block, D k steps in flight; _k2: two warps per tile
+//   wg_n{BN}_s{S}       design 6: BN weight rows (wgmma N) per block, S cp.async stages of 64-wide k steps
 //   gva_w{W}_s{S}       design 7: W tiles per block, S shared-memory ring slots (S - 1 k steps in flight)
 #define MXSERVE_MOE_MXFP4_VARIANTS(X)              \
   X(kSimtR4, "simt_r4", kSimt, 0, 0, 0)            \
@@ -56,7 +57,9 @@ enum class MoeMxfp4Design : uint8_t {
   X(kGvW2D8K2, "gv_w2_d8_k2", kGv, 2, 8, 2)        \
   X(kGvaW4S8, "gva_w4_s8", kGva, 4, 8, 0)          \
   X(kGvaW2S12, "gva_w2_s12", kGva, 2, 12, 0)       \
-  X(kGvaW4S6, "gva_w4_s6", kGva, 4, 6, 0)
+  X(kGvaW4S6, "gva_w4_s6", kGva, 4, 6, 0)         \
+  X(kWgN256S4, "wg_n256_s4", kWg, 256, 4, 0)       \
+  X(kWgN128S3, "wg_n128_s3", kWg, 128, 3, 0)
 
 // Variant ids = row indices of the list (what MoeMxfp4Plan holds). Used as moe_mxfp4_variant::kGvW4D4.
 namespace moe_mxfp4_variant {
