@@ -133,7 +133,8 @@ void run_shape(const ms::Shape& shape, const std::vector<WgCase>& cases) {
         const std::vector<uint16_t> out = db.out_host();
         std::vector<double> all(out.size()), sampled;
         for (size_t i = 0; i < out.size(); ++i) all[i] = bf16_to_f32(out[i]);
-        for (int64_t t : rows) sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
+        for (int64_t t : rows)
+          sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
         double max_ref = 0, max_pf = 0;
         const double e_ref = rel_l2(sampled, ref, &max_ref), e_pf = rel_l2(all, pf_all, &max_pf);
         const bool ok = e_ref <= kTol && e_pf <= kTolVsPf && any_nonzero(all);
