@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
@@ -117,6 +118,9 @@ struct Batch {
   std::vector<uint16_t> x;
 };
 inline Batch make_batch(const Shape& s, int64_t T, int pool, int hot, std::mt19937_64& rng) {
+  MX_CHECK_MSG(T > 0 && s.K <= pool && pool <= s.E && hot < pool,
+               "moe_synth::make_batch(" << s.name << "): need T > 0, top_k <= pool <= E, hot < pool; got T " << T
+                                        << ", top_k " << s.K << ", pool " << pool << ", E " << s.E << ", hot " << hot);
   Batch b;
   b.T = T;
   b.ids.resize(T * s.K);
@@ -143,10 +147,17 @@ inline Batch make_batch(const Shape& s, int64_t T, int pool, int hot, std::mt199
 // Host reference of output row t (out starts at zero): sum_k w_k down_e(bf16(silu(gate_e x) * up_e x)).
 inline std::vector<double> reference_row_of(const Shape& s, const std::vector<HostMx>& gate_up,
                                             const std::vector<HostMx>& down, const Batch& b, int64_t t) {
+  MX_CHECK_MSG(t >= 0 && t < b.T, "moe_synth::reference_row_of(" << s.name << "): row " << t << " of a " << b.T
+                                                                 << "-token batch");
+  MX_CHECK_MSG(static_cast<int64_t>(gate_up.size()) == s.E && static_cast<int64_t>(down.size()) == s.E,
+               "moe_synth::reference_row_of(" << s.name << "): " << gate_up.size() << " gate_up / " << down.size()
+                                              << " down experts for E " << s.E);
   std::vector<double> out(s.H, 0.0), xs(s.H), act(s.I);
   for (int64_t j = 0; j < s.H; ++j) xs[j] = bf16_to_f32(b.x[t * s.H + j]);
   for (int k = 0; k < s.K; ++k) {
     const int e = b.ids[t * s.K + k];
+    MX_CHECK_MSG(e >= 0 && e < s.E, "moe_synth::reference_row_of(" << s.name << "): token " << t << " slot " << k
+                                                                    << " routes to expert " << e << " of " << s.E);
     const HostMx& gu = gate_up[e];
     const HostMx& dn = down[e];
     for (int64_t f = 0; f < s.I; ++f) {

@@ -4,14 +4,20 @@
 //   - against pf_t128 (design 4, the kernel they replace) over the whole output, tolerance kTolVsPf.
 // Cases: GLM-4.5-Air (E128 H4096 I1408 top 8) and GLM-5.2 (E256 H6144 I2048 top 8); one token, ragged
 // small batches (M not a multiple of the 128-row tile), a pool of 20 experts (most experts empty), one hot
-// expert holding every token (many row tiles), and M = 2048 / 8192 (65536 rows). Every case prints one
-// PASS/FAIL line with the errors. The tiny shapes of test_cuda_moe_mxfp4 also run these variants.
+// expert holding every token (many row tiles), and M = 2048 / 8192 (65536 rows). Every plan of a case prints
+// a PASS/FAIL line with the errors, then the case prints one CASE PASS/FAIL verdict; a case that compared
+// nothing (no plan run, an all-zero reference or output) FAILS. Sampled rows are always rows of the batch
+// (sampled_rows; checked host-only with every case's routing in CudaMoeMxfp4WgOracle). Seed: random, printed;
+// MXSERVE_WG_SEED=N reruns one. Off sm_90 the wg_* launchers run pf_t128, so the GPU cases skip there.
+// The tiny shapes of test_cuda_moe_mxfp4 also run these variants.
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,7 +49,19 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// The wg_* kernels need sm_90 (elsewhere their launcher runs pf_t128: the comparison would be vacuous).
+bool have_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
+// rel L2 of got vs ref; INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing compared).
 double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
+  *max_abs = INFINITY;
+  if (got.size() != ref.size() || ref.empty()) return INFINITY;
   double num = 0, den = 0, mx = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (std::isnan(got[i])) return INFINITY;
@@ -52,30 +70,46 @@ double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, do
     mx = std::max(mx, std::fabs(got[i] - ref[i]));
   }
   *max_abs = mx;
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+  if (den == 0) return INFINITY;
+  return std::sqrt(num) / std::sqrt(den);
+}
+
+// Rows checked against the host reference (~0.5-1 s a row): first, last, middle, a third; distinct, all < T.
+std::vector<int64_t> sampled_rows(int64_t T) {
+  std::vector<int64_t> rows;
+  for (int64_t t : {int64_t{0}, T - 1, T / 2, T / 3 + 1})
+    if (t >= 0 && t < T && std::find(rows.begin(), rows.end(), t) == rows.end()) rows.push_back(t);
+  return rows;
+}
+
+bool any_nonzero(const std::vector<double>& v) {
+  return std::any_of(v.begin(), v.end(), [](double x) { return x != 0.0; });
+}
+
+uint32_t test_seed() {
+  const char* env = std::getenv("MXSERVE_WG_SEED");
+  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
 }
 
 void run_shape(const ms::Shape& shape, const std::vector<WgCase>& cases) {
-  const uint32_t seed = std::random_device{}();
-  std::printf("%s: seed %u\n", shape.name, seed);
+  const uint32_t seed = test_seed();
+  std::printf("%s: seed %u (rerun with MXSERVE_WG_SEED=%u)\n", shape.name, seed, seed);
+  std::fflush(stdout);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;
+  const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   const int pf = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "pf_t128");
   ASSERT_GE(pf, 0);
   std::vector<int> wg;
-  for (const auto& name : kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp))
+  for (const auto& name : names)
     if (name.rfind("wg_", 0) == 0) wg.push_back(kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name));
   ASSERT_FALSE(wg.empty()) << "no wg_* variant in moe_mxfp4_variants.h";
 
   for (const WgCase& c : cases) {
     const ms::Batch b = ms::make_batch(shape, c.T, c.pool > 0 ? c.pool : shape.E, c.hot, rng);
     ms::DeviceBatch db(shape, b);
-    // Sampled rows: first, last, and a few in between (the host reference costs ~0.5-1 s a row).
-    std::vector<int64_t> rows = {0};
-    for (int64_t t : {c.T - 1, c.T / 2, c.T / 3 + 1}) {
-      if (t > 0 && std::find(rows.begin(), rows.end(), t) == rows.end()) rows.push_back(t);
-    }
+    const std::vector<int64_t> rows = sampled_rows(c.T);
     std::vector<double> ref;
     for (int64_t t : rows) {
       const std::vector<double> r = ms::reference_row(model, b, t);
@@ -83,32 +117,46 @@ void run_shape(const ms::Shape& shape, const std::vector<WgCase>& cases) {
     }
     db.run(model, {pf, pf}, stream);
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    MX_CUDA_CHECK(cudaGetLastError());
     const std::vector<uint16_t> out_pf = db.out_host();
     std::vector<double> pf_all(out_pf.size());
     for (size_t i = 0; i < out_pf.size(); ++i) pf_all[i] = bf16_to_f32(out_pf[i]);
+    // Non-vacuity: the reference and pf_t128 both produced something to compare against.
+    const bool ref_ok = !rows.empty() && any_nonzero(ref), pf_ok = any_nonzero(pf_all);
 
+    int plans_run = 0, plans_ok = 0;
     for (int v : wg) {
       for (const kc::MoeMxfp4Plan plan : {kc::MoeMxfp4Plan{v, v}, kc::MoeMxfp4Plan{v, pf}, kc::MoeMxfp4Plan{pf, v}}) {
-        const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
         db.run(model, plan, stream);
         MX_CUDA_CHECK(cudaStreamSynchronize(stream));
         MX_CUDA_CHECK(cudaGetLastError());
         const std::vector<uint16_t> out = db.out_host();
         std::vector<double> all(out.size()), sampled;
         for (size_t i = 0; i < out.size(); ++i) all[i] = bf16_to_f32(out[i]);
-        for (int64_t t : rows) sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
+        for (int64_t t : rows)
+          sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
         double max_ref = 0, max_pf = 0;
         const double e_ref = rel_l2(sampled, ref, &max_ref), e_pf = rel_l2(all, pf_all, &max_pf);
-        const bool ok = e_ref <= kTol && e_pf <= kTolVsPf;
+        const bool ok = e_ref <= kTol && e_pf <= kTolVsPf && any_nonzero(all);
+        ++plans_run;
+        plans_ok += ok ? 1 : 0;
         std::printf("%s %s %-44s M=%-6lld gate_up %-11s down %-11s rel_l2 vs ref (%zu rows) %.3g (max_abs %.3g), "
                     "vs pf_t128 %.3g (max_abs %.3g)\n",
                     ok ? "PASS" : "FAIL", shape.name, c.what, static_cast<long long>(c.T), names[plan.gate_up].c_str(),
                     names[plan.down].c_str(), rows.size(), e_ref, max_ref, e_pf, max_pf);
+        std::fflush(stdout);
         EXPECT_LE(e_ref, kTol) << shape.name << " " << c.what << " " << names[plan.gate_up] << "/" << names[plan.down];
         EXPECT_LE(e_pf, kTolVsPf) << shape.name << " " << c.what << " " << names[plan.gate_up] << "/"
                                   << names[plan.down];
+        EXPECT_TRUE(any_nonzero(all)) << shape.name << " " << c.what << ": all-zero output";
       }
     }
+    const bool case_ok = plans_run == 3 * static_cast<int>(wg.size()) && plans_ok == plans_run && ref_ok && pf_ok;
+    std::printf("CASE %s %s %s M=%lld: %d/%d plans pass, %zu reference rows%s%s\n", case_ok ? "PASS" : "FAIL",
+                shape.name, c.what, static_cast<long long>(c.T), plans_ok, plans_run, rows.size(),
+                ref_ok ? "" : ", reference all zero (nothing compared)", pf_ok ? "" : ", pf_t128 output all zero");
+    std::fflush(stdout);
+    EXPECT_TRUE(case_ok) << shape.name << " " << c.what;
   }
 }
 
@@ -174,14 +222,66 @@ TEST(CudaMoeMxfp4WgOracle, HostReferenceMatchesCpuBackend) {
   EXPECT_GT(max_abs, 0.0);  // the two differ in bf16 rounding: identical outputs would mean a copied path
 }
 
+constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
+constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
+
+// Host-only: every case of both shapes samples only rows of its batch, and its routing is what the case says
+// (distinct experts per token, inside the pool, the hot expert in slot 0), so run_shape's host reference
+// never indexes past the batch or the expert list (the one-token case once sampled row 1 of 1: SIGSEGV).
+TEST(CudaMoeMxfp4WgOracle, CasesSampleValidRowsAndRoutes) {
+  for (const ms::Shape& shape : {kAir, kGlm52}) {
+    std::mt19937_64 rng(3);
+    for (const WgCase& c : cases()) {
+      const std::vector<int64_t> rows = sampled_rows(c.T);
+      ASSERT_FALSE(rows.empty()) << c.what;
+      EXPECT_EQ(rows.front(), 0) << c.what;
+      for (int64_t t : rows) EXPECT_TRUE(t >= 0 && t < c.T) << shape.name << " " << c.what << ": row " << t;
+      const int pool = c.pool > 0 ? c.pool : shape.E;
+      const ms::Batch b = ms::make_batch(shape, c.T, pool, c.hot, rng);
+      ASSERT_EQ(b.ids.size(), static_cast<size_t>(c.T * shape.K));
+      ASSERT_EQ(b.x.size(), static_cast<size_t>(c.T * shape.H));
+      int bad = 0;
+      for (int64_t t = 0; t < c.T; ++t) {
+        const int32_t* ids = b.ids.data() + t * shape.K;
+        std::vector<int32_t> sorted(ids, ids + shape.K);
+        std::sort(sorted.begin(), sorted.end());
+        const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+        bad += (!distinct || sorted.front() < 0 || sorted.back() >= pool || (c.hot >= 0 && ids[0] != c.hot)) ? 1 : 0;
+      }
+      std::printf("%s %s %-44s M=%-6lld %zu sampled rows, %d bad routings\n", bad == 0 ? "PASS" : "FAIL", shape.name,
+                  c.what, static_cast<long long>(c.T), rows.size(), bad);
+      EXPECT_EQ(bad, 0) << shape.name << " " << c.what;
+    }
+  }
+}
+
+// Host-only: the reference names a bad row or expert id instead of reading past its inputs.
+TEST(CudaMoeMxfp4WgOracle, ReferenceRejectsOutOfRangeRowsAndExperts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const ms::Shape s{"small", 128, 64, 4, 2};
+  std::vector<ms::HostMx> gu, dn;
+  for (int e = 0; e < s.E; ++e) {
+    gu.push_back(ms::make_mx(2 * s.I, s.H, 2 * e));
+    dn.push_back(ms::make_mx(s.H, s.I, 2 * e + 1));
+  }
+  std::mt19937_64 rng(1);
+  ms::Batch b = ms::make_batch(s, 1, s.E, -1, rng);
+  EXPECT_DEATH(ms::reference_row_of(s, gu, dn, b, 1), "row 1 of a 1-token batch");
+  b.ids[1] = s.E;
+  EXPECT_DEATH(ms::reference_row_of(s, gu, dn, b, 0), "routes to expert 4 of 4");
+  EXPECT_DEATH(ms::make_batch(s, 4, s.E, s.E, rng), "hot 4");
+}
+
 TEST(CudaMoeMxfp4Wg, GlmAir) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
-  run_shape({"GLM-4.5-Air", 4096, 1408, 128, 8}, cases());
+  if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
+  run_shape(kAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg, Glm52) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
-  run_shape({"GLM-5.2", 6144, 2048, 256, 8}, cases());
+  if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
+  run_shape(kGlm52, cases());
 }
 
 }  // namespace
