@@ -290,7 +290,7 @@ TEST(MoeMxfp4Variants, NameAndIdRoundTripForEveryVariant) {
     EXPECT_TRUE(names.insert(std::string(info.name)).second) << info.name;
     designs.insert(info.design);
   }
-  EXPECT_EQ(designs.size(), 5u);  // every design has variants
+  EXPECT_EQ(designs.size(), 6u);  // every design has variants (1-5 and 7)
   EXPECT_EQ(kc::moe_mxfp4_variant_id("no_such_variant"), -1);
   EXPECT_EQ(kc::moe_mxfp4_variant_id(""), -1);
   EXPECT_EQ(kc::moe_mxfp4_variant_id("gv_w4_d4 "), -1);
@@ -300,6 +300,8 @@ TEST(MoeMxfp4Variants, NameAndIdRoundTripForEveryVariant) {
   EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvW2D8K2].p1, 8);
   EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kPfT128].design, kc::MoeMxfp4Design::kPf);
   EXPECT_EQ(kc::moe_mxfp4_variant_id("dec_s8_r4_o2"), kc::moe_mxfp4_variant::kDecS8R4O2);
+  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvaW2S12].design, kc::MoeMxfp4Design::kGva);
+  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvaW2S12].p1, 12);
 }
 
 TEST(MoeMxfp4Variants, ShippedTablesNameOnlyListedVariants) {
