@@ -3,7 +3,8 @@
 # GLM-4.5-Air truncated to 8 layers (MXFP4 experts) served with a 2 GiB KV pool (~65k tokens); 16 requests of
 # 8,000 in / 512 out sent at once need ~136k tokens, so the scheduler must preempt and recompute: every request
 # must still succeed (bench's success line, the preemption counter > 0). Then a streamed request with a unique
-# ~6k-token prompt is cut by the client after 3 s: the aborted counter must rise and KV use fall back within 1 s.
+# ~6k-token prompt is cut by the client after 3 s: KV use must rise mid-stream, the aborted counter must rise, and
+# KV use must fall back to its level before the request within 1 s of the hang-up.
 # PASS/FAIL lines at the end. Run by run_all.sh.
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -37,14 +38,19 @@ print(json.dumps({"model": "air", "prompt": " ".join(r.choice(words) for _ in ra
                   "max_tokens": 4000, "stream": True, "ignore_eos": True}))' > "$OUT/disconnect_req.json"
 A0=$(metric mxserve:requests_aborted_total); K0=$(metric vllm:kv_cache_usage_perc)
 LD_LIBRARY_PATH= curl -s -N --max-time 3 -H 'Content-Type: application/json' -d @"$OUT/disconnect_req.json" \
-  -o "$OUT/disconnect_stream.txt" -w '%{http_code}' $URL/v1/completions > "$OUT/disconnect_code.txt"; CRC=$?
-K1=$(metric vllm:kv_cache_usage_perc); R1=$(metric vllm:num_requests_running)
+  -o "$OUT/disconnect_stream.txt" -w '%{http_code}' $URL/v1/completions > "$OUT/disconnect_code.txt" &
+CPID=$!
+sleep 2  # mid-stream: the request holds its blocks
+KM=$(metric vllm:kv_cache_usage_perc); RM=$(metric vllm:num_requests_running)
+wait $CPID; CRC=$?
 sleep 1
 A2=$(metric mxserve:requests_aborted_total); K2=$(metric vllm:kv_cache_usage_perc); R2=$(metric vllm:num_requests_running)
 echo "disconnect: http=$(cat "$OUT/disconnect_code.txt") curl_rc=$CRC chunks=$(grep -c '^data:' "$OUT/disconnect_stream.txt")" \
-     "aborted $A0 -> $A2, kv $K0 -> $K1 (at hang-up) -> $K2 (+1 s), running $R1 -> $R2"
-python3 -c "import sys; a0,a2,k1,k2=map(float,sys.argv[1:5]); sys.exit(0 if a2>a0 and k2<k1 and k2<=1e-9+float(sys.argv[5]) else 1)" \
-  "${A0:-0}" "${A2:-0}" "${K1:-0}" "${K2:-1}" "${K0:-0}" \
-  && echo "PASS disconnect: aborted counter rose, KV use back to $K2 within 1 s" || echo "FAIL disconnect"
+     "aborted $A0 -> $A2, kv $K0 -> $KM (mid-stream, running $RM) -> $K2 (1 s after the hang-up, running $R2)"
+# PASS: the request held blocks mid-stream, the hang-up counted as an abort, and KV use is back to where it was.
+python3 -c "import sys; a0,a2,k0,km,k2=map(float,sys.argv[1:6]); sys.exit(0 if a2>a0 and km>k0 and k2<=k0+1e-9 else 1)" \
+  "${A0:-0}" "${A2:-0}" "${K0:-0}" "${KM:-0}" "${K2:-1}" \
+  && echo "PASS disconnect: aborted counter rose, KV use $KM mid-stream -> $K2 within 1 s of the hang-up" \
+  || echo "FAIL disconnect"
 kill -TERM $SPID; wait $SPID 2>/dev/null
 grep -iE "error|warn" "$OUT/serve_preempt.log" | head -5
