@@ -298,6 +298,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
     MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), ranks.front()));
   }
+  lm->synthetic_weights_ = lo.synthetic;
   lm->load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (config.model.require_mtp && !lm->model().has_mtp())
     return invalid_argument("--speculative-algorithm mtp: the model has no MTP layer (num_nextn_predict_layers)");
@@ -323,7 +324,7 @@ std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::Engin
 }
 
 Status LaunchedModel::spec_self_test(const runtime::SpecConfig& spec, int64_t block_size) {
-  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size);
+  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size, synthetic_weights_);
 }
 
 std::vector<MoeKernelConfigRow> LaunchedModel::moe_kernel_configs() const {

@@ -95,6 +95,7 @@ class LaunchedModel {
   friend Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
   LaunchedModel() = default;
 
+  bool synthetic_weights_ = false;  // --synthetic-weights: the speculative self-test expects random drafts
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank, over the world
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;  // dp > 1 and tp > 1: per rank, its tp group's

@@ -42,13 +42,20 @@ std::vector<std::vector<int32_t>> spec_self_test_prompts(int64_t vocab);
 Result<SpecSelfTestReport> run_spec_self_test(std::unique_ptr<ModelExecutor> executor, const SpecConfig& spec,
                                               int64_t n_blocks, int64_t block_size, int32_t max_tokens = 32);
 
-// Logs the report (info when healthy, a loud multi-line warning naming the likely causes otherwise).
-void log_spec_self_test(const SpecSelfTestReport& report);
+// What the log says about the report: healthy -> one info line; unhealthy -> a loud multi-line warning naming
+// the likely causes (the MTP layer's names / precision), except with synthetic weights, whose random drafts
+// never agree: one info line saying so. `warn` tells the caller which level to log at.
+struct SpecSelfTestMessage {
+  bool warn = false;
+  std::string text;
+};
+SpecSelfTestMessage spec_self_test_message(const SpecSelfTestReport& report, bool synthetic_weights);
+void log_spec_self_test(const SpecSelfTestReport& report, bool synthetic_weights = false);
 
 // After loading a model for speculative serving/generation: runs the self-test on a small private KV
 // pool and logs the result, or logs why it is skipped (speculation off, --speculative-simulate-acceptance:
 // synthetic weights never agree; --speculative-skip-self-test). Errors only when the test itself fails to run.
 Status spec_self_test_after_load(model::CausalLM& model, backend::Backend& be, const SpecConfig& spec,
-                                 int64_t block_size);
+                                 int64_t block_size, bool synthetic_weights = false);
 
 }  // namespace mxserve::runtime

@@ -503,6 +503,21 @@ TEST(SpecSelfTest, HealthyDraftPassesAndAZeroedDraftIsFlagged) {
   EXPECT_LT(bad->acceptance_rate(), 0.05);
   EXPECT_FALSE(bad->healthy());
   log_spec_self_test(*bad);  // the loud warning, visible in the test log
+  // The message: a loud warning naming the MTP layer for a real checkpoint; one info line with synthetic weights
+  // (random drafts never agree), and never the warning for a healthy draft.
+  const SpecSelfTestMessage real = spec_self_test_message(*bad, /*synthetic_weights=*/false);
+  EXPECT_TRUE(real.warn);
+  EXPECT_NE(real.text.find("SELF-TEST FAILED"), std::string::npos);
+  EXPECT_NE(real.text.find("exclude-list"), std::string::npos);
+  const SpecSelfTestMessage synth = spec_self_test_message(*bad, /*synthetic_weights=*/true);
+  EXPECT_FALSE(synth.warn);
+  EXPECT_EQ(synth.text.find("FAILED"), std::string::npos) << synth.text;
+  EXPECT_NE(synth.text.find("expected with --synthetic-weights"), std::string::npos) << synth.text;
+  for (bool synthetic : {false, true}) {
+    const SpecSelfTestMessage ok = spec_self_test_message(*good, synthetic);
+    EXPECT_FALSE(ok.warn);
+    EXPECT_EQ(ok.text.find("FAILED"), std::string::npos);
+  }
 }
 
 }  // namespace
