@@ -73,7 +73,14 @@ struct KernelOptions {
   std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared"
   int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
   std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks)
-  bool is_default() const { return attention_kernel.empty() && attention_split_target == 0 && moe_kernel.empty(); }
+  // "" or "bf16" = bf16 activations (W4A16); CUDA: "fp8_e4m3" = W4A8 on the MXFP4 experts' wgmma prefill GEMMs
+  // (per-token FP8 activations, opt-in: `--moe-activation-dtype`; its accuracy gate: eval/moe_activation_gate.h).
+  std::string moe_activation_dtype;
+  bool fp8_moe_activations() const { return moe_activation_dtype == "fp8_e4m3"; }
+  bool is_default() const {
+    return attention_kernel.empty() && attention_split_target == 0 && moe_kernel.empty() &&
+           (moe_activation_dtype.empty() || moe_activation_dtype == "bf16");
+  }
 };
 
 // Typed construction options of a backend (the launch root fills them from its rank layout and flags).
@@ -101,7 +108,7 @@ class Backend {
     if (options.is_default()) return Status::ok();
     return unsupported("backend " + name() + " has no kernel options (attention_kernel '" + options.attention_kernel +
                        "', attention_split_target " + std::to_string(options.attention_split_target) + ", moe_kernel '" +
-                       options.moe_kernel + "')");
+                       options.moe_kernel + "', moe_activation_dtype '" + options.moe_activation_dtype + "')");
   }
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }

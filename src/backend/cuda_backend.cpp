@@ -148,9 +148,15 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
     if (!o.moe_kernel.empty() && o.moe_kernel != "grouped")
       return invalid_argument("moe kernel '" + o.moe_kernel + "': expected grouped (or empty: by token count)");
+    if (!o.moe_activation_dtype.empty() && o.moe_activation_dtype != "bf16" && !o.fp8_moe_activations())
+      return invalid_argument("moe activation dtype '" + o.moe_activation_dtype + "': expected bf16 or fp8_e4m3");
     a.warp_split_target_per_sm = o.attention_split_target;
     attention_options_ = a;
     force_grouped_moe_ = o.moe_kernel == "grouped";
+    if (o.fp8_moe_activations() && !fp8_moe_activations_)
+      MX_LOG(kInfo) << "MoE activations: fp8_e4m3 (W4A8) on the MXFP4 experts' wgmma prefill GEMMs; decode-sized "
+                       "GEMMs and bf16 experts keep bf16 activations";
+    fp8_moe_activations_ = o.fp8_moe_activations();
     return Status::ok();
   }
 
@@ -491,7 +497,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     expect(ex.gate_up_scales, DType::kU8, "moe_experts", "gate_up_scales (e8m0)");
     expect(ex.down, DType::kU8, "moe_experts", "down (mxfp4 codes)");
     expect(ex.down_scales, DType::kU8, "moe_experts", "down_scales (e8m0)");
-    const kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.inter());
+    kc::MoeShape s = routed_shape(x, topk_ids, ex.gate_up.dim(0), ex.inter());
+    s.fp8_activations = fp8_moe_activations_;
     MX_CHECK_MSG(s.d_model % 32 == 0 && s.inter % 32 == 0,
                  "cuda moe_experts mxfp4: d_model " << s.d_model << " and inter " << s.inter << " must be multiples of 32");
     MX_CHECK_EQ(ex.gate_up.dim(2), s.d_model / 2);
@@ -685,6 +692,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   int n_sms_ = 0;
   kc::AttentionPlanOptions attention_options_;  // set_kernel_options (tests and benchmarks)
   bool force_grouped_moe_ = false;              // set_kernel_options: moe_kernel "grouped" (benchmarks)
+  bool fp8_moe_activations_ = false;            // set_kernel_options: moe_activation_dtype "fp8_e4m3" (W4A8)
   void* staging_ = nullptr;  // pinned upload ring (see upload)
   size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -62,6 +62,7 @@ const char* kUsage = R"(usage: mxserve bench-model --config FILE --synthetic-wei
   --model-batches 1,8         full decode-step batches (context: the first of --contexts)
   --block-size N              KV block size (16)
   --kv-cache-dtype auto|fp8_e4m3  KV cache element type (auto: bf16 on cuda); fp8 halves the K/V bytes read
+  --moe-activation-dtype bf16|fp8_e4m3  MXFP4 experts' prefill GEMMs: bf16 activations or FP8 (W4A8, cuda)
   --md FILE  --json FILE      write the results
 )";
 
@@ -187,7 +188,8 @@ std::string fmt(const char* f, double v) {
 int cmd_bench_model(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
-                           "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype"},
+                           "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype",
+                           "--moe-activation-dtype"},
                           {"--synthetic-weights", "--help"});
   if (!args.is_ok()) return fail(args.status());
   if (args->has("--help")) {
@@ -222,6 +224,7 @@ int cmd_bench_model(int argc, char** argv) {
   lc.model.num_layers = *num_layers;
   lc.model.synthetic_quantization = args->get_or("--quantization", "");
   lc.model.kv_cache_dtype = *kv_dtype;
+  lc.backend_options.kernels.moe_activation_dtype = args->get_or("--moe-activation-dtype", "");
   auto launched = launch::launch_model(lc);
   if (!launched.is_ok()) return fail(launched.status());
   backend::Backend& be = (*launched)->backend();

@@ -68,6 +68,9 @@ runtime:
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
   --kv-cache-dtype auto|bf16|fp8_e4m3|fp8  KV cache element type (auto = bf16 on cuda, f32 on cpu); fp8_e4m3
                                stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
+  --moe-activation-dtype bf16|fp8_e4m3  MXFP4 experts' prefill GEMMs: bf16 activations (W4A16, default) or
+                               per-token FP8 e4m3 (W4A8: 2x the tensor-core rate, a few % logit error; an
+                               accuracy gate against bf16 is logged at start-up; docs/perf/prefill.md)
   --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
   --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
   --cuda-graph                 replay CUDA graphs for plain decode steps (default on the CUDA backend);
@@ -133,7 +136,7 @@ int cmd_serve(int argc, char** argv) {
        "--http-keepalive-timeout", "--http-write-timeout", "--max-logprobs", "--max-logprob-entries",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--kv-cache-dtype",
-       "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
+       "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
@@ -202,6 +205,11 @@ int cmd_serve(int argc, char** argv) {
   sc.num_kv_blocks = num_blocks;
   MX_CLI_TRY(kv_dtype, kvcache::parse_kv_cache_dtype(a.get_or("--kv-cache-dtype", "auto")));
   sc.kv_cache_dtype = kv_dtype;
+  sc.moe_activation_dtype = a.get_or("--moe-activation-dtype", "bf16");
+  if (sc.moe_activation_dtype != "bf16" && sc.moe_activation_dtype != "fp8_e4m3")
+    return fail(invalid_argument("--moe-activation-dtype must be bf16 or fp8_e4m3, got '" + sc.moe_activation_dtype + "'"));
+  if (sc.moe_activation_dtype == "fp8_e4m3" && sc.backend != "cuda")
+    return fail(invalid_argument("--moe-activation-dtype fp8_e4m3 needs --backend cuda (FP8 wgmma MoE kernels)"));
   sc.max_queued_requests = max_queued;
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/logging.h"
+#include "eval/moe_activation_gate.h"
 #include "io/checkpoint.h"
 #include "model/weight_stats.h"
 #include "server/chat_output.h"
@@ -81,6 +82,29 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   return static_cast<uint64_t>(bytes);
 }
 
+namespace {
+// The W4A8 accuracy gate (eval/moe_activation_gate.h) when FP8 MoE activations were asked for; like the
+// speculative self-test it runs before the main KV pool exists, on a small private pool.
+Status moe_activation_gate(launch::LaunchedModel& lm, const ServingConfig& cfg) {
+  const launch::LaunchConfig lc = cfg.launch_config();
+  if (!lc.backend_options.kernels.fp8_moe_activations()) return Status::ok();
+  if (lm.world() > 1) {
+    MX_LOG(kWarn) << "W4A8 accuracy gate skipped: it runs on one rank (this launch has " << lm.world()
+                  << "); measure it on one GPU with --num-layers and --synthetic-weights or a checkpoint";
+    return Status::ok();
+  }
+  backend::KernelOptions reference = lc.backend_options.kernels;
+  reference.moe_activation_dtype = "bf16";
+  auto r = eval::compare_kernel_options(lm.model(), lm.backend(), reference, lc.backend_options.kernels);
+  if (!r.is_ok()) return r.status().with_context("W4A8 accuracy gate (--moe-activation-dtype fp8_e4m3)");
+  bool warn = false;
+  const std::string text = eval::moe_activation_gate_message(*r, &warn);
+  if (warn) MX_LOG(kWarn) << text;
+  else MX_LOG(kInfo) << text;
+  return Status::ok();
+}
+}  // namespace
+
 launch::LaunchConfig ServingConfig::launch_config() const {
   launch::LaunchConfig lc;
   lc.model.path = model_path;
@@ -91,6 +115,7 @@ launch::LaunchConfig ServingConfig::launch_config() const {
   lc.model.kv_cache_dtype = kv_cache_dtype;
   lc.model.require_mtp = spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
   lc.backend = backend;
+  lc.backend_options.kernels.moe_activation_dtype = moe_activation_dtype;
   lc.moe_tuning_dir = moe_tuning_dir;
   lc.parallel = parallel;
   lc.log_progress = true;
@@ -191,6 +216,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
   MX_RETURN_IF_ERROR(lm.spec_self_test(cfg.spec, cfg.block_size));
+  MX_RETURN_IF_ERROR(moe_activation_gate(lm, cfg));
   sm->structured_ = std::make_shared<structured::StructuredOutputs>(*sm->tokenizer_, mc.vocab_size);
   sm->structured_->index();  // built now (logged), not in the first structured request
   sm->engine_ = lm.make_engine(ec);
