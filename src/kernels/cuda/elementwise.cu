@@ -3,6 +3,7 @@
 // and slot copies, random fill. bf16 storage, fp32
 // math, one rounding per output. NOTE: all are simple one-pass kernels with 16-byte accesses where the
 // row width allows; fusing them into neighbours (norm + residual, q/k norm + RoPE) is later work.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -116,25 +117,36 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_block_kernel(const bf16* 
   }
 }
 
-// One thread per (token, rotary pair j, head).
-__global__ void rope_neox_kernel(bf16* x, const int32_t* __restrict__ positions, int64_t n_tokens, RopeParams p) {
+// One block per token (grid-stride): lane j of a warp owns rotary pair j (+ 32 i), computes its sin/cos once
+// and applies it to every head the warp walks (warp w: heads w, w + 8, ...). Per head a warp touches two
+// contiguous runs of 32 bf16 (v[j], v[j + half]), so accesses coalesce; the angle arithmetic is the CPU
+// reference's (inv_freq from a double pow rounded to f32 -- computed once per block into shared memory --
+// angle in f32, sincosf). The earlier one-thread-per-(token, pair, head) form re-did the double pow and the
+// sincos for every head and strided its 2-byte accesses by head_dim: 6.5% of an 8k prefill (docs/perf/prefill.md).
+constexpr int kRopeThreads = 256;
+__global__ void __launch_bounds__(kRopeThreads) rope_neox_kernel(bf16* x, const int32_t* __restrict__ positions,
+                                                                 int64_t n_tokens, RopeParams p) {
+  extern __shared__ float inv_freq[];  // [rotary_dim / 2]
   const int half = p.rotary_dim / 2;
-  const int64_t total = n_tokens * half * p.n_heads;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int h = static_cast<int>(i % p.n_heads);
-    const int j = static_cast<int>((i / p.n_heads) % half);
-    const int64_t t = i / (static_cast<int64_t>(p.n_heads) * half);
-    // Same arithmetic as the CPU reference: inv_freq from a double pow rounded to f32, angle in f32.
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
     const float exponent = static_cast<float>(2 * j) / static_cast<float>(p.rotary_dim);
-    const float inv_freq = 1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(exponent)));
-    const float angle = static_cast<float>(positions[t]) * inv_freq;
-    float s, c;
-    sincosf(angle, &s, &c);
-    bf16* v = x + (t * p.n_heads + h) * p.head_dim;
-    const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
-    v[j] = to_bf16(x1 * c - x2 * s);
-    v[j + half] = to_bf16(x2 * c + x1 * s);
+    inv_freq[j] = 1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(exponent)));
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
+    const float pos = static_cast<float>(positions[t]);
+    bf16* row = x + t * p.n_heads * p.head_dim;
+    for (int j = lane; j < half; j += 32) {
+      float s, c;
+      sincosf(pos * inv_freq[j], &s, &c);
+      for (int h = warp; h < p.n_heads; h += n_warps) {
+        bf16* v = row + static_cast<int64_t>(h) * p.head_dim;
+        const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
+        v[j] = to_bf16(x1 * c - x2 * s);
+        v[j + half] = to_bf16(x2 * c + x1 * s);
+      }
+    }
   }
 }
 
@@ -224,9 +236,10 @@ void rmsnorm_bf16(const void* x, const void* w, void* out, int64_t rows, int64_t
 }
 
 void rope_neox_bf16(void* x, const int32_t* positions, int64_t n_tokens, const RopeParams& p, cudaStream_t stream) {
-  const int64_t total = n_tokens * (p.rotary_dim / 2) * p.n_heads;
-  if (total == 0) return;
-  rope_neox_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<bf16*>(x), positions, n_tokens, p);
+  if (n_tokens * (p.rotary_dim / 2) * p.n_heads == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>(n_tokens, 65535));
+  rope_neox_kernel<<<blocks, kRopeThreads, (p.rotary_dim / 2) * sizeof(float), stream>>>(static_cast<bf16*>(x),
+                                                                                          positions, n_tokens, p);
   MX_CUDA_CHECK_LAUNCH();
 }
 
