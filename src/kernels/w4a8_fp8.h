@@ -33,20 +33,6 @@ constexpr int kW4a8ExactMaxD = 11;
 MX_W4A8_HD float w4a8_act_scale(float amax) { return amax > 0.f ? amax / kFp8E4M3Max : 1.f; }
 MX_W4A8_HD uint8_t w4a8_act_code(float x, float scale) { return f32_to_fp8_e4m3(x / scale); }
 
-// e4m3 code -> f32 (finite codes; 0x7f / 0xff NaN).
-MX_W4A8_HD float fp8_e4m3_value(uint8_t code) {
-  const int e = (code >> 3) & 15, m = code & 7;
-  float v;
-  if (code == 0x7f || code == 0xff) return 0.f / 0.f;  // never produced by the encoders here
-  if (e == 0) v = static_cast<float>(m) * (1.f / 512.f);  // subnormal: m * 2^-9
-  else {
-    v = static_cast<float>(8 + m) * (1.f / 8.f);
-    for (int i = 7; i < e; ++i) v *= 2.f;
-    for (int i = e; i < 7; ++i) v *= 0.5f;
-  }
-  return (code & 0x80) ? -v : v;
-}
-
 // The e4m3 code of E2M1 code `e2m1` (sign bit 3, magnitude bits 0..2) in a block at exponent distance d >= 0.
 MX_W4A8_HD uint8_t w4a8_weight_code(uint32_t e2m1, int d) {
   const uint32_t mag = e2m1 & 7u;
@@ -59,6 +45,42 @@ MX_W4A8_HD uint8_t w4a8_weight_code(uint32_t e2m1, int d) {
   float v = kMag[mag] * 64.f;
   for (int i = 0; i < d && v != 0.f; ++i) v *= 0.5f;  // exact halvings down to the f32 subnormals
   return static_cast<uint8_t>(sign | f32_to_fp8_e4m3(v));
+}
+
+// __byte_perm (prmt, default mode) on the host: byte i of the result = byte (sel >> 4 i) & 7 of {hi:lo}.
+MX_W4A8_HD uint32_t w4a8_byte_perm(uint32_t lo, uint32_t hi, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(lo, hi, sel);
+#else
+  const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
+
+// The byte table of the fast path at distance d <= 11: lo = codes of magnitudes 0..3, hi = 4..7 (the d = 0
+// codes minus 8 d in every nonzero byte; no byte borrows since 0x60 >= 8 * 11).
+struct W4a8Table {
+  uint32_t lo, hi;
+};
+MX_W4A8_HD W4a8Table w4a8_table(int d) {
+  const uint32_t dd = 8u * static_cast<uint32_t>(d);
+  return {0x6C686000u - dd * 0x01010100u, 0x7C787470u - dd * 0x01010101u};
+}
+
+// 8 E2M1 codes (one word, element 2i = low nibble of byte i) -> 8 e4m3 bytes (x: elements 0..3, y: 4..7) at
+// distance d <= 11: the masked nibbles select from the table, the sign (nibble bit 3) goes to byte bit 7.
+// Equal to w4a8_weight_code element by element (tests/unit/kernels/test_w4a8_fp8.cpp).
+struct W4a8Pair {
+  uint32_t x, y;
+};
+MX_W4A8_HD W4a8Pair w4a8_convert8(uint32_t w, W4a8Table t) {
+  const uint32_t m = w & 0x77777777u;
+  // b0 b0 b1 b1 / b2 b2 b3 b3: element j's sign at bit 3 (even j) or 7 (odd j) of byte j.
+  const uint32_t y0 = w4a8_byte_perm(w, 0u, 0x1100), y1 = w4a8_byte_perm(w, 0u, 0x3322);
+  return {w4a8_byte_perm(t.lo, t.hi, m & 0xFFFFu) | ((y0 << 4) & 0x00800080u) | (y0 & 0x80008000u),
+          w4a8_byte_perm(t.lo, t.hi, m >> 16) | ((y1 << 4) & 0x00800080u) | (y1 & 0x80008000u)};
 }
 
 // 2^(r - 127 - 6): the per-row epilogue factor undoing the +6 of the codes and applying the E8M0 reference.

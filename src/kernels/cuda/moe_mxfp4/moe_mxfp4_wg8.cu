@@ -56,23 +56,13 @@ struct Wg8Layout {  // byte offsets from the 1024-aligned base of dynamic shared
 
 __device__ __forceinline__ int swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
-// 8 E2M1 codes (one word, element 2i = low nibble of byte i) -> 8 e4m3 bytes (x: elements 0..3, y: 4..7).
-// lo / hi: the e4m3 codes of magnitudes 0..3 / 4..7 at this block's exponent distance (a byte table for
-// prmt, selectors = the masked nibbles); the sign (nibble bit 3) goes to byte bit 7.
-__device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi) {
-  const uint32_t m = w & 0x77777777u;
-  const uint32_t y0 = __byte_perm(w, 0u, 0x1100), y1 = __byte_perm(w, 0u, 0x3322);  // bytes b0 b0 b1 b1 / b2 b2 b3 b3
-  uint2 r;
-  r.x = __byte_perm(lo, hi, m) | ((y0 << 4) & 0x00800080u) | (y0 & 0x80008000u);
-  r.y = __byte_perm(lo, hi, m >> 16) | ((y1 << 4) & 0x00800080u) | (y1 & 0x80008000u);
-  return r;
-}
 // Rare exact path (d > 11): element by element through the shared encoder.
-__device__ __noinline__ uint2 e2m1x8_to_e4m3_slow(uint32_t w, int d) {
+__device__ __noinline__ W4a8Pair e2m1x8_to_e4m3_slow(uint32_t w, int d) {
   uint32_t out[2] = {0u, 0u};
 #pragma unroll
-  for (int i = 0; i < 8; ++i) out[i / 4] |= static_cast<uint32_t>(w4a8_weight_code((w >> (4 * i)) & 15u, d)) << (8 * (i % 4));
-  return make_uint2(out[0], out[1]);
+  for (int i = 0; i < 8; ++i)
+    out[i / 4] |= static_cast<uint32_t>(w4a8_weight_code((w >> (4 * i)) & 15u, d)) << (8 * (i % 4));
+  return {out[0], out[1]};
 }
 
 template <int kBN, int kStages, bool kSwiglu>
@@ -179,14 +169,13 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
         const int u = tid + kWg8Threads * i, row = u / 4, blk = u % 4;
         const uint4 q = *reinterpret_cast<const uint4*>(smem + L::kCodes0 + slot * L::kCodes + u * 16);
         const int d = sref[row] - static_cast<int>(smem[L::kScales0 + slot * L::kScales + row * 4 + blk]);
-        uint2 c0, c1, c2, c3;
+        W4a8Pair c0, c1, c2, c3;
         if (d <= kW4a8ExactMaxD) {
-          const uint32_t dd = 8u * static_cast<uint32_t>(d);
-          const uint32_t lo = 0x6C686000u - dd * 0x01010100u, hi = 0x7C787470u - dd * 0x01010101u;
-          c0 = e2m1x8_to_e4m3(q.x, lo, hi);
-          c1 = e2m1x8_to_e4m3(q.y, lo, hi);
-          c2 = e2m1x8_to_e4m3(q.z, lo, hi);
-          c3 = e2m1x8_to_e4m3(q.w, lo, hi);
+          const W4a8Table tb = w4a8_table(d);
+          c0 = w4a8_convert8(q.x, tb);
+          c1 = w4a8_convert8(q.y, tb);
+          c2 = w4a8_convert8(q.z, tb);
+          c3 = w4a8_convert8(q.w, tb);
         } else {
           c0 = e2m1x8_to_e4m3_slow(q.x, d);
           c1 = e2m1x8_to_e4m3_slow(q.y, d);
