@@ -75,14 +75,20 @@ inline double mx_row_dot(const HostMx& m, int64_t r, const std::vector<double>& 
   const uint8_t* sc = m.s.data() + r * m.k / 32;
   double total = 0;
   if (w4a8) {
+    // value[d][code] = e4m3 value of w4a8_weight_code(code, d), built once (d = 0..255).
+    static const std::vector<double> kValue = [] {
+      std::vector<double> t(256 * 16);
+      for (int d = 0; d < 256; ++d)
+        for (uint32_t c = 0; c < 16; ++c) t[d * 16 + c] = fp8_e4m3_to_f32(kernels::w4a8_weight_code(c, d));
+      return t;
+    }();
     const int ref = *std::max_element(sc, sc + m.k / 32);
     for (int64_t blk = 0; blk < m.k / 32; ++blk) {
-      const int d = ref - sc[blk];
+      const double* val = kValue.data() + (ref - sc[blk]) * 16;
       double part = 0;
       for (int b = 0; b < 16; ++b) {
         const uint8_t byte = q[blk * 16 + b];
-        part += static_cast<double>(fp8_e4m3_to_f32(kernels::w4a8_weight_code(byte & 15, d))) * v[blk * 32 + 2 * b] +
-                static_cast<double>(fp8_e4m3_to_f32(kernels::w4a8_weight_code(byte >> 4, d))) * v[blk * 32 + 2 * b + 1];
+        part += val[byte & 15] * v[blk * 32 + 2 * b] + val[byte >> 4] * v[blk * 32 + 2 * b + 1];
       }
       total += part;
     }

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
     int r = 0;
     if (ok) {
       const uint32_t* sp = reinterpret_cast<const uint32_t*>(p.ws + gr * (K / 32));
-      uint32_t mx = 0;  // bytewise max of the words
+      uint32_t mx = 0;  // bytewise max of the words; unrolled so 8 loads are in flight (once per block)
+#pragma unroll 8
       for (int i = 0; i < K / 128; ++i) mx = __vmaxu4(mx, __ldg(sp + i));
       r = max(max(mx & 0xFF, (mx >> 8) & 0xFF), max((mx >> 16) & 0xFF, mx >> 24));
     }
