@@ -68,13 +68,14 @@ int main(int argc, char** argv) {
   const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   struct Row {
-    int plan;      // the plan's variant (both GEMMs)
-    bool fp8;      // MoeShape::fp8_activations: wg_* runs as its wg8_* counterpart
+    int plan;  // the plan's variant (both GEMMs)
+    bool fp8;  // MoeShape::fp8_activations: wg_* runs as its wg8_* counterpart
     std::string label;
   };
   std::vector<Row> plans = {{kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "pf_t128"), false, "pf_t128"}};
   for (const auto& name : names)
-    if (name.rfind("wg_", 0) == 0) plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), false, name});
+    if (name.rfind("wg_", 0) == 0)
+      plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), false, name});
   for (const auto& name : names)  // W4A8: the wg_* plan with fp8 activations runs wg8_n{BN}_s{S}
     if (name.rfind("wg_", 0) == 0)
       plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), true, "wg8" + name.substr(2)});

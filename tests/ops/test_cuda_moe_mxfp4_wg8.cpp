@@ -170,11 +170,13 @@ void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int sp
       const bool ok = e_ref <= kTolW4a8 && e_bf <= kSanityVsBf16 && differs && any_nonzero(all) && any_nonzero(ref);
       ++plans_run;
       plans_ok += ok ? 1 : 0;
-      std::printf("%s %s %-44s M=%-6lld gate_up %-11s%s down %-11s%s rel_l2 vs W4A8 ref %.3g (max_abs %.3g) | "
+      // What ran: a wg_* plan GEMM under fp8_activations is its wg8_* counterpart.
+      auto ran = [&](int v, bool fp8) { return fp8 ? "wg8" + names[v].substr(2) : names[v]; };
+      std::printf("%s %s %-44s M=%-6lld gate_up %-11s down %-11s rel_l2 vs W4A8 ref %.3g (max_abs %.3g) | "
                   "W4A8 accuracy: vs bf16 ref %.3g, vs bf16 GPU (all rows) %.3g\n",
                   ok ? "PASS" : "FAIL", shape.name, c.what, static_cast<long long>(c.T),
-                  names[pc.plan.gate_up].c_str(), pc.w.gate_up ? "(fp8)" : "     ", names[pc.plan.down].c_str(),
-                  pc.w.down ? "(fp8)" : "     ", e_ref, mx_ref, e_bf, e_gpu16);
+                  ran(pc.plan.gate_up, pc.w.gate_up).c_str(), ran(pc.plan.down, pc.w.down).c_str(), e_ref, mx_ref,
+                  e_bf, e_gpu16);
       std::fflush(stdout);
       EXPECT_LE(e_ref, kTolW4a8) << shape.name << " " << c.what << " " << names[pc.plan.gate_up] << "/"
                                  << names[pc.plan.down];
