@@ -5,8 +5,9 @@
 //     sampled output rows: tolerance kTolW4a8;
 //   - printed (the accuracy figure of W4A8, not a pass criterion beyond a sanity bound): rel L2 against the
 //     plain bf16-activation host reference and against the bf16 wg_* GPU run over the whole output.
-// Plans: both GEMMs W4A8 for each wg_* variant (the dispatcher swaps in its wg8_* counterpart), and one
-// GEMM W4A8 with the other on pf_t128 (bf16), so each GEMM's quantize pass and kernel is checked alone.
+// Plans: both GEMMs W4A8 for each wg_* variant (the dispatcher swaps in its wg8_* counterpart), both on
+// wg8_n128_s3_m256 (named directly: 256-row tiles), and one GEMM W4A8 with the other on pf_t128 (bf16), so
+// each GEMM's quantize pass and kernel is checked alone.
 // Cases: GLM-4.5-Air (E128 H4096 I1408 top 8) and GLM-5.2 (E256 H6144 I2048 top 8); one token, ragged 37
 // tokens, 300 tokens on 20 experts (most experts empty, tile tails), one hot expert (many 128-row tiles),
 // M = 2048 / 8192 / 16384. A small shape with a wide scale spread (blocks 12+ exponents below their row's
@@ -120,12 +121,14 @@ void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int sp
   cudaStream_t stream = nullptr;
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   const int pf = variant("pf_t128"), wg256 = variant("wg_n256_s4"), wg128 = variant("wg_n128_s3");
+  const int m256 = variant("wg8_n128_s3_m256");  // only runs when a plan names it
   struct PlanCase {
     kc::MoeMxfp4Plan plan;
     ms::W4a8Ref w;
   };
   const PlanCase plans[] = {{{wg256, wg256}, {true, true}},
                             {{wg128, wg128}, {true, true}},
+                            {{m256, m256}, {true, true}},
                             {{wg256, pf}, {true, false}},
                             {{pf, wg128}, {false, true}}};
 
@@ -171,7 +174,9 @@ void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int sp
       ++plans_run;
       plans_ok += ok ? 1 : 0;
       // What ran: a wg_* plan GEMM under fp8_activations is its wg8_* counterpart.
-      auto ran = [&](int v, bool fp8) { return fp8 ? "wg8" + names[v].substr(2) : names[v]; };
+      auto ran = [&](int v, bool fp8) {
+        return fp8 && names[v].rfind("wg_", 0) == 0 ? "wg8" + names[v].substr(2) : names[v];
+      };
       std::printf("%s %s %-44s M=%-6lld gate_up %-11s down %-11s rel_l2 vs W4A8 ref %.3g (max_abs %.3g) | "
                   "W4A8 accuracy: vs bf16 ref %.3g, vs bf16 GPU (all rows) %.3g\n",
                   ok ? "PASS" : "FAIL", shape.name, c.what, static_cast<long long>(c.T),
@@ -212,11 +217,13 @@ constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 TEST(CudaMoeMxfp4Wg8Registry, OptInOnly) {
   const int wg8a = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg8_n256_s4");
   const int wg8b = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg8_n128_s3");
+  const int wg8c = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg8_n128_s3_m256");
   ASSERT_GE(wg8a, 0);
   ASSERT_GE(wg8b, 0);
+  ASSERT_GE(wg8c, 0);
   kc::MoeShape s{4096, 4096, 1408, 128, 8};
   for (kc::MoeGemm g : {kc::MoeGemm::kGateUp, kc::MoeGemm::kDown})
-    for (int v : {wg8a, wg8b}) {
+    for (int v : {wg8a, wg8b, wg8c}) {
       s.fp8_activations = false;
       EXPECT_EQ(kc::moe_mxfp4_variant_max_tokens(g, v, s), 0) << v;
       s.fp8_activations = true;

@@ -37,15 +37,19 @@ MoeMxfp4Design design_of(int v) { return kMoeMxfp4Variants[v].design; }
 bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv || design_of(v) == MoeMxfp4Design::kGva; }
 bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
 
-// The variant of design `to` with the same BN (P0) as v (same stage count preferred), or -1.
+// The variant of design `to` with the same BN (P0) as v, or -1; preferred: the same stage count (P1) and the
+// same P2 (wg_n128_s3 <-> wg8_n128_s3, not wg8_n128_s3_m256, which runs only when a plan names it).
 int same_tile_variant(int v, MoeMxfp4Design to) {
-  int any = -1;
+  int any = -1, same_s = -1;
+  const MoeMxfp4VariantInfo& a = kMoeMxfp4Variants[v];
   for (int c = 0; c < kMoeMxfp4NumVariants; ++c) {
-    if (design_of(c) != to || kMoeMxfp4Variants[c].p0 != kMoeMxfp4Variants[v].p0) continue;
-    if (kMoeMxfp4Variants[c].p1 == kMoeMxfp4Variants[v].p1) return c;
+    const MoeMxfp4VariantInfo& b = kMoeMxfp4Variants[c];
+    if (design_of(c) != to || b.p0 != a.p0) continue;
+    if (b.p1 == a.p1 && b.p2 == a.p2) return c;
+    if (b.p1 == a.p1 && same_s < 0) same_s = c;
     if (any < 0) any = c;
   }
-  return any;
+  return same_s >= 0 ? same_s : any;
 }
 
 // What one GEMM runs: `variant`, on FP8 activations when w4a8 (design 8).

@@ -9,9 +9,10 @@
 //     start from the row's K / 32 scale bytes), and the epilogue multiplies column n by 2^(r_n - 133) and
 //     row m by the token scale. Exact for r_n - s_b <= 11 (a byte-permute table); beyond, a slow per-element
 //     path rounds the tiny magnitudes to e4m3 subnormals / zero (w4a8_weight_code; the CPU oracle does too).
-// Block tile: 128 rows of one expert (wgmma M) x BN weight rows (N; gate_up: gate and up rows interleaved
-// in groups of 8 as in design 6) x 128 K per step (one 128-byte swizzle row of fp8 = 4 wgmma k32).
-// 256 threads = 2 warpgroups, warpgroup w owning tile rows [64 w, 64 w + 64), a m64nBNk32 f32 accumulator.
+// Block tile: BM (P2: 128, or 256 with BN 128) rows of one expert (wgmma M) x BN weight rows (N; gate_up:
+// gate and up rows interleaved in groups of 8 as in design 6) x 128 K per step (one 128-byte swizzle row of
+// fp8 = 4 wgmma k32). 256 threads = 2 warpgroups, warpgroup w owning tile rows [BM/2 w, BM/2 (w + 1)), one
+// m64nBNk32 f32 accumulator per 64 of them; BM 256 converts each weight tile once per 256 rows, not 128.
 // Pipeline exactly as design 6: an S-stage cp.async ring (tokens 128 x 128 B straight into the 128-byte
 // swizzle layout, codes BN x 64 B, the step's 4 E8M0 bytes per row), two converted B tiles; step ks issues
 // its wgmmas, waits for step ks - 1, refills the freed slot and converts stage ks + 1 while ks runs. Every
@@ -34,14 +35,13 @@
 namespace mxserve::kernels::cuda {
 namespace {
 
-constexpr int kWg8BM = 128;  // expert rows (tokens) per tile
 constexpr int kWg8BK = 128;  // K per step (one 128-byte swizzle row of e4m3)
 constexpr int kWg8Threads = 256;
 
-template <int kBN, int kStages>
+template <int kBN, int kStages, int kBM>
 struct Wg8Layout {  // byte offsets from the 1024-aligned base of dynamic shared memory
   static constexpr int kBTile = kBN * 128;  // one converted e4m3 B tile
-  static constexpr int kATile = kWg8BM * 128;
+  static constexpr int kATile = kBM * 128;
   static constexpr int kCodes = kBN * 64;  // 128 E2M1 codes per row
   static constexpr int kScales = kBN * 4;  // 4 E8M0 bytes per row
   static constexpr int kB0 = 0;
@@ -65,10 +65,14 @@ __device__ __noinline__ W4a8Pair e2m1x8_to_e4m3_slow(uint32_t w, int d) {
   return {out[0], out[1]};
 }
 
-template <int kBN, int kStages, bool kSwiglu>
-__global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_kernel(Mxfp4GemmArgs p) {
-  using L = Wg8Layout<kBN, kStages>;
-  constexpr int kAcc = kBN / 2;        // accumulator registers per thread
+// kBM: expert rows per tile, 128 or 256 (each warpgroup then owns kBM / 2 rows = kMt m64 row blocks, one
+// accumulator each; 256 halves the weight conversion per flop).
+template <int kBN, int kStages, int kBM, bool kSwiglu>
+__global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1) mxfp4_wg8_kernel(Mxfp4GemmArgs p) {
+  using L = Wg8Layout<kBN, kStages, kBM>;
+  constexpr int kMt = kBM / 128;       // m64 row blocks per warpgroup
+  constexpr int kARows = kBM / 32;     // A-tile 16-byte chunks per thread per stage
+  constexpr int kAcc = kBN / 2;        // accumulator registers per thread per row block
   constexpr int kCodeUnits = kBN / 64;  // 16-byte code units (= one 32-element E8M0 block) per thread per stage
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -132,12 +136,12 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
     if (row < kBN) srcs[i] = p.ws + wrow(row, oks[i]) * (K / 32);
   }
 
-  for (int r0 = 0; r0 < rows_total; r0 += kWg8BM) {
-    const int rows = min(kWg8BM, rows_total - r0);
-    const uint8_t* srca[4];
-    bool oka[4];
+  for (int r0 = 0; r0 < rows_total; r0 += kBM) {
+    const int rows = min(kBM, rows_total - r0);
+    const uint8_t* srca[kARows];
+    bool oka[kARows];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // row tid / 8 + 32 i, 16-byte chunk tid % 8
+    for (int i = 0; i < kARows; ++i) {  // row tid / 8 + 32 i, 16-byte chunk tid % 8
       const int r = tid / 8 + 32 * i;
       oka[i] = r < rows;
       const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
     }
     auto load_stage = [&](int ks, int slot) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kARows; ++i) {
         const int r = tid / 8 + 32 * i;
         cp_async_cg16_zfill(smem + L::kA0 + slot * L::kATile + swz128(r, tid % 8),
                             oka[i] ? srca[i] + ks * kWg8BK : p.a8, oka[i]);
@@ -195,9 +199,11 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
       if (s < n_steps) load_stage(s, s);
       cp_async_commit_group();
     }
-    float acc[kAcc];
+    float acc[kMt][kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    for (int m = 0; m < kMt; ++m)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[m][i] = 0.f;
     cp_async_wait_group<kStages - 2>();  // stage 0 landed (this thread's part)
     __syncthreads();
     convert(0, 0);
@@ -205,20 +211,28 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
     __syncthreads();
 
     for (int ks = 0; ks < n_steps; ++ks) {
-      const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * 64 * 128;
+      // Warpgroup wg's row block m: tile rows (kMt wg + m) * 64 .. + 63.
+      const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * kMt * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
-      wgmma_fence_operands(acc);
+#pragma unroll
+      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kWg8BK / 32; ++kk) {
-        const uint64_t da = wgmma_desc_sw128(a_addr + 32 * kk), db = wgmma_desc_sw128(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma_m64n128k32_e4m3(acc, da, db);
-        else wgmma_m64n256k32_e4m3(acc, da, db);
+        const uint64_t db = wgmma_desc_sw128(b_addr + 32 * kk);
+#pragma unroll
+        for (int m = 0; m < kMt; ++m) {
+          const uint64_t da = wgmma_desc_sw128(a_addr + m * 64 * 128 + 32 * kk);
+          if constexpr (kBN == 128) wgmma_m64n128k32_e4m3(acc[m], da, db);
+          else wgmma_m64n256k32_e4m3(acc[m], da, db);
+        }
       }
       wgmma_commit();
-      wgmma_fence_operands(acc);
+#pragma unroll
+      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
       wgmma_wait<1>();  // this warpgroup's step ks - 1 is done
-      wgmma_fence_operands(acc);
+#pragma unroll
+      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
       if (ks + 1 < n_steps) {
         cp_async_wait_group<kStages - 3>();  // stage ks + 1 landed
         fence_proxy_async_smem();
@@ -233,14 +247,16 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
       __syncthreads();  // B tile of step ks + 1 complete and fenced
     }
     wgmma_wait<0>();
-    wgmma_fence_operands(acc);
+#pragma unroll
+    for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
     cp_async_wait_group<0>();
 
-    // Epilogue: row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1) = B-tile row; value =
-    // acc * token scale(row) * 2^(r_col - 133).
+    // Epilogue: row = 64 (kMt wg + m) + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1) = B-tile row;
+    // value = acc * token scale(row) * 2^(r_col - 133).
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg * 64 + wq * 16 + g + 8 * h;
+    for (int mh = 0; mh < 2 * kMt; ++mh) {
+      const int m = mh / 2, h = mh % 2;
+      const int row = (wg * kMt + m) * 64 + wq * 16 + g + 8 * h;
       if (row >= rows) continue;
       const int64_t src_row = kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + row]) : rb + r0 + row;
       const float as = p.a_scale[src_row];
@@ -251,10 +267,10 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
           const int feat = fbase + jp * 8 + 2 * t;
           if (feat >= N) continue;
           const int cg = 16 * jp + 2 * t, cu = cg + 8;
-          const float g0 = acc[4 * (2 * jp) + 2 * h] * as * sfac[cg];
-          const float g1 = acc[4 * (2 * jp) + 2 * h + 1] * as * sfac[cg + 1];
-          const float u0 = acc[4 * (2 * jp + 1) + 2 * h] * as * sfac[cu];
-          const float u1 = acc[4 * (2 * jp + 1) + 2 * h + 1] * as * sfac[cu + 1];
+          const float g0 = acc[m][4 * (2 * jp) + 2 * h] * as * sfac[cg];
+          const float g1 = acc[m][4 * (2 * jp) + 2 * h + 1] * as * sfac[cg + 1];
+          const float u0 = acc[m][4 * (2 * jp + 1) + 2 * h] * as * sfac[cu];
+          const float u1 = acc[m][4 * (2 * jp + 1) + 2 * h + 1] * as * sfac[cu + 1];
           const __nv_bfloat162 v = __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
           *reinterpret_cast<__nv_bfloat162*>(crow + feat) = v;
         }
@@ -264,7 +280,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 ? 2 : 1) mxfp4_wg8_ker
           const int feat = fbase + j * 8 + 2 * t;
           if (feat >= N) continue;
           *reinterpret_cast<__nv_bfloat162*>(crow + feat) = __floats2bfloat162_rn(
-              acc[4 * j + 2 * h] * as * sfac[8 * j + 2 * t], acc[4 * j + 2 * h + 1] * as * sfac[8 * j + 2 * t + 1]);
+              acc[m][4 * j + 2 * h] * as * sfac[8 * j + 2 * t], acc[m][4 * j + 2 * h + 1] * as * sfac[8 * j + 2 * t + 1]);
         }
       }
     }
@@ -309,7 +325,7 @@ __global__ void __launch_bounds__(256) w4a8_quantize_rows_kernel(const bf16* __r
   if (lane == 0) scale[row] = s;
 }
 
-template <int kBN, int kStages, bool kSwiglu>
+template <int kBN, int kStages, int kBM, bool kSwiglu>
 void launch_wg8(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   MX_CHECK_MSG(mxfp4_wg8_device_ok() && a.k % 128 == 0,
                "wg8_* (W4A8) MXFP4 variants need an sm_90 device and K % 128 == 0 (K " << a.k
@@ -320,22 +336,24 @@ void launch_wg8(const Mxfp4GemmArgs& a, cudaStream_t stream) {
   MX_CHECK_MSG(reinterpret_cast<uintptr_t>(a.ws) % 4 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.a8) % 16 == 0 && reinterpret_cast<uintptr_t>(a.c) % 4 == 0,
                "wg8_* MXFP4 variants need 16-byte aligned codes and activations, 4-byte aligned scales and output");
-  using L = Wg8Layout<kBN, kStages>;
-  auto* kernel = mxfp4_wg8_kernel<kBN, kStages, kSwiglu>;
+  using L = Wg8Layout<kBN, kStages, kBM>;
+  auto* kernel = mxfp4_wg8_kernel<kBN, kStages, kBM, kSwiglu>;
   MX_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)));
   const dim3 grid(ceil_div(a.n, kSwiglu ? kBN / 2 : kBN), a.max_active);
   mxfp4_launch_pdl(kernel, grid, dim3(kWg8Threads), L::kSmem, stream, a);
 }
 
-template <int kBN, int kStages, int>
+template <int kBN, int kStages, int kP2>
 struct Wg8Launch {
+  static constexpr int kBM = kP2 == 0 ? 128 : kP2;  // P2: expert rows per tile (0: 128)
   static_assert(kBN == 128 || kBN == 256, "wg8_*: BN is 128 or 256");
+  static_assert(kBM == 128 || (kBM == 256 && kBN == 128), "wg8_*: BM is 128, or 256 with BN 128 (registers)");
   static_assert(kStages >= 3, "wg8_*: the k loop keeps one stage in flight beyond the next (S >= 3)");
-  static_assert(Wg8Layout<kBN, kStages>::kSmem <= 227 * 1024, "wg8_*: shared memory over 227 KiB");
+  static_assert(Wg8Layout<kBN, kStages, kBM>::kSmem <= 227 * 1024, "wg8_*: shared memory over 227 KiB");
   static void run(bool swiglu, const Mxfp4GemmArgs& a, cudaStream_t stream) {
-    if (swiglu) launch_wg8<kBN, kStages, true>(a, stream);
-    else launch_wg8<kBN, kStages, false>(a, stream);
+    if (swiglu) launch_wg8<kBN, kStages, kBM, true>(a, stream);
+    else launch_wg8<kBN, kStages, kBM, false>(a, stream);
   }
 };
 
