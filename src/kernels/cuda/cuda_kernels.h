@@ -136,7 +136,8 @@ struct MoeShape {
   int64_t n_tokens = 0, d_model = 0, inter = 0;
   int32_t n_experts = 0, top_k = 0;
   bool force_grouped = false;  // bf16 path: the grouped GEMM even where the GEMV wins (KernelOptions::moe_kernel)
-  bool fp8_activations = false;  // MXFP4 only: W4A8 (per-token FP8 e4m3 activations) on the wgmma prefill GEMMs; opt-in
+  // MXFP4 only: W4A8 (per-token FP8 e4m3 activations) on the wgmma prefill GEMMs; opt-in
+  bool fp8_activations = false;
 };
 size_t moe_workspace_bytes(const MoeShape& s);
 void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* gate_up,

@@ -3,12 +3,19 @@
 //   permute (moe/moe_permute.cuh) -> GEMM 1 gate_up + SwiGLU -> GEMM 2 down -> weighted un-permute,
 // all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
 // The three kernels after the permute are programmatic dependent launches (moe_mxfp4_internal.h).
+// W4A8 (MoeShape::fp8_activations, opt-in): each GEMM whose plan variant is design 6 (wg_*, the wgmma prefill
+// kernel) runs its design-8 counterpart (wg8_*, same BN) on FP8 e4m3 activations instead, after a per-row
+// quantize pass over its A operand (x, then the SwiGLU intermediate) into workspace buffers that exist only
+// then. Every other design (the decode GEMVs, pf_*, tc_*) runs unchanged in bf16: those calls are bound by
+// the weight stream, FP8 activations would not make them faster. Off sm_90 W4A8 is refused once (warning)
+// and the bf16 plan runs. With fp8_activations false nothing changes and no wg8_* variant is eligible.
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
@@ -30,13 +37,78 @@ MoeMxfp4Design design_of(int v) { return kMoeMxfp4Variants[v].design; }
 bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv || design_of(v) == MoeMxfp4Design::kGva; }
 bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
 
+// The variant of design `to` with the same BN (P0) as v, or -1; preferred: the same stage count (P1) and the
+// same P2 (wg_n128_s3 <-> wg8_n128_s3, not wg8_n128_s3_m256, which runs only when a plan names it).
+int same_tile_variant(int v, MoeMxfp4Design to) {
+  int any = -1, same_s = -1;
+  const MoeMxfp4VariantInfo& a = kMoeMxfp4Variants[v];
+  for (int c = 0; c < kMoeMxfp4NumVariants; ++c) {
+    const MoeMxfp4VariantInfo& b = kMoeMxfp4Variants[c];
+    if (design_of(c) != to || b.p0 != a.p0) continue;
+    if (b.p1 == a.p1 && b.p2 == a.p2) return c;
+    if (b.p1 == a.p1 && same_s < 0) same_s = c;
+    if (any < 0) any = c;
+  }
+  return same_s >= 0 ? same_s : any;
+}
+
+// What one GEMM runs: `variant`, on FP8 activations when w4a8 (design 8).
+struct GemmChoice {
+  int variant;
+  bool w4a8;
+};
+GemmChoice resolve_w4a8(int v, const MoeShape& s, int64_t k) {
+  const bool want = design_of(v) == MoeMxfp4Design::kWg8 || (s.fp8_activations && design_of(v) == MoeMxfp4Design::kWg);
+  if (!want) return {v, false};
+  const int v8 = design_of(v) == MoeMxfp4Design::kWg8 ? v : same_tile_variant(v, MoeMxfp4Design::kWg8);
+  const int v16 = design_of(v) == MoeMxfp4Design::kWg ? v : same_tile_variant(v, MoeMxfp4Design::kWg);
+  MX_CHECK_MSG(v8 >= 0 && v16 >= 0, "moe_experts_mxfp4: variant " << kMoeMxfp4Variants[v].name
+                                                                  << " has no wg_* / wg8_* counterpart of its BN");
+  if (!mxfp4_wg8_device_ok() || k % 128 != 0) {
+    MX_WARN_ONCE << "moe_mxfp4: W4A8 (fp8_activations) needs an sm_90 device and K % 128 == 0 (K " << k
+                 << "); running the bf16 " << kMoeMxfp4Variants[v16].name
+                 << " instead (turn fp8 activations off to silence this)";
+    return {v16, false};
+  }
+  return {v8, true};
+}
+
+// The FP8 buffers of W4A8, after the standard workspace (only when s.fp8_activations).
+struct W4a8Workspace {
+  uint8_t* x8;      // [T, H] e4m3
+  float* x_scale;   // [T]
+  uint8_t* act8;    // [P, I] e4m3
+  float* act_scale;  // [P]
+};
+size_t w4a8_workspace_bytes(const MoeShape& s) {
+  if (!s.fp8_activations) return 0;
+  const int64_t P = s.n_tokens * s.top_k;
+  return moe_align_up(s.n_tokens * s.d_model) + moe_align_up(4 * s.n_tokens) + moe_align_up(P * s.inter) +
+         moe_align_up(4 * P);
+}
+W4a8Workspace carve_w4a8(void* workspace, const MoeShape& s) {
+  const int64_t P = s.n_tokens * s.top_k;
+  char* p = static_cast<char*>(workspace) + moe_workspace_layout_bytes(s);
+  auto take = [&](size_t bytes) {
+    char* r = p;
+    p += moe_align_up(bytes);
+    return r;
+  };
+  W4a8Workspace w;
+  w.x8 = reinterpret_cast<uint8_t*>(take(s.n_tokens * s.d_model));
+  w.x_scale = reinterpret_cast<float*>(take(4 * s.n_tokens));
+  w.act8 = reinterpret_cast<uint8_t*>(take(P * s.inter));
+  w.act_scale = reinterpret_cast<float*>(take(4 * P));
+  return w;
+}
+
 // Every variant's launcher, by id: the rows each design's translation unit generated from the list.
 Mxfp4Launchers collect_launchers() {
   Mxfp4Launchers all{};
   for (const Mxfp4Launchers* design : {&mxfp4_simt_launchers(), &mxfp4_tc_launchers(), &mxfp4_dec_launchers(),
                                        &mxfp4_pf_launchers(), &mxfp4_gv_launchers(),
                                        &mxfp4_gva_launchers(),
-                                       &mxfp4_wg_launchers()})
+                                       &mxfp4_wg_launchers(), &mxfp4_wg8_launchers()})
     for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
       if ((*design)[v] != nullptr) all[v] = (*design)[v];
   for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
@@ -80,6 +152,8 @@ int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& 
       return k % 128 == 0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kPf: return k % 128 == 0 ? kNoTokenLimit : 0;  // whole k steps, aligned scale words
     case MoeMxfp4Design::kWg: return k % 128 == 0 ? kNoTokenLimit : 0;  // (the launcher checks sm_90 itself)
+    case MoeMxfp4Design::kWg8:  // W4A8: only when the caller opted in (never chosen otherwise)
+      return s.fp8_activations && k % 128 == 0 ? kNoTokenLimit : 0;
     case MoeMxfp4Design::kTc: return kNoTokenLimit;  // any N (row guards), any K % 32 == 0, any row count
   }
   return 0;
@@ -120,7 +194,7 @@ MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   return {g, d};
 }
 
-size_t moe_mxfp4_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s); }
+size_t moe_mxfp4_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s) + w4a8_workspace_bytes(s); }
 
 void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk_weights, const MoeMxfp4Weights& w,
                        void* out, const MoeShape& s, const MoeMxfp4Plan& plan, void* workspace, cudaStream_t stream) {
@@ -137,6 +211,12 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   MX_CHECK_LT(P, int64_t{1} << 31);
   MX_CHECK_LE(s.n_experts, 4096);
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
+  const GemmChoice gu = resolve_w4a8(plan.gate_up, s, s.d_model), dn = resolve_w4a8(plan.down, s, s.inter);
+  W4a8Workspace ws8{};
+  if (gu.w4a8 || dn.w4a8) {
+    MX_CHECK_MSG(s.fp8_activations, "moe_experts_mxfp4: a wg8_* plan needs MoeShape::fp8_activations (workspace)");
+    ws8 = carve_w4a8(workspace, s);
+  }
   // NOTE: one token with design 3 or 5 on both GEMMs skips the permute kernel: pair k is row k of expert
   // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
   const bool direct = s.n_tokens == 1 && (is_dec(plan.gate_up) || is_gv(plan.gate_up)) &&
@@ -171,7 +251,13 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
                  "moe_experts_mxfp4: the loads/math probes need a gv_* gate_up");
     g.gv_probe = plan.probe == MoeProbe::kGateUpLoadsOnly ? 1 : 2;
   }
-  run_gemm(plan.gate_up, true, g, stream);
+  if (gu.w4a8) {
+    mxfp4_w4a8_quantize_rows(static_cast<const bf16*>(x), s.n_tokens, static_cast<int>(s.d_model), ws8.x8,
+                             ws8.x_scale, stream);
+    g.a8 = ws8.x8;
+    g.a_scale = ws8.x_scale;
+  }
+  run_gemm(gu.variant, true, g, stream);
   if (plan.probe != MoeProbe::kNone) return;  // limit probe: gate_up only
   g.gv_probe = 0;
 
@@ -187,7 +273,14 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
     g.combine_weights = topk_weights;
     g.combine_out = static_cast<bf16*>(out);
   }
-  run_gemm(plan.down, false, g, stream);
+  g.a8 = nullptr;
+  g.a_scale = nullptr;
+  if (dn.w4a8) {
+    mxfp4_w4a8_quantize_rows(ws.act, P, static_cast<int>(s.inter), ws8.act8, ws8.act_scale, stream);
+    g.a8 = ws8.act8;
+    g.a_scale = ws8.act_scale;
+  }
+  run_gemm(dn.variant, false, g, stream);
   if (fused_combine) return;
 
   mxfp4_launch_pdl(moe_unpermute_kernel, dim3(moe_grid_1d(s.n_tokens * s.d_model / 8)), dim3(256), 0, stream,

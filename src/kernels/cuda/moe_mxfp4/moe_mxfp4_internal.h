@@ -42,6 +42,10 @@ struct Mxfp4GemmArgs {
   bf16* combine_out = nullptr;             // [1, N]
   // Design 5 only (MoeProbe): 0 normal, 1 weight loads only (no dequant / MMA), 2 math only (no weight loads).
   int gv_probe = 0;
+  // Design 8 only (W4A8): the A operand as e4m3 codes [rows of a, K] (gate_up: x's token rows, gathered
+  // through row_token; down: the permuted rows) and one f32 scale per row (mxfp4_w4a8_quantize_rows).
+  const uint8_t* a8 = nullptr;
+  const float* a_scale = nullptr;
 };
 
 // Programmatic dependent launch (sm_90): the MoE path's kernels after the permute are launched with
@@ -124,5 +128,13 @@ const Mxfp4Launchers& mxfp4_wg_launchers();
 // through a per-warp cp.async ring of P1 slots in shared memory (P1 - 1 k steps in flight), P0 tiles per
 // block. Needs K % 128 == 0.
 const Mxfp4Launchers& mxfp4_gva_launchers();
+// Design 8 (prefill, Hopper wgmma, W4A8; moe_mxfp4_wg8.cu): design 6 with e4m3 operands (tokens quantized per
+// row by mxfp4_w4a8_quantize_rows, weights converted to e4m3 in shared memory with the E8M0 scales folded in
+// exactly), 128-wide k steps of 4 wgmma k32. Needs a8 / a_scale, sm_90 and K % 128 == 0 (mxfp4_wg8_device_ok;
+// the dispatcher checks and runs the bf16 design 6 otherwise).
+const Mxfp4Launchers& mxfp4_wg8_launchers();
+bool mxfp4_wg8_device_ok();
+// x bf16 [rows, cols] -> q e4m3 [rows, cols] + scale f32 [rows], per row (kernels/w4a8_fp8.h); cols % 8 == 0.
+void mxfp4_w4a8_quantize_rows(const bf16* x, int64_t rows, int cols, uint8_t* q, float* scale, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

@@ -23,6 +23,9 @@ enum class MoeMxfp4Design : uint8_t {
   kGv = 5,    // moe_mxfp4_gv.cu    decode GEMV: P0 tiles per block, P1 k steps in flight, P2 warps per tile
   kWg = 6,    // moe_mxfp4_wg.cu    prefill, Hopper wgmma (sm_90a): 128 rows x P0 weight rows, P1-stage ring
   kGva = 7,   // moe_mxfp4_gv.cu    design 5 with a cp.async weight ring in shared memory: P0 tiles, P1 ring slots
+  kWg8 = 8,   // moe_mxfp4_wg8.cu   design 6 in W4A8 (e4m3 tokens and weights, sm_90a): P0 weight rows, P1 stages,
+              //                    P2 expert rows per tile (0: 128);
+              //                    only with MoeShape::fp8_activations (the dispatcher swaps wg_* for it)
 };
 
 // X(id, name, design, P0, P1, P2). The name describes the row:
@@ -33,6 +36,8 @@ enum class MoeMxfp4Design : uint8_t {
 //   gv_w{W}_d{D}[_k2]   design 5: W tiles per block, D k steps in flight; _k2: two warps per tile
 //   wg_n{BN}_s{S}       design 6: BN weight rows (wgmma N) per block, S cp.async stages of 64-wide k steps
 //   gva_w{W}_s{S}       design 7: W tiles per block, S shared-memory ring slots (S - 1 k steps in flight)
+//   wg8_n{BN}_s{S}[_m256] design 8: BN weight rows (wgmma N) per block, S cp.async stages of 128-wide k steps;
+//                       _m256: 256 expert rows per tile (P2; default 128)
 #define MXSERVE_MOE_MXFP4_VARIANTS(X)              \
   X(kSimtR4, "simt_r4", kSimt, 0, 0, 0)            \
   X(kTcW64T8, "tc_w64_t8", kTc, 4, 8, 0)           \
@@ -59,7 +64,10 @@ enum class MoeMxfp4Design : uint8_t {
   X(kGvaW2S12, "gva_w2_s12", kGva, 2, 12, 0)       \
   X(kGvaW4S6, "gva_w4_s6", kGva, 4, 6, 0)         \
   X(kWgN256S4, "wg_n256_s4", kWg, 256, 4, 0)       \
-  X(kWgN128S3, "wg_n128_s3", kWg, 128, 3, 0)
+  X(kWgN128S3, "wg_n128_s3", kWg, 128, 3, 0)       \
+  X(kWg8N256S4, "wg8_n256_s4", kWg8, 256, 4, 0)    \
+  X(kWg8N128S3, "wg8_n128_s3", kWg8, 128, 3, 0)    \
+  X(kWg8N128S3M256, "wg8_n128_s3_m256", kWg8, 128, 3, 256)
 
 // Variant ids = row indices of the list (what MoeMxfp4Plan holds). Used as moe_mxfp4_variant::kGvW4D4.
 namespace moe_mxfp4_variant {
