@@ -1,7 +1,8 @@
 // bench_prefill_attention: prefill / extend attention at GLM-4.5-Air shapes (96 q heads / 8 kv heads of 128,
 // paged bf16 cache of 16-token blocks), the mma.sync block-shared kernel ("shared", the old path) against the
 // Hopper wgmma kernel ("wgmma", issue 18), its warp-specialized variant ("wgmma_ws", forced only) and what the
-// planner picks by itself ("auto"). Each wgmma_ws row also prints its speed ratio to the wgmma row.
+// planner picks by itself ("auto"), and wgmma_ws without its ping-pong schedule (launched directly). Each
+// wgmma_ws row also prints its speed ratio to the wgmma row.
 //   usage: bench_prefill_attention [--quick]
 // Shapes: one 8192-token chunk from position 0; one 8192-token chunk over a 12288-token cached prefix (20k
 // context); one 20480-token chunk from 0; 4 x 2048-token chunks from 0; 4 x 2048-token chunks over 12288-token
@@ -23,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
 #include "core/check.h"
+#include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -155,6 +157,23 @@ int main(int argc, char** argv) {
                   label.c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops, err, ratio.c_str());
     }
     MX_CHECK(be.set_kernel_options({}).is_ok());
+    {
+      // The warp-specialized kernel without the consumers' ping-pong turns (its launcher's other schedule; the
+      // planner never runs it): what the turn taking is worth.
+      Tensor o = be.alloc(DType::kBF16, {T, kHeads * kHd});
+      const double ms = mx::kernels::cuda::time_on_stream(
+          stream,
+          [&](int) {
+            mx::kernels::cuda::paged_attention_wgmma_ws_bf16(
+                q.raw(), kc.raw(), vc.raw(), meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
+                meta.block_tables.data<int32_t>(), o.raw(), meta.params, stream, /*ping_pong=*/false);
+          },
+          1);
+      const double tf = flops / (ms * 1e-3) / 1e12;
+      std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e  %.2fx wgmma\n",
+                  s.what, "wgmma_ws no ping-pong", ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
+                  rel_l2(be.to_host(o), ref), wgmma_ms / ms);
+    }
     std::printf("[ PLAN  ] %-38s auto picks %s (%d part%s)\n", s.what,
                 mx::kernels::cuda::attention_kernel_name(auto_plan.parts[auto_plan.n_parts - 1].launch.kernel),
                 auto_plan.n_parts, auto_plan.n_parts > 1 ? "s" : "");

@@ -11,8 +11,9 @@
 //                intra-warpgroup pipelining: S(j) = Q K(j)^T is issued, then O += P(j-1) V(j-1), and the
 //                softmax of S(j) (in place, fp32) runs while the P V MMAs are in flight; O is rescaled and P(j)
 //                rounded to bf16 (register A operand) only after they retire. Registers: O 64 + S 64 + P 32.
-// The two consumer warpgroups are not ping-ponged (no named-barrier turn taking): their phases interleave on the
-// tensor cores by themselves; a turn-taking schedule is the next step if the softmax shows up in the profile.
+// Inter-warpgroup ping-pong (ping_pong = true, the planner's choice): the consumers take turns at issuing their
+// MMAs through named barriers, so one warpgroup's softmax overlaps the other's MMAs (FA3); false lets them
+// interleave freely on the tensor cores (kept for the benchmark's comparison).
 // Invariants as paged_attention_wgmma.cu (token t attends to keys [0, kv_index[t]] of sequence token_seq[t]); the
 // two kernels share the planner's support rule (paged_attention_wgmma_supports) and the tile helpers.
 // Design notes: docs/perf/prefill.md. Primitives: wgmma.cuh, wgmma_tile.cuh, sm90_sync.cuh.
@@ -145,6 +146,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kK
 }
 #endif
 
+template <bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     paged_attention_wgmma_ws_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
                                     const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
@@ -253,6 +255,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   float s[64];
   uint32_t pa[kKeys / 16][4];
 
+  // Ping-pong (kPingPong): the two consumer warpgroups take turns at issuing their MMAs (named barriers 3 + cw,
+  // 256 threads: this warpgroup's bar.sync + the other's bar.arrive), so one's softmax runs under the other's
+  // MMAs. Every warpgroup takes n_tiles + 1 turns per run (one per computed tile, one for the last P V, an
+  // empty one per skipped tile) so the counts match; warpgroup 0 goes first (warpgroup 1's opening arrival) and
+  // ends with one more bar.sync that takes warpgroup 1's last arrival.
+  auto turn_begin = [&]() {
+    if constexpr (kPingPong) sm90::named_bar_sync(3 + cw, 256);
+  };
+  auto turn_end = [&]() {
+    if constexpr (kPingPong) sm90::named_bar_arrive(3 + (cw ^ 1), 256);
+  };
+  if (cw == 1) turn_end();
+
   uint32_t it = 0;  // ring position of the run's first tile
   for (int r = 0; r < n_valid;) {
     int rb = 0, run_end = 0;
@@ -283,8 +298,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Tile 0: S, softmax, P.
       sm90::mbar_wait(bar_k(stage(0)), parity(0));
       wgmma::fence_proxy_async_smem();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+      turn_begin();
       wgmma::fence();
       issue_qk(s, qd, kd_of(0));
+      turn_end();
       wgmma::wait_group<0>();
       wgmma::fence_regs(s);
       softmax_tile(s, 0, q4, my_end, kKeys > wg_min, c_log2, m, l, alpha);
@@ -297,9 +314,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbar_wait(bar_v(stage(j - 1)), parity(j - 1));
         sm90::mbar_wait(bar_k(stage(j)), parity(j));
         wgmma::fence_proxy_async_smem();
+        turn_begin();
         wgmma::fence();
         issue_qk(s, qd, kd_of(j));
         issue_pv(o, pa, kd_of(j - 1) + kTileBytes);
+        turn_end();
         wgmma::wait_group<1>();
         wgmma::fence_regs(s);
         const int k0 = j * kKeys;
@@ -314,13 +333,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       sm90::mbar_wait(bar_v(stage(n_mine - 1)), parity(n_mine - 1));
       wgmma::fence_proxy_async_smem();
+      turn_begin();
       wgmma::fence();
       issue_pv(o, pa, kd_of(n_mine - 1) + kTileBytes);
+      turn_end();
       wgmma::wait_group<0>();
       wgmma::fence_regs(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_regs(pa[kk]);
       sm90::mbar_arrive(bar_empty(stage(n_mine - 1)));
+    } else {
+      turn_begin();  // the turn of the missing last P V
+      turn_end();
     }
     // Tiles past every row of this warpgroup: wait for them to land (the producer may not refill a slot whose
     // copies are in flight) and hand them back.
@@ -328,10 +352,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::mbar_wait(bar_k(stage(j)), parity(j));
       sm90::mbar_wait(bar_v(stage(j)), parity(j));
       sm90::mbar_arrive(bar_empty(stage(j)));
+      turn_begin();
+      turn_end();
     }
     it += n_tiles;
     r = rb;
   }
+  if (cw == 0) turn_begin();  // takes warpgroup 1's last arrival: no named barrier is left half-arrived at exit
 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -354,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                                    const int32_t* kv_index, const int32_t* block_tables, void* out,
-                                   const AttentionParams& p, cudaStream_t stream) {
+                                   const AttentionParams& p, cudaStream_t stream, bool ping_pong) {
   if (p.n_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(paged_attention_wgmma_supports(p, &why), "paged_attention_wgmma_ws: " << why << " (planner bug)");
@@ -364,16 +391,18 @@ void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const voi
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   MX_CHECK_LT(dev, 64);
   if (!configured[dev].load()) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_wgmma_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes)));
+    for (const void* f : {reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<true>),
+                          reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<false>)})
+      MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
     configured[dev].store(true);
   }
   const int64_t row_blocks = (static_cast<int64_t>(p.n_tokens) + kRows - 1) / kRows;
   MX_CHECK_LT(row_blocks, int64_t{65536});
   const dim3 grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(row_blocks));
-  paged_attention_wgmma_ws_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache), token_seq,
-      kv_index, block_tables, static_cast<bf16*>(out), p);
+  auto* kernel = ping_pong ? paged_attention_wgmma_ws_kernel<true> : paged_attention_wgmma_ws_kernel<false>;
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache),
+                                                 static_cast<const bf16*>(v_cache), token_seq, kv_index, block_tables,
+                                                 static_cast<bf16*>(out), p);
   MX_CUDA_CHECK_LAUNCH();
 }
 
