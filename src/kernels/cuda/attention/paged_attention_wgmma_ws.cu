@@ -3,7 +3,8 @@
 // q head, 128-key tiles, bf16 cache, head_dim 128, varlen runs of rows, causal masking only on tiles reaching
 // past some row's end, tiles past a warpgroup's rows skipped), with the loads and the math on separate warps:
 //   warpgroup 0  producer (setmaxnreg down to 40): walks the block's runs and key tiles, gathers each K and V tile
-//                row by row through the page table with cp.async into a 3-stage ring
+//                row by row through the page table (one lookup per row, shared by shuffle) with cp.async into a
+//                3-stage ring
 //                ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
 //                cp.async.mbarrier.arrive.noinc signals "K landed" / "V landed" on the stage's full barriers; it
 //                refills a stage once both consumer warpgroups arrived on its empty barrier.
@@ -192,40 +193,47 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- producer: every run's key tiles, in the order the consumers walk them ----
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * kHeadDim;
-    const int c = wtid % kChunks, row_lo = wtid / kChunks;  // this thread: chunk c of rows row_lo + 8 i
-    uint32_t it = 0;                                        // tiles issued so far (ring position)
+    // This thread copies 16-byte chunk c of tile rows row_lo + 8 i (i < 16): the 16 threads of a half warp cover
+    // one 256-byte row. The page-table lookup of each row is done once per tile, by one lane of the warp (lane L
+    // of warp w: row 2 w + (L & 1) + 8 (L >> 1)), and fetched by shuffle: the producer's instruction count per
+    // tile stays small next to the consumers' (they share the SM's issue slots).
+    const int c = wtid % kChunks, row_lo = wtid / kChunks, half = row_lo & 1;
+    const int lane = wtid % 32, my_row = 2 * (wtid / 32) + (lane & 1) + 8 * (lane >> 1);
+    const bf16* k_base = k_cache + kvh * kHeadDim + c * 8;
+    const bf16* v_base = v_cache + kvh * kHeadDim + c * 8;
+    const uint32_t dst_lo = swz(row_lo, c, kTileColBlockBytes);  // row row_lo + 8 i: + 1024 i (same swizzle)
+    const int bs = p.block_size;
+    uint32_t it = 0;  // tiles issued so far (ring position)
     for (int r = 0; r < n_valid;) {
       int rb = 0, run_end = 0;
       run_at(row_seq, row_end, n_valid, r, &rb, &run_end);
       const int32_t* table = block_tables + static_cast<int64_t>(row_seq[r]) * p.max_blocks_per_seq;
       const int n_tiles = (run_end + kKeys - 1) / kKeys;
       for (int tile = 0; tile < n_tiles; ++tile, ++it) {
+        const int key = tile * kKeys + my_row;
+        const int slot = key < run_end ? table[key / bs] * bs + key % bs : -1;  // -1: past the run's keys
         const int s = it % kStages;
         sm90::mbar_wait(bar_empty(s), ((it / kStages) & 1) ^ 1);
-        const uint32_t kd = ring_smem + s * kStageBytes, vd = kd + kTileBytes;
+        const uint32_t kd = ring_smem + s * kStageBytes + dst_lo, vd = kd + kTileBytes;
         // K then V: the consumers start S = Q K^T before V has landed. Keys past the run's end are zero-filled
         // (finite; masked or multiplied by P = 0).
-#pragma unroll 1
-        for (int kv = 0; kv < 2; ++kv) {
-          const bf16* cache = kv == 0 ? k_cache : v_cache;
-          const uint32_t dst = kv == 0 ? kd : vd;
-#pragma unroll 4
-          for (int i = 0; i < kKeys / 8; ++i) {
-            const int j = row_lo + 8 * i, key = tile * kKeys + j;
-            const bool ok = key < run_end;
-            int64_t off = 0;
-            if (ok) {
-              const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-              off = slot * kv_width + kvh * kHeadDim + c * 8;
-            }
-            cp_async16(dst + swz(j, c, kTileColBlockBytes), cache + off, ok);
-          }
-          sm90::cp_async_mbar_arrive(kv == 0 ? bar_k(s) : bar_v(s));
+#pragma unroll
+        for (int i = 0; i < kKeys / 8; ++i) {
+          const int sl = __shfl_sync(0xffffffffu, slot, 2 * i + half);
+          cp_async16(kd + i * 1024, k_base + (sl >= 0 ? static_cast<int64_t>(sl) * kv_width : 0), sl >= 0);
         }
+        sm90::cp_async_mbar_arrive(bar_k(s));
+#pragma unroll
+        for (int i = 0; i < kKeys / 8; ++i) {
+          const int sl = __shfl_sync(0xffffffffu, slot, 2 * i + half);
+          cp_async16(vd + i * 1024, v_base + (sl >= 0 ? static_cast<int64_t>(sl) * kv_width : 0), sl >= 0);
+        }
+        sm90::cp_async_mbar_arrive(bar_v(s));
       }
       r = rb;
     }
-    wgmma_tile::cp_async_wait_all();  // leave no copy in flight behind an exiting thread
+    // Leave no copy in flight behind an exiting thread (the ring's copies are in no commit group: wait_all).
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
