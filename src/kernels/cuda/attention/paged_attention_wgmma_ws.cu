@@ -4,8 +4,7 @@
 // past some row's end, tiles past a warpgroup's rows skipped), with the loads and the math on separate warps:
 //   warpgroup 0  producer (setmaxnreg down to 40): walks the block's runs and key tiles, gathers each K and V tile
 //                row by row through the page table (one lookup per row, shared by shuffle) with cp.async into a
-//                3-stage ring
-//                ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
+//                3-stage ring ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
 //                cp.async.mbarrier.arrive.noinc signals "K landed" / "V landed" on the stage's full barriers; it
 //                refills a stage once both consumer warpgroups arrived on its empty barrier.
 //   warpgroups 1-2  consumers (setmaxnreg up to 232), 64 query rows each, Q in shared memory. Per tile j, FA3's
@@ -41,7 +40,8 @@ constexpr int kKeys = 128;                 // keys per tile
 constexpr int kStages = 3;                 // K/V ring depth
 constexpr int kThreads = 384;              // producer warpgroup + 2 consumer warpgroups
 constexpr int kChunks = kHeadDim / 8;      // 16-byte chunks per row
-// Shared memory (1024-byte aligned; every 8-row x 128-byte swizzle atom aligned):
+// Shared memory (1024-byte aligned; every 8-row x 128-byte swizzle atom aligned), 226 KB + 1.1 KB static of the
+// 227 KB a block may opt into:
 //   Q      [consumer warpgroup 2][column block 2][64 rows][128 B]   32 KB
 //   ring   [stage 3][K | V][column block 2][kKeys rows][128 B]      192 KB
 constexpr uint32_t kQBytes = kRows * kHeadDim * 2;
