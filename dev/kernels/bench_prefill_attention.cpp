@@ -1,9 +1,12 @@
 // bench_prefill_attention: prefill / extend attention at GLM-4.5-Air shapes (96 q heads / 8 kv heads of 128,
 // paged bf16 cache of 16-token blocks), the mma.sync block-shared kernel ("shared", the old path) against the
-// Hopper wgmma kernel ("wgmma", issue 18), and what the planner picks by itself ("auto").
+// Hopper wgmma kernel ("wgmma", issue 18), its warp-specialized variant ("wgmma_ws", forced only) and what the
+// planner picks by itself ("auto"), and wgmma_ws without its ping-pong schedule (launched directly). Each
+// wgmma_ws row also prints its speed ratio to the wgmma row.
 //   usage: bench_prefill_attention [--quick]
 // Shapes: one 8192-token chunk from position 0; one 8192-token chunk over a 12288-token cached prefix (20k
-// context); 4 x 2048-token chunks from 0; 4 x 2048-token chunks over 12288-token prefixes.
+// context); one 20480-token chunk from 0; 4 x 2048-token chunks from 0; 4 x 2048-token chunks over 12288-token
+// prefixes. --quick: the first three.
 // FLOPs are causal-aware and exact: 4 * head_dim * n_heads * sum over query rows of the keys that row sees
 // (kv_index + 1: the prefix plus the chunk up to itself), i.e. 2 FLOPs per multiply-add of Q K^T and of P V.
 // The fraction is of the cuBLASLt bf16 GEMM rate measured in the same run (kernels/cuda/ceilings.h; 798
@@ -21,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
 #include "core/check.h"
+#include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -100,9 +104,10 @@ int main(int argc, char** argv) {
 
   std::vector<Shape> shapes = {{1, 8192, 0, "chunk 8192 @0"},
                                {1, 8192, 12288, "chunk 8192 over 12288 prefix (20k)"},
+                               {1, 20480, 0, "chunk 20480 @0"},
                                {4, 2048, 0, "4 x chunk 2048 @0"},
                                {4, 2048, 12288, "4 x chunk 2048 over 12288 prefix"}};
-  if (quick) shapes.resize(2);
+  if (quick) shapes.resize(3);
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
     double flops = 0;
@@ -117,13 +122,16 @@ int main(int argc, char** argv) {
     const auto auto_plan = mx::kernels::cuda::plan_paged_attention_batch(meta.params, prop.multiProcessorCount);
     Tensor ref;
     bool have_ref = false;
-    for (const char* kernel : {"shared", "wgmma", ""}) {
+    double wgmma_ms = 0;
+    for (const char* kernel : {"shared", "wgmma", "wgmma_ws", ""}) {
       mx::backend::KernelOptions opts;
       opts.attention_kernel = kernel;
       MX_CHECK(be.set_kernel_options(opts).is_ok());
       mx::kernels::cuda::AttentionPlanOptions forced;
       if (std::strcmp(kernel, "shared") == 0) forced.force = mx::kernels::cuda::AttentionPlanOptions::Force::kShared;
       if (std::strcmp(kernel, "wgmma") == 0) forced.force = mx::kernels::cuda::AttentionPlanOptions::Force::kWgmma;
+      if (std::strcmp(kernel, "wgmma_ws") == 0)
+        forced.force = mx::kernels::cuda::AttentionPlanOptions::Force::kWgmmaWs;
       const auto plan = mx::kernels::cuda::plan_paged_attention_batch(meta.params, prop.multiProcessorCount, forced);
       Tensor o = be.alloc(DType::kBF16, {T, kHeads * kHd});
       const double ms = mx::kernels::cuda::time_on_stream(stream, [&](int) { be.attention(q, kc, vc, meta, o); }, 1);
@@ -138,10 +146,34 @@ int main(int argc, char** argv) {
       const double tf = flops / (ms * 1e-3) / 1e12;
       std::string label = kernel[0] ? kernel : "auto";
       label += std::string(" (ran ") + mx::kernels::cuda::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel) + ")";
-      std::printf("[ BENCH ] %-38s %-20s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e\n", s.what,
-                  label.c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops, err);
+      if (std::strcmp(kernel, "wgmma") == 0) wgmma_ms = ms;
+      std::string ratio;
+      if (std::strcmp(kernel, "wgmma_ws") == 0 && wgmma_ms > 0) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "  %.2fx wgmma", wgmma_ms / ms);
+        ratio = buf;
+      }
+      std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e%s\n", s.what,
+                  label.c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops, err, ratio.c_str());
     }
     MX_CHECK(be.set_kernel_options({}).is_ok());
+    {
+      // The warp-specialized kernel without the consumers' ping-pong turns (its launcher's other schedule; the
+      // planner never runs it): what the turn taking is worth.
+      Tensor o = be.alloc(DType::kBF16, {T, kHeads * kHd});
+      const double ms = mx::kernels::cuda::time_on_stream(
+          stream,
+          [&](int) {
+            mx::kernels::cuda::paged_attention_wgmma_ws_bf16(
+                q.raw(), kc.raw(), vc.raw(), meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
+                meta.block_tables.data<int32_t>(), o.raw(), meta.params, stream, /*ping_pong=*/false);
+          },
+          1);
+      const double tf = flops / (ms * 1e-3) / 1e12;
+      std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e  %.2fx wgmma\n",
+                  s.what, "wgmma_ws no ping-pong", ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
+                  rel_l2(be.to_host(o), ref), wgmma_ms / ms);
+    }
     std::printf("[ PLAN  ] %-38s auto picks %s (%d part%s)\n", s.what,
                 mx::kernels::cuda::attention_kernel_name(auto_plan.parts[auto_plan.n_parts - 1].launch.kernel),
                 auto_plan.n_parts, auto_plan.n_parts > 1 ? "s" : "");

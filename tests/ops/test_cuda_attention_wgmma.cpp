@@ -1,7 +1,9 @@
-// The Hopper wgmma prefill attention kernel (kernels/cuda/attention/paged_attention_wgmma.cu) against the CPU
-// reference attention and against the mma.sync block-shared kernel (label gpu; the device tests skip without a
-// CUDA device, or without an sm_90 one: the kernel is Hopper-only):
-//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get the wgmma kernel, forced or not.
+// The Hopper wgmma prefill attention kernels -- "wgmma" (kernels/cuda/attention/paged_attention_wgmma.cu) and its
+// warp-specialized variant "wgmma_ws" (paged_attention_wgmma_ws.cu) -- each against the CPU reference attention
+// and against the mma.sync block-shared kernel (label gpu; the device tests skip without a CUDA device, or
+// without an sm_90 one: the kernels are Hopper-only). Every case below runs both kernels:
+//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get a wgmma kernel, forced or not;
+//             auto never picks wgmma_ws (forced only while it is measured).
 //   cpu       ragged batches of several sequences (runs of rows of different sequences inside one 128-row
 //             block), one-token chunks, chunks of 1..300 rows over prefixes not multiples of the 128-key tile or
 //             of the cache block, cache blocks of 16 and 32, scattered (shuffled) block tables; against the CPU
@@ -10,7 +12,7 @@
 //   big       GLM-4.5-Air heads (96 / 8 / 128): an 8192-row chunk over a 12288-key prefix and 4 x 2048-row chunks
 //             against the shared kernel (kTolKernels = 6e-3: two bf16-rounded outputs; the CPU reference would
 //             take minutes), plus a 3000-row chunk over 5000 keys at 2 heads against the CPU reference.
-// Each case prints one PASS / FAIL line with rel-L2 and max abs error.
+// Each case prints one PASS / FAIL line per kernel with rel-L2 and max abs error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,7 +121,7 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   p.block_size = 16;
   p.max_blocks_per_seq = 1280;
   p.max_kv_len = 20480;
-  for (Force f : {Force::kAuto, Force::kWgmma}) {
+  for (Force f : {Force::kAuto, Force::kWgmma, Force::kWgmmaWs}) {
     kc::AttentionPlanOptions o;
     o.force = f;
     kernels::AttentionParams fp8 = p;
@@ -143,6 +145,15 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   short_chunks.n_tokens = 40 * 8;
   short_chunks.n_seqs = 8;
   EXPECT_EQ(kc::plan_paged_attention(short_chunks, kH200Sms).kernel, kc::AttentionKernel::kShared);
+  // wgmma_ws is opt-in: auto never picks it; forced, it runs where wgmma would (an sm_90 device), else the
+  // shared kernel (warned once).
+  EXPECT_NE(kc::plan_paged_attention(p, kH200Sms).kernel, kc::AttentionKernel::kWgmmaWs);
+  kc::AttentionPlanOptions ws;
+  ws.force = Force::kWgmmaWs;
+  const kc::AttentionKernel forced_ws = kc::plan_paged_attention(p, kH200Sms, ws).kernel;
+  EXPECT_TRUE(forced_ws == kc::AttentionKernel::kWgmmaWs || forced_ws == kc::AttentionKernel::kShared)
+      << kc::attention_kernel_name(forced_ws);
+  std::printf("[ plan     ] bf16 8192-row chunk, forced wgmma_ws: %s\n", kc::attention_kernel_name(forced_ws));
   std::printf("[ plan     ] bf16 8192-row chunk, auto: %s (wgmma on an sm_90 device, shared elsewhere)\n",
               kc::attention_kernel_name(kc::plan_paged_attention(p, kH200Sms).kernel));
 }
@@ -162,6 +173,8 @@ class CudaAttentionWgmma : public ::testing::Test {
     o.force = Force::kWgmma;
     if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmma)
       GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
+    o.force = Force::kWgmmaWs;
+    EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms, o).kernel, kc::AttentionKernel::kWgmmaWs);
   }
   // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
   Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
@@ -236,28 +249,32 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
       gv = gpu_random({n_slots, static_cast<int64_t>(c.kvh) * hd}, 2.f);
     }
     const Tensor shared = run_kernel("shared", gq, gk, gv, gmeta, T, width);
-    const Tensor wgmma = run_kernel("wgmma", gq, gk, gv, gmeta, T, width);
-    const Err vs_shared = compare(wgmma, shared);
-    bool pass = vs_shared.rel_l2 <= kTolKernels;
-    Err vs_cpu{}, shared_vs_cpu{};
-    if (c.cpu_ref) {
-      vs_cpu = compare(wgmma, ref);
-      shared_vs_cpu = compare(shared, ref);
-      pass = pass && vs_cpu.rel_l2 <= kTolBf16;
-      EXPECT_LE(vs_cpu.rel_l2, kTolBf16);
-    }
-    EXPECT_LE(vs_shared.rel_l2, kTolKernels);
+    Err shared_vs_cpu{};
+    if (c.cpu_ref) shared_vs_cpu = compare(shared, ref);
     const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(gmeta.params, kH200Sms);
-    if (c.cpu_ref)
-      std::printf("[ %s ] %-52s T %-6lld vs cpu rel_l2 %.3e max_abs %.3e (shared: %.3e) | vs shared rel_l2 %.3e "
-                  "max_abs %.3e | auto %s\n",
-                  pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_cpu.rel_l2, vs_cpu.max_abs,
-                  shared_vs_cpu.rel_l2, vs_shared.rel_l2, vs_shared.max_abs,
-                  kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel));
-    else
-      std::printf("[ %s ] %-52s T %-6lld vs shared rel_l2 %.3e max_abs %.3e (tol %.0e) | auto %s\n",
-                  pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_shared.rel_l2, vs_shared.max_abs,
-                  kTolKernels, kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel));
+    const char* auto_kernel = kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel);
+    for (const char* kernel : {"wgmma", "wgmma_ws"}) {
+      SCOPED_TRACE(kernel);
+      const Tensor got = run_kernel(kernel, gq, gk, gv, gmeta, T, width);
+      const Err vs_shared = compare(got, shared);
+      bool pass = vs_shared.rel_l2 <= kTolKernels;
+      Err vs_cpu{};
+      if (c.cpu_ref) {
+        vs_cpu = compare(got, ref);
+        pass = pass && vs_cpu.rel_l2 <= kTolBf16;
+        EXPECT_LE(vs_cpu.rel_l2, kTolBf16);
+      }
+      EXPECT_LE(vs_shared.rel_l2, kTolKernels);
+      if (c.cpu_ref)
+        std::printf("[ %s ] %-8s %-52s T %-6lld vs cpu rel_l2 %.3e max_abs %.3e (shared: %.3e) | vs shared rel_l2 "
+                    "%.3e max_abs %.3e | auto %s\n",
+                    pass ? "PASS" : "FAIL", kernel, c.what, static_cast<long long>(T), vs_cpu.rel_l2, vs_cpu.max_abs,
+                    shared_vs_cpu.rel_l2, vs_shared.rel_l2, vs_shared.max_abs, auto_kernel);
+      else
+        std::printf("[ %s ] %-8s %-52s T %-6lld vs shared rel_l2 %.3e max_abs %.3e (tol %.0e) | auto %s\n",
+                    pass ? "PASS" : "FAIL", kernel, c.what, static_cast<long long>(T), vs_shared.rel_l2,
+                    vs_shared.max_abs, kTolKernels, auto_kernel);
+    }
   }
 }
 

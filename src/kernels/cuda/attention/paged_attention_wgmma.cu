@@ -10,7 +10,7 @@
 // masking is applied only to tiles that reach past some row's end (the causal diagonal, run edges); tiles past
 // every row of a warpgroup are skipped. No split-KV: each block walks its rows' whole contexts.
 // Not served here (the planner keeps them on the mma.sync kernels): FP8 caches, tree masks, other head dims.
-// Design notes: docs/perf/prefill.md. wgmma primitives: wgmma.cuh.
+// Design notes: docs/perf/prefill.md. wgmma primitives: wgmma.cuh; tile helpers: wgmma_tile.cuh.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/attention/wgmma.cuh"
+#include "kernels/cuda/attention/wgmma_tile.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 
@@ -40,25 +41,14 @@ constexpr uint32_t kTileBytes = kKeys * kHeadDim * 2;  // one of K or V
 constexpr uint32_t kStageBytes = 2 * kTileBytes;
 constexpr size_t kSmemBytes = kQBytes + 2 * kStageBytes + 1024;  // + alignment slack
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MX_WGMMA_DEVICE 1
+#ifdef MX_WGMMA_DEVICE
 constexpr uint32_t kQColBlockBytes = 64 * 128;         // one 64-wide column block of a warpgroup's Q
 constexpr uint32_t kTileColBlockBytes = kKeys * 128;  // one 64-wide column block of a K or V tile
-// Byte offset of 16-byte chunk `chunk` (0..15) of row `row` in a [column block 2][rows][128 B] swizzled tile.
-__device__ __forceinline__ uint32_t swz(int row, int chunk, uint32_t col_block_bytes) {
-  return (chunk >> 3) * col_block_bytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+using wgmma_tile::cp_async16;
+using wgmma_tile::cp_async_commit;
+using wgmma_tile::cp_async_wait_all;
+using wgmma_tile::pack_bf16;
+using wgmma_tile::swz;
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1)

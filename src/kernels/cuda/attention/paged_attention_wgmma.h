@@ -1,5 +1,5 @@
-// Internal seam between the attention planner (paged_attention.cu) and the Hopper wgmma prefill kernel
-// (paged_attention_wgmma.cu). Not part of the backend-facing launcher API (cuda_kernels.h).
+// Internal seam between the attention planner (paged_attention.cu) and the Hopper wgmma prefill kernels
+// (paged_attention_wgmma.cu, paged_attention_wgmma_ws.cu). Not part of the backend-facing launcher API (cuda_kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,5 +21,13 @@ bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why);
 void paged_attention_wgmma_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                                 const int32_t* kv_index, const int32_t* block_tables, void* out,
                                 const AttentionParams& p, cudaStream_t stream);
+
+// The same attention, warp-specialized (paged_attention_wgmma_ws.cu): a producer warpgroup feeding a 3-stage
+// K/V ring through mbarriers, two consumer warpgroups overlapping S(j+1) = Q K^T with the softmax of tile j.
+// Serves exactly what paged_attention_wgmma_supports accepts; same arguments and results. ping_pong: the two
+// consumer warpgroups take turns at issuing MMAs (the planner's choice); false is for the benchmark's comparison.
+void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+                                   const int32_t* kv_index, const int32_t* block_tables, void* out,
+                                   const AttentionParams& p, cudaStream_t stream, bool ping_pong = true);
 
 }  // namespace mxserve::kernels::cuda
