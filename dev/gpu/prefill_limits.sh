@@ -3,7 +3,7 @@
 # two wgmma kernels -- the prefill attention kernel on the 8192-token chunk of bench_prefill_attention and the
 # MXFP4 MoE wg_n128_s3 gate_up + down GEMMs at M = 8192 (GLM-4.5-Air) of bench_moe_mxfp4_wg -- the key lines
 # extracted to ncu_summary.txt; (2) whole GLM-4.5-Air (46 layers, MXFP4, synthetic) served, TTFT of a lone 10k
-# prompt and of a 20k prompt with 12k cached (ttft_prefix.py) at the default 2048-token prefill chunk and at 16384;
+# prompt and of a 20k prompt with 12k cached (ttft_prefix.py) at the prefill chunks in $CHUNKS (2048 16384);
 # with MX_W4A8=1 also with --moe-activation-dtype fp8_e4m3 (and its start-up gate line). Run by run_all.sh.
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -46,8 +46,9 @@ run_case() {  # name, serve flags...
     serve_stop
   else echo "serve $name failed to start"; fi
 }
-run_case chunk2048
-run_case chunk16384 --chunked-prefill-size 16384 --max-num-batched-tokens 16384
+for c in ${CHUNKS:-2048 16384}; do
+  run_case chunk$c --chunked-prefill-size $c --max-num-batched-tokens $c
+done
 if [ "${MX_W4A8:-0}" = 1 ]; then
   run_case w4a8_chunk16384 --chunked-prefill-size 16384 --max-num-batched-tokens 16384 --moe-activation-dtype fp8_e4m3
 fi
