@@ -59,6 +59,12 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s);
 // The documented heuristic used for a shape with no tuned table (always supported).
 MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s);
 
+// The variant a GEMM whose plan names `variant` runs under s: with s.fp8_activations a design-6 (wg_*)
+// variant maps to wg8_n128_s3_m256 where the mean rows per active expert P / min(E, P) >= 256, else to
+// wg8_n128_s3 (measured, moe_mxfp4.cu); any other variant (and every variant without the flag) is itself.
+// This is the choice before the device check: off sm_90 (or K % 128 != 0) the bf16 wg_* runs, with a warning.
+int moe_mxfp4_w4a8_variant(int variant, const MoeShape& s);
+
 // Workspace: the permute bookkeeping and bf16 intermediates, plus (only when s.fp8_activations) the W4A8
 // buffers: e4m3 x [T, H] and intermediate [P, I] with one f32 scale per row.
 size_t moe_mxfp4_workspace_bytes(const MoeShape& s);
