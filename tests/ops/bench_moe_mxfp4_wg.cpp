@@ -5,8 +5,8 @@
 //   whole   = the whole MoE (permute, gate_up, down, weighted un-permute),
 //   down    = whole - gate_up (down GEMM + un-permute),
 // and prints us, TFLOP/s (2 M top_k N K per GEMM: gate_up N = 2 I, K = H; down N = H, K = I) and the
-// fraction of 798 TFLOP/s (the measured H200 bf16 GEMM ceiling). W4A8 rows (wg8_*, MoeShape::fp8_activations
-// with the wg_* plan of the same BN: design 8) time the same spans, their per-row FP8 quantize passes
+// fraction of 798 TFLOP/s (the measured H200 bf16 GEMM ceiling). W4A8 rows (wg8_*, MoeShape::fp8_activations,
+// design 8: each wg8_* named, and "->wg8_*" for a wg_* plan through moe_mxfp4_w4a8_variant) time the same spans, their per-row FP8 quantize passes
 // included (x in gate_up, the intermediate in down); the last column is the whole MoE's fraction of
 // ~1600 TFLOP/s (the H200 dense FP8 peak; the W4A8 issue's target is >= 700 TFLOP/s equivalent).
 //   usage: bench_moe_mxfp4_wg [M ...]      (default 2048 8192 16384)

@@ -412,6 +412,15 @@ TEST(CudaMoeMxfp4Wg8Registry, OracleFlags) {
     std::printf("oracle token %lld: W4A8 vs bf16 activations rel_l2 %.3g\n", static_cast<long long>(t), e);
     EXPECT_GT(e, 1e-4);
     EXPECT_LT(e, kSanityVsBf16);
+    // The parts the chained-plan check composes by hand (intermediate, then down + weighted sum) give exactly
+    // the end-to-end oracle when fed the oracle's own intermediate.
+    std::vector<double> composed(s.H, 0.0);
+    for (int k = 0; k < s.K; ++k) {
+      const std::vector<double> y =
+          ms::reference_down_of(s, dn, b.ids[t * s.K + k], ms::reference_act_of(s, gu, b, t, k, true), true);
+      for (int64_t n = 0; n < s.H; ++n) composed[n] += b.wts[t * s.K + k] * y[n];
+    }
+    EXPECT_EQ(composed, ms::reference_row_of(s, gu, dn, b, t, {true, true}));
   }
 }
 
