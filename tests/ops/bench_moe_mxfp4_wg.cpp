@@ -5,8 +5,8 @@
 //   whole   = the whole MoE (permute, gate_up, down, weighted un-permute),
 //   down    = whole - gate_up (down GEMM + un-permute),
 // and prints us, TFLOP/s (2 M top_k N K per GEMM: gate_up N = 2 I, K = H; down N = H, K = I) and the
-// fraction of 798 TFLOP/s (the measured H200 bf16 GEMM ceiling). W4A8 rows (wg8_*, MoeShape::fp8_activations
-// with the wg_* plan of the same BN: design 8) time the same spans, their per-row FP8 quantize passes
+// fraction of 798 TFLOP/s (the measured H200 bf16 GEMM ceiling). W4A8 rows (wg8_*, MoeShape::fp8_activations,
+// design 8: each wg8_* named, and "->wg8_*" for a wg_* plan through moe_mxfp4_w4a8_variant) time the same spans, their per-row FP8 quantize passes
 // included (x in gate_up, the intermediate in down); the last column is the whole MoE's fraction of
 // ~1600 TFLOP/s (the H200 dense FP8 peak; the W4A8 issue's target is >= 700 TFLOP/s equivalent).
 //   usage: bench_moe_mxfp4_wg [M ...]      (default 2048 8192 16384)
@@ -69,19 +69,19 @@ int main(int argc, char** argv) {
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   struct Row {
     int plan;  // the plan's variant (both GEMMs)
-    bool fp8;  // MoeShape::fp8_activations: wg_* runs as its wg8_* counterpart
+    bool fp8;  // MoeShape::fp8_activations: a wg_* plan runs moe_mxfp4_w4a8_variant
     std::string label;
   };
   std::vector<Row> plans = {{kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "pf_t128"), false, "pf_t128"}};
   for (const auto& name : names)
     if (name.rfind("wg_", 0) == 0)
       plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), false, name});
-  for (const auto& name : names)  // W4A8: the wg_* plan with fp8 activations runs wg8_n{BN}_s{S}
-    if (name.rfind("wg_", 0) == 0)
-      plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), true, "wg8" + name.substr(2)});
-  for (const auto& name : names)  // W4A8 variants that run only when a plan names them (e.g. 256-row tiles)
-    if (name.rfind("wg8_", 0) == 0 && name.find("_m") != std::string::npos)
+  for (const auto& name : names)  // W4A8: every wg8_* variant, named by the plan
+    if (name.rfind("wg8_", 0) == 0)
       plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name), true, name});
+  // W4A8 through the dispatcher: a wg_* plan under fp8_activations runs moe_mxfp4_w4a8_variant (by rows per
+  // expert); labelled "->" + the variant it maps to at that M.
+  plans.push_back({kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg_n128_s3"), true, ""});
   cudaStream_t stream = nullptr;
   std::mt19937_64 rng(1234);
   std::printf("%-12s %-6s %-16s %10s %8s %6s %10s %8s %6s %10s %8s %6s %8s\n", "shape", "M", "variant", "gate_up_us",
@@ -99,8 +99,11 @@ int main(int argc, char** argv) {
         const double whole = median_us(model, db, {v, v}, stream, row.fp8);
         const double dn = whole - gu;
         auto tf = [](double flops, double us) { return flops / (us * 1e-6) / 1e12; };
+        kc::MoeShape fs{M, shape.H, shape.I, shape.E, shape.K};
+        fs.fp8_activations = true;
+        const std::string label = row.label.empty() ? "->" + names[kc::moe_mxfp4_w4a8_variant(v, fs)] : row.label;
         std::printf("%-12s %-6lld %-16s %10.1f %8.1f %6.3f %10.1f %8.1f %6.3f %10.1f %8.1f %6.3f %8.3f\n",
-                    shape.name, static_cast<long long>(M), row.label.c_str(), gu, tf(f_gu, gu),
+                    shape.name, static_cast<long long>(M), label.c_str(), gu, tf(f_gu, gu),
                     tf(f_gu, gu) / kCeilingTflops, dn, tf(f_dn, dn), tf(f_dn, dn) / kCeilingTflops, whole,
                     tf(f_gu + f_dn, whole), tf(f_gu + f_dn, whole) / kCeilingTflops,
                     tf(f_gu + f_dn, whole) / kFp8PeakTflops);

@@ -186,6 +186,44 @@ inline Batch make_batch(const Shape& s, int64_t T, int pool, int hot, std::mt199
   return b;
 }
 
+// The SwiGLU intermediate of token t, slot k of the host reference: bf16(silu(gate_e x) * up_e x) [I] for
+// e = ids[t, k]; w4a8 (design 8 on gate_up): x quantized per row to e4m3, weights as design 8 sees them.
+inline std::vector<double> reference_act_of(const Shape& s, const std::vector<HostMx>& gate_up, const Batch& b,
+                                            int64_t t, int k, bool w4a8) {
+  MX_CHECK_MSG(t >= 0 && t < b.T && k >= 0 && k < s.K,
+               "moe_synth::reference_act_of(" << s.name << "): token " << t << " slot " << k << " of a " << b.T
+                                              << "-token batch, top_k " << s.K);
+  const int e = b.ids[t * s.K + k];
+  MX_CHECK_MSG(e >= 0 && e < s.E && static_cast<int64_t>(gate_up.size()) == s.E,
+               "moe_synth::reference_act_of(" << s.name << "): token " << t << " slot " << k << " routes to expert "
+                                              << e << " of " << s.E << " (" << gate_up.size() << " on the host)");
+  std::vector<double> xs(s.H), act(s.I);
+  for (int64_t j = 0; j < s.H; ++j) xs[j] = bf16_to_f32(b.x[t * s.H + j]);
+  if (w4a8) w4a8_quantize_row(xs);
+  const HostMx& gu = gate_up[e];
+  for (int64_t f = 0; f < s.I; ++f) {
+    const double g = mx_row_dot(gu, f, xs, w4a8), u = mx_row_dot(gu, s.I + f, xs, w4a8);
+    act[f] = bf16_to_f32(f32_to_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u)));
+  }
+  return act;
+}
+
+// The down projection of one intermediate row `act` ([I], bf16-exact values) by expert e, rounded to bf16
+// as the GPU stores y: [H]. w4a8 (design 8 on down): act quantized per row to e4m3 first.
+inline std::vector<double> reference_down_of(const Shape& s, const std::vector<HostMx>& down, int e,
+                                             std::vector<double> act, bool w4a8) {
+  MX_CHECK_MSG(e >= 0 && e < s.E && static_cast<int64_t>(down.size()) == s.E &&
+                   static_cast<int64_t>(act.size()) == s.I,
+               "moe_synth::reference_down_of(" << s.name << "): expert " << e << " of " << s.E << " ("
+                                               << down.size() << " on the host), act of " << act.size()
+                                               << " for I " << s.I);
+  if (w4a8) w4a8_quantize_row(act);
+  std::vector<double> y(s.H);
+  for (int64_t n = 0; n < s.H; ++n)
+    y[n] = bf16_to_f32(f32_to_bf16(static_cast<float>(mx_row_dot(down[e], n, act, w4a8))));
+  return y;
+}
+
 // Host reference of output row t (out starts at zero): sum_k w_k down_e(bf16(silu(gate_e x) * up_e x));
 // w4a8: the GEMMs that run design 8 (x / the intermediate quantized per row, weights as design 8 sees them).
 inline std::vector<double> reference_row_of(const Shape& s, const std::vector<HostMx>& gate_up,
@@ -193,27 +231,11 @@ inline std::vector<double> reference_row_of(const Shape& s, const std::vector<Ho
                                             W4a8Ref w4a8 = {}) {
   MX_CHECK_MSG(t >= 0 && t < b.T, "moe_synth::reference_row_of(" << s.name << "): row " << t << " of a " << b.T
                                                                  << "-token batch");
-  MX_CHECK_MSG(static_cast<int64_t>(gate_up.size()) == s.E && static_cast<int64_t>(down.size()) == s.E,
-               "moe_synth::reference_row_of(" << s.name << "): " << gate_up.size() << " gate_up / " << down.size()
-                                              << " down experts for E " << s.E);
-  std::vector<double> out(s.H, 0.0), xs(s.H), act(s.I);
-  for (int64_t j = 0; j < s.H; ++j) xs[j] = bf16_to_f32(b.x[t * s.H + j]);
-  if (w4a8.gate_up) w4a8_quantize_row(xs);
+  std::vector<double> out(s.H, 0.0);
   for (int k = 0; k < s.K; ++k) {
-    const int e = b.ids[t * s.K + k];
-    MX_CHECK_MSG(e >= 0 && e < s.E, "moe_synth::reference_row_of(" << s.name << "): token " << t << " slot " << k
-                                                                    << " routes to expert " << e << " of " << s.E);
-    const HostMx& gu = gate_up[e];
-    const HostMx& dn = down[e];
-    for (int64_t f = 0; f < s.I; ++f) {
-      const double g = mx_row_dot(gu, f, xs, w4a8.gate_up), u = mx_row_dot(gu, s.I + f, xs, w4a8.gate_up);
-      act[f] = bf16_to_f32(f32_to_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u)));
-    }
-    if (w4a8.down) w4a8_quantize_row(act);
-    for (int64_t n = 0; n < s.H; ++n) {
-      const double y = mx_row_dot(dn, n, act, w4a8.down);
-      out[n] += b.wts[t * s.K + k] * bf16_to_f32(f32_to_bf16(static_cast<float>(y)));
-    }
+    const std::vector<double> y =
+        reference_down_of(s, down, b.ids[t * s.K + k], reference_act_of(s, gate_up, b, t, k, w4a8.gate_up), w4a8.down);
+    for (int64_t n = 0; n < s.H; ++n) out[n] += b.wts[t * s.K + k] * y[n];
   }
   return out;
 }

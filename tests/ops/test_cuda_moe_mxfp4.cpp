@@ -225,9 +225,14 @@ TEST_F(CudaMoeMxfp4, TinyShapes) {
   ran_.clear();
   for (const Case& c : tiny_cases()) run_case(c);
   for (kc::MoeGemm g : {kc::MoeGemm::kGateUp, kc::MoeGemm::kDown})
-    for (int v = 0; v < kc::kMoeMxfp4NumVariants; ++v)
+    for (int v = 0; v < kc::kMoeMxfp4NumVariants; ++v) {
+      // Design 8 (wg8_*, W4A8) runs only with MoeShape::fp8_activations, which run_case never sets: its
+      // oracle is the bf16 one. test_cuda_moe_mxfp4_wg8 runs every wg8_* variant against the W4A8 oracle
+      // (TinyShapesReachEveryVariant below still checks a tiny case could reach it with the opt-in).
+      if (kc::kMoeMxfp4Variants[v].design == kc::MoeMxfp4Design::kWg8) continue;
       EXPECT_TRUE(ran_.count({static_cast<int>(g), v})) << "variant " << kc::kMoeMxfp4Variants[v].name
                                                         << " never ran on gemm " << static_cast<int>(g);
+    }
 }
 
 TEST_F(CudaMoeMxfp4, GlmAirShapes) {  // GLM-4.5-Air: H 4096, I 1408, E 128, top 8

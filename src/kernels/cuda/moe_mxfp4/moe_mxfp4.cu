@@ -4,7 +4,8 @@
 // all on `stream`, no host synchronization, no allocation. Each GEMM runs the variant the plan names.
 // The three kernels after the permute are programmatic dependent launches (moe_mxfp4_internal.h).
 // W4A8 (MoeShape::fp8_activations, opt-in): each GEMM whose plan variant is design 6 (wg_*, the wgmma prefill
-// kernel) runs its design-8 counterpart (wg8_*, same BN) on FP8 e4m3 activations instead, after a per-row
+// kernel) runs a design-8 variant (wg8_*, chosen by moe_mxfp4_w4a8_variant from the rows per expert) on FP8
+// e4m3 activations instead, after a per-row
 // quantize pass over its A operand (x, then the SwiGLU intermediate) into workspace buffers that exist only
 // then. Every other design (the decode GEMVs, pf_*, tc_*) runs unchanged in bf16: those calls are bound by
 // the weight stream, FP8 activations would not make them faster. Off sm_90 W4A8 is refused once (warning)
@@ -38,7 +39,7 @@ bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv || design_of(v) =
 bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
 
 // The variant of design `to` with the same BN (P0) as v, or -1; preferred: the same stage count (P1) and the
-// same P2 (wg_n128_s3 <-> wg8_n128_s3, not wg8_n128_s3_m256, which runs only when a plan names it).
+// same P2 (wg8_n128_s3 -> wg_n128_s3: the bf16 fallback of a wg8_* plan off sm_90).
 int same_tile_variant(int v, MoeMxfp4Design to) {
   int any = -1, same_s = -1;
   const MoeMxfp4VariantInfo& a = kMoeMxfp4Variants[v];
@@ -60,7 +61,7 @@ struct GemmChoice {
 GemmChoice resolve_w4a8(int v, const MoeShape& s, int64_t k) {
   const bool want = design_of(v) == MoeMxfp4Design::kWg8 || (s.fp8_activations && design_of(v) == MoeMxfp4Design::kWg);
   if (!want) return {v, false};
-  const int v8 = design_of(v) == MoeMxfp4Design::kWg8 ? v : same_tile_variant(v, MoeMxfp4Design::kWg8);
+  const int v8 = moe_mxfp4_w4a8_variant(v, s);
   const int v16 = design_of(v) == MoeMxfp4Design::kWg ? v : same_tile_variant(v, MoeMxfp4Design::kWg);
   MX_CHECK_MSG(v8 >= 0 && v16 >= 0, "moe_experts_mxfp4: variant " << kMoeMxfp4Variants[v].name
                                                                   << " has no wg_* / wg8_* counterpart of its BN");
@@ -192,6 +193,29 @@ MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s) {
   const int g = moe_mxfp4_variant_supports(MoeGemm::kGateUp, pf, s) ? pf : v;
   const int d = moe_mxfp4_variant_supports(MoeGemm::kDown, pf, s) ? pf : v;
   return {g, d};
+}
+
+// W4A8 mapping of a design-6 plan variant, from the mean rows per active expert r = P / min(E, P) (rounded
+// up, as in the heuristic): r >= kWg8M256MinRows wg8_n128_s3_m256 (256-row tiles: the e2m1 -> e4m3 weight
+// conversion is amortized over twice the rows, 1 block/SM), else wg8_n128_s3 (128-row tiles, less tail
+// waste on small experts). The BN of the wg_* plan is not kept: wg8_n256_s4 was never the fastest.
+// Measured whole-MoE W4A8 TFLOP/s on H200 (bench_moe_mxfp4_wg; wg8_n256_s4 / wg8_n128_s3 / wg8_n128_s3_m256):
+//   GLM-4.5-Air (E128)  M=2048 (r 128): 327 / 354 / 292   M=8192 (r 512): 448 / 459 / 480
+//                       M=16384 (r 1024): 479 / 443 / 518
+//   GLM-5.2 (E256)      M=2048 (r 64):  266 / 287 / 177   M=8192 (r 256): 415 / 432 / 459
+//                       M=16384 (r 512): 471 / 477 / 541
+// Every measured point picks its fastest variant with any threshold in (128, 256]; 256 is the one measured
+// r where m256 still wins (GLM-5.2 M=8192, +6%), r 128 the highest where it loses (Air M=2048, -18%).
+constexpr int64_t kWg8M256MinRows = 256;
+
+int moe_mxfp4_w4a8_variant(int variant, const MoeShape& s) {
+  if (!s.fp8_activations || variant < 0 || variant >= kMoeMxfp4NumVariants ||
+      design_of(variant) != MoeMxfp4Design::kWg)
+    return variant;
+  const int64_t P = std::max<int64_t>(1, s.n_tokens * s.top_k);
+  const int64_t active = std::max<int64_t>(1, std::min<int64_t>(s.n_experts, P));
+  const int64_t r = (P + active - 1) / active;
+  return r >= kWg8M256MinRows ? mv::kWg8N128S3M256 : mv::kWg8N128S3;
 }
 
 size_t moe_mxfp4_workspace_bytes(const MoeShape& s) { return moe_workspace_layout_bytes(s) + w4a8_workspace_bytes(s); }

@@ -59,11 +59,17 @@ bool moe_mxfp4_variant_supports(MoeGemm gemm, int variant, const MoeShape& s);
 // The documented heuristic used for a shape with no tuned table (always supported).
 MoeMxfp4Plan moe_mxfp4_heuristic_plan(const MoeShape& s);
 
+// The variant a GEMM whose plan names `variant` runs under s: with s.fp8_activations a design-6 (wg_*)
+// variant maps to wg8_n128_s3_m256 where the mean rows per active expert P / min(E, P) >= 256, else to
+// wg8_n128_s3 (measured, moe_mxfp4.cu); any other variant (and every variant without the flag) is itself.
+// This is the choice before the device check: off sm_90 (or K % 128 != 0) the bf16 wg_* runs, with a warning.
+int moe_mxfp4_w4a8_variant(int variant, const MoeShape& s);
+
 // Workspace: the permute bookkeeping and bf16 intermediates, plus (only when s.fp8_activations) the W4A8
 // buffers: e4m3 x [T, H] and intermediate [P, I] with one f32 scale per row.
 size_t moe_mxfp4_workspace_bytes(const MoeShape& s);
-// s.fp8_activations (W4A8, opt-in): each GEMM whose plan variant is design 6 (wg_*) runs its design-8 (wg8_*)
-// counterpart on per-row FP8 e4m3 activations; every other design runs unchanged in bf16 (decode GEMVs are
+// s.fp8_activations (W4A8, opt-in): each GEMM whose plan variant is design 6 (wg_*) runs the design-8 (wg8_*)
+// variant moe_mxfp4_w4a8_variant picks, on per-row FP8 e4m3 activations; every other design runs unchanged in bf16 (decode GEMVs are
 // weight-bandwidth bound: FP8 activations would not help). Off sm_90 it warns once and runs bf16.
 void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk_weights, const MoeMxfp4Weights& w,
                        void* out, const MoeShape& s, const MoeMxfp4Plan& plan, void* workspace, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // Design 8 of the MXFP4 expert GEMMs (prefill, Hopper warpgroup MMA, W4A8): design 6 (moe_mxfp4_wg.cu) with
 // FP8 e4m3 operands on both sides, opt-in through MoeShape::fp8_activations (moe_mxfp4.cu swaps a plan's
-// wg_* variant for its wg8_* counterpart). Variants wg8_n{BN}_s{S}: rows of moe_mxfp4_variants.h.
+// wg_* variant for the wg8_* one moe_mxfp4_w4a8_variant picks by rows per expert). Variants wg8_n{BN}_s{S}: rows of moe_mxfp4_variants.h.
 // Number formats (kernels/w4a8_fp8.h, shared with the CPU oracle of the tests):
 //   A (tokens) u8 e4m3 [rows, K] + f32 scale per row, written by w4a8_quantize_rows_kernel below: x [T, H] for
 //     gate_up (gathered through row_token), the SwiGLU intermediate act [P, I] (permuted rows) for down;
