@@ -32,7 +32,7 @@ for f in t_wg8_rest t_wg8_glm52; do echo "== $f"; grep -E "^\[  (PASSED|FAILED) 
 grep -E "^CASE|^FAIL" "$OUT/t_test_cuda_moe_mxfp4_wg8.log" | cut -c1-200 | head -24
 grep -E "PASS|FAIL" "$OUT/t_test_cuda_attention_wgmma.log" | grep -E "wgmma_ws|plan" | cut -c1-160 | head -12
 t "phase 2: whole-model TTFT"
-SKIP_NCU=1 MX_W4A8=1 CHUNKS="2048 8192 16384" TTFT_REPEATS=${TTFT_REPEATS:-2} OUT=$OUT/ttft bash "$P/gpu/prefill_limits.sh" 2>&1 | grep -vE "^(lone|20k)" 
+SKIP_NCU=1 MX_W4A8=1 CHUNKS="${FINAL_CHUNKS:-2048 16384}" TTFT_REPEATS=${TTFT_REPEATS:-2} OUT=$OUT/ttft bash "$P/gpu/prefill_limits.sh" 2>&1 | grep -vE "^(lone|20k)" 
 t "phase 3: ncu per-kernel time of an 8k prefill"
 OUT=$OUT/profile timeout 120 bash "$P/gpu/profile_prefill.sh" 2>&1 | head -24
 t done
