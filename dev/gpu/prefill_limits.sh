@@ -50,6 +50,8 @@ for c in ${CHUNKS:-2048 16384}; do
   run_case chunk$c --chunked-prefill-size $c --max-num-batched-tokens $c
 done
 if [ "${MX_W4A8:-0}" = 1 ]; then
-  run_case w4a8_chunk16384 --chunked-prefill-size 16384 --max-num-batched-tokens 16384 --moe-activation-dtype fp8_e4m3
+  for c in ${W4A8_CHUNKS:-16384}; do
+    run_case w4a8_chunk$c --chunked-prefill-size $c --max-num-batched-tokens $c --moe-activation-dtype fp8_e4m3
+  done
 fi
 t "done"
