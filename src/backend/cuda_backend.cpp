@@ -155,9 +155,11 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     a.warp_split_target_per_sm = o.attention_split_target;
     attention_options_ = a;
     force_grouped_moe_ = o.moe_kernel == "grouped";
-    if (o.fp8_moe_activations() && !fp8_moe_activations_)
+    if (o.fp8_moe_activations() && !fp8_announced_) {
+      fp8_announced_ = true;
       MX_LOG(kInfo) << "MoE activations: fp8_e4m3 (W4A8) on the MXFP4 experts' wgmma prefill GEMMs; decode-sized "
                        "GEMMs and bf16 experts keep bf16 activations";
+    }
     fp8_moe_activations_ = o.fp8_moe_activations();
     return Status::ok();
   }
@@ -695,6 +697,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   kc::AttentionPlanOptions attention_options_;  // set_kernel_options (tests and benchmarks)
   bool force_grouped_moe_ = false;              // set_kernel_options: moe_kernel "grouped" (benchmarks)
   bool fp8_moe_activations_ = false;            // set_kernel_options: moe_activation_dtype "fp8_e4m3" (W4A8)
+  bool fp8_announced_ = false;                  // the W4A8 info line is logged once (the start-up gate toggles it)
   void* staging_ = nullptr;  // pinned upload ring (see upload)
   size_t staging_off_ = 0;
   cudaStream_t stream_ = nullptr;
