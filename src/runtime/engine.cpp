@@ -201,13 +201,17 @@ bool Engine::step() {
   drain_inbox();
   const double t0 = now_seconds();
   SchedulePlan plan = scheduler_.schedule();
-  {
+  // The counts submit() admits against (engine.h). Published after scheduling and again after the step's work, so
+  // they are never older than the stats (/metrics) published with them: a client that saw the queue drain must
+  // not be refused by counts from before the drain (a busy host can delay the next step by a while).
+  const auto publish_admission = [this] {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     waiting_published_ = static_cast<int64_t>(scheduler_.waiting().size());
     const int64_t running = static_cast<int64_t>(scheduler_.running().size());
     free_slots_published_ =
         waiting_published_ > 0 ? 0 : std::max<int64_t>(0, config_.scheduler.max_running - running);
-  }
+  };
+  publish_admission();
   bool worked = !plan.empty();
   const bool plan_had_prefill = plan.n_prefill_tokens > 0;
   if (worked) {
@@ -225,6 +229,7 @@ bool Engine::step() {
       }
     }
   }
+  publish_admission();
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_.steps += worked ? 1 : 0;
   stats_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
