@@ -31,14 +31,25 @@ TEST(MoeActivationGate, PromptsAreDeterministicRepeatedPhrasesInsideTheVocabular
   EXPECT_GT(first_phrases.size(), 1u) << "the prompts differ";
 }
 
+// The fixture model (no MTP layer) on the CPU backend.
+struct FixtureModel {
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
+  std::unique_ptr<model::CausalLM> m;
+  std::string error;
+  FixtureModel() {
+    model::LoadOptions o;
+    o.load_mtp = false;
+    auto r = model::load_causal_lm(kFixture, *be, o);
+    if (r.is_ok()) m = std::move(*r);
+    else error = r.status().to_string();
+  }
+};
+
 TEST(MoeActivationGate, SameOptionsCompareUnchangedAndTheMessageSaysTheFp8PathDidNotRun) {
-  auto be = backend::make_cpu_backend();
-  model::LoadOptions o;
-  o.load_mtp = false;
-  auto m = model::load_causal_lm(kFixture, *be, o);
-  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  FixtureModel f;
+  ASSERT_TRUE(f.m) << f.error;
   const backend::KernelOptions defaults;
-  auto r = eval::compare_kernel_options(**m, *be, defaults, defaults, 2, 40);
+  auto r = eval::compare_kernel_options(*f.m, *f.be, defaults, defaults, 2, 40);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->cmp.tokens, 2);
   EXPECT_TRUE(r->unchanged());
@@ -50,14 +61,11 @@ TEST(MoeActivationGate, SameOptionsCompareUnchangedAndTheMessageSaysTheFp8PathDi
 }
 
 TEST(MoeActivationGate, TheCpuBackendRefusesFp8ActivationsNamingTheOption) {
-  auto be = backend::make_cpu_backend();
-  model::LoadOptions o;
-  o.load_mtp = false;
-  auto m = model::load_causal_lm(kFixture, *be, o);
-  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  FixtureModel f;
+  ASSERT_TRUE(f.m) << f.error;
   backend::KernelOptions fp8;
   fp8.moe_activation_dtype = "fp8_e4m3";
-  auto r = eval::compare_kernel_options(**m, *be, backend::KernelOptions{}, fp8, 1, 8);
+  auto r = eval::compare_kernel_options(*f.m, *f.be, backend::KernelOptions{}, fp8, 1, 8);
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().to_string().find("moe_activation_dtype 'fp8_e4m3'"), std::string::npos) << r.status().to_string();
 }
