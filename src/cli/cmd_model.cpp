@@ -12,6 +12,7 @@
 #include "launch/launch.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
+#include "model/decisions.h"
 #include "model/weight_table.h"
 #include "quant/precision_map.h"
 #include "runtime/engine.h"
@@ -37,8 +38,7 @@ int fail(const Status& s, int code = 2) {
 }  // namespace
 
 int cmd_verify_fixture(int argc, char** argv) {
-  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype",
-                                       "--decision-rel-error"};
+  std::set<std::string> value_flags = {"--backend", "--block-size", "--chunk-size", "--max-rel-l2", "--kv-cache-dtype"};
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
   std::set<std::string> bool_flags = kParallelBoolFlags;
   bool_flags.insert("--decision-aware");
@@ -47,8 +47,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   if (args->positional().size() != 1)
     return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
                                  "[--tp-size N] [--dp-size N [--enable-dp-attention]] [--ep-size N | --enable-expert-parallel] "
-                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware] "
-                                 "[--decision-rel-error RHO]"));
+                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
   FixtureOptions opt;
@@ -74,12 +73,10 @@ int cmd_verify_fixture(int argc, char** argv) {
   auto lm = launch::launch_model(lc);
   if (!lm.is_ok()) return fail(lm.status());
   // Decision-aware checks (cli/fixture_decisions.h): always on a reduced-precision backend, on request on the CPU;
-  // the reference is the fixture on the CPU backend in f32.
+  // the reference is the fixture on the CPU backend in f32; the bound is bf16's rounding (the CPU run judges as a
+  // bf16 backend would be judged).
   opt.decision_aware = args->has("--decision-aware") || (*lm)->backend().activation_dtype() != DType::kF32;
-  auto rho = args->get_double("--decision-rel-error", opt.decision_rel_error);
-  if (!rho.is_ok()) return fail(rho.status());
-  if (!(*rho > 0)) return fail(invalid_argument("--decision-rel-error must be positive"));
-  opt.decision_rel_error = *rho;
+  opt.unit_roundoff = model::kBf16UnitRoundoff;
   std::unique_ptr<backend::Backend> ref_be;
   std::unique_ptr<model::CausalLM> ref_model;
   if (opt.decision_aware) {

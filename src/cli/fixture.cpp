@@ -90,6 +90,20 @@ Result<FixtureReport> verify_fixture(const std::string& dir, backend::Backend& b
   return verify_fixture_model(dir, *model, be, opt);
 }
 
+namespace {
+
+// The paths a case runs, labels of the forced forwards' observations.
+enum Path : int { kBatched = 1, kChunked, kStepwise, kDecode, kMtp };
+using Rows = std::vector<std::pair<int32_t, int64_t>>;  // (case, position) of every batch row
+
+Rows positions(int32_t c, int64_t begin, int64_t end) {
+  Rows r;
+  for (int64_t p = begin; p < end; ++p) r.push_back({c, p});
+  return r;
+}
+
+}  // namespace
+
 Result<FixtureReport> verify_fixture_model(const std::string& dir, model::CausalLM& loaded, backend::Backend& be,
                                            const FixtureOptions& opt) {
   model::CausalLM* model = &loaded;
@@ -100,37 +114,42 @@ Result<FixtureReport> verify_fixture_model(const std::string& dir, model::Causal
   const int64_t n_blocks = 2 * (total_tokens / opt.block_size + 2 * static_cast<int64_t>(cases.size()) + 4);
   runtime::SequenceRunner runner(*model, be, n_blocks, opt.block_size);
   const int64_t V = cfg.vocab_size;
+  const double u = opt.unit_roundoff;
   FixtureReport report;
-  // Decision-aware mode: each case's decisions against the CPU reference first (fixture_decisions.h).
-  std::vector<CaseDecisions> decisions(cases.size());
+  // Decision-aware mode: the reference's decisions, forced in every path below (fixture_decisions.h).
+  std::unique_ptr<DecisionReference> dref;
+  std::unique_ptr<model::PositionalForcer> forcer;
   if (opt.decision_aware) {
     if (opt.reference == nullptr || opt.reference_backend == nullptr)
       return invalid_argument("decision-aware fixture checks need the fixture loaded on the CPU backend as reference");
-    DecisionCheckOptions dopt;
-    dopt.rel_error = opt.decision_rel_error;
-    dopt.max_rel_l2 = opt.max_rel_l2;
-    dopt.block_size = opt.block_size;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      MX_ASSIGN_OR_RETURN(decisions[i], check_case_decisions(*model, be, *opt.reference, *opt.reference_backend,
-                                                             cases[i], dopt, stdout));
-      const CaseDecisions& d = decisions[i];
-      std::printf("case %zu: decisions: %lld sites, %lld rows: %d flips, %d beyond the bound; greedy %d flips, %d "
-                  "beyond; bound use %.3f; forced logits rel_l2 %.3e",
-                  i, static_cast<long long>(d.sites), static_cast<long long>(d.rows), d.flips, d.beyond_bound,
-                  d.greedy_flips, d.greedy_beyond_bound, d.max_bound_use, d.forced_rel_l2);
-      if (d.forced_mtp_rel_l2 >= 0) std::printf(", mtp %.3e", d.forced_mtp_rel_l2);
-      std::printf("; unforced: %d rows differ, logits rel_l2 %.3e  %s\n", d.unforced_disagreements, d.unforced_rel_l2,
-                  verdict(d.ok()));
-      report.failures += d.ok() ? 0 : 1;
-    }
+    MX_ASSIGN_OR_RETURN(auto r, DecisionReference::make(dir, *opt.reference, *opt.reference_backend, cases,
+                                                        opt.block_size));
+    dref = std::make_unique<DecisionReference>(std::move(r));
+    forcer = std::make_unique<model::PositionalForcer>(dref->book());
   }
-  // A failed plain check of case i is explained when its decisions were all legitimate flips.
-  auto explained = [&](size_t i) { return opt.decision_aware && decisions[i].ok() && decisions[i].any_flip(); };
-  auto check_case = [&](bool ok, size_t i) {
-    if (ok) return "ok";
-    if (explained(i)) return "explained by legitimate decision flips (forced run ok)";
-    report.failures += 1;
-    return "MISS";
+  // Forces the reference's decisions on the forwards run while the returned scope lives (none in plain mode).
+  auto force = [&](Rows rows, Path path) -> std::unique_ptr<model::ScopedDecisionHook> {
+    if (!forcer) return nullptr;
+    forcer->set_rows(std::move(rows), path);
+    return std::make_unique<model::ScopedDecisionHook>(forcer.get());
+  };
+  // The decisions of `path` for case c: the tally (counted into the report) and the text for the check's line.
+  auto decisions = [&](Path path, size_t c, const char* label, DecisionTally* out) -> std::string {
+    if (!dref) return "";
+    const DecisionTally t = dref->judge(forcer->observed, path, static_cast<int32_t>(c), u, label, stdout);
+    report.decision_rows += t.rows;
+    report.decision_flips += t.flips;
+    report.decision_beyond_bound += t.beyond_bound;
+    report.max_bound_use = std::max(report.max_bound_use, t.max_bound_use);
+    *out = t;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "; decisions %lld rows, %d flips, %d beyond the bound, bound use %.3f",
+                  static_cast<long long>(t.rows), t.flips, t.beyond_bound, t.max_bound_use);
+    return buf;
+  };
+  auto check = [&](bool ok) {
+    report.failures += ok ? 0 : 1;
+    return verdict(ok);
   };
 
   // 1) All cases at once as one ragged batch: teacher-forced logits of every row.
@@ -138,17 +157,27 @@ Result<FixtureReport> verify_fixture_model(const std::string& dir, model::Causal
     std::vector<runtime::SequenceState> states(cases.size());
     std::vector<runtime::SequenceState*> ptrs;
     std::vector<std::vector<int32_t>> toks;
+    Rows rows;
     for (size_t i = 0; i < cases.size(); ++i) {
       ptrs.push_back(&states[i]);
       toks.push_back(cases[i].input_ids);
+      const Rows r = positions(static_cast<int32_t>(i), 0, static_cast<int64_t>(cases[i].input_ids.size()));
+      rows.insert(rows.end(), r.begin(), r.end());
     }
-    MX_ASSIGN_OR_RETURN(auto step, runner.extend(ptrs, toks, /*all_logits=*/true, /*want_hidden=*/false));
+    Result<runtime::SequenceRunner::StepResult> step = [&] {
+      auto scope = force(rows, kBatched);
+      return runner.extend(ptrs, toks, /*all_logits=*/true, /*want_hidden=*/false);
+    }();
+    MX_RETURN_IF_ERROR(step.status());
     int64_t row = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
       const int64_t T = static_cast<int64_t>(cases[i].input_ids.size());
-      ErrorStats e = compare(step.logits.data<float>() + row * V, cases[i].logits.data<float>(), T * V);
-      std::printf("case %zu: T=%-4lld batched logits       rel_l2 %.3e  max_abs %.3e  %s\n", i,
-                  static_cast<long long>(T), e.rel_l2, e.max_abs, check_case(e.rel_l2 <= opt.max_rel_l2, i));
+      ErrorStats e = compare(step->logits.data<float>() + row * V, cases[i].logits.data<float>(), T * V);
+      DecisionTally t;
+      const std::string d = decisions(kBatched, i, "batched", &t);
+      std::printf("case %zu: T=%-4lld batched logits       rel_l2 %.3e  max_abs %.3e%s  %s\n", i,
+                  static_cast<long long>(T), e.rel_l2, e.max_abs, d.c_str(),
+                  check(e.rel_l2 <= opt.max_rel_l2 && t.beyond_bound == 0));
       row += T;
     }
     for (auto& s : states) runner.release(s);
@@ -156,7 +185,8 @@ Result<FixtureReport> verify_fixture_model(const std::string& dir, model::Causal
 
   for (size_t i = 0; i < cases.size(); ++i) {
     const FixtureCase& c = cases[i];
-    const int64_t T = static_cast<int64_t>(c.input_ids.size());
+    const int32_t ci = static_cast<int32_t>(i);
+    const int64_t T = static_cast<int64_t>(c.input_ids.size()), N = static_cast<int64_t>(c.greedy.size());
     // 2) Teacher-forced through the KV cache: prefill in chunks, every row's logits.
     runtime::SequenceState seq;
     Tensor logits = Tensor::empty(DType::kF32, {T, V});
@@ -164,50 +194,145 @@ Result<FixtureReport> verify_fixture_model(const std::string& dir, model::Causal
     bool single_chunk = T <= opt.chunk_size;
     for (int64_t b = 0; b < T; b += opt.chunk_size) {
       const int64_t e = std::min(T, b + opt.chunk_size);
-      MX_ASSIGN_OR_RETURN(auto step, runner.extend({&seq}, {std::vector<int32_t>(c.input_ids.begin() + b,
-                                                                                  c.input_ids.begin() + e)},
-                                                   true, single_chunk));
-      std::memcpy(logits.data<float>() + b * V, step.logits.raw(), sizeof(float) * (e - b) * V);
-      if (single_chunk) hidden_all = step.hidden;
+      Result<runtime::SequenceRunner::StepResult> step = [&] {
+        auto scope = force(positions(ci, b, e), kChunked);
+        return runner.extend({&seq}, {std::vector<int32_t>(c.input_ids.begin() + b, c.input_ids.begin() + e)}, true,
+                             single_chunk);
+      }();
+      MX_RETURN_IF_ERROR(step.status());
+      std::memcpy(logits.data<float>() + b * V, step->logits.raw(), sizeof(float) * (e - b) * V);
+      if (single_chunk) hidden_all = step->hidden;
     }
     runner.release(seq);
-    ErrorStats e = compare(logits.data<float>(), c.logits.data<float>(), T * V);
-    std::printf("case %zu: T=%-4lld chunked-cache logits rel_l2 %.3e  max_abs %.3e  %s\n", i,
-                static_cast<long long>(T), e.rel_l2, e.max_abs, check_case(e.rel_l2 <= opt.max_rel_l2, i));
-
-    // 3) Greedy decode step by step through the cache.
-    MX_ASSIGN_OR_RETURN(auto greedy, runner.greedy(c.input_ids, static_cast<int64_t>(c.greedy.size()),
-                                                   opt.chunk_size, {}));
-    const bool same = greedy == c.greedy;
-    std::printf("case %zu: greedy %zu tokens %s\n", i, c.greedy.size(), check_case(same, i));
-    if (!same) {
-      std::printf("  expected:");
-      for (int32_t t : c.greedy) std::printf(" %d", t);
-      std::printf("\n  got:     ");
-      for (int32_t t : greedy) std::printf(" %d", t);
-      std::printf("\n");
+    {
+      ErrorStats e = compare(logits.data<float>(), c.logits.data<float>(), T * V);
+      DecisionTally t;
+      const std::string d = decisions(kChunked, i, "chunked", &t);
+      std::printf("case %zu: T=%-4lld chunked-cache logits rel_l2 %.3e  max_abs %.3e%s  %s\n", i,
+                  static_cast<long long>(T), e.rel_l2, e.max_abs, d.c_str(),
+                  check(e.rel_l2 <= opt.max_rel_l2 && t.beyond_bound == 0));
     }
 
-    // 4) MTP logits: row t from h_t (target post-norm hidden) and embed(x_{t+1}), causal over rows.
+    // 3) Decode-path logits: the first token, then every later input token as a one-row decode step through the
+    // paged cache, each row's logits against the fixture's (the decode path's own oracle, in both modes).
+    {
+      runtime::SequenceState ss;
+      Tensor step_logits = Tensor::empty(DType::kF32, {T, V});
+      for (int64_t p = 0; p < T; ++p) {
+        Result<runtime::SequenceRunner::StepResult> step = [&] {
+          auto scope = force(positions(ci, p, p + 1), kStepwise);
+          return runner.extend({&ss}, {{c.input_ids[p]}}, true, false);
+        }();
+        MX_RETURN_IF_ERROR(step.status());
+        std::memcpy(step_logits.data<float>() + p * V, step->logits.raw(), sizeof(float) * V);
+      }
+      runner.release(ss);
+      ErrorStats e = compare(step_logits.data<float>(), c.logits.data<float>(), T * V);
+      DecisionTally t;
+      const std::string d = decisions(kStepwise, i, "decode steps", &t);
+      std::printf("case %zu: T=%-4lld decode-step logits  rel_l2 %.3e  max_abs %.3e%s  %s\n", i,
+                  static_cast<long long>(T), e.rel_l2, e.max_abs, d.c_str(),
+                  check(e.rel_l2 <= opt.max_rel_l2 && t.beyond_bound == 0));
+    }
+
+    // 4) Greedy decode step by step through the cache. Decision-aware: every step with the reference's decisions
+    // forced, a differing token judged by the format bound and replaced by the fixture's, so every later step is
+    // still checked; plain: the model's own continuation must equal the fixture's.
+    if (!dref) {
+      MX_ASSIGN_OR_RETURN(auto greedy, runner.greedy(c.input_ids, N, opt.chunk_size, {}));
+      const bool same = greedy == c.greedy;
+      std::printf("case %zu: greedy %zu tokens %s\n", i, c.greedy.size(), check(same));
+      if (!same) {
+        std::printf("  expected:");
+        for (int32_t t : c.greedy) std::printf(" %d", t);
+        std::printf("\n  got:     ");
+        for (int32_t t : greedy) std::printf(" %d", t);
+        std::printf("\n");
+      }
+    } else if (N > 0) {
+      runtime::SequenceState gs;
+      Tensor last;
+      for (int64_t b = 0; b < T; b += opt.chunk_size) {
+        const int64_t e = std::min(T, b + opt.chunk_size);
+        Result<runtime::SequenceRunner::StepResult> step = [&] {
+          auto scope = force(positions(ci, b, e), kDecode);
+          return runner.extend({&gs}, {std::vector<int32_t>(c.input_ids.begin() + b, c.input_ids.begin() + e)},
+                               false, false);
+        }();
+        MX_RETURN_IF_ERROR(step.status());
+        last = step->logits;
+      }
+      int flips = 0, beyond = 0;
+      Tensor decode_logits = Tensor::empty(DType::kF32, {N, V});  // the rows T-1 .. T+N-2 of the reference's
+      for (int64_t k = 0; k < N; ++k) {
+        std::memcpy(decode_logits.data<float>() + k * V, last.raw(), sizeof(float) * V);
+        const int32_t got = runtime::argmax_row(last, 0);
+        if (got != c.greedy[k]) {
+          const GreedyJudgement g = dref->judge_greedy(i, T - 1 + k, got, c.greedy[k], u);
+          (g.within_bound() ? flips : beyond) += 1;
+          std::printf("  greedy step %lld: model %d, fixture %d, reference margin %.4g %s bound %.4g: %s\n",
+                      static_cast<long long>(k), got, c.greedy[k], g.margin, g.within_bound() ? "<=" : ">", g.bound,
+                      g.within_bound() ? "legitimate flip, decoding goes on with the fixture's token"
+                                       : "BEYOND THE FORMAT BOUND (a bug)");
+        }
+        if (k + 1 == N) break;
+        Result<runtime::SequenceRunner::StepResult> step = [&] {
+          auto scope = force(positions(ci, T + k, T + k + 1), kDecode);
+          return runner.extend({&gs}, {{c.greedy[k]}}, false, false);
+        }();
+        MX_RETURN_IF_ERROR(step.status());
+        last = step->logits;
+      }
+      runner.release(gs);
+      report.greedy_flips += flips;
+      report.greedy_beyond_bound += beyond;
+      // The teacher-forced decode's logits against the reference's rows (the fixture stores input rows only).
+      const ErrorStats e =
+          compare(decode_logits.data<float>(), dref->logits(i).data<float>() + (T - 1) * V, N * V);
+      DecisionTally t;
+      const std::string d = decisions(kDecode, i, "decode", &t);
+      std::printf("case %zu: greedy %zu tokens, %d flips within the bound, %d beyond; logits vs the reference rel_l2 "
+                  "%.3e%s  %s\n",
+                  i, c.greedy.size(), flips, beyond, e.rel_l2, d.c_str(),
+                  check(beyond == 0 && t.beyond_bound == 0 && e.rel_l2 <= opt.max_rel_l2));
+    }
+
+    // 5) MTP logits: row t from h_t (target post-norm hidden) and embed(x_{t+1}), causal over rows.
     if (c.has_mtp && T >= 2) {
       if (!model->has_mtp()) return invalid_argument(dir + ": the fixture has mtp_logits but the model has no MTP layer");
       if (!hidden_all.defined() || hidden_all.numel() == 0) {
         runtime::SequenceState full;
-        MX_ASSIGN_OR_RETURN(auto step, runner.extend({&full}, {c.input_ids}, false, true));
-        hidden_all = step.hidden;
+        Result<runtime::SequenceRunner::StepResult> step = [&] {
+          auto scope = force(positions(ci, 0, T), kMtp);
+          return runner.extend({&full}, {c.input_ids}, false, true);
+        }();
+        MX_RETURN_IF_ERROR(step.status());
+        hidden_all = step->hidden;
         runner.release(full);
       }
       Tensor h_prev = hidden_all.slice_rows(0, T - 1);
       runtime::SequenceState mtp_seq;
       std::vector<int32_t> next(c.input_ids.begin() + 1, c.input_ids.end());
-      MX_ASSIGN_OR_RETURN(Tensor mtp_logits, runner.mtp(mtp_seq, next, h_prev));
+      Result<Tensor> mtp_logits = [&] {
+        auto scope = force(positions(ci, 0, T - 1), kMtp);
+        return runner.mtp(mtp_seq, next, h_prev);
+      }();
       runner.release(mtp_seq);
-      ErrorStats m = compare(mtp_logits.data<float>(), c.mtp_logits.data<float>(), (T - 1) * V);
-      std::printf("case %zu: mtp logits            rel_l2 %.3e  max_abs %.3e  %s\n", i, m.rel_l2, m.max_abs,
-                  check_case(m.rel_l2 <= opt.max_rel_l2, i));
+      MX_RETURN_IF_ERROR(mtp_logits.status());
+      ErrorStats m = compare(mtp_logits->data<float>(), c.mtp_logits.data<float>(), (T - 1) * V);
+      DecisionTally t;
+      const std::string d = decisions(kMtp, i, "mtp", &t);
+      std::printf("case %zu: mtp logits            rel_l2 %.3e  max_abs %.3e%s  %s\n", i, m.rel_l2, m.max_abs,
+                  d.c_str(), check(m.rel_l2 <= opt.max_rel_l2 && t.beyond_bound == 0));
     }
     ++report.cases;
   }
+  if (forcer) MX_RETURN_IF_ERROR(forcer->status());
+  if (dref)
+    std::printf("decisions, every path: %lld rows, %d flips within the format bound (u = %.8g), %d beyond; greedy %d "
+                "flips, %d beyond; bound use %.3f\n",
+                static_cast<long long>(report.decision_rows), report.decision_flips, u, report.decision_beyond_bound,
+                report.greedy_flips, report.greedy_beyond_bound, report.max_bound_use);
   return report;
 }
 

@@ -26,6 +26,11 @@ Result<std::vector<FixtureCase>> read_fixture_cases(const std::string& dir, int6
 struct FixtureReport {
   int cases = 0;
   int failures = 0;
+  // Decision-aware mode, over every path and case (cli/fixture_decisions.h).
+  int64_t decision_rows = 0;
+  int decision_flips = 0, decision_beyond_bound = 0;
+  int greedy_flips = 0, greedy_beyond_bound = 0;
+  double max_bound_use = 0;
 };
 
 struct FixtureOptions {
@@ -33,12 +38,12 @@ struct FixtureOptions {
   int64_t block_size = 16;
   int64_t chunk_size = 7;  // prefill chunk for the through-the-cache check (exercises block boundaries)
   // Decision-aware checks (cli/fixture_decisions.h), for bf16 backends: needs the fixture loaded on the CPU
-  // backend as the reference. A plain check that fails on a case whose every decision disagreement is a
-  // legitimate flip, and whose forced run passes, is reported as explained instead of failed.
+  // backend as the reference. Every check runs with the reference's routing / index decisions forced; the
+  // model's own decisions and greedy tokens are judged by the activation format's bound (unit_roundoff).
   bool decision_aware = false;
   model::CausalLM* reference = nullptr;
   backend::Backend* reference_backend = nullptr;
-  double decision_rel_error = 1.5e-2;  // kBf16DecisionRelError
+  double unit_roundoff = 1.0 / 256.0;  // model::kBf16UnitRoundoff: bf16 activations
 };
 
 // Runs every check, printing one line per case and check; failures counted in the report.

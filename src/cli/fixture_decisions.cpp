@@ -1,157 +1,129 @@
-// Decision-aware fixture checks (fixture_decisions.h).
+// Decision-aware fixture checks: the reference's book and the judgements (fixture_decisions.h).
 #include "cli/fixture_decisions.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
-#include "model/decisions.h"
+#include "io/checkpoint.h"
 #include "runtime/sequence_runner.h"
 
 namespace mxserve::cli {
-namespace {
-
-struct Run {
-  Tensor logits;  // host f32 [rows, V]
-  Tensor hidden;  // backend [rows, H]
-  std::vector<model::DecisionRows> decisions;  // what the model chose at each site (before any forcing)
-};
-
-// One teacher-forced pass over seq with `hook` installed (a recorder or a forcer); the runner is released.
-Result<Run> run_with(runtime::SequenceRunner& runner, const std::vector<int32_t>& seq, model::DecisionHook& hook) {
-  runtime::SequenceState st;
-  Result<runtime::SequenceRunner::StepResult> step = [&] {
-    model::ScopedDecisionHook scope(&hook);
-    return runner.extend({&st}, {seq}, /*all_logits=*/true, /*want_hidden=*/true);
-  }();
-  runner.release(st);
-  MX_RETURN_IF_ERROR(step.status());
-  Run r;
-  r.logits = step->logits;
-  r.hidden = step->hidden;
-  return r;
-}
-
-Result<Tensor> mtp_with(runtime::SequenceRunner& runner, const std::vector<int32_t>& next, const Tensor& hidden,
-                        model::DecisionHook& hook) {
-  runtime::SequenceState st;
-  Result<Tensor> out = [&] {
-    model::ScopedDecisionHook scope(&hook);
-    return runner.mtp(st, next, hidden);
-  }();
-  runner.release(st);
+Result<Tensor> read_output_embedding(const std::string& dir, const model::ModelConfig& cfg) {
+  MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(dir));
+  const io::CheckpointTensor* t = ckpt->find("lm_head.weight");
+  if (t == nullptr) t = ckpt->find("model.embed_tokens.weight");
+  if (t == nullptr)
+    return not_found(dir + ": decision-aware checks need lm_head.weight (or a tied model.embed_tokens.weight)");
+  const Tensor v = ckpt->view(*t);
+  if (v.dim(0) != cfg.vocab_size || v.dim(1) != cfg.d_model)
+    return invalid_argument(dir + ": the output embedding has shape " + shape_to_string(v.shape()) + ", expected [" +
+                            std::to_string(cfg.vocab_size) + ", " + std::to_string(cfg.d_model) + "]");
+  Tensor out = Tensor::empty(DType::kF32, v.shape());
+  float* o = out.data<float>();
+  if (v.dtype() == DType::kF32) {
+    std::memcpy(o, v.raw(), v.nbytes());
+  } else if (v.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      const uint32_t bits = static_cast<uint32_t>(v.data<uint16_t>()[i]) << 16;
+      std::memcpy(&o[i], &bits, 4);
+    }
+  } else {
+    return invalid_argument(dir + ": decision-aware checks need a bf16 or f32 output embedding, found " +
+                            dtype_name(v.dtype()));
+  }
   return out;
 }
 
-struct Margin {
-  int64_t arg = 0;
-  double margin = 0, scale = 0;  // top-1 minus top-2; 4 x rms of the row (the logits' noise per unit rel. error)
-};
-Margin top2(const float* row, int64_t V) {
-  Margin m;
-  double second = -INFINITY, sq = 0;
-  for (int64_t v = 1; v < V; ++v)
-    if (row[v] > row[m.arg]) m.arg = v;
-  for (int64_t v = 0; v < V; ++v) {
-    if (v != m.arg) second = std::max(second, static_cast<double>(row[v]));
-    sq += static_cast<double>(row[v]) * row[v];
-  }
-  m.margin = row[m.arg] - second;
-  m.scale = 4.0 * std::sqrt(sq / static_cast<double>(V));
-  return m;
+GreedyJudgement judge_token_flip(const float* l, const float* h, const Tensor& w, int32_t got, int32_t want,
+                                 double u) {
+  const int64_t H = w.dim(1);
+  auto sens = [&](int32_t v) {
+    double s = 0;
+    for (int64_t i = 0; i < H; ++i) s += std::fabs(static_cast<double>(h[i]) * w.data<float>()[v * H + i]);
+    return s;
+  };
+  GreedyJudgement g;
+  g.margin = static_cast<double>(l[want]) - l[got];
+  g.bound = u * (sens(want) + sens(got));
+  return g;
 }
 
-// Pairs reference decisions with the tested model's own choices; counts and prints disagreements.
-Status compare_sites(const std::vector<model::DecisionRows>& ref, const std::vector<model::DecisionRows>& got,
-                     const std::string& what, const DecisionCheckOptions& opt, CaseDecisions& cd, std::FILE* log) {
-  if (ref.size() != got.size())
-    return internal_error(what + ": the reference made " + std::to_string(ref.size()) + " decision calls, the model " +
-                          std::to_string(got.size()));
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const model::DecisionRows &r = ref[i], &g = got[i];
-    ++cd.sites;
-    for (int64_t row = 0; row < r.rows; ++row) {
-      ++cd.rows;
-      const double bound = 2.0 * opt.rel_error * r.scale[row];
-      if (r.same_row(g, row)) {
-        if (std::isfinite(r.margin[row]) && std::isfinite(g.margin[row]) && bound > 0)
-          cd.max_bound_use = std::max(cd.max_bound_use, std::fabs(g.margin[row] - r.margin[row]) / bound);
-        continue;
-      }
-      const bool flip = r.margin[row] <= bound;
-      (flip ? cd.flips : cd.beyond_bound) += 1;
-      const auto [kept, dropped] = r.margin_pair[row];
-      const std::string between = kept >= 0 ? " (kept " + std::to_string(kept) + " vs dropped " + std::to_string(dropped) + ")"
-                                            : std::string(" (group selection)");
-      std::fprintf(log, "  %s %s layer %lld row %lld: model %s, reference %s, reference margin %.4g%s %s bound %.4g%s\n",
-                   what.c_str(), model::decision_site_name(r.site), static_cast<long long>(r.layer),
-                   static_cast<long long>(row), g.describe_row(row).c_str(), r.describe_row(row).c_str(), r.margin[row],
-                   between.c_str(), flip ? "<=" : ">", bound, flip ? ": legitimate flip" : ": BEYOND THE BOUND (a bug)");
+void DecisionTally::add(const DecisionTally& o) {
+  rows += o.rows;
+  flips += o.flips;
+  beyond_bound += o.beyond_bound;
+  max_bound_use = std::max(max_bound_use, o.max_bound_use);
+}
+
+Result<DecisionReference> DecisionReference::make(const std::string& dir, model::CausalLM& reference,
+                                                  backend::Backend& ref_be, const std::vector<FixtureCase>& cases,
+                                                  int64_t block_size) {
+  DecisionReference r;
+  r.book_ = std::make_unique<model::DecisionBook>();
+  MX_ASSIGN_OR_RETURN(r.out_embed_, read_output_embedding(dir, reference.config()));
+  int64_t longest = 0;
+  for (const auto& c : cases) longest = std::max<int64_t>(longest, c.input_ids.size() + c.greedy.size());
+  runtime::SequenceRunner runner(reference, ref_be, 2 * (longest / block_size + 4), block_size);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const FixtureCase& c = cases[i];
+    std::vector<int32_t> seq = c.input_ids;
+    if (c.greedy.size() > 1) seq.insert(seq.end(), c.greedy.begin(), c.greedy.end() - 1);
+    model::DecisionRecorder rec;
+    runtime::SequenceState st;
+    Result<runtime::SequenceRunner::StepResult> step = [&] {
+      model::ScopedDecisionHook scope(&rec);
+      return runner.extend({&st}, {seq}, /*all_logits=*/true, /*want_hidden=*/true);
+    }();
+    runner.release(st);
+    MX_RETURN_IF_ERROR(step.status());
+    r.book_->add(rec.records, static_cast<int32_t>(i));
+    r.logits_.push_back(step->logits);
+    r.hidden_.push_back(ref_be.to_host(step->hidden));
+    const int64_t T = static_cast<int64_t>(c.input_ids.size());
+    if (c.has_mtp && T >= 2 && reference.has_mtp()) {  // the MTP layer's decisions over rows 0..T-2
+      model::DecisionRecorder mrec;
+      runtime::SequenceState ms;
+      const std::vector<int32_t> next(c.input_ids.begin() + 1, c.input_ids.end());
+      Result<Tensor> mtp = [&] {
+        model::ScopedDecisionHook scope(&mrec);
+        return runner.mtp(ms, next, step->hidden.slice_rows(0, T - 1));
+      }();
+      runner.release(ms);
+      MX_RETURN_IF_ERROR(mtp.status());
+      r.book_->add(mrec.records, static_cast<int32_t>(i));
     }
   }
-  return Status::ok();
+  return r;
 }
 
-int count_disagreements(const std::vector<model::DecisionRows>& ref, const std::vector<model::DecisionRows>& got) {
-  int n = 0;
-  for (size_t i = 0; i < std::min(ref.size(), got.size()); ++i)
-    for (int64_t row = 0; row < std::min(ref[i].rows, got[i].rows); ++row) n += ref[i].same_row(got[i], row) ? 0 : 1;
-  return n;
+GreedyJudgement DecisionReference::judge_greedy(size_t c, int64_t row, int32_t got, int32_t want, double u) const {
+  const int64_t V = logits_[c].dim(1), H = hidden_[c].dim(1);
+  return judge_token_flip(logits_[c].data<float>() + row * V, hidden_[c].data<float>() + row * H, out_embed_, got,
+                          want, u);
 }
 
-}  // namespace
-
-Result<CaseDecisions> check_case_decisions(model::CausalLM& model, backend::Backend& be, model::CausalLM& reference,
-                                           backend::Backend& ref_be, const FixtureCase& c,
-                                           const DecisionCheckOptions& opt, std::FILE* log) {
-  const int64_t V = model.config().vocab_size, T = static_cast<int64_t>(c.input_ids.size());
-  const int64_t N = static_cast<int64_t>(c.greedy.size());
-  std::vector<int32_t> seq = c.input_ids;
-  if (N > 1) seq.insert(seq.end(), c.greedy.begin(), c.greedy.end() - 1);
-  const int64_t n_blocks = 2 * (static_cast<int64_t>(seq.size()) / opt.block_size + 4);
-  runtime::SequenceRunner test(model, be, n_blocks, opt.block_size), ref(reference, ref_be, n_blocks, opt.block_size);
-  CaseDecisions cd;
-
-  // 1. The reference's decisions and margins.
-  model::DecisionRecorder ref_rec;
-  MX_ASSIGN_OR_RETURN(Run r, run_with(ref, seq, ref_rec));
-  // Information: the model left alone.
-  model::DecisionRecorder free_rec;
-  MX_ASSIGN_OR_RETURN(Run free, run_with(test, seq, free_rec));
-  cd.unforced_disagreements = count_disagreements(ref_rec.records, free_rec.records);
-  cd.unforced_rel_l2 = compare(free.logits.data<float>(), c.logits.data<float>(), T * V).rel_l2;
-  // 2-3. The model with the reference's decisions forced; its own choices compared site by site.
-  model::DecisionForcer forcer(ref_rec.records);
-  MX_ASSIGN_OR_RETURN(Run f, run_with(test, seq, forcer));
-  MX_RETURN_IF_ERROR(forcer.status());
-  MX_RETURN_IF_ERROR(compare_sites(ref_rec.records, forcer.observed, "target", opt, cd, log));
-  // 4. Forced logits against the fixture; greedy rows against the reference margins.
-  cd.forced_rel_l2 = compare(f.logits.data<float>(), c.logits.data<float>(), T * V).rel_l2;
-  cd.forced_ok = cd.forced_rel_l2 <= opt.max_rel_l2;
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t row = T - 1 + i;
-    const Margin got = top2(f.logits.data<float>() + row * V, V), want = top2(r.logits.data<float>() + row * V, V);
-    if (got.arg == c.greedy[i]) continue;
-    const double bound = 2.0 * opt.rel_error * want.scale;
-    const bool flip = want.margin <= bound;
-    (flip ? cd.greedy_flips : cd.greedy_beyond_bound) += 1;
-    std::fprintf(log, "  greedy step %lld: model %lld, reference %d, reference margin %.4g %s bound %.4g%s\n",
-                 static_cast<long long>(i), static_cast<long long>(got.arg), c.greedy[i], want.margin,
-                 flip ? "<=" : ">", bound, flip ? ": legitimate flip" : ": BEYOND THE BOUND (a bug)");
+DecisionTally DecisionReference::judge(const std::vector<model::ObservedDecision>& observed, int path, int32_t c,
+                                       double u, const char* label, std::FILE* log) const {
+  DecisionTally t;
+  for (const model::ObservedDecision& o : observed) {
+    if (o.path != path || (c >= 0 && o.seq != c)) continue;
+    const model::DecisionBook::Entry e = book_->find(o.site, o.layer, o.seq, o.pos);
+    if (e.rows == nullptr) continue;  // reported by the forcer's status
+    ++t.rows;
+    if (!o.scores.empty()) t.max_bound_use = std::max(t.max_bound_use, model::bound_use(*e.rows, e.row, o.scores, u));
+    const model::RowJudgement j = model::judge_row(*e.rows, e.row, o.ids.data(), u);
+    if (j.same) continue;
+    (j.within_bound ? t.flips : t.beyond_bound) += 1;
+    model::DecisionRows mine;
+    mine.width = e.rows->width;
+    mine.ids = o.ids;
+    std::fprintf(log, "  %s: %s layer %lld case %d position %lld: model %s, reference %s:%s %s\n", label,
+                 model::decision_site_name(o.site), static_cast<long long>(o.layer), o.seq,
+                 static_cast<long long>(o.pos), mine.describe_row(0).c_str(), e.rows->describe_row(e.row).c_str(),
+                 j.detail.c_str(), j.within_bound ? "legitimate flip" : "BEYOND THE FORMAT BOUND (a bug)");
   }
-  // MTP: the draft layer over the input rows, from each model's own (forced) target hidden states.
-  if (c.has_mtp && T >= 2 && model.has_mtp() && reference.has_mtp()) {
-    const std::vector<int32_t> next(c.input_ids.begin() + 1, c.input_ids.end());
-    model::DecisionRecorder mtp_rec;
-    MX_ASSIGN_OR_RETURN(Tensor ref_mtp, mtp_with(ref, next, r.hidden.slice_rows(0, T - 1), mtp_rec));
-    (void)ref_mtp;
-    model::DecisionForcer mtp_forcer(mtp_rec.records);
-    MX_ASSIGN_OR_RETURN(Tensor got_mtp, mtp_with(test, next, f.hidden.slice_rows(0, T - 1), mtp_forcer));
-    MX_RETURN_IF_ERROR(mtp_forcer.status());
-    MX_RETURN_IF_ERROR(compare_sites(mtp_rec.records, mtp_forcer.observed, "mtp", opt, cd, log));
-    cd.forced_mtp_rel_l2 = compare(got_mtp.data<float>(), c.mtp_logits.data<float>(), (T - 1) * V).rel_l2;
-    cd.forced_ok = cd.forced_ok && cd.forced_mtp_rel_l2 <= opt.max_rel_l2;
-  }
-  return cd;
+  return t;
 }
 
 }  // namespace mxserve::cli

@@ -1,61 +1,81 @@
-// Decision-aware fixture checks (issue 16 item 6): a bf16 backend may legitimately pick another expert, another
-// indexer key or another greedy token where the fp32 reference's decision margin is below bf16 noise, and one
-// flipped decision moves a whole row. For one fixture case (teacher-forced over input_ids + greedy tokens):
-//   1. the reference -- the CPU fp32 model, which matches transformers within 1e-4 (the fixtures store only
-//      logits and tokens, not router / indexer scores, so the reference decisions and their margins are
-//      recomputed by that run) -- records every routing and index top-k decision with its margin;
-//   2. the model under test runs with every reference decision forced (model/decisions.h DecisionForcer); at each
-//      site it still makes its own choice first, from its own scores with all upstream decisions equal to the
-//      reference's, and that choice is compared with the reference's;
-//   3. a disagreement is a legitimate flip when the reference margin is within the bound below, else a failure;
-//   4. the forced run's logits (and MTP logits) must match the fixture within the usual tolerance; its greedy
-//      rows' argmax must equal the fixture's tokens unless the reference's top-2 logit margin is within the bound.
-// The bound. A flip between candidates a and b needs |err_a| + |err_b| >= margin, so it is explainable when
-// margin <= 2 x (the larger score error), the score error being modelled as rho x scale: scale is the row's
-// DecisionRows::scale for the two candidates (4 standard deviations of uncorrelated noise on the products the
-// score sums, per unit relative input error; decisions.h), greedy: 4 x the rms of the reference logit row; rho is
-// the relative error of a bf16 backend's activations: kBf16DecisionRelError = 1.5e-2, twice the worst measured
-// target-logit rel-L2 of the CUDA backend on the fixtures without a flip (7.1e-3, glm4_moe_tiny_a, docs/cuda.md).
-// Measured use of the bound, printed per case: over the rows whose decisions agree, max |margin(test) -
-// margin(reference)| / bound (the margin moves by at most the two scores' errors), so the GPU run shows how much of
-// the bound bf16 actually uses; --decision-rel-error overrides rho.
+// Decision-aware fixture checks (issue 31 item 1): a bf16 backend may legitimately pick another expert, another
+// indexer key or another greedy token where the fp32 reference's decision is closer to a tie than bf16 rounding
+// can resolve, and one flipped decision moves a whole row. So, for every path a fixture case runs (one ragged
+// batch of all cases, chunked prefill through the paged cache, greedy decode step by step, the MTP layer):
+//   1. the reference -- the CPU fp32 model, within 1e-4 of transformers -- runs each case once, teacher-forced over
+//      input_ids + greedy, and its routing and index top-k decisions go into a book keyed by (site, layer,
+//      case, position) (model/decisions.h DecisionBook), with every candidate's score and sensitivity;
+//   2. each path runs with the reference's decisions forced row by row through that book (PositionalForcer):
+//      whatever the batching, a row at position p of case c takes the reference's choice at (c, p); every
+//      ordinary check (logits within the tolerance, greedy tokens, MTP logits) runs under forcing, nothing is
+//      switched off;
+//   3. the model's own choice at every site and row (made before forcing, from its own scores with all upstream
+//      decisions equal to the reference's) is judged against the reference's whole set by the format bound
+//      (model::judge_row): a legitimate flip when rounding the scores' inputs to the activation format can
+//      explain the set, else a failure of that path;
+//   4. greedy decode: where the model's token differs from the fixture's, the flip is legitimate when the
+//      reference's logit margin between the two tokens is within u x (sum_i |h_i W_ai| + sum_i |h_i W_bi|) (h the
+//      reference's final hidden row, W the output embedding; the same format bound), and decoding continues
+//      with the fixture's token so every later step is still checked; beyond the bound it fails.
+// The bound is the format's (u = 2^-8 for bf16 activations), never a backend's measured error.
 #pragma once
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cli/fixture.h"
 #include "core/status.h"
 #include "model/causal_lm.h"
+#include "model/decisions.h"
 
 namespace mxserve::cli {
 
-constexpr double kBf16DecisionRelError = 1.5e-2;
-
-struct DecisionCheckOptions {
-  double rel_error = kBf16DecisionRelError;  // rho of the bound
-  double max_rel_l2 = 1e-4;                  // the forced run against the fixture
-  int64_t block_size = 16;
+// Per path and case: the decision rows the model made and how they compare with the reference's.
+struct DecisionTally {
+  int64_t rows = 0;          // decision rows compared (every site, layer and batch row)
+  int flips = 0;             // disagreements within the format bound
+  int beyond_bound = 0;      // disagreements beyond it: a bug
+  double max_bound_use = 0;  // max over compared rows of model::bound_use (how much of the bound bf16 used)
+  void add(const DecisionTally& o);
 };
 
-struct CaseDecisions {
-  int64_t sites = 0, rows = 0;    // decision sites (per layer and forward) and rows compared
-  int flips = 0;                  // site disagreements within the bound
-  int beyond_bound = 0;           // site disagreements beyond it: a bug
-  int greedy_flips = 0, greedy_beyond_bound = 0;
-  int unforced_disagreements = 0;  // rows whose decisions differ when nothing is forced (information)
-  double unforced_rel_l2 = 0;      // the unforced teacher-forced logits against the fixture (information)
-  double forced_rel_l2 = 0, forced_mtp_rel_l2 = -1;  // -1: no MTP comparison
-  double max_bound_use = 0;  // max over agreeing rows of |margin(test) - margin(ref)| / bound
-  bool forced_ok = true;     // forced logits (and MTP logits) within max_rel_l2
-  bool ok() const { return beyond_bound == 0 && greedy_beyond_bound == 0 && forced_ok; }
-  bool any_flip() const { return flips + greedy_flips + unforced_disagreements > 0; }
+struct GreedyJudgement {
+  double margin = 0;  // reference logit(want) - logit(got)
+  double bound = 0;   // u x (S_want + S_got)
+  bool within_bound() const { return margin <= bound; }
 };
 
-// Runs the checks of one case on `model` (any backend) against `reference` (the same fixture on the CPU
-// backend), printing every disagreement to `log`.
-Result<CaseDecisions> check_case_decisions(model::CausalLM& model, backend::Backend& be, model::CausalLM& reference,
-                                           backend::Backend& ref_be, const FixtureCase& c,
-                                           const DecisionCheckOptions& opt, std::FILE* log);
+// The output embedding [V, H] of the checkpoint in dir as host f32 (lm_head.weight, or the tied input embedding).
+Result<Tensor> read_output_embedding(const std::string& dir, const model::ModelConfig& cfg);
+
+// A token flip judged by the format bound: the reference's logits row [V] and final hidden row [H] (post-norm,
+// the lm_head input), the output embedding [V, H]; `got` where the reference's row prefers `want`.
+GreedyJudgement judge_token_flip(const float* ref_logits, const float* ref_hidden, const Tensor& out_embed,
+                                 int32_t got, int32_t want, double unit_roundoff);
+
+// The reference side of a fixture: the decision book of every case (target and MTP layer), the reference's
+// teacher-forced logits and final hidden rows, and the output embedding for the greedy bound.
+class DecisionReference {
+ public:
+  static Result<DecisionReference> make(const std::string& dir, model::CausalLM& reference, backend::Backend& ref_be,
+                                        const std::vector<FixtureCase>& cases, int64_t block_size);
+  const model::DecisionBook& book() const { return *book_; }
+  // The reference's teacher-forced logits of case c: host f32 [T + N - 1, V] over input_ids + greedy[:-1].
+  const Tensor& logits(size_t c) const { return logits_[c]; }
+  // Greedy step at row `row` of case c's teacher-forced sequence (input_ids + greedy): the model chose `got`
+  // where the fixture has `want`.
+  GreedyJudgement judge_greedy(size_t c, int64_t row, int32_t got, int32_t want, double unit_roundoff) const;
+  // Judges the observations of one path (label for the log) of case c (c < 0: every case), printing every
+  // disagreement.
+  DecisionTally judge(const std::vector<model::ObservedDecision>& observed, int path, int32_t c, double unit_roundoff,
+                      const char* label, std::FILE* log) const;
+
+ private:
+  std::unique_ptr<model::DecisionBook> book_;
+  std::vector<Tensor> logits_, hidden_;  // per case: host f32 [L, V] and [L, H] (L = T + N - 1)
+  Tensor out_embed_;                     // host f32 [V, H]
+};
 
 }  // namespace mxserve::cli

@@ -14,7 +14,6 @@ namespace mxserve::model {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kSigmas = 4.0;  // DecisionRows::scale covers 4 standard deviations of the noise model
 
 // Row r of an i32 [T, width] host tensor, ascending, -1 padding last.
 std::vector<int32_t> sorted_rows(const Tensor& ids_host, int64_t rows, int64_t width) {
@@ -68,15 +67,13 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
   const Tensor logits = be.to_host(logits_dev), b = be.to_host(bias), chosen = be.to_host(ids);
   const Tensor xh = be.to_host(x), gh = be.to_host(gate);
   const int64_t H = x.dim(1);
-  // sqrt(sum_i (x_i g_ei)^2): the standard deviation of router logit e's error per unit of relative error in its
-  // inputs, when that error is uncorrelated noise (decisions.h).
+  // sum_i |x_i g_ei|: router logit e's worst-case error per unit relative error of x (the rounded input; the
+  // gate weights are the checkpoint's own values on every backend).
   auto abs_dot = [&](int64_t t, int64_t e) {
     double s = 0;
-    for (int64_t i = 0; i < H; ++i) {
-      const double p = static_cast<double>(xh.data<float>()[t * H + i]) * gh.data<float>()[e * H + i];
-      s += p * p;
-    }
-    return std::sqrt(s);
+    for (int64_t i = 0; i < H; ++i)
+      s += std::fabs(static_cast<double>(xh.data<float>()[t * H + i]) * gh.data<float>()[e * H + i]);
+    return s;
   };
   DecisionRows d;
   d.site = DecisionSite::kExpertRouting;
@@ -84,6 +81,8 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
   d.rows = T;
   d.width = K;
   d.ids = sorted_rows(chosen, T, K);
+  d.n_group = G;
+  d.topk_group = rp.topk_group;
   std::vector<std::vector<double>> sig(T, std::vector<double>(E));
   const int64_t per_group = E / G;
   for (int64_t t = 0; t < T; ++t) {
@@ -113,16 +112,11 @@ void routing_decision(backend::Backend& be, const Tensor& x, const Tensor& gate,
     const double expert_margin = margin_of(sc, visible, d.row(t), K, &pair);
     d.margin.push_back(std::min(group_margin, expert_margin));
     d.margin_pair.push_back(group_margin < expert_margin ? std::pair<int32_t, int32_t>{-1, -1} : pair);
-    // Score noise of expert e: the sigmoid's slope s(1 - s) at its logit (linearized) x the logit's noise. The
-    // pair's experts, or every expert when groups decide.
-    auto noise = [&](int64_t e) { return sig[t][e] * (1.0 - sig[t][e]) * abs_dot(t, e); };
-    double scale = 0;
-    if (d.margin_pair.back().first >= 0) {
-      scale = std::max(noise(pair.first), noise(pair.second));
-    } else if (std::isfinite(d.margin.back())) {
-      for (int64_t e = 0; e < E; ++e) scale = std::max(scale, noise(e));
-    }
-    d.scale.push_back(kSigmas * scale);
+    // Score sensitivity of expert e: the sigmoid's slope s(1 - s) at its logit (linearized) x the logit's.
+    std::vector<double> sens(E);
+    for (int64_t e = 0; e < E; ++e) sens[e] = sig[t][e] * (1.0 - sig[t][e]) * abs_dot(t, e);
+    d.scores.push_back(std::move(sc));
+    d.sensitivity.push_back(std::move(sens));
   }
   hook.on_decision(d);
   if (!d.forced) return;
@@ -159,29 +153,30 @@ void index_decision(backend::Backend& be, const Tensor& q_dev, const Tensor& w_d
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = kvi.data<int32_t>()[t] + 1;
     const int32_t* table = tables.data<int32_t>() + seq.data<int32_t>()[t] * stride;
-    std::vector<double> score(n), noise(n);  // noise: sqrt(sum of squared products), as for routing
+    std::vector<double> score(n), sens(n);  // sens: 3 x sum_h |w_h| sum_d |q_hd k_d| (q, k, w each rounded)
     for (int64_t j = 0; j < n; ++j) {
       const float* key = cache.data<float>() + (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * D;
       double s = 0, a = 0;
       for (int64_t h = 0; h < NH; ++h) {
         const float* qh = q.data<float>() + (t * NH + h) * D;
-        double dot = 0, sq = 0;
+        double dot = 0, l1 = 0;
         for (int64_t k = 0; k < D; ++k) {
           const double p = static_cast<double>(qh[k]) * key[k];
           dot += p;
-          sq += p * p;
+          l1 += std::fabs(p);
         }
         const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * ip.weight_scale * ip.score_scale;
         s += wh * std::max(dot, 0.0);
-        a += dot > 0 ? wh * wh * sq : 0.0;  // heads the ReLU passes; q, k and w each carry the relative error
+        a += std::fabs(wh) * l1;  // every head: the ReLU is 1-Lipschitz, so a head near its kink is covered too
       }
       score[j] = s;
-      noise[j] = std::sqrt(3.0 * a);
+      sens[j] = 3.0 * a;
     }
     std::pair<int32_t, int32_t> pair;
     d.margin.push_back(margin_of(score, std::vector<char>(n, 1), d.row(t), K, &pair));
     d.margin_pair.push_back(pair);
-    d.scale.push_back(pair.first >= 0 ? kSigmas * std::max(noise[pair.first], noise[pair.second]) : 0.0);
+    d.scores.push_back(std::move(score));
+    d.sensitivity.push_back(std::move(sens));
   }
   hook.on_decision(d);
   if (!d.forced) return;
