@@ -230,12 +230,17 @@ std::optional<ApiError> translate_anthropic_request(const OJ& body, OJ* openai_b
   static const std::set<std::string> known = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream",
                                               "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
                                               "metadata"};
-  static const std::set<std::string> refused = {"mcp_servers", "container", "output_format", "output_config",
-                                                "context_management"};
+  // Features whose absence would change the answer (server-side tools, a schema-shaped output): refused.
+  // context_management (server-side clearing of old tool results) and output_config without a format
+  // (effort) only change cost, so they fall under the ignored fields.
+  static const std::set<std::string> refused = {"mcp_servers", "container", "output_format"};
   OJ out = OJ::object();
   for (const auto& [key, value] : body.items()) {
     if (refused.count(key) && !value.is_null())
       return unsupported_field(key, "this Anthropic feature is not implemented by mxserve");
+    if (key == "output_config" && value.is_object() && value.contains("format") && !value["format"].is_null())
+      return unsupported_field("output_config.format", "structured output is not implemented on /v1/messages "
+                                                       "(use response_format on /v1/chat/completions)");
     if (!known.count(key) && ignored->size() < kMaxIgnoredFields) ignored->push_back(key.substr(0, kMaxIgnoredFieldName));
   }
   for (const char* k : {"model", "temperature", "top_p", "top_k", "stream"})

@@ -158,6 +158,8 @@ TEST(AnthropicRequest, ErrorsNameTheAnthropicField) {
        "tool_choice.type"},
       {R"({"max_tokens":8,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"maybe"}})", "thinking.type"},
       {R"({"max_tokens":8,"messages":[{"role":"user","content":"x"}],"mcp_servers":[{}]})", "mcp_servers"},
+      {R"({"max_tokens":8,"messages":[{"role":"user","content":"x"}],"output_config":{"format":{"type":"json_schema"}}})",
+       "output_config.format"},
       {R"([1,2])", ""},
   };
   for (const Case& c : cases) {
