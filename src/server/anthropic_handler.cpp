@@ -72,6 +72,12 @@ std::optional<ApiError> prepare(ServerContext& ctx, const http::Request& req, bo
   return std::nullopt;
 }
 
+// A generation that ended with no finish reason was aborted by the server (shutdown), not by the model.
+ApiError aborted_error(const ServerContext& ctx) {
+  return ctx.stopping ? overloaded("the server is shutting down; the generation was aborted")
+                      : internal("the generation ended without a finish reason");
+}
+
 bool write_sse(http::StreamWriter& sink, const OJ& event, std::chrono::steady_clock::time_point* last) {
   const std::string s = sse_event(event);
   *last = std::chrono::steady_clock::now();
@@ -117,11 +123,11 @@ void stream(ServerContext& ctx, Prepared& p, GenerationSession& session, const s
       if (ok) sink.done();
       return;
     }
-    if (!more || session.done()) break;  // finished without a final delta: cannot happen; end the stream anyway
+    if (!more || session.done()) break;  // aborted without a final delta (the server is stopping)
     if (std::chrono::steady_clock::now() - last > kPingInterval) ok = write_sse(sink, OJ{{"type", "ping"}}, &last);
   }
   if (ok && !res.client_gone()) {
-    write_sse(sink, anthropic_error_json(internal("the generation ended without a finish reason")), &last);
+    write_sse(sink, anthropic_error_json(aborted_error(ctx)), &last);
     sink.done();
   }
   // Otherwise the client is gone: the session's destructor aborts the generation.
@@ -178,6 +184,7 @@ void handle_messages(ServerContext& ctx, const http::Request& req, http::Respons
     }
   }
   if (!error.empty()) return write_anthropic_error(internal(error), res);
+  if (finish.empty()) return write_anthropic_error(aborted_error(ctx), res);
   ChoiceOutput::Delta parsed;
   if (p.plan.active) {  // one chunk through the same parser as streaming
     ChoiceOutput parser(p.plan, &ctx.metrics);
