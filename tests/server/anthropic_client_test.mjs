@@ -20,6 +20,7 @@ try {
 }
 
 const KEY = 'sk-ant-test';
+const N = 12;  // max_tokens of the text requests (a busy 2-core CPU: keep them short)
 const server = spawn(binary, [
   'serve', '--model', path.join(root, 'models/tiny-glm-trained'), '--port', '0', '--served-model-name', 'tiny-glm',
   '--kv-cache-memory', '256MiB', '--max-model-len', '2048', '--stats-interval', '0', '--api-key', KEY,
@@ -69,7 +70,7 @@ const unitTool = {
 try {
   // 1. Plain text, greedy: the message shape, and the OpenAI route's answer to the same request.
   const ask = [{ role: 'user', content: 'Tell me about the city.' }];
-  const plain = await client.messages.create({ model: 'tiny-glm', max_tokens: 24, temperature: 0, messages: ask,
+  const plain = await client.messages.create({ model: 'tiny-glm', max_tokens: N, temperature: 0, messages: ask,
     metadata: { user_id: 'u1' } });
   assert.match(plain.id, /^msg_[A-Za-z0-9]{24}$/);
   assert.equal(plain.type, 'message');
@@ -77,17 +78,17 @@ try {
   assert.equal(plain.model, 'tiny-glm');
   assert.ok(['max_tokens', 'end_turn'].includes(plain.stop_reason), plain.stop_reason);
   assert.equal(plain.stop_sequence, null);
-  assert.ok(plain.usage.output_tokens >= 1 && plain.usage.output_tokens <= 24);
+  assert.ok(plain.usage.output_tokens >= 1 && plain.usage.output_tokens <= N);
   const text = textOf(plain);
   assert.ok(text.length > 0, 'greedy text is not empty');
-  const oa = await openaiChat({ messages: ask, max_tokens: 24 });
+  const oa = await openaiChat({ messages: ask, max_tokens: N });
   assert.equal(promptTokens(plain.usage), oa.usage.prompt_tokens, 'same rendered prompt as /v1/chat/completions');
   assert.equal(text, oa.choices[0].message.content ?? '', 'same greedy text as /v1/chat/completions');
   assert.equal(plain.stop_reason === 'max_tokens', oa.choices[0].finish_reason === 'length');
 
   // 2. Streaming: the exact event sequence, and the streamed text equals the non-streamed one.
   const events = [];
-  for await (const ev of await client.messages.create({ model: 'tiny-glm', max_tokens: 24, temperature: 0,
+  for await (const ev of await client.messages.create({ model: 'tiny-glm', max_tokens: N, temperature: 0,
     messages: ask, stream: true })) events.push(ev);
   const types = events.map((e) => e.type);
   assert.equal(types[0], 'message_start');
@@ -107,7 +108,7 @@ try {
   assert.equal(md.delta.stop_reason, plain.stop_reason);
   assert.equal(md.usage.output_tokens, plain.usage.output_tokens);
   // The SDK's stream helper accumulates the same message.
-  const final = await client.messages.stream({ model: 'tiny-glm', max_tokens: 24, temperature: 0, messages: ask })
+  const final = await client.messages.stream({ model: 'tiny-glm', max_tokens: N, temperature: 0, messages: ask })
     .finalMessage();
   assert.deepEqual(final.content, plain.content);
   assert.equal(final.stop_reason, plain.stop_reason);
@@ -177,12 +178,12 @@ try {
   let seq = text.slice(k, k + 3);
   while (text.indexOf(seq) !== k && k < text.length - 3) seq = text.slice(++k, k + 3);
   assert.equal(text.indexOf(seq), k, `a stop sequence first found at ${k} of ${JSON.stringify(text)}`);
-  const stopped = await client.messages.create({ model: 'tiny-glm', max_tokens: 24, temperature: 0, messages: ask,
+  const stopped = await client.messages.create({ model: 'tiny-glm', max_tokens: N, temperature: 0, messages: ask,
     stop_sequences: [seq] });
   assert.equal(stopped.stop_reason, 'stop_sequence');
   assert.equal(stopped.stop_sequence, seq);
   assert.ok(text.startsWith(textOf(stopped)) && !textOf(stopped).includes(seq), JSON.stringify(stopped.content));
-  const stoppedStream = await client.messages.stream({ model: 'tiny-glm', max_tokens: 24, temperature: 0, messages: ask,
+  const stoppedStream = await client.messages.stream({ model: 'tiny-glm', max_tokens: N, temperature: 0, messages: ask,
     stop_sequences: [seq] }).finalMessage();
   assert.equal(stoppedStream.stop_reason, 'stop_sequence');
   assert.equal(stoppedStream.stop_sequence, seq);
@@ -211,8 +212,8 @@ try {
   await assert.rejects(wrongKey.messages.create({ model: 'tiny-glm', max_tokens: 4, messages: ask }),
     (e) => e instanceof Anthropic.AuthenticationError && e.error?.error?.type === 'authentication_error');
   const bearer = new Anthropic({ baseURL: base, apiKey: null, authToken: KEY, maxRetries: 0 });
-  const viaBearer = await bearer.messages.create({ model: 'tiny-glm', max_tokens: 24, temperature: 0, messages: ask });
-  assert.equal(textOf(viaBearer), text, 'Authorization: Bearer is accepted too');
+  const viaBearer = await bearer.messages.create({ model: 'tiny-glm', max_tokens: 2, temperature: 0, messages: ask });
+  assert.equal(viaBearer.stop_reason, 'max_tokens', 'Authorization: Bearer is accepted too');
   console.log('anthropic client: text, system, tool_use/tool_result, forced tool, stop_sequences, max_tokens, ' +
     'streaming events, count_tokens and error classes all OK');
 } finally {
