@@ -103,6 +103,7 @@ void GenerationSession::handle(const Event& e, ChoiceDelta* delta) {
     delta->text += c.detok->push(ev.token);
     if (c.detok->stopped()) {
       if (gen_.include_stop_str_in_output) delta->text += *c.detok->matched_stop();
+      delta->stop_str = *c.detok->matched_stop();
       ctx_.model.engine->abort(c.id);  // generation past a stop string is wasted work: free its blocks now
       finish_choice(c, "stop", delta);
       return;

@@ -41,6 +41,7 @@ struct ChoiceDelta {
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;  // empty while the choice runs
   std::string error;          // set with finish_reason "error"
+  std::string stop_str;       // the stop string that ended the choice (finish_reason "stop"); empty otherwise
   int n_tokens = 0;           // generated tokens this delta covers (text may still be empty)
 };
 

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "core/logging.h"
+#include "server/anthropic_handler.h"
 #include "server/api_key.h"
 #include "server/completion_handlers.h"
 #include "server/json_util.h"
@@ -39,6 +40,8 @@ HttpServer::Route HttpServer::route_of(const http::Request& req) {
   if (req.method == "POST") {
     if (p == "/v1/chat/completions") return Route::kChat;
     if (p == "/v1/completions") return Route::kCompletions;
+    if (p == "/v1/messages") return Route::kMessages;
+    if (p == "/v1/messages/count_tokens") return Route::kCountTokens;
   } else if (req.method == "GET") {
     if (p == "/health") return Route::kHealth;
     if (p == "/metrics") return Route::kMetrics;
@@ -50,9 +53,12 @@ HttpServer::Route HttpServer::route_of(const http::Request& req) {
 std::optional<http::Response> HttpServer::admit(const http::Request& head) {
   http::Response res;
   const ServerContext& ctx = *ctx_;
+  const bool anthropic = route_of(head) == Route::kMessages || route_of(head) == Route::kCountTokens;
   if (head.path.rfind("/v1/", 0) == 0 && !ctx.options.api_key.empty() &&
-      !bearer_token_matches(head.raw_header("authorization"), ctx.options.api_key)) {
-    write_error(*ctx_, unauthorized(), res);
+      !bearer_token_matches(head.raw_header("authorization"), ctx.options.api_key) &&
+      !(anthropic && x_api_key_matches(head.raw_header("x-api-key"), ctx.options.api_key))) {
+    if (anthropic) write_anthropic_error(anthropic_unauthorized(), res);
+    else write_error(*ctx_, unauthorized(), res);
     return res;
   }
   if (route_of(head) == Route::kNone) {
@@ -64,14 +70,16 @@ std::optional<http::Response> HttpServer::admit(const http::Request& head) {
 
 bool HttpServer::runs_inline(const http::Request& req) const {
   const Route r = route_of(req);
-  return r != Route::kChat && r != Route::kCompletions;
+  return r != Route::kChat && r != Route::kCompletions && r != Route::kMessages && r != Route::kCountTokens;
 }
 
 void HttpServer::handle(const http::Request& req, http::Response& res) {
   ServerContext& ctx = *ctx_;
   switch (route_of(req)) {
     case Route::kChat:
-    case Route::kCompletions: {
+    case Route::kCompletions:
+    case Route::kMessages:
+    case Route::kCountTokens: {
       ++in_flight_;
       struct Done {
         std::atomic<int>& n;
@@ -80,6 +88,8 @@ void HttpServer::handle(const http::Request& req, http::Response& res) {
       // The one place generation responses get common headers: benchmark-mode output is marked as such.
       if (ctx.ready && ctx.model.simulated_acceptance > 0) res.set_header("x-mxserve-simulated-acceptance", "true");
       if (route_of(req) == Route::kChat) handle_chat_completions(ctx, req, res);
+      else if (route_of(req) == Route::kMessages) handle_messages(ctx, req, res);
+      else if (route_of(req) == Route::kCountTokens) handle_count_tokens(ctx, req, res);
       else handle_completions(ctx, req, res);
       return;
     }

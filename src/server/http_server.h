@@ -38,7 +38,7 @@ class HttpServer : private http::Service {
   size_t open_connections() const { return loop_->open_connections(); }
 
  private:
-  enum class Route { kNone, kHealth, kMetrics, kModels, kChat, kCompletions };
+  enum class Route { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kMessages, kCountTokens };
   static Route route_of(const http::Request& req);
 
   std::optional<http::Response> admit(const http::Request& head) override;
