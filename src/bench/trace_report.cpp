@@ -16,7 +16,7 @@ std::string fmt(const char* f, double x) {
 
 void row(std::ostream& os, const std::string& name, const std::string& value) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%-52s %s\n", name.c_str(), value.c_str());
+  std::snprintf(buf, sizeof buf, "%-54s %s\n", name.c_str(), value.c_str());
   os << buf;
 }
 

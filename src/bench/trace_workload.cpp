@@ -92,7 +92,9 @@ Result<RequestSpec> TraceSchedule::next(double now_s, double* scheduled_s) {
     due_.pop();
   } else if (can_admit() && arrival_time(next_arrival_) <= now_s) {
     id = static_cast<int64_t>(next_arrival_++);
-    *scheduled_s = arrival_time(static_cast<size_t>(id));
+    // Closed loop: a session is due when a slot frees (now). Arrivals: its arrival time, so waiting
+    // for a --max-concurrency slot shows as client queue time.
+    *scheduled_s = c_.session_offsets.empty() ? now_s : arrival_time(static_cast<size_t>(id));
     ++active_;
     max_active_seen_ = std::max(max_active_seen_, active_);
   } else {
