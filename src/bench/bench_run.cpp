@@ -218,6 +218,9 @@ Status BenchRun::run() {
   if (c_.workload.kind == WorkloadKind::kTrace) {  // a malformed trace fails before the server is asked
     MX_ASSIGN_OR_RETURN(Trace t, read_trace_file(c_.trace_file));
     trace_ = std::make_unique<Trace>(std::move(t));
+    if (trace_->needs_tokenizer() && c_.tokenizer.empty())
+      return invalid_argument("--trace " + c_.trace_file + ": turns with input_tokens are cut from the corpus: give "
+                              "--tokenizer (the model's tokenizer.json or directory)");
   }
   MX_RETURN_IF_ERROR(prepare());
   if (c_.workload.kind == WorkloadKind::kTrace) return run_trace();

@@ -36,10 +36,14 @@ Status BenchRun::run_trace() {
     if (rc.session_offsets.empty()) return invalid_argument("--duration too short: no session arrives inside it");
     rc.num_sessions = static_cast<int64_t>(rc.session_offsets.size());
   }
-  if (trace_->needs_tokenizer() && rc.num_sessions * 4 >= 1000)
+  if (trace_->needs_tokenizer() && rc.num_sessions >= 250)
     err_ << "mxserve bench: building the new inputs of " << rc.num_sessions << " sessions before the clock starts\n";
   MX_ASSIGN_OR_RETURN(std::unique_ptr<TraceSchedule> sched,
                       TraceSchedule::make(*trace_, rc, codec_.get(), corpus_.get()));
+  if (sched->lazy())
+    err_ << "mxserve bench: NOTE: the sessions' new inputs pass " << rc.prebuild_token_cap
+         << " tokens: each session's are built when it starts, so a due turn of another session may wait "
+            "for that (client queue time shows it); use fewer --num-sessions to build all up front\n";
   const nlohmann::json describe = sched->describe(c_.trace_file);
   err_ << "mxserve bench: " << model_ << " at " << c_.base_url
        << (rc.chat ? "/v1/chat/completions" : "/v1/completions") << ", trace " << c_.trace_file << ": "

@@ -30,43 +30,57 @@ Result<std::unique_ptr<TraceSchedule>> TraceSchedule::make(const Trace& trace, T
   const int64_t n = config.num_sessions > 0 ? config.num_sessions : static_cast<int64_t>(trace.sessions.size());
   if (!config.session_offsets.empty() && static_cast<int64_t>(config.session_offsets.size()) < n)
     return internal_error("trace schedule: fewer session arrival times than sessions");
-  const uint64_t seed = config.seed;
-  const bool chat = config.chat;
   std::unique_ptr<TraceSchedule> s(new TraceSchedule(std::move(config)));
-  std::vector<int32_t> sep;
-  if (!chat && codec) { MX_ASSIGN_OR_RETURN(sep, codec->encode("\n\n")); }
+  s->codec_ = codec;
+  s->corpus_ = corpus;
+  s->file_sessions_ = static_cast<int64_t>(trace.sessions.size());
+  if (!s->c_.chat && codec) { MX_ASSIGN_OR_RETURN(s->sep_, codec->encode("\n\n")); }
   s->sessions_.resize(static_cast<size_t>(n));
+  int64_t total_tokens = 0;
   for (int64_t i = 0; i < n; ++i) {
     Session& ses = s->sessions_[static_cast<size_t>(i)];
     ses.src = &trace.sessions[static_cast<size_t>(i) % trace.sessions.size()];
-    const bool repeat = i >= static_cast<int64_t>(trace.sessions.size());
-    char nonce[64];
-    std::snprintf(nonce, sizeof nonce, "Session %016llx.", static_cast<unsigned long long>(hash3(seed, 0x5e55, i)));
-    for (size_t k = 0; k < ses.src->turns.size(); ++k) {
-      const TraceTurn& t = ses.src->turns[k];
-      NewInput in;
-      if (!t.input_text.empty()) {
-        // A repeated session would otherwise send the same text as its first instance (a free cache hit).
-        in.text = (k == 0 && repeat ? std::string(nonce) + "\n" : std::string()) + (k > 0 && !chat ? "\n\n" : "") + t.input_text;
-        if (codec) {
-          MX_ASSIGN_OR_RETURN(auto ids, codec->encode(in.text));
-          in.tokens = static_cast<int64_t>(ids.size());
-        }
-      } else {
-        std::vector<int32_t> prefix;
-        if (k == 0) {
-          MX_ASSIGN_OR_RETURN(prefix, codec->encode(nonce));
-        } else {
-          prefix = sep;
-        }
-        MX_ASSIGN_OR_RETURN(FittedText f, fit_prompt(*codec, *corpus, prefix, hash3(seed ^ 0x7ace, i, k), t.input_tokens));
-        in.text = std::move(f.text);
-        in.tokens = f.tokens;
-      }
-      ses.inputs.push_back(std::move(in));
-    }
+    for (const TraceTurn& t : ses.src->turns) total_tokens += t.input_tokens;
   }
+  // Up front (no prompt building between network events) unless the text would not fit memory
+  // comfortably; then each session's inputs are built when it starts.
+  s->lazy_ = total_tokens > s->c_.prebuild_token_cap;
+  if (!s->lazy_)
+    for (int64_t i = 0; i < n; ++i) MX_RETURN_IF_ERROR(s->build_inputs(i));
   return s;
+}
+
+Status TraceSchedule::build_inputs(int64_t i) {
+  Session& ses = sessions_[static_cast<size_t>(i)];
+  if (!ses.inputs.empty()) return Status::ok();
+  const bool repeat = i >= file_sessions_;
+  char nonce[64];
+  std::snprintf(nonce, sizeof nonce, "Session %016llx.", static_cast<unsigned long long>(hash3(c_.seed, 0x5e55, i)));
+  for (size_t k = 0; k < ses.src->turns.size(); ++k) {
+    const TraceTurn& t = ses.src->turns[k];
+    NewInput in;
+    if (!t.input_text.empty()) {
+      // A repeated session would otherwise send the same text as its first instance (a free cache hit).
+      in.text = (k == 0 && repeat ? std::string(nonce) + "\n" : std::string()) + (k > 0 && !c_.chat ? "\n\n" : "") +
+                t.input_text;
+      if (codec_) {
+        MX_ASSIGN_OR_RETURN(auto ids, codec_->encode(in.text));
+        in.tokens = static_cast<int64_t>(ids.size());
+      }
+    } else {
+      std::vector<int32_t> prefix;
+      if (k == 0) {
+        MX_ASSIGN_OR_RETURN(prefix, codec_->encode(nonce));
+      } else {
+        prefix = sep_;
+      }
+      MX_ASSIGN_OR_RETURN(FittedText f, fit_prompt(*codec_, *corpus_, prefix, hash3(c_.seed ^ 0x7ace, i, k), t.input_tokens));
+      in.text = std::move(f.text);
+      in.tokens = f.tokens;
+    }
+    ses.inputs.push_back(std::move(in));
+  }
+  return Status::ok();
 }
 
 bool TraceSchedule::can_admit() const {
@@ -97,6 +111,7 @@ Result<RequestSpec> TraceSchedule::next(double now_s, double* scheduled_s) {
     *scheduled_s = c_.session_offsets.empty() ? now_s : arrival_time(static_cast<size_t>(id));
     ++active_;
     max_active_seen_ = std::max(max_active_seen_, active_);
+    if (lazy_) MX_RETURN_IF_ERROR(build_inputs(id));
   } else {
     return internal_error("trace schedule: next() called with nothing due");
   }
@@ -134,6 +149,9 @@ Result<RequestSpec> TraceSchedule::next(double now_s, double* scheduled_s) {
 
 void TraceSchedule::end_session(Session& s, double now_s) {
   s.ended = true;
+  s.messages = nlohmann::json::array();  // the history is not needed any more
+  std::string().swap(s.prompt);
+  std::vector<NewInput>().swap(s.inputs);
   --active_;
   // --duration: once a session ends past it, start no more.
   if (c_.duration_s > 0 && now_s >= c_.duration_s) next_arrival_ = sessions_.size();
@@ -167,7 +185,7 @@ void TraceSchedule::on_finish(RequestRecord& rec) {
   rec.reasoning_text.clear();
   rec.reasoning_text.shrink_to_fit();
   s.next_turn = k + 1;
-  if (s.next_turn >= s.inputs.size()) {
+  if (s.next_turn >= s.src->turns.size()) {
     end_session(s, rec.end_s);
     return;
   }
@@ -177,14 +195,15 @@ void TraceSchedule::on_finish(RequestRecord& rec) {
 std::vector<int64_t> TraceSchedule::turns_per_instance() const {
   std::vector<int64_t> out;
   out.reserve(sessions_.size());
-  for (const Session& s : sessions_) out.push_back(static_cast<int64_t>(s.inputs.size()));
+  for (const Session& s : sessions_) out.push_back(static_cast<int64_t>(s.src->turns.size()));
   return out;
 }
 
 nlohmann::json TraceSchedule::describe(const std::string& file) const {
   int64_t turns = 0;
-  for (const Session& s : sessions_) turns += static_cast<int64_t>(s.inputs.size());
+  for (const Session& s : sessions_) turns += static_cast<int64_t>(s.src->turns.size());
   return {{"workload", "trace"},
+          {"prompts_built", lazy_ ? "when each session starts (over the prebuild cap)" : "before the clock started"},
           {"file", file},
           {"sessions", sessions_.size()},
           {"turns", turns},

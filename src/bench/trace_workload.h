@@ -40,14 +40,17 @@ struct TraceReplayConfig {
   std::vector<double> session_offsets;// arrival time of instance i (empty: every instance at 0, gated by max_active)
   double duration_s = 0;              // >0: no session starts once a session ends after this time
   uint64_t seed = 0;
+  int64_t prebuild_token_cap = 20'000'000;  // new-input tokens built before the clock starts, at most
 };
 
 class TraceSchedule final : public DynamicSchedule {
  public:
-  // Builds every new input up front (before the clock starts). codec/corpus may be null only when
-  // every turn gives input_text.
+  // Builds every new input up front (before the clock starts), or, past config.prebuild_token_cap
+  // tokens in all, each session's when it starts (lazy(); describe() says which). codec/corpus may
+  // be null only when every turn gives input_text. `trace`, codec and corpus must outlive the schedule.
   static Result<std::unique_ptr<TraceSchedule>> make(const Trace& trace, TraceReplayConfig config,
                                                      const TokenCodec* codec, const TokenCorpus* corpus);
+  bool lazy() const { return lazy_; }
 
   double next_ready_s() const override;
   bool exhausted() const override;
@@ -79,12 +82,18 @@ class TraceSchedule final : public DynamicSchedule {
     int64_t session;
     bool operator>(const Due& o) const { return at > o.at || (at == o.at && session > o.session); }
   };
-  TraceSchedule(TraceReplayConfig c) : c_(std::move(c)) {}
+  explicit TraceSchedule(TraceReplayConfig c) : c_(std::move(c)) {}
+  Status build_inputs(int64_t instance);
   double arrival_time(size_t i) const { return c_.session_offsets.empty() ? 0.0 : c_.session_offsets[i]; }
   bool can_admit() const;
   void end_session(Session& s, double now_s);
 
   TraceReplayConfig c_;
+  const TokenCodec* codec_ = nullptr;
+  const TokenCorpus* corpus_ = nullptr;
+  std::vector<int32_t> sep_;          // completions: "\n\n" before a later turn's corpus input
+  int64_t file_sessions_ = 0;
+  bool lazy_ = false;
   std::vector<Session> sessions_;
   size_t next_arrival_ = 0;           // instances [0, next_arrival_) have started (or were cut)
   int64_t active_ = 0;                // started, not ended

@@ -19,6 +19,7 @@
 #include "bench/trace_file.h"
 #include "bench/trace_gen.h"
 #include "bench/trace_report.h"
+#include "bench/trace_workload.h"
 #include "fake_openai_server.h"
 
 namespace mxserve::bench {
@@ -294,6 +295,86 @@ TEST(TraceMetrics, JobsComputedTokensAndDepths) {
   EXPECT_DOUBLE_EQ(j["computed_token_throughput"].get<double>(), 57.0);
 }
 
+// ---- the schedule, driven by hand (no network, no clock) ----
+
+TEST(TraceSchedule, AdmissionThinkTimeAndCarriedContext) {
+  const std::string text =
+      R"({"session_id": "a", "turns": [{"input_tokens": 8, "output_tokens": 2, "think_time_s": 0.5}, {"input_tokens": 3, "output_tokens": 2}]})" "\n"
+      R"({"session_id": "b", "turns": [{"input_text": "hello there", "output_tokens": 1}]})" "\n";
+  auto trace = parse_trace_text(text, "t");
+  ASSERT_TRUE(trace.is_ok());
+  WordCodec codec;
+  auto corpus = TokenCorpus::load("", codec);
+  ASSERT_TRUE(corpus.is_ok());
+  for (bool lazy : {false, true}) {
+    TraceReplayConfig rc;
+    rc.chat = false;
+    rc.model = "m";
+    rc.max_active = 1;
+    rc.num_sessions = 3;  // a, b, then a again with a fresh nonce
+    rc.prebuild_token_cap = lazy ? 0 : 1000;
+    auto made = TraceSchedule::make(*trace, rc, &codec, &*corpus);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    TraceSchedule& s = **made;
+    EXPECT_EQ(s.lazy(), lazy);
+    EXPECT_EQ(s.turns_per_instance(), (std::vector<int64_t>{2, 1, 2}));
+    EXPECT_EQ(s.next_ready_s(), 0);
+    double sched = -1;
+    auto r0 = s.next(0.0, &sched);
+    ASSERT_TRUE(r0.is_ok());
+    EXPECT_EQ(r0->session, 0);
+    EXPECT_EQ(r0->turn, 0);
+    EXPECT_TRUE(r0->capture_text);
+    EXPECT_EQ(r0->intended_input, 8);
+    const std::string p0 = nlohmann::json::parse(r0->body)["prompt"];
+    EXPECT_EQ(split_words(p0).size(), 8u);
+    EXPECT_TRUE(std::isinf(s.next_ready_s()));  // cap 1: b waits; a's turn 1 waits for turn 0
+    EXPECT_FALSE(s.exhausted());
+    RequestRecord done;
+    done.session = 0;
+    done.turn = 0;
+    done.ok = true;
+    done.end_s = 2.0;
+    done.output_tokens = 2;
+    done.output_text = "out put ";
+    s.on_finish(done);
+    EXPECT_TRUE(done.output_text.empty());  // taken
+    EXPECT_DOUBLE_EQ(s.next_ready_s(), 2.5);  // end + think time
+    auto r1 = s.next(2.5, &sched);
+    ASSERT_TRUE(r1.is_ok());
+    EXPECT_DOUBLE_EQ(sched, 2.5);
+    EXPECT_EQ(r1->turn, 1);
+    EXPECT_EQ(r1->intended_input, 8 + 2 + 3);
+    const std::string p1 = nlohmann::json::parse(r1->body)["prompt"];
+    ASSERT_EQ(p1.compare(0, p0.size() + 8, p0 + "out put "), 0) << p1;
+    EXPECT_EQ(split_words(p1.substr(p0.size() + 8)).size(), 3u);
+    done.turn = 1;
+    done.end_s = 3.0;
+    s.on_finish(done);
+    EXPECT_DOUBLE_EQ(s.next_ready_s(), 0);  // a ended: b may start (it arrived at 0)
+    auto rb = s.next(3.0, &sched);
+    ASSERT_TRUE(rb.is_ok());
+    EXPECT_EQ(rb->session, 1);
+    EXPECT_DOUBLE_EQ(sched, 3.0);  // closed loop: due when the slot freed
+    EXPECT_EQ(nlohmann::json::parse(rb->body)["prompt"], "hello there");
+    RequestRecord fail;
+    fail.session = 1;
+    fail.turn = 0;
+    fail.ok = false;
+    fail.end_s = 4.0;
+    s.on_finish(fail);
+    auto ra2 = s.next(4.0, &sched);
+    ASSERT_TRUE(ra2.is_ok());
+    EXPECT_EQ(ra2->session, 2);
+    const std::string pa2 = nlohmann::json::parse(ra2->body)["prompt"];
+    EXPECT_NE(pa2, p0);  // a repeated session gets its own nonce
+    EXPECT_EQ(split_words(pa2).size(), 8u);
+    fail.session = 2;
+    s.on_finish(fail);
+    EXPECT_TRUE(s.exhausted());
+  }
+}
+
 // ---- replay against the fake server ----
 
 struct Seen {
@@ -356,7 +437,11 @@ BenchConfig trace_config(const std::string& url, const std::string& trace_path) 
 
 std::string fake_output(int64_t n) {
   std::string s;
-  for (int64_t k = 0; k < n; ++k) s += "t" + std::to_string(k) + " ";
+  for (int64_t k = 0; k < n; ++k) {
+    s += 't';
+    s += std::to_string(k);
+    s += ' ';
+  }
   return s;
 }
 
@@ -417,10 +502,12 @@ TEST(TraceReplay, CompletionsCarryContextAndHonourThinkTime) {
       const std::string carried = prev.req.prompt + fake_output(prev.req.max_tokens);
       ASSERT_EQ(cur.req.prompt.compare(0, carried.size(), carried), 0) << "session " << ts->id << " turn " << k;
       const std::string fresh = cur.req.prompt.substr(carried.size());
-      if (ts->turns[k].input_text.empty())
+      if (ts->turns[k].input_text.empty()) {
         EXPECT_EQ(static_cast<int64_t>(split_words(fresh).size()), ts->turns[k].input_tokens);
-      else
-        EXPECT_EQ(fresh, "\n\n" + ts->turns[k].input_text);
+      } else {
+        EXPECT_EQ(fresh.substr(0, 2), "\n\n");
+        EXPECT_EQ(fresh.substr(2), ts->turns[k].input_text);
+      }
       // The fake cache holds the prompts it saw (not outputs), in full blocks of 2 words: it serves the
       // words turn k shares with turn k-1's prompt (the fake's output has no leading space, so the
       // prompt's last word and "t0" fuse into one word).
@@ -563,7 +650,9 @@ TEST(TraceReplay, SessionRateAndRepeatedSessionsFromTheGenerator) {
   // Every first turn is unique: no session's cache hit comes from another session.
   std::lock_guard<std::mutex> lock(rp.mu);
   for (const Seen& seen : rp.seen)
-    if (seen.req.body["messages"].size() == 1) EXPECT_EQ(seen.cached, 0);
+    if (seen.req.body["messages"].size() == 1) {
+      EXPECT_EQ(seen.cached, 0);
+    }
 }
 
 }  // namespace
