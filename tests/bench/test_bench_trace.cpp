@@ -375,6 +375,36 @@ TEST(TraceSchedule, AdmissionThinkTimeAndCarriedContext) {
   }
 }
 
+TEST(TraceSchedule, DurationStopsNewSessions) {
+  auto trace = parse_trace_text(R"({"session_id": "a", "input_text": "hi", "output_tokens": 1})" "\n", "t");
+  ASSERT_TRUE(trace.is_ok());
+  TraceReplayConfig rc;
+  rc.max_active = 1;
+  rc.num_sessions = 5;
+  rc.duration_s = 1.0;
+  auto made = TraceSchedule::make(*trace, rc, nullptr, nullptr);  // input_text only: no tokenizer needed
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  TraceSchedule& s = **made;
+  double sched = 0;
+  RequestRecord r;
+  r.ok = true;
+  for (int i = 0; i < 2; ++i) {  // sessions ending before 1 s let the next start
+    auto spec = s.next(0.5 * i, &sched);
+    ASSERT_TRUE(spec.is_ok());
+    r.session = spec->session;
+    r.turn = 0;
+    r.end_s = 0.5 * i + 0.4;
+    s.on_finish(r);
+  }
+  auto spec = s.next(1.0, &sched);
+  ASSERT_TRUE(spec.is_ok());
+  r.session = spec->session;
+  r.end_s = 1.2;  // past --duration: no more sessions
+  s.on_finish(r);
+  EXPECT_TRUE(s.exhausted());
+  EXPECT_TRUE(std::isinf(s.next_ready_s()));
+}
+
 // ---- replay against the fake server ----
 
 struct Seen {
