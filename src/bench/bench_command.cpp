@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <iostream>
+#include <string>
 
 #include "bench/bench_config.h"
 #include "bench/bench_run.h"
+#include "bench/trace_gen.h"
 
 namespace mxserve::bench {
 namespace {
@@ -28,6 +30,7 @@ void on_sigint(int) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "trace-gen") return cmd_trace_gen(argc - 1, argv + 1);
   bool help = false;
   Result<BenchConfig> config = parse_bench_args(argc, argv, &help);
   if (help) {

@@ -80,13 +80,14 @@ const std::set<std::string> kValueFlags = {
     "--max-concurrency", "--num-requests", "--duration", "--warmup-requests", "--ready-timeout", "--request-timeout", "--sweep",
     "--slo-ttft-p95", "--min-success", "--knee-tolerance", "--knee-max-bisections", "--gpus",
     "--gpu-hour-price", "--compare-price", "--compare-gpus", "--compare-throughput", "--output-json",
-    "--plot-prefix", "--http-client"};
+    "--plot-prefix", "--http-client", "--trace", "--session-rate", "--num-sessions"};
 
 }  // namespace
 
 std::string bench_usage() {
-  return R"(usage: mxserve bench --base-url http://HOST:PORT [--model NAME] --tokenizer PATH
-                     [--endpoint chat|completions] --workload random|shared-prefix|single-stream|file
+  return R"(usage: mxserve bench trace-gen ...   (writes a synthetic agent trace; see mxserve bench trace-gen --help)
+       mxserve bench --base-url http://HOST:PORT [--model NAME] --tokenizer PATH
+                     [--endpoint chat|completions] --workload random|shared-prefix|single-stream|file|trace
                      (--request-rate R | --sweep R1,R2,... | --max-concurrency C)
                      (--num-requests N | --duration 60s) [--output-json FILE]
 A load generator for OpenAI-compatible servers (mxserve, vLLM, sglang, llama.cpp). docs/bench.md.
@@ -95,12 +96,15 @@ server:    --base-url URL (or --host H --port P)  --model NAME (default: first o
            --endpoint chat|completions (chat)  --api-key KEY ($OPENAI_API_KEY)
            --request-timeout 600s  --extra-body JSON  --temperature T  --no-ignore-eos
            --http-client auto|native|curl (auto: native epoll client for http://, libcurl for https://)
-workload:  --workload random|shared-prefix|single-stream|file (random)
+workload:  --workload random|shared-prefix|single-stream|file|trace (random)
            --tokenizer PATH (tokenizer.json or model dir; builtin:words for test servers only)
            --input-len N (1024)  --output-len N (128)  --range-ratio r (0: exact; [L(1-r), L(1+r)])
            --cache-hit-rate h (0.6)  --num-prefix-groups G (16)       (shared-prefix)
            --dataset FILE.jsonl ({"prompt"|"messages", "output_len"?} per line)   (file)
            --corpus FILE (default: embedded Brown corpus extract)  --seed N (0)
+trace:     --workload trace --trace FILE.jsonl (multi-turn agent sessions; `mxserve bench trace-gen` writes one)
+           --max-concurrency C (sessions at once) and/or --session-rate R (session arrivals/s)
+           [--num-sessions N (default: the file's sessions)] [--duration 10m (no session starts after)]
 arrivals:  --request-rate R (req/s, 'inf' = all at once)  --arrival poisson|constant|gamma (poisson)
            --burstiness k (gamma shape; 1 = Poisson)  --max-concurrency C (closed loop without a rate)
            --num-requests N | --duration 60s (per rate point)  --warmup-requests W (excluded)
@@ -187,6 +191,31 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
     MX_ASSIGN_OR_RETURN(int64_t g, parse_int("--num-prefix-groups", v["--num-prefix-groups"]));
     if (g < 1 || g > 1'000'000) return bad("--num-prefix-groups", v["--num-prefix-groups"], "must be in [1, 1e6]");
     c.workload.num_groups = static_cast<int>(g);
+  }
+  if (has("--trace") && !has("--workload")) c.workload.kind = WorkloadKind::kTrace;
+  const bool trace = c.workload.kind == WorkloadKind::kTrace;
+  if (has("--trace")) c.trace_file = v["--trace"];
+  if (trace && c.trace_file.empty()) return invalid_argument("--workload trace needs --trace FILE.jsonl");
+  if (!trace && !c.trace_file.empty()) return bad("--trace", c.trace_file, "applies to --workload trace only");
+  for (const char* f : {"--session-rate", "--num-sessions"})
+    if (!trace && has(f)) return bad(f, v[f], "applies to --workload trace only");
+  if (has("--session-rate")) {
+    MX_ASSIGN_OR_RETURN(c.session_rate, parse_double("--session-rate", v["--session-rate"]));
+    if (!(c.session_rate > 0) || std::isinf(c.session_rate))
+      return bad("--session-rate", v["--session-rate"], "must be a finite number > 0 (sessions per second)");
+  }
+  if (has("--num-sessions")) {
+    MX_ASSIGN_OR_RETURN(c.num_sessions, parse_int("--num-sessions", v["--num-sessions"]));
+    if (c.num_sessions < 1 || c.num_sessions > 10'000'000) return bad("--num-sessions", v["--num-sessions"], "must be in [1, 1e7]");
+  }
+  if (trace) {
+    for (const char* f : {"--request-rate", "--sweep", "--num-requests", "--dataset", "--input-len", "--output-len",
+                          "--range-ratio", "--cache-hit-rate", "--num-prefix-groups"})
+      if (has(f)) return bad(f, v[f], "does not apply to --workload trace (sessions come from --trace; load from "
+                                      "--max-concurrency / --session-rate, count from --num-sessions)");
+    if (flags.count("--find-knee")) return invalid_argument("--find-knee does not apply to --workload trace");
+    if (has("--warmup-requests") && v["--warmup-requests"] != "0")
+      return bad("--warmup-requests", v["--warmup-requests"], "--workload trace has no warm-up requests");
   }
   if (has("--dataset")) c.workload.file = v["--dataset"];
   if (c.workload.kind == WorkloadKind::kFile && c.workload.file.empty())
@@ -305,6 +334,12 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
     if (c.max_concurrency > 1) return bad("--max-concurrency", v["--max-concurrency"], "single-stream runs at concurrency 1");
     c.max_concurrency = 1;
     if (c.num_requests < 0 && c.duration_s <= 0) c.num_requests = 5;
+  }
+  if (trace) {
+    c.warmup_requests = 0;
+    if (c.session_rate <= 0 && c.max_concurrency == 0)
+      return invalid_argument("give a load: --max-concurrency C (sessions at once) and/or --session-rate R");
+    return c;
   }
   if (c.find_knee) {
     if (c.rates.empty()) {

@@ -38,6 +38,11 @@ struct BenchConfig {
   double temperature = -1;        // <0: not sent (server default)
   std::string extra_body;         // JSON object merged into every request body
 
+  // --workload trace (trace_workload.h): sessions replayed from a JSONL trace.
+  std::string trace_file;         // --trace FILE
+  double session_rate = 0;        // --session-rate R: session arrivals per second (0: all at start)
+  int64_t num_sessions = -1;      // --num-sessions N (-1: the file's sessions, once each)
+
   ArrivalConfig arrival;
   std::vector<double> rates;      // --request-rate R (one) or --sweep list; +inf: all at once
   int64_t max_concurrency = 0;    // with no rate: closed loop; with a rate: client gate

@@ -81,8 +81,9 @@ Status BenchRun::prepare() {
     MX_ASSIGN_OR_RETURN(TokenCorpus corpus, TokenCorpus::load(c_.corpus, *codec_));
     corpus_ = std::make_unique<TokenCorpus>(std::move(corpus));
   }
-  MX_ASSIGN_OR_RETURN(workload_, make_workload(c_.workload, codec_.get(), corpus_.get()));
   if (!c_.extra_body.empty()) extra_body_ = nlohmann::json::parse(c_.extra_body);
+  if (c_.workload.kind == WorkloadKind::kTrace) return Status::ok();  // run_trace() builds its schedule
+  MX_ASSIGN_OR_RETURN(workload_, make_workload(c_.workload, codec_.get(), corpus_.get()));
   if (c_.warmup_requests < 0) c_.warmup_requests = workload_->default_warmup();
   return Status::ok();
 }
@@ -214,7 +215,15 @@ Status BenchRun::write_outputs() {
 }
 
 Status BenchRun::run() {
+  if (c_.workload.kind == WorkloadKind::kTrace) {  // a malformed trace fails before the server is asked
+    MX_ASSIGN_OR_RETURN(Trace t, read_trace_file(c_.trace_file));
+    trace_ = std::make_unique<Trace>(std::move(t));
+    if (trace_->needs_tokenizer() && c_.tokenizer.empty())
+      return invalid_argument("--trace " + c_.trace_file + ": turns with input_tokens are cut from the corpus: give "
+                              "--tokenizer (the model's tokenizer.json or directory)");
+  }
   MX_RETURN_IF_ERROR(prepare());
+  if (c_.workload.kind == WorkloadKind::kTrace) return run_trace();
   const Status kInterrupted = unavailable("interrupted");
   auto stopping = [&] { return interrupted_ || (stop_ && stop_->load()); };
   err_ << "mxserve bench: " << model_ << " at " << endpoint_url(c_) << ", workload " << workload_->describe().dump()

@@ -19,6 +19,8 @@
 #include "bench/load_runner.h"
 #include "bench/report.h"
 #include "bench/token_codec.h"
+#include "bench/trace_file.h"
+#include "bench/trace_report.h"
 #include "bench/workload.h"
 #include "core/status.h"
 
@@ -37,12 +39,15 @@ class BenchRun {
   const std::vector<PointResult>& points() const { return points_; }
   const KneeResult* knee() const { return has_knee_ ? &knee_ : nullptr; }
   const nlohmann::json& result() const { return result_; }
+  // --workload trace: the replay's job metrics (null before a trace run).
+  const TraceMetrics* trace_metrics() const { return trace_metrics_.get(); }
 
  private:
   Status prepare();
   Result<PointResult> run_point(double rate, const std::string& phase);
   Result<RequestSpec> build_request(uint64_t stream, int64_t index) const;
   Status write_outputs();
+  Status run_trace();  // --workload trace (bench_run_trace.cpp)
 
   BenchConfig c_;
   std::ostream& out_;
@@ -60,6 +65,8 @@ class BenchRun {
   bool metrics_endpoint_missing_ = false;
   const std::atomic<bool>* stop_ = nullptr;
   bool interrupted_ = false;
+  std::unique_ptr<Trace> trace_;
+  std::unique_ptr<TraceMetrics> trace_metrics_;
 };
 
 // GET {base_url}/v1/models and return data[0].id.

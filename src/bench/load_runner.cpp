@@ -42,9 +42,10 @@ void raise_fd_limit() {
 
 Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const BodySource& source,
                            const RunOptions& opt) {
-  const bool open_loop = !plan.offsets.empty();
-  if (!open_loop && plan.max_concurrency <= 0) return invalid_argument("closed loop needs --max-concurrency > 0");
-  if (!open_loop && plan.num_requests < 0 && plan.duration_s <= 0)
+  DynamicSchedule* const dynamic = plan.dynamic;
+  const bool open_loop = !plan.offsets.empty() && !dynamic;
+  if (!open_loop && !dynamic && plan.max_concurrency <= 0) return invalid_argument("closed loop needs --max-concurrency > 0");
+  if (!open_loop && !dynamic && plan.num_requests < 0 && plan.duration_s <= 0)
     return invalid_argument("closed loop needs --num-requests or --duration");
   const bool https = target.url.rfind("https://", 0) == 0;
   if (https && opt.http_client == HttpClientKind::kNative)
@@ -62,7 +63,12 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
   double next_progress = opt.progress_interval_s;
   auto can_issue = [&] { return plan.max_concurrency == 0 || engine->in_flight() < plan.max_concurrency; };
   auto issue = [&](int64_t i, double scheduled) -> Status {
-    MX_ASSIGN_OR_RETURN(RequestSpec spec, source(i));
+    RequestSpec spec;
+    if (dynamic) {
+      MX_ASSIGN_OR_RETURN(spec, dynamic->next(tracker.now_s(), &scheduled));
+    } else {
+      MX_ASSIGN_OR_RETURN(spec, source(i));
+    }
     std::unique_ptr<Transfer> t = tracker.make_transfer(i, scheduled, std::move(spec));
     tracker.mark_sent(*t);
     MX_RETURN_IF_ERROR(engine->start(std::move(t)));
@@ -75,6 +81,11 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
     stopped = stopped || (opt.stop && opt.stop->load());
     if (stopped) {
       // issue nothing more; in-flight requests drain below
+    } else if (dynamic) {
+      while (dynamic->next_ready_s() <= now) {
+        MX_RETURN_IF_ERROR(issue(next, 0));
+        ++next;
+      }
     } else if (open_loop) {
       while (next < n_open && plan.offsets[next] <= now && can_issue()) {
         MX_RETURN_IF_ERROR(issue(next, plan.offsets[next]));
@@ -88,16 +99,19 @@ Result<RunResult> run_load(const HttpTarget& target, const LoadPlan& plan, const
       }
     }
     now = tracker.now_s();
-    const bool all_issued = stopped || (open_loop ? next >= n_open
+    const bool all_issued = stopped || (dynamic ? dynamic->exhausted() : open_loop ? next >= n_open
                                                   : ((plan.num_requests >= 0 && next >= plan.num_requests) ||
                                                      (plan.duration_s > 0 && now >= plan.duration_s)));
     if (all_issued && engine->in_flight() == 0) break;
+    if (dynamic && !all_issued && engine->in_flight() == 0 && std::isinf(dynamic->next_ready_s()))
+      return internal_error("trace schedule stalled: nothing in flight and no request due");
     if (now >= next_progress) {
       tracker.report_progress(now, engine->in_flight());
       next_progress = now + opt.progress_interval_s;
     }
     double deadline = std::min(engine->next_deadline(), next_progress);
     if (open_loop && next < n_open && can_issue()) deadline = std::min(deadline, plan.offsets[next]);
+    if (dynamic && !all_issued) deadline = std::min(deadline, dynamic->next_ready_s());
     if (!open_loop && !all_issued && plan.duration_s > 0) deadline = std::min(deadline, plan.duration_s);
     MX_RETURN_IF_ERROR(engine->wait(deadline - now));
   }

@@ -30,6 +30,25 @@ struct RequestSpec {
   int64_t intended_input = -1;
   int64_t intended_output = 0;
   int group = -1;
+  int64_t session = -1;               // trace workload: session instance
+  int turn = -1;                      // trace workload: turn depth
+  bool capture_text = false;          // keep the streamed text in the record (RequestRecord::output_text)
+};
+
+// A schedule whose requests depend on earlier completions (the trace workload's sessions: turn k+1
+// is sent a think time after turn k finished, and carries its output). run_load() asks it for work
+// and reports every finished request back to it.
+class DynamicSchedule {
+ public:
+  virtual ~DynamicSchedule() = default;
+  // Earliest run-clock time at which next() has a request; +inf: none until a request finishes.
+  virtual double next_ready_s() const = 0;
+  // True once no request will ever be issued again.
+  virtual bool exhausted() const = 0;
+  // The due request (only called when next_ready_s() <= now_s); *scheduled_s gets its due time.
+  virtual Result<RequestSpec> next(double now_s, double* scheduled_s) = 0;
+  // A request ended (ok or not); it may take the streamed text out of `rec`.
+  virtual void on_finish(RequestRecord& rec) = 0;
 };
 
 struct LoadPlan {
@@ -41,6 +60,9 @@ struct LoadPlan {
   int64_t num_requests = -1;          // closed loop: stop after this many (-1: only --duration)
   double duration_s = 0;              // closed loop: stop issuing after this (0: only num_requests)
   int64_t warmup = 0;                 // requests [0, warmup) are flagged warm-up
+  // Set: requests come from this schedule (offsets, num_requests, duration_s and max_concurrency
+  // are then unused; the schedule owns admission and stopping). Not owned.
+  DynamicSchedule* dynamic = nullptr;
 };
 
 struct Progress {

@@ -65,7 +65,8 @@ void OpenAiStreamReader::on_event(std::string_view data, double now_s) {
     rec_->saw_done = true;
     return;
   }
-  const FastChunk fast = classify_chunk_fast(data);
+  // Capturing text needs the decoded strings: the full parser sees every event then.
+  const FastChunk fast = rec_->capture_text ? FastChunk::kNeedsParse : classify_chunk_fast(data);
   if (fast != FastChunk::kNeedsParse) {
     if (probe_) {
       const size_t v = value_after_key(data, "\"mx_t\"", 0);
@@ -99,8 +100,14 @@ void OpenAiStreamReader::on_event(std::string_view data, double now_s) {
       if (auto d = c0.find("delta"); d != c0.end() && d->is_object()) {
         token = non_empty_string(*d, "content") || non_empty_string(*d, "reasoning_content") ||
                 non_empty_string(*d, "reasoning");
+        if (token && rec_->capture_text) {
+          if (non_empty_string(*d, "content")) rec_->output_text += (*d)["content"].get_ref<const std::string&>();
+          const char* rk = non_empty_string(*d, "reasoning_content") ? "reasoning_content" : "reasoning";
+          if (non_empty_string(*d, rk)) rec_->reasoning_text += (*d)[rk].get_ref<const std::string&>();
+        }
       } else {
         token = non_empty_string(c0, "text");
+        if (token && rec_->capture_text) rec_->output_text += c0["text"].get_ref<const std::string&>();
       }
     }
   }

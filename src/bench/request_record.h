@@ -14,6 +14,8 @@ struct RequestRecord {
   int64_t index = 0;
   bool warmup = false;          // excluded from statistics
   int group = -1;               // shared-prefix group
+  int64_t session = -1;         // trace workload: session instance (-1 otherwise)
+  int turn = -1;                // trace workload: turn depth within the session, from 0
   int64_t intended_input = -1;  // codec count of the prompt (-1: unknown)
   int64_t intended_output = 0;  // max_tokens sent
 
@@ -33,6 +35,10 @@ struct RequestRecord {
   int http_status = 0;
   bool ok = false;
   std::string error;            // set when !ok: "http 503: ...", "timeout", "connect: ...", ...
+  // Streamed text, kept only when the request asked for it (trace workload: the next turn carries it).
+  bool capture_text = false;
+  std::string output_text;      // delta.content (chat) / text (completions), concatenated
+  std::string reasoning_text;   // delta.reasoning_content / delta.reasoning (chat), concatenated
 
   // Output tokens used by metrics: usage when reported, else the content chunk count.
   int64_t output_tokens_effective() const { return output_tokens >= 0 ? output_tokens : token_chunks; }

