@@ -1,9 +1,9 @@
-// The Hopper wgmma prefill attention kernels -- "wgmma" (kernels/cuda/attention/paged_attention_wgmma.cu) and its
-// warp-specialized variant "wgmma_ws" (paged_attention_wgmma_ws.cu) -- each against the CPU reference attention
-// and against the mma.sync block-shared kernel (label gpu; the device tests skip without a CUDA device, or
-// without an sm_90 one: the kernels are Hopper-only). Every case below runs both kernels:
-//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get a wgmma kernel, forced or not;
-//             auto never picks wgmma_ws (forced only while it is measured).
+// The Hopper wgmma prefill attention kernel "wgmma_ws" (kernels/cuda/attention/paged_attention_wgmma_ws.cu, the
+// warp-specialized one; issue 31 retired the first wgmma kernel, "wgmma") against the CPU reference attention
+// and against the mma.sync block-shared kernel, its oracle at sizes the CPU reference cannot afford (label gpu;
+// the device tests skip without a CUDA device, or without an sm_90 one: the kernel is Hopper-only):
+//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get the wgmma kernel, forced or not;
+//             auto picks wgmma_ws on an sm_90 device for long chunks; forcing the retired "wgmma" is an error.
 //   cpu       ragged batches of several sequences (runs of rows of different sequences inside one 128-row
 //             block), one-token chunks, chunks of 1..300 rows over prefixes not multiples of the 128-key tile or
 //             of the cache block, cache blocks of 16 and 32, scattered (shuffled) block tables; against the CPU
@@ -12,7 +12,7 @@
 //   big       GLM-4.5-Air heads (96 / 8 / 128): an 8192-row chunk over a 12288-key prefix and 4 x 2048-row chunks
 //             against the shared kernel (kTolKernels = 6e-3: two bf16-rounded outputs; the CPU reference would
 //             take minutes), plus a 3000-row chunk over 5000 keys at 2 heads against the CPU reference.
-// Each case prints one PASS / FAIL line per kernel with rel-L2 and max abs error.
+// Each case prints one PASS / FAIL line with rel-L2 and max abs error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,7 +121,7 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   p.block_size = 16;
   p.max_blocks_per_seq = 1280;
   p.max_kv_len = 20480;
-  for (Force f : {Force::kAuto, Force::kWgmma, Force::kWgmmaWs}) {
+  for (Force f : {Force::kAuto, Force::kWgmmaWs}) {
     kc::AttentionPlanOptions o;
     o.force = f;
     kernels::AttentionParams fp8 = p;
@@ -145,12 +145,11 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   short_chunks.n_tokens = 40 * 8;
   short_chunks.n_seqs = 8;
   EXPECT_EQ(kc::plan_paged_attention(short_chunks, kH200Sms).kernel, kc::AttentionKernel::kShared);
-  // Auto picks the warp-specialized kernel (wgmma_ws, 1.35-1.59x wgmma on the H200: docs/perf/prefill.md) where the
-  // wgmma kernels serve the batch (an sm_90 device), else the shared kernel; "wgmma" forced still runs the older one.
+  // Auto picks the warp-specialized kernel (wgmma_ws, 1.35-1.59x the retired wgmma kernel on the H200:
+  // docs/perf/prefill.md) where it serves the batch (an sm_90 device), else the shared kernel.
   const kc::AttentionKernel auto_kernel = kc::plan_paged_attention(p, kH200Sms).kernel;
   EXPECT_TRUE(auto_kernel == kc::AttentionKernel::kWgmmaWs || auto_kernel == kc::AttentionKernel::kShared)
       << kc::attention_kernel_name(auto_kernel);
-  EXPECT_NE(auto_kernel, kc::AttentionKernel::kWgmma);
   kc::AttentionPlanOptions ws;
   ws.force = Force::kWgmmaWs;
   const kc::AttentionKernel forced_ws = kc::plan_paged_attention(p, kH200Sms, ws).kernel;
@@ -173,11 +172,10 @@ class CudaAttentionWgmma : public ::testing::Test {
     p.n_seqs = 1;
     p.block_size = 16;
     kc::AttentionPlanOptions o;
-    o.force = Force::kWgmma;
-    if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmma)
-      GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
     o.force = Force::kWgmmaWs;
-    EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms, o).kernel, kc::AttentionKernel::kWgmmaWs);
+    if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmmaWs)
+      GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
+    EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms).kernel, kc::AttentionKernel::kWgmmaWs);
   }
   // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
   Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
@@ -256,7 +254,7 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
     if (c.cpu_ref) shared_vs_cpu = compare(shared, ref);
     const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(gmeta.params, kH200Sms);
     const char* auto_kernel = kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel);
-    for (const char* kernel : {"wgmma", "wgmma_ws"}) {
+    for (const char* kernel : {"wgmma_ws"}) {
       SCOPED_TRACE(kernel);
       const Tensor got = run_kernel(kernel, gq, gk, gv, gmeta, T, width);
       const Err vs_shared = compare(got, shared);
@@ -279,6 +277,15 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
                     vs_shared.max_abs, kTolKernels, auto_kernel);
     }
   }
+}
+
+// Forcing the retired first wgmma kernel is an error naming its replacement (no silent fallback).
+TEST_F(CudaAttentionWgmma, RetiredWgmmaForceIsRefused) {
+  const Status s = gpu_->set_kernel_options({.attention_kernel = "wgmma"});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.to_string().find("wgmma_ws"), std::string::npos) << s.to_string();
+  EXPECT_TRUE(gpu_->set_kernel_options({.attention_kernel = "wgmma_ws"}).is_ok());
+  EXPECT_TRUE(gpu_->set_kernel_options({}).is_ok());
 }
 
 // Small and ragged batches against the CPU reference (and the shared kernel); quick enough for compute-sanitizer.

@@ -187,7 +187,7 @@ void CudaMoeMxfp4::run_case(const Case& c) {
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s)) check({v, heur.down});
   for (int v = 0; v < nv; ++v)
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s)) check({heur.gate_up, v});
-  // Both GEMMs on one variant: at n_tokens == 1 a dec_* / gv_* pair skips the permute kernel (direct mode),
+  // Both GEMMs on one variant: at n_tokens == 1 a gv_* pair skips the permute kernel (direct mode),
   // and gv_* on the down GEMM fuses the weighted un-permute (out += sum_k w_k y_k).
   for (int v = 0; v < nv; ++v)
     if (v != heur.gate_up && kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s) &&
@@ -209,11 +209,11 @@ const std::vector<Case>& tiny_cases() {
       {3, 1024, 256, 128, 8, "decode batch 3, 128 experts top 8"},
       {64, 1024, 256, 128, 8, "64 tokens, 128 experts top 8"},
       {6, 256, 128, 8, 2, "large scales (two-step factor) and s = 0..", 0, false, 120, 140, 1.f / 4096},
-      // dec_* (K split over warps, 8-row passes) and pf_* (K % 128 == 0, 64/128-token tiles, N tails):
+      // pf_* (K % 128 == 0, 64/128-token tiles, N tails) and long / odd K (shapes kept from the retired dec_*):
       {300, 384, 160, 8, 2, "pf: gate_up N tail (160 % 64), 2+ token tiles", 0, true},
-      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), dec: K 160 (block tail)", 0, true},
-      {19, 1152, 1536, 16, 4, "dec: K 1152 / 1536 (9 / 12 k steps over 3..6 warps), rows > 8", 4},
-      {2, 8192, 64, 4, 2, "dec: K 8192 (64 k steps, 8 warps x 8 of dec_s8), M=2"},
+      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), K 160 (block tail)", 0, true},
+      {19, 1152, 1536, 16, 4, "K 1152 / 1536 (9 / 12 k steps), rows > 8", 4},
+      {2, 8192, 64, 4, 2, "K 8192 (64 k steps), M=2"},
       // gv_* (design 5): direct mode with the fused combine, the warp-voted two-step scale path, K = 128.
       {1, 256, 128, 8, 8, "gv: M=1 direct + combine, top_k == E, large scales", 0, false, 120, 140, 1.f / 4096},
       {1, 128, 384, 16, 3, "gv: M=1, K 128 (one step) / 384, top 3 (warps without an expert)"},
@@ -267,6 +267,8 @@ TEST(CudaMoeMxfp4Registry, NamesAndHeuristic) {  // host-only: runs without a GP
     ASSERT_FALSE(names.empty());
     for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(kc::moe_mxfp4_variant_index(g, names[i]), static_cast<int>(i));
     EXPECT_EQ(kc::moe_mxfp4_variant_index(g, "no_such_variant"), -1);
+    for (const kc::MoeMxfp4RetiredVariant& r : kc::kMoeMxfp4RetiredVariants)  // issue 31: "retired", not unknown
+      EXPECT_EQ(kc::moe_mxfp4_variant_index(g, std::string(r.name)), kc::kMoeMxfp4RetiredVariant) << r.name;
   }
   for (int64_t m : {1, 2, 4, 8, 16, 64, 256, 1024, 16384}) {
     const kc::MoeShape s{m, 4096, 1408, 128, 8};

@@ -14,7 +14,7 @@
 // stage ks + 1 into the free B tile while step ks's wgmmas run -> fence.proxy.async, barrier.
 // Every generic-proxy shared write a wgmma reads (cp.async tokens, dequantized weights) is fenced by its
 // writer (fence.proxy.async) before the barrier that precedes the wgmma.
-// Epilogue straight from the accumulators (layout in wgmma_sm90.cuh): gate_up fuses SwiGLU (columns 16 i ..
+// Epilogue straight from the accumulators (layout in common/wgmma_sm90.cuh): gate_up fuses SwiGLU (columns 16 i ..
 // 16 i + 7 gate, 16 i + 8 .. 16 i + 15 up of the same 8 features), down writes y rows; bf16x2 stores.
 // Grid: (weight-row tiles, active experts); a block walks every 128-row tile of its expert.
 // Requires sm_90a (wgmma) and K % 128 == 0 (whole 64-wide steps, 4-byte aligned scale words); the launcher
@@ -29,7 +29,7 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
-#include "kernels/cuda/moe_mxfp4/wgmma_sm90.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -171,40 +171,41 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     cp_async_wait_group<kStages - 2>();  // stage 0 landed (this thread's part)
     __syncthreads();
     dequant(0, 0, 0);
-    fence_proxy_async_smem();
+    wgmma::fence_proxy_async_smem();
     __syncthreads();
 
     for (int ks = 0; ks < n_steps; ++ks) {
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
-      wgmma_fence_operands(acc);
-      wgmma_fence();
+      wgmma::fence_regs(acc);
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        const uint64_t da = wgmma_desc_sw128(a_addr + 32 * kk), db = wgmma_desc_sw128(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma_m64n128k16_bf16(acc, da, db);
-        else wgmma_m64n256k16_bf16(acc, da, db);
+        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
+        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
+        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
+        else wgmma::m64n256k16_ss(acc, da, db, 1);
       }
-      wgmma_commit();
-      wgmma_fence_operands(acc);
-      wgmma_wait<1>();  // this warpgroup's step ks - 1 is done
-      wgmma_fence_operands(acc);
+      wgmma::commit_group();
+      wgmma::fence_regs(acc);
+      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
+      wgmma::fence_regs(acc);
       if (ks + 1 < n_steps) {
         // Groups committed so far cover stages 0 .. ks + S - 2; stage ks + 1 must have landed.
         cp_async_wait_group<kStages - 3>();
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // every warpgroup's step ks - 1 done; stage ks + 1 visible to all threads
       if (ks + kStages - 1 < n_steps) load_stage(ks + kStages - 1, (ks + kStages - 1) % kStages);
       cp_async_commit_group();
       if (ks + 1 < n_steps) {
         dequant(ks + 1, (ks + 1) % kStages, (ks + 1) % 2);
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // B tile of step ks + 1 complete and fenced
     }
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
+    wgmma::wait_group<0>();
+    wgmma::fence_regs(acc);
     cp_async_wait_group<0>();  // the trailing (empty) groups
 
     // Epilogue: row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).

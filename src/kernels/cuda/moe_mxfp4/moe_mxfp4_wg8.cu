@@ -29,7 +29,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
-#include "kernels/cuda/moe_mxfp4/wgmma_sm90.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/w4a8_fp8.h"
 
 namespace mxserve::kernels::cuda {
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
     cp_async_wait_group<kStages - 2>();  // stage 0 landed (this thread's part)
     __syncthreads();
     convert(0, 0);
-    fence_proxy_async_smem();
+    wgmma::fence_proxy_async_smem();
     __syncthreads();
 
     for (int ks = 0; ks < n_steps; ++ks) {
@@ -215,40 +215,40 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * kMt * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
-      wgmma_fence();
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kWg8BK / 32; ++kk) {
-        const uint64_t db = wgmma_desc_sw128(b_addr + 32 * kk);
+        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
 #pragma unroll
         for (int m = 0; m < kMt; ++m) {
-          const uint64_t da = wgmma_desc_sw128(a_addr + m * 64 * 128 + 32 * kk);
-          if constexpr (kBN == 128) wgmma_m64n128k32_e4m3(acc[m], da, db);
-          else wgmma_m64n256k32_e4m3(acc[m], da, db);
+          const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + m * 64 * 128 + 32 * kk);
+          if constexpr (kBN == 128) wgmma::m64n128k32_e4m3_ss(acc[m], da, db, 1);
+          else wgmma::m64n256k32_e4m3_ss(acc[m], da, db, 1);
         }
       }
-      wgmma_commit();
+      wgmma::commit_group();
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
-      wgmma_wait<1>();  // this warpgroup's step ks - 1 is done
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
+      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
       if (ks + 1 < n_steps) {
         cp_async_wait_group<kStages - 3>();  // stage ks + 1 landed
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // every warpgroup's step ks - 1 done; stage ks + 1 visible to all threads
       if (ks + kStages - 1 < n_steps) load_stage(ks + kStages - 1, (ks + kStages - 1) % kStages);
       cp_async_commit_group();
       if (ks + 1 < n_steps) {
         convert((ks + 1) % kStages, (ks + 1) % 2);
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // B tile of step ks + 1 complete and fenced
     }
-    wgmma_wait<0>();
+    wgmma::wait_group<0>();
 #pragma unroll
-    for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
+    for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
     cp_async_wait_group<0>();
 
     // Epilogue: row = 64 (kMt wg + m) + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1) = B-tile row;
