@@ -26,6 +26,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -66,52 +67,15 @@ const std::vector<Case>& cases() {
 
 // The case's forward batch: blocks shuffled over the whole cache (scattered tables).
 model::ForwardBatch batch_of(const Case& c, std::mt19937& rng, int64_t* n_blocks) {
-  model::ForwardBatch batch;
-  int64_t need = 0;
-  for (const Seq& s : c.seqs) need += (s.prefix + s.rows + c.bs - 1) / c.bs;
-  *n_blocks = need + 5;
-  std::vector<int32_t> perm(*n_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int64_t next = 0;
-  for (const Seq& s : c.seqs) {
-    model::SequenceSpan span;
-    span.token_begin = batch.n_tokens();
-    span.n_tokens = s.rows;
-    span.kv_len = s.prefix + s.rows;
-    for (int64_t b = 0; b < (span.kv_len + c.bs - 1) / c.bs; ++b) span.block_table.push_back(perm[next++]);
-    for (int32_t i = 0; i < s.rows; ++i) {
-      batch.token_ids.push_back(0);
-      batch.positions.push_back(s.prefix + i);
-    }
-    batch.seqs.push_back(span);
-  }
-  return batch;
+  std::vector<gpu_oracle::PagedSpan> spans;
+  for (const Seq& s : c.seqs) spans.push_back({s.rows, s.prefix + s.rows});
+  return gpu_oracle::paged_batch(spans, c.bs, 5, rng, n_blocks);
 }
 
-kernels::AttentionParams shape_of(int nh, int kvh, int hd) {
-  kernels::AttentionParams shape;
-  shape.n_heads = nh;
-  shape.n_kv_heads = kvh;
-  shape.head_dim = hd;
-  shape.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  return shape;
-}
+kernels::AttentionParams shape_of(int nh, int kvh, int hd) { return gpu_oracle::attention_shape(nh, kvh, hd); }
 
-struct Err {
-  double rel_l2 = 0, max_abs = 0;
-};
-Err compare(const Tensor& got, const Tensor& ref) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (!std::isfinite(a)) return {INFINITY, INFINITY};
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
-}
+using gpu_oracle::compare;
+using gpu_oracle::Err;
 
 // Host-only: the shapes the wgmma kernel does not serve stay on the mma.sync kernels, forced or not.
 TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
@@ -160,13 +124,12 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
               kc::attention_kernel_name(kc::plan_paged_attention(p, kH200Sms).kernel));
 }
 
-class CudaAttentionWgmma : public ::testing::Test {
+class CudaAttentionWgmma : public gpu_oracle::CudaVsCpuTest {
  protected:
+  CudaAttentionWgmma() : CudaVsCpuTest(20261202) {}
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
+    CudaVsCpuTest::SetUp();
+    if (IsSkipped()) return;
     kernels::AttentionParams p = shape_of(96, 8, 128);
     p.n_tokens = 8192;
     p.n_seqs = 1;
@@ -177,33 +140,10 @@ class CudaAttentionWgmma : public ::testing::Test {
       GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
     EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms).kernel, kc::AttentionKernel::kWgmmaWs);
   }
-  // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
-  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
-    std::normal_distribution<float> n01(0.f, 1.f);
-    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
-    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < n_heads; ++h) {
-        const float mag = std::ldexp(1.f, ex(rng_));
-        for (int64_t d = 0; d < head_dim; ++d)
-          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
-      }
-    return t;
-  }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
   Tensor gpu_random(Shape s, float scale) {
     Tensor d = gpu_->alloc(DType::kBF16, std::move(s));
     kc::fill_random_bf16(d.raw(), d.numel(), seed_++, scale, backend::cuda_backend_stream(*gpu_));
     return d;
-  }
-  Tensor poison_bf16(Shape s) {
-    Tensor h = Tensor::empty(DType::kBF16, s);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    return gpu_->upload(h);
   }
   // The GPU output (host f32) of one forced kernel.
   Tensor run_kernel(const char* kernel, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -219,8 +159,6 @@ class CudaAttentionWgmma : public ::testing::Test {
 
   void run_cases(bool cpu_ref);
 
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937 rng_{20261202};
   uint64_t seed_ = 11;
 };
 

@@ -27,6 +27,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "gpu_oracle.h"
 #include "quant/mxfp4.h"
 
 namespace mxserve {
@@ -45,22 +46,20 @@ struct Case {
   float x_scale = 1.f;
 };
 
-class CudaMoeMxfp4 : public ::testing::Test {
+class CudaMoeMxfp4 : public gpu_oracle::CudaVsCpuTest {
  protected:
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
+    CudaVsCpuTest::SetUp();
+    if (IsSkipped()) return;
     const uint32_t seed = std::random_device{}();
     std::printf("seed %u\n", seed);
-    rng_.seed(seed);
+    rng64_.seed(seed);
   }
 
   Tensor rand_f32(Shape s, float scale) {
     std::uniform_real_distribution<float> u(-scale, scale);
     Tensor t = Tensor::empty(DType::kF32, std::move(s));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_)));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng64_)));
     return t;
   }
   // Packed codes (any byte) + scales in [lo, hi] for `rows` rows of k elements.
@@ -68,41 +67,24 @@ class CudaMoeMxfp4 : public ::testing::Test {
     quant::MxTensors m{Tensor::empty(DType::kU8, {rows, k / 2}), Tensor::empty(DType::kU8, {rows, k / 32})};
     uint8_t* q = m.packed.data<uint8_t>();
     for (int64_t i = 0; i < m.packed.numel(); i += 8) {
-      const uint64_t v = rng_();
+      const uint64_t v = rng64_();
       std::memcpy(q + i, &v, std::min<int64_t>(8, m.packed.numel() - i));
     }
     std::uniform_int_distribution<int> u(lo, hi);
-    for (int64_t i = 0; i < m.scales.numel(); ++i) m.scales.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng_));
+    for (int64_t i = 0; i < m.scales.numel(); ++i) m.scales.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng64_));
     return m;
   }
   void to_device(void* dst, const Tensor& host) {
     MX_CUDA_CHECK(cudaMemcpy(dst, host.raw(), host.nbytes(), cudaMemcpyHostToDevice));
   }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
 
   void run_case(const Case& c);
 
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng64_;  // 64-bit draws (rand_mx packs 8 code bytes per draw); seeded per run, printed
   std::set<std::pair<int, int>> ran_;  // (gemm, variant) pairs run_case checked
 };
 
-double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (std::isnan(a) || std::isnan(b)) return INFINITY;
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  *max_abs = mx;
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using gpu_oracle::rel_l2;
 
 void CudaMoeMxfp4::run_case(const Case& c) {
   SCOPED_TRACE(c.what);
@@ -112,7 +94,7 @@ void CudaMoeMxfp4::run_case(const Case& c) {
   std::vector<int32_t> experts(pool);
   for (int64_t t = 0; t < c.T; ++t) {
     std::iota(experts.begin(), experts.end(), 0);
-    std::shuffle(experts.begin(), experts.end(), rng_);
+    std::shuffle(experts.begin(), experts.end(), rng64_);
     if (c.one_expert) std::swap(*std::find(experts.begin(), experts.end(), 3), experts[0]);
     for (int k = 0; k < c.K; ++k) ids.data<int32_t>()[t * c.K + k] = experts[k];
   }

@@ -18,7 +18,8 @@
 // 16 i + 7 gate, 16 i + 8 .. 16 i + 15 up of the same 8 features), down writes y rows; bf16x2 stores.
 // Grid: (weight-row tiles, active experts); a block walks every 128-row tile of its expert.
 // Requires sm_90a (wgmma) and K % 128 == 0 (whole 64-wide steps, 4-byte aligned scale words); the launcher
-// runs pf_t128 instead (saying so once) on any other device.
+// runs pf_t128 instead (saying so once) on any other device. The weight-row map and the load stage are the tile
+// walker shared with design 8 (moe_mxfp4_wg_tile.cuh).
 
 #include <algorithm>
 #include <cstdint>
@@ -27,9 +28,10 @@
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
-#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
-#include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
+#include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -52,13 +54,12 @@ struct WgLayout {  // byte offsets from the 1024-aligned base of dynamic shared 
   static constexpr size_t kSmem = kBytes + 1024;  // + alignment slack
 };
 
-__device__ __forceinline__ int swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
-
 template <int kBN, int kStages, bool kSwiglu>
 __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kernel(Mxfp4GemmArgs p) {
   using L = WgLayout<kBN, kStages>;
-  constexpr int kAcc = kBN / 2;             // accumulator registers per thread
-  constexpr int kCodeUnits = kBN / 128;     // 16-byte code units (and dequant units) per thread per stage
+  using Weights = WgWeightSources<kBN, kWgBK, kWgThreads, kSwiglu>;
+  constexpr int kAcc = kBN / 2;                    // accumulator registers per thread
+  constexpr int kCodeUnits = Weights::kCodeUnits;  // 16-byte code units (and dequant units) per thread per stage
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
@@ -71,71 +72,19 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
   if (static_cast<int>(blockIdx.y) >= n_act) return;
   const int K = p.k, N = p.n, n_steps = K / kWgBK;
-  const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
-
-  // Global weight row of B-tile row i and whether it exists (rows past N are zero-filled).
-  auto wrow = [&](int i, bool& ok) -> int64_t {
-    int feat, grow;
-    if (kSwiglu) {
-      feat = fbase + (i / 16) * 8 + (i % 8);
-      grow = (i % 16) < 8 ? feat : N + feat;
-    } else {
-      feat = fbase + i;
-      grow = feat;
-    }
-    ok = feat < N;
-    return static_cast<int64_t>(e) * w_rows + (ok ? grow : 0);
-  };
   // This thread's weight sources (fixed over k): code unit u = tid + 256 i -> row u / 2, half u % 2; scale
   // word of row tid (+ 256 i).
-  bool okc[kCodeUnits], oks[(kBN + kWgThreads - 1) / kWgThreads];
-  const uint8_t* srcc[kCodeUnits];
-  const uint8_t* srcs[(kBN + kWgThreads - 1) / kWgThreads];
-#pragma unroll
-  for (int i = 0; i < kCodeUnits; ++i) {
-    const int u = tid + kWgThreads * i;
-    srcc[i] = p.wq + wrow(u / 2, okc[i]) * (K / 2) + 16 * (u % 2);
-  }
-#pragma unroll
-  for (int i = 0; i < (kBN + kWgThreads - 1) / kWgThreads; ++i) {
-    const int row = tid + kWgThreads * i;
-    oks[i] = false;
-    srcs[i] = p.ws;
-    if (row < kBN) srcs[i] = p.ws + wrow(row, oks[i]) * (K / 32);
-  }
+  const Weights wsrc(p, e, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kWgBM) {
     const int rows = min(kWgBM, rows_total - r0);
     // Token rows of this thread's 4 A chunks: row tid / 8 + 32 i, chunk tid % 8.
-    const bf16* srca[4];
-    bool oka[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = tid / 8 + 32 * i;
-      oka[i] = r < rows;
-      const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
-      srca[i] = p.a + src_row * K + 8 * (tid % 8);
-    }
+    const WgTokenSources<4, kWgBK, bf16, kSwiglu> asrc(p, p.a, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = tid / 8 + 32 * i;
-        cp_async_cg16_zfill(smem + L::kA0 + slot * L::kATile + swz128(r, tid % 8), oka[i] ? srca[i] + ks * kWgBK : p.a,
-                            oka[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kCodeUnits; ++i)
-        cp_async_cg16_zfill(smem + L::kCodes0 + slot * L::kCodes + (tid + kWgThreads * i) * 16,
-                            okc[i] ? srcc[i] + ks * 32 : p.wq, okc[i]);
-#pragma unroll
-      for (int i = 0; i < (kBN + kWgThreads - 1) / kWgThreads; ++i) {
-        const int row = tid + kWgThreads * i;
-        if (row < kBN)
-          cp_async_ca4_zfill(smem + L::kScales0 + slot * L::kScales + row * 4, oks[i] ? srcs[i] + (ks / 2) * 4 : p.ws,
-                             oks[i]);
-      }
+      asrc.load(smem + L::kA0 + slot * L::kATile, ks, p.a, tid);
+      wsrc.load(smem + L::kCodes0 + slot * L::kCodes, smem + L::kScales0 + slot * L::kScales, ks, p, tid);
     };
     // Dequantize stage ks (ring slot) into B tile `buf`: unit u = tid + 256 i -> row u / 2, 32-wide half u % 2.
     auto dequant = [&](int ks, int slot, int buf) {
@@ -154,7 +103,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
           v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
           v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
           v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-          *reinterpret_cast<uint4*>(bt + swz128(row, 4 * half + c)) = v;
+          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = v;
         }
       }
     };

@@ -17,7 +17,8 @@
 // swizzle layout, codes BN x 64 B, the step's 4 E8M0 bytes per row), two converted B tiles; step ks issues
 // its wgmmas, waits for step ks - 1, refills the freed slot and converts stage ks + 1 while ks runs. Every
 // generic-proxy shared write a wgmma reads (cp.async tokens, converted weights) is fenced by its writer
-// (fence.proxy.async) before the barrier that precedes the wgmma.
+// (fence.proxy.async) before the barrier that precedes the wgmma. The weight-row map and the load stage are the
+// tile walker shared with design 6 (moe_mxfp4_wg_tile.cuh).
 // Requires sm_90a and K % 128 == 0; the dispatcher (moe_mxfp4.cu) runs the bf16 design-6 counterpart
 // elsewhere (saying so once), so the launcher treats anything else as a caller bug.
 
@@ -28,8 +29,9 @@
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
-#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 #include "kernels/w4a8_fp8.h"
 
 namespace mxserve::kernels::cuda {
@@ -54,8 +56,6 @@ struct Wg8Layout {  // byte offsets from the 1024-aligned base of dynamic shared
   static constexpr size_t kSmem = kBytes + 1024;  // + alignment slack
 };
 
-__device__ __forceinline__ int swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
-
 // Rare exact path (d > 11): element by element through the shared encoder.
 __device__ __noinline__ W4a8Pair e2m1x8_to_e4m3_slow(uint32_t w, int d) {
   uint32_t out[2] = {0u, 0u};
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   constexpr int kMt = kBM / 128;       // m64 row blocks per warpgroup
   constexpr int kARows = kBM / 32;     // A-tile 16-byte chunks per thread per stage
   constexpr int kAcc = kBN / 2;        // accumulator registers per thread per row block
-  constexpr int kCodeUnits = kBN / 64;  // 16-byte code units (= one 32-element E8M0 block) per thread per stage
+  using Weights = WgWeightSources<kBN, kWg8BK, kWg8Threads, kSwiglu>;
+  constexpr int kCodeUnits = Weights::kCodeUnits;  // 16-byte code units (= one 32-element E8M0 block) per thread
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
@@ -86,28 +87,15 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
   if (static_cast<int>(blockIdx.y) >= n_act) return;
   const int K = p.k, N = p.n, n_steps = K / kWg8BK;
-  const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
   int* sref = reinterpret_cast<int*>(smem + L::kRef0);
   float* sfac = reinterpret_cast<float*>(smem + L::kFac0);
 
-  auto wrow = [&](int i, bool& ok) -> int64_t {  // as design 6
-    int feat, grow;
-    if (kSwiglu) {
-      feat = fbase + (i / 16) * 8 + (i % 8);
-      grow = (i % 16) < 8 ? feat : N + feat;
-    } else {
-      feat = fbase + i;
-      grow = feat;
-    }
-    ok = feat < N;
-    return static_cast<int64_t>(e) * w_rows + (ok ? grow : 0);
-  };
   // Reference exponent of each B row: the max of its K / 32 scale bytes (K / 128 aligned words).
   for (int row = tid; row < kBN; row += kWg8Threads) {
     bool ok;
-    const int64_t gr = wrow(row, ok);
+    const int64_t gr = wg_weight_row<kSwiglu>(row, e, N, fbase, ok);
     int r = 0;
     if (ok) {
       const uint32_t* sp = reinterpret_cast<const uint32_t*>(p.ws + gr * (K / 32));
@@ -120,51 +108,16 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
     sfac[row] = ok ? w4a8_row_factor(r) : 0.f;
   }
 
-  bool okc[kCodeUnits], oks[(kBN + kWg8Threads - 1) / kWg8Threads];
-  const uint8_t* srcc[kCodeUnits];
-  const uint8_t* srcs[(kBN + kWg8Threads - 1) / kWg8Threads];
-#pragma unroll
-  for (int i = 0; i < kCodeUnits; ++i) {  // code unit u = tid + 256 i -> row u / 4, 32-element block u % 4
-    const int u = tid + kWg8Threads * i;
-    srcc[i] = p.wq + wrow(u / 4, okc[i]) * (K / 2) + 16 * (u % 4);
-  }
-#pragma unroll
-  for (int i = 0; i < (kBN + kWg8Threads - 1) / kWg8Threads; ++i) {
-    const int row = tid + kWg8Threads * i;
-    oks[i] = false;
-    srcs[i] = p.ws;
-    if (row < kBN) srcs[i] = p.ws + wrow(row, oks[i]) * (K / 32);
-  }
+  // Code unit u = tid + 256 i -> row u / 4, 32-element block u % 4; scale word of row tid (+ 256 i).
+  const Weights wsrc(p, e, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kBM) {
     const int rows = min(kBM, rows_total - r0);
-    const uint8_t* srca[kARows];
-    bool oka[kARows];
-#pragma unroll
-    for (int i = 0; i < kARows; ++i) {  // row tid / 8 + 32 i, 16-byte chunk tid % 8
-      const int r = tid / 8 + 32 * i;
-      oka[i] = r < rows;
-      const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
-      srca[i] = p.a8 + src_row * K + 16 * (tid % 8);
-    }
+    // Row tid / 8 + 32 i, 16-byte chunk tid % 8.
+    const WgTokenSources<kARows, kWg8BK, uint8_t, kSwiglu> asrc(p, p.a8, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-#pragma unroll
-      for (int i = 0; i < kARows; ++i) {
-        const int r = tid / 8 + 32 * i;
-        cp_async_cg16_zfill(smem + L::kA0 + slot * L::kATile + swz128(r, tid % 8),
-                            oka[i] ? srca[i] + ks * kWg8BK : p.a8, oka[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kCodeUnits; ++i)
-        cp_async_cg16_zfill(smem + L::kCodes0 + slot * L::kCodes + (tid + kWg8Threads * i) * 16,
-                            okc[i] ? srcc[i] + ks * 64 : p.wq, okc[i]);
-#pragma unroll
-      for (int i = 0; i < (kBN + kWg8Threads - 1) / kWg8Threads; ++i) {
-        const int row = tid + kWg8Threads * i;
-        if (row < kBN)
-          cp_async_ca4_zfill(smem + L::kScales0 + slot * L::kScales + row * 4, oks[i] ? srcs[i] + ks * 4 : p.ws,
-                             oks[i]);
-      }
+      asrc.load(smem + L::kA0 + slot * L::kATile, ks, p.a8, tid);
+      wsrc.load(smem + L::kCodes0 + slot * L::kCodes, smem + L::kScales0 + slot * L::kScales, ks, p, tid);
     };
     // Convert stage ks (ring slot) into B tile `buf`: unit u -> row u / 4, block u % 4 = 16-byte chunks 2 (u % 4)
     // and 2 (u % 4) + 1 of the row.
@@ -188,8 +141,8 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
           c3 = e2m1x8_to_e4m3_slow(q.w, d);
         }
         unsigned char* bt = smem + L::kB0 + buf * L::kBTile;
-        *reinterpret_cast<uint4*>(bt + swz128(row, 2 * blk)) = make_uint4(c0.x, c0.y, c1.x, c1.y);
-        *reinterpret_cast<uint4*>(bt + swz128(row, 2 * blk + 1)) = make_uint4(c2.x, c2.y, c3.x, c3.y);
+        *reinterpret_cast<uint4*>(bt + wg_swz128(row, 2 * blk)) = make_uint4(c0.x, c0.y, c1.x, c1.y);
+        *reinterpret_cast<uint4*>(bt + wg_swz128(row, 2 * blk + 1)) = make_uint4(c2.x, c2.y, c3.x, c3.y);
       }
     };
 
