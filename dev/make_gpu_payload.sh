@@ -13,10 +13,10 @@ rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/fixtures"
 cp "$BUILD/mxserve" "$DEST/bin/"
 # The GPU suite (gpu_check.sh), the decode-path tests (CUDA graphs on/off, the device sampler and its benchmark),
 # mixed-step attention (decode rows + a prefill chunk; dev/gpu/attn_mixed.sh).
-for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_cuda_engine tests/model/test_cuda_synthetic \
-         dev/kernels/bench_cuda_kernels tests/ops/test_cuda_moe_mxfp4 tests/model/test_cuda_mxfp4_moe tests/ops/test_cuda_kv_fp8 \
-         tests/ops/test_cuda_mla_dsa tests/model/test_cuda_graphs tests/ops/test_cuda_sampling dev/kernels/bench_cuda_sampling \
-         tests/ops/test_cuda_attention_mixed; do
+for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_cuda_engine \
+         tests/model/test_cuda_synthetic dev/kernels/bench_cuda_kernels tests/ops/test_cuda_moe_mxfp4 \
+         tests/model/test_cuda_mxfp4_moe tests/ops/test_cuda_kv_fp8 tests/ops/test_cuda_mla_dsa tests/model/test_cuda_graphs \
+         tests/ops/test_cuda_sampling dev/kernels/bench_cuda_sampling tests/ops/test_cuda_attention_mixed; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.

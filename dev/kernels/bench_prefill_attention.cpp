@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
           },
           1);
       const double tf = flops / (ms * 1e-3) / 1e12;
-      std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e  %.2fx shared\n",
+      std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared %.2e  %.2fx "
+                  "shared\n",
                   s.what, "wgmma_ws no ping-pong", ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
                   rel_l2(be.to_host(o), ref), shared_ms / ms);
     }

@@ -88,8 +88,9 @@ inline void expect_within(const Err& e, double tol, const std::string& what) {
 }
 inline std::string current_test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 // got, ref: host f32 tensors; the line names the running test.
-#define EXPECT_WITHIN(got, ref, tol) \
-  ::mxserve::gpu_oracle::expect_within(::mxserve::gpu_oracle::compare(got, ref), tol, ::mxserve::gpu_oracle::current_test_name())
+#define EXPECT_WITHIN(got, ref, tol)                                           \
+  ::mxserve::gpu_oracle::expect_within(::mxserve::gpu_oracle::compare(got, ref), tol, \
+                                       ::mxserve::gpu_oracle::current_test_name())
 
 inline void expect_bytes_equal(const Tensor& got, const Tensor& ref, const char* what) {
   ASSERT_EQ(got.nbytes(), ref.nbytes()) << what;

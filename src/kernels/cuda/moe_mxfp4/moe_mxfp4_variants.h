@@ -6,8 +6,9 @@
 // Key invariants: a name is never renamed or reused (tuned tables store names; an unknown name is an error
 // naming the table file at start-up); a variant that no tuned table and no rule picks is retired by moving its
 // name to MXSERVE_MOE_MXFP4_RETIRED (a table that names it then fails validation saying "retired"); new
-// variants go at the end; names are unique across both lists (checked at compile time below). Adding a variant of an existing design = one row here; the GPU suite (test_cuda_moe_mxfp4)
-// then checks it against the CPU reference and `mxserve tune-moe` offers it.
+// variants go at the end; names are unique across both lists (checked at compile time below). Adding a
+// variant of an existing design = one row here; the GPU suite (test_cuda_moe_mxfp4) then checks it against the
+// CPU reference and `mxserve tune-moe` offers it.
 #pragma once
 
 #include <cstdint>
@@ -60,9 +61,18 @@ enum class MoeMxfp4Design : uint8_t {
 // Retired names (never reused; a tuned table naming one is rejected at start-up as "retired"). Issue 31 retired
 // designs 1, 3 and 7: no configs/moe table and no rule (moe_mxfp4_heuristic_plan) picked any of them, and
 // `mxserve tune-moe` no longer times them. The kernels are in git history (before issue 31's retirement commit).
-#define MXSERVE_MOE_MXFP4_RETIRED(X)                                                                       \
-  X("simt_r4", 1) X("dec_s4_r2", 3) X("dec_s4_r4", 3) X("dec_s8_r2", 3) X("dec_s2_r4", 3) X("dec_s4_r4_o2", 3) \
-  X("dec_s2_r4_o2", 3) X("dec_s8_r4_o2", 3) X("gva_w4_s8", 7) X("gva_w2_s12", 7) X("gva_w4_s6", 7)
+#define MXSERVE_MOE_MXFP4_RETIRED(X) \
+  X("simt_r4", 1)                    \
+  X("dec_s4_r2", 3)                  \
+  X("dec_s4_r4", 3)                  \
+  X("dec_s8_r2", 3)                  \
+  X("dec_s2_r4", 3)                  \
+  X("dec_s4_r4_o2", 3)               \
+  X("dec_s2_r4_o2", 3)               \
+  X("dec_s8_r4_o2", 3)               \
+  X("gva_w4_s8", 7)                  \
+  X("gva_w2_s12", 7)                 \
+  X("gva_w4_s6", 7)
 
 // Variant ids = row indices of the list (what MoeMxfp4Plan holds). Used as moe_mxfp4_variant::kGvW4D4.
 namespace moe_mxfp4_variant {
@@ -106,8 +116,8 @@ inline constexpr MoeMxfp4RetiredVariant kMoeMxfp4RetiredVariants[] = {
 };
 // The design numbers retired so far (no live variant may use one; a new design takes the next free number).
 inline constexpr int kMoeMxfp4RetiredDesigns[] = {1, 3, 7};
-// What moe_mxfp4_variant_index returns for a retired name (-1 stays "unknown"); equal to
-// what validate_moe_tuning (kernels/moe_tuning.h) reads as retired: it turns it into a "retired" error naming the table.
+// What moe_mxfp4_variant_index returns for a retired name (-1 stays "unknown"): validate_moe_tuning
+// (kernels/moe_tuning.h) reads -2 as retired and says so, naming the table.
 inline constexpr int kMoeMxfp4RetiredVariant = -2;
 
 constexpr bool moe_mxfp4_variant_retired(std::string_view name) {
@@ -118,7 +128,8 @@ constexpr bool moe_mxfp4_variant_retired(std::string_view name) {
 
 constexpr bool moe_mxfp4_variant_names_unique() {
   for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
-    if (moe_mxfp4_variant_id(kMoeMxfp4Variants[v].name) != v || moe_mxfp4_variant_retired(kMoeMxfp4Variants[v].name))
+    if (moe_mxfp4_variant_id(kMoeMxfp4Variants[v].name) != v ||
+        moe_mxfp4_variant_retired(kMoeMxfp4Variants[v].name))
       return false;
   for (size_t i = 0; i < std::size(kMoeMxfp4RetiredVariants); ++i)
     for (size_t j = 0; j < i; ++j)
