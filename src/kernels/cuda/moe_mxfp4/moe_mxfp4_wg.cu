@@ -72,19 +72,20 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
   if (static_cast<int>(blockIdx.y) >= n_act) return;
   const int K = p.k, N = p.n, n_steps = K / kWgBK;
+  const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
   // This thread's weight sources (fixed over k): code unit u = tid + 256 i -> row u / 2, half u % 2; scale
   // word of row tid (+ 256 i).
-  const Weights wsrc(p, e, fbase, tid);
+  const Weights wsrc(p, e, K, N, w_rows, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kWgBM) {
     const int rows = min(kWgBM, rows_total - r0);
     // Token rows of this thread's 4 A chunks: row tid / 8 + 32 i, chunk tid % 8.
-    const WgTokenSources<4, kWgBK, bf16, kSwiglu> asrc(p, p.a, rb, r0, rows, tid);
+    const WgTokenSources<4, kWgBK, bf16, kSwiglu> asrc(p, K, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-      asrc.load(smem + L::kA0 + slot * L::kATile, ks, p.a, tid);
-      wsrc.load(smem + L::kCodes0 + slot * L::kCodes, smem + L::kScales0 + slot * L::kScales, ks, p, tid);
+      asrc.template load<L::kA0, L::kATile>(smem, slot, ks, p, tid);
+      wsrc.template load<L::kCodes0, L::kCodes, L::kScales0, L::kScales>(smem, slot, ks, p, tid);
     };
     // Dequantize stage ks (ring slot) into B tile `buf`: unit u = tid + 256 i -> row u / 2, 32-wide half u % 2.
     auto dequant = [&](int ks, int slot, int buf) {

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   const int e = p.active[min(static_cast<int>(blockIdx.y), p.max_active - 1)];
   if (static_cast<int>(blockIdx.y) >= n_act) return;
   const int K = p.k, N = p.n, n_steps = K / kWg8BK;
+  const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
   int* sref = reinterpret_cast<int*>(smem + L::kRef0);
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   // Reference exponent of each B row: the max of its K / 32 scale bytes (K / 128 aligned words).
   for (int row = tid; row < kBN; row += kWg8Threads) {
     bool ok;
-    const int64_t gr = wg_weight_row<kSwiglu>(row, e, N, fbase, ok);
+    const int64_t gr = wg_weight_row<kSwiglu>(row, e, N, w_rows, fbase, ok);
     int r = 0;
     if (ok) {
       const uint32_t* sp = reinterpret_cast<const uint32_t*>(p.ws + gr * (K / 32));
@@ -109,15 +110,15 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   }
 
   // Code unit u = tid + 256 i -> row u / 4, 32-element block u % 4; scale word of row tid (+ 256 i).
-  const Weights wsrc(p, e, fbase, tid);
+  const Weights wsrc(p, e, K, N, w_rows, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kBM) {
     const int rows = min(kBM, rows_total - r0);
     // Row tid / 8 + 32 i, 16-byte chunk tid % 8.
-    const WgTokenSources<kARows, kWg8BK, uint8_t, kSwiglu> asrc(p, p.a8, rb, r0, rows, tid);
+    const WgTokenSources<kARows, kWg8BK, uint8_t, kSwiglu> asrc(p, K, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-      asrc.load(smem + L::kA0 + slot * L::kATile, ks, p.a8, tid);
-      wsrc.load(smem + L::kCodes0 + slot * L::kCodes, smem + L::kScales0 + slot * L::kScales, ks, p, tid);
+      asrc.template load<L::kA0, L::kATile>(smem, slot, ks, p, tid);
+      wsrc.template load<L::kCodes0, L::kCodes, L::kScales0, L::kScales>(smem, slot, ks, p, tid);
     };
     // Convert stage ks (ring slot) into B tile `buf`: unit u -> row u / 4, block u % 4 = 16-byte chunks 2 (u % 4)
     // and 2 (u % 4) + 1 of the row.

@@ -21,11 +21,10 @@ namespace mxserve::kernels::cuda {
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows, 128B-swizzled (chunk ^ row % 8).
 __device__ __forceinline__ int wg_swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
-// Global weight row (of the [E, rows, *] arrays) of B-tile row i, and whether it exists (ok false: feature >= N,
-// the row is zero-filled).
+// Global weight row (of the [E, w_rows, *] arrays; w_rows = 2 N for gate_up, N for down) of B-tile row i, and
+// whether it exists (ok false: feature >= N, the row is zero-filled).
 template <bool kSwiglu>
-__device__ __forceinline__ int64_t wg_weight_row(int i, int e, int N, int fbase, bool& ok) {
-  const int64_t w_rows = kSwiglu ? 2ll * N : N;
+__device__ __forceinline__ int64_t wg_weight_row(int i, int e, int N, int64_t w_rows, int fbase, bool& ok) {
   int feat, grow;
   if (kSwiglu) {
     feat = fbase + (i / 16) * 8 + (i % 8);
@@ -50,12 +49,13 @@ struct WgWeightSources {
   const uint8_t* srcc[kCodeUnits];
   const uint8_t* srcs[kScaleRows];
 
-  __device__ __forceinline__ WgWeightSources(const Mxfp4GemmArgs& p, int e, int fbase, int tid) {
-    const int K = p.k;
+  // K, N, w_rows: the GEMM's (p.k, p.n, and the weight rows per expert).
+  __device__ __forceinline__ WgWeightSources(const Mxfp4GemmArgs& p, int e, int K, int N, int64_t w_rows, int fbase,
+                                             int tid) {
 #pragma unroll
     for (int i = 0; i < kCodeUnits; ++i) {
       const int u = tid + kThreads * i;
-      srcc[i] = p.wq + wg_weight_row<kSwiglu>(u / kUnitsPerRow, e, p.n, fbase, okc[i]) * (K / 2) +
+      srcc[i] = p.wq + wg_weight_row<kSwiglu>(u / kUnitsPerRow, e, N, w_rows, fbase, okc[i]) * (K / 2) +
                 16 * (u % kUnitsPerRow);
     }
 #pragma unroll
@@ -63,52 +63,63 @@ struct WgWeightSources {
       const int row = tid + kThreads * i;
       oks[i] = false;
       srcs[i] = p.ws;
-      if (row < kBN) srcs[i] = p.ws + wg_weight_row<kSwiglu>(row, e, p.n, fbase, oks[i]) * (K / 32);
+      if (row < kBN) srcs[i] = p.ws + wg_weight_row<kSwiglu>(row, e, N, w_rows, fbase, oks[i]) * (K / 32);
     }
   }
 
-  // cp.async this thread's part of step ks: code units into `codes` (the ring slot's [BN][kBK / 2] bytes), scale
-  // words into `scales` ([BN][4] bytes).
-  __device__ __forceinline__ void load(unsigned char* codes, unsigned char* scales, int ks, const Mxfp4GemmArgs& p,
+  // cp.async this thread's part of step ks into ring slot `slot` of the shared-memory layout (byte offsets from
+  // smem): code units at kCodes0 + slot * kCodesBytes ([BN][kBK / 2] bytes), scale words at
+  // kScales0 + slot * kScalesBytes ([BN][4] bytes).
+  template <int kCodes0, int kCodesBytes, int kScales0, int kScalesBytes>
+  __device__ __forceinline__ void load(unsigned char* smem, int slot, int ks, const Mxfp4GemmArgs& p,
                                        int tid) const {
 #pragma unroll
     for (int i = 0; i < kCodeUnits; ++i)
-      cp_async_cg16_zfill(codes + (tid + kThreads * i) * 16, okc[i] ? srcc[i] + ks * (kBK / 2) : p.wq, okc[i]);
+      cp_async_cg16_zfill(smem + kCodes0 + slot * kCodesBytes + (tid + kThreads * i) * 16,
+                          okc[i] ? srcc[i] + ks * (kBK / 2) : p.wq, okc[i]);
 #pragma unroll
     for (int i = 0; i < kScaleRows; ++i) {
       const int row = tid + kThreads * i;
       if (row < kBN)
-        cp_async_ca4_zfill(scales + row * 4, oks[i] ? srcs[i] + (ks / kStepsPerScaleWord) * 4 : p.ws, oks[i]);
+        cp_async_ca4_zfill(smem + kScales0 + slot * kScalesBytes + row * 4,
+                           oks[i] ? srcs[i] + (ks / kStepsPerScaleWord) * 4 : p.ws, oks[i]);
     }
   }
 };
 
 // This thread's token sources for one tile of expert rows [r0, r0 + rows): A chunk i = tile row tid / 8 + 32 i,
 // 16-byte chunk tid % 8 of the step (gate_up gathers x's rows through row_token; down reads permuted rows).
-// TA: bf16 (design 6, a = p.a) or uint8_t e4m3 codes (design 8, a = p.a8).
+// TA: bf16 (design 6: the tokens are p.a) or uint8_t e4m3 codes (design 8: p.a8).
 template <int kChunks, int kBK, typename TA, bool kSwiglu>
 struct WgTokenSources {
   static constexpr int kElemsPerChunk = static_cast<int>(16 / sizeof(TA));
   const TA* srca[kChunks];
   bool oka[kChunks];
 
-  __device__ __forceinline__ WgTokenSources(const Mxfp4GemmArgs& p, const TA* a, int rb, int r0, int rows, int tid) {
+  static __device__ __forceinline__ const TA* tokens(const Mxfp4GemmArgs& p) {
+    if constexpr (sizeof(TA) == 1) return p.a8;
+    else return p.a;
+  }
+
+  __device__ __forceinline__ WgTokenSources(const Mxfp4GemmArgs& p, int K, int rb, int r0, int rows, int tid) {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int r = tid / 8 + 32 * i;
       oka[i] = r < rows;
       const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
-      srca[i] = a + src_row * p.k + kElemsPerChunk * (tid % 8);
+      srca[i] = tokens(p) + src_row * K + kElemsPerChunk * (tid % 8);
     }
   }
 
-  // cp.async this thread's chunks of step ks into `tile` (the ring slot's 128-byte-swizzled A tile); `a` is any
-  // valid address (the source of zero-filled chunks, never read).
-  __device__ __forceinline__ void load(unsigned char* tile, int ks, const TA* a, int tid) const {
+  // cp.async this thread's chunks of step ks into the 128-byte-swizzled A tile of ring slot `slot` (byte offset
+  // kA0 + slot * kATileBytes from smem); zero-filled chunks name the token base (never read).
+  template <int kA0, int kATileBytes>
+  __device__ __forceinline__ void load(unsigned char* smem, int slot, int ks, const Mxfp4GemmArgs& p, int tid) const {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
       const int r = tid / 8 + 32 * i;
-      cp_async_cg16_zfill(tile + wg_swz128(r, tid % 8), oka[i] ? srca[i] + ks * kBK : a, oka[i]);
+      cp_async_cg16_zfill(smem + kA0 + slot * kATileBytes + wg_swz128(r, tid % 8),
+                          oka[i] ? srca[i] + ks * kBK : tokens(p), oka[i]);
     }
   }
 };
