@@ -3,8 +3,8 @@
 // in the style of llama.cpp's test-backend-ops. Owns:
 //   - the error measure: rel_l2 = ||got - ref||_2 / ||ref||_2 and max |got - ref| (Err, compare, rel_l2);
 //     a NaN / Inf in `got` (an unwritten poisoned element, an overflow) or a NaN in `ref` is an infinite error;
-//   - the tolerance report: one "[ err ] / [ PASS ] / [ FAIL ]" line per check with rel_l2, max_abs and the
-//     tolerance (docs/cuda.md's op table comes from these lines), and the EXPECT (expect_within, EXPECT_WITHIN);
+//   - the tolerance report: one "[ err ]" line per check with rel_l2, max_abs and the tolerance (docs/cuda.md's
+//     op table comes from these lines), and the EXPECT (expect_within, EXPECT_WITHIN);
 //   - the device checks (have_cuda_device, have_sm90, MXSERVE_SKIP_WITHOUT_CUDA) and the fixtures: CudaTest (the
 //     CUDA backend, skipped with a clear message without a CUDA device) and CudaVsCpuTest (plus the CPU
 //     reference backend; bf16-representable random inputs, uploads, NaN-poisoned outputs so an unwritten
