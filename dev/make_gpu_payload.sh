@@ -7,30 +7,32 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$1; DEST=$2
 rm -rf "$DEST"; mkdir -p "$DEST/bin" "$DEST/fixtures"
 # A binary not built (a partial build of the targets a run needs) is named and skipped; mxserve is required.
+# Tests come from BUILD/tests/{ops,model}, the kernel benchmarks from BUILD/dev/kernels (their one home); all land
+# flat in bin/ (the dev/gpu/*.sh stages run $P/bin/NAME).
 [ -x "$BUILD/mxserve" ] || { echo "make_gpu_payload: $BUILD/mxserve not built"; exit 1; }
 cp "$BUILD/mxserve" "$DEST/bin/"
 # The GPU suite (gpu_check.sh), the decode-path tests (CUDA graphs on/off, the device sampler and its benchmark),
 # mixed-step attention (decode rows + a prefill chunk; dev/gpu/attn_mixed.sh).
-for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_cuda_engine tests/model/test_cuda_synthetic \
-         tests/ops/bench_cuda_kernels tests/ops/test_cuda_moe_mxfp4 tests/model/test_cuda_mxfp4_moe tests/ops/test_cuda_kv_fp8 \
-         tests/ops/test_cuda_mla_dsa tests/model/test_cuda_graphs tests/ops/test_cuda_sampling tests/ops/bench_cuda_sampling \
-         tests/ops/test_cuda_attention_mixed; do
+for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_cuda_engine \
+         tests/model/test_cuda_synthetic dev/kernels/bench_cuda_kernels tests/ops/test_cuda_moe_mxfp4 \
+         tests/model/test_cuda_mxfp4_moe tests/ops/test_cuda_kv_fp8 tests/ops/test_cuda_mla_dsa tests/model/test_cuda_graphs \
+         tests/ops/test_cuda_sampling dev/kernels/bench_cuda_sampling tests/ops/test_cuda_attention_mixed; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 31 item 2: speculative vs plain greedy on the trained model (dev/gpu/s6_checks.sh).
 [ -x "$BUILD/tests/model/test_cuda_spec_trained" ] && cp "$BUILD/tests/model/test_cuda_spec_trained" "$DEST/bin/"
 # Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
-for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl tests/ops/bench_peer_allreduce; do
+for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels/bench_peer_allreduce; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.
-for t in tests/ops/test_cuda_moe_mxfp4_wg tests/ops/bench_moe_mxfp4_wg tests/ops/test_cuda_moe_mxfp4_wg8; do
+for t in tests/ops/test_cuda_moe_mxfp4_wg dev/kernels/bench_moe_mxfp4_wg tests/ops/test_cuda_moe_mxfp4_wg8; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 18 / 17 / 16: wgmma prefill attention (test + bench), the skinny M <= 8 dense GEMM (test + bench), the
 # tensor-core MLA decode / DSA indexer benchmark.
-for t in tests/ops/test_cuda_attention_wgmma tests/ops/bench_prefill_attention tests/ops/test_cuda_skinny_gemm \
-         tests/ops/bench_skinny_gemm tests/ops/bench_mla_decode; do
+for t in tests/ops/test_cuda_attention_wgmma dev/kernels/bench_prefill_attention tests/ops/test_cuda_skinny_gemm \
+         dev/kernels/bench_skinny_gemm dev/kernels/bench_mla_decode; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).

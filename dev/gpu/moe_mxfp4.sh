@@ -64,7 +64,7 @@ for shape in "${BENCH_SHAPES[@]}"; do
   RC_BENCH="$RC_BENCH $1=$?"
 done
 
-# Per-variant times of the buckets that decide the heuristic (dec_* / pf_* vs tc_*), fastest first.
+# Per-variant times of the buckets that decide the heuristic (gv_* / pf_* / wg_* vs tc_*), fastest first.
 for f in "$OUT"/moe_tune_E*.log; do
   echo "-- $(basename "$f") per variant, m in 1 8 64 1024 8192"
   for m in 1 8 64 1024 8192; do grep -E "^  m=$m " "$f" | sort -k2,2 -k4,4g; done

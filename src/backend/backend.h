@@ -70,7 +70,7 @@ struct ExpertWeights {
 // Kernel choices a backend exposes to tests and benchmarks (serving never needs them; the defaults are the
 // tuned / heuristic choice). A backend without the named choice refuses it (set_kernel_options).
 struct KernelOptions {
-  std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared" | "wgmma" | "wgmma_ws"
+  std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared" | "wgmma_ws"
   int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
   std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks)
   // "" or "bf16" = bf16 activations (W4A16); CUDA: "fp8_e4m3" = W4A8 on the MXFP4 experts' wgmma prefill GEMMs

@@ -141,11 +141,12 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     if (o.attention_kernel == "simt") a.force = Force::kSimt;
     else if (o.attention_kernel == "warp") a.force = Force::kWarp;
     else if (o.attention_kernel == "shared") a.force = Force::kShared;
-    else if (o.attention_kernel == "wgmma") a.force = Force::kWgmma;
     else if (o.attention_kernel == "wgmma_ws") a.force = Force::kWgmmaWs;
+    else if (o.attention_kernel == "wgmma")  // issue 31 retired the first wgmma kernel (auto ran wgmma_ws)
+      return invalid_argument("attention kernel 'wgmma' was retired: the Hopper prefill kernel is 'wgmma_ws'");
     else if (!o.attention_kernel.empty())
       return invalid_argument("attention kernel '" + o.attention_kernel +
-                              "': expected simt, warp, shared, wgmma or wgmma_ws");
+                              "': expected simt, warp, shared or wgmma_ws");
     if (o.attention_split_target < 0)
       return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
     if (!o.moe_kernel.empty() && o.moe_kernel != "grouped")

@@ -229,13 +229,22 @@ Status add_global_moe_tuning_dir(const std::string& dir) {
   return set.add_dir(dir);
 }
 
+// What a catalog's index returns for a retired variant name (moe_tuning.h; kMoeMxfp4RetiredVariant).
+constexpr int kMoeVariantRetired = -2;
+
 Status validate_moe_tuning(const MoeTuningSet& set, const std::function<int(int, const std::string&)>& index) {
   for (const MoeTuningTable* t : set.all()) {
     for (size_t i = 0; i < t->entries.size(); ++i) {
       const auto& e = t->entries[i];
       const std::pair<int, const std::string*> names[] = {{0, &e.gate_up}, {1, &e.down}};
       for (const auto& [gemm, name] : names) {
-        if (index(gemm, *name) < 0)
+        const int id = index(gemm, *name);
+        if (id == kMoeVariantRetired)
+          return invalid_argument(t->source + ": entries[" + std::to_string(i) + "] (m " + std::to_string(e.m) +
+                                  "): " + (gemm == 0 ? "gate_up" : "down") + " kernel variant '" + *name +
+                                  "' was retired (no tuned table or rule picked it; docs/cuda.md); re-tune: " +
+                                  t->key.tune_command());
+        if (id < 0)
           return invalid_argument(t->source + ": entries[" + std::to_string(i) + "] (m " + std::to_string(e.m) +
                                   "): unknown " + (gemm == 0 ? "gate_up" : "down") + " kernel variant '" + *name +
                                   "' (not compiled into this binary; re-run: " + t->key.tune_command() + ")");

@@ -106,7 +106,8 @@ std::mutex& global_moe_tuning_mutex();
 Status add_global_moe_tuning_dir(const std::string& dir);  // --moe-tuning-dir
 
 // Every variant name of the tables in `set` must exist (index(gemm, name) >= 0; gemm 0 = gate_up, 1 = down);
-// errors name the table file and the name.
+// errors name the table file and the name, and say "retired" where index returns -2 (a retired variant:
+// kMoeMxfp4RetiredVariant in kernels/cuda/moe_mxfp4/moe_mxfp4_variants.h).
 Status validate_moe_tuning(const MoeTuningSet& set, const std::function<int(int, const std::string&)>& index);
 
 // One row of the chosen configuration (the start-up log and the mxserve:moe_kernel_config gauge; built by

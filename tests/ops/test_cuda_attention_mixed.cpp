@@ -21,6 +21,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -60,39 +61,13 @@ const std::vector<MixedCase>& mixed_cases() {
 // The forward batch of a case: decode spans first (as the scheduler orders them), then the prefill chunk;
 // blocks shuffled over the whole cache.
 model::ForwardBatch mixed_batch(const MixedCase& c, int64_t bs, std::mt19937& rng, int64_t* n_blocks) {
-  model::ForwardBatch batch;
-  std::vector<int32_t> kv_lens = c.decode_ctx;
-  kv_lens.push_back(c.prefill_kv_len);
-  int64_t need = 0;
-  for (int32_t k : kv_lens) need += (k + bs - 1) / bs;
-  *n_blocks = need + 3;
-  std::vector<int32_t> perm(*n_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int64_t next = 0;
-  for (size_t s = 0; s < kv_lens.size(); ++s) {
-    model::SequenceSpan span;
-    span.token_begin = batch.n_tokens();
-    span.n_tokens = s < c.decode_ctx.size() ? 1 : c.prefill_rows;
-    span.kv_len = kv_lens[s];
-    for (int64_t b = 0; b < (span.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next++]);
-    for (int32_t i = 0; i < span.n_tokens; ++i) {
-      batch.token_ids.push_back(0);
-      batch.positions.push_back(span.kv_len - span.n_tokens + i);
-    }
-    batch.seqs.push_back(span);
-  }
-  return batch;
+  std::vector<gpu_oracle::PagedSpan> spans;
+  for (int32_t ctx : c.decode_ctx) spans.push_back({1, ctx});
+  spans.push_back({c.prefill_rows, c.prefill_kv_len});
+  return gpu_oracle::paged_batch(spans, bs, 3, rng, n_blocks);
 }
 
-kernels::AttentionParams shape_of(const MixedCase& c) {
-  kernels::AttentionParams shape;
-  shape.n_heads = c.nh;
-  shape.n_kv_heads = c.kvh;
-  shape.head_dim = c.hd;
-  shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
-  return shape;
-}
+kernels::AttentionParams shape_of(const MixedCase& c) { return gpu_oracle::attention_shape(c.nh, c.kvh, c.hd); }
 
 // Host-only: the planner's choice for each case's metadata (built on the CPU backend: the same params).
 TEST(AttentionMixedPlan, LeadingDecodeRowsGetTheDecodeKernel) {
@@ -144,51 +119,11 @@ TEST(AttentionMixedPlan, LeadingDecodeRowsGetTheDecodeKernel) {
   }
 }
 
-class CudaAttentionMixed : public ::testing::Test {
+class CudaAttentionMixed : public gpu_oracle::CudaVsCpuTest {
  protected:
-  void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
-  }
-  // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
-  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
-    std::normal_distribution<float> n01(0.f, 1.f);
-    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
-    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < n_heads; ++h) {
-        const float mag = std::ldexp(1.f, ex(rng_));
-        for (int64_t d = 0; d < head_dim; ++d)
-          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
-      }
-    return t;
-  }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
-  Tensor poison_bf16(Shape s) {
-    Tensor h = Tensor::empty(DType::kBF16, s);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    return gpu_->upload(h);
-  }
-  static double rel_l2(const Tensor& got, const Tensor& ref) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < ref.numel(); ++i) {
-      const double a = got.data<float>()[i], b = ref.data<float>()[i];
-      if (std::isnan(a)) return INFINITY;
-      num += (a - b) * (a - b);
-      den += b * b;
-    }
-    return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-  }
+  CudaAttentionMixed() : CudaVsCpuTest(20261202) {}
+  static double rel_l2(const Tensor& got, const Tensor& ref) { return gpu_oracle::rel_l2(got, ref); }
   void run(bool fp8);
-
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937 rng_{20261202};
 };
 
 void CudaAttentionMixed::run(bool fp8) {

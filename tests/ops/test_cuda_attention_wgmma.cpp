@@ -1,9 +1,9 @@
-// The Hopper wgmma prefill attention kernels -- "wgmma" (kernels/cuda/attention/paged_attention_wgmma.cu) and its
-// warp-specialized variant "wgmma_ws" (paged_attention_wgmma_ws.cu) -- each against the CPU reference attention
-// and against the mma.sync block-shared kernel (label gpu; the device tests skip without a CUDA device, or
-// without an sm_90 one: the kernels are Hopper-only). Every case below runs both kernels:
-//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get a wgmma kernel, forced or not;
-//             auto never picks wgmma_ws (forced only while it is measured).
+// The Hopper wgmma prefill attention kernel "wgmma_ws" (kernels/cuda/attention/paged_attention_wgmma_ws.cu, the
+// warp-specialized one; issue 31 retired the first wgmma kernel, "wgmma") against the CPU reference attention
+// and against the mma.sync block-shared kernel, its oracle at sizes the CPU reference cannot afford (label gpu;
+// the device tests skip without a CUDA device, or without an sm_90 one: the kernel is Hopper-only):
+//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get the wgmma kernel, forced or not;
+//             auto picks wgmma_ws on an sm_90 device for long chunks; forcing the retired "wgmma" is an error.
 //   cpu       ragged batches of several sequences (runs of rows of different sequences inside one 128-row
 //             block), one-token chunks, chunks of 1..300 rows over prefixes not multiples of the 128-key tile or
 //             of the cache block, cache blocks of 16 and 32, scattered (shuffled) block tables; against the CPU
@@ -12,7 +12,7 @@
 //   big       GLM-4.5-Air heads (96 / 8 / 128): an 8192-row chunk over a 12288-key prefix and 4 x 2048-row chunks
 //             against the shared kernel (kTolKernels = 6e-3: two bf16-rounded outputs; the CPU reference would
 //             take minutes), plus a 3000-row chunk over 5000 keys at 2 heads against the CPU reference.
-// Each case prints one PASS / FAIL line per kernel with rel-L2 and max abs error.
+// Each case prints one PASS / FAIL line with rel-L2 and max abs error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -66,52 +67,15 @@ const std::vector<Case>& cases() {
 
 // The case's forward batch: blocks shuffled over the whole cache (scattered tables).
 model::ForwardBatch batch_of(const Case& c, std::mt19937& rng, int64_t* n_blocks) {
-  model::ForwardBatch batch;
-  int64_t need = 0;
-  for (const Seq& s : c.seqs) need += (s.prefix + s.rows + c.bs - 1) / c.bs;
-  *n_blocks = need + 5;
-  std::vector<int32_t> perm(*n_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int64_t next = 0;
-  for (const Seq& s : c.seqs) {
-    model::SequenceSpan span;
-    span.token_begin = batch.n_tokens();
-    span.n_tokens = s.rows;
-    span.kv_len = s.prefix + s.rows;
-    for (int64_t b = 0; b < (span.kv_len + c.bs - 1) / c.bs; ++b) span.block_table.push_back(perm[next++]);
-    for (int32_t i = 0; i < s.rows; ++i) {
-      batch.token_ids.push_back(0);
-      batch.positions.push_back(s.prefix + i);
-    }
-    batch.seqs.push_back(span);
-  }
-  return batch;
+  std::vector<gpu_oracle::PagedSpan> spans;
+  for (const Seq& s : c.seqs) spans.push_back({s.rows, s.prefix + s.rows});
+  return gpu_oracle::paged_batch(spans, c.bs, 5, rng, n_blocks);
 }
 
-kernels::AttentionParams shape_of(int nh, int kvh, int hd) {
-  kernels::AttentionParams shape;
-  shape.n_heads = nh;
-  shape.n_kv_heads = kvh;
-  shape.head_dim = hd;
-  shape.scale = 1.f / std::sqrt(static_cast<float>(hd));
-  return shape;
-}
+kernels::AttentionParams shape_of(int nh, int kvh, int hd) { return gpu_oracle::attention_shape(nh, kvh, hd); }
 
-struct Err {
-  double rel_l2 = 0, max_abs = 0;
-};
-Err compare(const Tensor& got, const Tensor& ref) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (!std::isfinite(a)) return {INFINITY, INFINITY};
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
-}
+using gpu_oracle::compare;
+using gpu_oracle::Err;
 
 // Host-only: the shapes the wgmma kernel does not serve stay on the mma.sync kernels, forced or not.
 TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
@@ -121,7 +85,7 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   p.block_size = 16;
   p.max_blocks_per_seq = 1280;
   p.max_kv_len = 20480;
-  for (Force f : {Force::kAuto, Force::kWgmma, Force::kWgmmaWs}) {
+  for (Force f : {Force::kAuto, Force::kWgmmaWs}) {
     kc::AttentionPlanOptions o;
     o.force = f;
     kernels::AttentionParams fp8 = p;
@@ -145,12 +109,11 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   short_chunks.n_tokens = 40 * 8;
   short_chunks.n_seqs = 8;
   EXPECT_EQ(kc::plan_paged_attention(short_chunks, kH200Sms).kernel, kc::AttentionKernel::kShared);
-  // Auto picks the warp-specialized kernel (wgmma_ws, 1.35-1.59x wgmma on the H200: docs/perf/prefill.md) where the
-  // wgmma kernels serve the batch (an sm_90 device), else the shared kernel; "wgmma" forced still runs the older one.
+  // Auto picks the warp-specialized kernel (wgmma_ws, 1.35-1.59x the retired wgmma kernel on the H200:
+  // docs/perf/prefill.md) where it serves the batch (an sm_90 device), else the shared kernel.
   const kc::AttentionKernel auto_kernel = kc::plan_paged_attention(p, kH200Sms).kernel;
   EXPECT_TRUE(auto_kernel == kc::AttentionKernel::kWgmmaWs || auto_kernel == kc::AttentionKernel::kShared)
       << kc::attention_kernel_name(auto_kernel);
-  EXPECT_NE(auto_kernel, kc::AttentionKernel::kWgmma);
   kc::AttentionPlanOptions ws;
   ws.force = Force::kWgmmaWs;
   const kc::AttentionKernel forced_ws = kc::plan_paged_attention(p, kH200Sms, ws).kernel;
@@ -161,51 +124,26 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
               kc::attention_kernel_name(kc::plan_paged_attention(p, kH200Sms).kernel));
 }
 
-class CudaAttentionWgmma : public ::testing::Test {
+class CudaAttentionWgmma : public gpu_oracle::CudaVsCpuTest {
  protected:
+  CudaAttentionWgmma() : CudaVsCpuTest(20261202) {}
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
+    CudaVsCpuTest::SetUp();
+    if (IsSkipped()) return;
     kernels::AttentionParams p = shape_of(96, 8, 128);
     p.n_tokens = 8192;
     p.n_seqs = 1;
     p.block_size = 16;
     kc::AttentionPlanOptions o;
-    o.force = Force::kWgmma;
-    if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmma)
-      GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
     o.force = Force::kWgmmaWs;
-    EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms, o).kernel, kc::AttentionKernel::kWgmmaWs);
-  }
-  // Host f32 [rows, n_heads * head_dim], bf16-representable, magnitude 2^e per (row, head), e in [lo, hi].
-  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
-    std::normal_distribution<float> n01(0.f, 1.f);
-    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
-    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < n_heads; ++h) {
-        const float mag = std::ldexp(1.f, ex(rng_));
-        for (int64_t d = 0; d < head_dim; ++d)
-          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
-      }
-    return t;
-  }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
+    if (kc::plan_paged_attention(p, kH200Sms, o).kernel != kc::AttentionKernel::kWgmmaWs)
+      GTEST_SKIP() << "the wgmma attention kernel needs an sm_90 (Hopper) device";
+    EXPECT_EQ(kc::plan_paged_attention(p, kH200Sms).kernel, kc::AttentionKernel::kWgmmaWs);
   }
   Tensor gpu_random(Shape s, float scale) {
     Tensor d = gpu_->alloc(DType::kBF16, std::move(s));
     kc::fill_random_bf16(d.raw(), d.numel(), seed_++, scale, backend::cuda_backend_stream(*gpu_));
     return d;
-  }
-  Tensor poison_bf16(Shape s) {
-    Tensor h = Tensor::empty(DType::kBF16, s);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    return gpu_->upload(h);
   }
   // The GPU output (host f32) of one forced kernel.
   Tensor run_kernel(const char* kernel, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -221,8 +159,6 @@ class CudaAttentionWgmma : public ::testing::Test {
 
   void run_cases(bool cpu_ref);
 
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937 rng_{20261202};
   uint64_t seed_ = 11;
 };
 
@@ -256,7 +192,7 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
     if (c.cpu_ref) shared_vs_cpu = compare(shared, ref);
     const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(gmeta.params, kH200Sms);
     const char* auto_kernel = kc::attention_kernel_name(plan.parts[plan.n_parts - 1].launch.kernel);
-    for (const char* kernel : {"wgmma", "wgmma_ws"}) {
+    for (const char* kernel : {"wgmma_ws"}) {
       SCOPED_TRACE(kernel);
       const Tensor got = run_kernel(kernel, gq, gk, gv, gmeta, T, width);
       const Err vs_shared = compare(got, shared);
@@ -279,6 +215,15 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
                     vs_shared.max_abs, kTolKernels, auto_kernel);
     }
   }
+}
+
+// Forcing the retired first wgmma kernel is an error naming its replacement (no silent fallback).
+TEST_F(CudaAttentionWgmma, RetiredWgmmaForceIsRefused) {
+  const Status s = gpu_->set_kernel_options({.attention_kernel = "wgmma"});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.to_string().find("wgmma_ws"), std::string::npos) << s.to_string();
+  EXPECT_TRUE(gpu_->set_kernel_options({.attention_kernel = "wgmma_ws"}).is_ok());
+  EXPECT_TRUE(gpu_->set_kernel_options({}).is_ok());
 }
 
 // Small and ragged batches against the CPU reference (and the shared kernel); quick enough for compute-sanitizer.

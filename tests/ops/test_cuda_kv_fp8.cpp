@@ -20,45 +20,20 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
 
 constexpr double kTolFp8Attn = 8e-3;
 
-class CudaKvFp8 : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
-  }
+using gpu_oracle::expect_bytes_equal;
+using gpu_oracle::rel_l2;
 
-  // Host f32 [rows, n_heads * head_dim] of bf16-representable values; each (row, head) gets its own magnitude
-  // 2^e, e uniform in [lo_exp, hi_exp] (K magnitudes vary by head and token in real models).
-  Tensor rand_heads(int64_t rows, int64_t n_heads, int64_t head_dim, int lo_exp, int hi_exp) {
-    std::normal_distribution<float> n01(0.f, 1.f);
-    std::uniform_int_distribution<int> ex(lo_exp, hi_exp);
-    Tensor t = Tensor::empty(DType::kF32, {rows, n_heads * head_dim});
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < n_heads; ++h) {
-        const float mag = std::ldexp(1.f, ex(rng_));
-        for (int64_t d = 0; d < head_dim; ++d)
-          t.data<float>()[(r * n_heads + h) * head_dim + d] = bf16_to_f32(f32_to_bf16(mag * n01(rng_)));
-      }
-    return t;
-  }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
-  Tensor poison_bf16(Shape s) {
-    Tensor h = Tensor::empty(DType::kBF16, s);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    return gpu_->upload(h);
-  }
+class CudaKvFp8 : public gpu_oracle::CudaVsCpuTest {
+ protected:
+  CudaKvFp8() : CudaVsCpuTest(20261202) {}
+
   // An FP8 cache on both backends with the same bytes: written by the CPU reference, uploaded exactly.
   struct Fp8Cache {
     Tensor ck, cv, cks, cvs;  // CPU
@@ -86,34 +61,7 @@ class CudaKvFp8 : public ::testing::Test {
     c.gvs = gpu_->upload(c.cvs);
     return c;
   }
-
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937 rng_{20261202};
 };
-
-void expect_bytes_equal(const Tensor& got, const Tensor& ref, const char* what) {
-  ASSERT_EQ(got.nbytes(), ref.nbytes()) << what;
-  const auto* a = static_cast<const uint8_t*>(got.raw());
-  const auto* b = static_cast<const uint8_t*>(ref.raw());
-  int64_t diff = 0, first = -1;
-  for (uint64_t i = 0; i < ref.nbytes(); ++i)
-    if (a[i] != b[i]) {
-      if (first < 0) first = static_cast<int64_t>(i);
-      ++diff;
-    }
-  EXPECT_EQ(diff, 0) << what << ": " << diff << " bytes differ, first at byte " << first;
-}
-
-double rel_l2(const Tensor& got, const Tensor& ref) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (std::isnan(a)) return INFINITY;
-    num += (a - b) * (a - b);
-    den += b * b;
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
 
 TEST_F(CudaKvFp8, KvWriteBytesEqualCpu) {
   struct Case {
@@ -236,11 +184,7 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
     }
     ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
     const int64_t T = batch.n_tokens();
-    kernels::AttentionParams shape;
-    shape.n_heads = c.nh;
-    shape.n_kv_heads = c.kvh;
-    shape.head_dim = c.hd;
-    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    const kernels::AttentionParams shape = gpu_oracle::attention_shape(c.nh, c.kvh, c.hd);
     auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
     auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     Fp8Cache kv = make_cache(n_blocks * bs, c.kvh, c.hd);

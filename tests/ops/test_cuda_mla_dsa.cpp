@@ -30,6 +30,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -43,19 +44,7 @@ constexpr double kScoreSlack = 1e-5;
 // accumulate): two more bf16 roundings than the SIMT kernel, hence a wider bound on the same rel-L2 metric.
 constexpr double kTolMlaMma = 1e-2;
 
-double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
-  EXPECT_EQ(got.numel(), ref.numel());
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (std::isnan(a) || std::isnan(b)) return INFINITY;
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  *max_abs = mx;
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using gpu_oracle::rel_l2;
 
 #define EXPECT_CLOSE(got, ref, tol, what)                                                                 \
   do {                                                                                                    \
@@ -84,13 +73,12 @@ struct TreeCase {
   int32_t ctx, n_nodes;
 };
 
-class CudaMlaDsa : public ::testing::Test {
+class CudaMlaDsa : public gpu_oracle::CudaVsCpuTest {
  public:
+  CudaMlaDsa() : CudaVsCpuTest(20261202) {}
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
+    CudaVsCpuTest::SetUp();
+    if (IsSkipped()) return;
     gops_ = backend::mla_dsa_ops(*gpu_);
     cops_ = backend::mla_dsa_ops(*cpu_);
     ASSERT_NE(gops_, nullptr) << "the CUDA backend does not implement MlaDsaOps";
@@ -103,18 +91,7 @@ class CudaMlaDsa : public ::testing::Test {
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_) + offset));
     return t;
   }
-  Tensor cpu(const Tensor& host) { return cpu_->upload(host); }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
-  Tensor poison(Shape s) {
-    Tensor h = Tensor::empty(DType::kBF16, s);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    return gpu_->upload(h);
-  }
-  Tensor host(const Tensor& t) { return gpu_->to_host(t); }
+  Tensor poison(Shape s) { return poison_bf16(std::move(s)); }
 
   // A batch of plain causal sequences and tree sequences over shuffled blocks of block_size bs.
   model::ForwardBatch make_batch(const std::vector<SeqCase>& seqs, const std::vector<TreeCase>& trees, int64_t bs,
@@ -164,10 +141,8 @@ class CudaMlaDsa : public ::testing::Test {
     return batch;
   }
 
-  std::unique_ptr<Backend> cpu_, gpu_;
   MlaDsaOps* gops_ = nullptr;
   MlaDsaOps* cops_ = nullptr;
-  std::mt19937 rng_{20261202};
 };
 
 // Host view of the batch: per token, its KV indices in order of the cache, and the visibility rule.

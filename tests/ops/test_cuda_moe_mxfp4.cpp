@@ -27,6 +27,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "gpu_oracle.h"
 #include "quant/mxfp4.h"
 
 namespace mxserve {
@@ -45,22 +46,20 @@ struct Case {
   float x_scale = 1.f;
 };
 
-class CudaMoeMxfp4 : public ::testing::Test {
+class CudaMoeMxfp4 : public gpu_oracle::CudaVsCpuTest {
  protected:
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
+    CudaVsCpuTest::SetUp();
+    if (IsSkipped()) return;
     const uint32_t seed = std::random_device{}();
     std::printf("seed %u\n", seed);
-    rng_.seed(seed);
+    rng64_.seed(seed);
   }
 
   Tensor rand_f32(Shape s, float scale) {
     std::uniform_real_distribution<float> u(-scale, scale);
     Tensor t = Tensor::empty(DType::kF32, std::move(s));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_)));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng64_)));
     return t;
   }
   // Packed codes (any byte) + scales in [lo, hi] for `rows` rows of k elements.
@@ -68,41 +67,24 @@ class CudaMoeMxfp4 : public ::testing::Test {
     quant::MxTensors m{Tensor::empty(DType::kU8, {rows, k / 2}), Tensor::empty(DType::kU8, {rows, k / 32})};
     uint8_t* q = m.packed.data<uint8_t>();
     for (int64_t i = 0; i < m.packed.numel(); i += 8) {
-      const uint64_t v = rng_();
+      const uint64_t v = rng64_();
       std::memcpy(q + i, &v, std::min<int64_t>(8, m.packed.numel() - i));
     }
     std::uniform_int_distribution<int> u(lo, hi);
-    for (int64_t i = 0; i < m.scales.numel(); ++i) m.scales.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng_));
+    for (int64_t i = 0; i < m.scales.numel(); ++i) m.scales.data<uint8_t>()[i] = static_cast<uint8_t>(u(rng64_));
     return m;
   }
   void to_device(void* dst, const Tensor& host) {
     MX_CUDA_CHECK(cudaMemcpy(dst, host.raw(), host.nbytes(), cudaMemcpyHostToDevice));
   }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
 
   void run_case(const Case& c);
 
-  std::unique_ptr<backend::Backend> cpu_, gpu_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng64_;  // 64-bit draws (rand_mx packs 8 code bytes per draw); seeded per run, printed
   std::set<std::pair<int, int>> ran_;  // (gemm, variant) pairs run_case checked
 };
 
-double rel_l2(const Tensor& got, const Tensor& ref, double* max_abs) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (std::isnan(a) || std::isnan(b)) return INFINITY;
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  *max_abs = mx;
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using gpu_oracle::rel_l2;
 
 void CudaMoeMxfp4::run_case(const Case& c) {
   SCOPED_TRACE(c.what);
@@ -112,7 +94,7 @@ void CudaMoeMxfp4::run_case(const Case& c) {
   std::vector<int32_t> experts(pool);
   for (int64_t t = 0; t < c.T; ++t) {
     std::iota(experts.begin(), experts.end(), 0);
-    std::shuffle(experts.begin(), experts.end(), rng_);
+    std::shuffle(experts.begin(), experts.end(), rng64_);
     if (c.one_expert) std::swap(*std::find(experts.begin(), experts.end(), 3), experts[0]);
     for (int k = 0; k < c.K; ++k) ids.data<int32_t>()[t * c.K + k] = experts[k];
   }
@@ -187,7 +169,7 @@ void CudaMoeMxfp4::run_case(const Case& c) {
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s)) check({v, heur.down});
   for (int v = 0; v < nv; ++v)
     if (kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, v, s)) check({heur.gate_up, v});
-  // Both GEMMs on one variant: at n_tokens == 1 a dec_* / gv_* pair skips the permute kernel (direct mode),
+  // Both GEMMs on one variant: at n_tokens == 1 a gv_* pair skips the permute kernel (direct mode),
   // and gv_* on the down GEMM fuses the weighted un-permute (out += sum_k w_k y_k).
   for (int v = 0; v < nv; ++v)
     if (v != heur.gate_up && kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, v, s) &&
@@ -209,11 +191,11 @@ const std::vector<Case>& tiny_cases() {
       {3, 1024, 256, 128, 8, "decode batch 3, 128 experts top 8"},
       {64, 1024, 256, 128, 8, "64 tokens, 128 experts top 8"},
       {6, 256, 128, 8, 2, "large scales (two-step factor) and s = 0..", 0, false, 120, 140, 1.f / 4096},
-      // dec_* (K split over warps, 8-row passes) and pf_* (K % 128 == 0, 64/128-token tiles, N tails):
+      // pf_* (K % 128 == 0, 64/128-token tiles, N tails) and long / odd K (shapes kept from the retired dec_*):
       {300, 384, 160, 8, 2, "pf: gate_up N tail (160 % 64), 2+ token tiles", 0, true},
-      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), dec: K 160 (block tail)", 0, true},
-      {19, 1152, 1536, 16, 4, "dec: K 1152 / 1536 (9 / 12 k steps over 3..6 warps), rows > 8", 4},
-      {2, 8192, 64, 4, 2, "dec: K 8192 (64 k steps, 8 warps x 8 of dec_s8), M=2"},
+      {200, 160, 256, 8, 2, "pf: down N tail (160 % 128), K 160 (block tail)", 0, true},
+      {19, 1152, 1536, 16, 4, "K 1152 / 1536 (9 / 12 k steps), rows > 8", 4},
+      {2, 8192, 64, 4, 2, "K 8192 (64 k steps), M=2"},
       // gv_* (design 5): direct mode with the fused combine, the warp-voted two-step scale path, K = 128.
       {1, 256, 128, 8, 8, "gv: M=1 direct + combine, top_k == E, large scales", 0, false, 120, 140, 1.f / 4096},
       {1, 128, 384, 16, 3, "gv: M=1, K 128 (one step) / 384, top 3 (warps without an expert)"},
@@ -267,6 +249,8 @@ TEST(CudaMoeMxfp4Registry, NamesAndHeuristic) {  // host-only: runs without a GP
     ASSERT_FALSE(names.empty());
     for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(kc::moe_mxfp4_variant_index(g, names[i]), static_cast<int>(i));
     EXPECT_EQ(kc::moe_mxfp4_variant_index(g, "no_such_variant"), -1);
+    for (const kc::MoeMxfp4RetiredVariant& r : kc::kMoeMxfp4RetiredVariants)  // issue 31: "retired", not unknown
+      EXPECT_EQ(kc::moe_mxfp4_variant_index(g, std::string(r.name)), kc::kMoeMxfp4RetiredVariant) << r.name;
   }
   for (int64_t m : {1, 2, 4, 8, 16, 64, 256, 1024, 16384}) {
     const kc::MoeShape s{m, 4096, 1408, 128, 8};

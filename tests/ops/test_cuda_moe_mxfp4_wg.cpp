@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "gpu_oracle.h"
 #include "moe_mxfp4_synth.h"
 #include "quant/mxfp4.h"
 
@@ -44,34 +45,17 @@ struct WgCase {
   const char* what;
 };
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using gpu_oracle::have_cuda_device;
 
 // The wg_* kernels need sm_90 (elsewhere their launcher runs pf_t128: the comparison would be vacuous).
-bool have_sm90() {
-  int dev = 0, major = 0, minor = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-         minor == 0;
-}
+using gpu_oracle::have_sm90;
 
-// rel L2 of got vs ref; INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing compared).
+// rel L2 of got vs ref (gpu_oracle.h); INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing
+// compared).
 double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  *max_abs = INFINITY;
-  if (got.size() != ref.size() || ref.empty()) return INFINITY;
-  double num = 0, den = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-    mx = std::max(mx, std::fabs(got[i] - ref[i]));
-  }
-  *max_abs = mx;
-  if (den == 0) return INFINITY;
-  return std::sqrt(num) / std::sqrt(den);
+  const gpu_oracle::Err e = gpu_oracle::compare(got, ref, /*zero_ref_fails=*/true);
+  *max_abs = e.max_abs;
+  return e.rel_l2;
 }
 
 // Rows checked against the host reference (~0.5-1 s a row): first, last, middle, a third; distinct, all < T.
@@ -273,13 +257,13 @@ TEST(CudaMoeMxfp4WgOracle, ReferenceRejectsOutOfRangeRowsAndExperts) {
 }
 
 TEST(CudaMoeMxfp4Wg, GlmAir) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
   run_shape(kAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg, Glm52) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
   run_shape(kGlm52, cases());
 }

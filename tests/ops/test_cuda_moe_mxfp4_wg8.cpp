@@ -31,6 +31,7 @@
 
 #include "core/numeric.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "gpu_oracle.h"
 #include "moe_mxfp4_synth.h"
 
 namespace mxserve {
@@ -62,27 +63,14 @@ struct Wg8Case {
   const char* what;
 };
 
-bool have_sm90() {
-  int n = 0, dev = 0, major = 0, minor = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-         minor == 0;
-}
+using gpu_oracle::have_sm90;
 
+// rel L2 of got vs ref (gpu_oracle.h); INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing
+// compared).
 double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  *max_abs = INFINITY;
-  if (got.size() != ref.size() || ref.empty()) return INFINITY;
-  double num = 0, den = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-    mx = std::max(mx, std::fabs(got[i] - ref[i]));
-  }
-  *max_abs = mx;
-  if (den == 0) return INFINITY;
-  return std::sqrt(num) / std::sqrt(den);
+  const gpu_oracle::Err e = gpu_oracle::compare(got, ref, /*zero_ref_fails=*/true);
+  *max_abs = e.max_abs;
+  return e.rel_l2;
 }
 
 std::vector<int64_t> sampled_rows(int64_t T) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "gpu_oracle.h"
 #include "launch/launch.h"
 #include "parallel/nccl_communicator.h"
 #include "runtime/sequence_runner.h"
@@ -22,13 +23,13 @@ std::string fixture_root() {
   return env ? std::string(env) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures";
 }
 
-class NcclOneRank : public ::testing::Test {
+class NcclOneRank : public gpu_oracle::CudaTest {
  protected:
   void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    be_ = std::move(*r);
-    auto comms = make_nccl_communicators({RankLayout{}}, {be_.get()}, nullptr);
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    be_ = gpu_.get();
+    auto comms = make_nccl_communicators({RankLayout{}}, {be_}, nullptr);
     ASSERT_TRUE(comms.is_ok()) << comms.status().to_string();
     comm_ = std::move((*comms)[0]);
   }
@@ -45,7 +46,7 @@ class NcclOneRank : public ::testing::Test {
     Tensor h = be_->to_host(device);
     return h.shape() == host.shape() && std::memcmp(h.raw(), host.raw(), h.nbytes()) == 0;
   }
-  std::unique_ptr<backend::Backend> be_;
+  backend::Backend* be_ = nullptr;  // gpu_
   std::unique_ptr<Communicator> comm_;
 };
 

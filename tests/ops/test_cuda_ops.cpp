@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "model/forward_batch.h"
+#include "gpu_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -30,66 +31,9 @@ constexpr double kTolBf16Out = 4e-3;
 constexpr double kTolGemm = 1e-2;
 constexpr double kTolF32 = 1e-5;
 
-struct Err {
-  double rel_l2 = 0, max_abs = 0;
-};
-
-// Host f32 tensors of equal size; NaN anywhere gives infinity.
-Err error(const Tensor& got, const Tensor& ref) {
-  EXPECT_EQ(got.numel(), ref.numel());
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double a = got.data<float>()[i], b = ref.data<float>()[i];
-    if (std::isnan(a) || std::isnan(b)) return {INFINITY, INFINITY};
-    num += (a - b) * (a - b);
-    den += b * b;
-    mx = std::max(mx, std::fabs(a - b));
-  }
-  return {std::sqrt(num) / std::max(std::sqrt(den), 1e-30), mx};
-}
-
-class CudaOps : public ::testing::Test {
+class CudaOps : public gpu_oracle::CudaVsCpuTest {
  protected:
-  void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-    cpu_ = backend::make_cpu_backend();
-  }
-
-  // Host f32 tensor of bf16-representable values uniform in [-scale, scale).
-  Tensor rand(Shape s, float scale = 1.f) {
-    std::uniform_real_distribution<float> u(-scale, scale);
-    Tensor t = Tensor::empty(DType::kF32, std::move(s));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = bf16_to_f32(f32_to_bf16(u(rng_)));
-    return t;
-  }
-  Tensor ints(Shape s, int lo, int hi) {
-    std::uniform_int_distribution<int> u(lo, hi);
-    Tensor t = Tensor::empty(DType::kI32, std::move(s));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = u(rng_);
-    return t;
-  }
-  Tensor cpu(const Tensor& host) { return cpu_->upload(host); }
-  Tensor gpu_bf16(const Tensor& host_f32) {
-    Tensor d = gpu_->alloc(DType::kBF16, host_f32.shape());
-    gpu_->copy_weight(host_f32, d);
-    return d;
-  }
-  Tensor gpu_exact(const Tensor& host) { return gpu_->upload(host); }
-  // A bf16 (or f32) device tensor full of NaN: every element the op should write is checked.
-  Tensor poison(DType dt, Shape s) {
-    Tensor h = Tensor::empty(dt, s);
-    if (dt == DType::kBF16)
-      for (int64_t i = 0; i < h.numel(); ++i) h.data<uint16_t>()[i] = 0x7fc0;
-    else
-      for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = NAN;
-    return gpu_->upload(h);
-  }
-  Tensor host(const Tensor& t) { return gpu_->to_host(t); }
-
-  std::unique_ptr<Backend> cpu_, gpu_;
-  std::mt19937 rng_{20261129};
+  CudaOps() : CudaVsCpuTest(20261129) {}
 };
 
 void expect_exact(const Tensor& got, const Tensor& ref) {
@@ -98,15 +42,7 @@ void expect_exact(const Tensor& got, const Tensor& ref) {
   EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), ref.nbytes()), 0);
 }
 
-// Prints every measured error (the op test table in docs/cuda.md comes from these lines).
-#define EXPECT_WITHIN(got, ref, tol)                                                             \
-  do {                                                                                           \
-    const Err e_ = error(got, ref);                                                              \
-    std::printf("[ err      ] %-28s rel_l2 %.3e  max_abs %.3e  (tol %.0e)\n",                     \
-                ::testing::UnitTest::GetInstance()->current_test_info()->name(), e_.rel_l2,      \
-                e_.max_abs, static_cast<double>(tol));                                           \
-    EXPECT_LE(e_.rel_l2, tol) << "rel_l2 " << e_.rel_l2 << " max_abs " << e_.max_abs;            \
-  } while (0)
+// EXPECT_WITHIN (gpu_oracle.h) prints every measured error (docs/cuda.md's op test table comes from these lines).
 
 // ---- copies: exact -------------------------------------------------------------------------------
 
@@ -294,32 +230,12 @@ TEST_F(CudaOps, PagedAttention) {
   const int64_t bs = 16;
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.what);
-    model::ForwardBatch batch;
-    int64_t blocks_needed = 0;
-    for (const SeqCase& s : c.seqs) blocks_needed += (s.kv_len + bs - 1) / bs;
-    const int64_t n_blocks = blocks_needed + 3;
-    std::vector<int32_t> perm(n_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng_);
-    int64_t next_block = 0;
-    for (const SeqCase& s : c.seqs) {
-      model::SequenceSpan span;
-      span.token_begin = batch.n_tokens();
-      span.n_tokens = s.n_tokens;
-      span.kv_len = s.kv_len;
-      for (int64_t b = 0; b < (s.kv_len + bs - 1) / bs; ++b) span.block_table.push_back(perm[next_block++]);
-      for (int32_t i = 0; i < s.n_tokens; ++i) {
-        batch.token_ids.push_back(0);
-        batch.positions.push_back(s.kv_len - s.n_tokens + i);
-      }
-      batch.seqs.push_back(span);
-    }
+    std::vector<gpu_oracle::PagedSpan> spans;
+    for (const SeqCase& s : c.seqs) spans.push_back({s.n_tokens, s.kv_len});
+    int64_t n_blocks = 0;
+    const model::ForwardBatch batch = gpu_oracle::paged_batch(spans, bs, 3, rng_, &n_blocks);
     const int64_t T = batch.n_tokens();
-    kernels::AttentionParams shape;
-    shape.n_heads = c.nh;
-    shape.n_kv_heads = c.kvh;
-    shape.head_dim = c.hd;
-    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    const kernels::AttentionParams shape = gpu_oracle::attention_shape(c.nh, c.kvh, c.hd);
     auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
     auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     Tensor kc = rand({n_blocks * bs, c.kvh * c.hd}, 2.f), vc = rand({n_blocks * bs, c.kvh * c.hd});
@@ -420,11 +336,7 @@ TEST_F(CudaOps, PagedAttentionTreeMask) {
     }
     ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
     const int64_t T = batch.n_tokens();
-    kernels::AttentionParams shape;
-    shape.n_heads = c.nh;
-    shape.n_kv_heads = c.kvh;
-    shape.head_dim = c.hd;
-    shape.scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    const kernels::AttentionParams shape = gpu_oracle::attention_shape(c.nh, c.kvh, c.hd);
     auto cmeta = model::build_attention_meta(batch, *cpu_, bs, shape).value();
     auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
     ASSERT_NE(gmeta.params.tree_mask, nullptr);

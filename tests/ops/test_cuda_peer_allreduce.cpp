@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "gpu_oracle.h"
 #include "backend/cuda_backend.h"
 #include "core/numeric.h"
 #include "parallel/nccl_communicator.h"
@@ -41,12 +42,8 @@ struct Ranks {
   std::vector<std::unique_ptr<PeerAllReduce>> ar;
 };
 
-class PeerAllReduceTest : public ::testing::Test {
+class PeerAllReduceTest : public gpu_oracle::CudaTest {  // gpu_: the skip check; the ranks make their own
  protected:
-  void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-  }
   static Ranks make(int n, const PeerAllReduceOptions& opt) {
     Ranks k;
     for (int r = 0; r < n; ++r) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "gpu_oracle.h"
 #include "kernels/cpu/sampling.h"
 
 namespace mxserve {
@@ -26,15 +27,7 @@ using kernels::SampleRowsInput;
 constexpr int64_t kVocab = 151552;
 constexpr int64_t kDraws = 20000;
 
-class CudaSampling : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto r = backend::make_backend("cuda");
-    if (!r.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << r.status().to_string() << ")";
-    gpu_ = std::move(*r);
-  }
-  std::unique_ptr<backend::Backend> gpu_;
-};
+class CudaSampling : public gpu_oracle::CudaTest {};
 
 // Logits of a realistic shape: a normal bulk, a few strong tokens, some exact ties.
 std::vector<float> make_logits(uint32_t seed, float sigma) {

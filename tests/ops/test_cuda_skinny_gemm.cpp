@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_oracle.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/skinny_gemm.h"
 
@@ -43,23 +44,12 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  double num = 0, den = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-    mx = std::max(mx, std::fabs(got[i] - ref[i]));
-  }
-  *max_abs = mx;
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
+using gpu_oracle::rel_l2;
 
 class CudaSkinnyGemm : public ::testing::Test {
  protected:
   void SetUp() override {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
+    MXSERVE_SKIP_WITHOUT_CUDA();
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
   }
   void TearDown() override {

@@ -61,12 +61,11 @@ enum class AttentionKernel {
   kSimt,    // CUDA-core kernel: any group <= 32, head_dim up to 256
   kWarp,    // tensor cores, one warp per (token, kv head, split): decode-like batches
   kShared,  // tensor cores, 8 tokens per block share K/V tiles: prefill-like batches
-  kWgmma,   // Hopper wgmma, 128 query rows of one head per block: long prefill chunks (sm_90, bf16 cache,
-            // head_dim 128, no tree mask; paged_attention_wgmma.cu). FP8 caches and tree masks stay on the
-            // mma.sync kernels; a batch it does not serve falls back to kShared and says so once.
   kWgmmaWs, // Hopper wgmma, warp-specialized (producer warpgroup + 2 consumer warpgroups, mbarrier K/V ring,
-            // S(j+1) issued before the softmax of tile j; paged_attention_wgmma_ws.cu): same shapes as kWgmma,
-            // reachable only when forced (AttentionPlanOptions::Force::kWgmmaWs) while it is being measured.
+            // S(j+1) issued before the softmax of tile j; paged_attention_wgmma_ws.cu), 128 query rows of one
+            // head per block: long prefill chunks (sm_90, bf16 cache, head_dim 128, no tree mask), the planner's
+            // choice there. FP8 caches and tree masks stay on the mma.sync kernels; a batch it does not serve
+            // falls back to kShared and says so once. (Issue 31 retired the first wgmma kernel, "wgmma".)
 };
 const char* attention_kernel_name(AttentionKernel k);
 // Where the decode kernel's split count came from (kWarp plans; the others are kHeuristic).
@@ -86,7 +85,7 @@ struct AttentionLaunch {
 };
 // Planner overrides, passed down from the backend's typed options (tests and benchmarks compare designs).
 struct AttentionPlanOptions {
-  enum class Force { kAuto, kSimt, kWarp, kShared, kWgmma, kWgmmaWs } force = Force::kAuto;  // a forced tensor-core kernel on
+  enum class Force { kAuto, kSimt, kWarp, kShared, kWgmmaWs } force = Force::kAuto;  // a forced tensor-core kernel on
                                     // a shape it does not serve falls back to kSimt, by the planner's rule
   int64_t warp_split_target_per_sm = 0;  // > 0: warps per SM the decode kernel's context split aims for
   int32_t warp_splits = 0;               // > 0: exactly this many context splits (mxserve tune-attention)

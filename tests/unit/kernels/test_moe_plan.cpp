@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -290,22 +291,59 @@ TEST(MoeMxfp4Variants, NameAndIdRoundTripForEveryVariant) {
     EXPECT_TRUE(names.insert(std::string(info.name)).second) << info.name;
     designs.insert(info.design);
   }
-  // Every design id from 1 to the largest one in use has variants (no hole left by a removed design); a new
-  // design extends the range without editing this test.
-  const int largest = static_cast<int>(*designs.rbegin());
-  EXPECT_EQ(designs.size(), static_cast<size_t>(largest));
-  EXPECT_EQ(static_cast<int>(*designs.begin()), 1);
+  // Every design id from 1 to the largest one in use has variants or is listed as retired (no silent hole left
+  // by a removed design, and no retired number reused); a new design extends the range without editing this
+  // test.
+  const std::set<int> retired(std::begin(kc::kMoeMxfp4RetiredDesigns), std::end(kc::kMoeMxfp4RetiredDesigns));
+  const int largest = std::max(static_cast<int>(*designs.rbegin()), *retired.rbegin());
+  for (int d = 1; d <= largest; ++d)
+    EXPECT_NE(designs.count(static_cast<kc::MoeMxfp4Design>(d)) > 0, retired.count(d) > 0) << "design " << d;
+  EXPECT_EQ(designs.size() + retired.size(), static_cast<size_t>(largest));
+  EXPECT_EQ(designs.size(), 5u);  // 2 tc, 4 pf, 5 gv, 6 wg, 8 wg8 (issue 31 retired 1 simt, 3 dec, 7 gva)
   EXPECT_EQ(kc::moe_mxfp4_variant_id("no_such_variant"), -1);
   EXPECT_EQ(kc::moe_mxfp4_variant_id(""), -1);
   EXPECT_EQ(kc::moe_mxfp4_variant_id("gv_w4_d4 "), -1);
   // The enum is generated from the same rows (a few spot checks of id <-> name <-> parameters).
-  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kSimtR4].name, "simt_r4");
+  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kTcW64T8].name, "tc_w64_t8");
   EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvW2D8K2].name, "gv_w2_d8_k2");
   EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvW2D8K2].p1, 8);
   EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kPfT128].design, kc::MoeMxfp4Design::kPf);
-  EXPECT_EQ(kc::moe_mxfp4_variant_id("dec_s8_r4_o2"), kc::moe_mxfp4_variant::kDecS8R4O2);
-  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvaW2S12].design, kc::MoeMxfp4Design::kGva);
-  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kGvaW2S12].p1, 12);
+  EXPECT_EQ(kc::moe_mxfp4_variant_id("wg8_n128_s3_m256"), kc::moe_mxfp4_variant::kWg8N128S3M256);
+  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kWg8N128S3M256].design, kc::MoeMxfp4Design::kWg8);
+  EXPECT_EQ(kc::kMoeMxfp4Variants[kc::moe_mxfp4_variant::kWg8N128S3M256].p2, 256);
+}
+
+// Issue 31 retired designs 1, 3 and 7 (11 variants no table or rule picked): their names are not variants any
+// more, are never reused, and a table naming one fails validation saying "retired" (naming the table file).
+TEST(MoeMxfp4Variants, RetiredNamesAreRejectedAsRetired) {
+  EXPECT_EQ(std::size(kc::kMoeMxfp4RetiredVariants), 11u);
+  for (const kc::MoeMxfp4RetiredVariant& r : kc::kMoeMxfp4RetiredVariants) {
+    EXPECT_EQ(kc::moe_mxfp4_variant_id(r.name), -1) << r.name;
+    EXPECT_TRUE(kc::moe_mxfp4_variant_retired(r.name)) << r.name;
+  }
+  EXPECT_FALSE(kc::moe_mxfp4_variant_retired("gv_w4_d4"));
+  EXPECT_FALSE(kc::moe_mxfp4_variant_retired("no_such_variant"));
+  // The catalog's index as the CUDA backend builds it (moe_mxfp4_variant_index: -2 for a retired name).
+  const auto index = [](int, const std::string& name) {
+    const int v = kc::moe_mxfp4_variant_id(name);
+    return v < 0 && kc::moe_mxfp4_variant_retired(name) ? kc::kMoeMxfp4RetiredVariant : v;
+  };
+  MoeTuningTable t;
+  t.key = MoeTuningKey{"NVIDIA H200", 128, 4096, 1408, 8, "mxfp4"};
+  t.source = "old_table.json";
+  t.entries = {{1, "gv_w4_d4", "dec_s4_r4_o2", 10.0}};
+  MoeTuningSet set;
+  ASSERT_TRUE(set.add_tables({t}).is_ok());
+  Status s = validate_moe_tuning(set, index);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.to_string().find("old_table.json"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.to_string().find("'dec_s4_r4_o2' was retired"), std::string::npos) << s.to_string();
+  t.entries = {{1, "gv_w4_d4", "not_a_variant", 10.0}};
+  MoeTuningSet set2;
+  ASSERT_TRUE(set2.add_tables({t}).is_ok());
+  s = validate_moe_tuning(set2, index);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.to_string().find("unknown down kernel variant 'not_a_variant'"), std::string::npos) << s.to_string();
 }
 
 TEST(MoeMxfp4Variants, ShippedTablesNameOnlyListedVariants) {

@@ -30,7 +30,7 @@ AttentionBatchPlan plan_paged_attention_batch(const AttentionParams& p, int n_sm
   if (split) {
     rest_launch = plan_paged_attention(rest_params, n_sms, options);
     auto block_shared = [](AttentionKernel k) {
-      return k == AttentionKernel::kShared || k == AttentionKernel::kWgmma || k == AttentionKernel::kWgmmaWs;
+      return k == AttentionKernel::kShared || k == AttentionKernel::kWgmmaWs;
     };
     split = block_shared(whole.kernel) || block_shared(rest_launch.kernel);
   }

@@ -372,7 +372,6 @@ const char* attention_kernel_name(AttentionKernel k) {
     case AttentionKernel::kSimt: return "simt";
     case AttentionKernel::kWarp: return "warp";
     case AttentionKernel::kShared: return "shared";
-    case AttentionKernel::kWgmma: return "wgmma";
     case AttentionKernel::kWgmmaWs: return "wgmma_ws";
   }
   return "?";
@@ -387,15 +386,15 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     // the tensor-core one that applies tree masks.
     bool shared = p.n_tokens >= 8ll * std::max(p.n_seqs, 1);
     if (force == Force::kWarp) shared = false;
-    if (force == Force::kShared || force == Force::kWgmma || force == Force::kWgmmaWs) shared = true;
+    if (force == Force::kShared || force == Force::kWgmmaWs) shared = true;
     if (p.tree_mask != nullptr) shared = false;
     // Long prefill chunks (>= 64 rows per sequence on average, at least one wave of 128-row blocks) take the
     // wgmma kernel where it serves the batch; elsewhere (FP8 cache, tree mask, not sm_90, head_dim != 128)
     // the mma.sync kernels run, said once.
     const int64_t wgmma_blocks = (p.n_tokens + kWgmmaRowsPerBlock - 1) / kWgmmaRowsPerBlock * p.n_heads;
     const bool wgmma_shape = p.n_tokens >= 64ll * std::max(p.n_seqs, 1) && wgmma_blocks >= n_sms;
-    // Auto runs the warp-specialized variant (wgmma_ws: 1.35-1.59x wgmma on the H200 over the four benchmark
-    // shapes, docs/perf/prefill.md); forcing "wgmma" keeps the first wgmma kernel (the comparison, a fallback).
+    // The wgmma kernel is the warp-specialized one (wgmma_ws: 1.35-1.59x the first, non-specialized wgmma
+    // kernel on the H200 over the four benchmark shapes, docs/perf/prefill.md; issue 31 retired that one).
     if (force == Force::kWgmmaWs) {
       const char* why = nullptr;
       if (paged_attention_wgmma_supports(p, &why)) {
@@ -407,11 +406,11 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
       MX_WARN_ONCE << "prefill attention: the forced wgmma_ws kernel does not serve this batch (" << why
                    << "); the mma.sync kernel '" << (shared ? "shared" : "warp") << "' runs instead (slower prefill)";
     }
-    if (force == Force::kWgmma || (force == Force::kAuto && shared && wgmma_shape)) {
+    if (force == Force::kAuto && shared && wgmma_shape) {
       const char* why = nullptr;
       if (paged_attention_wgmma_supports(p, &why)) {
         AttentionLaunch plan;
-        plan.kernel = force == Force::kWgmma ? AttentionKernel::kWgmma : AttentionKernel::kWgmmaWs;
+        plan.kernel = AttentionKernel::kWgmmaWs;
         plan.split_len = 1 << 30;
         return plan;
       }
@@ -451,12 +450,9 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
                "paged attention: n_heads " << p.n_heads << ", n_kv_heads " << p.n_kv_heads);
   MX_CHECK_MSG(plan.n_splits == 1 || workspace != nullptr, "paged attention: split plan without workspace");
   if (plan.kernel != AttentionKernel::kSimt) {
-    if (plan.kernel == AttentionKernel::kWgmma || plan.kernel == AttentionKernel::kWgmmaWs) {
-      MX_CHECK_MSG(plan.n_splits == 1, "paged attention: the wgmma kernels have no context split (planner bug)");
-      if (plan.kernel == AttentionKernel::kWgmmaWs)
-        paged_attention_wgmma_ws_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
-      else
-        paged_attention_wgmma_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
+    if (plan.kernel == AttentionKernel::kWgmmaWs) {
+      MX_CHECK_MSG(plan.n_splits == 1, "paged attention: the wgmma kernel has no context split (planner bug)");
+      paged_attention_wgmma_ws_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
       return;
     }
     if (plan.kernel == AttentionKernel::kWarp)

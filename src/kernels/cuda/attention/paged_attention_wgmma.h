@@ -1,5 +1,5 @@
-// Internal seam between the attention planner (paged_attention.cu) and the Hopper wgmma prefill kernels
-// (paged_attention_wgmma.cu, paged_attention_wgmma_ws.cu). Not part of the backend-facing launcher API (cuda_kernels.h).
+// Internal seam between the attention planner (paged_attention.cu) and the Hopper wgmma prefill kernel
+// (paged_attention_wgmma_ws.cu). Not part of the backend-facing launcher API (cuda_kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,15 +17,11 @@ constexpr int kWgmmaRowsPerBlock = 128;
 // scales), head_dim 128, no tree mask. Else false and *why (a static string) names the first reason.
 bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why);
 
-// Causal paged GQA attention, one launch, no context split (every row's whole context in one block).
-void paged_attention_wgmma_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
-                                const int32_t* kv_index, const int32_t* block_tables, void* out,
-                                const AttentionParams& p, cudaStream_t stream);
-
-// The same attention, warp-specialized (paged_attention_wgmma_ws.cu): a producer warpgroup feeding a 3-stage
-// K/V ring through mbarriers, two consumer warpgroups overlapping S(j+1) = Q K^T with the softmax of tile j.
-// Serves exactly what paged_attention_wgmma_supports accepts; same arguments and results. ping_pong: the two
-// consumer warpgroups take turns at issuing MMAs (the planner's choice); false is for the benchmark's comparison.
+// Causal paged GQA attention, warp-specialized, one launch, no context split (every row's whole context in one
+// block; paged_attention_wgmma_ws.cu): a producer warpgroup feeding a 3-stage K/V ring through mbarriers, two
+// consumer warpgroups overlapping S(j+1) = Q K^T with the softmax of tile j. Serves exactly what
+// paged_attention_wgmma_supports accepts. ping_pong: the two consumer warpgroups take turns at issuing MMAs (the
+// planner's choice); false is for the benchmark's comparison (dev/kernels/bench_prefill_attention).
 void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                                    const int32_t* kv_index, const int32_t* block_tables, void* out,
                                    const AttentionParams& p, cudaStream_t stream, bool ping_pong = true);

@@ -1,7 +1,11 @@
-// Paged causal GQA prefill / extend attention on Hopper wgmma, warp-specialized (FlashAttention-3 structure):
-// the same work split and semantics as paged_attention_wgmma.cu (one block = 128 consecutive query rows of one
-// q head, 128-key tiles, bf16 cache, head_dim 128, varlen runs of rows, causal masking only on tiles reaching
-// past some row's end, tiles past a warpgroup's rows skipped), with the loads and the math on separate warps:
+// Paged causal GQA prefill / extend attention on Hopper warpgroup MMA (wgmma, sm_90a), bf16 cache, head_dim 128,
+// warp-specialized (FlashAttention-3 structure). One block = 128 consecutive query rows (tokens) of one q head;
+// 128-key tiles: S = Q K^T with Q and K from 128B-swizzled shared memory (wgmma m64n128k16, both K-major), the
+// online softmax in registers (exp2, fp32), P rounded to bf16 in registers as the A operand of O += P V with V
+// read MN-major (transposed descriptor) from the same [keys][head_dim] tile layout as K. Rows of different
+// sequences in one block are served one sequence (contiguous run of rows) after the other: rows of other runs
+// see every key masked (they keep their state). Masking is applied only to tiles that reach past some row's end
+// (the causal diagonal, run edges); tiles past every row of a warpgroup are skipped. No split-KV.
 //   warpgroup 0  producer (setmaxnreg down to 40): walks the block's runs and key tiles, gathers each K and V tile
 //                row by row through the page table (one lookup per row, shared by shuffle) with cp.async into a
 //                3-stage ring ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
@@ -13,10 +17,13 @@
 //                rounded to bf16 (register A operand) only after they retire. Registers: O 64 + S 64 + P 32.
 // Inter-warpgroup ping-pong (ping_pong = true, the planner's choice): the consumers take turns at issuing their
 // MMAs through named barriers, so one warpgroup's softmax overlaps the other's MMAs (FA3); false lets them
-// interleave freely on the tensor cores (kept for the benchmark's comparison).
-// Invariants as paged_attention_wgmma.cu (token t attends to keys [0, kv_index[t]] of sequence token_seq[t]); the
-// two kernels share the planner's support rule (paged_attention_wgmma_supports) and the tile helpers.
-// Design notes: docs/perf/prefill.md. Primitives: wgmma.cuh, wgmma_tile.cuh, sm90_sync.cuh.
+// interleave freely on the tensor cores (kept for the comparison row of dev/kernels/bench_prefill_attention).
+// Invariants: token t attends to keys [0, kv_index[t]] of its sequence token_seq[t] (as the other kernels).
+// Not served here (the planner keeps them on the mma.sync kernels; paged_attention_wgmma_supports says why):
+// FP8 caches, tree masks, other head dims, devices other than sm_90. Issue 31 retired the first, non-specialized
+// wgmma kernel (paged_attention_wgmma.cu, "wgmma"): auto always ran this one and the other had the same support
+// rule, so it was no fallback.
+// Design notes: docs/perf/prefill.md. Primitives: common/wgmma_sm90.cuh, wgmma_tile.cuh, sm90_sync.cuh.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -26,9 +33,9 @@
 #include "core/check.h"
 #include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/attention/sm90_sync.cuh"
-#include "kernels/cuda/attention/wgmma.cuh"
 #include "kernels/cuda/attention/wgmma_tile.cuh"
 #include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 
 namespace mxserve::kernels::cuda {
@@ -385,7 +392,39 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// Compute capability of the current device, cached per device; 0 where none can be queried.
+int current_device_sm() {
+  static int cached[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();  // clear the non-sticky error for later launch checks
+    return 0;
+  }
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cached[dev] = major * 10 + minor;
+  }
+  return cached[dev];
+}
+
 }  // namespace
+
+bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why) {
+  const char* reason = nullptr;
+  if (p.head_dim != kHeadDim) reason = "head_dim is not 128";
+  else if (p.k_scales != nullptr) reason = "FP8 KV cache (bf16 only)";
+  else if (p.tree_mask != nullptr) reason = "tree mask";
+  else if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) reason = "n_heads not a multiple of n_kv_heads";
+  else if (p.block_size <= 0) reason = "block_size <= 0";
+  else if (current_device_sm() != 90) reason = "the device is not sm_90 (wgmma is Hopper-only)";
+  if (why != nullptr) *why = reason;
+  return reason == nullptr;
+}
 
 void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                                    const int32_t* kv_index, const int32_t* block_tables, void* out,

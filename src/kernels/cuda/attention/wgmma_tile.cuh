@@ -1,6 +1,6 @@
-// Device helpers shared by the Hopper prefill attention kernels (paged_attention_wgmma.cu and
-// paged_attention_wgmma_ws.cu): the hand-applied 128-byte swizzle of a [column block 2][rows][128 B] bf16 tile
-// (the layout wgmma's 128B-swizzle descriptors read, wgmma.cuh), 16-byte cp.async with zero fill, and the bf16x2
+// Device helpers of the Hopper prefill attention kernel (paged_attention_wgmma_ws.cu): the hand-applied 128-byte
+// swizzle of a [column block 2][rows][128 B] bf16 tile (the layout wgmma's 128B-swizzle descriptors read,
+// common/wgmma_sm90.cuh), 16-byte cp.async with zero fill, and the bf16x2
 // pack of the P operand. MX_WGMMA_DEVICE is defined only in sm_90a device passes (wgmma, setmaxnreg exist
 // there); elsewhere the kernels compile to a trap and the host never launches them.
 #pragma once

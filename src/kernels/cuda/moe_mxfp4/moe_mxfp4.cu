@@ -26,17 +26,12 @@ namespace {
 
 namespace mv = moe_mxfp4_variant;
 
-// NOTE: simt_r4 re-streams an expert's weights for every 4 of its rows and is issue-bound past ~2 rows
-// (docs/cuda.md), so it is offered only where rows per expert stay small (decode batches).
-constexpr int64_t kSimtMaxTokens = 64;
-// Designs 3 and 5 re-stream an expert's weights per pass of 8 rows: decode-sized calls only.
+// Design 5 re-streams an expert's weights per pass of 8 rows: decode-sized calls only.
 constexpr int64_t kDecodeDesignMaxTokens = 256;
 constexpr int64_t kNoTokenLimit = std::numeric_limits<int64_t>::max();
 
 MoeMxfp4Design design_of(int v) { return kMoeMxfp4Variants[v].design; }
-// Design 7 is design 5 with another load path: same roles (direct mode, fused combine, probes excepted).
-bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv || design_of(v) == MoeMxfp4Design::kGva; }
-bool is_dec(int v) { return design_of(v) == MoeMxfp4Design::kDec; }
+bool is_gv(int v) { return design_of(v) == MoeMxfp4Design::kGv; }
 
 // The variant of design `to` with the same BN (P0) as v, or -1; preferred: the same stage count (P1) and the
 // same P2 (wg8_n128_s3 -> wg_n128_s3: the bf16 fallback of a wg8_* plan off sm_90).
@@ -106,9 +101,7 @@ W4a8Workspace carve_w4a8(void* workspace, const MoeShape& s) {
 // Every variant's launcher, by id: the rows each design's translation unit generated from the list.
 Mxfp4Launchers collect_launchers() {
   Mxfp4Launchers all{};
-  for (const Mxfp4Launchers* design : {&mxfp4_simt_launchers(), &mxfp4_tc_launchers(), &mxfp4_dec_launchers(),
-                                       &mxfp4_pf_launchers(), &mxfp4_gv_launchers(),
-                                       &mxfp4_gva_launchers(),
+  for (const Mxfp4Launchers* design : {&mxfp4_tc_launchers(), &mxfp4_pf_launchers(), &mxfp4_gv_launchers(),
                                        &mxfp4_wg_launchers(), &mxfp4_wg8_launchers()})
     for (int v = 0; v < kMoeMxfp4NumVariants; ++v)
       if ((*design)[v] != nullptr) all[v] = (*design)[v];
@@ -137,7 +130,10 @@ const std::vector<std::string>& moe_mxfp4_variants(MoeGemm) {
   return kNames;
 }
 
-int moe_mxfp4_variant_index(MoeGemm, const std::string& name) { return moe_mxfp4_variant_id(name); }
+int moe_mxfp4_variant_index(MoeGemm, const std::string& name) {
+  const int v = moe_mxfp4_variant_id(name);
+  return v < 0 && moe_mxfp4_variant_retired(name) ? kMoeMxfp4RetiredVariant : v;
+}
 
 int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& s) {
   if (variant < 0 || variant >= kMoeMxfp4NumVariants) return 0;
@@ -145,11 +141,7 @@ int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& 
   const int64_t k = gemm == MoeGemm::kGateUp ? s.d_model : s.inter;
   const MoeMxfp4VariantInfo& info = kMoeMxfp4Variants[variant];
   switch (info.design) {
-    case MoeMxfp4Design::kSimt: return 4 * 2 * k <= 227 * 1024 ? kSimtMaxTokens : 0;
-    case MoeMxfp4Design::kDec:  // one k slice per warp, at most 8 warps
-      return (k + 127) / 128 <= 8 * info.p0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kGv:  // whole k steps, aligned scale words
-    case MoeMxfp4Design::kGva:
       return k % 128 == 0 ? kDecodeDesignMaxTokens : 0;
     case MoeMxfp4Design::kPf: return k % 128 == 0 ? kNoTokenLimit : 0;  // whole k steps, aligned scale words
     case MoeMxfp4Design::kWg: return k % 128 == 0 ? kNoTokenLimit : 0;  // (the launcher checks sm_90 itself)
@@ -241,10 +233,9 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
     MX_CHECK_MSG(s.fp8_activations, "moe_experts_mxfp4: a wg8_* plan needs MoeShape::fp8_activations (workspace)");
     ws8 = carve_w4a8(workspace, s);
   }
-  // NOTE: one token with design 3 or 5 on both GEMMs skips the permute kernel: pair k is row k of expert
+  // NOTE: one token with design 5 on both GEMMs skips the permute kernel: pair k is row k of expert
   // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
-  const bool direct = s.n_tokens == 1 && (is_dec(plan.gate_up) || is_gv(plan.gate_up)) &&
-                      (is_dec(plan.down) || is_gv(plan.down));
+  const bool direct = s.n_tokens == 1 && is_gv(plan.gate_up) && is_gv(plan.down);
   // Design 5's down GEMM fuses the weighted un-permute at one token (out += sum_k w_k y_k): no y, no launch.
   const bool fused_combine = direct && is_gv(plan.down);
   if (!direct) {

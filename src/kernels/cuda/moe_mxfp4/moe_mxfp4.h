@@ -48,7 +48,8 @@ struct MoeMxfp4Plan {
 // The names of the compiled variants for one GEMM, by id (the tuner's candidate list; the same list serves
 // both GEMMs: each variant has a SwiGLU and a plain instance).
 const std::vector<std::string>& moe_mxfp4_variants(MoeGemm gemm);
-// Id of a variant name, or -1.
+// Id of a variant name; -1 for an unknown name, kMoeMxfp4RetiredVariant (-2) for a retired one
+// (kMoeMxfp4RetiredVariants: a table naming it fails validation with that word).
 int moe_mxfp4_variant_index(MoeGemm gemm, const std::string& name);
 // The largest token count a variant runs this shape at (s.n_tokens is ignored); it runs every count from 1
 // up to it. 0: not this shape at all (alignment, tile divisibility). Fixed per shape: the load-time plan

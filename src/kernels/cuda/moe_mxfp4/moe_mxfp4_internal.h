@@ -31,7 +31,7 @@ struct Mxfp4GemmArgs {
   int max_active = 0;  // grid.y bound: min(E, P)
   int n = 0, k = 0;
   int64_t n_tokens = 0;  // tokens of the call (an expert has at most this many rows when ids are distinct)
-  // Direct mode (design 3 only, n_tokens == 1, no permute kernel): block y serves pair y = row y of
+  // Direct mode (design 5 only, n_tokens == 1, no permute kernel): block y serves pair y = row y of
   // expert direct_ids[y] (token 0), max_active = top_k; the gate_up launch also writes pair_row[i] = i
   // (pair_row_out) for the un-permute.
   const int32_t* direct_ids = nullptr;
@@ -100,18 +100,10 @@ constexpr Mxfp4Launchers mxfp4_design_launchers() {
   return mxfp4_rows_of<kDesign, Launch>(std::make_index_sequence<kMoeMxfp4NumVariants>());
 }
 
-// Design 1 (CUDA cores; moe_mxfp4_simt.cu): one warp per output feature, fp32 FMA, <= 4 rows of an expert
-// per weight pass.
-const Mxfp4Launchers& mxfp4_simt_launchers();
 // Design 2 (tensor cores, mma.sync m16n8k16 bf16; moe_mxfp4_tc.cu): weights stream global -> registers ->
 // dequant -> the MMA's A operand (16 weight rows per warp, P0 warps); P1 rows of the expert per pass from
 // shared memory.
 const Mxfp4Launchers& mxfp4_tc_launchers();
-// Design 3 (decode, tensor cores, split K; moe_mxfp4_dec.cu): design 2's fragments, the block's warps
-// split K (P0 128-wide k steps each, all loads issued up front), P1 16-row tiles per block with the next
-// tile's loads in flight during the current tile's MMAs; 8 tokens per pass. Needs K <= 8 * 128 * P0.
-// P2 2: two blocks per SM (128 registers), no register double buffer.
-const Mxfp4Launchers& mxfp4_dec_launchers();
 // Design 4 (prefill, tensor cores; moe_mxfp4_pf.cu): 128 weight rows x 16 P0 tokens per block, codes,
 // scales and tokens through a 3-stage cp.async ring in shared memory. Needs K % 128 == 0.
 const Mxfp4Launchers& mxfp4_pf_launchers();
@@ -124,10 +116,6 @@ const Mxfp4Launchers& mxfp4_gv_launchers();
 // block, 2 warpgroups, tokens and dequantized weights in 128-byte swizzled shared memory, P1-stage cp.async
 // ring of 64-wide k steps. Needs K % 128 == 0; on a device other than sm_90 it runs pf_t128 (warning once).
 const Mxfp4Launchers& mxfp4_wg_launchers();
-// Design 7 (decode GEMV, moe_mxfp4_gv.cu): design 5's math and roles (kSplit 1), the weights streamed
-// through a per-warp cp.async ring of P1 slots in shared memory (P1 - 1 k steps in flight), P0 tiles per
-// block. Needs K % 128 == 0.
-const Mxfp4Launchers& mxfp4_gva_launchers();
 // Design 8 (prefill, Hopper wgmma, W4A8; moe_mxfp4_wg8.cu): design 6 with e4m3 operands (tokens quantized per
 // row by mxfp4_w4a8_quantize_rows, weights converted to e4m3 in shared memory with the E8M0 scales folded in
 // exactly), 128-wide k steps of 4 wgmma k32. Needs a8 / a_scale, sm_90 and K % 128 == 0 (mxfp4_wg8_device_ok;

@@ -14,11 +14,12 @@
 // stage ks + 1 into the free B tile while step ks's wgmmas run -> fence.proxy.async, barrier.
 // Every generic-proxy shared write a wgmma reads (cp.async tokens, dequantized weights) is fenced by its
 // writer (fence.proxy.async) before the barrier that precedes the wgmma.
-// Epilogue straight from the accumulators (layout in wgmma_sm90.cuh): gate_up fuses SwiGLU (columns 16 i ..
+// Epilogue straight from the accumulators (layout in common/wgmma_sm90.cuh): gate_up fuses SwiGLU (columns 16 i ..
 // 16 i + 7 gate, 16 i + 8 .. 16 i + 15 up of the same 8 features), down writes y rows; bf16x2 stores.
 // Grid: (weight-row tiles, active experts); a block walks every 128-row tile of its expert.
 // Requires sm_90a (wgmma) and K % 128 == 0 (whole 64-wide steps, 4-byte aligned scale words); the launcher
-// runs pf_t128 instead (saying so once) on any other device.
+// runs pf_t128 instead (saying so once) on any other device. The weight-row map and the load stage are the tile
+// walker shared with design 8 (moe_mxfp4_wg_tile.cuh).
 
 #include <algorithm>
 #include <cstdint>
@@ -27,9 +28,10 @@
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
-#include "kernels/cuda/moe_mxfp4/wgmma_sm90.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -52,13 +54,12 @@ struct WgLayout {  // byte offsets from the 1024-aligned base of dynamic shared 
   static constexpr size_t kSmem = kBytes + 1024;  // + alignment slack
 };
 
-__device__ __forceinline__ int swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
-
 template <int kBN, int kStages, bool kSwiglu>
 __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kernel(Mxfp4GemmArgs p) {
   using L = WgLayout<kBN, kStages>;
-  constexpr int kAcc = kBN / 2;             // accumulator registers per thread
-  constexpr int kCodeUnits = kBN / 128;     // 16-byte code units (and dequant units) per thread per stage
+  using Weights = WgWeightSources<kBN, kWgBK, kWgThreads, kSwiglu>;
+  constexpr int kAcc = kBN / 2;                    // accumulator registers per thread
+  constexpr int kCodeUnits = Weights::kCodeUnits;  // 16-byte code units (and dequant units) per thread per stage
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
@@ -74,68 +75,17 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
   const int64_t w_rows = kSwiglu ? 2ll * N : N;
   const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
-
-  // Global weight row of B-tile row i and whether it exists (rows past N are zero-filled).
-  auto wrow = [&](int i, bool& ok) -> int64_t {
-    int feat, grow;
-    if (kSwiglu) {
-      feat = fbase + (i / 16) * 8 + (i % 8);
-      grow = (i % 16) < 8 ? feat : N + feat;
-    } else {
-      feat = fbase + i;
-      grow = feat;
-    }
-    ok = feat < N;
-    return static_cast<int64_t>(e) * w_rows + (ok ? grow : 0);
-  };
   // This thread's weight sources (fixed over k): code unit u = tid + 256 i -> row u / 2, half u % 2; scale
   // word of row tid (+ 256 i).
-  bool okc[kCodeUnits], oks[(kBN + kWgThreads - 1) / kWgThreads];
-  const uint8_t* srcc[kCodeUnits];
-  const uint8_t* srcs[(kBN + kWgThreads - 1) / kWgThreads];
-#pragma unroll
-  for (int i = 0; i < kCodeUnits; ++i) {
-    const int u = tid + kWgThreads * i;
-    srcc[i] = p.wq + wrow(u / 2, okc[i]) * (K / 2) + 16 * (u % 2);
-  }
-#pragma unroll
-  for (int i = 0; i < (kBN + kWgThreads - 1) / kWgThreads; ++i) {
-    const int row = tid + kWgThreads * i;
-    oks[i] = false;
-    srcs[i] = p.ws;
-    if (row < kBN) srcs[i] = p.ws + wrow(row, oks[i]) * (K / 32);
-  }
+  const Weights wsrc(p, e, K, N, w_rows, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kWgBM) {
     const int rows = min(kWgBM, rows_total - r0);
     // Token rows of this thread's 4 A chunks: row tid / 8 + 32 i, chunk tid % 8.
-    const bf16* srca[4];
-    bool oka[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = tid / 8 + 32 * i;
-      oka[i] = r < rows;
-      const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
-      srca[i] = p.a + src_row * K + 8 * (tid % 8);
-    }
+    const WgTokenSources<4, kWgBK, bf16, kSwiglu> asrc(p, K, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = tid / 8 + 32 * i;
-        cp_async_cg16_zfill(smem + L::kA0 + slot * L::kATile + swz128(r, tid % 8), oka[i] ? srca[i] + ks * kWgBK : p.a,
-                            oka[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kCodeUnits; ++i)
-        cp_async_cg16_zfill(smem + L::kCodes0 + slot * L::kCodes + (tid + kWgThreads * i) * 16,
-                            okc[i] ? srcc[i] + ks * 32 : p.wq, okc[i]);
-#pragma unroll
-      for (int i = 0; i < (kBN + kWgThreads - 1) / kWgThreads; ++i) {
-        const int row = tid + kWgThreads * i;
-        if (row < kBN)
-          cp_async_ca4_zfill(smem + L::kScales0 + slot * L::kScales + row * 4, oks[i] ? srcs[i] + (ks / 2) * 4 : p.ws,
-                             oks[i]);
-      }
+      asrc.template load<L::kA0, L::kATile>(smem, slot, ks, p, tid);
+      wsrc.template load<L::kCodes0, L::kCodes, L::kScales0, L::kScales>(smem, slot, ks, p, tid);
     };
     // Dequantize stage ks (ring slot) into B tile `buf`: unit u = tid + 256 i -> row u / 2, 32-wide half u % 2.
     auto dequant = [&](int ks, int slot, int buf) {
@@ -154,7 +104,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
           v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
           v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
           v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-          *reinterpret_cast<uint4*>(bt + swz128(row, 4 * half + c)) = v;
+          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = v;
         }
       }
     };
@@ -171,40 +121,41 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     cp_async_wait_group<kStages - 2>();  // stage 0 landed (this thread's part)
     __syncthreads();
     dequant(0, 0, 0);
-    fence_proxy_async_smem();
+    wgmma::fence_proxy_async_smem();
     __syncthreads();
 
     for (int ks = 0; ks < n_steps; ++ks) {
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
-      wgmma_fence_operands(acc);
-      wgmma_fence();
+      wgmma::fence_regs(acc);
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        const uint64_t da = wgmma_desc_sw128(a_addr + 32 * kk), db = wgmma_desc_sw128(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma_m64n128k16_bf16(acc, da, db);
-        else wgmma_m64n256k16_bf16(acc, da, db);
+        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
+        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
+        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
+        else wgmma::m64n256k16_ss(acc, da, db, 1);
       }
-      wgmma_commit();
-      wgmma_fence_operands(acc);
-      wgmma_wait<1>();  // this warpgroup's step ks - 1 is done
-      wgmma_fence_operands(acc);
+      wgmma::commit_group();
+      wgmma::fence_regs(acc);
+      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
+      wgmma::fence_regs(acc);
       if (ks + 1 < n_steps) {
         // Groups committed so far cover stages 0 .. ks + S - 2; stage ks + 1 must have landed.
         cp_async_wait_group<kStages - 3>();
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // every warpgroup's step ks - 1 done; stage ks + 1 visible to all threads
       if (ks + kStages - 1 < n_steps) load_stage(ks + kStages - 1, (ks + kStages - 1) % kStages);
       cp_async_commit_group();
       if (ks + 1 < n_steps) {
         dequant(ks + 1, (ks + 1) % kStages, (ks + 1) % 2);
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // B tile of step ks + 1 complete and fenced
     }
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
+    wgmma::wait_group<0>();
+    wgmma::fence_regs(acc);
     cp_async_wait_group<0>();  // the trailing (empty) groups
 
     // Epilogue: row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).

@@ -17,7 +17,8 @@
 // swizzle layout, codes BN x 64 B, the step's 4 E8M0 bytes per row), two converted B tiles; step ks issues
 // its wgmmas, waits for step ks - 1, refills the freed slot and converts stage ks + 1 while ks runs. Every
 // generic-proxy shared write a wgmma reads (cp.async tokens, converted weights) is fenced by its writer
-// (fence.proxy.async) before the barrier that precedes the wgmma.
+// (fence.proxy.async) before the barrier that precedes the wgmma. The weight-row map and the load stage are the
+// tile walker shared with design 6 (moe_mxfp4_wg_tile.cuh).
 // Requires sm_90a and K % 128 == 0; the dispatcher (moe_mxfp4.cu) runs the bf16 design-6 counterpart
 // elsewhere (saying so once), so the launcher treats anything else as a caller bug.
 
@@ -28,8 +29,9 @@
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
-#include "kernels/cuda/moe_mxfp4/wgmma_sm90.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 #include "kernels/w4a8_fp8.h"
 
 namespace mxserve::kernels::cuda {
@@ -54,8 +56,6 @@ struct Wg8Layout {  // byte offsets from the 1024-aligned base of dynamic shared
   static constexpr size_t kSmem = kBytes + 1024;  // + alignment slack
 };
 
-__device__ __forceinline__ int swz128(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
-
 // Rare exact path (d > 11): element by element through the shared encoder.
 __device__ __noinline__ W4a8Pair e2m1x8_to_e4m3_slow(uint32_t w, int d) {
   uint32_t out[2] = {0u, 0u};
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   constexpr int kMt = kBM / 128;       // m64 row blocks per warpgroup
   constexpr int kARows = kBM / 32;     // A-tile 16-byte chunks per thread per stage
   constexpr int kAcc = kBN / 2;        // accumulator registers per thread per row block
-  constexpr int kCodeUnits = kBN / 64;  // 16-byte code units (= one 32-element E8M0 block) per thread per stage
+  using Weights = WgWeightSources<kBN, kWg8BK, kWg8Threads, kSwiglu>;
+  constexpr int kCodeUnits = Weights::kCodeUnits;  // 16-byte code units (= one 32-element E8M0 block) per thread
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
@@ -92,22 +93,10 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
   int* sref = reinterpret_cast<int*>(smem + L::kRef0);
   float* sfac = reinterpret_cast<float*>(smem + L::kFac0);
 
-  auto wrow = [&](int i, bool& ok) -> int64_t {  // as design 6
-    int feat, grow;
-    if (kSwiglu) {
-      feat = fbase + (i / 16) * 8 + (i % 8);
-      grow = (i % 16) < 8 ? feat : N + feat;
-    } else {
-      feat = fbase + i;
-      grow = feat;
-    }
-    ok = feat < N;
-    return static_cast<int64_t>(e) * w_rows + (ok ? grow : 0);
-  };
   // Reference exponent of each B row: the max of its K / 32 scale bytes (K / 128 aligned words).
   for (int row = tid; row < kBN; row += kWg8Threads) {
     bool ok;
-    const int64_t gr = wrow(row, ok);
+    const int64_t gr = wg_weight_row<kSwiglu>(row, e, N, w_rows, fbase, ok);
     int r = 0;
     if (ok) {
       const uint32_t* sp = reinterpret_cast<const uint32_t*>(p.ws + gr * (K / 32));
@@ -120,51 +109,16 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
     sfac[row] = ok ? w4a8_row_factor(r) : 0.f;
   }
 
-  bool okc[kCodeUnits], oks[(kBN + kWg8Threads - 1) / kWg8Threads];
-  const uint8_t* srcc[kCodeUnits];
-  const uint8_t* srcs[(kBN + kWg8Threads - 1) / kWg8Threads];
-#pragma unroll
-  for (int i = 0; i < kCodeUnits; ++i) {  // code unit u = tid + 256 i -> row u / 4, 32-element block u % 4
-    const int u = tid + kWg8Threads * i;
-    srcc[i] = p.wq + wrow(u / 4, okc[i]) * (K / 2) + 16 * (u % 4);
-  }
-#pragma unroll
-  for (int i = 0; i < (kBN + kWg8Threads - 1) / kWg8Threads; ++i) {
-    const int row = tid + kWg8Threads * i;
-    oks[i] = false;
-    srcs[i] = p.ws;
-    if (row < kBN) srcs[i] = p.ws + wrow(row, oks[i]) * (K / 32);
-  }
+  // Code unit u = tid + 256 i -> row u / 4, 32-element block u % 4; scale word of row tid (+ 256 i).
+  const Weights wsrc(p, e, K, N, w_rows, fbase, tid);
 
   for (int r0 = 0; r0 < rows_total; r0 += kBM) {
     const int rows = min(kBM, rows_total - r0);
-    const uint8_t* srca[kARows];
-    bool oka[kARows];
-#pragma unroll
-    for (int i = 0; i < kARows; ++i) {  // row tid / 8 + 32 i, 16-byte chunk tid % 8
-      const int r = tid / 8 + 32 * i;
-      oka[i] = r < rows;
-      const int64_t src_row = !oka[i] ? 0 : kSwiglu ? static_cast<int64_t>(p.row_token[rb + r0 + r]) : rb + r0 + r;
-      srca[i] = p.a8 + src_row * K + 16 * (tid % 8);
-    }
+    // Row tid / 8 + 32 i, 16-byte chunk tid % 8.
+    const WgTokenSources<kARows, kWg8BK, uint8_t, kSwiglu> asrc(p, K, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
-#pragma unroll
-      for (int i = 0; i < kARows; ++i) {
-        const int r = tid / 8 + 32 * i;
-        cp_async_cg16_zfill(smem + L::kA0 + slot * L::kATile + swz128(r, tid % 8),
-                            oka[i] ? srca[i] + ks * kWg8BK : p.a8, oka[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kCodeUnits; ++i)
-        cp_async_cg16_zfill(smem + L::kCodes0 + slot * L::kCodes + (tid + kWg8Threads * i) * 16,
-                            okc[i] ? srcc[i] + ks * 64 : p.wq, okc[i]);
-#pragma unroll
-      for (int i = 0; i < (kBN + kWg8Threads - 1) / kWg8Threads; ++i) {
-        const int row = tid + kWg8Threads * i;
-        if (row < kBN)
-          cp_async_ca4_zfill(smem + L::kScales0 + slot * L::kScales + row * 4, oks[i] ? srcs[i] + ks * 4 : p.ws,
-                             oks[i]);
-      }
+      asrc.template load<L::kA0, L::kATile>(smem, slot, ks, p, tid);
+      wsrc.template load<L::kCodes0, L::kCodes, L::kScales0, L::kScales>(smem, slot, ks, p, tid);
     };
     // Convert stage ks (ring slot) into B tile `buf`: unit u -> row u / 4, block u % 4 = 16-byte chunks 2 (u % 4)
     // and 2 (u % 4) + 1 of the row.
@@ -188,8 +142,8 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
           c3 = e2m1x8_to_e4m3_slow(q.w, d);
         }
         unsigned char* bt = smem + L::kB0 + buf * L::kBTile;
-        *reinterpret_cast<uint4*>(bt + swz128(row, 2 * blk)) = make_uint4(c0.x, c0.y, c1.x, c1.y);
-        *reinterpret_cast<uint4*>(bt + swz128(row, 2 * blk + 1)) = make_uint4(c2.x, c2.y, c3.x, c3.y);
+        *reinterpret_cast<uint4*>(bt + wg_swz128(row, 2 * blk)) = make_uint4(c0.x, c0.y, c1.x, c1.y);
+        *reinterpret_cast<uint4*>(bt + wg_swz128(row, 2 * blk + 1)) = make_uint4(c2.x, c2.y, c3.x, c3.y);
       }
     };
 
@@ -207,7 +161,7 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
     cp_async_wait_group<kStages - 2>();  // stage 0 landed (this thread's part)
     __syncthreads();
     convert(0, 0);
-    fence_proxy_async_smem();
+    wgmma::fence_proxy_async_smem();
     __syncthreads();
 
     for (int ks = 0; ks < n_steps; ++ks) {
@@ -215,40 +169,40 @@ __global__ void __launch_bounds__(kWg8Threads, kBN == 128 && kBM == 128 ? 2 : 1)
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * kMt * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
-      wgmma_fence();
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kWg8BK / 32; ++kk) {
-        const uint64_t db = wgmma_desc_sw128(b_addr + 32 * kk);
+        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
 #pragma unroll
         for (int m = 0; m < kMt; ++m) {
-          const uint64_t da = wgmma_desc_sw128(a_addr + m * 64 * 128 + 32 * kk);
-          if constexpr (kBN == 128) wgmma_m64n128k32_e4m3(acc[m], da, db);
-          else wgmma_m64n256k32_e4m3(acc[m], da, db);
+          const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + m * 64 * 128 + 32 * kk);
+          if constexpr (kBN == 128) wgmma::m64n128k32_e4m3_ss(acc[m], da, db, 1);
+          else wgmma::m64n256k32_e4m3_ss(acc[m], da, db, 1);
         }
       }
-      wgmma_commit();
+      wgmma::commit_group();
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
-      wgmma_wait<1>();  // this warpgroup's step ks - 1 is done
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
+      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
 #pragma unroll
-      for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
+      for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
       if (ks + 1 < n_steps) {
         cp_async_wait_group<kStages - 3>();  // stage ks + 1 landed
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // every warpgroup's step ks - 1 done; stage ks + 1 visible to all threads
       if (ks + kStages - 1 < n_steps) load_stage(ks + kStages - 1, (ks + kStages - 1) % kStages);
       cp_async_commit_group();
       if (ks + 1 < n_steps) {
         convert((ks + 1) % kStages, (ks + 1) % 2);
-        fence_proxy_async_smem();
+        wgmma::fence_proxy_async_smem();
       }
       __syncthreads();  // B tile of step ks + 1 complete and fenced
     }
-    wgmma_wait<0>();
+    wgmma::wait_group<0>();
 #pragma unroll
-    for (int m = 0; m < kMt; ++m) wgmma_fence_operands(acc[m]);
+    for (int m = 0; m < kMt; ++m) wgmma::fence_regs(acc[m]);
     cp_async_wait_group<0>();
 
     // Epilogue: row = 64 (kMt wg + m) + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1) = B-tile row;

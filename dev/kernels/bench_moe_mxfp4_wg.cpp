@@ -21,7 +21,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
-#include "moe_mxfp4_synth.h"
+#include "ops/moe_mxfp4_synth.h"
 
 namespace {
 
