@@ -148,7 +148,7 @@ void handle_chat_completions(ServerContext& ctx, const http::Request& req, http:
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);
   Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages", std::nullopt};
-  p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
+  p.inputs.push_back(ChoiceInput{std::move(*ids), 0, {}});
   if (plan.active) p.output = std::move(plan);
   run(ctx, std::move(p), res);
 }

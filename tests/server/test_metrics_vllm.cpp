@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +19,18 @@ namespace mxserve::server::testing {
 namespace {
 
 using json = nlohmann::json;
+
+// The engine publishes a step's stats right after the step's token events, so a client that just got its
+// response may scrape a step early: wait (bounded) until `a` equals `b`, then return both.
+std::pair<double, double> settled(const TestServer& s, const std::string& a, const std::string& b) {
+  double x = 0, y = 0;
+  for (int i = 0; i < 250; ++i) {
+    x = s.metric(a), y = s.metric(b);
+    if (x == y) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {x, y};
+}
 
 TEST(ServerMetricsVllm, NumbersPrintAsWritten) {
   EXPECT_EQ(prometheus_bucket_label(0.3), "0.3");
@@ -59,8 +73,12 @@ TEST(ServerMetricsVllm, RequestPhaseHistogramsAndIterationTokens) {
   EXPECT_NEAR(s.metric("vllm:request_prefill_time_seconds_sum" + m) + s.metric("vllm:request_decode_time_seconds_sum" + m),
               s.metric("vllm:request_inference_time_seconds_sum" + m), 1e-6);
   // Steps: every prompt token computed and every token generated once (one request alone).
+  for (int i = 0; i < 250 && s.metric("vllm:iteration_tokens_total_sum" + m) < prompt + gen; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(s.metric("vllm:iteration_tokens_total_sum" + m), prompt + gen);
-  EXPECT_EQ(s.metric("vllm:iteration_tokens_total_count" + m), s.metric("mxserve:engine_steps_total" + m));
+  const auto [steps_hist, steps] = settled(s, "vllm:iteration_tokens_total_count" + m, "mxserve:engine_steps_total" + m);
+  EXPECT_EQ(steps_hist, steps);
+  EXPECT_GE(steps, gen) << "one token per step without speculation";
   const std::string text = s.get("/metrics").body;
   EXPECT_NE(text.find("vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"0.3\"}"), std::string::npos);
   EXPECT_NE(text.find("vllm:iteration_tokens_total_bucket{model_name=\"tiny\",le=\"16.0\"}"), std::string::npos);
@@ -145,20 +163,41 @@ TEST(ServerMetricsVllm, SpecCountersAndAlarmEndToEnd) {
     ASSERT_EQ(r.status, 200) << r.body;
   }
   const std::string m = "{model_name=\"tiny\"}";
-  const double drafts = s.metric("vllm:spec_decode_num_drafts_total" + m);
+  // Request-level sums equal the engine's totals once every request finished (and its last step is published).
+  const auto [req_drafts, drafts] =
+      settled(s, "mxserve:request_spec_decode_num_drafts_total" + m, "vllm:spec_decode_num_drafts_total" + m);
   ASSERT_GE(drafts, 16);
-  // Request-level sums equal the engine's totals once every request finished.
-  EXPECT_EQ(s.metric("mxserve:request_spec_decode_num_drafts_total" + m), drafts);
-  EXPECT_EQ(s.metric("mxserve:request_spec_decode_num_draft_tokens_total" + m),
-            s.metric("vllm:spec_decode_num_draft_tokens_total" + m));
-  EXPECT_EQ(s.metric("mxserve:request_spec_decode_num_accepted_tokens_total" + m),
-            s.metric("vllm:spec_decode_num_accepted_tokens_total" + m));
+  EXPECT_EQ(req_drafts, drafts);
+  const auto [req_tokens, tokens] = settled(s, "mxserve:request_spec_decode_num_draft_tokens_total" + m,
+                                            "vllm:spec_decode_num_draft_tokens_total" + m);
+  EXPECT_EQ(req_tokens, tokens);
+  EXPECT_EQ(tokens, 2 * drafts);
+  const auto [req_acc, acc] = settled(s, "mxserve:request_spec_decode_num_accepted_tokens_total" + m,
+                                      "vllm:spec_decode_num_accepted_tokens_total" + m);
+  EXPECT_EQ(req_acc, acc);
   EXPECT_EQ(s.metric("mxserve:request_spec_decode_acceptance_count" + m), 2);
   // The scrape feeds the alarm: collapsed, counted once, the window's first-position rate below the bound.
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_collapsed" + m), 1);
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_alarms_total" + m), 1);
   EXPECT_LT(s.metric("mxserve:spec_decode_window_acceptance_rate{model_name=\"tiny\",position=\"0\""), 0.2);
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_alarm_bound" + m), 0.2);
+
+  // Every series the Grafana dashboard in docs/ reads is served (names taken from its queries).
+  std::ifstream f(std::string(MXSERVE_SOURCE_DIR) + "/docs/grafana-mxserve.json");
+  ASSERT_TRUE(f.good());
+  const json dash = json::parse(f);
+  const std::string text = s.get("/metrics").body;
+  const std::regex name(R"((vllm|mxserve):[a-z_]+)");
+  int checked = 0;
+  for (const auto& p : dash["panels"])
+    for (const auto& t : p["targets"]) {
+      const std::string expr = t["expr"];
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name); it != std::sregex_iterator(); ++it) {
+        EXPECT_NE(text.find(it->str() + "{"), std::string::npos) << it->str() << " (panel " << p["title"] << ")";
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 20);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -27,11 +29,14 @@ std::vector<int32_t> encode(const TestServer& s, const std::string& text) {
 
 // Teacher-forced log-softmax rows of the fixture model (a second copy, outside the server).
 std::vector<std::vector<double>> reference_logsoftmax(const std::vector<int32_t>& ids) {
-  ServingConfig sc;
-  sc.model_path = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a";
-  auto lm = launch::launch_model(sc.launch_config());
-  EXPECT_TRUE(lm.is_ok()) << lm.status().to_string();
-  auto logits = eval::all_logits((*lm)->model(), (*lm)->backend(), ids);
+  static std::unique_ptr<launch::LaunchedModel> lm = [] {
+    ServingConfig sc;
+    sc.model_path = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a";
+    auto r = launch::launch_model(sc.launch_config());
+    if (!r.is_ok()) throw std::runtime_error(r.status().to_string());
+    return std::move(*r);
+  }();
+  auto logits = eval::all_logits(lm->model(), lm->backend(), ids);
   EXPECT_TRUE(logits.is_ok()) << logits.status().to_string();
   const int64_t T = logits->dim(0), V = logits->dim(1);
   std::vector<std::vector<double>> out;
