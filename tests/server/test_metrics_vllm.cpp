@@ -83,7 +83,7 @@ TEST(ServerMetricsVllm, RequestPhaseHistogramsAndIterationTokens) {
   EXPECT_NE(text.find("vllm:e2e_request_latency_seconds_bucket{model_name=\"tiny\",le=\"0.3\"}"), std::string::npos);
   EXPECT_NE(text.find("vllm:iteration_tokens_total_bucket{model_name=\"tiny\",le=\"16.0\"}"), std::string::npos);
   EXPECT_EQ(text.find("0.29999999999999999"), std::string::npos);
-  EXPECT_EQ(text.find("le=\"0.0"), std::string::npos) << "no bound printed as a rounding artefact";
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"(le="[0-9]*\.[0-9]{8,})"))) << "no bound printed as a rounding artefact";
 }
 
 TEST(ServerMetricsVllm, CachedTokensPerTier) {
@@ -98,7 +98,7 @@ TEST(ServerMetricsVllm, CachedTokensPerTier) {
     cached += json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
   }
   EXPECT_GT(cached, 0) << "the second request hits the prefix cache";
-  EXPECT_EQ(s.metric("mxserve:prompt_tokens_cached_total{model_name=\"tiny\",tier=\"gpu\""), cached);
+  EXPECT_EQ(s.metric("mxserve:prompt_tokens_cached_total{model_name=\"tiny\",tier=\"gpu\"}"), cached);
   EXPECT_EQ(s.metric("vllm:prefix_cache_hits_total"), cached);
 }
 
@@ -179,7 +179,7 @@ TEST(ServerMetricsVllm, SpecCountersAndAlarmEndToEnd) {
   // The scrape feeds the alarm: collapsed, counted once, the window's first-position rate below the bound.
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_collapsed" + m), 1);
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_alarms_total" + m), 1);
-  EXPECT_LT(s.metric("mxserve:spec_decode_window_acceptance_rate{model_name=\"tiny\",position=\"0\""), 0.2);
+  EXPECT_LT(s.metric("mxserve:spec_decode_window_acceptance_rate{model_name=\"tiny\",position=\"0\"}"), 0.2);
   EXPECT_EQ(s.metric("mxserve:spec_decode_acceptance_alarm_bound" + m), 0.2);
 
   // Every series the Grafana dashboard in docs/ reads is served (names taken from its queries).
