@@ -325,7 +325,7 @@ int cmd_serve(int argc, char** argv) {
   }
   http.set_ready((*model)->services());
   MX_LOG(kInfo) << "mxserve is ready: serving '" << so.served_model_name << "' on http://" << so.host << ":" << http.port()
-                << " -- POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics";
+                << " -- POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], POST /tokenize, POST /detokenize, GET /version, GET /health, GET /metrics";
   std::fflush(stderr);
 
   while (g_stop_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));

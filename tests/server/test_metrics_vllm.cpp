@@ -187,7 +187,7 @@ TEST(ServerMetricsVllm, SpecCountersAndAlarmEndToEnd) {
   ASSERT_TRUE(f.good());
   const json dash = json::parse(f);
   const std::string text = s.get("/metrics").body;
-  const std::regex name(R"((vllm|mxserve):[a-z_]+)");
+  const std::regex name(R"((vllm|mxserve):[a-z0-9_]+)");
   int checked = 0;
   for (const auto& p : dash["panels"])
     for (const auto& t : p["targets"]) {

@@ -57,14 +57,14 @@ std::vector<double> reference(const std::vector<int32_t>& prompt) {
   return out;
 }
 
-struct Run {
+struct EngineRun {
   std::map<size_t, std::vector<PromptLogprob>> prompt_lps;
   std::map<size_t, int> deliveries;
   std::map<size_t, Usage> usage;
   int64_t preemptions = 0;
 };
 
-Run run(const std::vector<RequestSpec>& specs, int64_t n_blocks, int64_t chunk) {
+EngineRun run_engine(const std::vector<RequestSpec>& specs, int64_t n_blocks, int64_t chunk) {
   Loaded& m = shared_model();
   EngineConfig cfg;
   cfg.scheduler.block_size = 4;
@@ -74,7 +74,7 @@ Run run(const std::vector<RequestSpec>& specs, int64_t n_blocks, int64_t chunk) 
   cfg.n_blocks = n_blocks;
   cfg.max_model_len = 512;
   Engine engine(cfg, make_model_executor(*m.lm, *m.be, n_blocks, 4));
-  Run out;
+  EngineRun out;
   for (size_t i = 0; i < specs.size(); ++i) {
     auto id = engine.submit(specs[i], [&out, i](const TokenEvent& ev) {
       if (!ev.prompt_logprobs.empty()) {
@@ -109,7 +109,7 @@ std::vector<RequestSpec> specs() {
   return v;
 }
 
-void check(const Run& r, const std::vector<RequestSpec>& s) {
+void check(const EngineRun& r, const std::vector<RequestSpec>& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i].sampling.prompt_logprobs < 0) {
       EXPECT_EQ(r.deliveries.count(i), 0u) << i;
@@ -132,16 +132,16 @@ void check(const Run& r, const std::vector<RequestSpec>& s) {
 
 TEST(EnginePromptLogprobs, EqualTeacherForcedInOneChunkOrMany) {
   const auto s = specs();
-  const Run one = run(s, 512, 64);
+  const EngineRun one = run_engine(s, 512, 64);
   check(one, s);
   EXPECT_EQ(one.usage.at(1).cached_tokens, 0) << "a prompt-logprobs request skips the prefix cache";
-  const Run many = run(s, 512, 8);  // 40 tokens in 5 chunks
+  const EngineRun many = run_engine(s, 512, 8);  // 40 tokens in 5 chunks
   check(many, s);
 }
 
 TEST(EnginePromptLogprobs, UnderPreemption) {
   const auto s = specs();
-  const Run tight = run(s, 16, 8);  // 64 tokens of KV for five requests of 24-46 tokens
+  const EngineRun tight = run_engine(s, 16, 8);  // 64 tokens of KV for five requests of 24-46 tokens
   EXPECT_GT(tight.preemptions, 0);
   check(tight, s);
 }
