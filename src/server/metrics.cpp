@@ -59,7 +59,9 @@ std::string prometheus_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip form
+  // Whole numbers (counters) in full ("100000", not the shorter "1e+05"); else the shortest round-trip form.
+  auto r = v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                                                     : std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
 }
 

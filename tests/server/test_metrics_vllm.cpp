@@ -41,6 +41,8 @@ TEST(ServerMetricsVllm, NumbersPrintAsWritten) {
   EXPECT_EQ(prometheus_number(0.3), "0.3");
   EXPECT_EQ(prometheus_number(0.1 + 0.2), "0.30000000000000004");  // not the same double: kept exact
   EXPECT_EQ(prometheus_number(42), "42");
+  EXPECT_EQ(prometheus_number(100000), "100000");
+  EXPECT_EQ(prometheus_number(1.5e-7), "1.5e-07");
   EXPECT_EQ(prometheus_number(std::numeric_limits<double>::infinity()), "+Inf");
   EXPECT_EQ(prometheus_number(std::nan("")), "NaN");
   Histogram h({0.3, 0.8});
