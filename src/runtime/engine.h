@@ -153,9 +153,9 @@ class Engine {
   double now_seconds() const;
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
-  bool end_unconstrainable(Sequence* seq);
+  bool end_unconstrainable(Sequence* seq);  // structured output: nothing allowed next (engine_step.cpp)
   // Prompt logprobs of a prefill chunk (wants_prompt_logprobs) from its logit rows, before any is processed.
-  void collect_prompt_logprobs(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row);  // structured output: nothing allowed next (engine_step.cpp)
+  void collect_prompt_logprobs(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row);
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;
