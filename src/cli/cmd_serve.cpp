@@ -52,6 +52,12 @@ server:
   --max-logprobs N             largest top_logprobs / completions logprobs (20, as vLLM)
   --max-logprob-entries N      non-streaming: n x max_tokens x (top_logprobs + 1) above this is a 400 (262144)
   --stats-interval S           seconds between stats log lines, 0 = off (10)
+  --allowed-origins LIST       CORS: origins a browser page may call from (comma-separated or a JSON list;
+                               * = any); off by default
+  --spec-acceptance-alarm B    warn (and set mxserve:spec_decode_acceptance_collapsed) when the first draft
+                               is accepted in fewer than B of the last --spec-acceptance-window verify steps
+                               (0.2; 0 = off)
+  --spec-acceptance-window N   verify steps the alarm judges (256)
   --shutdown-timeout S         on SIGINT/SIGTERM, wait this long for in-flight requests (10)
   --log-level debug|info|warn|error
 runtime:
@@ -140,6 +146,7 @@ int cmd_serve(int argc, char** argv) {
        "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
+  value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
@@ -285,6 +292,16 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(stats_interval, a.get_double("--stats-interval", 10));
   MX_CLI_TRY(shutdown_timeout, a.get_double("--shutdown-timeout", 10));
   so.stats_interval_s = std::max(0.0, stats_interval);
+  if (a.has("--allowed-origins")) {
+    MX_CLI_TRY(origins, server::parse_allowed_origins(a.get_or("--allowed-origins", "")));
+    so.allowed_origins = origins;
+  }
+  MX_CLI_TRY(alarm_bound, a.get_double("--spec-acceptance-alarm", 0.2));
+  if (!(alarm_bound >= 0 && alarm_bound <= 1))
+    return fail(invalid_argument("--spec-acceptance-alarm must be in [0, 1] (0 = off)"));
+  so.spec_alarm.bound = sc.spec.num_steps > 0 ? alarm_bound : 0;  // nothing to watch without speculation
+  MX_CLI_TRY(alarm_window, positive(a, "--spec-acceptance-window", 256));
+  so.spec_alarm.window = alarm_window;
 
   // A handler (not sigwait): threads started before main (BLAS pools) may receive the signal too, and
   // a background job inherits SIGINT ignored. The handler only sets a flag; a second signal exits.
@@ -308,7 +325,7 @@ int cmd_serve(int argc, char** argv) {
   }
   http.set_ready((*model)->services());
   MX_LOG(kInfo) << "mxserve is ready: serving '" << so.served_model_name << "' on http://" << so.host << ":" << http.port()
-                << " -- POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /v1/models, GET /health, GET /metrics";
+                << " -- POST /v1/chat/completions, POST /v1/completions, POST /v1/messages, GET /v1/models[/{id}], POST /tokenize, POST /detokenize, GET /version, GET /health, GET /metrics";
   std::fflush(stderr);
 
   while (g_stop_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));

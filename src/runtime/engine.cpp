@@ -20,6 +20,9 @@ Status validate_sampling(const SamplingParams& p, int32_t max_logprobs, int64_t 
   if (p.max_tokens < 1) return invalid_argument("max_tokens " + std::to_string(p.max_tokens) + " must be >= 1");
   if (p.logprobs > max_logprobs)
     return invalid_argument("logprobs " + std::to_string(p.logprobs) + " exceeds the limit of " + std::to_string(max_logprobs));
+  if (p.prompt_logprobs > max_logprobs)
+    return invalid_argument("prompt_logprobs " + std::to_string(p.prompt_logprobs) + " exceeds the limit of " +
+                            std::to_string(max_logprobs));
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2)
     return invalid_argument("presence_penalty must be in [-2, 2]");
   if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2)
@@ -52,6 +55,7 @@ Usage usage_of(const Sequence& seq) {
   u.completion_tokens = seq.n_generated();
   u.spec_draft_tokens = seq.spec_drafted;
   u.spec_accepted_tokens = seq.spec_accepted;
+  u.spec_drafts = seq.spec_drafts;
   return u;
 }
 
@@ -129,6 +133,7 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   seq->prompt_len = static_cast<int32_t>(n_prompt);
   seq->sampling = std::move(spec.sampling);
   seq->constraint = std::move(spec.constraint);
+  seq->prompt_logprobs_pending = seq->sampling.prompt_logprobs >= 0;
   seq->times.arrival = Clock::now();
   seq->on_event = std::move(on_event);
   {

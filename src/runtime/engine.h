@@ -63,6 +63,16 @@ struct StepCostStats {  // the ITL policy's step cost model (step_cost_model.h, 
   int64_t over_target_steps = 0;       // ... in which the decodes alone were predicted over the target
 };
 
+// Upper bounds of the tokens-per-step histogram (EngineStats::iteration_tokens, vllm:iteration_tokens_total).
+inline constexpr int64_t kIterationTokenBuckets[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+inline constexpr size_t kNumIterationTokenBuckets = sizeof(kIterationTokenBuckets) / sizeof(int64_t);
+
+struct IterationTokens {  // a histogram over steps of prompt + generated tokens per step
+  std::vector<int64_t> counts = std::vector<int64_t>(kNumIterationTokenBuckets + 1, 0);  // per bucket; last: +Inf
+  int64_t sum = 0;
+  int64_t steps = 0;
+};
+
 struct EngineStats {
   int64_t waiting = 0;
   int64_t running = 0;
@@ -82,6 +92,7 @@ struct EngineStats {
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0;
   double grammar_wait_seconds = 0;
+  IterationTokens iteration_tokens;  // prompt tokens computed + tokens generated, per step
 };
 
 // The usage block of a request's final event.
@@ -143,6 +154,8 @@ class Engine {
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
   bool end_unconstrainable(Sequence* seq);  // structured output: nothing allowed next (engine_step.cpp)
+  // Prompt logprobs of a prefill chunk (wants_prompt_logprobs) from its logit rows, before any is processed.
+  void collect_prompt_logprobs(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row);
   bool spec_enabled() const { return config_.spec.num_steps > 0; }
 
   EngineConfig config_;

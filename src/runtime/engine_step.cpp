@@ -55,8 +55,34 @@ bool Engine::emit_token(Sequence* seq, int32_t token, float logprob, std::vector
   } else if (seq->n_generated() >= sp.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= config_.max_model_len)
     ev.finish = FinishReason::kLength;
   ev.usage = usage_of(*seq);  // so far on every event (cached_tokens is final from the first token)
+  ev.first_scheduled = seq->times.first_scheduled.value_or(Clock::time_point{});
+  if (seq->prompt_logprobs_pending) {  // the prefill is done: the first token's event carries them
+    ev.prompt_logprobs = std::move(seq->prompt_lps);
+    seq->prompt_lps = {};
+    seq->prompt_logprobs_pending = false;
+  }
   if (seq->on_event) seq->on_event(ev);
   return ev.finish != FinishReason::kNone;
+}
+
+void Engine::collect_prompt_logprobs(const ScheduledChunk& c, const ExecOutput& out, int64_t logit_row) {
+  Sequence* seq = c.seq;
+  const int64_t V = executor_->vocab_size();
+  MX_CHECK_EQ(out.logits.ndim(), 2);
+  for (int32_t i = 0; i < c.n_tokens; ++i) {
+    // Row i predicts position start + i + 1; positions already collected (a recompute after preemption) are kept.
+    const int32_t pos = c.start + i + 1;
+    if (pos >= seq->prompt_len || pos != static_cast<int32_t>(seq->prompt_lps.size()) + 1) continue;
+    std::span<const float> raw(out.logits.data<float>() + (logit_row + i) * V, V);
+    PromptLogprob p;
+    p.token = seq->tokens[pos];
+    raw_logprobs(raw, p.token, seq->sampling.prompt_logprobs, &p.logprob, &p.top);
+    const float x = raw[p.token];
+    int32_t above = 0;
+    for (float l : raw) above += l > x;
+    p.rank = above + 1;
+    seq->prompt_lps.push_back(std::move(p));
+  }
 }
 
 // A constrained request whose constraint allows nothing more: complete with no terminator to end it
@@ -91,6 +117,7 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     const bool decodes = c.n_drafts > 0 || c.needs_sample;
     batch.want_host_logits |= decodes && !device_sampled(c, config_.device_sampling && !spec_enabled()) &&
                               (needs_host_logits(c.seq->sampling) || c.seq->constraint != nullptr);
+    batch.want_host_logits |= wants_prompt_logprobs(c);
     if (c.needs_sample && c.n_drafts == 0 && c.seq->constraint) {
       masks.add(c.seq->constraint.get());
       step.masked_seqs.push_back(c.seq);
@@ -104,18 +131,18 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     kernels::SampleRowsInput in;
     int64_t logit_row = 0;
     for (const auto& c : plan.chunks) {
-      const bool decodes = c.n_drafts > 0 || c.needs_sample;
       if (device_sampled(c, config_.device_sampling && !spec_enabled())) {
         Sequence& seq = *c.seq;
+        const int64_t sample_row = logit_row + logit_rows_of(c) - 1;  // the chunk's last logit row
         kernels::SampleRowParams r =
-            sample_row_params(seq.sampling, seq.seed, seq.n_generated(), static_cast<int32_t>(logit_row));
+            sample_row_params(seq.sampling, seq.seed, seq.n_generated(), static_cast<int32_t>(sample_row));
         if (has_penalties(seq.sampling))  // caught up incrementally, not rebuilt from the whole context
           seq.penalty_tokens.sync(seq.tokens, seq.prompt_len, seq.sampling.repetition_penalty != 1.f);
         append_row_processing(seq.sampling, seq.penalty_tokens, &r, &in);
         in.rows.push_back(r);
         step.device_seqs.push_back(c.seq);
       }
-      logit_row += c.n_drafts > 0 ? c.n_tokens : decodes;
+      logit_row += logit_rows_of(c);
     }
     if (!in.rows.empty()) {
       MX_ASSIGN_OR_RETURN(step.device_rows, executor_->sample(out, in));
@@ -128,10 +155,12 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     const bool decodes = c.n_drafts > 0 || c.needs_sample;
     step.n_decode += decodes;
     std::vector<int32_t> path;  // accepted draft nodes of this chunk's verification
+    const int32_t n_rows = logit_rows_of(c);
+    if (wants_prompt_logprobs(c)) collect_prompt_logprobs(c, out, logit_row);  // before sampling edits its row
     Result<bool> done = c.n_drafts > 0 ? verify_chunk(c, out, logit_row, &step, &path)
-                        : decodes      ? sample_chunk(c, out, logit_row, &step)
+                        : decodes      ? sample_chunk(c, out, logit_row + n_rows - 1, &step)
                                        : Result<bool>(false);
-    logit_row += c.n_drafts > 0 ? c.n_tokens : decodes;
+    logit_row += n_rows;
     if (!done.is_ok()) step.failed.emplace_back(c.seq, done.status().to_string());
     else if (*done) step.finished.push_back(c.seq);
     else if (spec_enabled() && c.seq->n_draft_computed == c.start) step.mtp_rows.push_back(mtp_rows_of(c, row, path));
@@ -214,6 +243,7 @@ Result<bool> Engine::verify_chunk(const ScheduledChunk& c, const ExecOutput& out
   for (int32_t i = 0; i < n_acc; ++i) ++s.accepted_per_pos[i];  // drafts accepted at position (tree: depth) i + 1
   drafter_.record_verdict(v.depth, n_acc);
   seq->spec_drafted += c.n_drafts;
+  ++seq->spec_drafts;
   seq->spec_accepted += n_acc;
   // Tree paths: compact the accepted nodes' K/V into consecutive positions (pairs applied in order).
   const int64_t bs = config_.scheduler.block_size;
@@ -283,6 +313,14 @@ void Engine::publish_step_stats(const SchedulePlan& plan, const StepOutcome& ste
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_.generated_tokens += step.generated;
   stats_.prompt_tokens += plan.n_prefill_tokens;
+  {
+    const int64_t n = plan.n_prefill_tokens + step.generated;
+    size_t b = 0;
+    while (b < kNumIterationTokenBuckets && n > kIterationTokenBuckets[b]) ++b;
+    ++stats_.iteration_tokens.counts[b];
+    stats_.iteration_tokens.sum += n;
+    ++stats_.iteration_tokens.steps;
+  }
   SpecStats& s = stats_.spec;
   s.num_drafts += step.spec.num_drafts;
   s.num_draft_tokens += step.spec.num_draft_tokens;

@@ -43,6 +43,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f; // > 0; tokens of the prompt or output: logit / r when > 0, logit * r else
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias added to its logit)
   std::shared_ptr<const LogitMask> logit_mask;        // optional
+  // -1: none; k >= 0: the raw log-softmax of every prompt token from position 1 on (teacher-forced), plus the
+  // k most likely tokens at each position. Such a request skips the prefix cache until they are computed.
+  int32_t prompt_logprobs = -1;
 };
 
 class LogitConstraint;  // runtime/logit_constraint.h
@@ -61,12 +64,22 @@ struct TopLogprob {
   float logprob;
 };
 
+// A prompt token's logprob: its raw log-softmax given the tokens before it, its rank under the raw
+// logits (1 = the most likely), and the requested most likely alternatives.
+struct PromptLogprob {
+  int32_t token = -1;
+  float logprob = 0.f;
+  int32_t rank = 0;
+  std::vector<TopLogprob> top;
+};
+
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
   int32_t completion_tokens = 0;
   int64_t spec_draft_tokens = 0;     // speculative decoding: tokens drafted for this request
   int64_t spec_accepted_tokens = 0;  // of which accepted by the target
+  int64_t spec_drafts = 0;           // verify steps that carried drafts for this request
 };
 
 // One generated token (or the final notice of an abort/error, with token = -1).
@@ -78,6 +91,9 @@ struct TokenEvent {
   FinishReason finish = FinishReason::kNone;  // set on the last event of the request
   std::string error;                          // when finish == kError
   Usage usage;                                // so far (cached_tokens is final from the first token on)
+  // SamplingParams::prompt_logprobs >= 0: on the first token's event only, prompt positions 1..prompt_len-1.
+  std::vector<PromptLogprob> prompt_logprobs;
+  Clock::time_point first_scheduled{};        // when the request first ran in a step (queue / prefill times)
 };
 
 using EventCallback = std::function<void(const TokenEvent&)>;

@@ -142,7 +142,7 @@ SchedulePlan Scheduler::schedule() {
     MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
     const int64_t len = static_cast<int64_t>(seq->tokens.size());
     seq->dp_rank = place(*seq);
-    if (!caches_.empty()) {
+    if (!caches_.empty() && !seq->prompt_logprobs_pending) {
       // Never match the last token: its logits are needed to sample the next one.
       auto m = caches_[seq->dp_rank]->match(seq->tokens, len - 1);
       seq->block_table = std::move(m.blocks);
@@ -182,6 +182,15 @@ SchedulePlan Scheduler::schedule() {
   plan.decodes_over_target = itl.decodes_over_target();
   plan.predicted_seconds = itl.predicted_seconds();
   return plan;
+}
+
+bool wants_prompt_logprobs(const ScheduledChunk& c) {
+  return c.n_drafts == 0 && c.seq->prompt_logprobs_pending && c.start < c.seq->prompt_len;
+}
+
+int32_t logit_rows_of(const ScheduledChunk& c) {
+  if (c.n_drafts > 0 || wants_prompt_logprobs(c)) return c.n_tokens;
+  return c.needs_sample ? 1 : 0;
 }
 
 bool is_plain_decode_row(const ScheduledChunk& c) { return c.n_tokens == 1 && c.n_drafts == 0; }
@@ -234,7 +243,7 @@ model::ForwardBatch build_forward_batch(const SchedulePlan& plan) {
     } else {
       for (int32_t i = 0; i < c.n_tokens; ++i) batch.positions.push_back(c.start + i);
     }
-    if (c.n_drafts > 0) {  // verification needs the target's logits at every row
+    if (c.n_drafts > 0 || wants_prompt_logprobs(c)) {  // verification / prompt logprobs: every row's logits
       for (int32_t i = 0; i < c.n_tokens; ++i) batch.logit_rows.push_back(span.token_begin + i);
     } else if (c.needs_sample) {
       batch.logit_rows.push_back(span.token_begin + c.n_tokens - 1);

@@ -54,6 +54,12 @@ struct ScheduledChunk {
   bool needs_sample = false;  // the chunk ends at the sequence's last token: sample the next one
 };
 
+// A prefill chunk of a request whose prompt logprobs are still pending: every row of it is a logit row.
+bool wants_prompt_logprobs(const ScheduledChunk& c);
+// Logit rows of a chunk in ForwardBatch::logit_rows order: every row of a verify chunk or a prompt-logprobs
+// chunk, else one when it samples. Its sampled row (needs_sample) is the last of them.
+int32_t logit_rows_of(const ScheduledChunk& c);
+
 struct SchedulePlan {
   std::vector<ScheduledChunk> chunks;  // plain decode rows (is_plain_decode_row) first, then speculative
                                        // verify chunks, then prefill chunks

@@ -51,6 +51,12 @@ struct Sequence {
   }
   int64_t spec_drafted = 0;
   int64_t spec_accepted = 0;
+  int64_t spec_drafts = 0;           // verify steps that carried drafts
+
+  // Prompt logprobs (SamplingParams::prompt_logprobs >= 0): pending until the first token's event carries
+  // them; while pending the prefix cache is not used (every prompt position's logits are computed).
+  bool prompt_logprobs_pending = false;
+  std::vector<PromptLogprob> prompt_lps;  // positions 1.. computed so far, in order
 
   int32_t n_generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
   int32_t n_remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }

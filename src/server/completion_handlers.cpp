@@ -71,6 +71,22 @@ struct Prepared {
 // non-streaming response, which holds every choice's logprobs until the end, the total entry count.
 std::optional<ApiError> check_logprob_bounds(const ServerContext& ctx, const Prepared& p, int64_t max_tokens) {
   const GenerationOptions& g = p.gen;
+  if (g.prompt_logprobs > ctx.options.max_logprobs)
+    return bad_request("'prompt_logprobs' = " + std::to_string(g.prompt_logprobs) +
+                           " is above the server's limit of " + std::to_string(ctx.options.max_logprobs) +
+                           " (--max-logprobs)",
+                       "prompt_logprobs");
+  {  // echo with logprobs / prompt_logprobs: every prompt token's entries are held until the response
+    const int prompt_top = std::max(g.prompt_logprobs, g.echo ? g.logprobs : -1);
+    int64_t entries = 0;
+    for (const auto& in : p.inputs) entries += static_cast<int64_t>(in.prompt.size()) * g.n * (prompt_top + 1);
+    if (prompt_top >= 0 && entries > ctx.options.max_logprob_entries)
+      return bad_request("prompt tokens x choices x (top alternatives + 1) = " + std::to_string(entries) +
+                             " prompt logprob entries is above the server's limit of " +
+                             std::to_string(ctx.options.max_logprob_entries) +
+                             " (--max-logprob-entries): send shorter or fewer prompts",
+                         g.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo");
+  }
   if (g.logprobs < 0) return std::nullopt;
   const std::string field = p.kind == ApiKind::kChat ? "top_logprobs" : "logprobs";
   if (g.logprobs > ctx.options.max_logprobs)
@@ -95,6 +111,12 @@ void run(ServerContext& ctx, Prepared p, http::Response& res);
 
 }  // namespace
 
+void map_developer_role(const ServerContext& ctx, tokenizer::ChatInputs* in) {
+  if (ctx.model.tokenizer->chat_template().find("developer") != std::string::npos) return;
+  for (auto& m : in->messages)
+    if (m.is_object() && m.contains("role") && m["role"] == "developer") m["role"] = "system";
+}
+
 void write_error(ServerContext& ctx, const ApiError& e, http::Response& res) {
   res.status = e.http_status;
   if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
@@ -114,6 +136,7 @@ void handle_chat_completions(ServerContext& ctx, const http::Request& req, http:
     return write_error(ctx, bad_request("this model has no chat template (tokenizer_config.json); use /v1/completions",
                                         "messages"),
                        res);
+  map_developer_role(ctx, &chat.inputs);
   ChatOutputPlan plan;
   if (auto e = plan_chat_output(ctx.model.output_formats, *body, &chat.inputs, &plan)) return write_error(ctx, *e, res);
   auto text = ctx.model.chat_template->render_chat(chat.inputs, ctx.model.tokenizer->config());
@@ -125,7 +148,7 @@ void handle_chat_completions(ServerContext& ctx, const http::Request& req, http:
   if (!ids.is_ok()) return write_error(ctx, from_status(ids.status(), "messages"), res);
   if (ids->empty()) return write_error(ctx, bad_request("the rendered prompt is empty", "messages"), res);
   Prepared p{ApiKind::kChat, std::move(chat.gen), {}, "messages", std::nullopt};
-  p.inputs.push_back(ChoiceInput{std::move(*ids), 0});
+  p.inputs.push_back(ChoiceInput{std::move(*ids), 0, {}});
   if (plan.active) p.output = std::move(plan);
   run(ctx, std::move(p), res);
 }
@@ -149,7 +172,12 @@ void handle_completions(ServerContext& ctx, const http::Request& req, http::Resp
       ids = std::get<std::vector<int32_t>>(cr.prompts[i]);
     }
     if (ids.empty()) return write_error(ctx, bad_request("the prompt must not be empty", "prompt"), res);
-    p.inputs.push_back(ChoiceInput{std::move(ids), static_cast<int>(i)});
+    std::string echo_text;
+    if (p.gen.echo) {  // the prompt as given: the string, or the ids' text
+      if (auto* s = std::get_if<std::string>(&cr.prompts[i])) echo_text = *s;
+      else echo_text = ctx.model.tokenizer->decode(ids, /*skip_special_tokens=*/false);
+    }
+    p.inputs.push_back(ChoiceInput{std::move(ids), static_cast<int>(i), std::move(echo_text)});
   }
   run(ctx, std::move(p), res);
 }
@@ -246,6 +274,7 @@ void run(ServerContext& ctx, Prepared p, http::Response& res) {
   const size_t n = session->num_choices();
   std::vector<FinishedChoice> out(n);
   std::vector<std::vector<TokenLogprob>> lps(n);
+  std::vector<std::optional<std::vector<runtime::PromptLogprob>>> prompt_lps(n);
   std::string error;
   std::vector<ChoiceDelta> deltas;
   while (session->poll(&deltas, kPollInterval)) {
@@ -254,6 +283,7 @@ void run(ServerContext& ctx, Prepared p, http::Response& res) {
       if (!d.finish_reason.empty()) out[d.index].finish_reason = d.finish_reason;
       if (!d.error.empty()) error = d.error;
       for (auto& l : d.logprobs) lps[d.index].push_back(std::move(l));
+      if (d.has_prompt_logprobs) prompt_lps[d.index] = std::move(d.prompt_logprobs);
     }
     deltas.clear();
     if (session->done()) break;
@@ -266,6 +296,9 @@ void run(ServerContext& ctx, Prepared p, http::Response& res) {
   if (!error.empty()) return write_error(ctx, internal(error), res);
   for (size_t i = 0; i < n; ++i) {
     out[i].logprobs = p.gen.logprobs >= 0 ? logprobs_json(p.kind, lps[i], *ctx.model.tokenizer, 0) : OJ(nullptr);
+    if (p.gen.prompt_logprobs >= 0)
+      out[i].prompt_logprobs = prompt_logprobs_json(prompt_lps[i].value_or(std::vector<runtime::PromptLogprob>{}),
+                                                    *ctx.model.tokenizer);
     if (p.output) {  // one chunk through the same parser as streaming
       ChoiceOutput parser(*p.output, &ctx.metrics);
       ChoiceOutput::Delta d = parser.feed(out[i].text);

@@ -13,6 +13,10 @@ namespace mxserve::server {
 void handle_chat_completions(ServerContext& ctx, const http::Request& req, http::Response& res);
 void handle_completions(ServerContext& ctx, const http::Request& req, http::Response& res);
 
+// OpenAI's `developer` role replaces `system` for newer models; a template that does not name it would drop
+// such a message silently, so it becomes a system turn there (a template that knows the role gets it as is).
+void map_developer_role(const ServerContext& ctx, tokenizer::ChatInputs* in);
+
 // Writes an OpenAI error object (and Retry-After for 503) into res.
 void write_error(ServerContext& ctx, const ApiError& e, http::Response& res);
 

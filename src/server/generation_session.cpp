@@ -1,5 +1,7 @@
 #include "server/generation_session.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 
 namespace mxserve::server {
@@ -28,13 +30,18 @@ std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>
       Choice& c = choices_[k];
       c.prompt_index = inputs[i].prompt_index;
       c.prompt_tokens = static_cast<int64_t>(inputs[i].prompt.size());
+      c.input = &inputs[i];
       c.detok = std::make_unique<tokenizer::StreamingDetokenizer>(*ctx_.model.tokenizer, gen_.stop,
                                                                   gen_.skip_special_tokens);
       runtime::RequestSpec spec;
       spec.prompt = inputs[i].prompt;
       spec.sampling = gen_.sampling;
-      spec.sampling.max_tokens = static_cast<int32_t>(max_tokens);
+      drop_generated_ = max_tokens == 0;
+      spec.sampling.max_tokens = static_cast<int32_t>(std::max<int64_t>(max_tokens, 1));
       spec.sampling.logprobs = gen_.logprobs;
+      // Echo with logprobs needs every prompt token's logprob (and the top alternatives the client asked for).
+      const int echo_lp = gen_.echo && gen_.logprobs >= 0 ? gen_.logprobs : -1;
+      spec.sampling.prompt_logprobs = std::max(gen_.prompt_logprobs, echo_lp);
       if (gen_.sampling.seed) spec.sampling.seed = *gen_.sampling.seed + static_cast<uint64_t>(j);
       if (gen_.grammar) {
         if (!ctx_.model.structured) {
@@ -60,6 +67,7 @@ std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>
       }
       c.id = *id;
       c.submitted = true;
+      c.submitted_at = runtime::Clock::now();
       ++n_open_;
       ctx_.metrics.add_prompt_tokens(c.prompt_tokens);
     }
@@ -92,12 +100,33 @@ void GenerationSession::handle(const Event& e, ChoiceDelta* delta) {
   if (c.finished) return;
   const runtime::TokenEvent& ev = e.ev;
   if (ev.usage.prompt_tokens > 0) c.cached_tokens = ev.usage.cached_tokens;
+  c.spec_drafts = ev.usage.spec_drafts;
+  c.spec_draft_tokens = ev.usage.spec_draft_tokens;
+  c.spec_accepted = ev.usage.spec_accepted_tokens;
+  if (!c.prompt_sent && (ev.token >= 0 || ev.finish != runtime::FinishReason::kNone)) add_prompt_part(c, ev, delta);
+  if (ev.token >= 0 && !c.cache_counted) {  // cached_tokens is final from the first token on
+    ctx_.metrics.add_cached_tokens("gpu", ev.usage.cached_tokens);
+    c.cache_counted = true;
+  }
+  if (ev.token >= 0 && drop_generated_) {  // max_tokens 0: the prompt part only
+    if (ev.finish == runtime::FinishReason::kNone) ctx_.model.engine->abort(c.id);
+    finish_choice(c, "length", delta);
+    return;
+  }
   if (ev.token >= 0) {
+    if (!c.last_token) {
+      c.first_token = e.at;
+      c.first_scheduled = ev.first_scheduled;
+    }
     ++c.n_tokens;
     ++delta->n_tokens;
     ctx_.metrics.add_generation_tokens(1);
-    if (!c.last_token) ctx_.metrics.observe_ttft(seconds(e.at - arrival_));
-    else ctx_.metrics.observe_itl(seconds(e.at - *c.last_token));
+    if (!c.last_token) {
+      ctx_.metrics.observe_ttft(seconds(e.at - arrival_));
+    } else {
+      ctx_.metrics.observe_itl(seconds(e.at - *c.last_token));
+      ctx_.metrics.observe_tpot(seconds(e.at - *c.last_token));
+    }
     c.last_token = e.at;
     if (gen_.logprobs >= 0) delta->logprobs.push_back(TokenLogprob{ev.token, ev.logprob, ev.top_logprobs});
     delta->text += c.detok->push(ev.token);
@@ -124,6 +153,39 @@ void GenerationSession::finish_choice(Choice& c, const std::string& reason, Choi
   ctx_.metrics.observe_e2e(seconds(runtime::Clock::now() - arrival_));
   ctx_.metrics.observe_prompt_len(static_cast<double>(c.prompt_tokens));
   ctx_.metrics.observe_generation_len(static_cast<double>(c.n_tokens));
+  if (c.spec_drafts > 0) ctx_.metrics.add_request_spec(c.spec_drafts, c.spec_draft_tokens, c.spec_accepted);
+  // The engine phases of a request that produced tokens (an abort before the first token has none).
+  if (c.last_token && c.first_scheduled != runtime::Clock::time_point{}) {
+    ctx_.metrics.observe_queue(std::max(0.0, seconds(c.first_scheduled - c.submitted_at)));
+    ctx_.metrics.observe_prefill(std::max(0.0, seconds(c.first_token - c.first_scheduled)));
+    const double decode = std::max(0.0, seconds(*c.last_token - c.first_token));
+    ctx_.metrics.observe_decode(decode);
+    ctx_.metrics.observe_inference(std::max(0.0, seconds(*c.last_token - c.first_scheduled)));
+    if (c.n_tokens > 1) ctx_.metrics.observe_request_tpot(decode / static_cast<double>(c.n_tokens - 1));
+  }
+}
+
+void GenerationSession::add_prompt_part(Choice& c, const runtime::TokenEvent& ev, ChoiceDelta* delta) {
+  c.prompt_sent = true;
+  if (gen_.prompt_logprobs >= 0) {
+    delta->has_prompt_logprobs = true;
+    delta->prompt_logprobs = ev.prompt_logprobs;
+    for (auto& p : delta->prompt_logprobs)
+      if (static_cast<int>(p.top.size()) > gen_.prompt_logprobs) p.top.resize(gen_.prompt_logprobs);
+  }
+  if (!gen_.echo || c.input == nullptr) return;
+  delta->text = c.input->echo_text + delta->text;
+  if (gen_.logprobs < 0) return;
+  std::vector<TokenLogprob> lps;
+  const auto& prompt = c.input->prompt;
+  if (!prompt.empty()) lps.push_back(TokenLogprob{prompt[0], 0.f, {}, /*has_logprob=*/false});
+  for (const auto& p : ev.prompt_logprobs) {
+    TokenLogprob t{p.token, p.logprob, p.top, true};
+    if (static_cast<int>(t.top.size()) > gen_.logprobs) t.top.resize(gen_.logprobs);
+    lps.push_back(std::move(t));
+  }
+  lps.insert(lps.end(), std::make_move_iterator(delta->logprobs.begin()), std::make_move_iterator(delta->logprobs.end()));
+  delta->logprobs = std::move(lps);
 }
 
 void GenerationSession::abort_all() {

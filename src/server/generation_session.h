@@ -27,12 +27,14 @@ namespace mxserve::server {
 struct ChoiceInput {
   std::vector<int32_t> prompt;
   int prompt_index = 0;  // which prompt of the request (completions with a list of prompts)
+  std::string echo_text; // completions "echo": the prompt as the client gave it (a string, or its ids decoded)
 };
 
 struct TokenLogprob {
   int32_t token = -1;
   float logprob = 0;
   std::vector<runtime::TopLogprob> top;
+  bool has_logprob = true;  // false: the first prompt token of an echo (no context: logprob null)
 };
 
 struct ChoiceDelta {
@@ -43,6 +45,10 @@ struct ChoiceDelta {
   std::string error;          // set with finish_reason "error"
   std::string stop_str;       // the stop string that ended the choice (finish_reason "stop"); empty otherwise
   int n_tokens = 0;           // generated tokens this delta covers (text may still be empty)
+  // vLLM's prompt_logprobs (GenerationOptions::prompt_logprobs >= 0), on the choice's first delta only:
+  // positions 1.. of the prompt (position 0 has none).
+  std::vector<runtime::PromptLogprob> prompt_logprobs;
+  bool has_prompt_logprobs = false;
 };
 
 struct UsageTotals {
@@ -59,6 +65,8 @@ class GenerationSession {
   GenerationSession& operator=(const GenerationSession&) = delete;
 
   // Submits one engine request per choice (n per input). On failure, the ones already submitted are aborted.
+  // max_tokens 0 (completions echo only): the engine generates one token, which the session drops.
+  // `inputs` must outlive the session (echo reads them).
   std::optional<ApiError> submit(const std::vector<ChoiceInput>& inputs, int64_t max_tokens);
 
   // Waits up to `timeout` for events and appends the resulting deltas (at most one per choice per call).
@@ -91,7 +99,17 @@ class GenerationSession {
     bool finished = false;
     std::unique_ptr<tokenizer::StreamingDetokenizer> detok;
     std::optional<runtime::Clock::time_point> last_token;
+    // Metrics of the finished request: engine phase times and its speculative decoding counters.
+    runtime::Clock::time_point submitted_at{}, first_scheduled{}, first_token{};
+    bool cache_counted = false;
+    int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+    // Completions echo / prompt logprobs, delivered with the first delta.
+    const ChoiceInput* input = nullptr;
+    bool prompt_sent = false;
   };
+
+  // The echo text and the prompt's logprobs in front of the choice's first delta.
+  void add_prompt_part(Choice& c, const runtime::TokenEvent& ev, ChoiceDelta* delta);
 
   void handle(const Event& e, ChoiceDelta* delta);
   void finish_choice(Choice& c, const std::string& reason, ChoiceDelta* delta);
@@ -101,6 +119,7 @@ class GenerationSession {
   std::shared_ptr<Inbox> inbox_;
   std::vector<Choice> choices_;
   int n_open_ = 0;
+  bool drop_generated_ = false;  // max_tokens 0: the one generated token is not returned
   runtime::Clock::time_point arrival_;
 };
 

@@ -1,37 +1,22 @@
 #include "server/http_server.h"
 
+#include <algorithm>
+
 #include "core/logging.h"
 #include "server/anthropic_handler.h"
 #include "server/api_key.h"
 #include "server/completion_handlers.h"
+#include "server/info_routes.h"
 #include "server/json_util.h"
 #include "server/log_text.h"
 #include "server/stats_line.h"
+#include "server/tokenize_routes.h"
 
 namespace mxserve::server {
-namespace {
-
-std::string models_json(const ServerContext& ctx) {
-  nlohmann::ordered_json m;
-  m["id"] = ctx.options.served_model_name;
-  m["object"] = "model";
-  m["created"] = ctx.created_unix;
-  m["owned_by"] = "mxserve";
-  m["root"] = ctx.options.model_root.empty() ? ctx.options.served_model_name : ctx.options.model_root;
-  m["parent"] = nullptr;
-  m["max_model_len"] = ctx.ready ? ctx.model.max_model_len : 0;
-  m["permission"] = nlohmann::ordered_json::array();
-  nlohmann::ordered_json j;
-  j["object"] = "list";
-  j["data"] = nlohmann::ordered_json::array({m});
-  return dump_json(j);
-}
-
-}  // namespace
-
 HttpServer::HttpServer(ServerOptions options)
     : ctx_(std::make_unique<ServerContext>(std::move(options))),
-      loop_(std::make_unique<http::EventLoop>(ctx_->options.http, static_cast<http::Service&>(*this))) {}
+      loop_(std::make_unique<http::EventLoop>(ctx_->options.http, static_cast<http::Service&>(*this))),
+      cors_(ctx_->options.allowed_origins) {}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -42,16 +27,22 @@ HttpServer::Route HttpServer::route_of(const http::Request& req) {
     if (p == "/v1/completions") return Route::kCompletions;
     if (p == "/v1/messages") return Route::kMessages;
     if (p == "/v1/messages/count_tokens") return Route::kCountTokens;
+    if (p == "/tokenize") return Route::kTokenize;
+    if (p == "/detokenize") return Route::kDetokenize;
   } else if (req.method == "GET") {
     if (p == "/health") return Route::kHealth;
     if (p == "/metrics") return Route::kMetrics;
     if (p == "/v1/models") return Route::kModels;
+    if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) return Route::kModelById;
+    if (p == "/version") return Route::kVersion;
   }
   return Route::kNone;
 }
 
 std::optional<http::Response> HttpServer::admit(const http::Request& head) {
+  if (auto pre = cors_.preflight(head)) return pre;  // OPTIONS from an allowed origin: before the API key
   http::Response res;
+  cors_.add_headers(head, res);
   const ServerContext& ctx = *ctx_;
   const bool anthropic = route_of(head) == Route::kMessages || route_of(head) == Route::kCountTokens;
   if (head.path.rfind("/v1/", 0) == 0 && !ctx.options.api_key.empty() &&
@@ -70,11 +61,13 @@ std::optional<http::Response> HttpServer::admit(const http::Request& head) {
 
 bool HttpServer::runs_inline(const http::Request& req) const {
   const Route r = route_of(req);
-  return r != Route::kChat && r != Route::kCompletions && r != Route::kMessages && r != Route::kCountTokens;
+  return r != Route::kChat && r != Route::kCompletions && r != Route::kMessages && r != Route::kCountTokens &&
+         r != Route::kTokenize && r != Route::kDetokenize;
 }
 
 void HttpServer::handle(const http::Request& req, http::Response& res) {
   ServerContext& ctx = *ctx_;
+  cors_.add_headers(req, res);
   switch (route_of(req)) {
     case Route::kChat:
     case Route::kCompletions:
@@ -93,7 +86,11 @@ void HttpServer::handle(const http::Request& req, http::Response& res) {
       else handle_completions(ctx, req, res);
       return;
     }
-    case Route::kModels: return res.set_content(models_json(ctx), "application/json");
+    case Route::kModels: return handle_models(ctx, res);
+    case Route::kModelById: return handle_model_by_id(ctx, req.path, res);
+    case Route::kVersion: return handle_version(ctx, res);
+    case Route::kTokenize: return handle_tokenize(ctx, req, res);
+    case Route::kDetokenize: return handle_detokenize(ctx, req, res);
     case Route::kHealth:
       if (ctx.ready && !ctx.draining) {
         res.status = 200;
@@ -109,8 +106,11 @@ void HttpServer::handle(const http::Request& req, http::Response& res) {
       if (ctx.ready) {
         stats = ctx.model.engine->stats();
         if (ctx.model.moe_kernel_configs) moe = ctx.model.moe_kernel_configs();
+        check_spec_alarm(*stats);
       }
-      return res.set_content(ctx.metrics.render(stats, moe, ctx.ready ? ctx.model.simulated_acceptance : 0.0), "text/plain; version=0.0.4; charset=utf-8");
+      const SpecAlarmState alarm = ctx.spec_alarm.state();
+      return res.set_content(ctx.metrics.render(stats, moe, ctx.ready ? ctx.model.simulated_acceptance : 0.0, &alarm),
+                             "text/plain; version=0.0.4; charset=utf-8");
     }
     case Route::kNone: return write_error(ctx, route_not_found(req.method, req.path), res);
   }
@@ -140,7 +140,8 @@ Status HttpServer::bind() { return loop_->listen(ctx_->options.host, ctx_->optio
 
 void HttpServer::start() {
   loop_->start();
-  if (ctx_->options.stats_interval_s > 0) stats_thread_ = std::thread([this] { stats_loop(); });
+  if (ctx_->options.stats_interval_s > 0 || ctx_->spec_alarm.state().enabled)
+    stats_thread_ = std::thread([this] { stats_loop(); });
 }
 
 void HttpServer::set_ready(ModelServices model) {
@@ -169,13 +170,28 @@ void HttpServer::stop() {
   if (stats_thread_.joinable()) stats_thread_.join();
 }
 
+void HttpServer::check_spec_alarm(const runtime::EngineStats& stats) {
+  if (auto line = ctx_->spec_alarm.update(stats.spec)) {
+    if (ctx_->spec_alarm.state().collapsed) MX_LOG(kWarn) << *line;
+    else MX_LOG(kInfo) << *line;
+  }
+}
+
+// Wakes every second: the acceptance alarm is checked each time, the stats line every --stats-interval.
 void HttpServer::stats_loop() {
   StatsLine line;
   std::unique_lock<std::mutex> lock(stats_mutex_);
-  const auto interval = std::chrono::duration<double>(ctx_->options.stats_interval_s);
-  while (!stats_cv_.wait_for(lock, interval, [this] { return stopping_; })) {
+  const double interval = ctx_->options.stats_interval_s;
+  const auto tick = std::chrono::duration<double>(interval > 0 ? std::min(interval, 1.0) : 1.0);
+  auto next_line = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(interval));
+  while (!stats_cv_.wait_for(lock, tick, [this] { return stopping_; })) {
     if (!ctx_->ready) continue;
-    if (auto text = line.update(ctx_->model.engine->stats(), ctx_->metrics)) {
+    const runtime::EngineStats stats = ctx_->model.engine->stats();
+    check_spec_alarm(stats);
+    if (interval <= 0 || std::chrono::steady_clock::now() < next_line) continue;
+    next_line += std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(interval));
+    if (auto text = line.update(stats, ctx_->metrics)) {
       MX_LOG(kInfo) << *text;
     }
   }

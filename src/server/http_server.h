@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "server/http/event_loop.h"
+#include "server/cors.h"
 #include "server/http/service.h"
 #include "server/server_context.h"
 
@@ -38,7 +39,8 @@ class HttpServer : private http::Service {
   size_t open_connections() const { return loop_->open_connections(); }
 
  private:
-  enum class Route { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kMessages, kCountTokens };
+  enum class Route { kNone, kHealth, kMetrics, kModels, kChat, kCompletions, kMessages, kCountTokens,
+                     kModelById, kVersion, kTokenize, kDetokenize };
   static Route route_of(const http::Request& req);
 
   std::optional<http::Response> admit(const http::Request& head) override;
@@ -48,6 +50,8 @@ class HttpServer : private http::Service {
   void on_response(int status) override;
 
   void stats_loop();
+  // Reads the engine's spec counters into the acceptance alarm; logs its state changes.
+  void check_spec_alarm(const runtime::EngineStats& stats);
 
   std::unique_ptr<ServerContext> ctx_;
   std::unique_ptr<http::EventLoop> loop_;
@@ -56,6 +60,7 @@ class HttpServer : private http::Service {
   std::condition_variable stats_cv_;
   bool stopping_ = false;
   std::atomic<int> in_flight_{0};
+  CorsPolicy cors_;
 };
 
 }  // namespace mxserve::server

@@ -1,15 +1,13 @@
 #include "server/metrics.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 namespace mxserve::server {
 namespace {
 
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
+std::string num(double v) { return prometheus_number(v); }
 
 std::string escape_label(const std::string& v) {
   std::string out;
@@ -48,7 +46,35 @@ std::vector<double> token_buckets() {
   return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000};
 }
 
+std::vector<double> tpot_buckets() {  // vLLM's time_per_output_token buckets
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> ratio_buckets() {
+  return {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0};
+}
+
 }  // namespace
+
+std::string prometheus_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  // Whole numbers (counters) in full ("100000", not the shorter "1e+05"); else the shortest round-trip form.
+  auto r = v == std::floor(v) && std::fabs(v) < 1e15 ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                                                     : std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+std::string prometheus_bucket_label(double v) {
+  if (!std::isfinite(v)) return prometheus_number(v);
+  char buf[64];
+  // Fixed notation for the range bucket bounds live in (Python prints 1e+16 and up in exponent form).
+  auto r = std::fabs(v) < 1e16 && (v == 0 || std::fabs(v) >= 1e-4) ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                                                                    : std::to_chars(buf, buf + sizeof(buf), v);
+  std::string out(buf, r.ptr);
+  if (out.find_first_of(".e") == std::string::npos) out += ".0";
+  return out;
+}
 
 Histogram::Histogram(std::vector<double> upper_bounds)
     : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -67,7 +93,7 @@ void Histogram::render(const std::string& name, const std::string& labels, std::
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
+    const std::string le = i < bounds_.size() ? prometheus_bucket_label(bounds_[i]) : "+Inf";
     *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
   *out += name + "_sum{" + labels + "} " + num(sum_) + "\n";
@@ -80,8 +106,32 @@ Metrics::Metrics(std::string model_name)
       itl_(itl_buckets()),
       e2e_(e2e_buckets()),
       prompt_len_(token_buckets()),
-      gen_len_(token_buckets()) {
+      gen_len_(token_buckets()),
+      queue_(e2e_buckets()),
+      prefill_(e2e_buckets()),
+      decode_(e2e_buckets()),
+      inference_(e2e_buckets()),
+      tpot_(tpot_buckets()),
+      request_tpot_(tpot_buckets()),
+      request_acceptance_(ratio_buckets()) {
   for (const char* r : {"stop", "length", "abort", "error"}) finished_[r] = 0;
+  cached_by_tier_["gpu"] = 0;
+}
+
+void Metrics::add_cached_tokens(const std::string& tier, int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cached_by_tier_[tier] += n;
+}
+
+void Metrics::add_request_spec(int64_t drafts, int64_t draft_tokens, int64_t accepted_tokens) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    req_spec_drafts_ += drafts;
+    req_spec_draft_tokens_ += draft_tokens;
+    req_spec_accepted_ += accepted_tokens;
+  }
+  if (draft_tokens > 0)
+    request_acceptance_.observe(static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens));
 }
 
 void Metrics::request_finished(const std::string& finished_reason) {
@@ -101,7 +151,8 @@ double kv_cache_usage(const runtime::EngineStats& s) {
 }
 
 std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
-                            const std::vector<launch::MoeKernelConfigRow>& moe, double simulated_acceptance) const {
+                            const std::vector<launch::MoeKernelConfigRow>& moe, double simulated_acceptance,
+                            const SpecAlarmState* spec_window) const {
   std::string out;
   out.reserve(16384);
   const runtime::EngineStats s = stats.value_or(runtime::EngineStats{});
@@ -131,6 +182,22 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
     header(&out, "vllm:request_success_total", "counter", "Finished requests (choices) by finish reason.");
     for (const auto& [reason, n] : finished_)
       sample(&out, "vllm:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"", static_cast<double>(n));
+    header(&out, "mxserve:prompt_tokens_cached_total", "counter",
+           "Prompt tokens served from a KV cache tier instead of computed (each choice counts), by tier.");
+    for (const auto& [tier, n] : cached_by_tier_)
+      sample(&out, "mxserve:prompt_tokens_cached_total", labels_ + ",tier=\"" + escape_label(tier) + "\"",
+             static_cast<double>(n));
+    header(&out, "mxserve:request_spec_decode_num_drafts_total", "counter",
+           "Finished requests' verify steps that carried drafts (summed per request).");
+    sample(&out, "mxserve:request_spec_decode_num_drafts_total", labels_, static_cast<double>(req_spec_drafts_));
+    header(&out, "mxserve:request_spec_decode_num_draft_tokens_total", "counter",
+           "Finished requests' drafted tokens (summed per request).");
+    sample(&out, "mxserve:request_spec_decode_num_draft_tokens_total", labels_,
+           static_cast<double>(req_spec_draft_tokens_));
+    header(&out, "mxserve:request_spec_decode_num_accepted_tokens_total", "counter",
+           "Finished requests' accepted drafted tokens (summed per request).");
+    sample(&out, "mxserve:request_spec_decode_num_accepted_tokens_total", labels_,
+           static_cast<double>(req_spec_accepted_));
     header(&out, "mxserve:http_responses_total", "counter", "HTTP responses by status code.");
     for (const auto& [code, n] : http_)
       sample(&out, "mxserve:http_responses_total", labels_ + ",code=\"" + std::to_string(code) + "\"",
@@ -168,6 +235,34 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   itl_.render("vllm:inter_token_latency_seconds", labels_, &out);
   header(&out, "vllm:e2e_request_latency_seconds", "histogram", "Time from arrival to the last token.");
   e2e_.render("vllm:e2e_request_latency_seconds", labels_, &out);
+  header(&out, "vllm:time_per_output_token_seconds", "histogram",
+         "Time per output token: each gap between consecutive generated tokens of a request.");
+  tpot_.render("vllm:time_per_output_token_seconds", labels_, &out);
+  header(&out, "vllm:request_time_per_output_token_seconds", "histogram",
+         "Per finished request: decode time / (generated tokens - 1).");
+  request_tpot_.render("vllm:request_time_per_output_token_seconds", labels_, &out);
+  header(&out, "vllm:request_queue_time_seconds", "histogram", "Per request: submitted to the engine -> first scheduled.");
+  queue_.render("vllm:request_queue_time_seconds", labels_, &out);
+  header(&out, "vllm:request_prefill_time_seconds", "histogram", "Per request: first scheduled -> first token.");
+  prefill_.render("vllm:request_prefill_time_seconds", labels_, &out);
+  header(&out, "vllm:request_decode_time_seconds", "histogram", "Per request: first token -> last token.");
+  decode_.render("vllm:request_decode_time_seconds", labels_, &out);
+  header(&out, "vllm:request_inference_time_seconds", "histogram", "Per request: first scheduled -> last token.");
+  inference_.render("vllm:request_inference_time_seconds", labels_, &out);
+  {
+    const runtime::IterationTokens& it = s.iteration_tokens;
+    header(&out, "vllm:iteration_tokens_total", "histogram", "Tokens per engine step (prompt tokens computed + generated).");
+    int64_t cumulative = 0;
+    for (size_t i = 0; i <= runtime::kNumIterationTokenBuckets; ++i) {
+      cumulative += i < it.counts.size() ? it.counts[i] : 0;
+      const std::string le = i < runtime::kNumIterationTokenBuckets
+                                 ? prometheus_bucket_label(static_cast<double>(runtime::kIterationTokenBuckets[i]))
+                                 : "+Inf";
+      out += "vllm:iteration_tokens_total_bucket{" + labels_ + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+    }
+    out += "vllm:iteration_tokens_total_sum{" + labels_ + "} " + std::to_string(it.sum) + "\n";
+    out += "vllm:iteration_tokens_total_count{" + labels_ + "} " + std::to_string(it.steps) + "\n";
+  }
   header(&out, "vllm:request_prompt_tokens", "histogram", "Prompt length of finished requests.");
   prompt_len_.render("vllm:request_prompt_tokens", labels_, &out);
   header(&out, "vllm:request_generation_tokens", "histogram", "Generated length of finished requests.");
@@ -186,6 +281,25 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   for (size_t i = 0; i < s.spec.accepted_per_pos.size(); ++i)
     sample(&out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels_ + ",position=\"" + std::to_string(i) + "\"",
            static_cast<double>(s.spec.accepted_per_pos[i]));
+  header(&out, "mxserve:request_spec_decode_acceptance", "histogram",
+         "Per finished request with drafts: accepted / drafted tokens.");
+  request_acceptance_.render("mxserve:request_spec_decode_acceptance", labels_, &out);
+  if (spec_window && spec_window->enabled) {
+    header(&out, "mxserve:spec_decode_window_acceptance_rate", "gauge",
+           "Over the alarm's window of recent verify steps: drafts accepted at each position / verify steps.");
+    for (size_t i = 0; i < spec_window->rate_per_pos.size(); ++i)
+      sample(&out, "mxserve:spec_decode_window_acceptance_rate", labels_ + ",position=\"" + std::to_string(i) + "\"",
+             spec_window->rate_per_pos[i]);
+    header(&out, "mxserve:spec_decode_window_verify_steps", "gauge", "Verify steps in that window (0: no full window yet).");
+    sample(&out, "mxserve:spec_decode_window_verify_steps", labels_, static_cast<double>(spec_window->window_drafts));
+    header(&out, "mxserve:spec_decode_acceptance_alarm_bound", "gauge", "--spec-acceptance-alarm: the position-0 bound.");
+    sample(&out, "mxserve:spec_decode_acceptance_alarm_bound", labels_, spec_window->bound);
+    header(&out, "mxserve:spec_decode_acceptance_collapsed", "gauge",
+           "1 while the window's position-0 acceptance is below the bound (a warning is logged on each change).");
+    sample(&out, "mxserve:spec_decode_acceptance_collapsed", labels_, spec_window->collapsed ? 1 : 0);
+    header(&out, "mxserve:spec_decode_acceptance_alarms_total", "counter", "Times acceptance collapsed below the bound.");
+    sample(&out, "mxserve:spec_decode_acceptance_alarms_total", labels_, static_cast<double>(spec_window->alarms));
+  }
   header(&out, "vllm:spec_decode_draft_acceptance_rate", "gauge", "Adaptive policy's EMA of accepted / drafted.");
   sample(&out, "vllm:spec_decode_draft_acceptance_rate", labels_, s.spec.acceptance_rate);
   header(&out, "mxserve:spec_decode_num_speculative_tokens", "gauge", "Draft length N the adaptive policy chose last.");

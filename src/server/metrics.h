@@ -15,8 +15,16 @@
 
 #include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
+#include "server/spec_alarm.h"
 
 namespace mxserve::server {
+
+// A sample value or bucket bound as Prometheus text: the shortest decimal that reads back as the same double
+// ("0.3", not "0.29999999999999999"); +Inf / -Inf / NaN spelled as Prometheus spells them.
+std::string prometheus_number(double v);
+// A bucket bound as Python's client prints it (vLLM's labels): the shortest round-trip decimal, with ".0" on
+// whole numbers ("0.3", "1.0", "2560.0"), so dashboards that select le="1.0" find it.
+std::string prometheus_bucket_label(double v);
 
 class Histogram {
  public:
@@ -46,6 +54,19 @@ class Metrics {
   void observe_e2e(double s) { e2e_.observe(s); }
   void observe_prompt_len(double n) { prompt_len_.observe(n); }
   void observe_generation_len(double n) { gen_len_.observe(n); }
+  // Per finished request (vLLM's request-phase histograms): queued (submit -> first scheduled), prefill (first
+  // scheduled -> first token), decode (first -> last token), inference (prefill + decode), and the mean time
+  // per output token after the first. observe_tpot: each gap between two tokens (vllm:time_per_output_token).
+  void observe_queue(double s) { queue_.observe(s); }
+  void observe_prefill(double s) { prefill_.observe(s); }
+  void observe_decode(double s) { decode_.observe(s); }
+  void observe_inference(double s) { inference_.observe(s); }
+  void observe_tpot(double s) { tpot_.observe(s); }
+  void observe_request_tpot(double s) { request_tpot_.observe(s); }
+  // Prompt tokens served from a KV cache tier instead of computed, per choice (tier: "gpu"; a host tier adds its own).
+  void add_cached_tokens(const std::string& tier, int64_t n);
+  // Speculative decoding, summed over finished requests (choices): verify steps with drafts, drafted, accepted.
+  void add_request_spec(int64_t drafts, int64_t draft_tokens, int64_t accepted_tokens);
   // Chat output parsing (server/chat_output.cpp): calls returned, and tool-call texts that did not parse
   // (returned as content instead).
   void add_tool_calls(int64_t n) { tool_calls_ += n; }
@@ -59,8 +80,10 @@ class Metrics {
   // kernel configs, one mxserve:moe_kernel_config{shape,bucket,gate_up,down,source} 1 sample each.
   // simulated_acceptance: the benchmark-mode setting (0 = drafts really verified), rendered as the gauge
   // mxserve:spec_decode_simulated_acceptance so a dashboard can tell benchmark output from real output.
+  // spec_window: the acceptance collapse alarm's state (spec_alarm.h), rendered when given.
   std::string render(const std::optional<runtime::EngineStats>& stats,
-                     const std::vector<launch::MoeKernelConfigRow>& moe = {}, double simulated_acceptance = 0) const;
+                     const std::vector<launch::MoeKernelConfigRow>& moe = {}, double simulated_acceptance = 0,
+                     const SpecAlarmState* spec_window = nullptr) const;
 
  private:
   std::string labels_;  // model_name="..."
@@ -71,7 +94,11 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, int64_t> finished_;  // by finished_reason
   std::map<int, int64_t> http_;              // by status code
+  std::map<std::string, int64_t> cached_by_tier_;  // prompt tokens served from each cache tier
+  int64_t req_spec_drafts_ = 0, req_spec_draft_tokens_ = 0, req_spec_accepted_ = 0;
   Histogram ttft_, itl_, e2e_, prompt_len_, gen_len_;
+  Histogram queue_, prefill_, decode_, inference_, tpot_, request_tpot_;
+  Histogram request_acceptance_;  // per finished request with drafts: accepted / drafted tokens
 };
 
 // KV usage as vLLM reports it: blocks held by requests / all blocks (prefix-cache-only blocks are free).

@@ -68,15 +68,36 @@ OJ logprobs_json(ApiKind kind, const std::vector<TokenLogprob>& lps, const token
   for (const auto& lp : lps) {
     const std::string t = text_of(lp.token);
     tokens.push_back(t);
-    token_logprobs.push_back(lp.logprob);
+    token_logprobs.push_back(lp.has_logprob ? OJ(lp.logprob) : OJ(nullptr));
     OJ top = OJ::object();
     for (const auto& alt : lp.top) top[text_of(alt.token)] = alt.logprob;
-    top_logprobs.push_back(top);
+    top_logprobs.push_back(lp.has_logprob ? top : OJ(nullptr));
     offsets.push_back(offset);
     offset += t.size();
   }
   return OJ{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
             {"text_offset", offsets}};
+}
+
+OJ prompt_logprobs_json(const std::vector<runtime::PromptLogprob>& lps, const tokenizer::Tokenizer& tok) {
+  auto text_of = [&](int32_t id) {
+    const int32_t one[1] = {id};
+    return tok.decode(std::span<const int32_t>(one, 1), false);
+  };
+  OJ arr = OJ::array();
+  arr.push_back(nullptr);  // the first prompt token has no context
+  for (const auto& p : lps) {
+    OJ pos = OJ::object();
+    pos[std::to_string(p.token)] = OJ{{"logprob", p.logprob}, {"rank", p.rank}, {"decoded_token", text_of(p.token)}};
+    for (size_t i = 0; i < p.top.size(); ++i) {
+      const std::string key = std::to_string(p.top[i].token);
+      if (pos.contains(key)) continue;
+      pos[key] = OJ{{"logprob", p.top[i].logprob}, {"rank", static_cast<int64_t>(i) + 1},
+                    {"decoded_token", text_of(p.top[i].token)}};
+    }
+    arr.push_back(std::move(pos));
+  }
+  return arr;
 }
 
 OJ stream_chunk(const ResponseMeta& m, const ChoiceDelta& d, bool first, const OJ& logprobs) {
@@ -126,6 +147,7 @@ OJ full_response(const ResponseMeta& m, const std::vector<FinishedChoice>& choic
     }
     c["logprobs"] = choices[i].logprobs;
     c["finish_reason"] = finish_value(choices[i].finish_reason);
+    if (!choices[i].prompt_logprobs.is_null()) c["prompt_logprobs"] = choices[i].prompt_logprobs;
     arr.push_back(std::move(c));
   }
   OJ j;

@@ -30,6 +30,11 @@ nlohmann::ordered_json usage_json(const UsageTotals& u);
 nlohmann::ordered_json logprobs_json(ApiKind kind, const std::vector<TokenLogprob>& lps,
                                      const tokenizer::Tokenizer& tok, size_t offset);
 
+// vLLM's prompt_logprobs of one choice: [null, {"<token id>": {logprob, rank, decoded_token}, ...}, ...] -- the
+// prompt token first, then its top alternatives (each id once).
+nlohmann::ordered_json prompt_logprobs_json(const std::vector<runtime::PromptLogprob>& lps,
+                                            const tokenizer::Tokenizer& tok);
+
 // One streaming chunk for one choice. first: chat adds "role":"assistant" to the delta.
 nlohmann::ordered_json stream_chunk(const ResponseMeta& m, const ChoiceDelta& d, bool first,
                                     const nlohmann::ordered_json& logprobs);
@@ -44,6 +49,7 @@ struct FinishedChoice {
   bool parsed = false;
   std::string reasoning_content;
   nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();
+  nlohmann::ordered_json prompt_logprobs;  // completions with prompt_logprobs (vLLM); absent from the JSON when null
 };
 nlohmann::ordered_json full_response(const ResponseMeta& m, const std::vector<FinishedChoice>& choices,
                                      const UsageTotals& u);

@@ -128,10 +128,14 @@ class Fields {
 std::optional<ApiError> check_unsupported(const Fields& f, bool chat) {
   if (const OrderedJson* v = f.find("best_of"))
     if (!(v->is_number_integer() && v->get<int64_t>() == 1)) return unsupported_field("best_of", "only best_of = 1");
-  if (const OrderedJson* v = f.find("echo"))
-    if (!(v->is_boolean() && !v->get<bool>())) return unsupported_field("echo", "echo is not implemented");
+  if (chat) {  // /v1/completions implements both (parse_common)
+    if (const OrderedJson* v = f.find("echo"))
+      if (!(v->is_boolean() && !v->get<bool>()))
+        return unsupported_field("echo", "echo is implemented on /v1/completions, not on chat");
+    if (f.find("prompt_logprobs"))
+      return unsupported_field("prompt_logprobs", "prompt logprobs are implemented on /v1/completions, not on chat");
+  }
   if (f.find("suffix")) return unsupported_field("suffix", "insertion (suffix) is not implemented");
-  if (f.find("prompt_logprobs")) return unsupported_field("prompt_logprobs", "prompt logprobs are not implemented");
   if (f.find("functions") || f.find("function_call"))
     return unsupported_field(f.find("functions") ? "functions" : "function_call",
                              "the legacy functions API is not implemented; use tools");
@@ -190,7 +194,9 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
   }
   const int64_t kMaxTok = std::numeric_limits<int32_t>::max();
   std::optional<int64_t> max_tokens, max_completion_tokens;
-  MX_TRY(f.get_int("max_tokens", 1, kMaxTok, &max_tokens));
+  if (!chat) MX_TRY(f.get_bool("echo", &g->echo));
+  // max_tokens 0 asks for the echoed prompt (and its logprobs) only, as OpenAI's legacy completions allow.
+  MX_TRY(f.get_int("max_tokens", g->echo ? 0 : 1, kMaxTok, &max_tokens));
   if (chat) MX_TRY(f.get_int("max_completion_tokens", 1, kMaxTok, &max_completion_tokens));
   g->max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
 
@@ -260,9 +266,14 @@ std::optional<ApiError> parse_common(const OrderedJson& body, bool chat, Generat
     if (top && *top > 0 && !lp) return bad_request("'top_logprobs' requires 'logprobs': true", "top_logprobs");
     if (lp) g->logprobs = top ? static_cast<int>(*top) : 0;
   } else {
-    std::optional<int64_t> lp;
+    std::optional<int64_t> lp, plp;
     MX_TRY(f.get_int("logprobs", 0, kMaxTopLogprobs, &lp));
     if (lp) g->logprobs = static_cast<int>(*lp);
+    MX_TRY(f.get_int("prompt_logprobs", 0, kMaxTopLogprobs, &plp));
+    if (plp) g->prompt_logprobs = static_cast<int>(*plp);
+    if (plp && g->stream)
+      return bad_request("'prompt_logprobs' is not available with \"stream\": true (use echo with logprobs)",
+                         "prompt_logprobs");
   }
   return std::nullopt;
 }

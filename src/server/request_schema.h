@@ -1,6 +1,6 @@
 // The OpenAI request schema: parses an untrusted JSON body of /v1/chat/completions or /v1/completions
 // into a typed request. Every field is type- and range-checked here, once; a field that would change
-// semantics but is not implemented (best_of, echo, ...) is a 400
+// semantics but is not implemented (best_of, suffix, ...) is a 400
 // naming it (structured output: structured_request.h); harmless unknown fields are accepted and reported back for a once-per-name log line.
 // After this file nothing looks at request JSON again (except the chat template, which renders it).
 #pragma once
@@ -32,6 +32,8 @@ struct GenerationOptions {
   int logprobs = -1;                    // -1 off; else number of top alternatives (0 = sampled token only)
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  bool echo = false;                    // completions: the prompt in front of each choice's text (and logprobs)
+  int prompt_logprobs = -1;             // completions (vLLM): -1 off; else each prompt token's logprob + this many top
   std::vector<std::string> ignored_fields;  // unknown fields (accepted; logged once per name)
   std::shared_ptr<const structured::Grammar> grammar;  // structured output (structured_request.h); null: none
 };

@@ -9,12 +9,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chat/output_parser.h"
 #include "launch/moe_kernel_report.h"
 #include "runtime/engine.h"
 #include "server/http/limits.h"
 #include "server/metrics.h"
+#include "server/spec_alarm.h"
 #include "structured/grammar_constraint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -32,6 +34,10 @@ struct ServerOptions {
   int max_logprobs = 20;                // top_logprobs (chat) / logprobs (completions) above this: 400 (vLLM's flag)
   int64_t max_logprob_entries = 1 << 18;  // non-streaming: n x max_tokens x (top_logprobs + 1) above this: 400
   double stats_interval_s = 10;         // periodic stats log line; 0 = off
+  std::vector<std::string> allowed_origins;  // CORS (--allowed-origins): empty = off; "*" = any origin
+  SpecAlarmOptions spec_alarm;          // MTP acceptance collapse alarm (--spec-acceptance-alarm / -window)
+  std::string version = "0.1.0";        // GET /version
+  std::string commit;                   // GET /version (empty: not reported)
 };
 
 struct ModelServices {
@@ -49,10 +55,12 @@ struct ModelServices {
 };
 
 struct ServerContext {
-  explicit ServerContext(ServerOptions o) : options(std::move(o)), metrics(options.served_model_name) {}
+  explicit ServerContext(ServerOptions o)
+      : options(std::move(o)), metrics(options.served_model_name), spec_alarm(options.spec_alarm) {}
 
   ServerOptions options;
   Metrics metrics;
+  SpecAcceptanceAlarm spec_alarm;
   std::atomic<bool> ready{false};
   std::atomic<bool> draining{false};
   std::atomic<bool> stopping{false};    // set after the drain timeout: sessions abort what still runs

@@ -39,6 +39,8 @@ TestServer::TestServer(const TestServerOptions& o) : api_key_(o.api_key) {
   so.api_key = o.api_key;
   so.http.max_body_bytes = o.max_body_bytes;
   so.stats_interval_s = 0;
+  so.allowed_origins = o.allowed_origins;
+  so.spec_alarm = o.spec_alarm;
   http_ = std::make_unique<HttpServer>(so);
   Status s = http_->bind();
   if (!s.is_ok()) throw std::runtime_error(s.to_string());

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,8 @@ struct TestServerOptions {
   size_t max_body_bytes = 4u << 20;
   runtime::SpecConfig spec;     // speculative decoding (off by default)
   bool benchmark_mode = false;  // allows spec.simulate_acceptance
+  std::vector<std::string> allowed_origins;  // CORS (off when empty)
+  SpecAlarmOptions spec_alarm;  // the MTP acceptance alarm (bound 0: off)
 };
 
 class TestServer {
@@ -37,6 +40,7 @@ class TestServer {
   double metric(const std::string& series) const;
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   HttpServer& http() { return *http_; }
+  const std::string& api_key() const { return api_key_; }
 
  private:
   std::string tokenizer_dir_;
