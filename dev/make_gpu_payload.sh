@@ -22,7 +22,7 @@ done
 # Issue 31 item 2: speculative vs plain greedy on the trained model (dev/gpu/s6_checks.sh).
 [ -x "$BUILD/tests/model/test_cuda_spec_trained" ] && cp "$BUILD/tests/model/test_cuda_spec_trained" "$DEST/bin/"
 # Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
-for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels/bench_peer_allreduce; do
+for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels/bench_peer_allreduce tests/ops/test_cuda_shared_device_comm; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.

@@ -1,6 +1,7 @@
 #include "cli/parallel_flags.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "parallel/rendezvous.h"
 
@@ -22,6 +23,26 @@ Result<int> size_flag(const Args& args, const std::string& name, const std::stri
     seen = true;
   }
   return value;
+}
+
+// --communicator: checked here (the backend is known), handed to launch_model() through MXSERVE_COMMUNICATOR.
+// NOTE: an environment variable rather than a ParallelConfig field, so parallel/rank_layout.h (included by the
+// whole model tree) stays unchanged; a field is the cleaner carrier when that header next changes.
+Status apply_communicator_flag(const Args& args) {
+  if (!args.has("--communicator")) return Status::ok();
+  const std::string kind = args.get_or("--communicator", "");
+  if (kind != "nccl" && kind != "shared-device" && kind != "auto")
+    return invalid_argument("--communicator " + kind + ": expected nccl, shared-device or auto");
+  const std::string backend = args.get_or("--backend", "cpu");
+  if (backend != "cuda")
+    return invalid_argument("--communicator " + kind + " needs --backend cuda (the " + backend +
+                            " backend's ranks use the CPU thread communicator)");
+  const char* env = std::getenv("MXSERVE_COMMUNICATOR");
+  if (env != nullptr && *env != '\0' && kind != env)
+    return invalid_argument("--communicator " + kind + " and MXSERVE_COMMUNICATOR=" + env +
+                            " disagree (give one of them)");
+  setenv("MXSERVE_COMMUNICATOR", kind.c_str(), 1);
+  return Status::ok();
 }
 
 }  // namespace
@@ -53,6 +74,7 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
                          "rendezvous and NCCL init exist; the follower nodes' step loop does not; docs/parallel.md)");
   }
   MX_RETURN_IF_ERROR(pc.validate());
+  MX_RETURN_IF_ERROR(apply_communicator_flag(args));
   return pc;
 }
 

@@ -14,9 +14,13 @@ namespace mxserve::cli {
 // --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size N
 // --nnodes N --node-rank R --dist-init-addr host:port (sglang): parsed and validated; nnodes > 1 is refused
 // until the follower nodes' step loop exists (the rendezvous is parallel/rendezvous.h).
+// --communicator nccl|shared-device|auto: the CLI spelling of MXSERVE_COMMUNICATOR, which launch_model() reads
+// (launch/launch.cpp); accepted with --backend cuda only. parse_parallel_flags() sets that variable for this
+// process (a flag and a different MXSERVE_COMMUNICATOR already set are an error).
 inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-size", "--tp-size",
                                                           "--data-parallel-size", "--dp-size", "--ep-size",
-                                                          "--nnodes", "--node-rank", "--dist-init-addr"};
+                                                          "--nnodes", "--node-rank", "--dist-init-addr",
+                                                          "--communicator"};
 // --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
 inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};
 
@@ -26,6 +30,8 @@ inline const char* kParallelUsage =
     "  --enable-expert-parallel, --ep-size N routed experts partitioned whole over N ranks (N = 1, tp or tp x dp;\n"
     "                                        --enable-expert-parallel: tp x dp), instead of sliced tp ways\n"
     "  --enable-dp-attention                 attention per dp rank, MoE blocks spread over all ranks (dp > 1)\n"
+    "  --communicator nccl|shared-device|auto  cuda only; shared-device: every rank on ONE GPU, collectives through\n"
+    "                                        device memory (a test / benchmark stand-in, no link bandwidth)\n"
     "  --nnodes N --node-rank R --dist-init-addr HOST:PORT  several nodes (not implemented yet; docs/parallel.md)\n";
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);

@@ -14,6 +14,7 @@
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/shared_device_communicator.h"
 #include "io/checkpoint.h"
 #include "model/mtp_presence.h"
 #include "runtime/spec/self_test.h"
@@ -55,7 +56,8 @@ model::LoadOptions load_options(const ModelSource& src) {
 }
 
 // Layouts that are parsed but not built yet, and backends that cannot run several ranks: a clear refusal.
-Status check_layout_supported(const LaunchConfig& config) {
+// shared_device: every rank on first_device through the one-GPU stand-in (parallel/shared_device_communicator.h).
+Status check_layout_supported(const LaunchConfig& config, bool shared_device) {
   const parallel::ParallelConfig& p = config.parallel;
   if (p.world() > 1 && config.backend != "cpu" && config.backend != "cuda")
     return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
@@ -66,12 +68,17 @@ Status check_layout_supported(const LaunchConfig& config) {
                          "attention run on --backend cpu only so far (the NCCL sub-groups per DP rank are not wired; "
                          "docs/parallel.md)");
     const int visible = parallel::visible_cuda_devices();
-    if (p.first_device + p.world() > visible)
+    if (shared_device && p.first_device >= visible)
+      return invalid_argument("the shared-device communicator puts every rank on device " +
+                              std::to_string(p.first_device) + ", but " + std::to_string(visible) +
+                              " GPU(s) are visible (CUDA_VISIBLE_DEVICES)");
+    if (!shared_device && p.first_device + p.world() > visible)
       return invalid_argument("--tensor-parallel-size " + std::to_string(p.tp) + " x --data-parallel-size " +
                               std::to_string(p.dp) + " = " + std::to_string(p.world()) + " ranks need one GPU each (devices " +
                               std::to_string(p.first_device) + ".." + std::to_string(p.first_device + p.world() - 1) +
                               "), but " + std::to_string(visible) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES)");
-    if (config.model.load_mtp || config.model.require_mtp)
+    // The stand-in's ranks share one device, so rank 0's hidden states are readable by every rank.
+    if (!shared_device && (config.model.load_mtp || config.model.require_mtp))
       return unsupported("MTP / speculative decoding with --tensor-parallel-size " + std::to_string(p.tp) +
                          " on --backend cuda: the lockstep model hands rank 0's hidden states to every rank, which "
                          "the CUDA ranks (one device each) cannot read yet; run without speculation");
@@ -79,8 +86,12 @@ Status check_layout_supported(const LaunchConfig& config) {
   return Status::ok();
 }
 
-// "" or "nccl" from the config, else from MXSERVE_COMMUNICATOR; whether the ranks use NCCL.
-Result<bool> use_nccl(const LaunchConfig& config, int world) {
+enum class CommKind { kDefault, kNccl, kSharedDevice };
+
+// "", "auto", "nccl" or "shared-device" from the config, else from MXSERVE_COMMUNICATOR (which --communicator
+// sets: cli/parallel_flags.h); the ranks' communicator. Default: NCCL for several CUDA ranks, the CPU thread
+// group for several CPU ranks, none for one rank.
+Result<CommKind> communicator_kind(const LaunchConfig& config, int world) {
   std::string kind = config.communicator;
   std::string source = "LaunchConfig::communicator";
   if (kind.empty()) {
@@ -88,8 +99,15 @@ Result<bool> use_nccl(const LaunchConfig& config, int world) {
     kind = env != nullptr ? env : "";
     source = "MXSERVE_COMMUNICATOR";
   }
-  if (kind != "" && kind != "auto" && kind != "nccl")
-    return invalid_argument(source + "=" + kind + ": expected nccl or auto");
+  if (kind != "" && kind != "auto" && kind != "nccl" && kind != "shared-device")
+    return invalid_argument(source + "=" + kind + ": expected nccl, shared-device or auto");
+  if (kind == "shared-device") {
+    if (config.backend != "cuda")
+      return invalid_argument(source + "=shared-device needs --backend cuda (it runs several CUDA ranks on one GPU; "
+                              "the " + config.backend + " backend's ranks use " +
+                              (world > 1 ? "the CPU thread communicator)" : "no communicator)"));
+    return CommKind::kSharedDevice;
+  }
   if (kind == "nccl" && config.backend != "cuda")
     return invalid_argument(source + "=nccl needs --backend cuda (the " + config.backend + " backend's ranks use " +
                             (world > 1 ? "the CPU thread communicator)" : "no communicator)"));
@@ -97,7 +115,7 @@ Result<bool> use_nccl(const LaunchConfig& config, int world) {
   if (nccl && world == 1)
     MX_LOG(kWarn) << source << "=nccl: the one-rank CUDA launch runs every collective through a one-rank NCCL "
                   << "communicator (a test of the NCCL path; slower than none)";
-  return nccl;
+  return nccl ? CommKind::kNccl : CommKind::kDefault;
 }
 
 }  // namespace
@@ -187,13 +205,16 @@ const model::ModelConfig& LaunchedModel::config() const { return models_.front()
 Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) {
   if (config.model.path.empty()) return invalid_argument("no model given (--model DIR or --config FILE)");
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> ranks, config.parallel.ranks());
-  MX_RETURN_IF_ERROR(check_layout_supported(config));
   const int world = static_cast<int>(ranks.size());
+  MX_ASSIGN_OR_RETURN(const CommKind comm_kind, communicator_kind(config, world));
+  const bool nccl = comm_kind == CommKind::kNccl, shared_device = comm_kind == CommKind::kSharedDevice;
+  MX_RETURN_IF_ERROR(check_layout_supported(config, shared_device));
+  if (shared_device)  // the one-GPU stand-in: every rank's backend on the first device
+    for (parallel::RankLayout& rank : ranks) rank.device = config.parallel.first_device;
 
   std::unique_ptr<LaunchedModel> lm(new LaunchedModel());
   if (!config.moe_tuning_dir.empty())  // before the backend: it validates every table's variant names
     MX_RETURN_IF_ERROR(kernels::add_global_moe_tuning_dir(config.moe_tuning_dir));
-  MX_ASSIGN_OR_RETURN(const bool nccl, use_nccl(config, world));
   const bool cuda = config.backend == "cuda";
   for (const parallel::RankLayout& rank : ranks) {
     backend::BackendOptions bo = config.backend_options;
@@ -209,6 +230,12 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     parallel::NcclOptions no;
     no.timeout = config.cpu_group.timeout;
     MX_ASSIGN_OR_RETURN(lm->comms_, parallel::make_nccl_communicators(ranks, bes, nullptr, no));
+  } else if (shared_device) {
+    std::vector<backend::Backend*> bes;
+    for (auto& be : lm->backends_) bes.push_back(be.get());
+    parallel::SharedDeviceOptions so;
+    so.timeout = config.cpu_group.timeout;
+    MX_ASSIGN_OR_RETURN(lm->comms_, parallel::make_shared_device_communicators(ranks, bes, so));
   } else if (world == 1) {
     MX_ASSIGN_OR_RETURN(auto comm, parallel::make_single_rank_communicator(ranks.front()));
     lm->comms_.push_back(std::move(comm));
@@ -268,8 +295,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
         model::LoadOptions rank_lo = lo;
         rank_lo.rank = ranks[r];
         // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own. A one-rank
-        // CUDA launch with the NCCL test switch gets its one-rank NCCL communicator.
-        rank_lo.comm = world == 1 ? (nccl ? lm->comms_[r].get() : nullptr)
+        // CUDA launch with the NCCL (or shared-device) test switch gets its one-rank communicator.
+        rank_lo.comm = world == 1 ? (nccl || shared_device ? lm->comms_[r].get() : nullptr)
                        : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
         rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);

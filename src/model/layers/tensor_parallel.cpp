@@ -67,7 +67,8 @@ Status TensorParallel::check_replicated(const Tensor& t, const std::string& what
   const Tensor rows = t.ndim() >= 1 ? t : t.reshape({1});
   MX_ASSIGN_OR_RETURN(Tensor gathered, comm_->all_gather(rows));
   const Tensor host = be_.to_host(gathered);
-  const int64_t bytes = rows.numel() * dtype_bits(rows.dtype()) / 8, esize = dtype_bits(rows.dtype()) / 8;
+  // The host copy's element size (to_host widens bf16 to f32 on CUDA), not the device tensor's.
+  const int64_t esize = dtype_bits(host.dtype()) / 8, bytes = rows.numel() * esize;
   const char* base = static_cast<const char*>(host.raw());
   const char* mine = base + static_cast<int64_t>(comm_->rank()) * bytes;
   for (int r = 0; r < comm_->size(); ++r) {
