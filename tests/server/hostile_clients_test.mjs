@@ -442,10 +442,16 @@ try {
       s.on('connect', () => s.write(authed('POST', '/v1/completions',
         completion({ prompt: `burst ${i}`, max_tokens: 500, ignore_eos: true, stream: true }))));
     })));
-    await sleep(300);
+    const ok = statuses.filter((s) => s.status === 200).length;
+    // The 200s come back once admitted, before the engine thread takes the streams: wait (sampling) until it
+    // holds them all, so that the hang-ups below hit running and waiting requests, not only its inbox.
+    const drainMs = bound(10000, 100, base.completionMs);
+    const tookAll = await waitFor(async () => (await metric('vllm:num_requests_running')) +
+      (await metric('vllm:num_requests_waiting')) >= ok, drainMs);
+    await sleep(50);
     sampling = false;
     await sampler;
-    const ok = statuses.filter((s) => s.status === 200).length;
+    assert.ok(tookAll, `the engine took the ${ok} admitted streams within ${drainMs.toFixed(0)} ms`);
     const busy = statuses.filter((s) => s.status === 503);
     assert.equal(ok + busy.length, BURST, 'every request is a 200 stream or a 503: ' + JSON.stringify(statuses.map((s) => s.status)));
     assert.ok(busy.length > 0 && busy.every((s) => s.retryAfter === '1'), '503s carry Retry-After');
@@ -455,7 +461,6 @@ try {
     // Every admitted stream's handler sees its client gone and aborts it (or it ended by itself): the server's
     // finished count grows by `ok`. From then on none of them may count against the queue, whether or not the
     // engine thread has run since (issue 31: a loaded host delays it): a request right now must be admitted.
-    const drainMs = bound(10000, 100, base.completionMs);
     const allEnded = await waitFor(async () => (await metricSum('vllm:request_success_total')) - finishedBefore >= ok, drainMs);
     assert.ok(allEnded, `the ${ok} admitted streams ended within ${drainMs.toFixed(0)} ms of their clients leaving`);
     const right = await exchange(authed('POST', '/v1/completions', completion({ n: MAX_QUEUED })), { expect: 1 });
