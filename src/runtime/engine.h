@@ -95,7 +95,8 @@ class Engine {
   // Validates and queues a request. Errors: kInvalidArgument (too long, bad ids/params, can never fit
   // in the KV cache), kUnavailable (waiting queue full). Thread-safe.
   Result<RequestId> submit(RequestSpec spec, EventCallback on_event);
-  // Aborts a request at any stage; it gets a final event with FinishReason::kAbort. Thread-safe.
+  // Aborts a request at any stage; it gets a final event with FinishReason::kAbort (on the engine thread, at its
+  // next step). It stops counting against the waiting-queue bound at once. Thread-safe.
   void abort(RequestId id);
 
   // Runs one scheduling step. Returns false when there was nothing to do.
@@ -167,10 +168,9 @@ class Engine {
     enum class Phase : uint8_t { kInbox, kWaiting, kRunning } phase = Phase::kInbox;
     bool dropped = false;  // abort() was called: no longer counted
   };
-  // Admission counts only (inbox_mutex_ held): what submit() admits against.
-  bool admits_one_more() const;
-  void publish_admission();                     // engine thread, after scheduling and after the step's work
-  void count_drained(const std::vector<std::unique_ptr<Sequence>>& fresh);  // drain_inbox: inbox -> scheduler
+  bool admits_one_more() const;  // submit(), inbox_mutex_ held
+  void count_drained(const std::vector<std::unique_ptr<Sequence>>& fresh);  // drain_inbox, inbox_mutex_ held
+  void publish_admission();  // engine thread (takes inbox_mutex_), after scheduling and after the step's work
   std::unordered_map<RequestId, Admission> admission_;  // every request not finished yet
   int64_t waiting_published_ = 0;   // scheduler waiting + arrivals counted as waiting since
   int64_t running_published_ = 0;   // scheduler running + arrivals that took a free slot since
