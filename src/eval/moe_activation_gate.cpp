@@ -58,26 +58,60 @@ std::string moe_activation_gate_message(const MoeActivationGateReport& r, bool* 
       << "), top-1 agreement " << r.cmp.top1_agree << "/" << r.cmp.tokens << " vs bf16 activations over "
       << r.prompts << " prompts x " << r.prompt_len << " tokens (" << r.seconds << " s)";
   };
+  const auto bounds = [&] {
+    o << "bounds: rel-L2 <= " << MoeActivationGateReport::kMaxRelL2 << ", mean KL <= "
+      << MoeActivationGateReport::kMaxMeanKl;
+  };
   *warn = !r.healthy();
   if (r.healthy()) {
-    o << "W4A8 accuracy gate (--moe-activation-dtype fp8_e4m3): ";
+    o << "W4A8 accuracy gate passed, serving FP8 MoE activations (--moe-activation-dtype fp8_e4m3): ";
     figures();
+    o << "; ";
+    bounds();
     return o.str();
   }
   o << "\n*********************************************************************************\n";
   if (r.unchanged()) {
     o << "* W4A8 ACCURACY GATE: FP8 activations changed nothing -- the FP8 path did not run.\n"
+      << "* SERVING WITH BF16 MoE ACTIVATIONS INSTEAD (W4A16; --moe-activation-dtype fp8_e4m3 is not in effect).\n"
       << "* FP8 activations apply only where the MXFP4 MoE plan picks a wgmma (wg_*) kernel (prefill buckets on an\n"
       << "* sm_90 GPU, K % 128 == 0); this shape's plan has none at " << r.prompts * r.prompt_len << " tokens.\n"
-      << "* Tune it (`mxserve tune-moe`) or serve with bf16 activations.\n* ";
+      << "* To get W4A8: tune this shape (`mxserve tune-moe`) and restart; to silence this: --moe-activation-dtype bf16.\n* ";
   } else {
     o << "* W4A8 ACCURACY GATE FAILED: FP8 activations move the logits far more than rounding does.\n"
-      << "* bounds: rel-L2 <= " << MoeActivationGateReport::kMaxRelL2 << ", mean KL <= "
-      << MoeActivationGateReport::kMaxMeanKl << "; serve with --moe-activation-dtype bf16.\n* ";
+      << "* SERVING WITH BF16 MoE ACTIVATIONS INSTEAD (W4A16; --moe-activation-dtype fp8_e4m3 is not in effect).\n* ";
+    bounds();
+    o << "; measured below. A broken FP8 kernel or scale, not rounding: report it with this line;\n"
+      << "* serve with --moe-activation-dtype bf16 to silence this.\n* ";
   }
   figures();
   o << "\n*********************************************************************************";
   return o.str();
+}
+
+MoeActivationGateDecision decide_moe_activation_gate(const MoeActivationGateReport& r,
+                                                     const backend::KernelOptions& reference,
+                                                     const backend::KernelOptions& candidate) {
+  MoeActivationGateDecision d;
+  d.keep_fp8 = r.healthy();
+  d.options = d.keep_fp8 ? candidate : reference;
+  d.message = moe_activation_gate_message(r, &d.warn);
+  return d;
+}
+
+Result<MoeActivationGateDecision> apply_moe_activation_gate(model::CausalLM& m, backend::Backend& be,
+                                                           const backend::KernelOptions& requested,
+                                                           const KernelOptionsComparer& compare) {
+  backend::KernelOptions reference = requested;
+  reference.moe_activation_dtype = "bf16";
+  auto r = compare ? compare(m, be, reference, requested) : compare_kernel_options(m, be, reference, requested);
+  if (!r.is_ok()) return r.status().with_context("W4A8 accuracy gate (--moe-activation-dtype fp8_e4m3)");
+  MoeActivationGateDecision d = decide_moe_activation_gate(*r, reference, requested);
+  const Status st = be.set_kernel_options(d.options);
+  if (!st.is_ok())
+    return st.with_context(std::string("W4A8 accuracy gate: setting the decided ") +
+                           (d.keep_fp8 ? "FP8" : "bf16") + " activation options");
+  return d;
 }
 
 }  // namespace mxserve::eval

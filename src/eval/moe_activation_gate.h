@@ -2,12 +2,15 @@
 // run through the loaded model twice on its backend, once with bf16 MoE activations (the reference) and once
 // with FP8 e4m3 activations, and the last-position logits are compared (relative L2, KL, top-1 agreement).
 // The batch is large enough (kGateTokens tokens in one forward) that the MoE GEMMs run in the prefill buckets,
-// where the wgmma kernels -- the only ones with an FP8-activation form -- are chosen. The result is logged at
-// start-up: one info line when within bounds, a loud warning when beyond them or when nothing changed (the
-// FP8 path never ran: e.g. no wgmma kernel in this shape's plan). docs/perf/prefill.md has the measured figures.
+// where the wgmma kernels -- the only ones with an FP8-activation form -- are chosen. The gate decides: within
+// its bounds the server keeps FP8 activations (one info line); beyond them, or when nothing changed (the FP8
+// path never ran: e.g. no wgmma kernel in this shape's plan), it falls back to bf16 activations with one loud
+// warning naming the measured values, the bounds and what to do. Invariant: after apply_moe_activation_gate()
+// the backend runs exactly the options of the returned decision. docs/quant.md, docs/perf/prefill.md.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,7 +44,30 @@ Result<MoeActivationGateReport> compare_kernel_options(model::CausalLM& m, backe
                                                        const backend::KernelOptions& candidate,
                                                        int64_t n_prompts = 8, int64_t prompt_len = 512);
 
-// The log text; *warn: log it as a warning (unhealthy or unchanged).
+// The log text; *warn: log it as a warning (unhealthy or unchanged: the server falls back to bf16 activations).
 std::string moe_activation_gate_message(const MoeActivationGateReport& r, bool* warn);
+
+// What serving runs with after the gate.
+struct MoeActivationGateDecision {
+  bool keep_fp8 = false;            // healthy: the candidate (FP8 activations) stays
+  backend::KernelOptions options;   // the candidate, or the reference (bf16 activations) when falling back
+  std::string message;              // the one start-up line (moe_activation_gate_message)
+  bool warn = false;                // log it as a warning
+};
+
+// The decision of a report (pure): keep the candidate iff the report is healthy, else the reference.
+MoeActivationGateDecision decide_moe_activation_gate(const MoeActivationGateReport& r,
+                                                     const backend::KernelOptions& reference,
+                                                     const backend::KernelOptions& candidate);
+
+// Measures (m, be) with `compare` (default: compare_kernel_options at its default size), decides, and sets the
+// decided options on `be`: the server's wiring. `requested` is what the flags asked for (FP8 activations);
+// the reference is the same options with bf16 activations. Errors: the measurement fails, or the backend
+// refuses the decided options.
+using KernelOptionsComparer = std::function<Result<MoeActivationGateReport>(
+    model::CausalLM&, backend::Backend&, const backend::KernelOptions& reference, const backend::KernelOptions& candidate)>;
+Result<MoeActivationGateDecision> apply_moe_activation_gate(model::CausalLM& m, backend::Backend& be,
+                                                           const backend::KernelOptions& requested,
+                                                           const KernelOptionsComparer& compare = nullptr);
 
 }  // namespace mxserve::eval

@@ -103,7 +103,6 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
   }
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
-  free_slots_published_ = std::max<int64_t>(0, config_.scheduler.max_running);
 }
 
 Engine::~Engine() { stop(); }
@@ -138,23 +137,18 @@ Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   seq->on_event = std::move(on_event);
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
-    if (waiting_published_ + static_cast<int64_t>(inbox_.size()) >= config_.max_waiting + free_slots_published_)
+    if (!admits_one_more())
       return unavailable("the waiting queue is full (" + std::to_string(config_.max_waiting) +
                          " requests): the server is overloaded, retry later");
     seq->id = next_id_++;
     seq->admit_order = next_order_++;
     seq->seed = std::random_device{}() ^ (seq->id * 0x9e3779b97f4a7c15ull);
     const RequestId id = seq->id;
+    admission_.emplace(id, Admission{});
     inbox_.push_back(std::move(seq));
     inbox_cv_.notify_one();
     return id;
   }
-}
-
-void Engine::abort(RequestId id) {
-  std::lock_guard<std::mutex> lock(inbox_mutex_);
-  abort_inbox_.push_back(id);
-  inbox_cv_.notify_one();
 }
 
 void Engine::drain_inbox() {
@@ -164,10 +158,7 @@ void Engine::drain_inbox() {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     fresh.swap(inbox_);
     aborts.swap(abort_inbox_);
-    const int64_t n = static_cast<int64_t>(fresh.size());  // now in the scheduler: free slots first
-    const int64_t to_slots = std::min(n, free_slots_published_);
-    free_slots_published_ -= to_slots;
-    waiting_published_ += n - to_slots;
+    count_drained(fresh);  // now in the scheduler: free slots first (engine_admission.cpp)
   }
   for (auto& s : fresh) {
     Sequence* seq = s.get();
@@ -199,6 +190,10 @@ void Engine::finish(Sequence* seq, FinishReason reason, const std::string& error
     ev.usage = usage_of(*seq);
     if (seq->on_event) seq->on_event(ev);
   }
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    admission_.erase(seq->id);  // its counts stay until the next publish_admission(), which drops them
+  }
   seqs_.erase(seq->id);
 }
 
@@ -209,13 +204,6 @@ bool Engine::step() {
   // The counts submit() admits against (engine.h). Published after scheduling and again after the step's work, so
   // they are never older than the stats (/metrics) published with them: a client that saw the queue drain must
   // not be refused by counts from before the drain (a busy host can delay the next step by a while).
-  const auto publish_admission = [this] {
-    std::lock_guard<std::mutex> lock(inbox_mutex_);
-    waiting_published_ = static_cast<int64_t>(scheduler_.waiting().size());
-    const int64_t running = static_cast<int64_t>(scheduler_.running().size());
-    free_slots_published_ =
-        waiting_published_ > 0 ? 0 : std::max<int64_t>(0, config_.scheduler.max_running - running);
-  };
   publish_admission();
   bool worked = !plan.empty();
   const bool plan_had_prefill = plan.n_prefill_tokens > 0;

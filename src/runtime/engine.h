@@ -106,7 +106,8 @@ class Engine {
   // Validates and queues a request. Errors: kInvalidArgument (too long, bad ids/params, can never fit
   // in the KV cache), kUnavailable (waiting queue full). Thread-safe.
   Result<RequestId> submit(RequestSpec spec, EventCallback on_event);
-  // Aborts a request at any stage; it gets a final event with FinishReason::kAbort. Thread-safe.
+  // Aborts a request at any stage; it gets a final event with FinishReason::kAbort (on the engine thread, at its
+  // next step). It stops counting against the waiting-queue bound at once. Thread-safe.
   void abort(RequestId id);
 
   // Runs one scheduling step. Returns false when there was nothing to do.
@@ -168,13 +169,25 @@ class Engine {
   std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_;
   std::vector<RequestId> abort_inbox_;
-  // The waiting-queue bound, exact under bursts. The engine thread publishes, after each schedule, the
-  // scheduler's waiting count and the running slots free for new arrivals (max_running - running, 0 while
-  // anything waits); submit() admits while inbox_ + waiting_published_ < max_waiting + free_slots_published_.
-  // Arrivals leaving inbox_ take free slots first and count as waiting beyond them, so the count is never
-  // stale in the unsafe direction. Guarded by inbox_mutex_.
-  int64_t waiting_published_ = 0;
-  int64_t free_slots_published_ = 0;
+  // The waiting-queue bound (engine_admission.cpp), exact under bursts and counting only live requests. The
+  // engine thread publishes, after each schedule and after each step's work, the scheduler's waiting and
+  // running counts and which phase each request is in; submit() admits while
+  //   live inbox + live waiting < max_waiting + free slots,
+  // free slots = max_running - live running, 0 while anything live waits. abort() marks its request dropped at
+  // once (a client that hung up stops counting before the engine thread runs again: issue 31). Arrivals
+  // leaving inbox_ take free slots first and count as waiting beyond them, so the counts are never stale in the
+  // unsafe direction. Guarded by inbox_mutex_.
+  struct Admission {
+    enum class Phase : uint8_t { kInbox, kWaiting, kRunning } phase = Phase::kInbox;
+    bool dropped = false;  // abort() was called: no longer counted
+  };
+  bool admits_one_more() const;  // submit(), inbox_mutex_ held
+  void count_drained(const std::vector<std::unique_ptr<Sequence>>& fresh);  // drain_inbox, inbox_mutex_ held
+  void publish_admission();  // engine thread (takes inbox_mutex_), after scheduling and after the step's work
+  std::unordered_map<RequestId, Admission> admission_;  // every request not finished yet
+  int64_t waiting_published_ = 0;   // scheduler waiting + arrivals counted as waiting since
+  int64_t running_published_ = 0;   // scheduler running + arrivals that took a free slot since
+  int64_t dropped_inbox_ = 0, dropped_waiting_ = 0, dropped_running_ = 0;  // of the above, aborted
   RequestId next_id_ = 1;
   uint64_t next_order_ = 0;
 

@@ -118,5 +118,34 @@ TEST(EvalMetrics, ComparisonOfLogitsWithTransformers) {
   EXPECT_LT(vs_shifted.top1(), 1.0);
 }
 
+// The KL direction: `eval compare` and the W4A8 gate report KL(A||B) = sum_v p_A(v) (log p_A(v) - log p_B(v)),
+// A = the reference (docs/eval.md). A = uniform over 4, B = peaked on token 0: KL(A||B) ~ 6.1 nats, KL(B||A) ~ 1.4
+// (computed here by hand from the two distributions), so a swapped direction fails by far.
+TEST(EvalMetrics, KlIsTheDocumentedDirectionReferenceFirst) {
+  const float a[4] = {0, 0, 0, 0};
+  const float b[4] = {10, 0, 0, 0};
+  const double z = std::exp(10.0) + 3;  // B's partition function
+  const double q[4] = {std::exp(10.0) / z, 1 / z, 1 / z, 1 / z};
+  double kl_ab = 0, kl_ba = 0;
+  for (int v = 0; v < 4; ++v) {
+    kl_ab += 0.25 * (std::log(0.25) - std::log(q[v]));
+    kl_ba += q[v] * (std::log(q[v]) - std::log(0.25));
+  }
+  ASSERT_GT(kl_ab - kl_ba, 4.0) << "the two directions must differ for the test to mean anything";
+  eval::LogitComparison ab;
+  ab.add_row(a, b, 4);
+  EXPECT_NEAR(ab.mean_kl(), kl_ab, 1e-9) << "KL(A||B) with A = the first argument (the reference)";
+  EXPECT_NEAR(ab.kl_max, kl_ab, 1e-9);
+  eval::LogitComparison ba;
+  ba.add_row(b, a, 4);
+  EXPECT_NEAR(ba.mean_kl(), kl_ba, 1e-9);
+  // The other measures of the same pair: relative L2 is ||b - a|| / ||a|| (a = the reference) and top-1 agrees.
+  eval::LogitComparison c;
+  const float ref[4] = {3, 4, 0, 0}, cand[4] = {3, 4, 1, 0};
+  c.add_row(ref, cand, 4);
+  EXPECT_NEAR(c.rel_l2(), 1.0 / 5.0, 1e-12);
+  EXPECT_EQ(c.top1_agree, 1);
+}
+
 }  // namespace
 }  // namespace mxserve

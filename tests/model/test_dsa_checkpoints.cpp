@@ -5,6 +5,7 @@
 //     the MTP tensors, the exclude list and what is stored;
 //   - FP8 release layout with indexer.weights_proj stored FP8: an error naming it (the release keeps it bf16 and
 //     quant_method fp8 never converts it, quant/fp8_release.h); with the release's own storage it loads.
+// A writer failure fails these tests with the writer's output; only "node absent" outside CI skips them.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -37,14 +38,19 @@ void expect_all(const Status& s, const std::vector<std::string>& needles) {
   for (const auto& n : needles) EXPECT_NE(s.message().find(n), std::string::npos) << "missing '" << n << "' in:\n" << s.message();
 }
 
-#define WRITE_OR_SKIP(var, fx, format, block)                     \
-  auto var##_r = write_dsa_checkpoint(fx, format, block);         \
-  if (!var##_r.is_ok()) GTEST_SKIP() << var##_r.status().to_string(); \
-  const std::string var = *var##_r
+// A writer that runs and fails is an error carrying its output (the tests above then fail with it, never skip).
+TEST(DsaCheckpoints, AWriterFailureIsAnErrorShowingItsOutput) {
+  auto r = write_dsa_checkpoint("glm_moe_dsa_tiny_a", "no_such_format", 32);
+  if (!r.is_ok() && dsa_writer_may_skip(r.status())) GTEST_SKIP() << r.status().to_string();
+  ASSERT_FALSE(r.is_ok()) << "an unknown format must fail";
+  EXPECT_FALSE(dsa_writer_may_skip(r.status())) << "a failed writer may not skip";
+  expect_all(r.status(), {"dsa_formats.mjs", "failed (status", "its output:",
+                          "usage: dsa_formats.mjs --fixture DIR --out DIR --format fp8_release|mxfp4_quark|bf16_sharded"});
+}
 
 TEST(DsaCheckpoints, Bf16ShardedIsBitIdenticalToTheFixture) {
   for (const char* fx : {"glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"}) {
-    WRITE_OR_SKIP(dir, fx, "bf16_sharded", 128);
+    WRITE_DSA_CHECKPOINT_OR_FAIL(dir, fx, "bf16_sharded", 128);
     ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
     auto a = quant_bound::case_logits(dir, fixture(fx)), b = quant_bound::case_logits(fixture(fx), fixture(fx));
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
@@ -57,7 +63,7 @@ TEST(DsaCheckpoints, Bf16ShardedIsBitIdenticalToTheFixture) {
 }
 
 TEST(DsaCheckpoints, QuarkExcludeListMissingTheBf16MtpLayerIsNamed) {
-  WRITE_OR_SKIP(dir, "glm_moe_dsa_tiny_a", "mxfp4_quark", 32);
+  WRITE_DSA_CHECKPOINT_OR_FAIL(dir, "glm_moe_dsa_tiny_a", "mxfp4_quark", 32);
   EXPECT_TRUE(load_status(dir).is_ok()) << load_status(dir).to_string();  // as written: the MTP layer is listed
   {
     std::ifstream in(fs::path(dir) / "config.json");
@@ -77,7 +83,7 @@ TEST(DsaCheckpoints, QuarkExcludeListMissingTheBf16MtpLayerIsNamed) {
 }
 
 TEST(DsaCheckpoints, Fp8ReleaseWithQuantizedWeightsProjIsNamed) {
-  WRITE_OR_SKIP(dir, "glm_moe_dsa_tiny_a", "fp8_release", 128);
+  WRITE_DSA_CHECKPOINT_OR_FAIL(dir, "glm_moe_dsa_tiny_a", "fp8_release", 128);
   EXPECT_TRUE(load_status(dir).is_ok()) << load_status(dir).to_string();  // weights_proj / eh_proj bf16, unlisted
   const std::string w = "model.layers.2.self_attn.indexer.weights_proj.weight";
   {

@@ -103,9 +103,8 @@ TEST_P(IndependentCheckpoint, LoadsAndMatchesTheFixtureWithinTheFormatBound) {
   const Foreign& f = kForeign[GetParam()];
   fs::path dir = fs::path(MXSERVE_SOURCE_DIR) / "tests/data/independent_ckpt" / (std::string(f.fx) + "_" + f.kind);
   if (f.generated_block > 0) {
-    auto written = write_dsa_checkpoint(f.fx, f.kind, f.generated_block);
-    if (!written.is_ok()) GTEST_SKIP() << written.status().to_string();
-    dir = *written;
+    WRITE_DSA_CHECKPOINT_OR_FAIL(written, f.fx, f.kind, f.generated_block);
+    dir = written;
   } else if (!fs::exists(dir / "config.json")) {
     GTEST_SKIP() << dir << " is absent; make it with: " << kMakeCommand;
   }

@@ -1,7 +1,10 @@
 // Hostile clients against the real `mxserve serve` binary (CPU backend, the embedded tiny model): every
 // probe of issue 24 asserts the status it must get AND a latency or memory bound, with the server's RSS
 // read from /proc/PID/status. Raw sockets throughout (node:net), so the bytes on the wire are exactly
-// the ones written here.
+// the ones written here. Latency bounds hold on a loaded 2-core CI machine (issue 31): each is the nominal
+// figure or a multiple of a baseline measured in the same run without any attack (a /health round trip, a
+// plain completion), whichever is larger -- so a slow machine widens them and a broken server (one that
+// blocks on a slow client, reads a body bomb to its end) still fails them.
 // Usage: node hostile_clients_test.mjs MXSERVE_BINARY REPO_ROOT
 // Env: HOSTILE_SLOW_CONNECTIONS (default 1000; the issue's target is 2000, see docs/server.md for the
 // figures measured with it), HOSTILE_VERBOSE=1 for the server log.
@@ -101,7 +104,8 @@ function parseResponses(buf) {
 
 // Opens a connection, writes `chunks` (a Buffer/string or an async producer), and collects what comes
 // back until the server closes, `expect` responses arrived, or the timeout.
-function exchange(payload, { expect = Infinity, timeoutMs = 10000, producer = null } = {}) {
+let defaultTimeoutMs = 10000;  // widened by the baseline below on a slow machine
+function exchange(payload, { expect = Infinity, timeoutMs = defaultTimeoutMs, producer = null } = {}) {
   return new Promise((resolve) => {
     const t0 = performance.now();
     const sock = net.connect(port, '127.0.0.1');
@@ -185,6 +189,21 @@ async function metric(name) {
   const line = r.responses[0].body.split('\n').find((l) => l.startsWith(name + '{') || l.startsWith(name + ' '));
   return Number(line.split(' ').at(-1));
 }
+// The sum of every sample of a labelled counter (0 when it has none yet).
+async function metricSum(name) {
+  const r = await exchange('GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', { expect: 1 });
+  return r.responses[0].body.split('\n').filter((l) => l.startsWith(name + '{') || l.startsWith(name + ' '))
+    .reduce((sum, l) => sum + Number(l.split(' ').at(-1)), 0);
+}
+// Polls `cond` until it holds or `ms` pass; returns whether it held.
+async function waitFor(cond, ms) {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    if (await cond()) return true;
+    if (performance.now() > deadline) return false;
+    await sleep(20);
+  }
+}
 
 const chunkedBomb = (head, totalBytes) => async (sock, isDone) => {
   sock.write(head);
@@ -220,6 +239,22 @@ for (;;) {
   await sleep(100);
 }
 
+// ---------------------------------------------------------------- the same run's baseline (no attack)
+// /health round trips and a plain completion on this machine, now: latency bounds below are the nominal figure
+// or a multiple of these, whichever is larger (bound()), so a loaded CI host cannot fail a healthy server.
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const completionMs = [];
+for (let i = 0; i < 3; ++i) {
+  const r = await exchange(authed('POST', '/v1/completions', completion()), { expect: 1, timeoutMs: 120000 });
+  if (r.responses[0]?.status !== 200) throw new Error('baseline completion: ' + r.responses[0]?.status + '\n' + log);
+  completionMs.push(r.ms);
+}
+const base = { health: await healthLatencies(150), completionMs: median(completionMs) };
+const bound = (nominalMs, times, baseMs) => Math.max(nominalMs, times * baseMs);
+defaultTimeoutMs = bound(10000, 100, base.completionMs);
+console.log(`baseline: /health p50 ${base.health.p50.toFixed(1)} ms, p99 ${base.health.p99.toFixed(1)} ms; ` +
+  `completion (4 tokens) ${base.completionMs.toFixed(0)} ms`);
+
 let failed = false;
 try {
   // ------------------------------------------------------------ 1. slowloris + bombs, /health latency
@@ -249,26 +284,32 @@ try {
     ]);
     const [lat, growMiB] = await peakRss(async () => {
       const l = await healthLatencies(150);
-      const normal = await exchange(authed('POST', '/v1/completions', completion()), { expect: 1, timeoutMs: 20000 });
+      const normal = await exchange(authed('POST', '/v1/completions', completion()), { expect: 1, timeoutMs: 2 * defaultTimeoutMs });
       assert.equal(normal.responses[0]?.status, 200, 'a normal completion succeeds during the attack: ' + normal.responses[0]?.body);
       return l;
     });
     const bombResults = await bombs;
     assert.deepEqual(bombResults.map((r) => r.responses[0]?.status), [413, 431, 404]);
     const serverThreads = threads();
+    // The machine's own /health latency right now (the slow connections still open but idle between trickles
+    // would bias it: measured before them, at start-up, and again after they close; the larger counts).
     clearInterval(trickle);
-    assert.ok(lat.p99 < P99_MS, `/health p99 ${lat.p99.toFixed(1)} ms < ${P99_MS} ms with ${SLOW} slow connections`);
     assert.ok(growMiB < 96, `RSS growth ${growMiB.toFixed(1)} MiB < 96 MiB`);
     assert.ok(serverThreads - baseThreads < 16, `slow connections hold no threads (${baseThreads} -> ${serverThreads})`);
     // The head deadline closes every slow connection (a 408), counted from its first byte.
-    const deadline = performance.now() + (HEADER_TIMEOUT_S + 3) * 1000;
-    while (closedByServer < SLOW && performance.now() < deadline) await sleep(100);
+    // Closed by the head deadline: within 3 x --http-header-timeout (a ratio to the configured timeout).
+    await waitFor(() => closedByServer >= SLOW, 3 * HEADER_TIMEOUT_S * 1000);
     const closedAfter = (performance.now() - openedAt) / 1000;
     assert.equal(closedByServer, SLOW, `every slow connection closed by the server (${SLOW - closedByServer} still open)`);
     assert.equal(timedOut408, SLOW, 'each with a 408');
     for (const s of slow) s.destroy();
+    const after = await healthLatencies(150);
+    const healthBound = bound(P99_MS, 20, Math.max(base.health.p99, after.p99));
+    assert.ok(lat.p99 < healthBound, `/health p99 ${lat.p99.toFixed(1)} ms < ${healthBound.toFixed(1)} ms with ${SLOW} ` +
+      `slow connections (${P99_MS} ms or 20 x the p99 without them: ${base.health.p99.toFixed(1)} ms at start, ` +
+      `${after.p99.toFixed(1)} ms after)`);
     report('slowloris', `${SLOW} slow connections + chunked/header/no-key bombs: /health p50 ${lat.p50.toFixed(1)} ms, ` +
-      `p99 ${lat.p99.toFixed(1)} ms, max ${lat.max.toFixed(1)} ms; RSS +${growMiB.toFixed(1)} MiB ` +
+      `p99 ${lat.p99.toFixed(1)} ms (bound ${healthBound.toFixed(1)}), max ${lat.max.toFixed(1)} ms; RSS +${growMiB.toFixed(1)} MiB ` +
       `(base ${(baseRss / 1024).toFixed(0)} MiB); threads ${baseThreads} -> ${serverThreads}; all closed ${closedAfter.toFixed(1)} s after opening`);
   }
 
@@ -287,7 +328,8 @@ try {
       const [r, grow] = await peakRss(run);
       assert.equal(r.responses[0]?.status, status, `${name}: ${r.responses[0]?.status} ${r.responses[0]?.body}`);
       assert.ok(grow < 12, `${name}: RSS growth ${grow.toFixed(1)} MiB < 12 MiB (body limit 1 MiB)`);
-      assert.ok(r.ms < 5000, `${name}: answered in ${r.ms.toFixed(0)} ms`);
+      const limit = bound(5000, 25, base.completionMs);
+      assert.ok(r.ms < limit, `${name}: answered in ${r.ms.toFixed(0)} ms < ${limit.toFixed(0)} ms`);
       report(`body bomb: ${name}`, `${status} in ${r.ms.toFixed(0)} ms, RSS peak +${grow.toFixed(1)} MiB`);
     }
   }
@@ -322,14 +364,15 @@ try {
         expectKinds.push('health');
       }
     }
-    const r = await exchange(wire, { expect: N, timeoutMs: 20000 });
+    const limit = bound(10000, 50, base.completionMs);
+    const r = await exchange(wire, { expect: N, timeoutMs: 2 * limit });
     assert.equal(r.responses.length, N, `${N} pipelined requests in one write -> ${r.responses.length} responses`);
     r.responses.forEach((res, i) => {
       assert.equal(res.status, 200, `response ${i}`);
       const kind = res.body.includes('"object":"list"') ? 'models' : res.body.includes('text_completion') ? 'completion' : 'health';
       assert.equal(kind, expectKinds[i], `response ${i} answers request ${i}`);
     });
-    assert.ok(r.ms < 10000);
+    assert.ok(r.ms < limit, `${N} pipelined requests answered in ${r.ms.toFixed(0)} ms < ${limit.toFixed(0)} ms`);
     report('pipelining', `${N} requests (GETs and a completion) in one write -> ${N} responses in order in ${r.ms.toFixed(0)} ms`);
   }
 
@@ -337,14 +380,16 @@ try {
   if (section(5)) {
     const smuggled = 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n';
     const noKey = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`;
-    const r = await exchange(noKey, { timeoutMs: 4000 });
+    const closeLimit = bound(3000, 15, base.completionMs);
+    const r = await exchange(noKey, { timeoutMs: closeLimit + 1000 });
     assert.deepEqual(r.responses.map((x) => x.status), [401], 'the body of a 401 is never read as a request');
-    assert.ok(r.closedByServer && r.ms < 3000, `the connection is closed after the 401 (${r.ms.toFixed(0)} ms)`);
+    assert.ok(r.closedByServer && r.ms < closeLimit,
+      `the connection is closed after the 401 (${r.ms.toFixed(0)} ms < ${closeLimit.toFixed(0)} ms)`);
     const notFound = `POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`;
-    const r2 = await exchange(notFound, { timeoutMs: 4000 });
+    const r2 = await exchange(notFound, { timeoutMs: closeLimit + 1000 });
     assert.deepEqual(r2.responses.map((x) => x.status), [404]);
     const tooBig = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: ${BODY_LIMIT + 1}\r\n\r\n${smuggled}`;
-    const r3 = await exchange(tooBig, { timeoutMs: 4000 });
+    const r3 = await exchange(tooBig, { timeoutMs: closeLimit + 1000 });
     assert.deepEqual(r3.responses.map((x) => x.status), [413]);
     // Without a body, an early 401 keeps the connection: the next request is answered.
     const r4 = await exchange('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n' + smuggled, { expect: 2 });
@@ -372,6 +417,7 @@ try {
   // ------------------------------------------------------------ 7. queue burst
   if (section(7)) {
     const BURST = 60;
+    const finishedBefore = await metricSum('vllm:request_success_total');
     let maxWaiting = 0;
     let sampling = true;
     const sampler = (async () => {
@@ -396,21 +442,36 @@ try {
       s.on('connect', () => s.write(authed('POST', '/v1/completions',
         completion({ prompt: `burst ${i}`, max_tokens: 500, ignore_eos: true, stream: true }))));
     })));
-    await sleep(300);
+    const ok = statuses.filter((s) => s.status === 200).length;
+    // The 200s come back once admitted, before the engine thread takes the streams: wait (sampling) until it
+    // holds them all, so that the hang-ups below hit running and waiting requests, not only its inbox.
+    const drainMs = bound(10000, 100, base.completionMs);
+    const tookAll = await waitFor(async () => (await metric('vllm:num_requests_running')) +
+      (await metric('vllm:num_requests_waiting')) >= ok, drainMs);
+    await sleep(50);
     sampling = false;
     await sampler;
-    const ok = statuses.filter((s) => s.status === 200).length;
+    assert.ok(tookAll, `the engine took the ${ok} admitted streams within ${drainMs.toFixed(0)} ms`);
     const busy = statuses.filter((s) => s.status === 503);
     assert.equal(ok + busy.length, BURST, 'every request is a 200 stream or a 503: ' + JSON.stringify(statuses.map((s) => s.status)));
     assert.ok(busy.length > 0 && busy.every((s) => s.retryAfter === '1'), '503s carry Retry-After');
     assert.ok(maxWaiting <= MAX_QUEUED, `waiting ${maxWaiting} never exceeds --max-queued-requests ${MAX_QUEUED}`);
     assert.ok(ok <= MAX_RUNNING + MAX_QUEUED, `${ok} admitted <= running ${MAX_RUNNING} + queued ${MAX_QUEUED}`);
     for (const s of socks) s.destroy();
-    const deadline = Date.now() + 10000;
-    while (Date.now() < deadline && ((await metric('vllm:num_requests_running')) > 0 || (await metric('vllm:num_requests_waiting')) > 0)) await sleep(50);
-    assert.equal(await metric('vllm:num_requests_running'), 0, 'streams whose clients left are aborted');
+    // Every admitted stream's handler sees its client gone and aborts it (or it ended by itself): the server's
+    // finished count grows by `ok`. From then on none of them may count against the queue, whether or not the
+    // engine thread has run since (issue 31: a loaded host delays it): a request right now must be admitted.
+    const allEnded = await waitFor(async () => (await metricSum('vllm:request_success_total')) - finishedBefore >= ok, drainMs);
+    assert.ok(allEnded, `the ${ok} admitted streams ended within ${drainMs.toFixed(0)} ms of their clients leaving`);
+    const right = await exchange(authed('POST', '/v1/completions', completion({ n: MAX_QUEUED })), { expect: 1 });
+    assert.equal(right.responses[0]?.status, 200,
+      `a request with n = ${MAX_QUEUED} right after the burst's clients left is admitted: ${right.responses[0]?.body}`);
+    const drained = await waitFor(async () => (await metric('vllm:num_requests_running')) === 0 &&
+      (await metric('vllm:num_requests_waiting')) === 0, drainMs);
+    assert.ok(drained, 'streams whose clients left are aborted (running and waiting drain to 0)');
     assert.equal(await metric('vllm:kv_cache_usage_perc'), 0, 'and their KV blocks freed');
-    report('queue burst', `${BURST} streams at once: ${ok} admitted, ${busy.length} x 503 + Retry-After; waiting peaked at ${maxWaiting} (cap ${MAX_QUEUED}); all aborted on disconnect`);
+    report('queue burst', `${BURST} streams at once: ${ok} admitted, ${busy.length} x 503 + Retry-After; waiting peaked at ` +
+      `${maxWaiting} (cap ${MAX_QUEUED}); all aborted on disconnect; n=${MAX_QUEUED} admitted right after`);
   }
 
   // ------------------------------------------------------------ 8. logprob bounds and memory returned
