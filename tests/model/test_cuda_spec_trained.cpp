@@ -7,6 +7,8 @@
 // GPU machine runs from a copied tree).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,6 +18,7 @@
 #include "cli/spec_divergence.h"
 #include "model/causal_lm.h"
 #include "model/decisions.h"
+#include "runtime/sequence_runner.h"
 
 namespace mxserve {
 namespace {
@@ -78,6 +81,79 @@ TEST_P(CudaSpecTrained, DivergencesAreWithinTheFormatBound) {
 INSTANTIATE_TEST_SUITE_P(Modes, CudaSpecTrained,
                          ::testing::Values(Mode{"chain4", 4, 1, 0}, Mode{"tree3x4x8", 3, 4, 8}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Localizing the divergence: a speculative verify is one multi-row extend over a long context; plain decoding is
+// one row a step. For context lengths c and row counts k, the logits of rows [c, c + k) from one k-row extend (A)
+// and from k one-row steps (B) against the CPU reference's teacher-forced rows (R), on the default attention
+// plan and with the attention kernel forced to "shared" (A_shared). A path whose error against R is far above the
+// one-row path's at some shape is the bug.
+double rel_l2(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+TEST(CudaSpecTrainedDiag, MultiRowExtendMatchesOneRowDecode) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  backend::BackendOptions so;
+  so.kernels.attention_kernel = "shared";
+  auto be_shared = backend::make_backend("cuda", so);
+  ASSERT_TRUE(be_shared.is_ok()) << be_shared.status().to_string();
+  auto cpu = backend::make_cpu_backend();
+  const std::string dir = repo_root() + "/models/tiny-glm-trained";
+  model::LoadOptions lo;
+  lo.load_mtp = false;
+  auto lm = model::load_causal_lm(dir, **be, lo), lm_shared = model::load_causal_lm(dir, **be_shared, lo);
+  auto ref = model::load_causal_lm(dir, *cpu, lo);
+  ASSERT_TRUE(lm.is_ok() && lm_shared.is_ok() && ref.is_ok());
+  const int64_t V = (*ref)->config().vocab_size;
+  auto ids = cli::text_file_ids(repo_root() + "/tests/data/tiny_glm/heldout_sample.txt", dir, 600, V);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  runtime::SequenceRunner ra(**lm, **be, 128, 16), rs(**lm_shared, **be_shared, 128, 16), rr(**ref, *cpu, 128, 16);
+  auto extend_rows = [](runtime::SequenceRunner& r, const std::vector<int32_t>& t, int64_t c, int64_t k, bool one_by_one) {
+    runtime::SequenceState st;
+    std::vector<float> out;
+    EXPECT_TRUE(r.extend({&st}, {std::vector<int32_t>(t.begin(), t.begin() + c)}, false, false).is_ok());
+    for (int64_t i = 0; i < (one_by_one ? k : 1); ++i) {
+      const int64_t b = c + i, e = one_by_one ? b + 1 : c + k;
+      auto step = r.extend({&st}, {std::vector<int32_t>(t.begin() + b, t.begin() + e)}, true, false);
+      EXPECT_TRUE(step.is_ok());
+      if (step.is_ok()) out.insert(out.end(), step->logits.data<float>(), step->logits.data<float>() + (e - b) * step->logits.dim(1));
+    }
+    r.release(st);
+    return out;
+  };
+  int worse = 0;
+  for (int64_t c : {31, 64, 100, 127, 128, 129, 160, 192, 200, 217, 255, 256, 300, 383, 500}) {
+    for (int64_t k : {2, 5, 8}) {
+      if (c + k > static_cast<int64_t>(ids->size())) continue;
+      runtime::SequenceState st;
+      auto full = rr.extend({&st}, {std::vector<int32_t>(ids->begin(), ids->begin() + c + k)}, true, false);
+      rr.release(st);
+      ASSERT_TRUE(full.is_ok());
+      const float* R = full->logits.data<float>() + c * V;
+      const auto A = extend_rows(ra, *ids, c, k, false), B = extend_rows(ra, *ids, c, k, true);
+      const auto S = extend_rows(rs, *ids, c, k, false);
+      const double ea = rel_l2(A.data(), R, k * V), eb = rel_l2(B.data(), R, k * V), es = rel_l2(S.data(), R, k * V);
+      int arg_a = 0, arg_b = 0;  // rows whose argmax differs from the reference's
+      for (int64_t i = 0; i < k; ++i) {
+        auto am = [&](const float* x) { return std::max_element(x, x + V) - x; };
+        arg_a += am(A.data() + i * V) != am(R + i * V);
+        arg_b += am(B.data() + i * V) != am(R + i * V);
+      }
+      const bool bad = ea > 3 * std::max(eb, 2e-3);
+      worse += bad;
+      std::printf("c=%-4lld k=%lld: extend rel_l2 %.3e (argmax diff %d), one-row %.3e (%d), extend[shared] %.3e%s\n",
+                  static_cast<long long>(c), static_cast<long long>(k), ea, arg_a, eb, arg_b, es,
+                  bad ? "  <-- extend far above one-row" : "");
+    }
+  }
+  EXPECT_EQ(worse, 0);
+}
 
 }  // namespace
 }  // namespace mxserve
