@@ -560,6 +560,10 @@ std::string format_pattern(std::string_view format) {
   if (format == "time") return "^" + time + "$";
   if (format == "date-time") return "^" + date + "T" + time + "$";
   if (format == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+  if (format == "ipv4") {
+    const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    return "^(" + octet + "\\.){3}" + octet + "$";
+  }
   if (format == "email") return "^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$";
   return {};
 }
