@@ -229,6 +229,9 @@ ChoiceOutput::Delta ChoiceOutput::convert(chat::ParsedDelta p) {
     }
     p.tool_calls = std::move(kept);
   }
+  if (!p.tool_calls.empty()) text_after_calls_ = false;
+  else if (n_calls_ > 0 && !d.content.empty()) text_after_calls_ = true;
+  if (p.truncated_tool_calls > 0) text_after_calls_ = true;
   for (auto& c : p.tool_calls) {
     d.tool_calls.push_back(OJ{{"index", n_calls_++},
                               {"id", make_tool_call_id()},
@@ -259,7 +262,10 @@ ChoiceOutput::Delta ChoiceOutput::feed(const std::string& text) { return convert
 ChoiceOutput::Delta ChoiceOutput::finish() { return convert(parser_.finish()); }
 
 std::string ChoiceOutput::finish_reason(const std::string& engine_reason) const {
-  return n_calls_ > 0 && engine_reason == "stop" ? "tool_calls" : engine_reason;
+  // A turn that ends with complete calls is "tool_calls", also when the last call closed on the last token
+  // max_tokens allowed (forced calls close within the budget); a call cut short stays "length".
+  if (n_calls_ > 0 && (engine_reason == "stop" || (engine_reason == "length" && !text_after_calls_))) return "tool_calls";
+  return engine_reason;
 }
 
 void ChoiceOutput::add_to_stream_delta(const Delta& d, OJ* delta) {

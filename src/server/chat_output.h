@@ -81,6 +81,7 @@ class ChoiceOutput {
   chat::ToolCallFormat format_;
   std::shared_ptr<const chat::ToolSet> tools_;
   int n_calls_ = 0;
+  bool text_after_calls_ = false;  // content after the last call, or a call cut by the end of the turn
 };
 
 // "call_" + 24 random alphanumerics.

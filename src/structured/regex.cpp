@@ -554,7 +554,10 @@ Result<std::shared_ptr<const ByteDfa>> compile_regex(std::string_view pattern, c
 }
 
 std::string format_pattern(std::string_view format) {
-  static const std::string date = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+  // Days per month; February 29 only in leap years (divisible by 4, centuries only by 400).
+  static const std::string date =
+      "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+      "|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)";
   static const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
   if (format == "date") return "^" + date + "$";
   if (format == "time") return "^" + time + "$";
