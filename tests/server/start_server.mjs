@@ -40,7 +40,8 @@ export async function startTinyServer(binary, root, extra = [],
 // tokenizer, an MTP layer) on an ephemeral port; `extra` adds flags (e.g. MTP speculation). Same return.
 export async function startTrainedServer(binary, root, extra = []) {
   const server = spawn(binary, [
-    'serve', '--model', path.join(root, 'models/tiny-glm-trained'), '--port', '0', '--kv-cache-memory', '256MiB',
+    'serve', '--model', path.join(root, 'models/tiny-glm-trained'), '--served-model-name', 'tiny', '--port', '0',
+    '--kv-cache-memory', '256MiB',
     '--max-model-len', '2048', '--stats-interval', '0', ...extra,
   ], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
