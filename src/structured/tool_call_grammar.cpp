@@ -128,9 +128,15 @@ class ToolGrammarBuilder {
     }
     if (a.schema.is_object()) {
       const auto& known = supported_schema_keywords();
-      for (const auto& [k, v] : a.schema.items())
+      static const std::set<std::string> not_for_strings = {
+          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "minItems",
+          "maxItems", "properties", "required", "additionalProperties"};
+      for (const auto& [k, v] : a.schema.items()) {
         if (std::find(known.begin(), known.end(), k) == known.end())
           return invalid_argument("unsupported keyword '" + k + "' at " + where);
+        if (not_for_strings.count(k))
+          return invalid_argument("keyword '" + k + "' does not apply to type 'string' at " + where);
+      }
     }
     std::vector<std::string> choices;
     bool listed = false;

@@ -185,7 +185,23 @@ TEST(ToolCallGrammar, ErrorsAndUnsupportedKeywords) {
   std::vector<std::string> ignored;
   compile(request(Layout::kGlm45), &ignored);
   EXPECT_TRUE(ignored.empty());  // minLength is enforced now
-  // Tool schemas follow response_format's rules: an unsupported keyword is an error naming it.
+  // Tool schemas follow response_format's rules: an unsupported keyword is an error naming it, a numeric
+  // keyword on a raw string too, and the value keywords are enforced on raw text.
+  {
+    ToolCallGrammarRequest bad = request(Layout::kGlm45, "get_weather");
+    bad.tools[0].args[0].schema = OJ{{"type", "string"}, {"minimum", 0}};
+    auto be = compile_tool_calls(bad, nullptr);
+    ASSERT_FALSE(be.is_ok());
+    EXPECT_NE(be.status().message().find("'minimum' does not apply to type 'string'"), std::string::npos);
+    ToolCallGrammarRequest pat = request(Layout::kGlm47, "get_weather", 1);
+    pat.tools[0].args[0].schema = OJ{{"type", "string"}, {"pattern", "^[A-Z][a-z]+$"}, {"maxLength", 6}};
+    auto g = compile(pat);
+    const std::string head = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>";
+    EXPECT_TRUE(full_match(g, head + "Paris</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "paris</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "Parisss</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "</arg_value></tool_call>"));
+  }
   for (bool raw : {true, false}) {
     ToolCallGrammarRequest bad = request(Layout::kGlm45, "get_weather");
     bad.tools[0].args[0].schema = raw ? OJ{{"type", "string"}, {"contentEncoding", "base64"}}
