@@ -84,7 +84,8 @@ struct Grammar {
   // Computes first-byte sets and checks productivity (an empty enum / anyOf is an error) and the
   // shape rules of the tool-call kinds.
   Status finalize();
-  void compute_min_bytes();  // Node::min_bytes of every node (called by finalize)
+  // Node::min_bytes of every node, given each number node's (-1: none); called by finalize.
+  void compute_min_bytes(const std::vector<int64_t>& number_bytes);
   int32_t add(Node n) {
     nodes.push_back(std::move(n));
     return static_cast<int32_t>(nodes.size()) - 1;

@@ -479,6 +479,13 @@ namespace mxserve::structured {
 Status Grammar::finalize() {
   const size_t n = nodes.size();
   std::vector<char> productive(n, 0);
+  // The fewest bytes of each number node's values (bounded ones: a digit search, done once here).
+  std::vector<int64_t> number_bytes(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = nodes[i];
+    if (nd.kind == NodeKind::kInteger || (nd.kind == NodeKind::kNumber && nd.bounded)) number_bytes[i] = bounds::min_value_bytes(nd);
+    else if (nd.kind == NodeKind::kNumber) number_bytes[i] = 1;
+  }
   auto set_bit = [](std::array<uint64_t, 4>& s, uint8_t b) { s[b >> 6] |= uint64_t{1} << (b & 63); };
   for (bool changed = true; changed;) {  // fixpoint over cycles ($ref, any value)
     changed = false;
@@ -507,7 +514,7 @@ Status Grammar::finalize() {
           if (!bounded || bounds::may_be_negative(nd)) set_bit(first, '-');
           if (!bounded || bounds::may_be_nonnegative(nd))
             for (uint8_t d = '0'; d <= '9'; ++d) set_bit(first, d);
-          prod = !bounded || bounds::min_value_bytes(nd) >= 0;
+          prod = number_bytes[i] >= 0;
           break;
         }
         case NodeKind::kDfaText:
@@ -571,7 +578,7 @@ Status Grammar::finalize() {
     if (!productive[i] && nodes[i].kind != NodeKind::kAnyOf)
       return invalid_argument("the schema requires a value that can never be completed (a required recursive $ref?)");
   if (!productive[root]) return invalid_argument("the schema matches nothing");
-  compute_min_bytes();
+  compute_min_bytes(number_bytes);
   return Status::ok();
 }
 
@@ -579,7 +586,7 @@ Status Grammar::finalize() {
 
 namespace mxserve::structured {
 
-void Grammar::compute_min_bytes() {
+void Grammar::compute_min_bytes(const std::vector<int64_t>& number_bytes) {
   constexpr int64_t kInf = int64_t{1} << 40;
   for (Node& nd : nodes) nd.min_bytes = kInf;
   auto mb = [&](int32_t i) { return nodes[i].min_bytes; };
@@ -602,8 +609,7 @@ void Grammar::compute_min_bytes() {
         case NodeKind::kString: v = 2 + (nd.dfa >= 0 ? dfas[nd.dfa]->dist[0] : nd.min_len); break;
         case NodeKind::kNumber:
         case NodeKind::kInteger: {
-          const bool bounded = nd.kind == NodeKind::kInteger || nd.bounded;
-          v = bounded ? bounds::min_value_bytes(nd) : 1;
+          v = number_bytes[static_cast<size_t>(&nd - nodes.data())];
           if (v < 0) v = kInf;
           break;
         }
