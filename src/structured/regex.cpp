@@ -514,8 +514,7 @@ Result<std::shared_ptr<const ByteDfa>> compile_regex(std::string_view pattern, c
       int64_t count = k.count;
       if ((b & 0xC0) != 0x80) {  // a character starts
         if (o.max_chars >= 0 && count >= o.max_chars) continue;
-        count = std::min(count + 1, std::max<int64_t>(count_cap, 0));
-        if (o.max_chars < 0 && count_cap == 0) count = 0;
+        count = std::min(count + 1, std::max<int64_t>(count_cap, 0));  // saturates at the cap
       }
       const int32_t t = intern(Key{closure(targets[b]), count, o.no_close_tag && b == '<'});
       dfa->next[s * 256 + static_cast<size_t>(b)] = t;
