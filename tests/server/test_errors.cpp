@@ -54,7 +54,7 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
       {kChat, R"({"messages":"hello"})", 400, "messages", ""},
       {kChat, "{" + msgs() + R"(,"top_p":"high"})", 400, "top_p", ""},
       {kChat, "{" + msgs() + R"(,"stream":"yes"})", 400, "stream", ""},
-      {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}})",
+      {kChat, "{" + msgs() + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"(?=a)"}}}})",
        400, "response_format.json_schema.schema", ""},
       {kChat, "{" + msgs() + R"(,"response_format":{"type":"yaml"}})", 400, "response_format", "unsupported_parameter"},
       {kChat, "{" + msgs() + R"(,"guided_regex":"a+"})", 400, "guided_regex", "unsupported_parameter"},
