@@ -106,6 +106,7 @@ ParsedDelta OutputParser::finish() {
     ToolCallDelta d = tool_calls_->finish();
     out.content += content_trim_.feed(d.content);
     out.malformed_tool_calls += d.malformed;
+    out.truncated_tool_calls += d.truncated;
   }
   return out;  // whitespace still held by the trimmers is trailing: dropped
 }
@@ -119,6 +120,7 @@ ParsedOutput parse_output(const OutputParserConfig& config, std::string_view tex
     reasoning += d.reasoning;
     for (auto& c : d.tool_calls) out.tool_calls.push_back(std::move(c));
     out.malformed_tool_calls += d.malformed_tool_calls;
+    out.truncated_tool_calls += d.truncated_tool_calls;
   };
   if (chunk_size == 0) chunk_size = text.size() + 1;
   for (size_t i = 0; i < text.size(); i += chunk_size) take(p.feed(text.substr(i, chunk_size)));

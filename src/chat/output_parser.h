@@ -48,6 +48,7 @@ struct ParsedDelta {
   std::string reasoning;
   std::vector<ToolCall> tool_calls;
   int malformed_tool_calls = 0;
+  int truncated_tool_calls = 0;  // calls cut by the end of the turn (dropped; tool_call_parser.h)
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 
@@ -79,6 +80,7 @@ struct ParsedOutput {
   std::optional<std::string> reasoning;
   std::vector<ToolCall> tool_calls;
   int malformed_tool_calls = 0;
+  int truncated_tool_calls = 0;
 };
 ParsedOutput parse_output(const OutputParserConfig& config, std::string_view text, size_t chunk_size = 0);
 

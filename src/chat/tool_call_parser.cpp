@@ -89,8 +89,8 @@ ToolCallDelta ToolCallParser::feed(std::string_view chunk) {
 
 ToolCallDelta ToolCallParser::finish() {
   ToolCallDelta out;
-  if (state_ == State::kCall) ++out.malformed;  // a call the turn never closed
-  out.content = std::move(pending_);
+  if (state_ == State::kCall) ++out.truncated;  // a call the turn never closed: dropped, markup and all
+  else out.content = std::move(pending_);       // a partial "<tool_c" is plain text
   pending_.clear();
   state_ = State::kText;
   return out;

@@ -6,8 +6,10 @@
 // </tool_call> has arrived and it parsed: NAME is a valid function name (one of the request's tools when
 // it has any), and the body is a sequence of <arg_key>/<arg_value> pairs. Values are converted by the tool's schema
 // (ToolSet::convert); `arguments` is a JSON object text built by concatenation in the model's order.
-// Anything else -- an unclosed call at the end, a body that is not pairs, an unknown name -- is malformed:
-// its raw text goes to content, verbatim, and is counted. Invariant: the result does not depend on how the
+// A closed call that does not parse -- a body that is not pairs, an unknown name -- is malformed: its raw
+// text goes to content, verbatim, and is counted. A call still open when the turn ends (cut by max_tokens
+// or a stop string) is dropped whole and counted as truncated: neither a half call nor its markup is
+// returned (issue 34); the text before it stays content. Invariant: the result does not depend on how the
 // text is chunked.
 #pragma once
 
@@ -31,6 +33,7 @@ struct ToolCallDelta {
   std::string content;
   std::vector<ToolCall> calls;
   int malformed = 0;  // malformed tool-call texts returned as content in this delta
+  int truncated = 0;  // calls the turn never closed (dropped)
 };
 
 class ToolCallParser {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/logging.h"
+#include "structured/matcher.h"
 #include "structured/tool_call_grammar.h"
 
 namespace mxserve::server {
@@ -92,18 +93,15 @@ std::optional<ApiError> plan_chat_output(const chat::OutputFormats& formats, con
   return std::nullopt;
 }
 
-Result<std::shared_ptr<const structured::Grammar>> tool_call_grammar(const ChatOutputPlan& plan,
-                                                                     chat::ToolCallFormat format,
-                                                                     std::string_view prompt) {
+namespace {
+
+// The grammar request of a plan (the caller sets the reasoning prefix).
+structured::ToolCallGrammarRequest plan_request(const ChatOutputPlan& plan) {
   const chat::ToolSet& tools = *plan.config.tools;
   structured::ToolCallGrammarRequest r;
-  r.syntax = glm_syntax(format);
+  r.syntax = glm_syntax(plan.config.tool_calls);
   const bool named = plan.tool_choice.mode == chat::ToolChoiceMode::kFunction;
   r.max_calls = named || !plan.parallel_tool_calls ? 1 : -1;
-  if (plan.config.reasoning == chat::ReasoningFormat::kNone) r.reasoning = structured::ReasoningPrefix::kNone;
-  else if (chat::prompt_opens_reasoning(prompt)) r.reasoning = structured::ReasoningPrefix::kOpen;
-  else if (ends_with_trimmed(prompt, "</think>")) r.reasoning = structured::ReasoningPrefix::kNone;
-  else r.reasoning = structured::ReasoningPrefix::kOptional;
   for (const std::string& name : tools.names()) {
     if (named && name != plan.tool_choice.function) continue;
     const chat::ToolSet::Definition* d = tools.definition(name);
@@ -121,14 +119,53 @@ Result<std::shared_ptr<const structured::Grammar>> tool_call_grammar(const ChatO
     }
     r.tools.push_back(std::move(t));
   }
+  return r;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const structured::Grammar>> tool_call_grammar(const ChatOutputPlan& plan,
+                                                                     chat::ToolCallFormat format,
+                                                                     std::string_view prompt) {
+  ChatOutputPlan p = plan;
+  p.config.tool_calls = format;
+  structured::ToolCallGrammarRequest r = plan_request(p);
+  if (plan.config.reasoning == chat::ReasoningFormat::kNone) r.reasoning = structured::ReasoningPrefix::kNone;
+  else if (chat::prompt_opens_reasoning(prompt)) r.reasoning = structured::ReasoningPrefix::kOpen;
+  else if (ends_with_trimmed(prompt, "</think>")) r.reasoning = structured::ReasoningPrefix::kNone;
+  else r.reasoning = structured::ReasoningPrefix::kOptional;
   std::vector<std::string> ignored;
   auto g = structured::compile_tool_calls(r, &ignored);
   if (g.is_ok()) warn_ignored_keywords(ignored);
   return g;
 }
 
+// The validator: exactly one call of any tool, no reasoning prefix. Under tool_choice auto a schema the
+// grammar cannot compile leaves calls unchecked (said once in the log); forced calls 400 on it anyway.
+namespace {
+void build_call_validator(ChatOutputPlan* plan) {
+  if (plan->config.tool_calls == chat::ToolCallFormat::kNone || !plan->config.tools || plan->config.tools->empty()) return;
+  ChatOutputPlan any = *plan;
+  any.tool_choice.mode = chat::ToolChoiceMode::kRequired;
+  any.parallel_tool_calls = false;
+  any.config.reasoning = chat::ReasoningFormat::kNone;
+  std::vector<std::string> ignored;
+  auto g = structured::compile_tool_calls(plan_request(any), &ignored);
+  if (g.is_ok()) {
+    plan->call_validator = *g;
+    return;
+  }
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    MX_LOG(kWarn) << "tool calls: arguments are not checked against the tool schemas of some requests ("
+                  << g.status().message() << "); use only the keywords docs/server.md lists to have them checked";
+  });
+}
+}  // namespace
+
 std::optional<ApiError> apply_prompt(ChatOutputPlan* plan, const std::string& prompt, GenerationOptions* gen) {
   plan->config.starts_in_reasoning = chat::prompt_opens_reasoning(prompt);
+  build_call_validator(plan);
   if (!plan->tool_choice.forces_call()) return std::nullopt;
   if (gen->grammar)
     return bad_request(std::string("'tool_choice' ") +
@@ -145,12 +182,56 @@ std::optional<ApiError> apply_prompt(ChatOutputPlan* plan, const std::string& pr
   return std::nullopt;
 }
 
-ChoiceOutput::ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics) : parser_(plan.config), metrics_(metrics) {}
+ChoiceOutput::ChoiceOutput(const ChatOutputPlan& plan, Metrics* metrics)
+    : parser_(plan.config), metrics_(metrics), validator_(plan.call_validator), format_(plan.config.tool_calls),
+      tools_(plan.config.tools) {}
+
+// The call as the grammar's layout writes it (raw text for the parser's raw-string parameters, compact JSON
+// with "</" written "<\/" for the others), run through the validator.
+bool ChoiceOutput::valid_call(const chat::ToolCall& c, std::string* canonical) const {
+  const structured::ToolCallSyntax s = glm_syntax(format_);
+  const OJ args = OJ::parse(c.arguments, nullptr, false);
+  std::string text = s.call_open + c.name + s.after_name;
+  bool parsed = args.is_object();
+  if (parsed)
+    for (const auto& [k, v] : args.items()) {
+      std::string value;
+      if (tools_ && tools_->raw_string(c.name, k) && v.is_string()) {
+        value = v.get<std::string>();
+      } else {
+        value = v.dump();
+        for (size_t i = value.find("</"); i != std::string::npos; i = value.find("</", i + 3)) value.insert(i + 1, "\\");
+      }
+      text += s.key_open + k + s.key_to_value + value + s.value_close + s.after_value;
+    }
+  text += s.call_close;
+  *canonical = text;
+  if (!parsed) return false;
+  structured::Matcher m(validator_);
+  return m.accept(text) && m.can_end();
+}
 
 ChoiceOutput::Delta ChoiceOutput::convert(chat::ParsedDelta p) {
   Delta d;
   d.content = std::move(p.content);
   d.reasoning = std::move(p.reasoning);
+  if (validator_) {  // calls whose arguments break the tools' schemas are not calls
+    std::vector<chat::ToolCall> kept;
+    for (auto& c : p.tool_calls) {
+      std::string canonical;
+      if (valid_call(c, &canonical)) {
+        kept.push_back(std::move(c));
+      } else {
+        d.content += canonical;
+        ++p.malformed_tool_calls;
+        MX_LOG(kDebug) << "tool call " << c.name << ": arguments do not match the tool's schema; returned as content";
+      }
+    }
+    p.tool_calls = std::move(kept);
+  }
+  if (!p.tool_calls.empty()) text_after_calls_ = false;
+  else if (n_calls_ > 0 && !d.content.empty()) text_after_calls_ = true;
+  if (p.truncated_tool_calls > 0) text_after_calls_ = true;
   for (auto& c : p.tool_calls) {
     d.tool_calls.push_back(OJ{{"index", n_calls_++},
                               {"id", make_tool_call_id()},
@@ -159,6 +240,10 @@ ChoiceOutput::Delta ChoiceOutput::convert(chat::ParsedDelta p) {
   }
   if (metrics_) {
     if (!p.tool_calls.empty()) metrics_->add_tool_calls(static_cast<int64_t>(p.tool_calls.size()));
+    if (p.truncated_tool_calls > 0) {  // counted with the parse failures; no markup is returned
+      metrics_->add_malformed_tool_calls(p.truncated_tool_calls);
+      MX_LOG(kDebug) << p.truncated_tool_calls << " tool call(s) cut by the end of the turn dropped";
+    }
     if (p.malformed_tool_calls > 0) {
       metrics_->add_malformed_tool_calls(p.malformed_tool_calls);
       MX_LOG(kDebug) << p.malformed_tool_calls << " malformed tool-call text(s) returned as content";
@@ -177,7 +262,10 @@ ChoiceOutput::Delta ChoiceOutput::feed(const std::string& text) { return convert
 ChoiceOutput::Delta ChoiceOutput::finish() { return convert(parser_.finish()); }
 
 std::string ChoiceOutput::finish_reason(const std::string& engine_reason) const {
-  return n_calls_ > 0 && engine_reason == "stop" ? "tool_calls" : engine_reason;
+  // A turn that ends with complete calls is "tool_calls", also when the last call closed on the last token
+  // max_tokens allowed (forced calls close within the budget); a call cut short stays "length".
+  if (n_calls_ > 0 && (engine_reason == "stop" || (engine_reason == "length" && !text_after_calls_))) return "tool_calls";
+  return engine_reason;
 }
 
 void ChoiceOutput::add_to_stream_delta(const Delta& d, OJ* delta) {

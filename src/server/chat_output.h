@@ -4,7 +4,9 @@
 // so what the grammar accepts parses into valid calls); per choice a
 // ChoiceOutput that turns generated text into content / reasoning_content / tool_calls deltas, numbers
 // the calls (index, id "call_<random>"), maps finish_reason "stop" to "tool_calls" when calls were made,
-// and counts calls and malformed call texts in the metrics. Streaming and non-streaming both go through
+// and counts calls and malformed call texts in the metrics. A parsed call is returned only when its
+// arguments pass the request's call grammar (the schema rules of forced calls; a failing one becomes
+// content, counted malformed); a call cut by the end of the turn is dropped (finish_reason stays "length"). Streaming and non-streaming both go through
 // ChoiceOutput (non-streaming = one chunk), so they agree. The handlers only make thin calls into here.
 #pragma once
 
@@ -29,6 +31,9 @@ struct ChatOutputPlan {
   chat::OutputParserConfig config;
   chat::ToolChoice tool_choice;
   bool parallel_tool_calls = true;  // false: a forced turn has exactly one call
+  // One call of any of the request's tools, checked against each parsed call (tool_choice auto too): a
+  // call whose arguments the grammar rejects is not returned as a call (apply_prompt builds it).
+  std::shared_ptr<const structured::Grammar> call_validator;
 };
 
 // Validates tools / tool_choice of a chat request against the server's formats and fills the plan
@@ -68,9 +73,15 @@ class ChoiceOutput {
  private:
   Delta convert(chat::ParsedDelta p);
 
+  bool valid_call(const chat::ToolCall& c, std::string* canonical) const;
+
   chat::OutputParser parser_;
   Metrics* metrics_;
+  std::shared_ptr<const structured::Grammar> validator_;
+  chat::ToolCallFormat format_;
+  std::shared_ptr<const chat::ToolSet> tools_;
   int n_calls_ = 0;
+  bool text_after_calls_ = false;  // content after the last call, or a call cut by the end of the turn
 };
 
 // "call_" + 24 random alphanumerics.

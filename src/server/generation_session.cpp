@@ -50,7 +50,7 @@ std::optional<ApiError> GenerationSession::submit(const std::vector<ChoiceInput>
           n_open_ = 0;
           return unsupported_field("response_format", "this server has no token index for structured output");
         }
-        spec.constraint = ctx_.model.structured->make(gen_.grammar);  // one state per choice
+        spec.constraint = ctx_.model.structured->make(gen_.grammar, max_tokens);  // one state per choice
       }
       std::shared_ptr<Inbox> inbox = inbox_;
       auto id = engine.submit(std::move(spec), [inbox, k](const runtime::TokenEvent& ev) {

@@ -6,31 +6,11 @@
 
 #include "core/check.h"
 #include "core/hash.h"
+#include "structured/matcher_phases.h"
 
 namespace mxserve::structured {
+using namespace phases;  // NOLINT: the phase names are this file's vocabulary
 namespace {
-
-// Container phases (objects and arrays).
-enum : uint8_t {
-  kOpen = 0,        // expects '{' / '['
-  kAfterOpen = 1,   // ws; a key / an item, or the close
-  kKey = 2,         // object: inside the key
-  kAfterKey = 3,    // object: expects ':'
-  kAfterColon = 4,  // object: ws; the value (b = property index while it runs)
-  kAfterValue = 5,  // ws; ',' or the close
-  kAfterComma = 6,  // ws; a key / an item
-};
-// Tagged object phases (kTagObject).
-enum : uint8_t {
-  kTagBetween = 0,  // a key literal of an unwritten property, or the close literal
-  kTagKey = 1,      // inside key literal b (c bytes matched)
-  kTagValue = 2,    // key b written: its value starts with the next byte
-  kTagClose = 3,    // inside the close literal (c bytes matched)
-};
-// Root frame phases.
-enum : uint8_t { kRootValue = 0, kRootDone = 1 };
-// Number phases.
-enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits };
 
 bool is_ws(uint8_t x) { return x == ' ' || x == '\n'; }
 bool is_digit(uint8_t x) { return x >= '0' && x <= '9'; }
@@ -128,6 +108,7 @@ void Matcher::start(int32_t node, int32_t parent, uint16_t depth, uint8_t x, std
   f.node = node;
   f.depth = static_cast<uint16_t>(depth + (container ? 1 : 0));
   if (n.kind == NodeKind::kLiterals) f.b = static_cast<int32_t>(n.literals.size());
+  if (n.kind == NodeKind::kDfaText) f.phase = 1;
   step(push(f), x, out);
 }
 
@@ -162,8 +143,11 @@ int32_t Matcher::child_done(int32_t parent) {
 bool Matcher::may_complete(const Frame& f) const {
   if (f.node < 0) return false;
   const Node& n = g_->nodes[f.node];
-  if (n.kind == NodeKind::kNumber || n.kind == NodeKind::kInteger)
+  if (n.kind == NodeKind::kInteger || (n.kind == NodeKind::kNumber && n.bounded))
+    return (f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac) && bounds::complete(n, prefix_of(f));
+  if (n.kind == NodeKind::kNumber)
     return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExpDigits;
+  if (n.kind == NodeKind::kDfaText) return f.phase == 1 && g_->dfas[n.dfa]->accept[f.c];
   if (n.kind == NodeKind::kLiterals) return f.c > 0 && static_cast<int32_t>(n.literals[f.a].size()) == f.c;
   if (n.kind == NodeKind::kRepeat) return f.a >= n.min_items;
   return false;
@@ -208,22 +192,74 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
         if (x != '"') return;
         nf.phase = 1;
         nf.c = 0;
+        nf.a = 0;
         emit(nf);
         return;
       }
+      if (n.dfa >= 0) {  // pattern / format: unescaped bytes through the automaton (a = characters)
+        if (x == '"') {
+          if (g_->dfas[n.dfa]->accept[f.c]) out->push_back(child_done(f.parent));
+          return;
+        }
+        const int32_t t = g_->dfas[n.dfa]->step(f.c, x);
+        if (t < 0) return;
+        nf.c = t;
+        emit(nf);
+        return;
+      }
+      const bool char_starts = f.c == 0 || f.c == 8;  // between characters (8: after '<' in tag-safe strings)
+      if (char_starts && x != '"' && n.max_len >= 0 && f.a >= n.max_len) return;
       const int c = string_next(f.c, x);
       if (c < 0) return;
       if (c == string_lexer::kStringEnd) {
-        out->push_back(child_done(f.parent));
+        if (f.a >= n.min_len) out->push_back(child_done(f.parent));
         return;
       }
       nf.c = c;
+      if (char_starts) ++nf.a;
+      emit(nf);
+      return;
+    }
+    case NodeKind::kDfaText: {  // phase 1 always (set by start); c = the automaton state
+      const int32_t t = g_->dfas[n.dfa]->step(f.c, x);
+      if (t < 0) return;
+      Frame nf = f;
+      nf.c = t;
       emit(nf);
       return;
     }
     case NodeKind::kNumber:
     case NodeKind::kInteger: {
       const bool integer = n.kind == NodeKind::kInteger;
+      if (integer || n.bounded) {  // the digit automaton of the bounds (number_bounds.h)
+        bounds::Prefix p = prefix_of(f);
+        Frame nf = f;
+        uint8_t phase = f.phase;
+        if (x == '-' && f.phase == kNumStart) {
+          p.neg = true;
+          phase = kNumMinus;
+        } else if (x == '.' && !integer && (f.phase == kNumZero || f.phase == kNumInt)) {
+          p.dot = true;
+          phase = kNumDot;
+        } else if (is_digit(x) && (f.phase == kNumStart || f.phase == kNumMinus || f.phase == kNumInt)) {
+          if (p.int_digits >= bounds::kMaxDigits) return;
+          p.m = p.m * 10 + (x - '0');
+          ++p.int_digits;
+          phase = (p.int_digits == 1 && x == '0') ? kNumZero : kNumInt;
+        } else if (is_digit(x) && (f.phase == kNumDot || f.phase == kNumFrac)) {
+          if (p.int_digits + p.frac_digits >= bounds::kMaxTotalDigits) return;
+          p.m = p.m * 10 + (x - '0');
+          ++p.frac_digits;
+          phase = kNumFrac;
+        } else {
+          return;
+        }
+        if (!bounds::feasible(n, p)) return;
+        store_prefix(p, &nf);
+        nf.phase = phase;
+        emit(nf);
+        return;
+      }
       Frame nf = f;
       auto go = [&](uint8_t phase, int32_t digits) {
         nf.phase = phase;
@@ -411,16 +447,18 @@ void Matcher::step(int32_t top, uint8_t x, std::vector<int32_t>* out) {
     case NodeKind::kRepeat:
       if (n.max_items < 0 || f.a < n.max_items) start(n.item, top, f.depth, x, out);
       return;
-    case NodeKind::kRawText: {
+    case NodeKind::kRawText: {  // a: characters written (a partly matched delimiter included)
       const int c = raw_lexer::next(f.c, x);
       if (c < 0) return;
       int complete = -1;
       const int32_t delim = delimiter_step(n.literals, f.b, x, &complete);
-      if (complete == 0) out->push_back(child_done(f.parent));  // the terminator
-      if (complete >= 0) return;                                // (or a forbidden literal: dead)
+      if (complete == 0 && f.a - (f.b & 255) >= n.min_len) out->push_back(child_done(f.parent));  // the terminator
+      if (complete >= 0) return;  // (or a forbidden literal: dead)
       Frame nf = f;
       nf.c = c;
       nf.b = delim;
+      if (f.c == 0) ++nf.a;
+      if (n.max_len >= 0 && nf.a - (delim & 255) > n.max_len) return;
       emit(nf);
       return;
     }
@@ -527,8 +565,10 @@ int Matcher::string_mode(std::span<const int32_t> tops) const {
     if (f.node < 0) return -1;
     const NodeKind k = g_->nodes[f.node].kind;
     int mode = -1;
-    if (k == NodeKind::kRawText && f.b == 0 && f.c < 8) mode = 8 + f.c;
-    const bool in_string = (k == NodeKind::kString && f.phase == 1) || (k == NodeKind::kAnyObject && f.phase == kKey);
+    const Node& nd = g_->nodes[f.node];
+    if (k == NodeKind::kRawText && f.b == 0 && f.c < 8 && nd.max_len < 0) mode = 8 + f.c;
+    const bool free_string = k == NodeKind::kString && nd.dfa < 0 && nd.max_len < 0;  // length bounds need the walk
+    const bool in_string = (free_string && f.phase == 1) || (k == NodeKind::kAnyObject && f.phase == kKey);
     if (in_string && f.c < 8) mode = g_->tag_safe_strings ? 16 + f.c : f.c;
     if (mode < 0 || (u >= 0 && mode != u)) return -1;
     u = mode;

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -56,6 +58,12 @@ class Matcher {
   // u. Such a state accepts any run of that mode's plain bytes (token_index.h).
   int string_mode(std::span<const int32_t> tops) const;
 
+  // --- closing (matcher_closing.cpp) ---
+  // The fewest bytes that complete the output from the current state (0 when it can end), and one
+  // byte string of that length that does; nullopt when the state is empty.
+  std::optional<int64_t> min_finish_bytes();
+  std::optional<std::string> shortest_completion();
+
  private:
   int32_t push(const Frame& f);
   void step(int32_t top, uint8_t x, std::vector<int32_t>* out);
@@ -64,6 +72,9 @@ class Matcher {
   int string_next(int c, uint8_t x) const;  // string_lexer::next, with the tag-safe rule
   void step_tag_object(int32_t top, const Frame& f, const Node& n, uint8_t x, std::vector<int32_t>* out);
   bool may_complete(const Frame& f) const;
+  int64_t own_rem(const Frame& f) const;      // fewest bytes that finish frame f's node from its state
+  int64_t stack_finish(int32_t top);          // fewest bytes that finish the whole stack
+  int64_t min_finish(std::span<const int32_t> tops);
   bool stack_can_end(int32_t top);
   void compact();
 

@@ -2,12 +2,15 @@
 // "#/definitions/NAME") compiles each definition once, so recursive schemas become cycles in the node
 // graph. Every keyword is either understood, an annotation (ignored), or an error naming it.
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/check.h"
 #include "structured/grammar.h"
 #include "structured/matcher.h"
+#include "structured/number_bounds.h"
 
 namespace mxserve::structured {
 namespace {
@@ -22,7 +25,9 @@ const std::set<std::string>& annotation_keywords() {
 
 const std::set<std::string>& understood_keywords() {
   static const std::set<std::string> s = {"type",  "properties", "required", "additionalProperties", "items",
-                                          "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
+                                          "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                                          "minLength", "maxLength", "pattern", "format"};
   return s;
 }
 
@@ -174,6 +179,10 @@ class Compiler {
     if (types.empty()) {  // infer from the keywords present
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types = {"object"};
       else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) types = {"array"};
+      else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength") || s.contains("format")) types = {"string"};
+      else if (s.contains("multipleOf")) types = {"integer"};
+      else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
+        types = {"number"};
       else return any_value();
     }
     Node alt = make_node(NodeKind::kAnyOf);
@@ -198,13 +207,140 @@ class Compiler {
     };
     MX_RETURN_IF_ERROR(only_for({"properties", "required", "additionalProperties"}, "object"));
     MX_RETURN_IF_ERROR(only_for({"items", "minItems", "maxItems"}, "array"));
-    if (t == "string") return add(make_node(NodeKind::kString));
-    if (t == "number") return add(make_node(NodeKind::kNumber));
-    if (t == "integer") return add(make_node(NodeKind::kInteger));
+    MX_RETURN_IF_ERROR(only_for({"minLength", "maxLength", "pattern", "format"}, "string"));
+    if (t != "number") MX_RETURN_IF_ERROR(only_for({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}, "integer"));
+    if (t == "string") return compile_string(s, path);
+    if (t == "number" || t == "integer") return compile_number(s, t == "integer", path);
     if (t == "boolean") return literals({"true", "false"});
     if (t == "null") return literals({"null"});
     if (t == "array") return compile_array(s, path);
     return compile_object(s, path);
+  }
+
+  Status length_bounds(const json& s, const std::string& path, int64_t* min_len, int64_t* max_len) {
+    for (const char* key : {"minLength", "maxLength"}) {
+      if (!s.contains(key)) continue;
+      const json& v = s[key];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000)
+        return err(path, "'" + std::string(key) + "' must be an integer in [0, 1000000]");
+      *(std::string(key) == "minLength" ? min_len : max_len) = v.get<int64_t>();
+    }
+    if (*max_len >= 0 && *max_len < *min_len) return err(path, "'maxLength' is below 'minLength'");
+    return Status::ok();
+  }
+
+ public:
+  // The automaton of `pattern` / `format` (empty pattern string: none). Shared with tool raw strings.
+  Result<std::string> string_pattern(const json& s, const std::string& path) {
+    if (s.contains("pattern") && s.contains("format")) return err(path, "'pattern' next to 'format' is not supported");
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) return err(path, "'pattern' must be a string");
+      return s["pattern"].get<std::string>();
+    }
+    if (s.contains("format")) {
+      if (!s["format"].is_string()) return err(path, "'format' must be a string");
+      const std::string f = s["format"].get<std::string>();
+      std::string p = format_pattern(f);
+      if (p.empty())
+        return err(path, "'format': " + json(f).dump() + " is not supported (supported: date-time, date, time, uuid, email, ipv4)");
+      return p;
+    }
+    return std::string();
+  }
+  Result<int32_t> add_dfa(const std::string& pattern, RegexOptions o, const std::string& path) {
+    auto dfa = compile_regex(pattern, o);
+    if (!dfa.is_ok()) return err(path, dfa.status().message());
+    g_->dfas.push_back(*dfa);
+    return static_cast<int32_t>(g_->dfas.size()) - 1;
+  }
+  // A raw-text tool value (no quotes) with the string keywords: kDfaText with pattern / format, else
+  // kRawText up to `terminators[0]` with the length bounds (the caller appends the terminator after a DFA).
+  Result<int32_t> raw_string(const json& s, const std::vector<std::string>& terminators, bool* needs_terminator,
+                             const std::string& path) {
+    int64_t min_len = 0, max_len = -1;
+    if (s.is_object()) MX_RETURN_IF_ERROR(length_bounds(s, path, &min_len, &max_len));
+    std::string pattern;
+    if (s.is_object()) {
+      MX_ASSIGN_OR_RETURN(pattern, string_pattern(s, path));
+    }
+    Node n = make_node(pattern.empty() ? NodeKind::kRawText : NodeKind::kDfaText);
+    n.min_len = min_len;
+    n.max_len = max_len;
+    *needs_terminator = !pattern.empty();
+    if (pattern.empty()) {
+      n.literals = terminators;
+    } else {
+      RegexOptions o;
+      o.text = RegexOptions::Text::kRawText;
+      o.no_close_tag = true;
+      o.min_chars = min_len;
+      o.max_chars = max_len;
+      MX_ASSIGN_OR_RETURN(n.dfa, add_dfa(pattern, o, path));
+    }
+    return add(std::move(n));
+  }
+
+ private:
+  Result<int32_t> compile_string(const json& s, const std::string& path) {
+    Node n = make_node(NodeKind::kString);
+    MX_RETURN_IF_ERROR(length_bounds(s, path, &n.min_len, &n.max_len));
+    MX_ASSIGN_OR_RETURN(std::string pattern, string_pattern(s, path));
+    if (!pattern.empty()) {
+      RegexOptions o;
+      o.no_close_tag = g_->tag_safe_strings;
+      o.min_chars = n.min_len;
+      o.max_chars = n.max_len;
+      MX_ASSIGN_OR_RETURN(n.dfa, add_dfa(pattern, o, path));
+    }
+    return add(std::move(n));
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers, or draft-4 booleans next to
+  // minimum / maximum) and multipleOf (integers).
+  Result<int32_t> compile_number(const json& s, bool integer, const std::string& path) {
+    Node n = make_node(integer ? NodeKind::kInteger : NodeKind::kNumber);
+    auto num = [&](const char* key) -> Result<std::optional<double>> {
+      if (!s.contains(key)) return std::optional<double>();
+      const json& v = s[key];
+      if (v.is_boolean()) return std::optional<double>();
+      if (!v.is_number()) return err(path, "'" + std::string(key) + "' must be a number");
+      return std::optional<double>(v.get<double>());
+    };
+    MX_ASSIGN_OR_RETURN(auto mn, num("minimum"));
+    MX_ASSIGN_OR_RETURN(auto mx, num("maximum"));
+    MX_ASSIGN_OR_RETURN(auto xmn, num("exclusiveMinimum"));
+    MX_ASSIGN_OR_RETURN(auto xmx, num("exclusiveMaximum"));
+    const bool draft4_lo = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean() && s["exclusiveMinimum"].get<bool>();
+    const bool draft4_hi = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean() && s["exclusiveMaximum"].get<bool>();
+    // The tighter of the inclusive and exclusive bound on each side.
+    std::optional<double> lo = mn, hi = mx;
+    bool lo_excl = draft4_lo && mn.has_value(), hi_excl = draft4_hi && mx.has_value();
+    if (xmn && (!lo || *xmn >= *lo)) lo = xmn, lo_excl = true;
+    if (xmx && (!hi || *xmx <= *hi)) hi = xmx, hi_excl = true;
+    if (integer) {
+      constexpr double kSafe = static_cast<double>(kMaxSafeInteger);
+      if (lo) n.int_lo = static_cast<int64_t>(std::max(-kSafe, std::min(kSafe + 1, lo_excl ? std::floor(*lo) + 1 : std::ceil(*lo))));
+      if (hi) n.int_hi = static_cast<int64_t>(std::min(kSafe, std::max(-kSafe - 1, hi_excl ? std::ceil(*hi) - 1 : std::floor(*hi))));
+      if (s.contains("multipleOf")) {
+        const json& m = s["multipleOf"];
+        if (!m.is_number() || m.get<double>() < 1 || m.get<double>() != std::floor(m.get<double>()) || m.get<double>() > kSafe)
+          return err(path, "'multipleOf' must be a positive integer for type 'integer'");
+        n.multiple_of = static_cast<int64_t>(m.get<double>());
+      }
+      if (bounds::min_value_bytes(n) < 0)
+        return err(path, "no integer in JSON's safe range satisfies 'minimum'/'maximum'/'multipleOf'");
+      return add(std::move(n));
+    }
+    if (s.contains("multipleOf")) return err(path, "'multipleOf' is supported for type 'integer' only");
+    if (lo || hi) {
+      n.bounded = true;
+      n.lo = lo ? *lo : -1e300;
+      n.hi = hi ? *hi : 1e300;
+      n.lo_excl = lo_excl;
+      n.hi_excl = hi_excl;
+      if (bounds::min_value_bytes(n) < 0) return err(path, "no number satisfies 'minimum'/'maximum'");
+    }
+    return add(std::move(n));
   }
 
   Result<int32_t> compile_array(const json& s, const std::string& path) {
@@ -292,6 +428,12 @@ Result<int32_t> add_json_schema(Grammar* g, const nlohmann::ordered_json& root, 
   return Compiler(g, root, options).compile_node(schema, path);
 }
 
+Result<int32_t> add_raw_string(Grammar* g, const nlohmann::ordered_json& schema, const std::vector<std::string>& terminators,
+                               bool* needs_terminator, const std::string& path) {
+  const nlohmann::ordered_json root = nlohmann::ordered_json::object();
+  return Compiler(g, root, SchemaOptions{}).raw_string(schema, terminators, needs_terminator, path);
+}
+
 Result<std::shared_ptr<const Grammar>> compile_json_schema(const nlohmann::ordered_json& schema) {
   auto g = std::make_shared<Grammar>();
   MX_ASSIGN_OR_RETURN(g->root, add_json_schema(g.get(), schema, schema, "", SchemaOptions{}));
@@ -337,6 +479,13 @@ namespace mxserve::structured {
 Status Grammar::finalize() {
   const size_t n = nodes.size();
   std::vector<char> productive(n, 0);
+  // The fewest bytes of each number node's values (bounded ones: a digit search, done once here).
+  std::vector<int64_t> number_bytes(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = nodes[i];
+    if (nd.kind == NodeKind::kInteger || (nd.kind == NodeKind::kNumber && nd.bounded)) number_bytes[i] = bounds::min_value_bytes(nd);
+    else if (nd.kind == NodeKind::kNumber) number_bytes[i] = 1;
+  }
   auto set_bit = [](std::array<uint64_t, 4>& s, uint8_t b) { s[b >> 6] |= uint64_t{1} << (b & 63); };
   for (bool changed = true; changed;) {  // fixpoint over cycles ($ref, any value)
     changed = false;
@@ -360,9 +509,17 @@ Status Grammar::finalize() {
           prod = true;
           break;
         case NodeKind::kNumber:
-        case NodeKind::kInteger:
-          set_bit(first, '-');
-          for (uint8_t d = '0'; d <= '9'; ++d) set_bit(first, d);
+        case NodeKind::kInteger: {
+          const bool bounded = nd.kind == NodeKind::kInteger || nd.bounded;
+          if (!bounded || bounds::may_be_negative(nd)) set_bit(first, '-');
+          if (!bounded || bounds::may_be_nonnegative(nd))
+            for (uint8_t d = '0'; d <= '9'; ++d) set_bit(first, d);
+          prod = number_bytes[i] >= 0;
+          break;
+        }
+        case NodeKind::kDfaText:
+          for (int b = 0; b < 256; ++b)
+            if (dfas[nd.dfa]->step(0, static_cast<uint8_t>(b)) >= 0) set_bit(first, static_cast<uint8_t>(b));
           prod = true;
           break;
         case NodeKind::kLiterals:
@@ -421,7 +578,67 @@ Status Grammar::finalize() {
     if (!productive[i] && nodes[i].kind != NodeKind::kAnyOf)
       return invalid_argument("the schema requires a value that can never be completed (a required recursive $ref?)");
   if (!productive[root]) return invalid_argument("the schema matches nothing");
+  compute_min_bytes(number_bytes);
   return Status::ok();
+}
+
+}  // namespace mxserve::structured
+
+namespace mxserve::structured {
+
+void Grammar::compute_min_bytes(const std::vector<int64_t>& number_bytes) {
+  constexpr int64_t kInf = int64_t{1} << 40;
+  for (Node& nd : nodes) nd.min_bytes = kInf;
+  auto mb = [&](int32_t i) { return nodes[i].min_bytes; };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Node& nd : nodes) {
+      int64_t v = kInf;
+      switch (nd.kind) {
+        case NodeKind::kObject: {
+          int64_t sum = 2, req = 0;
+          for (const Property& p : nd.props)
+            if (p.required) sum += static_cast<int64_t>(p.key.size()) + 1 + mb(p.value), ++req;
+          v = sum + std::max<int64_t>(req - 1, 0);
+          break;
+        }
+        case NodeKind::kAnyObject: v = 2; break;
+        case NodeKind::kArray:
+          v = 2 + (nd.min_items > 0 ? nd.min_items * mb(nd.item) + nd.min_items - 1 : 0);
+          break;
+        case NodeKind::kString: v = 2 + (nd.dfa >= 0 ? dfas[nd.dfa]->dist[0] : nd.min_len); break;
+        case NodeKind::kNumber:
+        case NodeKind::kInteger: {
+          v = number_bytes[static_cast<size_t>(&nd - nodes.data())];
+          if (v < 0) v = kInf;
+          break;
+        }
+        case NodeKind::kLiterals:
+          for (const auto& l : nd.literals) v = std::min<int64_t>(v, static_cast<int64_t>(l.size()));
+          break;
+        case NodeKind::kAnyOf:
+          for (int32_t a : nd.alts) v = std::min(v, mb(a));
+          break;
+        case NodeKind::kSequence:
+          v = 0;
+          for (int32_t a : nd.alts) v += mb(a);
+          break;
+        case NodeKind::kRepeat: v = nd.min_items * mb(nd.item); break;
+        case NodeKind::kRawText: v = nd.min_len + static_cast<int64_t>(nd.literals[0].size()); break;
+        case NodeKind::kDfaText: v = dfas[nd.dfa]->dist[0]; break;
+        case NodeKind::kTagObject:
+          v = static_cast<int64_t>(nd.literals[0].size());
+          for (const Property& p : nd.props)
+            if (p.required) v += static_cast<int64_t>(p.key.size()) + mb(p.value);
+          break;
+      }
+      v = std::min(v, kInf);
+      if (v != nd.min_bytes) {
+        nd.min_bytes = v;
+        changed = true;
+      }
+    }
+  }
 }
 
 }  // namespace mxserve::structured

@@ -20,7 +20,9 @@ bool is_edge_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '
 class ToolGrammarBuilder {
  public:
   ToolGrammarBuilder(const ToolCallGrammarRequest& r, std::vector<std::string>* ignored)
-      : r_(r), ignored_(ignored), g_(std::make_shared<Grammar>()) {}
+      : r_(r), ignored_(ignored), g_(std::make_shared<Grammar>()) {
+    g_->tag_safe_strings = true;  // before the values compile: pattern automata exclude "</"
+  }
 
   Result<std::shared_ptr<const Grammar>> run() {
     const ToolCallSyntax& s = r_.syntax;
@@ -61,6 +63,7 @@ class ToolGrammarBuilder {
     g_->json = true;
     g_->leading_ws = false;
     g_->tag_safe_strings = true;
+    g_->close_within_budget = true;
     g_->describe = "tool_calls(" + std::to_string(r_.tools.size()) + " tools" +
                    (r_.max_calls > 0 ? ", at most " + std::to_string(r_.max_calls) : std::string()) + ")";
     MX_RETURN_IF_ERROR(g_->finalize());
@@ -118,18 +121,22 @@ class ToolGrammarBuilder {
   Result<int32_t> value(const ToolSpec& t, const ToolArg& a, const std::string& where) {
     const ToolCallSyntax& s = r_.syntax;
     const std::string end = s.value_close + s.after_value;
-    if (!a.raw_string) {
-      SchemaOptions o;
-      o.lenient = true;
-      o.ignored = ignored_;
-      auto node = add_json_schema(g_.get(), t.parameters, a.schema, where, o);
+    if (!a.raw_string) {  // the same rules as response_format: an unsupported keyword is an error
+      auto node = add_json_schema(g_.get(), t.parameters, a.schema, where, SchemaOptions{});
       if (!node.is_ok()) return invalid_argument(node.status().message());
       return sequence({*node, literal(end)});
     }
     if (a.schema.is_object()) {
       const auto& known = supported_schema_keywords();
-      for (const auto& [k, v] : a.schema.items())
-        if (std::find(known.begin(), known.end(), k) == known.end()) ignore("'" + k + "' at " + where);
+      static const std::set<std::string> not_for_strings = {
+          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items", "minItems",
+          "maxItems", "properties", "required", "additionalProperties"};
+      for (const auto& [k, v] : a.schema.items()) {
+        if (std::find(known.begin(), known.end(), k) == known.end())
+          return invalid_argument("unsupported keyword '" + k + "' at " + where);
+        if (not_for_strings.count(k))
+          return invalid_argument("keyword '" + k + "' does not apply to type 'string' at " + where);
+      }
     }
     std::vector<std::string> choices;
     bool listed = false;
@@ -149,7 +156,9 @@ class ToolGrammarBuilder {
       n.literals = std::move(choices);
       return g_->add(std::move(n));
     }
-    const int32_t raw = raw_text({s.value_close, s.call_close});
+    bool needs_terminator = false;
+    MX_ASSIGN_OR_RETURN(int32_t raw, add_raw_string(g_.get(), a.schema, {s.value_close, s.call_close}, &needs_terminator, where));
+    if (needs_terminator) return sequence({raw, literal(end)});
     if (s.after_value.empty()) return raw;
     return sequence({raw, literal(s.after_value)});
   }

@@ -59,9 +59,11 @@ struct ToolCallGrammarRequest {
 };
 
 // Errors (kInvalidArgument) name the field: a required property the syntax cannot write (a key with '<'
-// or edge whitespace), a schema the compiler rejects structurally, an enum with no string for a raw
-// string. Schema keywords the compiler does not enforce are added to *ignored ("'pattern' at
-// tools[0].function.parameters/properties/q"): the grammar is looser there, never tighter.
+// or edge whitespace), a schema keyword the compiler does not support or a schema it rejects (the same
+// rules as response_format, also on raw-string values: "unsupported keyword 'uniqueItems' at
+// tools[0].function.parameters/properties/q"), an enum with no string for a raw string. *ignored lists the
+// optional properties left out because they cannot be written as keys. The grammar has
+// close_within_budget set (GrammarConstraint closes the calls within max_tokens).
 Result<std::shared_ptr<const Grammar>> compile_tool_calls(const ToolCallGrammarRequest& request,
                                                           std::vector<std::string>* ignored);
 

@@ -3,13 +3,17 @@
 // the last user message, so the test chooses the model output. Covers the GLM-4.5 and GLM-5.1 layouts,
 // the client's stream helper (which assembles tool_calls deltas itself), tool_choice (required / named are
 // grammar-constrained: the returned calls validate under ajv) and 400s.
-// Usage: node openai_tool_calls_test.mjs MXSERVE_ECHO_SERVER REPO_ROOT
+// With MXSERVE (the server binary) also the embedded trained model (models/tiny-glm-trained), MTP off and on:
+// forced calls close within every max_tokens, streamed == not streamed == with MTP (greedy).
+// Usage: node openai_tool_calls_test.mjs MXSERVE_ECHO_SERVER REPO_ROOT [MXSERVE]
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 
-const [binary, root] = process.argv.slice(2);
+import { startTrainedServer } from './start_server.mjs';
+
+const [binary, root, mxserveBinary] = process.argv.slice(2);
 const require = createRequire(path.resolve(root, 'tests/data/package.json'));
 let OpenAI;
 try {
@@ -193,7 +197,117 @@ try {
       response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'x' }] }),
     (e) => e.status === 400 && e.param === 'tool_choice');
   console.log(`openai client: ${forced} forced tool calls validate against their schemas (ajv)`);
+
+  // Issue 34: no broken tool calls. (a) tool_choice auto, a call cut by max_tokens: no half call, no markup,
+  // finish_reason "length", streamed == not streamed.
+  const cutWant = '<think>x</think>Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris in the spring</arg_value>' +
+                  '<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>';
+  // (The echo model occasionally leaves its script on one of two identical requests -- a prefix-cache hit
+  // changes what it sees -- so streamed and non-streamed answers are checked each on its own here; the
+  // trained model below compares them.)
+  let cutInside = 0;
+  const checkCut = (maxTokens, content, calls, finish) => {
+    const what = `max_tokens ${maxTokens}: ${JSON.stringify({ content, calls, finish })}`;
+    if (finish === 'length') {
+      for (const tag of ['<tool_call', '<arg_', '</arg', '</tool']) assert.ok(!content.includes(tag), what);
+      if (calls.length === 0 && content === 'Checking.') ++cutInside;
+    }
+    for (const c of calls) assert.deepEqual(JSON.parse(c.arguments), { city: 'Paris in the spring', days: 3 }, what);
+  };
+  for (let maxTokens = 2; maxTokens <= 40; maxTokens += 2) {
+    const request = { model: 'echo', tools, max_tokens: maxTokens, messages: [{ role: 'user', content: cutWant }] };
+    const r = await streamed(b.client, request);  // asserts no tag in content
+    checkCut(maxTokens, r.content, r.calls, r.finish);
+    const full = await b.client.chat.completions.create(request);
+    const fm = full.choices[0].message;
+    checkCut(maxTokens, fm.content ?? '', (fm.tool_calls ?? []).map((c) => c.function), full.choices[0].finish_reason);
+  }
+  assert.ok(cutInside >= 10, `calls cut inside the markup: ${cutInside}`);
+  // (b) tool_choice auto, arguments that break the schema (an integer beyond JSON's safe range, a string for an
+  // integer): never returned as a call.
+  for (const days of ['123456789012345678', 'three']) {
+    const want = `<think>x</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key><arg_value>${days}</arg_value></tool_call>`;
+    const r = await b.client.chat.completions.create({ model: 'echo', tools, messages: [{ role: 'user', content: want }] });
+    assert.equal(r.choices[0].message.tool_calls, undefined, JSON.stringify(r.choices[0].message));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+  }
+  // (c) forced calls whose free-text value never ends: the grammar keeps enough of max_tokens to close the call,
+  // so every budget gives a valid call (finish_reason "tool_calls"), streamed == not streamed.
+  const endless = '<think>x</think><tool_call>set_alarm<arg_key>hour</arg_key><arg_value>7</arg_value><arg_key>label</arg_key><arg_value>' +
+                  'wake up and go '.repeat(40);
+  for (const maxTokens of [30, 45, 60, 90]) {
+    for (const toolChoice of ['required', { type: 'function', function: { name: 'set_alarm' } }]) {
+      const request = { model: 'echo', tools: allTools, tool_choice: toolChoice, max_tokens: maxTokens,
+                        messages: [{ role: 'user', content: endless }] };
+      const r = await streamed(b.client, request);
+      assert.equal(problem(r.content, r.calls), '', `max_tokens ${maxTokens}: ${JSON.stringify(r)}`);
+      assert.equal(r.finish, 'tool_calls', `max_tokens ${maxTokens}`);
+      const full = await b.client.chat.completions.create(request);
+      assert.ok(full.usage.completion_tokens <= maxTokens);
+      const fullCalls = full.choices[0].message.tool_calls.map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+      assert.equal(problem(full.choices[0].message.content, fullCalls), '', `max_tokens ${maxTokens}: ${JSON.stringify(full.choices[0])}`);
+      assert.equal(full.choices[0].finish_reason, 'tool_calls');
+      // With room to spare the model's own text is kept until the budget closes it.
+      if (maxTokens >= 60) assert.ok(JSON.parse(r.calls[0].arguments).label.startsWith('wake up'), r.calls[0].arguments);
+    }
+  }
+  console.log(`openai client: ${cutInside} auto calls cut by max_tokens dropped cleanly; forced calls close within max_tokens`);
   console.log('openai client: streamed tool calls and reasoning OK');
 } finally {
   for (const s of servers) s.proc.stdin.end();
+}
+
+// The trained model: forced calls with five free-text string arguments (the model never closes them on its
+// own) at several budgets, MTP off and on. Every call that comes back validates; a budget too small for any
+// call gives no call and no markup, finish_reason "length"; greedy outputs agree across streaming and MTP.
+if (mxserveBinary) {
+  const Ajv = require('ajv').default ?? require('ajv');
+  const ajv = new Ajv({ strict: false });
+  const report = { type: 'function', function: { name: 'file_report', parameters: { type: 'object',
+    required: ['city', 'country', 'summary', 'details', 'author', 'days'], properties: {
+      city: { type: 'string' }, country: { type: 'string' }, summary: { type: 'string' }, details: { type: 'string' },
+      author: { type: 'string' }, days: { type: 'integer' }, code: { type: 'string', pattern: '^[A-Z]{3}$' } } } } };
+  const validate = ajv.compile(report.function.parameters);
+  const results = {};
+  for (const [label, extra] of [['plain', []], ['mtp', ['--speculative-algorithm', 'mtp', '--speculative-num-steps', '2']]]) {
+    const { server, base, log } = await startTrainedServer(mxserveBinary, root, extra);
+    try {
+      const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
+      results[label] = {};
+      for (const maxTokens of [48, 120]) {
+        for (const toolChoice of ['required', { type: 'function', function: { name: 'file_report' } }]) {
+          const request = { model: 'tiny', tools: [report], tool_choice: toolChoice, max_tokens: maxTokens, temperature: 0,
+                            messages: [{ role: 'user', content: 'Write the weather report for Paris.' }] };
+          const full = await client.chat.completions.create(request);
+          const m = full.choices[0].message;
+          const calls = (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+          const s = await streamed(client, request);
+          assert.deepEqual(s.calls.map((c) => ({ name: c.name, arguments: c.arguments })), calls, `${label} ${maxTokens}`);
+          assert.equal(s.finish, full.choices[0].finish_reason);
+          assert.ok(full.usage.completion_tokens <= maxTokens);
+          for (const tag of ['<tool_call', '<arg_', '</arg']) assert.ok(!(m.content ?? '').includes(tag), m.content);
+          if (calls.length === 0) {
+            assert.equal(full.choices[0].finish_reason, 'length', `${label} ${maxTokens}: ${JSON.stringify(m)}`);
+            assert.ok(maxTokens < 120, `${label}: max_tokens ${maxTokens} should fit a call`);
+          } else {
+            assert.equal(full.choices[0].finish_reason, 'tool_calls', `${label} ${maxTokens}`);
+            for (const c of calls) {
+              const args = JSON.parse(c.arguments);
+              assert.ok(validate(args), `${label} ${maxTokens} ${c.arguments}: ${ajv.errorsText(validate.errors)}`);
+              assert.ok(Math.abs(args.days) <= Number.MAX_SAFE_INTEGER);
+            }
+          }
+          results[label][`${maxTokens}/${JSON.stringify(toolChoice)}`] = calls;
+        }
+      }
+    } catch (e) {
+      console.error(log().split('\n').slice(-20).join('\n'));
+      throw e;
+    } finally {
+      server.kill('SIGTERM');
+    }
+  }
+  assert.deepEqual(results.mtp, results.plain, 'MTP speculation changes no greedy tool call');
+  const closed = Object.values(results.plain).filter((c) => c.length > 0).length;
+  console.log(`trained model: forced calls closed in ${closed}/${Object.keys(results.plain).length} budgets; MTP == plain`);
 }

@@ -35,3 +35,31 @@ export async function startTinyServer(binary, root, extra = [],
   }
   return { server, base, log: () => log };
 }
+
+// `mxserve serve --model models/tiny-glm-trained` (the embedded trained GLM model: real weights, its own
+// tokenizer, an MTP layer) on an ephemeral port; `extra` adds flags (e.g. MTP speculation). Same return.
+export async function startTrainedServer(binary, root, extra = []) {
+  const server = spawn(binary, [
+    'serve', '--model', path.join(root, 'models/tiny-glm-trained'), '--served-model-name', 'tiny', '--port', '0',
+    '--kv-cache-memory', '256MiB',
+    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
+  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    server.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    server.on('exit', (code) => reject(new Error(`mxserve exited (${code}) before listening:\n${log}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 240000;
+  for (;;) {
+    const r = await fetch(`${base}/health`).catch(() => null);
+    if (r && r.status === 200) break;
+    if (Date.now() > deadline) throw new Error('mxserve never became healthy:\n' + log);
+    await new Promise((res) => setTimeout(res, 200));
+  }
+  return { server, base, log: () => log };
+}

@@ -4,13 +4,14 @@
 // completions endpoint, streaming); every response must parse and validate under ajv (npm), with
 // finish_reason "stop". The model's weights are random, so only schemas whose documents are bounded
 // (no free strings) are sure to end within max_tokens; json_object is checked for its start.
-// Unsupported keywords and fields must be 400s naming them.
+// Unsupported keywords and fields must be 400s naming them. The value keywords (bounds, lengths, pattern,
+// format) go through the official client's .parse() with a zod schema on the embedded trained model.
 // Usage: node structured_output_test.mjs MXSERVE_BINARY REPO_ROOT
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 
-import { startTinyServer } from './start_server.mjs';
+import { startTinyServer, startTrainedServer } from './start_server.mjs';
 
 const [binary, root] = process.argv.slice(2);
 const require = createRequire(path.join(root, 'tests/data/package.json'));
@@ -116,10 +117,12 @@ async function streamed(base) {
 
 async function badRequests(base) {
   const cases = [
-    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } } }, 'pattern'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^(a)\\1$' } } } }, 'backreference'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '(?=a)' } } } }, 'lookaround'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object',
-      properties: { n: { type: 'integer', minimum: 0 } } } } } }, 'minimum'],
-    [{ guided_json: { type: 'string', format: 'date-time' } }, 'format'],
+      properties: { n: { type: 'array', uniqueItems: true } } } } } }, 'uniqueItems'],
+    [{ guided_json: { type: 'integer', minimum: 5, maximum: 4 } }, 'minimum'],
+    [{ guided_json: { type: 'string', format: 'uri' } }, 'format'],
     [{ guided_regex: '[a-z]+' }, 'guided_regex'],
     [{ guided_grammar: 'root ::= "a"' }, 'guided_grammar'],
     [{ structured_outputs: { regex: 'a+' } }, 'structured_outputs.regex'],
@@ -137,6 +140,52 @@ async function badRequests(base) {
   }
   console.log(`${cases.length} bad structured-output requests rejected with 400 naming the culprit`);
 }
+
+// Issue 35: the value keywords typed clients emit (minimum / maximum / exclusive*, multipleOf, minLength /
+// maxLength, pattern, format, minItems / maxItems), through the official client's .parse() with a zod schema
+// (openai/helpers/zod), on the embedded trained model: every parsed object passes zod, greedy and sampled,
+// MTP off and on (greedy: the same object).
+async function zodParse(label, extra) {
+  const OpenAI = require('openai').default ?? require('openai');
+  const { z } = require('zod');
+  const { zodResponseFormat } = require('openai/helpers/zod');
+  const Person = z.object({
+    name: z.string().min(1).max(12),
+    age: z.number().int().min(0).max(120),
+    code: z.string().regex(/^[A-Z]{2}-\d{3}$/),
+    score: z.number().min(0).max(1),
+    lucky: z.number().int().multipleOf(7).gt(0).lt(100),
+    tags: z.array(z.string().max(8)).min(1).max(3),
+    born: z.string().date(),
+    id: z.string().uuid(),
+  });
+  const { server, base, log } = await startTrainedServer(binary, root, extra);
+  try {
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const ask = (temperature, seed) => client.chat.completions.parse({
+      model: 'tiny', messages: [{ role: 'user', content: 'Describe a person as JSON.' }], max_tokens: 400, temperature, seed,
+      response_format: zodResponseFormat(Person, 'person') });
+    const done = await Promise.all([ask(0, 1), ask(1.0, 2), ask(1.0, 3), ask(1.0, 4)]);
+    for (const c of done) {
+      const choice = c.choices[0];
+      assert.equal(choice.finish_reason, 'stop', JSON.stringify(choice.message));
+      assert.ok(choice.message.parsed, JSON.stringify(choice.message));
+      const check = Person.safeParse(choice.message.parsed);
+      assert.ok(check.success, `${choice.message.content}: ${JSON.stringify(check.error?.issues)}`);
+    }
+    console.log(`${label}: zod .parse() x${done.length} on the trained model: ${done[0].choices[0].message.content}`);
+    return done[0].choices[0].message.content;
+  } catch (e) {
+    console.error(log().split('\n').slice(-30).join('\n'));
+    throw e;
+  } finally {
+    server.kill('SIGTERM');
+  }
+}
+
+const greedyPlain = await zodParse('plain', []);
+const greedyMtp = await zodParse('mtp', ['--speculative-algorithm', 'mtp', '--speculative-num-steps', '2']);
+assert.equal(greedyMtp, greedyPlain, 'MTP speculation changes no greedy structured output');
 
 for (const [label, extra] of [['plain', []], ['mtp', ['--speculative-algorithm', 'mtp', '--speculative-num-steps', '2']]]) {
   const { server, base, log } = await startServer(extra);

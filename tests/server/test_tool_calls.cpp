@@ -292,11 +292,12 @@ TEST(ToolCallsE2E, MalformedCallIsContentAndCounted) {
   EXPECT_FALSE(c["message"].contains("tool_calls"));
   EXPECT_EQ(c["finish_reason"], "stop");
   EXPECT_EQ(metric(s, "mxserve:tool_call_parse_failures_total"), before + 2);  // non-streaming + streaming
-  // An unclosed call (cut by max_tokens) too.
+  // An unclosed call (cut by max_tokens) is counted too, but dropped: no half call, no markup (issue 34).
   json cut = both_ways(s, chat_body("<think>x</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris and more",
                                     {{"tools", weather_tools()}, {"max_tokens", 16}}));
   EXPECT_EQ(cut["finish_reason"], "length");
-  EXPECT_TRUE(cut["message"]["content"].get<std::string>().starts_with("<tool_call>get_weather")) << cut.dump();
+  EXPECT_TRUE(cut["message"]["content"].is_null()) << cut.dump();
+  EXPECT_FALSE(cut["message"].contains("tool_calls")) << cut.dump();
   EXPECT_EQ(metric(s, "mxserve:tool_call_parse_failures_total"), before + 4);
 }
 

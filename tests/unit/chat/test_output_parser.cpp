@@ -40,7 +40,8 @@ std::string dump(const ParsedOutput& p) {
   return OJ{{"content", p.content ? OJ(*p.content) : OJ()},
             {"reasoning", p.reasoning ? OJ(*p.reasoning) : OJ()},
             {"calls", calls},
-            {"malformed", p.malformed_tool_calls}}
+            {"malformed", p.malformed_tool_calls},
+            {"truncated", p.truncated_tool_calls}}
       .dump();
 }
 
@@ -122,9 +123,15 @@ TEST(OutputParser, MalformedCallsBecomeContentAndAreCounted) {
   EXPECT_EQ(b.malformed_tool_calls, 1);
   ASSERT_EQ(b.tool_calls.size(), 1u);
   EXPECT_EQ(b.tool_calls[0].name, "get_time");
-  ParsedOutput d = parse_all_ways(c, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par");
-  EXPECT_EQ(d.content.value_or(""), "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par");
-  EXPECT_EQ(d.malformed_tool_calls, 1);
+  // A call the turn never closed (max_tokens): dropped whole, no markup in content, counted as truncated.
+  ParsedOutput d = parse_all_ways(c, "Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par");
+  EXPECT_EQ(d.content.value_or(""), "Let me check.");
+  EXPECT_EQ(d.malformed_tool_calls, 0);
+  EXPECT_EQ(d.truncated_tool_calls, 1);
+  EXPECT_TRUE(d.tool_calls.empty());
+  ParsedOutput d2 = parse_all_ways(c, "<tool_call>get_weather\n<arg_key>ci");
+  EXPECT_FALSE(d2.content.has_value());
+  EXPECT_EQ(d2.truncated_tool_calls, 1);
   ParsedOutput e = parse_all_ways(c, "<tool_call>get_weather<arg_key>city</arg_key>no value</tool_call>");
   EXPECT_EQ(e.malformed_tool_calls, 1);
   // A partial opening tag at the end is plain text.

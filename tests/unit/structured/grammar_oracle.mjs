@@ -126,6 +126,17 @@ const cases = [
   { name: 'map-of-integers', exact: true, schema: { type: 'object', additionalProperties: { type: 'integer' } } },
   { name: 'json_object', exact: true, spec: { json_object: true }, schema: { type: 'object' } },
   { name: 'not-strict', exact: false, schema: { type: 'object', properties: { a: { type: 'string' } } } },
+  // Value keywords (issue 35): bounds, multipleOf, lengths exactly as ajv judges them; patterns soundly (the
+  // grammar writes no escapes inside a pattern string, so it accepts a subset of ajv's strings).
+  { name: 'value-keywords', exact: true, schema: {
+    type: 'object', additionalProperties: false, required: ['n', 's'],
+    properties: {
+      n: { type: 'integer', minimum: -5, maximum: 600 }, s: { type: 'string', minLength: 1, maxLength: 11 },
+      x: { type: 'number', exclusiveMinimum: -1, maximum: 3.25 }, m: { type: 'integer', multipleOf: 3 },
+    } } },
+  { name: 'patterns', exact: false, schema: {
+    type: 'object', additionalProperties: false, required: ['p'],
+    properties: { p: { type: 'string', pattern: '^[a-z]+( [a-z]+)*$' }, q: { type: 'string', pattern: 'o' } } } },
 ];
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mxserve-grammar-oracle-'));

@@ -57,8 +57,8 @@ TEST(StructuredSchema, ErrorsNameTheKeyword) {
     auto g = compile_json_schema(OJ::parse(text));
     return g.is_ok() ? std::string("ok") : g.status().message();
   };
-  EXPECT_NE(err(R"({"type":"string","pattern":"^a"})").find("unsupported keyword 'pattern' at /"), std::string::npos);
-  EXPECT_NE(err(R"({"type":"object","properties":{"a":{"type":"integer","minimum":0}}})").find("'minimum' at /properties/a"),
+  EXPECT_NE(err(R"({"type":"array","uniqueItems":true})").find("unsupported keyword 'uniqueItems' at /"), std::string::npos);
+  EXPECT_NE(err(R"({"type":"object","properties":{"a":{"type":"integer","not":{}}}})").find("'not' at /properties/a"),
             std::string::npos);
   EXPECT_NE(err(R"({"type":"object","required":["b"],"properties":{"a":{}}})").find("required property \"b\""),
             std::string::npos);

@@ -181,11 +181,38 @@ TEST(ToolCallGrammar, ReasoningPrefixes) {
   EXPECT_FALSE(full_match(open, call47("get_time", {}))) << "the prompt opened a think block: it must close";
 }
 
-TEST(ToolCallGrammar, ErrorsAndIgnoredKeywords) {
+TEST(ToolCallGrammar, ErrorsAndUnsupportedKeywords) {
   std::vector<std::string> ignored;
   compile(request(Layout::kGlm45), &ignored);
-  ASSERT_EQ(ignored.size(), 1u);
-  EXPECT_EQ(ignored[0], "'minLength' at tools[2].function.parameters/properties/port");
+  EXPECT_TRUE(ignored.empty());  // minLength is enforced now
+  // Tool schemas follow response_format's rules: an unsupported keyword is an error naming it, a numeric
+  // keyword on a raw string too, and the value keywords are enforced on raw text.
+  {
+    ToolCallGrammarRequest bad = request(Layout::kGlm45, "get_weather");
+    bad.tools[0].args[0].schema = OJ{{"type", "string"}, {"minimum", 0}};
+    auto be = compile_tool_calls(bad, nullptr);
+    ASSERT_FALSE(be.is_ok());
+    EXPECT_NE(be.status().message().find("'minimum' does not apply to type 'string'"), std::string::npos);
+    ToolCallGrammarRequest pat = request(Layout::kGlm47, "get_weather", 1);
+    pat.tools[0].args[0].schema = OJ{{"type", "string"}, {"pattern", "^[A-Z][a-z]+$"}, {"maxLength", 6}};
+    auto g = compile(pat);
+    const std::string head = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>";
+    EXPECT_TRUE(full_match(g, head + "Paris</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "paris</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "Parisss</arg_value></tool_call>"));
+    EXPECT_FALSE(full_match(g, head + "</arg_value></tool_call>"));
+  }
+  for (bool raw : {true, false}) {
+    ToolCallGrammarRequest bad = request(Layout::kGlm45, "get_weather");
+    bad.tools[0].args[0].schema = raw ? OJ{{"type", "string"}, {"contentEncoding", "base64"}}
+                                      : OJ{{"type", "array"}, {"uniqueItems", true}};
+    bad.tools[0].args[0].raw_string = raw;
+    auto be = compile_tool_calls(bad, nullptr);
+    ASSERT_FALSE(be.is_ok());
+    EXPECT_NE(be.status().message().find(raw ? "'contentEncoding' at tools[0].function.parameters/properties/city"
+                                             : "'uniqueItems' at tools[0].function.parameters/properties/city"),
+              std::string::npos) << be.status().message();
+  }
 
   ToolCallGrammarRequest r = request(Layout::kGlm45, "get_weather");
   r.tools[0].args.push_back({" bad", OJ{{"type", "string"}}, true, true});
@@ -334,6 +361,51 @@ TEST(ToolCallGrammar, RawTextMaskIsFastOnTheQwen3Vocabulary) {
   const double jms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count() / 5;
   EXPECT_EQ(mask, testing::brute_force_mask(j.matcher(), *ix)) << "inside a JSON string argument";
   std::printf("JSON-string-argument mask at %lld tokens: %.2f ms per step\n", static_cast<long long>(ix->vocab_size()), jms);
+}
+
+
+// Budget closing (issue 34): with max_tokens known, a forced call completes within it whatever the model
+// prefers -- here a sampler that never closes anything voluntarily (long tokens, never the end). Without a
+// budget the same sampler leaves calls open.
+TEST(ToolCallGrammar, BudgetClosingCompletesWithinMaxTokens) {
+  auto ix = TokenIndex::build(glm_vocab(), 512);
+  int open_without_budget = 0;
+  for (Layout layout : {Layout::kGlm45, Layout::kGlm47}) {
+    auto g = compile(request(layout, "", 1));
+    for (int64_t max_tokens : {0, 24, 40, 80}) {
+      std::mt19937_64 rng(static_cast<uint64_t>(max_tokens) * 31 + 1);
+      for (int w = 0; w < 6; ++w) {
+        GrammarConstraint c(g, ix, max_tokens);
+        std::vector<uint32_t> mask(static_cast<size_t>(ix->words()));
+        std::string text;
+        const int64_t steps = max_tokens > 0 ? max_tokens : 40;
+        for (int64_t s = 0; s < steps; ++s) {
+          c.fill_allowed(mask);
+          std::vector<int32_t> allowed, long_ones, no_close;
+          for (int32_t t = 0; t < ix->vocab_size(); ++t)
+            if (runtime::mask_has(mask, t)) allowed.push_back(t);
+          if (allowed.empty()) break;
+          // Avoid every token that holds a '<' (the closing tags) while anything else is allowed.
+          for (int32_t t : allowed)
+            if (ix->bytes(t)->find('<') == std::string::npos) no_close.push_back(t);
+          const auto& pool = no_close.empty() ? allowed : no_close;
+          for (int32_t t : pool)
+            if (t >= 256) long_ones.push_back(t);
+          const auto& pick = !long_ones.empty() && rng() % 4 != 0 ? long_ones : pool;
+          const int32_t t = pick[std::uniform_int_distribution<size_t>(0, pick.size() - 1)(rng)];
+          ASSERT_TRUE(c.accept(t));
+          text += *ix->bytes(t);
+        }
+        if (max_tokens == 0) {
+          open_without_budget += c.complete() ? 0 : 1;
+          continue;
+        }
+        ASSERT_TRUE(c.complete()) << "max_tokens " << max_tokens << ": " << text;
+        expect_valid_calls(text, layout, false);
+      }
+    }
+  }
+  EXPECT_GT(open_without_budget, 0);  // the sampler does keep calls open when nothing closes them
 }
 
 }  // namespace
