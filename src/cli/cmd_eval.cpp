@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/command_table.h"
 #include "cli/eval_common.h"
 #include "eval/logit_metrics.h"
 
@@ -17,18 +18,7 @@ namespace mxserve::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mxserve eval perplexity --model DIR --text FILE [--tokenizer DIR] [--backend cpu|cuda] [--window W]\n"
-    "                               [--stride S] [--max-tokens N] [--quantization mxfp4|fp8-block|...]\n"
-    "                               [--kv-cache-dtype auto|fp8_e4m3] [--json FILE]\n"
-    "       mxserve eval compare --model DIR --text FILE [--model-b DIR] [--quantization SCHEME (for B)]\n"
-    "                               [--kv-cache-dtype fp8_e4m3 (for B)] [--backend X] [--backend-b Y]\n"
-    "                               [--window W] [--max-tokens N] [--json FILE]\n"
-    "       mxserve eval compare --model CONFIG.json --synthetic-weights [--num-layers N] --random-tokens N\n"
-    "                               --kv-cache-dtype fp8_e4m3 [--backend X] [--window W]   (long synthetic contexts)\n"
-    "       mxserve eval acceptance --model DIR --text FILE --speculative-num-steps N [--speculative-eagle-topk K\n"
-    "                               --speculative-num-draft-tokens M] [--prompts P] [--prompt-len L] [--gen-tokens G]\n"
-    "       mxserve eval tasks --base-url URL --data FILE.jsonl --task gsm8k|multiple-choice [--model NAME]\n"
-    "                               [--concurrency C] [--max-tokens N] [--output FILE.jsonl] [--json FILE]";
+    "usage: mxserve eval perplexity|compare|acceptance|tasks [flags] (`mxserve eval SUBCOMMAND --help` lists them)";
 
 Status write_json(const Args& args, const nlohmann::ordered_json& j) {
   if (!args.has("--json")) return Status::ok();
@@ -56,7 +46,8 @@ int eval_perplexity(int argc, char** argv) {
                                        "--max-tokens", "--quantization", "--kv-cache-dtype", "--json"}, {});
   if (!args.is_ok()) return eval_fail(args.status());
   if (!args->has("--model") || !args->has("--text") || !args->positional().empty())
-    return eval_fail(invalid_argument(kUsage));
+    return eval_fail(invalid_argument("eval perplexity needs --model DIR and --text FILE (and no positional "
+                                      "argument; `mxserve eval perplexity --help` lists the flags)"));
   auto kv_dtype = kv_cache_dtype_flag(*args);
   if (!kv_dtype.is_ok()) return eval_fail(kv_dtype.status());
   const std::string dir = *args->get("--model");
@@ -97,7 +88,8 @@ int eval_compare(int argc, char** argv) {
                           {"--synthetic-weights"});
   if (!args.is_ok()) return eval_fail(args.status());
   if (!args->has("--model") || args->has("--text") == args->has("--random-tokens") || !args->positional().empty())
-    return eval_fail(invalid_argument(kUsage));
+    return eval_fail(invalid_argument("eval compare needs --model DIR and one of --text FILE or --random-tokens N "
+                                      "(`mxserve eval compare --help` lists the flags)"));
   // Synthetic weights (--model is a config.json): only the KV cache or the backend can differ between A and B.
   const bool synthetic = args->has("--synthetic-weights");
   if (synthetic && (args->has("--model-b") || args->has("--quantization")))
@@ -211,10 +203,13 @@ int cmd_eval(int argc, char** argv) {
   if (sub == "acceptance") return eval_acceptance(argc - 1, argv + 1);
   if (sub == "tasks") return eval_tasks(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
-    std::printf("%s\n", kUsage);
+    print_command_help(*find_command_help("eval"), stdout);
     return 0;
   }
-  return eval_fail(invalid_argument("eval: unknown subcommand '" + sub + "'\n" + kUsage));
+  const std::string near = nearest_name(sub, {"perplexity", "compare", "acceptance", "tasks"});
+  return eval_fail(invalid_argument("eval: unknown subcommand '" + sub + "' (" +
+                                    (near.empty() ? "" : "did you mean " + near + "? ") +
+                                    "`mxserve eval --help` lists them)"));
 }
 
 }  // namespace mxserve::cli

@@ -18,6 +18,7 @@
 #include "runtime/sequence_runner.h"
 #include "cli/graph_flags.h"
 #include "cli/runs.h"
+#include "launch/model_path.h"
 #include "cli/spec_flags.h"
 #include "cli/parallel_flags.h"
 
@@ -63,6 +64,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   opt.chunk_size = *cs;
   opt.max_rel_l2 = *tol;
   const std::string dir = args->positional()[0];
+  if (Status st = launch::check_model_path(dir, "fixture directory"); !st.is_ok()) return fail(st);
   launch::LaunchConfig lc;
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer

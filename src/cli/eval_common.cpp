@@ -1,4 +1,5 @@
 #include "cli/eval_common.h"
+#include "launch/model_path.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,7 @@ EvalModel::~EvalModel() {
 Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const std::string& quantization,
                                                    backend::Backend& be, bool load_mtp,
                                                    const EvalModelOptions& options) {
+  if (!options.synthetic) MX_RETURN_IF_ERROR(launch::check_model_path(dir));
   auto em = std::make_unique<EvalModel>();
   std::string path = dir;
   em->precision = options.synthetic ? "synthetic" : "checkpoint";
