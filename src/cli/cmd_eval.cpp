@@ -65,10 +65,10 @@ int eval_perplexity(int argc, char** argv) {
   if (!max_tokens.is_ok()) return eval_fail(max_tokens.status());
   auto ids = text_file_ids(*args->get("--text"), args->get_or("--tokenizer", dir), *max_tokens, cfg.vocab_size);
   if (!ids.is_ok()) return eval_fail(ids.status());
-  auto p = eval::sliding_perplexity(*(*m)->model, **be, *ids, *window, *stride, [](int64_t done, int64_t total) {
-    std::fprintf(stderr, "\r%lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
-  });
-  std::fprintf(stderr, "\n");
+  ProgressLine progress("tokens");
+  auto p = eval::sliding_perplexity(*(*m)->model, **be, *ids, *window, *stride,
+                                    [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
   if (!p.is_ok()) return eval_fail(p.status());
   std::printf("perplexity %.4f over %lld tokens (window %lld, stride %lld; model %s, precision %s, backend %s)\n",
               p->value(), static_cast<long long>(p->tokens), static_cast<long long>(*window),
@@ -153,6 +153,7 @@ int eval_compare(int argc, char** argv) {
   double nll[2] = {0, 0};
   int64_t scored = 0;
   const int64_t N = static_cast<int64_t>(ids->size());
+  ProgressLine progress("tokens");
   for (int64_t begin = 0; begin + 1 < N; begin += *window) {  // non-overlapping windows
     std::vector<int32_t> w(ids->begin() + begin, ids->begin() + std::min(begin + *window, N));
     auto la = eval::all_logits(*(*a)->model, *be_a, w);
@@ -169,10 +170,9 @@ int eval_compare(int argc, char** argv) {
         ++scored;
       }
     }
-    std::fprintf(stderr, "\r%lld/%lld tokens", static_cast<long long>(std::min(begin + *window, N)),
-                 static_cast<long long>(N));
+    progress.update(std::min(begin + *window, N), N);
   }
-  std::fprintf(stderr, "\n");
+  progress.finish();
   const double ppl_a = std::exp(nll[0] / std::max<int64_t>(scored, 1)), ppl_b = std::exp(nll[1] / std::max<int64_t>(scored, 1));
   const char* kv_b = kvcache::kv_cache_dtype_name(*kv_dtype_b);
   std::printf("A: %s (%s, %s, kv auto)\nB: %s (%s, %s, kv %s)\n", dir_a.c_str(), (*a)->precision.c_str(),

@@ -2,6 +2,7 @@
 #include "launch/model_path.h"
 
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,25 @@
 #include "tokenizer/tokenizer.h"
 
 namespace mxserve::cli {
+
+ProgressLine::ProgressLine(const char* unit) : unit_(unit), tty_(isatty(STDERR_FILENO) == 1) {}
+
+void ProgressLine::update(int64_t done, int64_t total) {
+  if (tty_) {
+    std::fprintf(stderr, "\r%lld/%lld %s", static_cast<long long>(done), static_cast<long long>(total), unit_);
+    printed_ = true;
+    return;
+  }
+  const int64_t tenth = total > 0 ? done * 10 / total : 10;
+  if (tenth == last_tenth_) return;
+  last_tenth_ = tenth;
+  std::fprintf(stderr, "%lld/%lld %s\n", static_cast<long long>(done), static_cast<long long>(total), unit_);
+}
+
+void ProgressLine::finish() {
+  if (tty_ && printed_) std::fprintf(stderr, "\n");
+  printed_ = false;
+}
 
 int eval_fail(const Status& s, int code) {
   std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
