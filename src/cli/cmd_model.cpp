@@ -313,6 +313,11 @@ int cmd_inspect(int argc, char** argv) {
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1) return fail(invalid_argument("usage: mxserve inspect DIR|FILE.safetensors"));
   const std::string path = args->positional()[0];
+  // A missing path, a hub id or a file that is not a .safetensors: say which (a directory without config.json is
+  // fine here: its tensors are listed without the precision map's layer count).
+  const bool safetensors_file = path.size() > 12 && path.substr(path.size() - 12) == ".safetensors";
+  if (!io::is_directory(path) && !safetensors_file)
+    if (Status st = launch::check_model_path(path, "inspect"); !st.is_ok()) return fail(st);
   auto ckpt = io::Checkpoint::open(path);
   if (!ckpt.is_ok()) return fail(ckpt.status());
   int64_t n_layers = -1;
