@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/nearest_name.h"
+
 namespace mxserve::cli {
 
 struct FlagHelp {
@@ -35,10 +37,9 @@ const CommandHelp* find_command_help(const std::string& name);
 void print_usage(FILE* out);                           // the top-level command list
 void print_command_help(const CommandHelp& c, FILE* out);
 
-// Levenshtein distance, and the candidate nearest to `word` when it is close enough to be a likely typo
-// (distance <= max(2, |word| / 3)); "" when none is.
-size_t edit_distance(const std::string& a, const std::string& b);
-std::string nearest_name(const std::string& word, const std::set<std::string>& candidates);
+// Typo hints (core/nearest_name.h): the flag or command the user probably meant.
+using mxserve::edit_distance;
+using mxserve::nearest_name;
 
 // The command being run (set by main: "generate", "eval"); Args::parse joins it with its argv[0] to find the entry
 // ("eval" + "perplexity" -> "eval perplexity").
