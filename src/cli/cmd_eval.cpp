@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/command_table.h"
 #include "cli/eval_common.h"
+#include "launch/model_path.h"
 #include "eval/logit_metrics.h"
 
 namespace mxserve::cli {
@@ -102,6 +103,9 @@ int eval_compare(int argc, char** argv) {
   auto kv_dtype_b = kv_cache_dtype_flag(*args);
   if (!kv_dtype_b.is_ok()) return eval_fail(kv_dtype_b.status());
   const std::string dir_a = *args->get("--model"), dir_b = args->get_or("--model-b", dir_a);
+  if (!synthetic)  // both paths checked before either model is loaded, each named by its flag
+    for (const auto& [flag, dir] : {std::pair<std::string, std::string>{"--model", dir_a}, {"--model-b", dir_b}})
+      if (Status st = launch::check_model_path(dir, flag); !st.is_ok()) return eval_fail(st);
   const std::string backend_a = args->get_or("--backend", "cpu"), backend_b = args->get_or("--backend-b", backend_a);
   const std::string quant_b = args->get_or("--quantization", "");
   if (dir_a == dir_b && backend_a == backend_b && (quant_b.empty() || quant_b == "none") &&
