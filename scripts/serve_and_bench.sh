@@ -2,7 +2,9 @@
 # The main job on the embedded default: serve models/tiny-glm-trained (a 6M-parameter GLM-4.5-architecture MoE
 # with its MTP layer, trained on the Brown corpus, its own byte-level BPE tokenizer and the GLM-4.5 chat
 # template; tools/train_tiny_glm/) on the CPU, show one chat request and its English reply, then run a short
-# `mxserve bench` sweep against it (shared-prefix workload, 60% cache hits) and stop it.
+# `mxserve bench` sweep against it (shared-prefix workload, 60% cache hits; 15 s of evenly spaced arrivals per
+# rate point, so 15 / 30 / 60 requests: the offered rate is the rate sent, and a sustained rate below it means the
+# server fell behind, not that a handful of Poisson arrivals came early) and stop it.
 # Until that checkpoint is committed it falls back, saying so, to models/tiny-glm4-moe (synthetic weights and the
 # Qwen3 tokenizer: the reply is noise). MODEL_DIR=DIR serves another checkpoint directory (its own tokenizer).
 # Results: out/demo/{serve.log,bench.json,bench_throughput.svg,bench_ttft.svg}.
@@ -51,7 +53,7 @@ echo
 
 "$BIN" bench --base-url "http://127.0.0.1:$PORT" --model "$NAME" --tokenizer "$TOK" \
   --workload shared-prefix --input-len 512 --output-len 32 --cache-hit-rate 0.6 --num-prefix-groups 4 \
-  --sweep 1,2,4 --num-requests 16 --warmup-requests 4 --no-progress \
+  --sweep 1,2,4 --duration 15s --arrival constant --warmup-requests 4 --no-progress \
   --gpus 1 --gpu-hour-price 2.5 --output-json "$OUT/bench.json"
 
 kill -TERM $PID

@@ -1,6 +1,8 @@
 // `mxserve bench` flag parsing (see bench_config.h).
 #include "bench/bench_config.h"
 
+#include "core/nearest_name.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -139,7 +141,15 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
       flags.insert(a);
       continue;
     }
-    if (!kValueFlags.count(a)) return invalid_argument("unknown flag " + a + " (see mxserve bench --help)");
+    if (!kValueFlags.count(a)) {
+      std::set<std::string> known = kValueFlags;
+      known.insert(kBoolFlags.begin(), kBoolFlags.end());
+      for (const auto& [alias, name] : kAliases) known.insert(alias);
+      known.erase("-h");
+      const std::string near = nearest_name(a, known);
+      return invalid_argument("unknown flag " + a + " (" + (near.empty() ? "" : "did you mean " + near + "? ") +
+                              "`mxserve bench --help` lists the flags)");
+    }
     if (!has_value) {
       if (i + 1 >= argc) return invalid_argument(a + ": missing value");
       value = argv[++i];

@@ -1,12 +1,54 @@
 #include "cli/args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+
+#include "cli/command_table.h"
 
 namespace mxserve::cli {
 
+namespace {
+
+// "generate", or "eval perplexity" when a subcommand passes its own argv (argv[0] = "perplexity").
+std::string help_key(int argc, char** argv) {
+  std::string key = current_command();
+  if (argc > 0 && argv[0] != nullptr && key != argv[0] && !key.empty()) key += std::string(" ") + argv[0];
+  if (key.empty() && argc > 0 && argv[0] != nullptr) key = argv[0];
+  return key;
+}
+
+[[noreturn]] void print_help_and_exit(const std::string& key, const std::set<std::string>& value_flags,
+                                      const std::set<std::string>& bool_flags,
+                                      const std::set<std::string>& repeated_flags) {
+  const char* env = std::getenv("MXSERVE_HELP_ACCEPTED_FLAGS");
+  if (env != nullptr && std::strcmp(env, "1") == 0) {
+    std::set<std::string> all = value_flags;
+    all.insert(bool_flags.begin(), bool_flags.end());
+    all.insert(repeated_flags.begin(), repeated_flags.end());
+    for (const auto& f : all)
+      if (f != "--help" && f != "-h") std::printf("%s\n", f.c_str());
+    std::exit(0);
+  }
+  const CommandHelp* c = find_command_help(key);
+  if (c == nullptr) {
+    std::fprintf(stderr, "mxserve %s: no help entry (a bug: add it to src/cli/command_table.cpp)\n", key.c_str());
+    std::exit(1);
+  }
+  print_command_help(*c, stdout);
+  std::fflush(stdout);
+  std::exit(0);
+}
+
+}  // namespace
+
 Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& value_flags,
-                         const std::set<std::string>& bool_flags) {
+                         const std::set<std::string>& bool_flags, const std::set<std::string>& repeated_flags) {
+  // --help first, wherever it is, so `mxserve CMD --bogus --help` still helps.
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
+      print_help_and_exit(help_key(argc, argv), value_flags, bool_flags, repeated_flags);
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -31,10 +73,16 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& val
       }
       a.values_[arg] = value;
     } else {
-      std::string known;
-      for (const auto& f : value_flags) known += " " + f;
-      for (const auto& f : bool_flags) known += " " + f;
-      return invalid_argument("unknown flag " + arg + " (known:" + known + ")");
+      std::set<std::string> known = value_flags;
+      known.insert(bool_flags.begin(), bool_flags.end());
+      known.insert(repeated_flags.begin(), repeated_flags.end());
+      known.erase("--help");
+      const std::string near = nearest_name(arg, known);
+      const std::string key = help_key(argc, argv);
+      std::string msg = "unknown flag " + arg + " (";
+      if (!near.empty()) msg += "did you mean " + near + "? ";
+      msg += known.empty() ? "`mxserve " + key + "` takes no flags)" : "`mxserve " + key + " --help` lists the flags)";
+      return invalid_argument(msg);
     }
   }
   return a;

@@ -51,21 +51,6 @@
 namespace mxserve::cli {
 namespace {
 
-const char* kUsage = R"(usage: mxserve bench-model --config FILE --synthetic-weights [flags]
-  --backend cpu|cuda          (cuda for meaningful numbers; cpu runs tiny configs as a smoke test)
-  --num-layers N              truncate the model (e.g. 2: layer 0 dense, layer 1 MoE)
-  --quantization EXPERTS[:REST]  synthetic precision plan (mxfp4, fp8-block, bf16)
-  --seed N                    synthetic weight seed (0)
-  --batches 1,8,32,64         decode batch sizes
-  --contexts 2048,8192        decode context lengths (tokens cached per sequence)
-  --prefill 1024,8192,20480   prefill chunk sizes (one sequence from position 0)
-  --model-batches 1,8         full decode-step batches (context: the first of --contexts)
-  --block-size N              KV block size (16)
-  --kv-cache-dtype auto|fp8_e4m3  KV cache element type (auto: bf16 on cuda); fp8 halves the K/V bytes read
-  --moe-activation-dtype bf16|fp8_e4m3  MXFP4 experts' prefill GEMMs: bf16 activations or FP8 (W4A8, cuda)
-  --md FILE  --json FILE      write the results
-)";
-
 int fail(const Status& s, int code = 2) {
   std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
   return code;
@@ -190,14 +175,11 @@ int cmd_bench_model(int argc, char** argv) {
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
                            "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype",
                            "--moe-activation-dtype"},
-                          {"--synthetic-weights", "--help"});
+                          {"--synthetic-weights"});
   if (!args.is_ok()) return fail(args.status());
-  if (args->has("--help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
   if (!args->has("--config") || !args->has("--synthetic-weights"))
-    return fail(invalid_argument(std::string("bench-model needs --config FILE --synthetic-weights\n") + kUsage));
+    return fail(invalid_argument("bench-model needs --config FILE --synthetic-weights (`mxserve bench-model --help` "
+                                 "lists the flags)"));
   auto batches = parse_sizes(*args, "--batches", "1,8,32,64");
   auto contexts = parse_sizes(*args, "--contexts", "2048,8192");
   auto prefill = parse_sizes(*args, "--prefill", "1024,8192,20480");

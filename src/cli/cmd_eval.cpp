@@ -10,25 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/command_table.h"
 #include "cli/eval_common.h"
+#include "launch/model_path.h"
 #include "eval/logit_metrics.h"
 
 namespace mxserve::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mxserve eval perplexity --model DIR --text FILE [--tokenizer DIR] [--backend cpu|cuda] [--window W]\n"
-    "                               [--stride S] [--max-tokens N] [--quantization mxfp4|fp8-block|...]\n"
-    "                               [--kv-cache-dtype auto|fp8_e4m3] [--json FILE]\n"
-    "       mxserve eval compare --model DIR --text FILE [--model-b DIR] [--quantization SCHEME (for B)]\n"
-    "                               [--kv-cache-dtype fp8_e4m3 (for B)] [--backend X] [--backend-b Y]\n"
-    "                               [--window W] [--max-tokens N] [--json FILE]\n"
-    "       mxserve eval compare --model CONFIG.json --synthetic-weights [--num-layers N] --random-tokens N\n"
-    "                               --kv-cache-dtype fp8_e4m3 [--backend X] [--window W]   (long synthetic contexts)\n"
-    "       mxserve eval acceptance --model DIR --text FILE --speculative-num-steps N [--speculative-eagle-topk K\n"
-    "                               --speculative-num-draft-tokens M] [--prompts P] [--prompt-len L] [--gen-tokens G]\n"
-    "       mxserve eval tasks --base-url URL --data FILE.jsonl --task gsm8k|multiple-choice [--model NAME]\n"
-    "                               [--concurrency C] [--max-tokens N] [--output FILE.jsonl] [--json FILE]";
+    "usage: mxserve eval perplexity|compare|acceptance|tasks [flags] (`mxserve eval SUBCOMMAND --help` lists them)";
 
 Status write_json(const Args& args, const nlohmann::ordered_json& j) {
   if (!args.has("--json")) return Status::ok();
@@ -56,7 +47,8 @@ int eval_perplexity(int argc, char** argv) {
                                        "--max-tokens", "--quantization", "--kv-cache-dtype", "--json"}, {});
   if (!args.is_ok()) return eval_fail(args.status());
   if (!args->has("--model") || !args->has("--text") || !args->positional().empty())
-    return eval_fail(invalid_argument(kUsage));
+    return eval_fail(invalid_argument("eval perplexity needs --model DIR and --text FILE (and no positional "
+                                      "argument; `mxserve eval perplexity --help` lists the flags)"));
   auto kv_dtype = kv_cache_dtype_flag(*args);
   if (!kv_dtype.is_ok()) return eval_fail(kv_dtype.status());
   const std::string dir = *args->get("--model");
@@ -74,10 +66,10 @@ int eval_perplexity(int argc, char** argv) {
   if (!max_tokens.is_ok()) return eval_fail(max_tokens.status());
   auto ids = text_file_ids(*args->get("--text"), args->get_or("--tokenizer", dir), *max_tokens, cfg.vocab_size);
   if (!ids.is_ok()) return eval_fail(ids.status());
-  auto p = eval::sliding_perplexity(*(*m)->model, **be, *ids, *window, *stride, [](int64_t done, int64_t total) {
-    std::fprintf(stderr, "\r%lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
-  });
-  std::fprintf(stderr, "\n");
+  ProgressLine progress("tokens");
+  auto p = eval::sliding_perplexity(*(*m)->model, **be, *ids, *window, *stride,
+                                    [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
   if (!p.is_ok()) return eval_fail(p.status());
   std::printf("perplexity %.4f over %lld tokens (window %lld, stride %lld; model %s, precision %s, backend %s)\n",
               p->value(), static_cast<long long>(p->tokens), static_cast<long long>(*window),
@@ -97,7 +89,8 @@ int eval_compare(int argc, char** argv) {
                           {"--synthetic-weights"});
   if (!args.is_ok()) return eval_fail(args.status());
   if (!args->has("--model") || args->has("--text") == args->has("--random-tokens") || !args->positional().empty())
-    return eval_fail(invalid_argument(kUsage));
+    return eval_fail(invalid_argument("eval compare needs --model DIR and one of --text FILE or --random-tokens N "
+                                      "(`mxserve eval compare --help` lists the flags)"));
   // Synthetic weights (--model is a config.json): only the KV cache or the backend can differ between A and B.
   const bool synthetic = args->has("--synthetic-weights");
   if (synthetic && (args->has("--model-b") || args->has("--quantization")))
@@ -110,6 +103,9 @@ int eval_compare(int argc, char** argv) {
   auto kv_dtype_b = kv_cache_dtype_flag(*args);
   if (!kv_dtype_b.is_ok()) return eval_fail(kv_dtype_b.status());
   const std::string dir_a = *args->get("--model"), dir_b = args->get_or("--model-b", dir_a);
+  if (!synthetic)  // both paths checked before either model is loaded, each named by its flag
+    for (const auto& [flag, dir] : {std::pair<std::string, std::string>{"--model", dir_a}, {"--model-b", dir_b}})
+      if (Status st = launch::check_model_path(dir, flag); !st.is_ok()) return eval_fail(st);
   const std::string backend_a = args->get_or("--backend", "cpu"), backend_b = args->get_or("--backend-b", backend_a);
   const std::string quant_b = args->get_or("--quantization", "");
   if (dir_a == dir_b && backend_a == backend_b && (quant_b.empty() || quant_b == "none") &&
@@ -161,6 +157,7 @@ int eval_compare(int argc, char** argv) {
   double nll[2] = {0, 0};
   int64_t scored = 0;
   const int64_t N = static_cast<int64_t>(ids->size());
+  ProgressLine progress("tokens");
   for (int64_t begin = 0; begin + 1 < N; begin += *window) {  // non-overlapping windows
     std::vector<int32_t> w(ids->begin() + begin, ids->begin() + std::min(begin + *window, N));
     auto la = eval::all_logits(*(*a)->model, *be_a, w);
@@ -177,10 +174,9 @@ int eval_compare(int argc, char** argv) {
         ++scored;
       }
     }
-    std::fprintf(stderr, "\r%lld/%lld tokens", static_cast<long long>(std::min(begin + *window, N)),
-                 static_cast<long long>(N));
+    progress.update(std::min(begin + *window, N), N);
   }
-  std::fprintf(stderr, "\n");
+  progress.finish();
   const double ppl_a = std::exp(nll[0] / std::max<int64_t>(scored, 1)), ppl_b = std::exp(nll[1] / std::max<int64_t>(scored, 1));
   const char* kv_b = kvcache::kv_cache_dtype_name(*kv_dtype_b);
   std::printf("A: %s (%s, %s, kv auto)\nB: %s (%s, %s, kv %s)\n", dir_a.c_str(), (*a)->precision.c_str(),
@@ -211,10 +207,13 @@ int cmd_eval(int argc, char** argv) {
   if (sub == "acceptance") return eval_acceptance(argc - 1, argv + 1);
   if (sub == "tasks") return eval_tasks(argc - 1, argv + 1);
   if (sub == "--help" || sub == "-h") {
-    std::printf("%s\n", kUsage);
+    print_command_help(*find_command_help("eval"), stdout);
     return 0;
   }
-  return eval_fail(invalid_argument("eval: unknown subcommand '" + sub + "'\n" + kUsage));
+  const std::string near = nearest_name(sub, {"perplexity", "compare", "acceptance", "tasks"});
+  return eval_fail(invalid_argument("eval: unknown subcommand '" + sub + "' (" +
+                                    (near.empty() ? "" : "did you mean " + near + "? ") +
+                                    "`mxserve eval --help` lists them)"));
 }
 
 }  // namespace mxserve::cli

@@ -19,6 +19,7 @@
 #include "runtime/sequence_runner.h"
 #include "cli/graph_flags.h"
 #include "cli/runs.h"
+#include "launch/model_path.h"
 #include "cli/spec_flags.h"
 #include "cli/parallel_flags.h"
 
@@ -62,6 +63,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   opt.chunk_size = *cs;
   opt.max_rel_l2 = *tol;
   const std::string dir = args->positional()[0];
+  if (Status st = launch::check_model_path(dir, "fixture directory"); !st.is_ok()) return fail(st);
   launch::LaunchConfig lc;
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
@@ -308,6 +310,11 @@ int cmd_inspect(int argc, char** argv) {
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1) return fail(invalid_argument("usage: mxserve inspect DIR|FILE.safetensors"));
   const std::string path = args->positional()[0];
+  // A missing path, a hub id or a file that is not a .safetensors: say which (a directory without config.json is
+  // fine here: its tensors are listed without the precision map's layer count).
+  const bool safetensors_file = path.size() > 12 && path.substr(path.size() - 12) == ".safetensors";
+  if (!io::is_directory(path) && !safetensors_file)
+    if (Status st = launch::check_model_path(path, "inspect"); !st.is_ok()) return fail(st);
   auto ckpt = io::Checkpoint::open(path);
   if (!ckpt.is_ok()) return fail(ckpt.status());
   int64_t n_layers = -1;

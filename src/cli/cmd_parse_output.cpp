@@ -16,18 +16,9 @@
 namespace mxserve::cli {
 namespace {
 
-const char* kUsage = R"(usage: mxserve parse-output --parser glm45|glm47 [--tools FILE] [--chunk-size N]
-                            [--starts-in-reasoning] [--reasoning-parser glm45|none] FILE
-  FILE                    model output text ('-' = stdin)
-  --parser NAME           tool-call format: glm45 (GLM-4.5/4.6) or glm47 (GLM-4.7/5.x); none = no tool calls
-  --reasoning-parser NAME <think> handling: glm45 (default) or none
-  --tools FILE            an OpenAI `tools` array (JSON): names are checked, arguments converted by the schemas
-  --chunk-size N          feed N bytes at a time through the streaming parser (default: all at once)
-  --starts-in-reasoning   the prompt ended inside <think> (GLM-4.7/5.x generation prompts with thinking on)
-)";
-
 int fail(const std::string& message) {
-  std::fprintf(stderr, "error: %s\n\n%s", message.c_str(), kUsage);
+  const bool names_help = message.find("--help") != std::string::npos;
+  std::fprintf(stderr, "error: %s%s\n", message.c_str(), names_help ? "" : " (`mxserve parse-output --help` lists the flags)");
   return 2;
 }
 
@@ -49,11 +40,6 @@ bool read_file(const std::string& path, std::string* out) {
 }  // namespace
 
 int cmd_parse_output(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
   auto args = Args::parse(argc, argv, {"--parser", "--tools", "--chunk-size", "--reasoning-parser"},
                           {"--starts-in-reasoning"});
   if (!args.is_ok()) return fail(args.status().message());

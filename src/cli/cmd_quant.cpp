@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "cli/args.h"
+#include "launch/model_path.h"
 #include "cli/commands.h"
 #include "model/causal_lm.h"
 #include "eval/logit_metrics.h"
@@ -75,7 +76,8 @@ int cmd_compare(int argc, char** argv) {
   Status st;
   std::vector<char*> rest = take_repeated(argc, argv, "--model", models, st);
   if (!st.is_ok()) return fail(st);
-  auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), {"--prompts", "--text", "--backend"}, {});
+  auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), {"--prompts", "--text", "--backend"}, {},
+                          {"--model"});
   if (!args.is_ok()) return fail(args.status());
   if (models.size() != 2 || !args->positional().empty())
     return fail(invalid_argument("usage: mxserve compare --model A --model B --prompts FILE [--text FILE] [--backend cpu|cuda]"));
@@ -93,6 +95,7 @@ int cmd_compare(int argc, char** argv) {
   if (!be.is_ok()) return fail(be.status());
   std::unique_ptr<model::CausalLM> m[2];
   for (int i = 0; i < 2; ++i) {
+    if (Status mp = launch::check_model_path(models[i]); !mp.is_ok()) return fail(mp);
     auto r = model::load_causal_lm(models[i], **be, model::LoadOptions{.load_mtp = false});
     if (!r.is_ok()) return fail(r.status());
     m[i] = std::move(r).value();
@@ -147,7 +150,7 @@ int cmd_quantize(int argc, char** argv) {
   if (!st.is_ok()) return fail(st);
   auto args = Args::parse(static_cast<int>(rest.size()), rest.data(),
                           {"--in", "--out", "--scheme", "--scale-rule", "--mtp-layer", "--shard-size-mb"},
-                          {"--quantize-shared-experts"});
+                          {"--quantize-shared-experts"}, {"--exclude"});
   if (!args.is_ok()) return fail(args.status());
   if (!args->positional().empty())
     return fail(invalid_argument("usage: mxserve quantize --in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor "

@@ -15,89 +15,12 @@
 #include "cli/spec_flags.h"
 #include "cli/parallel_flags.h"
 #include "core/logging.h"
+#include "launch/model_path.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 
 namespace mxserve::cli {
 namespace {
-
-const char* kUsage = R"(usage: mxserve serve (--model DIR | --config FILE --synthetic-weights) [flags]
-
-model:
-  --model DIR                  checkpoint directory (config.json + safetensors); tokenizer files too
-  --config FILE                a config.json (or its directory), with --synthetic-weights
-  --synthetic-weights          deterministic random weights instead of a checkpoint
-  --num-layers N               override num_hidden_layers (synthetic weights)
-  --seed N                     synthetic weight seed (0)
-  --quantization EXPERTS[:REST]  synthetic weights' precision plan, each mxfp4|fp8-block|bf16
-                               (e.g. mxfp4:fp8-block: MXFP4 routed experts, FP8 other projections)
-  --tokenizer DIR              tokenizer.json + tokenizer_config.json (default: the model directory)
-  --backend cpu|cuda           (cpu)
-  --moe-tuning-dir DIR         MoE kernel tables (*.json from `mxserve tune-moe`) added to, and overriding, the
-                               ones built in from configs/moe/ (docs/cuda.md "MXFP4 MoE: tuned tables and selection")
-server:
-  --host ADDR                  (127.0.0.1; 0.0.0.0 for all interfaces)
-  --port N                     (8000)
-  --served-model-name NAME     the model id clients send (default: the --model/--config path)
-  --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*
-  --max-request-body-bytes N   decoded request bodies larger than this get a 413 (8MiB)
-  --http-threads N             requests handled at once; idle or slow connections hold no thread (2048)
-  --max-connections N          open connections; beyond, the longest-waiting idle one is closed (8192)
-  --max-header-bytes N         request line + headers larger than this get a 431 (32KiB)
-  --max-header-count N         more header fields than this get a 431 (100)
-  --http-header-timeout S      a request head must arrive within S seconds of its first byte (10)
-  --http-body-timeout S        a request body must arrive within S seconds of its head (60)
-  --http-keepalive-timeout S   an idle kept-alive connection is closed after S seconds (30)
-  --http-write-timeout S       a client that reads nothing of its response for S seconds is dropped (30)
-  --max-logprobs N             largest top_logprobs / completions logprobs (20, as vLLM)
-  --max-logprob-entries N      non-streaming: n x max_tokens x (top_logprobs + 1) above this is a 400 (262144)
-  --stats-interval S           seconds between stats log lines, 0 = off (10)
-  --allowed-origins LIST       CORS: origins a browser page may call from (comma-separated or a JSON list;
-                               * = any); off by default
-  --spec-acceptance-alarm B    warn (and set mxserve:spec_decode_acceptance_collapsed) when the first draft
-                               is accepted in fewer than B of the last --spec-acceptance-window verify steps
-                               (0.2; 0 = off)
-  --spec-acceptance-window N   verify steps the alarm judges (256)
-  --shutdown-timeout S         on SIGINT/SIGTERM, wait this long for in-flight requests (10)
-  --log-level debug|info|warn|error
-runtime:
-  --max-model-len N            prompt + output limit (default: max_position_embeddings, capped by the KV cache)
-  --max-num-seqs N             running requests per step (256)
-  --max-num-batched-tokens N   tokens per step (2048; 8192 with --backend cuda, as vLLM on H100/H200-class GPUs:
-                               a lone 10k prompt's TTFT 1.01 s -> 0.96 s on GLM-4.5-Air, docs/perf/prefill.md)
-  --chunked-prefill-size N     prefill tokens per step (2048; 8192 with --backend cuda)
-  --max-itl-ms MS              ITL target: a step with decodes takes only the prefill tokens that keep its
-                               predicted time (a cost model fitted online) within MS; 0 = the two caps above
-                               alone (50; docs/scheduling.md)
-  --min-prefill-chunk N        prefill tokens a step with decodes always gets under --max-itl-ms (256)
-  --block-size N               tokens per KV block (16)
-  --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
-  --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
-  --kv-cache-dtype auto|bf16|fp8_e4m3|fp8  KV cache element type (auto = bf16 on cuda, f32 on cpu); fp8_e4m3
-                               stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
-  --moe-activation-dtype bf16|fp8_e4m3  MXFP4 experts' prefill GEMMs: bf16 activations (W4A16, default) or
-                               per-token FP8 e4m3 (W4A8: 2x the tensor-core rate, a few % logit error; an
-                               accuracy gate against bf16 is logged at start-up; docs/perf/prefill.md)
-  --disable-prefix-cache       (aliases --disable-radix-cache, --no-enable-prefix-caching)
-  --max-queued-requests N      waiting requests beyond which new ones get 503 + Retry-After (1024)
-  --cuda-graph                 replay CUDA graphs for plain decode steps (default on the CUDA backend);
-                               --disable-cuda-graph / --enforce-eager keep every step eager
-chat output (docs/server.md "Reasoning and tool calls"):
-  --tool-call-parser NAME      glm45 (GLM-4.5/4.6) | glm47 (GLM-4.7/5.x) | none; default: detected from the
-                               chat template (logged)
-  --reasoning-parser NAME      glm45 (<think>...</think> -> reasoning_content) | none; default: detected
-speculative decoding (MTP):
-  --speculative-algorithm mtp  draft with the model's MTP layer (aliases NEXTN, EAGLE)
-  --speculative-num-steps N    drafted tokens per step (3); the tree depth in tree mode
-  --speculative-eagle-topk K   1: chain mode (default); K > 1: tree mode, K children per expanded node
-  --speculative-num-draft-tokens M  tree mode: verify the best M - 1 draft nodes (sglang counts the
-                               verified token too; default 1 + min(N*K, tree capacity)); chain: N + 1
-  --no-speculative-adaptive    keep N fixed (by default N drops when drafts are not accepted)
-  --speculative-simulate-acceptance A  accept drafts at this simulated mean length per step: the output is
-                               MEANINGLESS; allowed only with --benchmark-mode
-  --benchmark-mode             allow benchmark-only settings (--speculative-simulate-acceptance); responses carry
-                               'x-mxserve-simulated-acceptance: true' and /metrics mxserve:spec_decode_simulated_acceptance
-)";
 
 std::atomic<int> g_stop_signals{0};
 
@@ -105,8 +28,9 @@ void on_stop_signal(int) {
   if (g_stop_signals.fetch_add(1) >= 1) std::_Exit(130);
 }
 
+// One line naming the problem (`mxserve serve --help` lists the flags; no usage dump).
 int fail(const Status& s) {
-  std::fprintf(stderr, "error: %s\n\n%s", s.to_string().c_str(), kUsage);
+  std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
   return 2;
 }
 
@@ -132,11 +56,6 @@ Result<double> positive_seconds(const Args& a, const std::string& flag, double f
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf("%s\nparallel:\n%s", kUsage, kParallelUsage);
-      return 0;
-    }
   std::set<std::string> value_flags = {"--model", "--config", "--num-layers", "--seed", "--quantization", "--tokenizer", "--backend", "--moe-tuning-dir", "--host", "--port",
        "--served-model-name", "--api-key", "--max-request-body-bytes", "--http-threads", "--stats-interval",
        "--max-connections", "--max-header-bytes", "--max-header-count", "--http-header-timeout", "--http-body-timeout",
@@ -172,6 +91,9 @@ int cmd_serve(int argc, char** argv) {
     return fail(invalid_argument("--seed seeds synthetic weights only; with --model the weights are read from the checkpoint "
                                  "(a request's sampling seed is its \"seed\" field)"));
   sc.model_path = a.has("--model") ? a.get_or("--model", "") : a.get_or("--config", "");
+  // What is wrong with --model, before the port is bound or the tokenizer looked for (launch/model_path.h).
+  if (a.has("--model") && !synthetic)
+    if (Status st = launch::check_model_path(sc.model_path); !st.is_ok()) return fail(st);
   sc.synthetic_weights = synthetic;
   MX_CLI_TRY(num_layers, a.get_int("--num-layers", 0));
   if (num_layers < 0) return fail(invalid_argument("--num-layers must be positive"));
@@ -313,7 +235,14 @@ int cmd_serve(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   server::HttpServer http(so);
-  if (Status s = http.bind(); !s.is_ok()) return fail(s);
+  if (Status s = http.bind(); !s.is_ok()) {
+    if (s.message().find("Address already in use") != std::string::npos)
+      std::fprintf(stderr, "error: port %d is in use on %s: stop the process holding it or pass --port N\n",
+                   so.port, so.host.c_str());
+    else
+      std::fprintf(stderr, "error: --host %s --port %d: %s\n", so.host.c_str(), so.port, s.to_string().c_str());
+    return 1;
+  }
   http.start();
   MX_LOG(kInfo) << "listening on http://" << so.host << ":" << http.port() << " (/health is 503 until the model is loaded)";
 

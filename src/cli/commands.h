@@ -18,5 +18,8 @@ int cmd_bench_model(int argc, char** argv);
 int cmd_eval(int argc, char** argv);  // cmd_eval.cpp: perplexity, compare, acceptance, tasks
 int cmd_parse_output(int argc, char** argv);     // cmd_parse_output.cpp
 int cmd_bench_grammar(int argc, char** argv);  // structured output: token-mask cost per step
+int cmd_tokenize(int argc, char** argv);       // cmd_text.cpp: the tokenizer module's commands behind cli::Args
+int cmd_detokenize(int argc, char** argv);
+int cmd_render_chat(int argc, char** argv);
 
 }  // namespace mxserve::cli

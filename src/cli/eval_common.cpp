@@ -1,6 +1,8 @@
 #include "cli/eval_common.h"
+#include "launch/model_path.h"
 
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,25 @@
 #include "tokenizer/tokenizer.h"
 
 namespace mxserve::cli {
+
+ProgressLine::ProgressLine(const char* unit) : unit_(unit), tty_(isatty(STDERR_FILENO) == 1) {}
+
+void ProgressLine::update(int64_t done, int64_t total) {
+  if (tty_) {
+    std::fprintf(stderr, "\r%lld/%lld %s", static_cast<long long>(done), static_cast<long long>(total), unit_);
+    printed_ = true;
+    return;
+  }
+  const int64_t tenth = total > 0 ? done * 10 / total : 10;
+  if (tenth == last_tenth_) return;
+  last_tenth_ = tenth;
+  std::fprintf(stderr, "%lld/%lld %s\n", static_cast<long long>(done), static_cast<long long>(total), unit_);
+}
+
+void ProgressLine::finish() {
+  if (tty_ && printed_) std::fprintf(stderr, "\n");
+  printed_ = false;
+}
 
 int eval_fail(const Status& s, int code) {
   std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
@@ -26,6 +47,7 @@ EvalModel::~EvalModel() {
 Result<std::unique_ptr<EvalModel>> load_eval_model(const std::string& dir, const std::string& quantization,
                                                    backend::Backend& be, bool load_mtp,
                                                    const EvalModelOptions& options) {
+  if (!options.synthetic) MX_RETURN_IF_ERROR(launch::check_model_path(dir));
   auto em = std::make_unique<EvalModel>();
   std::string path = dir;
   em->precision = options.synthetic ? "synthetic" : "checkpoint";

@@ -44,6 +44,21 @@ Result<kvcache::KvCacheDtype> kv_cache_dtype_flag(const Args& args);
 
 int eval_fail(const Status& s, int code = 2);
 
+// "N/M tokens" progress on stderr: one line rewritten with \r on a terminal; piped to a file or a CI log, full
+// lines instead, at most one per tenth of the work (and the last), so the log reads line by line.
+class ProgressLine {
+ public:
+  explicit ProgressLine(const char* unit);
+  void update(int64_t done, int64_t total);
+  void finish();  // ends the terminal line
+
+ private:
+  const char* unit_;
+  bool tty_;
+  bool printed_ = false;
+  int64_t last_tenth_ = -1;
+};
+
 int eval_acceptance(int argc, char** argv);  // cmd_eval_spec.cpp
 int eval_tasks(int argc, char** argv);       // cmd_eval_tasks.cpp
 

@@ -1,63 +1,115 @@
-// mxserve: one binary, one subcommand per job.
+// mxserve: one binary, one subcommand per job. What each command is and which flags it takes lives in one table
+// (cli/command_table.cpp): `mxserve --help`, `mxserve help CMD` and `mxserve CMD --help` all print from it.
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "bench/bench_command.h"
+#include "cli/command_table.h"
 #include "cli/commands.h"
-#include "tokenizer/cli_commands.h"
+#include "cli/version.h"
 
 namespace {
 
-struct Command {
+namespace cli = mxserve::cli;
+
+struct Dispatch {
   const char* name;
   int (*run)(int, char**);
-  const char* help;
 };
 
-const Command kCommands[] = {
-    {"generate", mxserve::cli::cmd_generate, "greedy-decode token ids with a model (--model DIR --ids 1,2,3 | --prompt-len L; --batch B; --runs b=,n=,a=,adaptive=,p=,k=,m=;...; speculation: --speculative-algorithm mtp --speculative-num-steps N [--speculative-eagle-topk K --speculative-num-draft-tokens M]; CUDA graphs for decode steps are on by default on --backend cuda; --disable-cuda-graph / --enforce-eager turn them off)"},
-    {"verify-fixture", mxserve::cli::cmd_verify_fixture, "check a model against a golden fixture directory"},
-    {"inspect", mxserve::cli::cmd_inspect, "list a checkpoint's tensors and its per-layer precision map"},
-    {"quantize", mxserve::cli::cmd_quantize,
-     "bf16 checkpoint -> MXFP4 (Quark) or FP8 (--in DIR --out DIR --scheme mxfp4|fp8-block|fp8-channel|fp8-tensor)"},
-    {"compare", mxserve::cli::cmd_compare,
-     "KL, top-1 agreement, logit cosine and perplexity of two models (--model A --model B --prompts FILE)"},
-    {"eval", mxserve::cli::cmd_eval,
-     "model quality on real text: eval perplexity | compare | acceptance (MTP) | tasks (accuracy of any server)"},
-    {"tokenize", mxserve::tokenizer::cmd_tokenize, "text lines on stdin -> token ids (--tokenizer PATH/tokenizer.json)"},
-    {"detokenize", mxserve::tokenizer::cmd_detokenize, "JSON id arrays on stdin -> text (--tokenizer PATH)"},
-    {"render-chat", mxserve::tokenizer::cmd_render_chat, "render a chat template (--tokenizer-config FILE --messages FILE)"},
-    {"parse-output", mxserve::cli::cmd_parse_output,
-     "parse model output text with the chat output parsers (--parser glm45|glm47 [--tools FILE] [--chunk-size N] FILE)"},
-    {"serve", mxserve::cli::cmd_serve, "OpenAI-compatible HTTP server (--model DIR | --config FILE --synthetic-weights)"},
-    {"bench", mxserve::bench::cmd_bench, "load-test an OpenAI-compatible server (RPS sweep, TTFT knee, cost)"},
-    {"bench-model", mxserve::cli::cmd_bench_model,
-     "time one attention and one MoE layer + the decode step on a backend (--config FILE --synthetic-weights)"},
-    {"bench-scheduler", mxserve::cli::cmd_bench_scheduler, "time the scheduler + KV bookkeeping per step (no model)"},
-    {"tune-moe", mxserve::cli::cmd_tune_moe, "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)"},
-    {"tune-attention", mxserve::cli::cmd_tune_attention,
-     "tune the decode attention split count per (rows, context), write a table (CUDA)"},
-    {"bench-grammar", mxserve::cli::cmd_bench_grammar,
-     "structured output: token-mask cost per step at a batch (--tokenizer DIR [--batch 64 --schema F --doc F])"},
-    {"bench-kernels", mxserve::cli::cmd_bench_kernels, "MoE kernel microbenchmark: bench-kernels moe --experts E ... (CUDA)"},
+// Every top-level command of the table, and only those (test_cli_help.sh runs `--help` on each).
+const Dispatch kCommands[] = {
+    {"serve", cli::cmd_serve},
+    {"generate", cli::cmd_generate},
+    {"verify-fixture", cli::cmd_verify_fixture},
+    {"inspect", cli::cmd_inspect},
+    {"quantize", cli::cmd_quantize},
+    {"compare", cli::cmd_compare},
+    {"eval", cli::cmd_eval},
+    {"tokenize", cli::cmd_tokenize},
+    {"detokenize", cli::cmd_detokenize},
+    {"render-chat", cli::cmd_render_chat},
+    {"parse-output", cli::cmd_parse_output},
+    {"bench", mxserve::bench::cmd_bench},
+    {"bench-model", cli::cmd_bench_model},
+    {"bench-scheduler", cli::cmd_bench_scheduler},
+    {"tune-moe", cli::cmd_tune_moe},
+    {"tune-attention", cli::cmd_tune_attention},
+    {"bench-grammar", cli::cmd_bench_grammar},
+    {"bench-kernels", cli::cmd_bench_kernels},
 };
 
-void usage(FILE* out) {
-  std::fprintf(out, "usage: mxserve <command> [flags]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-16s %s\n", c.name, c.help);
+const Dispatch* find(const std::string& name) {
+  for (const auto& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+int run(const Dispatch& d, std::vector<char*> args) {
+  cli::set_current_command(d.name);
+  const int n = static_cast<int>(args.size());
+  args.push_back(nullptr);  // argv[argc] is null, as for main
+  return d.run(n, args.data());
+}
+
+int unknown_command(const std::string& name) {
+  std::set<std::string> names;
+  for (const auto& c : kCommands) names.insert(c.name);
+  names.insert("help");
+  const std::string near = cli::nearest_name(name, names);
+  std::fprintf(stderr, "mxserve: unknown command '%s' (%s`mxserve --help` lists the commands)\n", name.c_str(),
+               near.empty() ? "" : ("did you mean " + near + "? ").c_str());
+  return 2;
+}
+
+// mxserve help [CMD [SUB]] | help --commands (every command and subcommand, one a line: for the CLI test).
+int help(int argc, char** argv) {
+  if (argc < 3) {
+    cli::print_usage(stdout);
+    return 0;
+  }
+  if (!std::strcmp(argv[2], "--commands")) {
+    for (const auto& c : kCommands) {
+      std::printf("%s\n", c.name);
+      if (const cli::CommandHelp* h = cli::find_command_help(c.name))
+        for (const auto& s : h->subcommands) std::printf("%s %s\n", c.name, s.c_str());
+    }
+    return 0;
+  }
+  const Dispatch* d = find(argv[2]);
+  if (d == nullptr) return unknown_command(argv[2]);
+  // Through the command's own parser, so `help CMD` and `CMD --help` cannot differ.
+  std::vector<char*> args(argv + 2, argv + argc);
+  static char kHelp[] = "--help";
+  args.push_back(kHelp);
+  return run(*d, args);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    cli::print_usage(stderr);
+    return 2;
   }
-  for (const auto& c : kCommands)
-    if (std::string(argv[1]) == c.name) return c.run(argc - 1, argv + 1);
-  std::fprintf(stderr, "mxserve: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
-  return 2;
+  const std::string first = argv[1];
+  if (first == "--help" || first == "-h") {
+    cli::print_usage(stdout);
+    return 0;
+  }
+  if (first == "--version" || first == "-V" || first == "version") {
+    std::fputs(cli::version_report().c_str(), stdout);
+    return 0;
+  }
+  if (first == "help") return help(argc, argv);
+  if (const Dispatch* d = find(first)) return run(*d, std::vector<char*>(argv + 1, argv + argc));
+  if (first.rfind("-", 0) == 0) {
+    std::fprintf(stderr, "mxserve: unknown flag %s before the command (`mxserve --help` lists the commands)\n",
+                 first.c_str());
+    return 2;
+  }
+  return unknown_command(first);
 }

@@ -24,16 +24,6 @@ inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-siz
 // --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
 inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};
 
-inline const char* kParallelUsage =
-    "  --tensor-parallel-size, --tp-size N   ranks the model is split over (one thread each; cuda: one GPU each)\n"
-    "  --data-parallel-size, --dp-size N     data-parallel ranks, requests placed by prefix hit / free KV / load\n"
-    "  --enable-expert-parallel, --ep-size N routed experts partitioned whole over N ranks (N = 1, tp or tp x dp;\n"
-    "                                        --enable-expert-parallel: tp x dp), instead of sliced tp ways\n"
-    "  --enable-dp-attention                 attention per dp rank, MoE blocks spread over all ranks (dp > 1)\n"
-    "  --communicator nccl|shared-device|auto  cuda only; shared-device: every rank on ONE GPU, collectives through\n"
-    "                                        device memory (a test / benchmark stand-in, no link bandwidth)\n"
-    "  --nnodes N --node-rank R --dist-init-addr HOST:PORT  several nodes (not implemented yet; docs/parallel.md)\n";
-
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);
 
 }  // namespace mxserve::cli

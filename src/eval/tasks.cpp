@@ -11,6 +11,8 @@
 #include <regex>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "bench/sse_parser.h"
@@ -230,8 +232,12 @@ std::vector<TaskResult> run_task_requests(const std::vector<TaskItem>& items, co
       const size_t d = ++done;
       if (show_progress && (d % 10 == 0 || d == items.size())) {
         std::lock_guard<std::mutex> lock(print_mu);
-        std::fprintf(stderr, "\r%zu/%zu items", d, items.size());
-        if (d == items.size()) std::fprintf(stderr, "\n");
+        if (isatty(STDERR_FILENO) == 1) {  // a terminal: one line rewritten; a pipe or a log: full lines
+          std::fprintf(stderr, "\r%zu/%zu items", d, items.size());
+          if (d == items.size()) std::fprintf(stderr, "\n");
+        } else if (d * 10 / items.size() != (d - 1) * 10 / items.size() || d == items.size()) {
+          std::fprintf(stderr, "%zu/%zu items\n", d, items.size());
+        }
       }
     }
   };

@@ -1,4 +1,5 @@
 #include "launch/launch.h"
+#include "launch/model_path.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -204,6 +205,9 @@ const model::ModelConfig& LaunchedModel::config() const { return models_.front()
 
 Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) {
   if (config.model.path.empty()) return invalid_argument("no model given (--model DIR or --config FILE)");
+  if (!config.model.synthetic) {
+    MX_RETURN_IF_ERROR(check_model_path(config.model.path));
+  }
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> ranks, config.parallel.ranks());
   const int world = static_cast<int>(ranks.size());
   MX_ASSIGN_OR_RETURN(const CommKind comm_kind, communicator_kind(config, world));

@@ -160,9 +160,11 @@ const std::set<std::string>& known_fields(bool chat) {
       "best_of", "echo", "suffix", "prompt_logprobs", "functions", "function_call", "min_tokens",
       "repetition_penalty", "continue_final_message", "audio", "modalities", "no_stop_trim"};
   // Not here, so they are accepted with the same once-per-name warning as unknown fields (mxserve does not
-  // act on them): metadata, store, service_tier, parallel_tool_calls, request_id, priority.
+  // act on them): metadata, store, service_tier, request_id, priority (and parallel_tool_calls on completions).
+  // parallel_tool_calls is honoured on chat (false: at most one call per turn, server/chat_output.cpp).
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                                  "tool_choice", "chat_template_kwargs", "add_generation_prompt"};
+                                                  "tool_choice", "chat_template_kwargs", "add_generation_prompt",
+                                                  "parallel_tool_calls"};
   static const std::set<std::string> completion_only = {"prompt"};
   static const std::set<std::string> chat_set = [] {
     std::set<std::string> s = common;

@@ -134,7 +134,11 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   const std::string model_dir = dir_of(cfg.model_path);
   const std::string tok_dir = cfg.tokenizer_dir.empty() ? model_dir : cfg.tokenizer_dir;
   auto tok = tokenizer::Tokenizer::load_dir(tok_dir);
-  if (!tok.is_ok()) return tok.status().with_context("loading the tokenizer from " + tok_dir + " (--tokenizer)");
+  if (!tok.is_ok())
+    return tok.status().with_context(cfg.tokenizer_dir.empty()
+                                         ? "loading the tokenizer from the model directory " + tok_dir +
+                                               " (no --tokenizer given: pass --tokenizer DIR if it lives elsewhere)"
+                                         : "loading the tokenizer from --tokenizer " + tok_dir);
   sm->tokenizer_ = std::move(*tok);
   if (!sm->tokenizer_->chat_template().empty()) {
     auto tmpl = tokenizer::ChatTemplate::parse(sm->tokenizer_->chat_template());

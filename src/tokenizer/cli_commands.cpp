@@ -65,6 +65,17 @@ bool read_file(const std::string& path, std::string& out) {
   return true;
 }
 
+// --tokenizer names a tokenizer.json or the directory holding it (with tokenizer_config.json: added tokens).
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return Tokenizer::load_dir(path);
+  return Tokenizer::load(path);
+}
+
+// --tokenizer-config names a tokenizer_config.json or the directory holding it.
+std::string config_file(const std::string& path) {
+  return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "tokenizer_config.json").string() : path;
+}
+
 int usage(const char* cmd, const std::string& why, const char* text) {
   std::fprintf(stderr, "mxserve %s: %s\nusage: mxserve %s %s\n", cmd, why.c_str(), cmd, text);
   return 2;
@@ -73,11 +84,11 @@ int usage(const char* cmd, const std::string& why, const char* text) {
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
-  const char* kUsage = "--tokenizer PATH/tokenizer.json [--no-special]  (UTF-8 lines on stdin)";
+  const char* kUsage = "--tokenizer DIR|PATH/tokenizer.json [--no-special]  (UTF-8 lines on stdin)";
   Args a = parse_args(argc, argv, {"--tokenizer"}, {"--no-special"});
   if (!a.error.empty()) return usage("tokenize", a.error, kUsage);
   if (!a.values.count("--tokenizer")) return usage("tokenize", "--tokenizer is required", kUsage);
-  auto tok = Tokenizer::load(a.values["--tokenizer"]);
+  auto tok = load_tokenizer(a.values["--tokenizer"]);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve tokenize: %s\n", tok.status().to_string().c_str());
     return 2;
@@ -103,11 +114,11 @@ int cmd_tokenize(int argc, char** argv) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  const char* kUsage = "--tokenizer PATH/tokenizer.json [--skip-special] [--json]  (JSON id arrays on stdin)";
+  const char* kUsage = "--tokenizer DIR|PATH/tokenizer.json [--skip-special] [--json]  (JSON id arrays on stdin)";
   Args a = parse_args(argc, argv, {"--tokenizer"}, {"--skip-special", "--json"});
   if (!a.error.empty()) return usage("detokenize", a.error, kUsage);
   if (!a.values.count("--tokenizer")) return usage("detokenize", "--tokenizer is required", kUsage);
-  auto tok = Tokenizer::load(a.values["--tokenizer"]);
+  auto tok = load_tokenizer(a.values["--tokenizer"]);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve detokenize: %s\n", tok.status().to_string().c_str());
     return 2;
@@ -158,7 +169,7 @@ int cmd_render_chat(int argc, char** argv) {
   nlohmann::json config = nlohmann::json::object();
   std::string source, text;
   if (a.values.count("--tokenizer-config")) {
-    const std::string& p = a.values["--tokenizer-config"];
+    const std::string p = config_file(a.values["--tokenizer-config"]);
     if (!read_file(p, text)) return fail("cannot read '" + p + "'");
     config = nlohmann::json::parse(text, nullptr, false);
     if (config.is_discarded() || !config.is_object()) return fail("'" + p + "' is not a JSON object");

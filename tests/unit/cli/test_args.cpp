@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/command_table.h"
 
 namespace mxserve::cli {
 namespace {
@@ -53,12 +54,17 @@ TEST(CliArgs, DefaultsAndMissing) {
   EXPECT_NE(m.status().to_string().find("missing required flag --model"), std::string::npos);
 }
 
-TEST(CliArgs, UnknownFlagNamesItAndTheKnownOnes) {
+TEST(CliArgs, UnknownFlagNamesItAndTheNearestOne) {
   auto a = parse({"--model", "d", "--bogus", "3"});
   ASSERT_FALSE(a.is_ok());
   const std::string msg = a.status().to_string();
-  EXPECT_NE(msg.find("unknown flag --bogus"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("--model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown flag --bogus ("), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;  // nothing is near --bogus
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;            // one line, no flag list
+  auto typo = parse({"--modle", "d"});
+  ASSERT_FALSE(typo.is_ok());
+  EXPECT_NE(typo.status().to_string().find("unknown flag --modle (did you mean --model?"), std::string::npos)
+      << typo.status().to_string();
   // A single dash is a positional argument, not a flag.
   auto b = parse({"-x"});
   ASSERT_TRUE(b.is_ok());
@@ -111,6 +117,14 @@ TEST(CliIdList, ParsesAndRejects) {
   }
   auto r = parse_id_list("1,x,3", "--ids");
   EXPECT_NE(r.status().to_string().find("'x' is not a token id"), std::string::npos);
+}
+
+TEST(CliArgs, EditDistanceAndNearestName) {
+  EXPECT_EQ(edit_distance("--port", "--prot"), 2u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(nearest_name("--max-token", {"--max-tokens", "--model"}), "--max-tokens");
+  EXPECT_EQ(nearest_name("--zzzzzz", {"--max-tokens", "--model"}), "");
 }
 
 }  // namespace
