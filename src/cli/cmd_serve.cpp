@@ -67,6 +67,8 @@ runtime:
   --block-size N               tokens per KV block (16)
   --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
+  --kv-cache-host-memory SIZE  host-memory KV tier, e.g. 8GiB (0 = off, the default): prefix blocks evicted
+                               from the device pool are kept there (every cache tensor) and loaded back on a hit
   --kv-cache-dtype auto|bf16|fp8_e4m3|fp8  KV cache element type (auto = bf16 on cuda, f32 on cpu); fp8_e4m3
                                stores e4m3 codes + one f32 scale per (token, kv head): ~1.9x the tokens per GiB
   --moe-activation-dtype bf16|fp8_e4m3  MXFP4 experts' prefill GEMMs: bf16 activations (W4A16, default) or
@@ -141,6 +143,7 @@ int cmd_serve(int argc, char** argv) {
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
+  value_flags.insert("--kv-cache-host-memory");
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
@@ -218,6 +221,15 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
     sc.kv_cache_bytes = kv_bytes;
+  }
+  if (a.has("--kv-cache-host-memory")) {
+    const std::string text = a.get_or("--kv-cache-host-memory", "");
+    if (text != "0") {  // 0 = off
+      auto host_bytes = server::parse_byte_size(text);
+      if (!host_bytes.is_ok())
+        return fail(invalid_argument("--kv-cache-host-memory: " + host_bytes.status().message() + " (0 = off)"));
+      sc.kv_cache_host_memory = *host_bytes;
+    }
   }
   sc.tool_call_parser = a.get_or("--tool-call-parser", "");
   sc.reasoning_parser = a.get_or("--reasoning-parser", "");

@@ -401,6 +401,13 @@ Status Engine::check_invariants() const {
   return Status::ok();
 }
 
+int64_t Engine::evict_prefix_cache() {
+  int64_t n = 0;
+  for (int r = 0; r < scheduler_.dp_ranks(); ++r)
+    if (kvcache::RadixCache* cache = scheduler_.prefix_cache(r)) n += cache->evict(cache->n_cached_blocks());
+  return n;
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   return stats_;

@@ -118,6 +118,9 @@ class Engine {
   // Engine-thread only (tests): every block's reference count equals the number of sequences holding it
   // plus one if the prefix cache holds it; running sequences' tables cover their computed tokens.
   Status check_invariants() const;
+  // Engine-thread only (self-test, tests): evicts every prefix-cache block no request holds -- to the host
+  // KV tier when it is on. Returns the blocks evicted.
+  int64_t evict_prefix_cache();
   const EngineConfig& config() const { return config_; }
 
  private:

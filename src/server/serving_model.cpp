@@ -207,6 +207,20 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
   ec.spec = cfg.spec;
   ec.cuda_graphs = cfg.cuda_graphs;
+  if (cfg.kv_cache_host_memory > 0) {  // the host KV tier (docs/kv-cache.md "Host-memory tier")
+    if (!cfg.enable_prefix_cache)
+      return invalid_argument("--kv-cache-host-memory needs the prefix cache: drop --disable-prefix-cache");
+    if (cfg.parallel.tp * cfg.parallel.dp * cfg.parallel.ep != 1)
+      return unsupported("--kv-cache-host-memory runs on one GPU for now (--tp-size / --dp-size / --ep-size 1)");
+    if (cfg.kv_cache_host_memory < per_block)
+      return invalid_argument("--kv-cache-host-memory " + human_bytes(static_cast<double>(cfg.kv_cache_host_memory)) +
+                              " holds no KV block (" + human_bytes(static_cast<double>(per_block)) + " each)");
+    ec.kv_cache_host_memory = cfg.kv_cache_host_memory;
+    MX_LOG(kInfo) << "host KV tier: " << human_bytes(static_cast<double>(cfg.kv_cache_host_memory)) << " = "
+                  << cfg.kv_cache_host_memory / per_block << " blocks ("
+                  << static_cast<double>(cfg.kv_cache_host_memory / per_block) / static_cast<double>(n_blocks)
+                  << "x the device pool)";
+  }
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs
                 << " max_num_batched_tokens=" << cfg.max_num_batched_tokens
                 << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size << " max_itl_ms="
