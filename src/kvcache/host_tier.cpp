@@ -62,7 +62,8 @@ void HostTier::offload(const std::vector<EvictedBlock>& blocks) {
       ++counters_.dropped_blocks;
       continue;
     }
-    lru_.push_back(Entry{b.key, b.parent_key, b.tokens, slot, 0});
+    // Pinned until the copy is issued, so a later block of this batch never takes its slot.
+    lru_.push_back(Entry{b.key, b.parent_key, b.tokens, slot, 1});
     auto it = std::prev(lru_.end());
     slot_entry_[slot] = it;
     index_.emplace(b.key, it);
@@ -71,6 +72,7 @@ void HostTier::offload(const std::vector<EvictedBlock>& blocks) {
     fresh.push_back(it);
   }
   if (dev.empty()) return;
+  for (auto it : fresh) --it->pins;
   const Status st = mover_.to_host(dev, slots);
   if (!st.is_ok()) {
     MX_LOG(kError) << "host KV tier: offloading " << dev.size() << " blocks failed (they are dropped): "

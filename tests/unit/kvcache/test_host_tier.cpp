@@ -156,3 +156,31 @@ TEST(HostTier, ChainKeyDependsOnParentAndTokens) {
 
 }  // namespace
 }  // namespace mxserve::kvcache
+
+namespace mxserve::kvcache {
+namespace {
+
+// A batch larger than the tier: the batch's own fresh entries are never each other's victims; the surplus is
+// dropped and every slot holds exactly one entry.
+TEST(HostTier, BatchLargerThanTierDropsTheSurplus) {
+  FakeMover mover(8);
+  HostTier tier(2, 2, mover);
+  std::vector<EvictedBlock> batch;
+  for (int i = 0; i < 4; ++i) {
+    batch.push_back(evicted(0, toks(10 * i, 2), i));
+    mover.device[i] = 100 + i;
+  }
+  tier.offload(batch);
+  EXPECT_EQ(tier.n_used(), 2);
+  EXPECT_EQ(tier.counters().offloaded_blocks, 2);
+  EXPECT_EQ(tier.counters().dropped_blocks, 2);
+  EXPECT_EQ(tier.n_pinned(), 0);
+  EXPECT_EQ(tier.lru_keys(), (std::vector<uint64_t>{batch[0].key, batch[1].key}));
+  EXPECT_TRUE(tier.check().is_ok()) << tier.check().to_string();
+  std::vector<int> held;
+  for (const auto& [slot, v] : mover.host) held.push_back(v);
+  EXPECT_EQ(held, (std::vector<int>{100, 101}));
+}
+
+}  // namespace
+}  // namespace mxserve::kvcache
