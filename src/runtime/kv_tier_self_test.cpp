@@ -110,23 +110,24 @@ Result<KvTierSelfTestReport> run_kv_tier_self_test(std::unique_ptr<ModelExecutor
   while (static_cast<int64_t>(prompt.size()) < 4 * block_size + 3)
     prompt.push_back(static_cast<int32_t>(prompt.size() * 7 % executor->vocab_size()));
 
+  const int64_t executor_vocab = executor->vocab_size();
   EngineConfig cfg;
   cfg.scheduler.block_size = block_size;
   cfg.n_blocks = 64;
   cfg.max_model_len = static_cast<int64_t>(prompt.size()) + max_tokens + 8;
-  cfg.kv_cache_host_memory = per_block * static_cast<uint64_t>(cfg.n_blocks);
+  cfg.kv_cache_host_memory = per_block * static_cast<uint64_t>(2 * cfg.n_blocks);
   cfg.spec.num_steps = spec_steps;
   cfg.spec.adaptive = false;
   auto recorder_owned = std::make_unique<LogitRecorder>(std::move(executor));
   LogitRecorder* recorder = recorder_owned.get();
   Engine engine(cfg, std::move(recorder_owned));
 
-  auto serve = [&](bool record) -> Result<Served> {
+  auto serve = [&](bool record, const std::vector<int32_t>& tokens) -> Result<Served> {
     Served s;
     recorder->target = record ? &s.logits : nullptr;
     recorder->mtp = record ? &s.mtp_logits : nullptr;
     RequestSpec req;
-    req.prompt = prompt;
+    req.prompt = tokens;
     req.sampling.temperature = 0;
     req.sampling.max_tokens = max_tokens;
     req.sampling.ignore_eos = true;
@@ -142,12 +143,19 @@ Result<KvTierSelfTestReport> run_kv_tier_self_test(std::unique_ptr<ModelExecutor
     MX_RETURN_IF_ERROR(engine.check_invariants());
     return s;
   };
-  MX_ASSIGN_OR_RETURN(Served a, serve(false));
-  MX_ASSIGN_OR_RETURN(Served b, serve(true));
+  // Another prompt of the same length: after the offload it takes the freed device blocks (the pool reuses the
+  // most recently freed first) and overwrites every tensor of them, so C's blocks hold only what was copied back.
+  std::vector<int32_t> other(prompt.rbegin(), prompt.rend());
+  for (auto& t : other) t = static_cast<int32_t>((t + 1) % executor_vocab);
+  MX_ASSIGN_OR_RETURN(Served a, serve(false, prompt));
+  MX_ASSIGN_OR_RETURN(Served b, serve(true, prompt));
   const int64_t host_hits_before = engine.stats().scheduler.prefix_host_hit_tokens;
   KvTierSelfTestReport rep;
   rep.offloaded_blocks = engine.evict_prefix_cache();
-  MX_ASSIGN_OR_RETURN(Served c, serve(true));
+  MX_ASSIGN_OR_RETURN(Served d, serve(false, other));
+  rep.offloaded_blocks += engine.evict_prefix_cache();
+  MX_ASSIGN_OR_RETURN(Served c, serve(true, prompt));
+  (void)d;
   const EngineStats st = engine.stats();
   rep.prompt_tokens = static_cast<int64_t>(prompt.size());
   rep.cached_device = b.usage.cached_tokens;

@@ -1,7 +1,8 @@
 // Self-test of the host KV tier (--kv-cache-host-memory; docs/kv-cache.md "Host-memory tier"): one prompt is
 // served three times through a throwaway engine with the tier on -- A computes it, B hits its blocks in the
-// device prefix cache, then every cached block is forced out to the host tier and C hits them there (copied
-// back). B and C compute the same rows over the same cached KV, so the target's logits of every step, the MTP
+// device prefix cache, then every cached block is forced out to the host tier, another prompt of the same
+// length reuses (overwrites) the freed device blocks and is evicted in turn, and C hits the prompt's blocks in
+// the host tier (copied back into blocks that held the other prompt). B and C compute the same rows over the same cached KV, so the target's logits of every step, the MTP
 // draft's logits and the accepted drafts must be identical bit for bit when every cache tensor made the round
 // trip (on any backend: the bytes are the same). A tensor left behind (e.g. the DSA indexer keys) shows up as a
 // difference.
@@ -30,7 +31,7 @@ struct KvTierSelfTestReport {
   std::string summary() const;
 };
 
-// Runs the test on `executor` (a pool of 64 blocks of block_size, destroyed afterwards); spec_steps > 0 drafts
+// Runs the test on `executor` (a pool of 64 blocks of block_size and a host tier of 128, destroyed afterwards); spec_steps > 0 drafts
 // with the model's MTP layer (it must have one). Errors only when the test cannot run; a mismatch is a report
 // with identical == false.
 Result<KvTierSelfTestReport> run_kv_tier_self_test(std::unique_ptr<ModelExecutor> executor, int64_t block_size,

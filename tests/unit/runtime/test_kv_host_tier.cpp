@@ -10,6 +10,7 @@
 #include "runtime/engine.h"
 #include "runtime/kv_tier_self_test.h"
 #include "fixture_requests.h"
+#include "forwarding_executor.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -30,6 +31,42 @@ TEST_P(KvHostTierFixture, SelfTestRoundTripIsBitIdentical) {
     EXPECT_GT(rep->mtp_logit_values, 0) << rep->summary();
     EXPECT_GT(rep->drafted_host, 0) << rep->summary();
   }
+}
+
+// Planted bug: a mover that copies nothing back. The self-test must see it (the freed device blocks were
+// overwritten by another prompt before the load). Skipping any single cache tensor of either fixture's layout
+// (K or V of any layer, the MLA latent, the DSA indexer keys, the MTP layer's) was checked by hand the same way.
+class NoLoadMover final : public kvcache::BlockMover {
+ public:
+  explicit NoLoadMover(kvcache::BlockMover* inner) : inner_(inner) {}
+  Status to_host(std::span<const int32_t> d, std::span<const int32_t> h) override { return inner_->to_host(d, h); }
+  Status from_host(std::span<const int32_t>, std::span<const int32_t>) override { return Status::ok(); }
+
+ private:
+  kvcache::BlockMover* inner_;
+};
+
+class NoLoadExecutor final : public ForwardingExecutor {
+ public:
+  using ForwardingExecutor::ForwardingExecutor;
+  Result<kvcache::BlockMover*> enable_host_tier(int64_t n_slots) override {
+    MX_ASSIGN_OR_RETURN(kvcache::BlockMover * inner, inner_->enable_host_tier(n_slots));
+    mover_ = std::make_unique<NoLoadMover>(inner);
+    return mover_.get();
+  }
+
+ private:
+  std::unique_ptr<NoLoadMover> mover_;
+};
+
+TEST_P(KvHostTierFixture, SelfTestCatchesBlocksNotCopiedBack) {
+  auto& m = testing::load_fixture(GetParam());
+  ASSERT_TRUE(m.lm);
+  auto rep = run_kv_tier_self_test(std::make_unique<NoLoadExecutor>(make_model_executor(*m.lm, *m.be, 64, 4)), 4,
+                                   m.lm->has_mtp() ? 2 : 0);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  EXPECT_FALSE(rep->identical) << rep->summary();
+  EXPECT_GT(rep->cached_host, 0) << rep->summary();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, KvHostTierFixture, ::testing::Values("glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"));
