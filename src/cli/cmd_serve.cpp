@@ -67,6 +67,7 @@ int cmd_serve(int argc, char** argv) {
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
+  value_flags.insert("--kv-cache-host-memory");
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
@@ -147,6 +148,15 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
     sc.kv_cache_bytes = kv_bytes;
+  }
+  if (a.has("--kv-cache-host-memory")) {
+    const std::string text = a.get_or("--kv-cache-host-memory", "");
+    if (text != "0") {  // 0 = off
+      auto host_bytes = server::parse_byte_size(text);
+      if (!host_bytes.is_ok())
+        return fail(invalid_argument("--kv-cache-host-memory: " + host_bytes.status().message() + " (0 = off)"));
+      sc.kv_cache_host_memory = *host_bytes;
+    }
   }
   sc.tool_call_parser = a.get_or("--tool-call-parser", "");
   sc.reasoning_parser = a.get_or("--reasoning-parser", "");

@@ -12,6 +12,7 @@ struct RadixCache::Node {
   int32_t block = -1;
   Node* parent = nullptr;
   uint64_t last_access = 0;
+  uint64_t key = 0;  // chain_key(parent->key, tokens) (host_tier.h); the root's is 0
   // Children by the hash of their block's tokens; collisions resolved by comparing tokens.
   std::unordered_multimap<uint64_t, std::unique_ptr<Node>> children;
 };
@@ -59,6 +60,7 @@ RadixCache::Match RadixCache::match(std::span<const int32_t> tokens, int64_t max
     c->last_access = now;
     pool_.ref(c->block);
     m.blocks.push_back(c->block);
+    m.key = c->key;
     node = c;
   }
   m.n_tokens = static_cast<int64_t>(m.blocks.size()) * block_size_;
@@ -90,6 +92,7 @@ int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
       fresh->tokens.assign(block_tokens.begin(), block_tokens.end());
       fresh->block = blocks[i];
       fresh->parent = node;
+      fresh->key = chain_key(node->key, block_tokens);
       pool_.ref(blocks[i]);
       c = fresh.get();
       node->children.emplace(hash_block(block_tokens), std::move(fresh));
@@ -151,10 +154,12 @@ int64_t RadixCache::evict(int64_t n) {
     for (auto& [h, c] : node->children) stack.push_back(c.get());
   }
   int64_t freed = 0;
+  std::vector<EvictedBlock> evicted;
   while (freed < n && !leaves.empty()) {
     Node* leaf = leaves.top();
     leaves.pop();
     Node* parent = leaf->parent;
+    if (sink_) evicted.push_back(EvictedBlock{parent->key, leaf->key, leaf->tokens, leaf->block});
     pool_.unref(leaf->block);
     --n_nodes_;
     ++freed;
@@ -167,6 +172,9 @@ int64_t RadixCache::evict(int64_t n) {
     // The parent may have become an evictable leaf itself.
     if (parent != root_.get() && parent->children.empty() && pool_.ref_count(parent->block) == 1) leaves.push(parent);
   }
+  // The freed blocks keep their contents until the pool hands them out again, which only happens after
+  // this returns: the sink copies them out now.
+  if (sink_ && !evicted.empty()) sink_(evicted);
   return freed;
 }
 

@@ -2,6 +2,8 @@
 // (its token ids and the KV block holding them); a path from the root spells a cached prefix.
 // Owns: the tree, one BlockPool reference per node, LRU eviction of unreferenced leaves.
 // Does not own: sequences' own references (they ref/unref through the pool).
+// With a host tier (host_tier.h) an evict sink receives the evicted blocks (their chain keys, tokens and
+// block ids, contents still intact) before evict() returns, so it can copy them out instead of losing them.
 // Invariants: a node's block is referenced by the tree exactly once; only leaves are evicted, so every
 // cached path stays a valid prefix; lookup cost is linear in the prompt length (one hash per block).
 #pragma once
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "kvcache/block_pool.h"
+#include "kvcache/host_tier.h"
 
 namespace mxserve::kvcache {
 
@@ -25,6 +28,7 @@ class RadixCache {
   struct Match {
     std::vector<int32_t> blocks;  // one per matched full block, each ref'd for the caller
     int64_t n_tokens = 0;         // blocks.size() * block_size
+    uint64_t key = 0;             // chain key of the last matched block (0: none matched)
   };
   // Longest cached prefix of tokens[0 : max_tokens) in whole blocks. The caller owns one reference to
   // each returned block (unref when done). Touches the matched path (LRU).
@@ -40,6 +44,10 @@ class RadixCache {
   // Frees up to n blocks by evicting least-recently-used leaves that no sequence references.
   // Returns the number of blocks actually freed.
   int64_t evict(int64_t n);
+  // Receives every batch of blocks evict() frees (called once per evict() call that freed any), before
+  // the pool can hand them out again. Unset: evicted blocks are simply dropped.
+  using EvictSink = std::function<void(const std::vector<EvictedBlock>&)>;
+  void set_evict_sink(EvictSink sink) { sink_ = std::move(sink); }
 
   int64_t n_cached_blocks() const { return n_nodes_; }
   // Cached blocks evict() could free by repeated calls: only the tree references them or anything below them.
@@ -60,6 +68,7 @@ class RadixCache {
   std::unique_ptr<Node> root_;
   int64_t n_nodes_ = 0;
   uint64_t clock_ = 0;
+  EvictSink sink_;
 };
 
 template <typename F>

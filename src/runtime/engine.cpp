@@ -101,11 +101,34 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
                        "draft) runs eagerly";
     }
   }
+  if (config_.kv_cache_host_memory > 0) enable_host_tier();
   stats_.blocks_total = config_.n_blocks;
   stats_.blocks_free = config_.n_blocks;
 }
 
 Engine::~Engine() { stop(); }
+
+void Engine::enable_host_tier() {
+  // Start-up checks: the caller (serving_model.cpp) validated the flag; a refusal here is a CHECK naming it.
+  MX_CHECK_MSG(config_.scheduler.enable_prefix_cache,
+               "--kv-cache-host-memory needs the prefix cache (drop --no-enable-prefix-caching or the host tier)");
+  MX_CHECK_MSG(config_.scheduler.dp_ranks == 1, "--kv-cache-host-memory supports one DP rank (got "
+                                                    << config_.scheduler.dp_ranks << ")");
+  const uint64_t per_block = executor_->kv_bytes_per_block();
+  MX_CHECK_MSG(per_block > 0, "--kv-cache-host-memory: this executor has no KV cache layout");
+  const int64_t n_slots = static_cast<int64_t>(config_.kv_cache_host_memory / per_block);
+  MX_CHECK_MSG(n_slots > 0, "--kv-cache-host-memory " << config_.kv_cache_host_memory << " bytes holds no KV block of "
+                                                      << per_block << " bytes");
+  auto mover = executor_->enable_host_tier(n_slots);
+  MX_CHECK_MSG(mover.is_ok(), mover.status().to_string());
+  host_tier_ = std::make_unique<kvcache::HostTier>(n_slots, config_.scheduler.block_size, **mover);
+  scheduler_.set_host_tier(host_tier_.get());
+  stats_.host_blocks_total = n_slots;
+  MX_LOG(kInfo) << "host KV tier: " << n_slots << " blocks (" << n_slots * config_.scheduler.block_size
+                << " tokens) behind a device pool of " << config_.n_blocks
+                << " blocks; evicted prefix blocks spill there and are loaded back (whole blocks, before the "
+                   "step's forward) on a hit";
+}
 
 Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   const int64_t V = executor_->vocab_size();
@@ -229,6 +252,10 @@ bool Engine::step() {
   stats_.running = static_cast<int64_t>(scheduler_.running().size());
   stats_.blocks_free = pool_.n_free();
   stats_.scheduler = scheduler_.counters();
+  if (host_tier_) {
+    stats_.host_blocks_used = host_tier_->n_used();
+    stats_.host_tier = host_tier_->counters();
+  }
   // The prefix cache's evictable count walks its whole tree (O(cached blocks): ~30% of the engine thread's
   // host time at 64 streams x 8k context when done every step). Refreshed only when it can have changed -- a
   // prefill, a finish or abort, a preemption or eviction -- and at least every second (an idle engine's loop
@@ -360,7 +387,18 @@ Status Engine::check_invariants() const {
     free_count += expected[b] == 0;
   }
   if (free_count != pool_.n_free()) return internal_error("free-list size disagrees with reference counts");
+  if (host_tier_) {
+    MX_RETURN_IF_ERROR(host_tier_->check());
+    if (host_tier_->n_pinned() != 0) return internal_error("host KV tier: entries left pinned between steps");
+  }
   return Status::ok();
+}
+
+int64_t Engine::evict_prefix_cache() {
+  int64_t n = 0;
+  for (int r = 0; r < scheduler_.dp_ranks(); ++r)
+    if (kvcache::RadixCache* cache = scheduler_.prefix_cache(r)) n += cache->evict(cache->n_cached_blocks());
+  return n;
 }
 
 EngineStats Engine::stats() const {

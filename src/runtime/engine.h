@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "kvcache/block_pool.h"
+#include "kvcache/host_tier.h"
 #include "runtime/constrained_decoding.h"
 #include "runtime/executor.h"
 #include "runtime/scheduler.h"
@@ -38,6 +39,9 @@ struct EngineConfig {
   // Sampled rows without a constraint or drafts are sampled on the device (ModelExecutor::sample); false:
   // every such row takes host logits and the host sampler (the reference path, for A/B tests).
   bool device_sampling = true;
+  // Host-memory KV tier (--kv-cache-host-memory, kvcache/host_tier.h): bytes of host memory for prefix blocks
+  // evicted from the device pool; 0 = off. Needs the prefix cache and one DP rank.
+  uint64_t kv_cache_host_memory = 0;
 };
 
 struct SpecStats {  // names after vLLM's spec_decode_* metrics
@@ -85,6 +89,10 @@ struct EngineStats {
   int64_t finished = 0;
   int64_t aborted = 0;
   SchedulerCounters scheduler;
+  // Host KV tier (kv_cache_host_memory > 0): its slots, those in use, and its copy counters.
+  int64_t host_blocks_total = 0;
+  int64_t host_blocks_used = 0;
+  kvcache::HostTierCounters host_tier;
   SpecStats spec;
   StepCostStats step_cost;
   // Structured output: token masks computed, their summed compute time, and the part of it the engine
@@ -122,10 +130,14 @@ class Engine {
   // Engine-thread only (tests): every block's reference count equals the number of sequences holding it
   // plus one if the prefix cache holds it; running sequences' tables cover their computed tokens.
   Status check_invariants() const;
+  // Engine-thread only (self-test, tests): evicts every prefix-cache block no request holds -- to the host
+  // KV tier when it is on. Returns the blocks evicted.
+  int64_t evict_prefix_cache();
   const EngineConfig& config() const { return config_; }
 
  private:
   void drain_inbox();
+  void enable_host_tier();  // kv_cache_host_memory > 0 (constructor)
   void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
   // One step (engine_step.cpp): the target's forward, then per chunk a sampled token or a verification.
   Status run_plan(const SchedulePlan& plan);
@@ -163,6 +175,7 @@ class Engine {
   std::unique_ptr<ModelExecutor> executor_;
   kvcache::BlockPool pool_;
   Scheduler scheduler_;
+  std::unique_ptr<kvcache::HostTier> host_tier_;  // --kv-cache-host-memory (null: off)
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // engine thread only
 
   mutable std::mutex inbox_mutex_;

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "kernels/sampling_params.h"
+#include "kvcache/host_tier.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 
@@ -62,6 +63,14 @@ class ModelExecutor {
   virtual Status copy_kv(const std::vector<int32_t>& src_slots, const std::vector<int32_t>& dst_slots) {
     return unsupported("this executor cannot copy KV slots (tree speculation)");
   }
+  // The host KV tier's block mover over this executor's whole cache layout (every tensor of every cached
+  // layer, the MTP layer's too) with n_slots host blocks (pinned memory on CUDA); the executor owns it.
+  // Refuses a layout role the tier does not know (runtime/kv_host_mover.h).
+  virtual Result<kvcache::BlockMover*> enable_host_tier(int64_t n_slots) {
+    return unsupported("this executor has no host KV tier (--kv-cache-host-memory)");
+  }
+  // Bytes one KV block holds over the whole cache layout (what one host-tier slot takes); 0: no cache.
+  virtual uint64_t kv_bytes_per_block() const { return 0; }
 };
 
 // The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.

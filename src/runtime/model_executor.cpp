@@ -4,6 +4,7 @@
 #include "runtime/decode_graphs.h"
 #include "kernels/cpu/sampling.h"
 #include "runtime/executor.h"
+#include "runtime/kv_host_mover.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -60,6 +61,13 @@ class CausalLmExecutor final : public ModelExecutor {
   }
 
   void synchronize() override { be_.synchronize(); }
+
+  Result<kvcache::BlockMover*> enable_host_tier(int64_t n_slots) override {
+    if (n_slots <= 0) return invalid_argument("host KV tier: " + std::to_string(n_slots) + " slots");
+    MX_ASSIGN_OR_RETURN(host_mover_, make_kv_host_mover(be_, *kv_, n_slots));
+    return host_mover_.get();
+  }
+  uint64_t kv_bytes_per_block() const override { return kv_->spec().bytes_per_block(); }
 
   Status enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq) override {
     if (max_rows <= 0 || max_blocks_per_seq <= 0)
@@ -134,6 +142,7 @@ class CausalLmExecutor final : public ModelExecutor {
   Tensor last_logits_;  // f32 [R, V] on the backend: the last execute()'s logit rows, for sample()
   std::unique_ptr<kvcache::KvCache> kv_;
   int32_t scratch_row_ = -1;
+  std::unique_ptr<kvcache::BlockMover> host_mover_;  // the host KV tier's transport (enable_host_tier)
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
 };
 

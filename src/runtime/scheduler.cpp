@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "runtime/dp_placement.h"
 
 namespace mxserve::runtime {
@@ -26,6 +27,42 @@ int Scheduler::place(const Sequence& seq) const {
   }
   for (const Sequence* s : running_) ++loads[s->dp_rank].running;
   return place_on_dp_rank(loads);
+}
+
+void Scheduler::set_host_tier(kvcache::HostTier* tier) {
+  MX_CHECK_MSG(tier == nullptr || (config_.dp_ranks == 1 && !caches_.empty()),
+               "host KV tier: needs the prefix cache and one DP rank");
+  host_tier_ = tier;
+  if (caches_.empty()) return;
+  if (tier == nullptr) {
+    caches_[0]->set_evict_sink(nullptr);
+  } else {
+    caches_[0]->set_evict_sink([tier](const std::vector<kvcache::EvictedBlock>& b) { tier->offload(b); });
+  }
+}
+
+int64_t Scheduler::load_from_host(Sequence* seq, uint64_t key, int64_t limit) {
+  const std::vector<int32_t> slots = host_tier_->match_and_pin(seq->tokens, seq->n_computed, limit, key);
+  if (slots.empty()) return 0;
+  const int r = seq->dp_rank;
+  const int64_t want = static_cast<int64_t>(slots.size());
+  // Evicting device leaves offloads them into the tier: the pinned entries above are never its victims.
+  if (pool_.n_free(r) < want) counters_.evicted_blocks += caches_[r]->evict(want - pool_.n_free(r));
+  const int64_t n = std::min<int64_t>(want, pool_.n_free(r));
+  std::vector<int32_t> fresh;
+  if (n > 0) MX_CHECK(pool_.allocate(n, fresh, r).is_ok());
+  const Status st = host_tier_->load(slots, fresh);
+  if (!st.is_ok()) {
+    MX_LOG(kError) << "host KV tier: loading " << n << " blocks for request " << seq->id
+                   << " failed (the prefix is recomputed): " << st.to_string();
+    pool_.unref_all(fresh);
+    return 0;
+  }
+  seq->block_table.insert(seq->block_table.end(), fresh.begin(), fresh.end());
+  seq->n_computed += static_cast<int32_t>(n * config_.block_size);
+  // Back in the device cache at once, so a request admitted next finds them there.
+  caches_[r]->insert(std::span<const int32_t>(seq->tokens.data(), seq->n_computed), seq->block_table);
+  return n * config_.block_size;
 }
 
 void Scheduler::add_waiting(Sequence* seq) {
@@ -141,12 +178,14 @@ SchedulePlan Scheduler::schedule() {
     Sequence* seq = waiting_.front();
     MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
     const int64_t len = static_cast<int64_t>(seq->tokens.size());
+    int64_t host_tokens = 0;
     seq->dp_rank = place(*seq);
     if (!caches_.empty() && !seq->prompt_logprobs_pending) {
       // Never match the last token: its logits are needed to sample the next one.
       auto m = caches_[seq->dp_rank]->match(seq->tokens, len - 1);
       seq->block_table = std::move(m.blocks);
       seq->n_computed = static_cast<int32_t>(m.n_tokens);
+      if (host_tier_ != nullptr) host_tokens = load_from_host(seq, m.key, len - 1);
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
     const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({len - seq->n_computed, budget, prefill_budget}));
@@ -159,6 +198,7 @@ SchedulePlan Scheduler::schedule() {
     if (!caches_.empty()) {
       counters_.prefix_queries_tokens += len - 1;
       counters_.prefix_hit_tokens += seq->n_computed;
+      counters_.prefix_host_hit_tokens += host_tokens;
     }
     if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
     const kvcache::TableLease lease = table_rows_.acquire();

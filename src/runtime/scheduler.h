@@ -80,7 +80,8 @@ StepShape shape_of(const SchedulePlan& plan);
 
 struct SchedulerCounters {
   int64_t prefix_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
-  int64_t prefix_hit_tokens = 0;      // of which found
+  int64_t prefix_hit_tokens = 0;      // of which found (either tier)
+  int64_t prefix_host_hit_tokens = 0; // of which loaded back from the host tier (kvcache/host_tier.h)
   int64_t preemptions = 0;
   int64_t evicted_blocks = 0;
 };
@@ -111,6 +112,10 @@ class Scheduler {
   int dp_ranks() const { return config_.dp_ranks; }
   // The model behind the ITL target (owned by the engine; null: hard caps only).
   void set_cost_model(const StepCostModel* model) { cost_model_ = model; }
+  // The host-memory tier below the prefix cache (null: none): evicted cache blocks are offloaded to it and
+  // admissions continue their device match into it. One DP rank only (the engine refuses more).
+  void set_host_tier(kvcache::HostTier* tier);
+  kvcache::HostTier* host_tier() { return host_tier_; }
   // Makes room for seq to hold n_tokens (evicting cache leaves if needed); false when the pool is dry.
   bool reserve(Sequence* seq, int64_t n_tokens);
   int64_t blocks_needed(int64_t n_tokens) const { return (n_tokens + config_.block_size - 1) / config_.block_size; }
@@ -118,12 +123,16 @@ class Scheduler {
  private:
   void preempt(Sequence* seq);
   void cache_blocks(Sequence* seq);
+  // Continues seq's device prefix match (chain key `key`) into the host tier: allocates device blocks for
+  // the host entries found, copies them back and appends them. Returns the tokens loaded.
+  int64_t load_from_host(Sequence* seq, uint64_t key, int64_t limit);
   int place(const Sequence& seq) const;  // the DP rank for an admission (dp_placement.h)
 
   SchedulerConfig config_;
   kvcache::BlockPool& pool_;
   std::vector<std::unique_ptr<kvcache::RadixCache>> caches_;  // one per DP rank; empty: no prefix cache
   const StepCostModel* cost_model_ = nullptr;
+  kvcache::HostTier* host_tier_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   kvcache::TableRows table_rows_;   // a device block-table row per running sequence (max_running rows)

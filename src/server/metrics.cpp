@@ -166,6 +166,26 @@ std::string Metrics::render(const std::optional<runtime::EngineStats>& stats,
   sample(&out, "vllm:prefix_cache_queries_total", labels_, static_cast<double>(s.scheduler.prefix_queries_tokens));
   header(&out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
   sample(&out, "vllm:prefix_cache_hits_total", labels_, static_cast<double>(s.scheduler.prefix_hit_tokens));
+  // Prefix-cache hits per tier (host KV tier: --kv-cache-host-memory, docs/kv-cache.md).
+  header(&out, "mxserve:prefix_cache_hits_tokens_total", "counter",
+         "Prompt tokens served from the prefix cache, by tier (device pool / host-memory tier).");
+  sample(&out, "mxserve:prefix_cache_hits_tokens_total", labels_ + ",tier=\"device\"",
+         static_cast<double>(s.scheduler.prefix_hit_tokens - s.scheduler.prefix_host_hit_tokens));
+  sample(&out, "mxserve:prefix_cache_hits_tokens_total", labels_ + ",tier=\"host\"",
+         static_cast<double>(s.scheduler.prefix_host_hit_tokens));
+  if (s.host_blocks_total > 0) {
+    header(&out, "mxserve:kv_host_tier_blocks", "gauge", "Host KV tier blocks: total and in use.");
+    sample(&out, "mxserve:kv_host_tier_blocks", labels_ + ",state=\"total\"", static_cast<double>(s.host_blocks_total));
+    sample(&out, "mxserve:kv_host_tier_blocks", labels_ + ",state=\"used\"", static_cast<double>(s.host_blocks_used));
+    header(&out, "mxserve:kv_host_tier_block_copies_total", "counter",
+           "Host KV tier: blocks offloaded (device to host), loaded back (host to device), dropped (LRU / no slot).");
+    sample(&out, "mxserve:kv_host_tier_block_copies_total", labels_ + ",op=\"offload\"",
+           static_cast<double>(s.host_tier.offloaded_blocks));
+    sample(&out, "mxserve:kv_host_tier_block_copies_total", labels_ + ",op=\"load\"",
+           static_cast<double>(s.host_tier.loaded_blocks));
+    sample(&out, "mxserve:kv_host_tier_block_copies_total", labels_ + ",op=\"drop\"",
+           static_cast<double>(s.host_tier.dropped_blocks));
+  }
   header(&out, "vllm:num_preemptions_total", "counter", "Requests preempted (KV cache full) and recomputed.");
   sample(&out, "vllm:num_preemptions_total", labels_, static_cast<double>(s.scheduler.preemptions));
   header(&out, "vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests (each choice counts).");

@@ -1,5 +1,6 @@
 #include "server/serving_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "eval/moe_activation_gate.h"
 #include "io/checkpoint.h"
 #include "model/weight_stats.h"
+#include "runtime/kv_tier_self_test.h"
 #include "server/chat_output.h"
 
 namespace mxserve::server {
@@ -210,6 +212,20 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
   ec.spec = cfg.spec;
   ec.cuda_graphs = cfg.cuda_graphs;
+  if (cfg.kv_cache_host_memory > 0) {  // the host KV tier (docs/kv-cache.md "Host-memory tier")
+    if (!cfg.enable_prefix_cache)
+      return invalid_argument("--kv-cache-host-memory needs the prefix cache: drop --disable-prefix-cache");
+    if (cfg.parallel.tp * cfg.parallel.dp * cfg.parallel.ep != 1)
+      return unsupported("--kv-cache-host-memory runs on one GPU for now (--tp-size / --dp-size / --ep-size 1)");
+    if (cfg.kv_cache_host_memory < per_block)
+      return invalid_argument("--kv-cache-host-memory " + human_bytes(static_cast<double>(cfg.kv_cache_host_memory)) +
+                              " holds no KV block (" + human_bytes(static_cast<double>(per_block)) + " each)");
+    ec.kv_cache_host_memory = cfg.kv_cache_host_memory;
+    MX_LOG(kInfo) << "host KV tier: " << human_bytes(static_cast<double>(cfg.kv_cache_host_memory)) << " = "
+                  << cfg.kv_cache_host_memory / per_block << " blocks ("
+                  << static_cast<double>(cfg.kv_cache_host_memory / per_block) / static_cast<double>(n_blocks)
+                  << "x the device pool)";
+  }
   MX_LOG(kInfo) << "scheduler: max_model_len=" << max_len << " max_num_seqs=" << cfg.max_num_seqs
                 << " max_num_batched_tokens=" << cfg.max_num_batched_tokens
                 << " chunked_prefill_size=" << ec.scheduler.chunked_prefill_size << " max_itl_ms="
@@ -219,6 +235,14 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
   MX_RETURN_IF_ERROR(lm.spec_self_test(cfg.spec, cfg.block_size));
+  if (ec.kv_cache_host_memory > 0) {  // round trip through the host tier on a private pool, before the main one
+    const int32_t steps = cfg.spec.num_steps > 0 && lm.model().has_mtp() ? std::min(cfg.spec.num_steps, 3) : 0;
+    auto rep = runtime::run_kv_tier_self_test(lm.make_executor(64, cfg.block_size), cfg.block_size, steps);
+    if (!rep.is_ok()) return rep.status().with_context("host KV tier self-test");
+    if (!rep->identical)
+      return internal_error(rep->summary() + ": refusing to serve with --kv-cache-host-memory (drop the flag)");
+    MX_LOG(kInfo) << rep->summary();
+  }
   MX_RETURN_IF_ERROR(moe_activation_gate(lm, cfg));
   sm->structured_ = std::make_shared<structured::StructuredOutputs>(*sm->tokenizer_, mc.vocab_size);
   sm->structured_->index();  // built now (logged), not in the first structured request

@@ -37,6 +37,7 @@ struct ServingConfig {
   uint64_t kv_cache_bytes = uint64_t{1} << 30;
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
+  uint64_t kv_cache_host_memory = 0;  // --kv-cache-host-memory: host KV tier bytes (0 = off; kvcache/host_tier.h)
   std::string moe_activation_dtype;  // --moe-activation-dtype: "" / "bf16", or "fp8_e4m3" (W4A8, gated at start-up)
   bool enable_prefix_cache = true;
   bool cuda_graphs = false;  // replay CUDA graphs for plain decode steps (on by default on CUDA; --disable-cuda-graph / --enforce-eager)

@@ -36,6 +36,8 @@ class ForwardingExecutor : public ModelExecutor {
   Status copy_kv(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) override {
     return inner_->copy_kv(src, dst);
   }
+  Result<kvcache::BlockMover*> enable_host_tier(int64_t n_slots) override { return inner_->enable_host_tier(n_slots); }
+  uint64_t kv_bytes_per_block() const override { return inner_->kv_bytes_per_block(); }
 
  protected:
   std::unique_ptr<ModelExecutor> inner_;
