@@ -13,7 +13,7 @@ ModuleOrder parse_module_order(const std::string& text) {
   ModuleOrder order;
   std::istringstream in(text);
   std::string line;
-  int floor = 0, line_no = 0;
+  int floor = 1, line_no = 0;
   const std::regex name("^[a-z][a-z0-9_]*$");
   while (std::getline(in, line)) {
     ++line_no;
@@ -70,7 +70,7 @@ OrderReport check_module_order(const fs::path& src_root) {
     if (!order.floor.count(d))
       report.problems.push_back("src/" + d + "/ is a directory of src/ but no module of src/MODULES (declare it on "
                                 "the floor above everything it includes)");
-  const std::regex include_re(R"(^\s*#\s*include\s*"([^"]+)")");
+  const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)")re");
   for (const std::string& mod : dirs) {
     const auto own = order.floor.find(mod);
     if (own == order.floor.end()) continue;

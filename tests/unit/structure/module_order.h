@@ -11,7 +11,7 @@
 namespace mxserve::structure {
 
 struct ModuleOrder {
-  std::map<std::string, int> floor;  // module -> floor (0 = the lowest)
+  std::map<std::string, int> floor;  // module -> floor (1 = the lowest, as docs/architecture.md counts)
   std::vector<std::string> errors;   // malformed lines, modules declared twice
 };
 

@@ -21,7 +21,7 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-// A small tree: core (floor 0), io and kvcache (floor 1), model (floor 2); every include allowed.
+// A small tree: core (floor 1), io and kvcache (floor 2), model (floor 3); every include allowed.
 class SyntheticTree : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,8 +67,8 @@ TEST_F(SyntheticTree, APlantedUpwardIncludeIsNamed) {
   ASSERT_EQ(report.problems.size(), 1u) << joined(report.problems);
   const std::string& p = report.problems[0];
   EXPECT_NE(p.find("src/core/bad.cpp:2 includes \"model/deep/arch.h\""), std::string::npos) << p;
-  EXPECT_NE(p.find("module core (floor 0"), std::string::npos) << p;
-  EXPECT_NE(p.find("model is on floor 2"), std::string::npos) << p;
+  EXPECT_NE(p.find("module core (floor 1"), std::string::npos) << p;
+  EXPECT_NE(p.find("model is on floor 3"), std::string::npos) << p;
 }
 
 TEST_F(SyntheticTree, ASameFloorIncludeIsNamed) {
@@ -97,7 +97,7 @@ TEST(ModuleOrder, MalformedDeclarationsAreNamed) {
   EXPECT_EQ(parse_module_order("# nothing\n").errors.size(), 1u);
   const auto ok = parse_module_order("core # base\n\nio kvcache\nmodel\n");
   EXPECT_TRUE(ok.errors.empty());
-  EXPECT_EQ(ok.floor.at("core"), 0);
-  EXPECT_EQ(ok.floor.at("kvcache"), 1);
-  EXPECT_EQ(ok.floor.at("model"), 2);
+  EXPECT_EQ(ok.floor.at("core"), 1);
+  EXPECT_EQ(ok.floor.at("kvcache"), 2);
+  EXPECT_EQ(ok.floor.at("model"), 3);
 }
