@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a glm4_moe golden fixture in the DESIGN.md contract format (see docs/fixtures.md).
+"""Writes a glm4_moe golden fixture in the golden-fixture contract format (docs/fixtures.md).
 
 Runs where torch + transformers 5.17 exist (the GPU machine). CPU is enough: the models are tiny.
 

@@ -5,21 +5,13 @@
 // lm_head + logits to the host + greedy argmax on the host, as the engine does). Each figure comes with
 // the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
 // Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens). Weight
-// element counts are summed from the model's declared weights (model::block_weights), not restated here:
-//   attention bytes = w (every declared self_attn weight: q, k, v, o, biases, q/k norms) + KV read (2 kv_width a per cached token, every
-//                     sequence's context once) + KV write (2 kv_width a per token)
-//                     + a T (4 H + 4 q_dim + 4 kv_dim)  [norm in/out, residual in/out, q/k/v/attn out written+read]
-//   attention FLOPs = 2 T (Linear params = 2 q_dim H + 2 kv_dim H) + 4 n_heads head_dim sum_t(keys attended by t)
+// element counts are summed from the model's declared weights (model::block_weights), not restated here.
+// The attention part's bytes and FLOPs are the architecture's own cost model (ArchitectureDef::attention_cost,
+// model/layer_cost.h: GQA in model/archs/glm4_moe.cpp, MLA + DSA in model/archs/glm_moe_dsa.cpp). The rest:
 //   MoE bytes       = w (router E H + correction bias E + shared 3 H I_s) + n_hit 3 H I w_e + a T (4 H + K (2 I + H))
 //                     n_hit = E (1 - (1 - K/E)^T) (expected experts hit under uniform routing);
 //                     w_e = 0.5 + 1/32 for packed MXFP4, else w
 //   MoE FLOPs       = 2 T (router + shared Linear params + K x one expert's params = E H + 3 H I_s + K 3 H I)
-//   glm_moe_dsa (MLA + DSA indexer; cache row = latent + rope key, L = kv_lora_rank + qk_rope_dim, plus an
-//   indexer key of index_head_dim D_i on full-indexer layers; K = index_topk; n_att(ctx) = min(ctx, K)):
-//   attention bytes = w + a (L n_att + D_i ctx) per decode row (prefill: every cached row once) + a T (L + D_i)
-//                     [cache write] + a T (4 H + 4 n_heads (qk_head_dim + v_dim))
-//   attention FLOPs = 2 T Linear params + 2 n_heads (L + kv_lora_rank) sum_t n_att(t)  [absorbed scores + P V]
-//                     + 2 index_n_heads D_i sum_t ctx(t)                              [indexer scores]
 //   decode step     = all layers' weights (MoE: experts hit at T = batch) + lm_head + KV read; roofline
 //                     tok/s = batch / (bytes / copy bandwidth)
 // Owns: the command. Does not own: the model code (model/), the ceilings (kernels/cuda/ceilings.h).
@@ -39,7 +31,6 @@
 #include "core/logging.h"
 #include "kvcache/kv_cache.h"
 #include "launch/launch.h"
-#include "model/archs/glm_moe_dsa_config.h"
 #include "model/causal_lm.h"
 #include "model/synthetic_weights.h"
 #include "model/weight_stats.h"
@@ -235,8 +226,7 @@ int cmd_bench_model(int argc, char** argv) {
   const double w = dtype_bits(be.weight_dtype()) / 8.0, a = dtype_bits(be.activation_dtype()) / 8.0;
   const bool packed = plan->experts == "mxfp4" && be.supports_expert_format(backend::ExpertFormat::kMxfp4);
   const double we = packed ? 0.5 + 1.0 / 32 : w;
-  const double H = static_cast<double>(c.d_model), qd = static_cast<double>(c.n_heads * c.head_dim),
-               kvd = static_cast<double>(c.n_kv_heads * c.head_dim), K = static_cast<double>(c.top_k),
+  const double H = static_cast<double>(c.d_model), K = static_cast<double>(c.top_k),
                I = static_cast<double>(c.moe_inter), Id = static_cast<double>(c.dense_inter);
   // Weight bytes and matmul FLOPs come from the declared weights (model/weight_stats.h).
   const auto& table = (*launched)->weight_table();
@@ -245,42 +235,24 @@ int cmd_bench_model(int argc, char** argv) {
   const model::BlockWeights moe =
       model::block_weights(table, layer_prefix(moe_layer >= 0 ? moe_layer : 0) + "mlp.");
   const double E = static_cast<double>(moe.n_experts);
-  const double attn_w = static_cast<double>(attn.dense_params) * w;
   auto n_hit = [&](double T) { return E > 0 ? E * (1.0 - std::pow(1.0 - K / E, T)) : 0.0; };
-  // Bytes per cached K or V element: FP8 codes + one f32 scale per head_dim of them, else the activation dtype.
-  const double kv_elem = fp8_kv ? 1.0 + 4.0 / static_cast<double>(c.head_dim) : a;
-  auto attn_bytes = [&](double T, double kv_tokens) {
-    return attn_w + 2 * kvd * kv_elem * kv_tokens + 2 * kvd * kv_elem * T + a * T * (4 * H + 4 * qd + 4 * kvd);
-  };
-  auto attn_flops = [&](double T, double keys) { return 2 * T * static_cast<double>(attn.matmul_params) + 4 * qd * keys; };
-  // glm_moe_dsa: MLA over the latent cache, sparse over the indexer's top-k (formulas in the header).
-  const bool mla = c.arch != nullptr && std::string(c.arch->model_type) == "glm_moe_dsa";
-  const model::GlmMoeDsaConfig* dsa = mla ? &model::glm_moe_dsa_config(c) : nullptr;
-  auto mla_bytes = [&](double T, double latent_rows, double index_rows) {
-    const double L = static_cast<double>(dsa->cache_width()), Di = static_cast<double>(dsa->index_head_dim);
-    return attn_w + a * (L * latent_rows + Di * index_rows) + a * T * (L + Di) +
-           a * T * (4 * H + 4 * static_cast<double>(c.n_heads) * static_cast<double>(dsa->qk_head_dim() + dsa->v_dim));
-  };
-  auto mla_flops = [&](double T, double attended, double indexed) {
-    const double L = static_cast<double>(dsa->cache_width()), R = static_cast<double>(dsa->kv_lora_rank);
-    return 2 * T * static_cast<double>(attn.matmul_params) + 2 * static_cast<double>(c.n_heads) * (L + R) * attended +
-           2 * static_cast<double>(dsa->index_n_heads * dsa->index_head_dim) * indexed;
-  };
-  // Decode: b rows at context ctx. Prefill: one causal chunk of p tokens from position 0.
-  auto decode_bytes = [&](double b, double ctx) {
-    return mla ? mla_bytes(b, b * std::min(ctx, double(dsa->index_topk)), b * ctx) : attn_bytes(b, b * ctx);
-  };
-  auto decode_flops = [&](double b, double ctx) {
-    return mla ? mla_flops(b, b * std::min(ctx, double(dsa->index_topk)), b * ctx) : attn_flops(b, b * ctx);
-  };
-  auto prefill_bytes = [&](double p) { return mla ? mla_bytes(p, p, p) : attn_bytes(p, p); };
-  auto prefill_flops = [&](double p) {
-    const double all = p * (p + 1) / 2;
-    if (!mla) return attn_flops(p, all);
-    const double K = static_cast<double>(dsa->index_topk);  // sum over t of min(t + 1, K)
-    const double attended = p <= K ? all : K * (K + 1) / 2 + (p - K) * K;
-    return mla_flops(p, attended, all);
-  };
+  // The attention part: the architecture's cost model. Decode: b rows at context ctx. Prefill: one causal
+  // chunk of p tokens from position 0.
+  if (c.arch == nullptr || c.arch->attention_cost == nullptr)
+    return fail(unsupported(std::string("bench-model: the architecture ") +
+                            (c.arch != nullptr ? c.arch->hf_name : "of " + c.source) +
+                            " declares no attention cost model (ArchitectureDef::attention_cost)"));
+  model::CostUnits units;
+  units.weight_bytes = w;
+  units.act_bytes = a;
+  units.fp8_kv = fp8_kv;
+  units.attn_dense_params = attn.dense_params;
+  units.attn_matmul_params = attn.matmul_params;
+  const model::AttentionCost attn_cost = c.arch->attention_cost(c, units);
+  auto decode_bytes = [&](double b, double ctx) { return attn_cost.decode(b, ctx).bytes; };
+  auto decode_flops = [&](double b, double ctx) { return attn_cost.decode(b, ctx).flops; };
+  auto prefill_bytes = [&](double p) { return attn_cost.prefill(p).bytes; };
+  auto prefill_flops = [&](double p) { return attn_cost.prefill(p).flops; };
   auto moe_weight_bytes = [&](double T) {
     return static_cast<double>(moe.dense_params) * w + n_hit(T) * static_cast<double>(moe.per_expert_params) * we;
   };

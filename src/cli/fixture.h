@@ -1,4 +1,4 @@
-// Golden fixtures (DESIGN.md section 4): reading reference.safetensors and checking a model against it.
+// Golden fixtures (the format: docs/fixtures.md): reading reference.safetensors and checking a model against it.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@ int dp_rank_of_block(int32_t block, int64_t n_blocks, int dp) {
 Result<DpSplit> split_by_dp_rank(const model::ForwardBatch& batch, int dp, int64_t n_blocks) {
   DpSplit split;
   split.parts.resize(dp);
-  if (!batch.mtp_first_step_rows.empty())  // the rows name the extend batch, not a DP part of it
+  if (batch.mtp_step.continues_chain())  // the rows name the extend batch, not a DP part of it
     MX_WARN_ONCE << "index_share_for_mtp_iteration is not applied under DP attention: every MTP draft step "
                           "recomputes its DSA top-k (exact, only slower drafting)";
   split.rows.resize(dp);

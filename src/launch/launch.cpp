@@ -10,8 +10,7 @@
 
 #include "core/logging.h"
 #include "launch/lockstep_model.h"
-#include "model/archs/glm4_moe.h"
-#include "model/archs/glm_moe_dsa.h"
+#include "model/registry.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/nccl_communicator.h"
@@ -123,12 +122,13 @@ Result<CommKind> communicator_kind(const LaunchConfig& config, int world) {
 
 namespace {
 
-// The architectures whose forward calls the collectives (docs/parallel.md); others would compute wrong sums.
-Status check_parallel_architecture(const model::ModelConfig& c, const std::string& flag, const std::string& what) {
-  if (c.arch == &model::glm4_moe_architecture() || c.arch == &model::glm_moe_dsa_architecture())
-    return Status::ok();
-  return unsupported(flag + ": " + what + " is implemented for " + model::glm4_moe_architecture().hf_name +
-                     " and " + model::glm_moe_dsa_architecture().hf_name + " only, not " + (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" +
+// The architecture declares the capability (model/registry.h ArchitectureDef::Capabilities); the refusal
+// names the flag and the registered architectures that have it.
+Status check_capability(const model::ModelConfig& c, bool model::ArchitectureDef::Capabilities::*capability,
+                        const std::string& flag, const std::string& what) {
+  if (c.arch != nullptr && c.arch->capabilities.*capability) return Status::ok();
+  return unsupported(flag + ": " + what + " is implemented for " + model::architectures_with(capability) +
+                     " only, not " + (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" +
                      c.source + ")");
 }
 
@@ -137,7 +137,8 @@ Status check_parallel_architecture(const model::ModelConfig& c, const std::strin
 Status check_expert_parallel(const model::ModelConfig& c, int ep) {
   if (ep <= 1) return Status::ok();
   const std::string flag = "--ep-size " + std::to_string(ep);
-  MX_RETURN_IF_ERROR(check_parallel_architecture(c, flag, "expert parallelism"));
+  MX_RETURN_IF_ERROR(
+      check_capability(c, &model::ArchitectureDef::Capabilities::expert_parallel, flag, "expert parallelism"));
   if (c.n_experts <= 0)
     return invalid_argument(flag + ": the model has no routed experts (num_routed_experts / n_routed_experts 0 in " +
                             c.source + ")");
@@ -150,10 +151,9 @@ Status check_expert_parallel(const model::ModelConfig& c, int ep) {
 
 Status check_data_parallel(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
   if (!p.dp_attention) return Status::ok();  // plain DP: whole replicas (each group as tensor parallel says)
-  if (c.arch != &model::glm4_moe_architecture() && c.arch != &model::glm_moe_dsa_architecture())
+  if (c.arch == nullptr || !c.arch->capabilities.dp_attention)
     return unsupported(std::string("--enable-dp-attention is implemented for ") +
-                       model::glm4_moe_architecture().hf_name + " and " + model::glm_moe_dsa_architecture().hf_name +
-                       ", not " +
+                       model::architectures_with(&model::ArchitectureDef::Capabilities::dp_attention) + ", not " +
                        (c.arch != nullptr ? c.arch->hf_name : std::string("this model")) + " (" + c.source + ")");
   if (c.n_experts <= 0)
     return invalid_argument("--enable-dp-attention spreads the MoE blocks over the ranks, but " + c.source +
@@ -172,8 +172,8 @@ Status check_data_parallel(const model::ModelConfig& c, const parallel::Parallel
 
 Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (tp <= 1) return Status::ok();
-  MX_RETURN_IF_ERROR(
-      check_parallel_architecture(c, "--tensor-parallel-size " + std::to_string(tp), "tensor parallelism"));
+  MX_RETURN_IF_ERROR(check_capability(c, &model::ArchitectureDef::Capabilities::tensor_parallel,
+                                      "--tensor-parallel-size " + std::to_string(tp), "tensor parallelism"));
   auto refuse = [&](const std::string& what) {
     return invalid_argument("--tensor-parallel-size " + std::to_string(tp) + " does not divide " + what + " of " +
                             c.source);

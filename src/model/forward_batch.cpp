@@ -5,6 +5,17 @@
 
 namespace mxserve::model {
 
+Status MtpStep::validate(int64_t n_tokens, int64_t first_step_n_rows) const {
+  if (static_cast<int64_t>(first_step_rows.size()) != n_tokens)
+    return invalid_argument("forward_mtp: mtp_first_step_rows has " + std::to_string(first_step_rows.size()) +
+                            " rows for " + std::to_string(n_tokens) + " tokens");
+  for (int32_t r : first_step_rows)
+    if (r < 0 || r >= first_step_n_rows)
+      return invalid_argument("forward_mtp: mtp_first_step_rows names row " + std::to_string(r) +
+                              " of a first draft step with " + std::to_string(first_step_n_rows) + " rows");
+  return Status::ok();
+}
+
 Status ForwardBatch::validate(int64_t vocab_size, int64_t n_blocks, int64_t block_size) const {
   const int64_t T = n_tokens();
   if (T == 0) return invalid_argument("forward batch: no tokens");

@@ -36,6 +36,20 @@ struct SequenceSpan {
   int32_t kv_index_of(int32_t i) const { return kv_indices.empty() ? kv_len - n_tokens + i : kv_indices[i]; }
 };
 
+// The MTP step context: where an MTP forward sits in a draft chain. The drafter (runtime/spec/drafter.cpp)
+// fills it for chain steps >= 2; an architecture may reuse per-chain state through it (glm_moe_dsa with
+// index_share_for_mtp_iteration reuses the first step's DSA top-k), others ignore it. Default (empty): not a
+// continuation -- every MTP forward stands alone.
+struct MtpStep {
+  // [T] for a continuation: row i continues the chain whose first step was row first_step_rows[i] of the
+  // latest MTP forward sent without a context (the extend). Errors name it mtp_first_step_rows.
+  std::vector<int32_t> first_step_rows;
+
+  bool continues_chain() const { return !first_step_rows.empty(); }
+  // A continuation names one row per token (n_tokens), each a row of the first step (first_step_n_rows).
+  Status validate(int64_t n_tokens, int64_t first_step_n_rows) const;
+};
+
 struct ForwardBatch {
   std::vector<int32_t> token_ids;   // [T]
   std::vector<int32_t> positions;   // [T] RoPE positions
@@ -43,11 +57,7 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted
   bool want_hidden = false;         // also return the post-final-norm hidden state of every row
   bool want_host_logits = true;     // copy the logit rows to the host (false: greedy ids only, see executor.h)
-  // MTP chain draft steps >= 2 only (runtime/spec/drafter.cpp): row i continues the draft chain whose first
-  // step was row mtp_first_step_rows[i] of the latest MTP forward sent without this field (the extend). A
-  // model with index_share_for_mtp_iteration (glm_moe_dsa) reuses that row's DSA top-k; others ignore it.
-  // Empty: not a continuation step (every MTP forward computes its own top-k).
-  std::vector<int32_t> mtp_first_step_rows;
+  MtpStep mtp_step;                 // MTP forwards only: where each row sits in its draft chain
 
   int32_t n_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   // Checks row coverage, KV lengths, block tables against the cache geometry, ids against the vocab.

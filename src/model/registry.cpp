@@ -22,4 +22,14 @@ Result<const ArchitectureDef*> find_architecture(const std::string& name, const 
   return unsupported(source + ": field 'architectures': '" + name + "' is not supported; supported: " + list);
 }
 
+std::string architectures_with(bool ArchitectureDef::Capabilities::*capability) {
+  std::vector<std::string> names;
+  for (const ArchitectureDef* e : architectures())
+    if (e->capabilities.*capability) names.push_back(e->hf_name);
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return list.empty() ? "no registered architecture" : list;
+}
+
 }  // namespace mxserve::model

@@ -64,7 +64,7 @@ Result<Tensor> SequenceRunner::mtp(SequenceState& seq, const std::vector<int32_t
   MX_RETURN_IF_ERROR(reserve(seq, old_len + n));
   model::ForwardBatch batch;
   batch.token_ids = next_tokens;
-  batch.mtp_first_step_rows = first_step_rows;
+  batch.mtp_step.first_step_rows = first_step_rows;
   model::SequenceSpan span;
   span.n_tokens = static_cast<int32_t>(n);
   span.kv_len = static_cast<int32_t>(old_len + n);

@@ -31,7 +31,7 @@ class SequenceRunner {
   Result<StepResult> extend(std::vector<SequenceState*> seqs, const std::vector<std::vector<int32_t>>& tokens,
                             bool all_logits, bool want_hidden);
   // MTP draft over rows: next_tokens[t] with hidden_in[t] at positions[t] (one sequence's KV in layer L).
-  // first_step_rows: a draft-chain continuation (ForwardBatch::mtp_first_step_rows); empty: a first step.
+  // first_step_rows: a draft-chain continuation (model::MtpStep::first_step_rows); empty: a first step.
   Result<Tensor> mtp(SequenceState& mtp_seq, const std::vector<int32_t>& next_tokens, const Tensor& hidden_in,
                      const std::vector<int32_t>& first_step_rows = {});
   // Greedy continuation of a prompt: prefill in chunks of chunk_size, then one token per step.

@@ -1,6 +1,6 @@
 """The transformers side of train.py: reload the saved bf16 checkpoint with Glm4MoeForCausalLM in float32 (the
 reference), measure how far the training implementation (glm_model.py) is from it, and write the golden fixture
-reference.safetensors (DESIGN.md section 4) with tools/make_glm4_moe_fixture.py's own helpers: the MTP reference is
+reference.safetensors (the fixture format: docs/fixtures.md) with tools/make_glm4_moe_fixture.py's own helpers: the MTP reference is
 transformers' Glm4MoeDecoderLayer loaded with the layer-L tensors. Prompts are held-out text windows, chosen so
 that every routing decision and greedy argmax has a margin (fp32 rounding cannot flip a choice); when no window
 within the time budget clears the margin the best one is used and the metrics say so.

@@ -12,7 +12,7 @@ from the time budget (measured speed) unless --steps fixes it; the checkpoint ke
 validation loss; (2) round to bf16, save model.safetensors (HF names, MTP layer at index L); (3) held-out
 perplexity (sliding windows, fp32) vs a unigram model; (4) with transformers: reload the checkpoint in fp32,
 compare its logits with this implementation's, and write reference.safetensors in the fixture format of
-DESIGN.md section 4 with tools/make_glm4_moe_fixture.py's own helpers (prompts = held-out text windows).
+docs/fixtures.md with tools/make_glm4_moe_fixture.py's own helpers (prompts = held-out text windows).
 Outputs in --out: model.safetensors, reference.safetensors, tiny-glm-trained.tar (config.json,
 generation_config.json, tokenizer.json, tokenizer_config.json, metrics.json), metrics.json. Written atomically.
 Exit code 3: everything but the transformers stage succeeded (the error is in metrics.json and the log).

@@ -1,4 +1,6 @@
-// glm4_moe, exactly as transformers 5.17 computes it (research/models-formats.md section 1):
+// glm4_moe, exactly as transformers 5.17 computes it (research/models-formats.md section 1): the decoder
+// frame (decoder_frame.h: layer loop, MLP / MoE blocks, MTP head, collectives) filled with GQA attention
+// (q/k/v with optional bias and q/k norm, partial RoPE, paged K/V cache, optionally FP8) and decode graphs.
 //   x = embed[ids]; per layer: x += attn(rmsnorm(x)); x += (dense MLP | MoE)(rmsnorm(x));
 //   logits = lm_head(rmsnorm(x)).  MTP layer L = n_layers:
 //   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
@@ -13,87 +15,25 @@
 #include "model/archs/glm4_moe.h"
 
 #include <algorithm>
-#include <functional>
+#include <cmath>
 #include <memory>
-#include <variant>
 
-#include "core/check.h"
-#include "core/logging.h"
+#include "model/archs/decoder_frame.h"
 #include "model/layers/blocks.h"
-#include "model/layers/dp_moe.h"
-#include "model/layers/tensor_parallel.h"
-#include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
 namespace {
 
-std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
-
-struct DecoderLayer {
-  Tensor input_norm, post_norm;  // [H]
-  GqaAttention attn;
-  std::variant<SwigluMlp, MoeBlock> mlp;
-};
-
-DecoderLayer load_layer(WeightLoader& wl, const ModelConfig& c, int64_t l, bool moe) {
-  const std::string p = layer_prefix(l);
-  DecoderLayer d;
-  d.input_norm = wl.get(decl::replicated(p + "input_layernorm.weight", {c.d_model}));
-  d.post_norm = wl.get(decl::replicated(p + "post_attention_layernorm.weight", {c.d_model}));
-  d.attn = GqaAttention::load(wl, p + "self_attn.", c);
-  if (moe) d.mlp = MoeBlock::load(wl, p + "mlp.", c);
-  else d.mlp = SwigluMlp::load(wl, p + "mlp.", c.d_model, c.dense_inter);
-  return d;
-}
-
-struct MtpLayer {
-  Tensor enorm, hnorm, shared_head_norm;  // [H]
-  Tensor eh_proj_e, eh_proj_h;            // eh_proj [H, 2H] split into its embedding / hidden halves
-  DecoderLayer block;
-};
-
-class Glm4MoeModel final : public CausalLM {
+// The frame (decoder_frame.h) filled with GQA attention over a K/V cache.
+class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
  public:
-  // comm: the tensor-parallel group (nullptr: one rank; a one-rank world's communicator given anyway runs
-  // every collective as the identity: the launch's NCCL one-rank test switch). attn_cfg_ is cfg with this
-  // rank's head counts.
+  // attn_cfg_ is cfg with this rank's head counts.
   Glm4MoeModel(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
                parallel::Communicator* comm, parallel::Communicator* moe_comm)
-      : cfg_(cfg), attn_cfg_(cfg), be_(be), tp_(be, rank, comm),
-        dp_moe_{rank.dp_attention ? moe_comm : nullptr, rank.tp > 1 ? comm : nullptr} {
+      : DecoderFrame(cfg, be, rank, comm, moe_comm) {
     attn_cfg_.n_heads = cfg.n_heads / rank.tp;  // the launch checked tp divides them
     attn_cfg_.n_kv_heads = std::max<int64_t>(1, cfg.n_kv_heads / rank.tp);  // replicated when tp > n_kv_heads
   }
-
-  // Binds (or, on a recording loader, declares) every weight; names the checkpoint tensors left unused.
-  Status load(WeightLoader& wl, bool include_mtp) {
-    const int64_t H = cfg_.d_model;
-    tp_.load_vocab(wl, cfg_);  // TP: embed_tokens / lm_head, this rank's vocabulary rows
-    final_norm_ = wl.get(decl::replicated("model.norm.weight", {H}));
-    for (int64_t l = 0; l < cfg_.n_layers; ++l) layers_.push_back(load_layer(wl, cfg_, l, cfg_.is_moe_layer(l)));
-    const std::string p = layer_prefix(cfg_.n_layers);
-    if (include_mtp) {
-      // The MTP layer's optional copies of the head and embedding: the target's are used instead.
-      wl.ignore(p + "shared_head.head.weight");
-      wl.ignore(p + "embed_tokens.weight");
-      MtpLayer m;
-      m.enorm = wl.get(decl::replicated(p + "enorm.weight", {H}));
-      m.hnorm = wl.get(decl::replicated(p + "hnorm.weight", {H}));
-      m.shared_head_norm = wl.get(decl::replicated(p + "shared_head.norm.weight", {H}));
-      const WeightSpec eh_proj = decl::linear(p + "eh_proj.weight", H, 2 * H, parallel::ShardAxis::kNone);
-      m.eh_proj_e = wl.columns(eh_proj, 0, H);
-      m.eh_proj_h = wl.columns(eh_proj, H, 2 * H);
-      m.block = load_layer(wl, cfg_, cfg_.n_layers, /*moe=*/true);
-      mtp_ = std::move(m);
-    } else {
-      // MTP layers the config declares but the caller chose not to load.
-      for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) wl.ignore_prefix(layer_prefix(cfg_.n_layers + i));
-    }
-    return Status::ok();
-  }
-
-  const ModelConfig& config() const override { return cfg_; }
-  bool has_mtp() const override { return mtp_.has_value(); }
 
   // GQA: K and V of n_kv_heads x head_dim per layer (the MTP layer has its own), in the activation dtype,
   // or FP8 E4M3 codes with per-(slot, kv head) scales (--kv-cache-dtype fp8_e4m3).
@@ -110,19 +50,6 @@ class Glm4MoeModel final : public CausalLM {
   }
   kvcache::KvCacheDtype kv_cache_dtype() const override { return kv_dtype_; }
 
-  Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
-    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/false);
-    MX_RETURN_IF_ERROR(check_batch(batch, kv));
-    const int64_t T = batch.n_tokens();
-    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
-    auto& [ids, positions, meta] = up;
-    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    MX_RETURN_IF_ERROR(tp_.embed(ids, x));  // TP: each token's row came from one rank, zeros from the others
-    for (int64_t l = 0; l < cfg_.n_layers; ++l) MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l));
-    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
-  }
-
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits) override {
     if (tp_.splits() || dp_moe_.enabled())
@@ -137,152 +64,34 @@ class Glm4MoeModel final : public CausalLM {
     attention_shape(meta.params);
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     MX_RETURN_IF_ERROR(tp_.embed(ids, x));
-    for (int64_t l = 0; l < cfg_.n_layers; ++l) MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l));
+    std::monostate state;
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
     be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
     be_.linear(x, tp_.lm_head(), nullptr, logits);
     return Status::ok();
   }
 
-  Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
-                                    kvcache::KvCache& kv) override {
-    if (!mtp_) return unsupported("this model was loaded without an MTP layer");
-    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(/*mtp=*/true);
-    MX_RETURN_IF_ERROR(check_batch(batch, kv));
-    const int64_t T = batch.n_tokens();
-    if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
-      return invalid_argument("forward_mtp: hidden_in is " + hidden_in.describe() + ", expected [" +
-                              std::to_string(T) + ", " + std::to_string(cfg_.d_model) + "]");
-    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
-    auto& [ids, positions, meta] = up;
-    const DType act = be_.activation_dtype();
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
-    Tensor e = be_.alloc(act, {T, cfg_.d_model});
-    MX_RETURN_IF_ERROR(tp_.embed(ids, e));  // TP: vocabulary-parallel embedding
-    be_.rmsnorm(e, mtp_->enorm, eps, e);
-    Tensor h = be_.alloc(act, {T, cfg_.d_model});
-    be_.rmsnorm(hidden_in, mtp_->hnorm, eps, h);
-    Tensor x = be_.alloc(act, {T, cfg_.d_model});
-    Tensor xh = be_.alloc(act, {T, cfg_.d_model});
-    be_.linear(e, mtp_->eh_proj_e, nullptr, x);   // eh_proj(cat(e, h)) = e @ We^T + h @ Wh^T
-    be_.linear(h, mtp_->eh_proj_h, nullptr, xh);
-    be_.add(x, xh);
-    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers));
-    be_.rmsnorm(x, mtp_->shared_head_norm, eps, x);
-    return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
-  }
-
-  Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
-                                                       kvcache::KvCache& kv) override {
-    MX_RETURN_IF_ERROR(check_batch(batch, kv));
-    if (dp_moe_.enabled()) return unsupported("bind_layer_part with DP attention (its MoE blocks exchange tokens)");
-    if (layer < 0 || layer >= cfg_.n_layers)
-      return invalid_argument("bind_layer_part: layer " + std::to_string(layer) + " of " +
-                              std::to_string(cfg_.n_layers));
-    MX_ASSIGN_OR_RETURN(Uploaded uploaded, upload_batch(batch, kv));
-    auto up = std::make_shared<Uploaded>(std::move(uploaded));
-    const DecoderLayer* L = &layers_[layer];
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
-    if (part == LayerPart::kAttention) {
-      return std::function<void(Tensor&)>([this, up, L, eps, layer, &kv](Tensor& x) {
-        Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
-        Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
-        be_.rmsnorm(x, L->input_norm, eps, h);
-        L->attn.forward(be_, attn_cfg_, h, up->positions, up->meta, kv.k(layer), kv.v(layer),
-                        kv.scales_if_any(layer, kvcache::CacheRole::kKey),
-                        kv.scales_if_any(layer, kvcache::CacheRole::kValue), o);
-        MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
-        be_.add(x, o);
-      });
-    }
-    return std::function<void(Tensor&)>([this, L, eps](Tensor& x) {
-      Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
-      Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
-      be_.rmsnorm(x, L->post_norm, eps, h);
-      if (const auto* moe = std::get_if<MoeBlock>(&L->mlp)) moe->forward(be_, cfg_, h, o);
-      else std::get<SwigluMlp>(L->mlp).forward(be_, h, o);
-      MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
-      be_.add(x, o);
-    });
-  }
-
  private:
-  struct Uploaded {
-    Tensor ids, positions;
-    backend::AttentionMeta meta;
-  };
-
-  Status check_batch(const ForwardBatch& batch, kvcache::KvCache& kv) const {
-    const auto& s = kv.spec();
-    const kvcache::KvCacheSpec want = kv_spec(s.n_blocks, s.block_size);
-    if (s.n_layers() < want.n_layers()) return invalid_argument("KV cache geometry does not match the model");
-    for (int64_t l = 0; l < want.n_layers(); ++l)
-      for (const auto& t : want.layers[l].tensors) {
-        const kvcache::CacheTensorSpec* have = s.layers[l].find(t.role);
-        if (have == nullptr || have->width != t.width || have->dtype != t.dtype)
-          return invalid_argument("KV cache geometry does not match the model (layer " + std::to_string(l) + ", " +
-                                  kvcache::cache_role_name(t.role) + ")");
-      }
-    return batch.validate(cfg_.vocab_size, s.n_blocks, s.block_size);
+  GqaAttention load_attention(WeightLoader& wl, const std::string& prefix, int64_t) override {
+    return GqaAttention::load(wl, prefix, cfg_);
   }
 
-  void attention_shape(kernels::AttentionParams& ap) const {
+  void attention_shape(kernels::AttentionParams& ap) const override {
     ap.n_heads = static_cast<int32_t>(attn_cfg_.n_heads);  // this rank's heads (tensor parallel)
     ap.n_kv_heads = static_cast<int32_t>(attn_cfg_.n_kv_heads);
     ap.head_dim = static_cast<int32_t>(cfg_.head_dim);
     ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.head_dim)));
   }
 
-  Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv) {
-    const int64_t T = batch.n_tokens();
-    Uploaded u;
-    u.ids = tp_.upload_ids(batch);  // TP: rows of this rank's vocabulary slice; other ranks' ids -> the zero row
-    u.positions = be_.upload(Tensor::view_of(const_cast<int32_t*>(batch.positions.data()), DType::kI32, {T}));
-    kernels::AttentionParams ap;
-    attention_shape(ap);
-    MX_ASSIGN_OR_RETURN(u.meta, build_attention_meta(batch, be_, kv.spec().block_size, ap, kv.block_tables()));
-    return u;
-  }
-
-  Status run_layer(const DecoderLayer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
-                   kvcache::KvCache& kv, int64_t cache_layer) {
-    const int64_t T = x.dim(0);
-    const float eps = static_cast<float>(cfg_.rms_norm_eps);
-    const DType act = be_.activation_dtype();
-    Tensor h = be_.alloc(act, {T, cfg_.d_model});
-    Tensor o = be_.alloc(act, {T, cfg_.d_model});
-    be_.rmsnorm(x, layer.input_norm, eps, h);
-    layer.attn.forward(be_, attn_cfg_, h, positions, meta, kv.k(cache_layer), kv.v(cache_layer),
-                       kv.scales_if_any(cache_layer, kvcache::CacheRole::kKey),
-                       kv.scales_if_any(cache_layer, kvcache::CacheRole::kValue), o);
-    MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP
-    be_.add(x, o);
-    be_.rmsnorm(x, layer.post_norm, eps, h);
-    MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o));  // TP / DP attention
-    be_.add(x, o);
+  Status attend(const GqaAttention& attn, const Tensor& h, const Tensor& positions, const backend::AttentionMeta& meta,
+                kvcache::KvCache& kv, int64_t cache_layer, std::monostate&, Tensor& o) override {
+    attn.forward(be_, attn_cfg_, h, positions, meta, kv.k(cache_layer), kv.v(cache_layer),
+                 kv.scales_if_any(cache_layer, kvcache::CacheRole::kKey),
+                 kv.scales_if_any(cache_layer, kvcache::CacheRole::kValue), o);
     return Status::ok();
   }
 
-  // DP attention, no tokens for this DP group this step: join every MoE block's exchange with 0 rows.
-  Result<ForwardOutput> idle_forward(bool mtp) {
-    std::vector<const MoeBlock*> blocks;
-    if (mtp) {
-      blocks.push_back(&std::get<MoeBlock>(mtp_->block.mlp));
-    } else {
-      for (const DecoderLayer& layer : layers_)
-        if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) blocks.push_back(moe);
-    }
-    MX_RETURN_IF_ERROR(dp_moe_.idle(be_, cfg_, blocks));
-    return ForwardOutput{};
-  }
-
-  ModelConfig cfg_;
-  ModelConfig attn_cfg_;  // cfg_ with this rank's n_heads / n_kv_heads (tensor parallel)
-  backend::Backend& be_;
-  TensorParallel tp_;  // the vocabulary-parallel embedding / head and the group's all-reduce
-  DpMoeExchange dp_moe_;  // DP attention's MoE exchange (disabled otherwise)
-  Tensor final_norm_;  // [H]
-  std::vector<DecoderLayer> layers_;
-  std::optional<MtpLayer> mtp_;
   kvcache::KvCacheDtype kv_dtype_ = kvcache::KvCacheDtype::kAuto;
 };
 
@@ -294,6 +103,28 @@ Result<std::unique_ptr<CausalLM>> build_glm4_moe(const ModelConfig& cfg, WeightL
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
+// bench-model's cost of one GQA attention part (w weight bytes, a activation bytes, T rows; kvd = n_kv_heads
+// head_dim, qd = n_heads head_dim; an FP8 cache element is 1 byte + one f32 scale per head_dim of them):
+//   bytes = w (every declared self_attn weight) + KV read (2 kvd per cached token, every sequence's context
+//           once) + KV write (2 kvd per token) + a T (4 H + 4 qd + 4 kvd)  [norm in/out, residual in/out,
+//           q/k/v/attn out written + read]
+//   FLOPs = 2 T (Linear params) + 4 qd sum_t(keys attended by t)
+AttentionCost gqa_attention_cost(const ModelConfig& c, const CostUnits& u) {
+  const double a = u.act_bytes, H = static_cast<double>(c.d_model);
+  const double qd = static_cast<double>(c.n_heads * c.head_dim), kvd = static_cast<double>(c.n_kv_heads * c.head_dim);
+  const double attn_w = static_cast<double>(u.attn_dense_params) * u.weight_bytes;
+  const double matmul = static_cast<double>(u.attn_matmul_params);
+  const double kv_elem = u.fp8_kv ? 1.0 + 4.0 / static_cast<double>(c.head_dim) : a;
+  auto bytes = [=](double T, double kv_tokens) {
+    return attn_w + 2 * kvd * kv_elem * kv_tokens + 2 * kvd * kv_elem * T + a * T * (4 * H + 4 * qd + 4 * kvd);
+  };
+  auto flops = [=](double T, double keys) { return 2 * T * matmul + 4 * qd * keys; };
+  AttentionCost cost;
+  cost.decode = [=](double b, double ctx) { return PartCost{bytes(b, b * ctx), flops(b, b * ctx)}; };
+  cost.prefill = [=](double p) { return PartCost{bytes(p, p), flops(p, p * (p + 1) / 2)}; };
+  return cost;
+}
+
 }  // namespace
 
 const ArchitectureDef& glm4_moe_architecture() {
@@ -303,6 +134,8 @@ const ArchitectureDef& glm4_moe_architecture() {
     a.model_type = "glm4_moe";
     a.default_partial_rotary_factor = 0.5;  // transformers' Glm4MoeConfig
     a.build = &build_glm4_moe;
+    a.capabilities = {.tensor_parallel = true, .expert_parallel = true, .dp_attention = true};
+    a.attention_cost = &gqa_attention_cost;
     return a;
   }();
   return d;

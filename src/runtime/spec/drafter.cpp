@@ -136,7 +136,7 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
   struct Active {
     Sequence* seq;
     int32_t hidden_row;  // row of the sequence's latest MTP output in the latest hidden tensor
-    int32_t first_row;   // the sequence's row in the extend (its first draft step: ForwardBatch::mtp_first_step_rows)
+    int32_t first_row;   // the sequence's row in the extend (its first draft step: ForwardBatch::mtp_step)
   };
   // Draft j of every active sequence from logit row r of `out`; a sequence whose row is unusable stops.
   auto propose = [&](std::vector<Active>& active, const ExecOutput& out, const std::vector<int32_t>& rows,
@@ -182,7 +182,7 @@ Status Drafter::draft_chain(const std::vector<Sequence*>& seqs, const std::vecto
       d.positions.push_back(pos);
       d.logit_rows.push_back(static_cast<int32_t>(a));
       hrows.push_back(active[a].hidden_row);
-      d.mtp_first_step_rows.push_back(active[a].first_row);
+      d.mtp_step.first_step_rows.push_back(active[a].first_row);
       lrows.push_back(static_cast<int32_t>(a));
     }
     Tensor hd = executor_.select_rows(hidden, hrows);

@@ -5,7 +5,7 @@
 //      up; the last row of a decoding sequence proposes the first draft;
 //   2. draft: chain mode (topk 1) runs N-1 more MTP steps, each fed the previous draft and the MTP layer's own
 //      hidden state; tree mode (drafter_tree.cpp) expands the best topk frontier nodes per step (EAGLE-2).
-//      Chain steps name each row's extend row (ForwardBatch::mtp_first_step_rows), so a model with
+//      Chain steps name each row's extend row (ForwardBatch::mtp_step, model/forward_batch.h), so a model with
 //      index_share_for_mtp_iteration reuses that step's DSA top-k; tree steps do not (they recompute it).
 // The drafts are picked from the draft logits processed like the target's (penalties, logit mask: sampler.h)
 // and in the verifier's mode (verifier.h): greedy - the processed argmax; seeded - a draw with the very RNG

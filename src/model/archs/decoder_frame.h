@@ -1,0 +1,248 @@
+// DecoderFrame: the frame every registered decoder-only MoE architecture fills in (glm4_moe, glm_moe_dsa):
+//   x = embed[ids]; per layer l: x += attn_l(rmsnorm(x)); x += (dense MLP | MoE)_l(rmsnorm(x));
+//   logits = lm_head(rmsnorm(x)).  MTP layer L = n_layers:
+//   y = shared_head.norm(Layer_L(eh_proj(cat(enorm(embed(x_{t+1})), hnorm(h_t))))), logits = lm_head(y).
+// The frame owns what does not depend on the attention: the weight declaration of norms, MLP / MoE blocks,
+// the vocabulary and the MTP head; the layer loop; the batch / KV-geometry check; the batch upload; the
+// collectives around each half ("TP:" all-reduce after attention and MLP, "DP:" the MoE exchange and the
+// idle forward of a DP group without tokens: model/layers/dp_moe.h); the bench-model layer parts.
+// An architecture supplies its attention (a type with its own load / forward), the attention metadata shape,
+// its KV layout (CausalLM::kv_spec) and, through State, what one forward carries from layer to layer (e.g.
+// glm_moe_dsa's DSA top-k); see glm4_moe.cpp and glm_moe_dsa.cpp.
+// Invariant: the per-layer order of weight declarations, allocations and collectives is the same for every
+// architecture (input norm, post norm, attention, MLP; attention half then MLP half).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/check.h"
+#include "model/causal_lm.h"
+#include "model/layers/blocks.h"
+#include "model/layers/dp_moe.h"
+#include "model/layers/tensor_parallel.h"
+#include "model/layers/weight_decl.h"
+#include "model/layers/weight_loader.h"
+
+namespace mxserve::model {
+
+// HF checkpoint prefix of decoder layer l ("model.layers.<l>."; the MTP layer is l = n_layers).
+std::string decoder_layer_prefix(int64_t l);
+
+// The MLP half of a decoder layer: a dense SwiGLU MLP or a MoE block.
+using DecoderMlp = std::variant<SwigluMlp, MoeBlock>;
+
+// The MTP layer's own tensors around its decoder block.
+struct MtpHead {
+  Tensor enorm, hnorm, shared_head_norm;  // [H]
+  Tensor eh_proj_e, eh_proj_h;            // eh_proj [H, 2H] split into its embedding / hidden halves
+};
+
+// Everything of the frame that does not depend on the attention type.
+class DecoderFrameBase : public CausalLM {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+
+ protected:
+  // comm: the tensor-parallel group (nullptr: one rank; a one-rank world's communicator given anyway runs
+  // every collective as the identity: the launch's NCCL one-rank test switch). moe_comm: the world the MoE
+  // blocks exchange tokens over under DP attention (used only when rank.dp_attention).
+  DecoderFrameBase(const ModelConfig& cfg, backend::Backend& be, const parallel::RankLayout& rank,
+                   parallel::Communicator* comm, parallel::Communicator* moe_comm);
+
+  struct Uploaded {
+    Tensor ids, positions;  // i32 [T] on the backend
+    backend::AttentionMeta meta;
+  };
+
+  // The attention metadata's shape fields (heads, head_dim, scale) of this architecture on this rank.
+  virtual void attention_shape(kernels::AttentionParams& ap) const = 0;
+
+  // The KV cache holds at least the layers kv_spec declares, each tensor with the declared width and dtype,
+  // and the batch fits it (ForwardBatch::validate).
+  Status check_batch(const ForwardBatch& batch, kvcache::KvCache& kv) const;
+  Result<Uploaded> upload_batch(const ForwardBatch& batch, kvcache::KvCache& kv);
+  // bind_layer_part's shared checks: the batch, DP attention off, the layer index.
+  Status check_bound_part(int64_t layer, const ForwardBatch& batch, kvcache::KvCache& kv) const;
+  // The vocabulary and the final norm (declared first, in this order).
+  void load_head(WeightLoader& wl);
+  // The dense MLP or MoE block of layer l (moe: cfg.is_moe_layer(l), true for the MTP layer).
+  DecoderMlp load_mlp(WeightLoader& wl, const std::string& prefix, bool moe);
+  // The MTP layer's tensors before its decoder block (its optional head / embedding copies declared unused).
+  MtpHead load_mtp_head(WeightLoader& wl);
+  // MTP layers the config declares but the caller chose not to load.
+  void ignore_mtp_layers(WeightLoader& wl);
+  // x [T, H] = eh_proj(cat(enorm(embed(ids)), hnorm(hidden_in))) (hidden_in [T, H], checked by the caller).
+  Result<Tensor> mtp_input(const MtpHead& m, const Tensor& ids, const Tensor& hidden_in);
+  // Logits (and hidden, if asked) of x after the final norm `norm`. TP: vocabulary-parallel, all-gathered.
+  Result<ForwardOutput> finish(const ForwardBatch& batch, const Tensor& norm, Tensor& x);
+  // x += mlp(rmsnorm(x, post_norm)): this rank's partial sum summed over the tp group, or the DP exchange.
+  Status mlp_half(const Tensor& post_norm, const DecoderMlp& mlp, Tensor& x);
+  // DP attention, no tokens for this DP group this step: joins every block's MoE exchange with 0 rows.
+  Result<ForwardOutput> idle_forward(const std::vector<const MoeBlock*>& blocks);
+
+  ModelConfig cfg_;
+  ModelConfig attn_cfg_;  // cfg_ with this rank's head counts (tensor parallel; set by the architecture)
+  backend::Backend& be_;
+  TensorParallel tp_;     // the vocabulary-parallel embedding / head and the group's collectives
+  DpMoeExchange dp_moe_;  // DP attention's MoE exchange (disabled otherwise)
+  Tensor final_norm_;     // [H]
+};
+
+// Attention: the architecture's attention block (its weights). State: what one forward pass (or one bound
+// layer part) carries from layer to layer; std::monostate when nothing. The architecture implements:
+//   Attention load_attention(WeightLoader&, const std::string& prefix, int64_t layer)  (layer n_layers: MTP)
+//   Status attend(...)  the attention half up to o (before the tp all-reduce the frame runs)
+//   and CausalLM::kv_spec, DecoderFrameBase::attention_shape.
+template <typename Attention, typename State = std::monostate>
+class DecoderFrame : public DecoderFrameBase {
+ public:
+  struct Layer {
+    Tensor input_norm, post_norm;  // [H]
+    Attention attn;
+    DecoderMlp mlp;
+  };
+  struct MtpLayer {
+    MtpHead head;
+    Layer block;
+  };
+
+  // Binds (or, on a recording loader, declares) every weight; names the checkpoint tensors left unused.
+  Status load(WeightLoader& wl, bool include_mtp) {
+    load_head(wl);  // TP: embed_tokens / lm_head, this rank's vocabulary rows; the final norm
+    for (int64_t l = 0; l < cfg_.n_layers; ++l) layers_.push_back(load_layer(wl, l, cfg_.is_moe_layer(l)));
+    if (include_mtp) {
+      MtpLayer m;
+      m.head = load_mtp_head(wl);
+      m.block = load_layer(wl, cfg_.n_layers, /*moe=*/true);
+      mtp_ = std::move(m);
+    } else {
+      ignore_mtp_layers(wl);
+    }
+    return Status::ok();
+  }
+
+  bool has_mtp() const override { return mtp_.has_value(); }
+
+  Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) override {
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(moe_blocks(/*mtp=*/false));
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    const int64_t T = batch.n_tokens();
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    MX_RETURN_IF_ERROR(tp_.embed(up.ids, x));  // TP: each token's row came from one rank, zeros from the others
+    State state = make_state(T, /*bound_part=*/false);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state));
+    return finish(batch, final_norm_, x);
+  }
+
+  Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
+                                    kvcache::KvCache& kv) override {
+    if (!mtp_) return unsupported("this model was loaded without an MTP layer");
+    if (batch.n_tokens() == 0 && dp_moe_.enabled()) return idle_forward(moe_blocks(/*mtp=*/true));
+    MX_RETURN_IF_ERROR(check_batch(batch, kv));
+    const int64_t T = batch.n_tokens();
+    if (hidden_in.ndim() != 2 || hidden_in.dim(0) != T || hidden_in.dim(1) != cfg_.d_model)
+      return invalid_argument("forward_mtp: hidden_in is " + hidden_in.describe() + ", expected [" +
+                              std::to_string(T) + ", " + std::to_string(cfg_.d_model) + "]");
+    MX_ASSIGN_OR_RETURN(Uploaded up, upload_batch(batch, kv));
+    MX_ASSIGN_OR_RETURN(Tensor x, mtp_input(mtp_->head, up.ids, hidden_in));
+    State state = make_state(T, /*bound_part=*/false);
+    MX_RETURN_IF_ERROR(begin_mtp(batch, state));
+    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state));
+    end_mtp(state);
+    return finish(batch, mtp_->head.shared_head_norm, x);
+  }
+
+  // bench-model hook: the attention half or the MLP half of one layer, as run_layer does them. The state
+  // (e.g. a top-k a shared-indexer layer reads) is the closure's own.
+  Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
+                                                       kvcache::KvCache& kv) override {
+    MX_RETURN_IF_ERROR(check_bound_part(layer, batch, kv));
+    MX_ASSIGN_OR_RETURN(Uploaded uploaded, upload_batch(batch, kv));
+    auto up = std::make_shared<Uploaded>(std::move(uploaded));
+    auto state = std::make_shared<State>(make_state(batch.n_tokens(), /*bound_part=*/true));
+    const Layer* L = &layers_[layer];
+    if (part == LayerPart::kAttention) {
+      return std::function<void(Tensor&)>([this, up, state, L, layer, &kv](Tensor& x) {
+        Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+        Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
+        be_.rmsnorm(x, L->input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+        MX_CHECK_MSG(attend(L->attn, h, up->positions, up->meta, kv, layer, *state, o).is_ok(),
+                     "bind_layer_part: attention failed");
+        MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
+        be_.add(x, o);
+      });
+    }
+    return std::function<void(Tensor&)>([this, L](Tensor& x) {
+      MX_CHECK_MSG(mlp_half(L->post_norm, L->mlp, x).is_ok(), "bind_layer_part: MLP failed");
+    });
+  }
+
+ protected:
+  using DecoderFrameBase::DecoderFrameBase;
+
+  virtual Attention load_attention(WeightLoader& wl, const std::string& prefix, int64_t layer) = 0;
+  // h = rmsnorm(x) [T, H] -> o [T, H], this rank's partial sum over its heads (the frame all-reduces it).
+  virtual Status attend(const Attention& attn, const Tensor& h, const Tensor& positions,
+                        const backend::AttentionMeta& meta, kvcache::KvCache& kv, int64_t cache_layer, State& state,
+                        Tensor& o) = 0;
+  // A forward's (bound_part: one bench-model layer part's) state over T rows, made after the embedding.
+  virtual State make_state(int64_t T, bool bound_part) {
+    (void)T, (void)bound_part;
+    return State{};
+  }
+  // forward_mtp around its one layer: before it (after make_state) and after it.
+  virtual Status begin_mtp(const ForwardBatch& batch, State& state) {
+    (void)batch, (void)state;
+    return Status::ok();
+  }
+  virtual void end_mtp(const State& state) { (void)state; }
+
+  Layer load_layer(WeightLoader& wl, int64_t l, bool moe) {
+    const std::string p = decoder_layer_prefix(l);
+    Layer d;
+    d.input_norm = wl.get(decl::replicated(p + "input_layernorm.weight", {cfg_.d_model}));
+    d.post_norm = wl.get(decl::replicated(p + "post_attention_layernorm.weight", {cfg_.d_model}));
+    d.attn = load_attention(wl, p + "self_attn.", l);
+    d.mlp = load_mlp(wl, p + "mlp.", moe);
+    return d;
+  }
+
+  Status run_layer(const Layer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
+                   kvcache::KvCache& kv, int64_t cache_layer, State& state) {
+    const int64_t T = x.dim(0);
+    Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    Tensor o = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    be_.rmsnorm(x, layer.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    MX_RETURN_IF_ERROR(attend(layer.attn, h, positions, meta, kv, cache_layer, state, o));
+    MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: o_proj over this rank's heads
+    be_.add(x, o);
+    be_.rmsnorm(x, layer.post_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o));  // TP / DP attention
+    be_.add(x, o);
+    return Status::ok();
+  }
+
+  // The MoE blocks an idle DP group joins: the MTP layer's, or the target's in layer order.
+  std::vector<const MoeBlock*> moe_blocks(bool mtp) const {
+    std::vector<const MoeBlock*> blocks;
+    if (mtp) {
+      blocks.push_back(&std::get<MoeBlock>(mtp_->block.mlp));
+    } else {
+      for (const Layer& layer : layers_)
+        if (const auto* moe = std::get_if<MoeBlock>(&layer.mlp)) blocks.push_back(moe);
+    }
+    return blocks;
+  }
+
+  std::vector<Layer> layers_;
+  std::optional<MtpLayer> mtp_;
+};
+
+}  // namespace mxserve::model
