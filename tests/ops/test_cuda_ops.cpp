@@ -1,5 +1,5 @@
 // Every CUDA op against the CPU reference backend on random inputs at small serving shapes and the edge
-// cases DESIGN.md section 4 lists (1 token, ragged batches, KV block boundaries, context splits, experts
+// cases docs/fixtures.md lists (1 token, ragged batches, KV block boundaries, context splits, experts
 // with no tokens, all tokens on one expert, top_k == n_experts). Inputs are bf16-representable, so
 // both backends see identical values; the CUDA outputs are poisoned (NaN) first, so an unwritten element
 // fails. Tolerances, declared per op:
