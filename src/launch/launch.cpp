@@ -261,6 +261,14 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_expert_parallel(cfg, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_data_parallel(cfg, config.parallel));
+  // The CUDA bf16 MoE kernels take widths in multiples of 8 (16-byte rows): a rank slice that is not is refused
+  // here, naming the flag and the field, instead of failing a kernel check mid-forward.
+  if (config.backend == "cuda" && cfg.n_experts > 0 && config.parallel.ep == 1 && config.parallel.tp > 1 &&
+      (cfg.moe_inter / config.parallel.tp) % 8 != 0)
+    return unsupported("--tensor-parallel-size " + std::to_string(config.parallel.tp) + " on --backend cuda: each rank's "
+                       "slice of moe_intermediate_size " + std::to_string(cfg.moe_inter) + " of " + cfg.source +
+                       " is " + std::to_string(cfg.moe_inter / config.parallel.tp) +
+                       ", and the CUDA MoE kernels need a multiple of 8 (use a smaller tp, or --backend cpu)");
   if ((config.parallel.tp > 1 || ranks.front().moe_tp() > 1) && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
     if (plan.experts != "bf16" || plan.rest != "bf16")

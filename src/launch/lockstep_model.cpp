@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "launch/dp_batch.h"
+#include "model/decisions.h"
 #include "parallel/nccl_communicator.h"
 
 namespace mxserve::launch {
@@ -107,7 +108,11 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   std::vector<std::optional<Result<model::ForwardOutput>>> results(world());
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    job_ = [&](int r) {
+    // A decision hook (fixture checks) installed on the caller's thread reaches every rank's forward when the
+    // ranks all run the same rows (no DP): each rank then makes, and is forced to, the same decisions.
+    model::DecisionHook* hook = dp_ == 1 ? model::active_decision_hook() : nullptr;
+    job_ = [&, hook](int r) {
+      model::ScopedDecisionHook scope(hook);
       Result<model::ForwardOutput> res = fn(r, *caches[r]);
       if (!res.is_ok()) {  // the others stop at their next collective
         ranks_[r].comm->abort(res.status());

@@ -192,6 +192,7 @@ void PositionalForcer::set_rows(std::vector<std::pair<int32_t, int64_t>> rows, i
 }
 
 void PositionalForcer::on_decision(DecisionRows& d) {
+  std::lock_guard<std::mutex> lock(mutex_);
   auto fail = [&](const std::string& why) {
     if (status_.is_ok()) status_ = internal_error("decision forcing: " + why);
   };

@@ -21,6 +21,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -101,8 +102,14 @@ class ScopedDecisionHook {
 // Keeps every site's decisions in call order.
 class DecisionRecorder : public DecisionHook {
  public:
-  void on_decision(DecisionRows& d) override { records.push_back(d); }
+  void on_decision(DecisionRows& d) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    records.push_back(d);
+  }
   std::vector<DecisionRows> records;
+
+ private:
+  std::mutex mutex_;
 };
 
 // Replays recorded decisions in call order (forcing each site to the recorded ids) and keeps what each site
@@ -154,7 +161,9 @@ struct ObservedDecision {
 
 // Forces every decision of the forwards it sees to the book's, row by row, through the (sequence, position) of
 // each row that the caller declares before each forward (set_rows). A site whose row count differs from the
-// declared rows, or a row the book lacks, is forced with nothing and reported by status().
+// declared rows, or a row the book lacks, is forced with nothing and reported by status(). Thread-safe: tensor-
+// parallel ranks (launch/lockstep_model) each call it for the same rows, so their observations appear once per
+// rank.
 class PositionalForcer : public DecisionHook {
  public:
   explicit PositionalForcer(const DecisionBook& book) : book_(book) {}
@@ -169,6 +178,7 @@ class PositionalForcer : public DecisionHook {
   std::vector<std::pair<int32_t, int64_t>> rows_;
   int path_ = 0;
   Status status_ = Status::ok();
+  std::mutex mutex_;
 };
 
 }  // namespace mxserve::model
