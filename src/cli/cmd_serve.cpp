@@ -70,6 +70,10 @@ runtime:
                                predicted time (a cost model fitted online) within MS; 0 = the two caps above
                                alone (50; docs/scheduling.md)
   --min-prefill-chunk N        prefill tokens a step with decodes always gets under --max-itl-ms (256)
+  --slo-ttft-ms MS             TTFT target: prefills ordered earliest deadline first (arrival + MS), those
+                               predicted to miss it after the others, a near-deadline prefill's chunk may pass
+                               --chunked-prefill-size (still within --max-itl-ms); 0 = off, FCFS (0;
+                               docs/scheduling.md)
   --block-size N               tokens per KV block (16)
   --kv-cache-memory SIZE       KV pool size, e.g. 4GiB (1GiB); it holds the KV cache only (the model's layout: K and V)
   --num-kv-blocks N            KV pool size in blocks (overrides --kv-cache-memory)
@@ -144,6 +148,7 @@ int cmd_serve(int argc, char** argv) {
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--kv-cache-dtype",
        "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
+  value_flags.insert("--slo-ttft-ms");
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
@@ -204,6 +209,11 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(min_prefill_chunk, positive(a, "--min-prefill-chunk", 256));
   sc.max_itl_seconds = max_itl_ms / 1e3;
   sc.min_prefill_chunk = min_prefill_chunk;
+  MX_CLI_TRY(slo_ttft_ms, a.get_double("--slo-ttft-ms", 0));
+  if (!(slo_ttft_ms >= 0) || slo_ttft_ms > 1e7)
+    return fail(invalid_argument("--slo-ttft-ms must be a number of milliseconds >= 0 (0 = off), got " +
+                                 a.get_or("--slo-ttft-ms", "")));
+  sc.slo_ttft_seconds = slo_ttft_ms / 1e3;
   MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));  // 0: unset, sized from --kv-cache-memory
   if (a.has("--num-kv-blocks") && num_blocks <= 0)
     return fail(invalid_argument("--num-kv-blocks must be positive, got " + std::to_string(num_blocks) +
