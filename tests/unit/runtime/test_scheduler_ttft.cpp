@@ -158,12 +158,14 @@ TEST(SchedulerTtft, NearDeadlineChunkPassesThePrefillCap) {
 }
 
 // With decodes running and the ITL target on, urgent and ordered prefills still keep every step with decodes
-// within the target (above the --min-prefill-chunk floor), and every decode runs every step.
-TEST(SchedulerTtft, ItlBoundHoldsForRunningDecodes) {
+// within the target (above the --min-prefill-chunk floor), and every decode runs every step. Two regimes: a
+// tight ITL target (chunks far below the prefill cap: nothing can be urgent, many prefills late) and a loose
+// one (the ITL bound allows chunks past the prefill cap: near-deadline chunks take them).
+void run_itl_scenario(double itl, double ttft, int period, bool expect_urgent) {
   const StepCostModel model = scripted_model();
   SchedulerConfig cfg = base_config();
-  cfg.ttft_target_seconds = 0.3;
-  cfg.max_step_seconds = 0.06;
+  cfg.ttft_target_seconds = ttft;
+  cfg.max_step_seconds = itl;
   cfg.min_prefill_chunk = 64;
   kvcache::BlockPool pool(100000);
   Scheduler sched(cfg, pool);
@@ -175,9 +177,9 @@ TEST(SchedulerTtft, ItlBoundHoldsForRunningDecodes) {
     seqs.push_back(make_seq(id, 8, 0));
     sched.add_waiting(seqs.back().get());
   }
-  int limited = 0;
+  int limited = 0, urgent = 0, late = 0;
   for (int step = 0; step < 120; ++step) {
-    if (step % 3 == 0) {
+    if (step % period == 0) {
       seqs.push_back(make_seq(100 + step, 500 + 700 * (step % 7), now));
       sched.add_waiting(seqs.back().get());
     }
@@ -190,10 +192,21 @@ TEST(SchedulerTtft, ItlBoundHoldsForRunningDecodes) {
       ++limited;
       EXPECT_LE(model.predict(shape_of(p)), cfg.max_step_seconds + 1e-9) << "step " << step;
     }
+    urgent += p.ttft_urgent_chunks;
+    late += p.ttft_late > 0;
     advance(sched, p);
     now += model.predict(shape_of(p));
   }
+  std::printf("ITL %g s, TTFT %g s: %d ITL-limited steps, %d urgent chunks, %d steps with late prefills\n", itl,
+              ttft, limited, urgent, late);
   EXPECT_GT(limited, 10);
+  if (expect_urgent) EXPECT_GT(urgent, 0) << "the scenario must exercise urgent chunks";
+  else EXPECT_GT(late, 0) << "the scenario must exercise late prefills";
+}
+
+TEST(SchedulerTtft, ItlBoundHoldsForRunningDecodes) {
+  run_itl_scenario(0.06, 0.3, 3, false);
+  run_itl_scenario(0.2, 0.3, 2, true);
 }
 
 // Simulated run: requests arrive on a schedule; each step takes the cost model's prediction; a request meets
