@@ -186,6 +186,8 @@ SchedulePlan Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_running) {
     Sequence* seq = waiting_.front();
     MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
+    // Past the prefill cap only an urgent chunk (TTFT target) may still go this step.
+    if (prefill_budget <= 0 && !ttft_key(*seq, cached_prefix(*seq), decodes, t_now).urgent) break;
     const int64_t len = static_cast<int64_t>(seq->tokens.size());
     seq->dp_rank = place(*seq);
     if (!caches_.empty() && !seq->prompt_logprobs_pending) {
