@@ -21,8 +21,9 @@
 //   chunked_prefill_size up to the step's token budget -- still through the ITL bound (PrefillBudget).
 //   Until the cost model is ready nothing is late or urgent (deadline order only).
 // Starvation bound: a running decode is scheduled in every step until it finishes or is preempted; a step
-// carries at most chunked_prefill_size prefill tokens, so a decode waits at most one step that holds
-// (n_decodes + chunked_prefill_size) tokens between two of its tokens.
+// carries at most chunked_prefill_size prefill tokens (max_num_batched_tokens with an urgent TTFT chunk; the
+// ITL target still applies), so a decode waits at most one step that holds (n_decodes + that many) tokens
+// between two of its tokens.
 // Out of blocks: evict unreferenced prefix-cache leaves (LRU), then preempt the newest running sequence
 // (its computed full blocks go to the prefix cache; it is re-queued at the front to recompute).
 // Data parallelism (dp_ranks > 1, docs/parallel.md): the pool's block ids split into one range per DP rank;
