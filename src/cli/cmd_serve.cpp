@@ -63,6 +63,7 @@ int cmd_serve(int argc, char** argv) {
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
        "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--kv-cache-dtype",
        "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
+  value_flags.insert("--slo-ttft-ms");
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
                                       "--no-enable-prefix-caching", "--benchmark-mode"};
   value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
@@ -127,6 +128,11 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(min_prefill_chunk, positive(a, "--min-prefill-chunk", 256));
   sc.max_itl_seconds = max_itl_ms / 1e3;
   sc.min_prefill_chunk = min_prefill_chunk;
+  MX_CLI_TRY(slo_ttft_ms, a.get_double("--slo-ttft-ms", 0));
+  if (!(slo_ttft_ms >= 0) || slo_ttft_ms > 1e7)
+    return fail(invalid_argument("--slo-ttft-ms must be a number of milliseconds >= 0 (0 = off), got " +
+                                 a.get_or("--slo-ttft-ms", "")));
+  sc.slo_ttft_seconds = slo_ttft_ms / 1e3;
   MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));  // 0: unset, sized from --kv-cache-memory
   if (a.has("--num-kv-blocks") && num_blocks <= 0)
     return fail(invalid_argument("--num-kv-blocks must be positive, got " + std::to_string(num_blocks) +

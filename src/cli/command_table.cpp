@@ -100,6 +100,8 @@ std::vector<CommandHelp> build_table() {
                    {"--chunked-prefill-size", "N", "2048 (8192 on cuda)", "prefill tokens per step"},
                    {"--max-itl-ms", "MS", "50", "ITL target: a step with decodes takes only the prefill that fits (0: off)"},
                    {"--min-prefill-chunk", "N", "256", "prefill tokens a step with decodes always gets"},
+                   {"--slo-ttft-ms", "MS", "0", "TTFT target: waiting prefills ordered by deadline, bigger chunks near "
+                                               "it (0 = off, FCFS; docs/scheduling.md)"},
                    {"--block-size", "N", "16", "tokens per KV block"},
                    {"--kv-cache-memory", "SIZE", "1GiB", "KV pool size, e.g. 4GiB"},
                    {"--num-kv-blocks", "N", "", "KV pool size in blocks (overrides --kv-cache-memory)"},

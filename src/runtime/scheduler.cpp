@@ -1,6 +1,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -158,25 +159,72 @@ SchedulePlan Scheduler::schedule() {
   PrefillBudget itl(cost_model_, config_.max_step_seconds, config_.min_prefill_chunk, config_.block_size,
                     shape_of(plan));
 
-  // 2. Running sequences mid-prefill continue with a chunk.
-  for (Sequence* seq : running_) {
-    if (seq->n_remaining() <= 1 || budget <= 0 || prefill_budget <= 0) continue;
-    const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({seq->n_remaining(), budget, prefill_budget}));
-    if (n == 0) break;
-    if (!reserve(seq, seq->n_computed + n)) break;
+  // TTFT target: the order of prefills and which chunks are urgent (off: running order, then FCFS).
+  const StepShape decodes = shape_of(plan);
+  const Clock::time_point t_now = ttft_on() ? now() : Clock::time_point{};
+  auto by_key = [](const TtftKey& a, const TtftKey& b) {
+    if (a.cls != b.cls) return a.cls < b.cls;
+    if (a.slack != b.slack) return a.slack < b.slack;
+    return a.work < b.work;
+  };
+  // One chunk for seq (its prefill at seq->n_computed) within the budgets; an urgent chunk may use the
+  // step's whole token budget instead of the prefill cap.
+  auto chunk_cap = [&](Sequence* seq, bool urgent) {
+    const int64_t left = static_cast<int64_t>(seq->tokens.size()) - seq->n_computed;
+    return std::min<int64_t>({left, budget, urgent ? budget : std::max<int64_t>(prefill_budget, 0)});
+  };
+  auto add_prefill = [&](Sequence* seq, int64_t n, bool urgent) {
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0,
                            seq->n_computed + n == static_cast<int64_t>(seq->tokens.size())});
     plan.n_tokens += n;
     plan.n_prefill_tokens += n;
     budget -= n;
     prefill_budget -= n;
+    plan.ttft_urgent_chunks += urgent && n > std::max<int64_t>(prefill_budget + n, 0);
+  };
+
+  // 2. Running sequences mid-prefill continue with a chunk (TTFT target: late ones after the admissions).
+  std::vector<Sequence*> late_running;
+  {
+    std::vector<std::pair<TtftKey, Sequence*>> prefilling;
+    for (Sequence* seq : running_)
+      if (seq->n_remaining() > 1)
+        prefilling.push_back({ttft_on() ? ttft_key(*seq, seq->n_computed, decodes, t_now) : TtftKey{}, seq});
+    if (ttft_on())
+      std::stable_sort(prefilling.begin(), prefilling.end(),
+                       [&](const auto& a, const auto& b) { return by_key(a.first, b.first); });
+    for (const auto& [key, seq] : prefilling) {
+      if (key.cls == 2) {
+        ++plan.ttft_late;
+        late_running.push_back(seq);
+        continue;
+      }
+      if (budget <= 0 || (prefill_budget <= 0 && !key.urgent)) continue;
+      const int64_t n = itl.grant(seq->n_computed, chunk_cap(seq, key.urgent));
+      if (n == 0) break;
+      if (!reserve(seq, seq->n_computed + n)) break;
+      add_prefill(seq, n, key.urgent);
+    }
   }
 
-  // 3. Admit waiting sequences FCFS.
-  while (!waiting_.empty() && budget > 0 && prefill_budget > 0 &&
+  // TTFT target: waiting sequences in deadline order (stable: equal keys keep their FCFS order).
+  if (ttft_on() && !waiting_.empty()) {
+    std::vector<std::pair<TtftKey, Sequence*>> order;
+    for (Sequence* seq : waiting_) order.push_back({ttft_key(*seq, cached_prefix(*seq), decodes, t_now), seq});
+    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return by_key(a.first, b.first); });
+    for (size_t i = 0; i < order.size(); ++i) {
+      waiting_[i] = order[i].second;
+      plan.ttft_late += order[i].first.cls == 2;
+    }
+  }
+
+  // 3. Admit waiting sequences FCFS (TTFT target: in the order above).
+  while (!waiting_.empty() && budget > 0 && (prefill_budget > 0 || ttft_on()) &&
          static_cast<int64_t>(running_.size()) < config_.max_running) {
     Sequence* seq = waiting_.front();
     MX_CHECK(seq->block_table.empty() && seq->n_computed == 0);
+    // Past the prefill cap only an urgent chunk (TTFT target) may still go this step.
+    if (prefill_budget <= 0 && !ttft_key(*seq, cached_prefix(*seq), decodes, t_now).urgent) break;
     const int64_t len = static_cast<int64_t>(seq->tokens.size());
     int64_t host_tokens = 0;
     seq->dp_rank = place(*seq);
@@ -188,7 +236,8 @@ SchedulePlan Scheduler::schedule() {
       if (host_tier_ != nullptr) host_tokens = load_from_host(seq, m.key, len - 1);
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
-    const int64_t n = itl.grant(seq->n_computed, std::min<int64_t>({len - seq->n_computed, budget, prefill_budget}));
+    const bool urgent = ttft_on() && ttft_key(*seq, seq->n_computed, decodes, t_now).urgent;
+    const int64_t n = itl.grant(seq->n_computed, chunk_cap(seq, urgent));
     if (n == 0 || !reserve(seq, seq->n_computed + n)) {
       release(seq);  // give the matched prefix back; try again next step
       break;
@@ -207,11 +256,14 @@ SchedulePlan Scheduler::schedule() {
     seq->table_lease = lease.lease;
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
-    plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0, seq->n_computed + n == len});
-    plan.n_tokens += n;
-    plan.n_prefill_tokens += n;
-    budget -= n;
-    prefill_budget -= n;
+    add_prefill(seq, n, urgent);
+  }
+  // 3b. TTFT target: late running prefills take what the budgets have left.
+  for (Sequence* seq : late_running) {
+    if (budget <= 0 || prefill_budget <= 0) break;
+    const int64_t n = itl.grant(seq->n_computed, chunk_cap(seq, false));
+    if (n == 0 || !reserve(seq, seq->n_computed + n)) break;
+    add_prefill(seq, n, false);
   }
   // 4. Plain decode rows (one token, no drafts) first, then multi-token chunks (speculative verification,
   // prefill), each group in the order above: the attention backend runs the leading decode rows through
@@ -222,6 +274,49 @@ SchedulePlan Scheduler::schedule() {
   plan.decodes_over_target = itl.decodes_over_target();
   plan.predicted_seconds = itl.predicted_seconds();
   return plan;
+}
+
+int64_t Scheduler::cached_prefix(const Sequence& seq) const {
+  if (caches_.empty() || seq.prompt_logprobs_pending) return 0;
+  int64_t best = 0;
+  for (const auto& cache : caches_)
+    best = std::max(best, cache->match_length(seq.tokens, static_cast<int64_t>(seq.tokens.size()) - 1));
+  return best;
+}
+
+double Scheduler::prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk) const {
+  const int64_t left = len - start;
+  if (left <= 0) return 0;
+  const double step = cost_model_->predict(decodes);  // base + the decodes every step carries
+  if (config_.max_step_seconds > 0 && decodes.decode_rows > 0)
+    chunk = std::min(chunk, std::max(config_.min_prefill_chunk,
+                                     cost_model_->max_prefill_tokens(start, config_.max_step_seconds - step)));
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t steps = (left + chunk - 1) / chunk;
+  // The attention pairs of the chunks add up to those of one chunk of `left` tokens after `start`.
+  return static_cast<double>(steps) * step + cost_model_->prefill_chunk_seconds(start, left);
+}
+
+Scheduler::TtftKey Scheduler::ttft_key(const Sequence& seq, int64_t start, const StepShape& decodes,
+                                       Clock::time_point t_now) const {
+  TtftKey k;
+  const double target = config_.ttft_target_seconds;
+  const double waited = std::chrono::duration<double>(t_now - seq.times.arrival).count();
+  const int64_t len = static_cast<int64_t>(seq.tokens.size());
+  k.slack = target - waited;
+  k.work = len - start;
+  if (seq.n_preemptions > 0) {
+    k.cls = 0;
+    return k;
+  }
+  if (cost_model_ == nullptr || !cost_model_->ready()) return k;  // deadline order only
+  const double best = prefill_finish_seconds(decodes, start, len, config_.max_num_batched_tokens);
+  if (best <= k.slack) {
+    k.urgent = prefill_finish_seconds(decodes, start, len, config_.chunked_prefill_size) > k.slack;
+  } else if (waited < 2 * target) {
+    k.cls = 2;  // late; at 2x the target it rejoins class 1 with the earliest deadline (no starvation)
+  }
+  return k;
 }
 
 bool wants_prompt_logprobs(const ScheduledChunk& c) {

@@ -10,9 +10,20 @@
 //   (max_step_seconds) and a ready step cost model (step_cost_model.h), a step that carries decodes also
 //   takes only the prefill tokens that keep its predicted time within the target -- but at least
 //   min_prefill_chunk of them, so prefill always progresses (docs/scheduling.md).
+// TTFT target (ttft_target_seconds > 0, --slo-ttft-ms; off by default = the FCFS policy above, unchanged):
+//   waiting prefills, and running ones mid-prefill, are ordered each step by class, then deadline (arrival +
+//   target), then fewest prompt tokens left: class 0 preempted (they keep the front), class 1 those that can
+//   still make their deadline (the cost model's best case: chunks up to max_num_batched_tokens, the ITL bound
+//   applied), class 2 those that cannot (late). Late requests go after every other one, FCFS, so one lost
+//   request does not make the others miss too; a late request that has waited 2x the target rejoins class 1
+//   (its deadline is then the earliest), so none starves. A class-1 chunk that would miss its deadline at
+//   chunked_prefill_size-token chunks but can make it with bigger ones is "urgent": its chunk may go past
+//   chunked_prefill_size up to the step's token budget -- still through the ITL bound (PrefillBudget).
+//   Until the cost model is ready nothing is late or urgent (deadline order only).
 // Starvation bound: a running decode is scheduled in every step until it finishes or is preempted; a step
-// carries at most chunked_prefill_size prefill tokens, so a decode waits at most one step that holds
-// (n_decodes + chunked_prefill_size) tokens between two of its tokens.
+// carries at most chunked_prefill_size prefill tokens (max_num_batched_tokens with an urgent TTFT chunk; the
+// ITL target still applies), so a decode waits at most one step that holds (n_decodes + that many) tokens
+// between two of its tokens.
 // Out of blocks: evict unreferenced prefix-cache leaves (LRU), then preempt the newest running sequence
 // (its computed full blocks go to the prefix cache; it is re-queued at the front to recompute).
 // Data parallelism (dp_ranks > 1, docs/parallel.md): the pool's block ids split into one range per DP rank;
@@ -22,6 +33,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,6 +56,7 @@ struct SchedulerConfig {
   double max_step_seconds = 0;     // ITL target for steps with decodes (--max-itl-ms); 0 = hard caps only
   int64_t min_prefill_chunk = 256; // prefill tokens a step with decodes always gets (when any is waiting)
   int dp_ranks = 1;                // data-parallel ranks; the pool must have as many block ranges
+  double ttft_target_seconds = 0;  // TTFT target (--slo-ttft-ms / 1000): deadline-ordered prefills; 0 = FCFS
 };
 
 struct ScheduledChunk {
@@ -69,6 +82,8 @@ struct SchedulePlan {
   bool itl_limited = false;          // the ITL target bounded this step's prefill (PrefillBudget::limited)
   bool decodes_over_target = false;  // ... and the decodes alone were predicted over it
   double predicted_seconds = 0;      // the cost model's prediction for the step (when itl_limited)
+  int32_t ttft_urgent_chunks = 0;    // TTFT target: chunks allowed past chunked_prefill_size (deadline near)
+  int32_t ttft_late = 0;             // TTFT target: prefills (waiting or running) predicted to miss it
   bool empty() const { return chunks.empty(); }
 };
 
@@ -116,6 +131,8 @@ class Scheduler {
   // admissions continue their device match into it. One DP rank only (the engine refuses more).
   void set_host_tier(kvcache::HostTier* tier);
   kvcache::HostTier* host_tier() { return host_tier_; }
+  // The clock of the TTFT target (tests: a fake one); default Clock::now.
+  void set_clock(std::function<Clock::time_point()> now) { now_ = std::move(now); }
   // Makes room for seq to hold n_tokens (evicting cache leaves if needed); false when the pool is dry.
   bool reserve(Sequence* seq, int64_t n_tokens);
   int64_t blocks_needed(int64_t n_tokens) const { return (n_tokens + config_.block_size - 1) / config_.block_size; }
@@ -127,12 +144,27 @@ class Scheduler {
   // the host entries found, copies them back and appends them. Returns the tokens loaded.
   int64_t load_from_host(Sequence* seq, uint64_t key, int64_t limit);
   int place(const Sequence& seq) const;  // the DP rank for an admission (dp_placement.h)
+  // TTFT target: a prefill's place in the order (see the header comment) and whether its chunk may be urgent.
+  struct TtftKey {
+    int cls = 1;          // 0 preempted, 1 can make it (or aged), 2 late
+    double slack = 0;     // seconds left to the deadline (negative: past it)
+    int64_t work = 0;     // prompt tokens left to compute
+    bool urgent = false;  // misses at chunked_prefill_size chunks, makes it with bigger ones
+  };
+  bool ttft_on() const { return config_.ttft_target_seconds > 0; }
+  TtftKey ttft_key(const Sequence& seq, int64_t start, const StepShape& decodes, Clock::time_point now) const;
+  // Predicted seconds to finish seq's prefill from `start` in chunks of at most `chunk` tokens, each step
+  // also carrying `decodes` (the ITL bound shrinks the chunks as the scheduler would).
+  double prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk) const;
+  int64_t cached_prefix(const Sequence& seq) const;  // prefix-cache hit a waiting sequence would get
+  Clock::time_point now() const { return now_ ? now_() : Clock::now(); }
 
   SchedulerConfig config_;
   kvcache::BlockPool& pool_;
   std::vector<std::unique_ptr<kvcache::RadixCache>> caches_;  // one per DP rank; empty: no prefix cache
   const StepCostModel* cost_model_ = nullptr;
   kvcache::HostTier* host_tier_ = nullptr;
+  std::function<Clock::time_point()> now_;  // null: Clock::now
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   kvcache::TableRows table_rows_;   // a device block-table row per running sequence (max_running rows)

@@ -205,6 +205,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.scheduler.max_step_seconds = cfg.max_itl_seconds;
   ec.scheduler.min_prefill_chunk = std::min(cfg.min_prefill_chunk, ec.scheduler.chunked_prefill_size);
   ec.scheduler.enable_prefix_cache = cfg.enable_prefix_cache;
+  ec.scheduler.ttft_target_seconds = cfg.slo_ttft_seconds;
   ec.n_blocks = n_blocks;
   ec.max_model_len = max_len;
   ec.max_waiting = cfg.max_queued_requests;
@@ -233,6 +234,15 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                 << " prefix_cache=" << (cfg.enable_prefix_cache ? "on" : "off")
                 << " max_queued_requests=" << cfg.max_queued_requests << " eos_ids=" << ec.eos_token_ids.size()
                 << " speculative=" << (cfg.spec.num_steps > 0 ? "mtp x" + std::to_string(cfg.spec.num_steps) : "off");
+  if (cfg.slo_ttft_seconds > 0)
+    MX_LOG(kInfo) << "scheduler: TTFT target " << 1e3 * cfg.slo_ttft_seconds
+                  << " ms (--slo-ttft-ms): prefills earliest deadline first (arrival + target, then fewest tokens "
+                     "left); a prefill the step cost model predicts late goes after the others (FCFS) until it has "
+                     "waited 2x the target; a near-deadline chunk may pass --chunked-prefill-size up to "
+                     "--max-num-batched-tokens, always within --max-itl-ms; until the cost model is ready, "
+                     "deadline order only";
+  else
+    MX_LOG(kInfo) << "scheduler: no TTFT target (--slo-ttft-ms 0): prefills FCFS";
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.
   MX_RETURN_IF_ERROR(lm.spec_self_test(cfg.spec, cfg.block_size));
   if (ec.kv_cache_host_memory > 0) {  // round trip through the host tier on a private pool, before the main one

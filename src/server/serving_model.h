@@ -33,6 +33,7 @@ struct ServingConfig {
   int64_t chunked_prefill_size = 2048;
   double max_itl_seconds = 0.05;   // --max-itl-ms / 1000: the ITL target of chunked prefill (0 = caps only)
   int64_t min_prefill_chunk = 256; // --min-prefill-chunk
+  double slo_ttft_seconds = 0;     // --slo-ttft-ms / 1000: TTFT target of the prefill order (0 = off, FCFS)
   int64_t max_num_seqs = 256;
   uint64_t kv_cache_bytes = uint64_t{1} << 30;
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
