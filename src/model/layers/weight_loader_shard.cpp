@@ -42,7 +42,8 @@ Tensor WeightLoader::rows_and_zero_row(const WeightSpec& w) {
   if (!declare(w)) return Tensor();
   const Shape shape = synthetic_ ? synthetic_shape(w.name) : local_shape(w.name);
   MX_CHECK_MSG(shape.size() == 2, w.name << ": rows_and_zero_row needs a 2-D weight");
-  Tensor dst = be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]});
+  Tensor dst = synthetic_ ? be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]})
+                          : alloc_counted(be_.weight_dtype(), {shape[0] + 1, shape[1]});
   Tensor rows = dst.slice_rows(0, shape[0]);
   if (synthetic_) {
     synthetic_fill(w.name, rows, 0, shape[1]);
