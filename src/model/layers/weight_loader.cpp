@@ -115,7 +115,20 @@ Tensor WeightLoader::host_float(const std::string& name) {
     stats_.bytes_share += out.nbytes();
     return out;
   }
-  // NOTE: a quantized weight is dequantized whole, then sliced: a rank reads all of it (counted so).
+  if (slice != nullptr) {
+    if (auto part = slice_stored(sw, *slice)) {  // the packed slice only, then dequantized
+      const uint64_t part_bytes = part->data.nbytes() + (part->scale.raw() != nullptr ? part->scale.nbytes() : 0);
+      stats_.bytes_read += part_bytes;
+      stats_.bytes_share += part_bytes;
+      return quant::to_host_f32(*part);
+    }
+    if (!warned_whole_dequant_) {  // once per rank: the read then costs the whole tensor (stats_ counts it)
+      warned_whole_dequant_ = true;
+      MX_LOG(kWarn) << name << " (" << sw.describe() << "): the slice of " << rank_.describe()
+                    << " does not fall on its scale blocks; dequantizing whole tensors on this rank (this one and"
+                       " any other like it: more host memory and bytes read than the rank's share)";
+    }
+  }
   const Tensor whole = quant::to_host_f32(sw);
   stats_.bytes_read += stored;
   if (slice == nullptr) {

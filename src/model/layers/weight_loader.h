@@ -25,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -133,6 +134,10 @@ class WeightLoader {
   const parallel::ShardSlice* slice_of(const std::string& name) const;
   Shape local_shape(const std::string& name) const;  // checkpoint weights
   static Tensor copy_slice(const Tensor& host, const parallel::ShardSlice& slice);
+  // A quantized weight's slice as a stored weight of the local shape (packed data + scale byte ranges only),
+  // when the slice falls on the format's blocks; nullopt otherwise (then it is dequantized whole).
+  static std::optional<quant::StoredWeight> slice_stored(const quant::StoredWeight& w,
+                                                         const parallel::ShardSlice& slice);
   // Synthetic weights: generates the rank's slice of `name` (whole rows or whole columns) into dst.
   void synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst);
 
@@ -165,6 +170,7 @@ class WeightLoader {
   parallel::Communicator* moe_comm_ = nullptr;
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
   LoadStats stats_;
+  bool warned_whole_dequant_ = false;
 };
 
 }  // namespace mxserve::model

@@ -16,6 +16,7 @@
 #include "io/safetensors_writer.h"
 #include "model/layers/weight_loader.h"
 #include "model/weight_table.h"
+#include "quant/weight_format.h"
 
 namespace mxserve::model {
 namespace {
@@ -193,6 +194,69 @@ TEST_F(RankSlicedLoading, Ep2RanksReadTheirExperts) {
     sum_read += st.bytes_read;
   }
   EXPECT_EQ(sum_read, ckpt_->tensor_bytes() + replicated);
+}
+
+// Quantized weights are sliced packed (data rows / columns and their scale blocks, then dequantized): bit for
+// bit the slice of the whole dequantized tensor, reading only the share; a slice that splits a scale block
+// falls back to the whole tensor (and counts it).
+Tensor random_u8(Shape shape, std::mt19937& rng, int lo, int span, uint8_t mask = 0xFF, DType dt = DType::kU8) {
+  Tensor t = Tensor::empty(dt, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>((lo + rng() % span) & mask);
+  return t;
+}
+
+TEST(RankSlicedQuantized, PackedSlicesDequantizeToTheSliceOfTheWhole) {
+  std::mt19937 rng(5);
+  BoundWeights bound;
+  quant::StoredWeight mx;  // mxfp4 [8, 64]: codes u8 [8, 32], E8M0 scales [8, 2]
+  mx.precision = Precision::kMxfp4, mx.name = "mx.weight", mx.scale_name = "mx.weight_scale", mx.shape = {8, 64};
+  mx.data = random_u8({8, 32}, rng, 0, 256), mx.scale = random_u8({8, 2}, rng, 120, 10);
+  quant::StoredWeight fp;  // fp8-block [8, 16] in 4x4 blocks: scale f32 [2, 4]
+  fp.precision = Precision::kFp8Block, fp.name = "fp.weight", fp.scale_name = "fp.weight_scale_inv";
+  fp.shape = {8, 16}, fp.block_rows = 4, fp.block_cols = 4;
+  fp.data = random_u8({8, 16}, rng, 0, 256, 0x7E, DType::kFP8E4M3);  // no NaN codes
+  fp.scale = random_f32({2, 4}, rng);
+  const Tensor mx_whole = quant::to_host_f32(mx), fp_whole = quant::to_host_f32(fp);
+  const uint64_t mx_bytes = mx.data.nbytes() + mx.scale.nbytes(), fp_bytes = fp.data.nbytes() + fp.scale.nbytes();
+  bound.add("mx.weight", BoundWeight(mx));
+  bound.add("fp.weight", BoundWeight(fp));
+  auto spec = [](std::string n, Shape s, ShardAxis a, Precision p) {
+    WeightSpec w;
+    w.name = std::move(n), w.shape = std::move(s), w.shard = a, w.allowed = {p};
+    return w;
+  };
+  for (ShardAxis axis : {ShardAxis::kRow, ShardAxis::kColumn}) {
+    for (int tp : {2, 4}) {
+      for (int r = 0; r < tp; ++r) {
+        parallel::RankLayout rank;
+        rank.tp = tp, rank.rank = r;
+        auto be = backend::make_cpu_backend();
+        WeightLoader wl(*be, bound);
+        wl.set_rank(rank, nullptr);
+        const std::string where = std::string(parallel::shard_axis_name(axis)) + " tp " + std::to_string(tp) +
+                                  " rank " + std::to_string(r);
+        const bool rows = axis == ShardAxis::kRow;
+        // mxfp4: rows always split whole; columns only on 32-element blocks (tp 2 of 64: yes, tp 4: no)
+        const std::vector<float> mx_got = host_values(*be, wl.get(spec("mx.weight", {8, 64}, axis, Precision::kMxfp4)));
+        const std::vector<float> mx_want = rows ? window(mx_whole, 0, r * 8 / tp, (r + 1) * 8 / tp, 0, 64)
+                                                : window(mx_whole, 0, 0, 8, r * 64 / tp, (r + 1) * 64 / tp);
+        EXPECT_TRUE(bit_equal(mx_got, mx_want)) << where;
+        const bool mx_packed = rows || (64 / tp) % 32 == 0;
+        EXPECT_EQ(wl.stats().bytes_read, mx_packed ? mx_bytes / tp : mx_bytes) << where;
+        EXPECT_EQ(wl.stats().bytes_share, mx_bytes / tp) << where;
+        // fp8-block, 4x4 blocks: tp 2 of 8 rows and tp 2 / 4 of 16 columns fall on blocks, tp 4 of 8 rows not
+        const uint64_t before = wl.stats().bytes_read;
+        const int64_t n = rows ? 8 : 16;
+        const std::vector<float> fp_got =
+            host_values(*be, wl.get(spec("fp.weight", {8, 16}, axis, Precision::kFp8Block)));
+        const std::vector<float> fp_want = rows ? window(fp_whole, 0, r * 8 / tp, (r + 1) * 8 / tp, 0, 16)
+                                                : window(fp_whole, 0, 0, 8, r * 16 / tp, (r + 1) * 16 / tp);
+        EXPECT_TRUE(bit_equal(fp_got, fp_want)) << where;
+        const bool fp_packed = (n / tp) % 4 == 0;
+        EXPECT_EQ(wl.stats().bytes_read - before, fp_packed ? fp_bytes / tp : fp_bytes) << where;
+      }
+    }
+  }
 }
 
 }  // namespace
