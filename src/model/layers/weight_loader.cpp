@@ -218,7 +218,21 @@ Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end
     synthetic_fill(name, dst, begin, end);
     return dst;
   }
-  const Tensor host = host_float(name);
+  const BoundWeight& w = weights_.at(name);
+  if (quant::is_float(w.precision()) && w.stored.data.ndim() == 2) {  // each row's window, out of the mapping
+    const Tensor& d = w.stored.data;
+    MX_CHECK(0 <= begin && begin < end && end <= d.dim(1));
+    parallel::ShardSlice window;
+    window.dim = 1, window.begin = begin, window.end = end, window.local_shape = {d.dim(0), end - begin};
+    const Tensor part = copy_slice(d, window);
+    stats_.tensors++;
+    stats_.bytes_read += part.nbytes();
+    stats_.bytes_share += part.nbytes();
+    Tensor dst = alloc_counted(be_.weight_dtype(), part.shape());
+    be_.copy_weight(part, dst);
+    return dst;
+  }
+  const Tensor host = host_float(name);  // quantized: dequantized whole, then the window copied
   MX_CHECK(host.ndim() == 2 && 0 <= begin && begin < end && end <= host.dim(1));
   const int64_t rows = host.dim(0), width = end - begin;
   const int64_t esize = dtype_bits(host.dtype()) / 8;
