@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "io/mapped_read.h"
 #include "quant/mxfp4.h"
 #include "model/layers/weight_loader.h"
 #include "model/synthetic_weights.h"
@@ -33,9 +34,10 @@ Tensor WeightLoader::copy_slice(const Tensor& host, const parallel::ShardSlice& 
   MX_CHECK(0 <= slice.begin && slice.begin < slice.end && slice.end <= n);
   Tensor out = Tensor::empty(host.dtype(), slice.local_shape);
   MX_CHECK_EQ(out.numel(), outer * width * inner);
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(static_cast<char*>(out.raw()) + o * width * inner * esize,
-                static_cast<const char*>(host.raw()) + (o * n + slice.begin) * inner * esize, width * inner * esize);
+  // pread from the checkpoint file when host is a view of one (io/mapped_read.h): no page outside the slice
+  // is mapped into the process.
+  io::read_strided(out.raw(), static_cast<const char*>(host.raw()) + slice.begin * inner * esize,
+                   width * inner * esize, n * inner * esize, outer);
   return out;
 }
 
