@@ -14,7 +14,10 @@
 #include "backend/backend.h"
 #include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
 #include "model/layers/weight_loader.h"
+#include "model/registry.h"
 #include "model/weight_table.h"
 #include "quant/weight_format.h"
 
@@ -255,6 +258,47 @@ TEST(RankSlicedQuantized, PackedSlicesDequantizeToTheSliceOfTheWhole) {
         const bool fp_packed = (n / tp) % 4 == 0;
         EXPECT_EQ(wl.stats().bytes_read - before, fp_packed ? fp_bytes / tp : fp_bytes) << where;
       }
+    }
+  }
+}
+
+// The committed fixtures, loaded rank by rank at tp 2 / 4 and tp 2 x ep 2: each rank reads exactly its share
+// (float checkpoints), less than one rank does, and the ranks together read at least the whole of it.
+// (That the ranks' models equal one rank's: test_tensor_parallel / test_expert_parallel.)
+TEST(RankSlicedFixtures, EveryRankReadsItsShare) {
+  for (const char* name : {"glm4_moe_tiny_a", "glm4_moe_tiny_b", "glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"}) {
+    const std::string dir = (fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures" / name).string();
+    auto cfg = load_model_config(dir);
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    const DeclaredWeights declared = record_weights(*cfg->arch, *cfg, /*include_mtp=*/false);
+    auto ckpt = io::Checkpoint::open(dir);
+    ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
+    auto bound = bind_weights(**ckpt, declared.table, declared.bind);
+    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+    auto load = [&](int tp, int ep, int r) {
+      parallel::RankLayout rank;
+      rank.tp = tp, rank.ep = ep, rank.rank = r;
+      auto be = backend::make_cpu_backend();
+      WeightLoader wl(*be, *bound);
+      wl.set_rank(rank, nullptr);
+      auto m = cfg->arch->build(*cfg, wl, *be, false);
+      EXPECT_TRUE(m.is_ok()) << name << " " << rank.describe() << ": " << m.status().to_string();
+      return wl.stats();
+    };
+    const WeightLoader::LoadStats one = load(1, 1, 0);
+    EXPECT_EQ(one.bytes_read, one.bytes_share) << name;
+    for (auto [tp, ep] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+      if (tp == 4 && cfg->n_kv_heads > 0 && cfg->n_heads % 4 != 0) continue;
+      if (ep > 1 && cfg->n_experts % ep != 0) continue;
+      uint64_t sum = 0;
+      for (int r = 0; r < tp; ++r) {
+        const WeightLoader::LoadStats st = load(tp, ep, r);
+        EXPECT_EQ(st.bytes_read, st.bytes_share) << name << " tp " << tp << " ep " << ep << " rank " << r;
+        EXPECT_LT(st.bytes_read, one.bytes_read) << name << " tp " << tp << " ep " << ep << " rank " << r;
+        sum += st.bytes_read;
+      }
+      EXPECT_GE(sum, one.bytes_read) << name << " tp " << tp << " ep " << ep;
+      EXPECT_LE(sum, static_cast<uint64_t>(tp) * one.bytes_read) << name << " tp " << tp << " ep " << ep;
     }
   }
 }
