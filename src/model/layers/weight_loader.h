@@ -19,7 +19,8 @@
 // shapes (weight_loader_shard.cpp). Expert parallel (ep > 1): experts() loads only the rank's experts, whole.
 // Rank-sliced reading: bound weights are views of the mapped checkpoint (fused HF expert stacks included),
 // and a sliced float weight is copied out of the mapping as its byte ranges only (a row shard: one contiguous
-// range; a column shard: each row's window), so the pages a rank touches are those of its share. stats()
+// range; a column shard: each row's window; pread from the file, io/mapped_read.h), so the host memory a rank
+// touches is its share. stats()
 // counts it: bytes read from the checkpoint vs the stored bytes of the rank's share (a quantized weight that
 // is sliced is still dequantized whole, and counted whole: NOTE below), and the bytes put on the backend.
 #pragma once

@@ -3,7 +3,8 @@
 // expert stack) loads per rank as (a) exactly the rank's slices of the full tensors, bit for bit, (b) with
 // the loader's byte accounting at the rank's share (bytes read == share for float weights; the sum over the
 // ranks == the checkpoint's bytes plus the replicated weights' extra copies), and binding a fused expert
-// stack copies nothing (each expert's weight is a view into the mapped file).
+// stack copies nothing (each expert's weight is a view into the mapped file). Quantized weights (MXFP4, FP8
+// block) slice packed, bit for bit; the committed fixtures load rank by rank reading their shares.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
