@@ -78,4 +78,10 @@ const CheckpointTensor* Checkpoint::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+uint64_t Checkpoint::tensor_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, t] : tensors_) n += t.info->end - t.info->begin;
+  return n;
+}
+
 }  // namespace mxserve::io

@@ -29,6 +29,8 @@ class Checkpoint {
   Tensor view(const CheckpointTensor& t) const { return t.file->view(*t.info); }
   const std::string& path() const { return path_; }
   size_t num_files() const { return files_.size(); }
+  // Bytes of every tensor's data (the checkpoint's weights, headers excluded).
+  uint64_t tensor_bytes() const;
 
  private:
   std::string path_;

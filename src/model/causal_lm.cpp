@@ -87,10 +87,18 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
                   << quant::quant_method_name(cfg.quant->method)
                   << "); mxserve dequantizes the weights and keeps activations in full precision (not emulated)";
   }
+  const auto t0 = std::chrono::steady_clock::now();
   WeightLoader wl(be, w);
   wl.set_rank(options.rank, options.comm, options.moe_comm);
   MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, with_mtp));
   MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
+  be.synchronize();
+  const WeightLoader::LoadStats& st = wl.stats();  // one line per rank (weight_loader.h: rank-sliced reading)
+  MX_LOG(kInfo) << "rank " << options.rank.rank << "/" << options.rank.world() << " loaded: read "
+                << st.bytes_read / (1 << 20) << " MiB of the checkpoint (" << st.bytes_read << " B; its share "
+                << st.bytes_share << " B, checkpoint " << ckpt->tensor_bytes() << " B, " << st.tensors
+                << " tensors), " << st.backend_bytes / (1 << 20) << " MiB of weights on " << be.name() << ", in "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
   return model;
 }
 

@@ -11,13 +11,12 @@ namespace {
 
 std::string desc(const io::TensorInfo& t) { return std::string(dtype_name(t.dtype)) + " " + shape_to_string(t.shape); }
 
-// Rows [r0, r0 + n) of matrix e of a row-major [E, R, C] tensor, copied into a fresh [n, C] tensor.
-Tensor copy_rows(const Tensor& stacked, int64_t e, int64_t r0, int64_t n) {
+// Rows [r0, r0 + n) of matrix e of a row-major [E, R, C] tensor: a contiguous range of the mapped file,
+// returned as a non-owning [n, C] view (binding reads no byte; the loader reads only the rank's part).
+Tensor view_rows(const Tensor& stacked, int64_t e, int64_t r0, int64_t n) {
   const int64_t R = stacked.dim(1), C = stacked.dim(2), esize = dtype_bits(stacked.dtype()) / 8;
-  Tensor out = Tensor::empty(stacked.dtype(), {n, C});
-  std::memcpy(out.raw(), static_cast<const char*>(stacked.raw()) + ((e * R + r0) * C) * esize,
-              static_cast<size_t>(n * C * esize));
-  return out;
+  char* base = static_cast<char*>(stacked.raw());
+  return Tensor::view_of(base + ((e * R + r0) * C) * esize, stacked.dtype(), {n, C});
 }
 
 }  // namespace
@@ -52,7 +51,7 @@ Result<std::optional<HfFusedSlice>> hf_fused_expert_slice(const io::Checkpoint& 
   w.name = weight_name;
   w.shape = {n, cols};
   const Tensor data = ckpt.view(*t);
-  w.data = copy_rows(data, e, r0, n);
+  w.data = view_rows(data, e, r0, n);
   const std::string scale_name = fused + "_scale_inv";
   const io::CheckpointTensor* st = ckpt.find(scale_name);
   if (!fp8) {
@@ -80,7 +79,7 @@ Result<std::optional<HfFusedSlice>> hf_fused_expert_slice(const io::Checkpoint& 
   w.block_rows = br;
   w.block_cols = bc;
   w.scale_name = scale_name;
-  w.scale = copy_rows(ckpt.view(*st), e, r0 / br, (n + br - 1) / br);
+  w.scale = view_rows(ckpt.view(*st), e, r0 / br, (n + br - 1) / br);
   s.consumed.push_back(scale_name);
   return std::optional<HfFusedSlice>(std::move(s));
 }

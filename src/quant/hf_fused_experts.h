@@ -4,7 +4,7 @@
 //   P.down_proj    [E, H, I]  (+ P.down_proj_scale_inv    f32 [E, ceil(H/br), ceil(I/bc)])
 // (P = "model.layers.L.mlp.experts"; float f32|bf16|f16 or float8_e4m3fn). This file presents one expert's
 // `P.E.{gate,up,down}_proj.weight` as a StoredWeight of the same precision holding that expert's rows
-// (copied out), so the binder and loader treat the fused layout like per-expert checkpoints. Bit-exact: no
+// (a view of the mapped file: binding copies nothing, so a rank reads only the experts / slices it loads), so the binder and loader treat the fused layout like per-expert checkpoints. Bit-exact: no
 // requantization. Invariant: an FP8 gate/up split must fall on a block-row boundary (br divides I), else it
 // is an error naming the tensor (a block would straddle gate and up).
 #pragma once

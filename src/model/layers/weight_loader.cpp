@@ -50,7 +50,8 @@ std::string checkpoint_mxfp4_width_problem(const BoundWeights& w,
 // Stacks per-expert packed codes and E8M0 scales, groups[e] concatenated along rows, into host u8
 // [G, rows, cols/2] and [G, rows, cols/32] (the same row order as the float stack), then uploads both.
 void stack_checkpoint_mxfp4(backend::Backend& be, const BoundWeights& w,
-                            const std::vector<std::vector<std::string>>& groups, Tensor* codes, Tensor* scales) {
+                            const std::vector<std::vector<std::string>>& groups, Tensor* codes, Tensor* scales,
+                            WeightLoader::LoadStats* stats) {
   const int64_t cols = w.at(groups[0][0]).shape().at(1);
   int64_t rows = 0;
   for (const auto& n : groups[0]) rows += w.at(n).shape().at(0);
@@ -72,23 +73,28 @@ void stack_checkpoint_mxfp4(backend::Backend& be, const BoundWeights& w,
                                      << nr << ", " << scols << "]");
       std::memcpy(hq.data<uint8_t>() + r * qcols, sw.data.raw(), nr * qcols);
       std::memcpy(hs.data<uint8_t>() + r * scols, sw.scale.raw(), nr * scols);
+      stats->bytes_read += nr * (qcols + scols);
+      stats->bytes_share += nr * (qcols + scols);
+      stats->tensors++;
       r += nr;
     }
   }
   MX_CHECK_EQ(r, G * rows);
   *codes = be.upload(hq);
   *scales = be.upload(hs);
+  stats->backend_bytes += codes->nbytes() + scales->nbytes();
 }
 
 backend::ExpertWeights checkpoint_experts_mxfp4(backend::Backend& be, const BoundWeights& w,
                                                 const std::vector<std::vector<std::string>>& gate_up_groups,
-                                                const std::vector<std::string>& down_names) {
+                                                const std::vector<std::string>& down_names,
+                                                WeightLoader::LoadStats* stats) {
   backend::ExpertWeights ex;
   ex.format = backend::ExpertFormat::kMxfp4;
   std::vector<std::vector<std::string>> down;
   for (const auto& n : down_names) down.push_back({n});
-  stack_checkpoint_mxfp4(be, w, gate_up_groups, &ex.gate_up, &ex.gate_up_scales);  // [E, 2I, H/2], [E, 2I, H/32]
-  stack_checkpoint_mxfp4(be, w, down, &ex.down, &ex.down_scales);                  // [E, H, I/2], [E, H, I/32]
+  stack_checkpoint_mxfp4(be, w, gate_up_groups, &ex.gate_up, &ex.gate_up_scales, stats);  // [E, 2I, H/2], [E, 2I, H/32]
+  stack_checkpoint_mxfp4(be, w, down, &ex.down, &ex.down_scales, stats);                 // [E, H, I/2], [E, H, I/32]
   MX_CHECK_EQ(ex.down.dim(1), ex.gate_up.dim(2) * 2);
   MX_CHECK_EQ(ex.down.dim(2) * 4, ex.gate_up.dim(1));  // I/2 * 4 == 2I
   return ex;
@@ -96,17 +102,54 @@ backend::ExpertWeights checkpoint_experts_mxfp4(backend::Backend& be, const Boun
 
 }  // namespace
 
-Tensor WeightLoader::host_float(const std::string& name) const {
+Tensor WeightLoader::host_float(const std::string& name) {
   const BoundWeight& w = weights_.at(name);
-  const Tensor whole = quant::is_float(w.precision()) ? w.stored.data : quant::to_host_f32(w.stored);
+  const quant::StoredWeight& sw = w.stored;
   const parallel::ShardSlice* slice = slice_of(name);
-  return slice == nullptr ? whole : copy_slice(whole, *slice);
+  const uint64_t stored = sw.data.nbytes() + (sw.scale.raw() != nullptr ? sw.scale.nbytes() : 0);
+  stats_.tensors++;
+  if (quant::is_float(w.precision())) {
+    // A view of the mapping: only the slice's byte ranges are copied out (copy_slice), so only its pages read.
+    const Tensor out = slice == nullptr ? sw.data : copy_slice(sw.data, *slice);
+    stats_.bytes_read += out.nbytes();
+    stats_.bytes_share += out.nbytes();
+    return out;
+  }
+  if (slice != nullptr) {
+    if (auto part = slice_stored(sw, *slice)) {  // the packed slice only, then dequantized
+      const uint64_t part_bytes = part->data.nbytes() + (part->scale.raw() != nullptr ? part->scale.nbytes() : 0);
+      stats_.bytes_read += part_bytes;
+      stats_.bytes_share += part_bytes;
+      return quant::to_host_f32(*part);
+    }
+    if (!warned_whole_dequant_) {  // once per rank: the read then costs the whole tensor (stats_ counts it)
+      warned_whole_dequant_ = true;
+      MX_LOG(kWarn) << name << " (" << sw.describe() << "): the slice of " << rank_.describe()
+                    << " does not fall on its scale blocks; dequantizing whole tensors on this rank (this one and"
+                       " any other like it: more host memory and bytes read than the rank's share)";
+    }
+  }
+  const Tensor whole = quant::to_host_f32(sw);
+  stats_.bytes_read += stored;
+  if (slice == nullptr) {
+    stats_.bytes_share += stored;
+    return whole;
+  }
+  Tensor out = copy_slice(whole, *slice);
+  stats_.bytes_share += static_cast<uint64_t>(static_cast<double>(stored) * out.numel() / whole.numel());
+  return out;
+}
+
+Tensor WeightLoader::alloc_counted(DType dtype, Shape shape) {
+  Tensor t = be_.alloc(dtype, std::move(shape));
+  stats_.backend_bytes += t.nbytes();
+  return t;
 }
 
 Tensor WeightLoader::get(const std::string& name) {
   if (synthetic_) return synthetic_get(name, be_.weight_dtype());
   const Tensor host = host_float(name);
-  Tensor dst = be_.alloc(be_.weight_dtype(), host.shape());
+  Tensor dst = alloc_counted(be_.weight_dtype(), host.shape());
   be_.copy_weight(host, dst);
   return dst;
 }
@@ -114,7 +157,7 @@ Tensor WeightLoader::get(const std::string& name) {
 Tensor WeightLoader::get_f32(const std::string& name) {
   if (synthetic_) return synthetic_get(name, DType::kF32);
   const Tensor host = host_float(name);
-  Tensor dst = be_.alloc(DType::kF32, host.shape());
+  Tensor dst = alloc_counted(DType::kF32, host.shape());
   be_.copy_weight(host, dst);
   return dst;
 }
@@ -131,7 +174,7 @@ Tensor WeightLoader::stack(const std::vector<std::vector<std::string>>& groups) 
   int64_t rows = 0;
   for (const auto& n : groups[0]) rows += local_shape(n).at(0);
   const int64_t G = static_cast<int64_t>(groups.size());
-  Tensor dst = be_.alloc(be_.weight_dtype(), {G * rows, cols});
+  Tensor dst = alloc_counted(be_.weight_dtype(), {G * rows, cols});
   int64_t r = 0;
   for (const auto& group : groups) {
     for (const auto& n : group) {
@@ -153,7 +196,7 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
   if (!experts_sliced() && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
     const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
-    if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names);
+    if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names, &stats_);
     MX_LOG(kWarn) << "mxfp4 experts cannot stay packed on " << be_.name() << ": " << problem
                   << ". Dequantizing this layer's experts to " << dtype_name(be_.weight_dtype())
                   << " (full-precision device memory, the bf16 expert kernels)";
@@ -175,7 +218,21 @@ Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end
     synthetic_fill(name, dst, begin, end);
     return dst;
   }
-  const Tensor host = host_float(name);
+  const BoundWeight& w = weights_.at(name);
+  if (quant::is_float(w.precision()) && w.stored.data.ndim() == 2) {  // each row's window, out of the mapping
+    const Tensor& d = w.stored.data;
+    MX_CHECK(0 <= begin && begin < end && end <= d.dim(1));
+    parallel::ShardSlice window;
+    window.dim = 1, window.begin = begin, window.end = end, window.local_shape = {d.dim(0), end - begin};
+    const Tensor part = copy_slice(d, window);
+    stats_.tensors++;
+    stats_.bytes_read += part.nbytes();
+    stats_.bytes_share += part.nbytes();
+    Tensor dst = alloc_counted(be_.weight_dtype(), part.shape());
+    be_.copy_weight(part, dst);
+    return dst;
+  }
+  const Tensor host = host_float(name);  // quantized: dequantized whole, then the window copied
   MX_CHECK(host.ndim() == 2 && 0 <= begin && begin < end && end <= host.dim(1));
   const int64_t rows = host.dim(0), width = end - begin;
   const int64_t esize = dtype_bits(host.dtype()) / 8;
@@ -183,7 +240,7 @@ Tensor WeightLoader::columns(const std::string& name, int64_t begin, int64_t end
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(static_cast<char*>(tmp.raw()) + r * width * esize,
                 static_cast<const char*>(host.raw()) + (r * host.dim(1) + begin) * esize, width * esize);
-  Tensor dst = be_.alloc(be_.weight_dtype(), {rows, width});
+  Tensor dst = alloc_counted(be_.weight_dtype(), {rows, width});
   be_.copy_weight(tmp, dst);
   return dst;
 }

@@ -17,9 +17,16 @@
 // Ranks: a loader loads for one rank (set_rank; default the single rank). Each declared weight is sliced per
 // its shard axis (parallel/shard.h, WeightSpec) as it is read: the returned tensors have the rank's local
 // shapes (weight_loader_shard.cpp). Expert parallel (ep > 1): experts() loads only the rank's experts, whole.
+// Rank-sliced reading: bound weights are views of the mapped checkpoint (fused HF expert stacks included),
+// and a sliced float weight is copied out of the mapping as its byte ranges only (a row shard: one contiguous
+// range; a column shard: each row's window; pread from the file, io/mapped_read.h), so the host memory a rank
+// touches is its share. stats()
+// counts it: bytes read from the checkpoint vs the stored bytes of the rank's share (a quantized weight that
+// is sliced is still dequantized whole, and counted whole: NOTE below), and the bytes put on the backend.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -62,6 +69,15 @@ class WeightLoader {
   // expert this rank holds is whole (and an MXFP4 one may stay packed).
   bool experts_sliced() const { return rank_.tp > 1 && rank_.ep == 1; }
   parallel::Communicator* communicator() const { return comm_; }
+
+  // What this loader read (checkpoint sources only; synthetic and recording loaders count nothing).
+  struct LoadStats {
+    uint64_t bytes_read = 0;      // checkpoint bytes copied / dequantized out of the mapping
+    uint64_t bytes_share = 0;     // stored bytes of this rank's share of the weights it loaded
+    uint64_t backend_bytes = 0;   // bytes of the tensors it allocated on the backend (weights)
+    int64_t tensors = 0;          // checkpoint tensors (logical weights) read
+  };
+  const LoadStats& stats() const { return stats_; }
   parallel::Communicator* moe_communicator() const { return moe_comm_; }
 
   // ---- declaring overloads (architecture code): same as the name-based calls below ----
@@ -110,12 +126,19 @@ class WeightLoader {
  private:
   // The weight as a host float tensor of its (rank-local) shape: a view for whole float weights, a
   // dequantized f32 copy for quantized ones, a copy of the rank's slice for sharded ones.
-  Tensor host_float(const std::string& name) const;
+  // Counts the bytes read (stats_).
+  Tensor host_float(const std::string& name);
+  // be_.alloc, counted in stats_.backend_bytes.
+  Tensor alloc_counted(DType dtype, Shape shape);
   // ---- rank slicing (weight_loader_shard.cpp) ----
   // The rank's slice of a declared weight, when it holds less than the whole tensor.
   const parallel::ShardSlice* slice_of(const std::string& name) const;
   Shape local_shape(const std::string& name) const;  // checkpoint weights
   static Tensor copy_slice(const Tensor& host, const parallel::ShardSlice& slice);
+  // A quantized weight's slice as a stored weight of the local shape (packed data + scale byte ranges only),
+  // when the slice falls on the format's blocks; nullopt otherwise (then it is dequantized whole).
+  static std::optional<quant::StoredWeight> slice_stored(const quant::StoredWeight& w,
+                                                         const parallel::ShardSlice& slice);
   // Synthetic weights: generates the rank's slice of `name` (whole rows or whole columns) into dst.
   void synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst);
 
@@ -147,6 +170,8 @@ class WeightLoader {
   parallel::Communicator* comm_ = nullptr;
   parallel::Communicator* moe_comm_ = nullptr;
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
+  LoadStats stats_;
+  bool warned_whole_dequant_ = false;
 };
 
 }  // namespace mxserve::model

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "io/mapped_read.h"
+#include "quant/mxfp4.h"
 #include "model/layers/weight_loader.h"
 #include "model/synthetic_weights.h"
 
@@ -32,17 +34,76 @@ Tensor WeightLoader::copy_slice(const Tensor& host, const parallel::ShardSlice& 
   MX_CHECK(0 <= slice.begin && slice.begin < slice.end && slice.end <= n);
   Tensor out = Tensor::empty(host.dtype(), slice.local_shape);
   MX_CHECK_EQ(out.numel(), outer * width * inner);
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(static_cast<char*>(out.raw()) + o * width * inner * esize,
-                static_cast<const char*>(host.raw()) + (o * n + slice.begin) * inner * esize, width * inner * esize);
+  // pread from the checkpoint file when host is a view of one (io/mapped_read.h): no page outside the slice
+  // is mapped into the process.
+  io::read_strided(out.raw(), static_cast<const char*>(host.raw()) + slice.begin * inner * esize,
+                   width * inner * esize, n * inner * esize, outer);
   return out;
+}
+
+namespace {
+
+parallel::ShardSlice window_of(const Tensor& t, int dim, int64_t begin, int64_t end) {
+  parallel::ShardSlice s;
+  s.dim = dim, s.begin = begin, s.end = end;
+  s.local_shape = t.shape();
+  s.local_shape[dim] = end - begin;
+  return s;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// The slice [begin, end) along dim of a 2-D quantized weight, cut out of its packed data and scale (only
+// their byte ranges are read) where the slice falls on the format's blocks; nullopt otherwise.
+std::optional<quant::StoredWeight> WeightLoader::slice_stored(const quant::StoredWeight& w,
+                                                              const parallel::ShardSlice& s) {
+  using quant::Precision;
+  if (w.shape.size() != 2 || s.dim < 0 || s.dim > 1 || w.data.ndim() != 2 || !w.data.is_contiguous() ||
+      (w.scale.raw() != nullptr && !w.scale.is_contiguous()))
+    return std::nullopt;
+  const int64_t n = w.shape[s.dim], b = s.begin, e = s.end;
+  auto aligned = [&](int64_t block) { return block > 0 && b % block == 0 && (e % block == 0 || e == n); };
+  quant::StoredWeight out = w;
+  out.shape[s.dim] = e - b;
+  switch (w.precision) {
+    case Precision::kMxfp4:  // data [out, in/2], scale [out, in/32]
+      if (s.dim == 0) {
+        out.data = copy_slice(w.data, window_of(w.data, 0, b, e));
+        out.scale = copy_slice(w.scale, window_of(w.scale, 0, b, e));
+      } else {
+        if (!aligned(quant::kMxBlock) || w.data.dim(1) * 2 != n) return std::nullopt;
+        out.data = copy_slice(w.data, window_of(w.data, 1, b / 2, e / 2));
+        out.scale = copy_slice(w.scale, window_of(w.scale, 1, b / quant::kMxBlock, ceil_div(e, quant::kMxBlock)));
+      }
+      return out;
+    case Precision::kFp8Block: {  // data [out, in], scale [ceil(out/br), ceil(in/bc)]
+      const int64_t block = s.dim == 0 ? w.block_rows : w.block_cols;
+      if (!aligned(block) || w.scale.ndim() != 2) return std::nullopt;
+      out.data = copy_slice(w.data, window_of(w.data, s.dim, b, e));
+      out.scale = copy_slice(w.scale, window_of(w.scale, s.dim, b / block, ceil_div(e, block)));
+      return out;
+    }
+    case Precision::kFp8Channel:  // scale [out, 1] or [out]: rows follow a row slice, whole for a column slice
+    case Precision::kFp8Tensor:   // one scale
+      out.data = copy_slice(w.data, window_of(w.data, s.dim, b, e));
+      if (w.precision == Precision::kFp8Channel && s.dim == 0) {
+        if (w.scale.numel() != w.shape[0]) return std::nullopt;
+        out.scale = copy_slice(w.scale, window_of(w.scale, 0, b, e));
+      }
+      return out;
+    default:
+      return std::nullopt;
+  }
 }
 
 Tensor WeightLoader::rows_and_zero_row(const WeightSpec& w) {
   if (!declare(w)) return Tensor();
   const Shape shape = synthetic_ ? synthetic_shape(w.name) : local_shape(w.name);
   MX_CHECK_MSG(shape.size() == 2, w.name << ": rows_and_zero_row needs a 2-D weight");
-  Tensor dst = be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]});
+  Tensor dst = synthetic_ ? be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]})
+                          : alloc_counted(be_.weight_dtype(), {shape[0] + 1, shape[1]});
   Tensor rows = dst.slice_rows(0, shape[0]);
   if (synthetic_) {
     synthetic_fill(w.name, rows, 0, shape[1]);
