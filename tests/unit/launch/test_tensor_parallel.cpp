@@ -308,7 +308,7 @@ TEST(TensorParallel, BadLayoutsNameTheConstraint) {
   lc.backend = "cpu";
   EXPECT_NE(launch_model(lc).status().message().find("=nccl needs --backend cuda"), std::string::npos);
   lc.communicator = "mpi";
-  EXPECT_NE(launch_model(lc).status().message().find("communicator=mpi: expected nccl or auto"), std::string::npos);
+  EXPECT_NE(launch_model(lc).status().message().find("communicator=mpi: expected nccl, shared-device or auto"), std::string::npos);
   lc.communicator.clear();
   lc.backend = "cpu";
   lc.parallel = {.tp = 4, .ep = 2};  // expert parallelism: tests/unit/launch/test_expert_parallel.cpp
