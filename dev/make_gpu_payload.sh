@@ -20,7 +20,9 @@ for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 31 item 2: speculative vs plain greedy on the trained model (dev/gpu/s6_checks.sh).
-[ -x "$BUILD/tests/model/test_cuda_spec_trained" ] && cp "$BUILD/tests/model/test_cuda_spec_trained" "$DEST/bin/"
+for t in tests/model/test_cuda_spec_trained tests/model/test_cuda_kv_host_tier; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
 for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels/bench_peer_allreduce tests/ops/test_cuda_shared_device_comm; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi

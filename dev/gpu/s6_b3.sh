@@ -6,6 +6,9 @@ set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
+t "host KV tier round trip on CUDA (both architectures)"
+[ -x "$P/bin/test_cuda_kv_host_tier" ] && timeout 120 "$P/bin/test_cuda_kv_host_tier" --gtest_color=no > "$OUT/kv_host_tier.log" 2>&1
+echo "test_cuda_kv_host_tier rc=$?"; grep -E "identical|differ|OK \]|FAILED" "$OUT/kv_host_tier.log" | cut -c1-200 | head -12
 t "stand-in"
 OUT=$OUT/standin timeout 120 bash "$P/gpu/standin.sh" 2>&1 | grep -E "PASS|FAIL|rc=" | head -30
 t "trace replay"

@@ -154,7 +154,6 @@ std::vector<CommandHelp> build_table() {
                    {"--max-rel-l2", "X", "1e-4", "largest relative L2 error of the logits"},
                    {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type (fp8: raise --max-rel-l2)"},
                    {"--decision-aware", "", "on for bf16 backends", "judge argmax / top-k decisions, not only logits"},
-                   {"--decision-rel-error", "RHO", "the backend's", "the relative error bound for decision flips"},
                }, parallel_flags()),
                "mxserve verify-fixture tests/fixtures/glm4_moe_tiny_a --backend cpu"});
   t.push_back({"inspect", "list a checkpoint's tensors and its per-layer precision map", "DIR|FILE.safetensors", {},
