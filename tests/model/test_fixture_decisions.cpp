@@ -179,7 +179,9 @@ void expect_fails_everywhere(const std::string& what, const std::string& dir, mo
               what.c_str(), plain.failures, aware.failures, aware.decision_beyond_bound, aware.greedy_beyond_bound);
   EXPECT_GT(plain.failures, 0) << what << " passed the plain checks";
   EXPECT_GT(aware.failures, 0) << what << " passed the decision-aware checks";
-  if (expect_beyond_bound) EXPECT_GE(aware.decision_beyond_bound, 1) << what;
+  if (expect_beyond_bound) {
+    EXPECT_GE(aware.decision_beyond_bound, 1) << what;
+  }
 }
 
 TEST_P(FixtureDecisions, PlantedWrongExpertBiasFails) {
