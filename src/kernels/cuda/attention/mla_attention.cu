@@ -156,20 +156,40 @@ int64_t group_size(int64_t n_tokens, const MlaParams& p) {
   return std::min(std::max<int64_t>(n_tokens, 1), group_tokens(p));
 }
 
+// The Hopper path per token group: absorb GEMM (bf16 q_abs) -> wgmma attend (+ combine, bf16 o_lat) -> un-absorb
+// GEMM. q_abs / o_lat reuse the fp32 regions of the SIMT path (half of each is used).
+void mla_attention_wgmma_path(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
+                              int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
+                              const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits);
+
 }  // namespace
 
-size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p) {
+size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits) {
   const int64_t group = group_size(n_tokens, p);
   const size_t simple = static_cast<size_t>(2 * group * p.n_heads * p.kv_lora_rank * 4);
-  return simple + (mla_attend_mma_supported(p) ? mla_attend_mma_workspace_bytes(group, p) : 0);
+  const size_t mma = mla_attend_mma_supported(p) ? mla_attend_mma_workspace_bytes(group, p) : 0;
+  const size_t wgmma = mla_attend_wgmma_supported(p) ? mla_attend_wgmma_workspace_bytes(group, p, wgmma_splits) : 0;
+  return simple + std::max(mma, wgmma);
 }
 
 void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
-                        void* workspace, size_t workspace_bytes, cudaStream_t stream, MlaAttendKernel kernel) {
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream, MlaAttendKernel kernel,
+                        int wgmma_splits) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
+  const char* wgmma_why = nullptr;
+  const bool wgmma_ok = (kernel == MlaAttendKernel::kWgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) &&
+                        mla_attend_wgmma_supported(p, &wgmma_why);
+  MX_CHECK_MSG(kernel != MlaAttendKernel::kWgmma || wgmma_ok,
+               "mla_attention_bf16: the Hopper attend kernel (kWgmma) cannot run: " << wgmma_why);
+  if (wgmma_ok) {
+    mla_attention_wgmma_path(q, latent_cache, kv_b, topk, topk_width, token_seq, kv_index, block_tables, out, p, ap,
+                             workspace, workspace_bytes, stream, wgmma_splits);
+    return;
+  }
   const bool mma_ok = mla_attend_mma_supported(p);
   MX_CHECK_MSG(kernel != MlaAttendKernel::kMma || mma_ok,
                "mla_attention_bf16: the tensor-core attend kernel needs kv_lora_rank 512, qk_rope_dim 64 and 1..64 "
@@ -218,5 +238,35 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
     MX_CUDA_CHECK_LAUNCH();
   }
 }
+
+namespace {
+
+void mla_attention_wgmma_path(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
+                              int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
+                              const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits) {
+  const int64_t T = ap.n_tokens, per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
+  const int64_t group = group_size(T, p);
+  const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
+  MX_CHECK_MSG(workspace_bytes >= mla_attention_workspace_bytes(T, p, wgmma_splits),
+               "mla_attention_bf16 (kWgmma): workspace " << workspace_bytes << " bytes < "
+                                                         << mla_attention_workspace_bytes(T, p, wgmma_splits) << " for "
+                                                         << T << " tokens, " << wgmma_splits << " forced splits");
+  void* q_abs = workspace;
+  void* o_lat = static_cast<char*>(workspace) + group * per_token * 4;
+  void* parts = static_cast<char*>(workspace) + simple_bytes;
+  const int64_t max_items = topk != nullptr ? topk_width
+                            : ap.max_kv_len > 0 ? ap.max_kv_len
+                                                : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
+  for (int64_t t0 = 0; t0 < T; t0 += group) {
+    const int64_t tg = std::min(group, T - t0);
+    mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
+    mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
+                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits);
+    mla_unabsorb_gemm_bf16(o_lat, kv_b, out, t0, tg, p, stream);
+  }
+}
+
+}  // namespace
 
 }  // namespace mxserve::kernels::cuda

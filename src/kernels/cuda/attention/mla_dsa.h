@@ -57,11 +57,14 @@ void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache,
 constexpr int kMlaMaxLatent = 512;
 // Which attend kernel mla_attention_bf16 runs: kAuto = the tensor-core kernel (mla_decode_mma.cu) where
 // mla_attend_mma_supported, else the SIMT kernel with a one-time warning; kSimple = the SIMT kernel (the
-// oracle); kMma = the tensor-core kernel (an unsupported shape is an error).
-enum class MlaAttendKernel { kAuto, kSimple, kMma };
+// oracle); kMma = the tensor-core kernel (an unsupported shape is an error); kWgmma = the Hopper path
+// (mla_decode_wgmma.cu attend + mla_absorb_mma.cu absorb / un-absorb GEMMs; an unsupported shape or device is
+// an error). kAuto picks kWgmma only when kMlaAutoWgmma is true (off until a GPU run proves it).
+enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma };
+inline constexpr bool kMlaAutoWgmma = false;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
-// the split partials of the tensor-core kernel).
-size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p);
+// the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.
+size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits = 0);
 // Absorbed MLA: q bf16 [T, n_heads * (nope + rope)] (roped), latent_cache bf16 [n_slots, kv_lora + rope],
 // kv_b bf16 [n_heads * (nope + v), kv_lora], topk i32 [T, topk_width] or null (every causal key)
 // -> out bf16 [T, n_heads * v]. q_abs = q_nope W_uk (fp32), softmax over the token's keys of
@@ -70,7 +73,7 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                        MlaAttendKernel kernel = MlaAttendKernel::kAuto);
+                        MlaAttendKernel kernel = MlaAttendKernel::kAuto, int wgmma_splits = 0);
 
 // ---- attention/mla_decode_mma.cu -----------------------------------------------------------------
 // The tensor-core attend step handles kv_lora_rank 512, qk_rope_dim 64, 1..64 heads (GLM-5.x).
@@ -90,5 +93,32 @@ void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache,
                     int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables,
                     float* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items, const MlaParams& p,
                     const AttentionParams& ap, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// ---- attention/mla_decode_wgmma.cu (Hopper) -------------------------------------------------------
+// kv_lora_rank 512, qk_rope_dim 64, 1..64 heads, qk_nope_dim % 32 == 0, v_dim % 64 == 0, an sm_90 device;
+// why (optional) names the first unmet condition.
+bool mla_attend_wgmma_supported(const MlaParams& p, const char** why = nullptr);
+// Splits per token CTA (dense rows pack 64 / n_heads tokens per CTA, sparse rows one): enough to fill the SMs
+// once with >= 256 keys each; forced_splits > 0 overrides (tests, benchmarks, a tuned table).
+MlaSplitPlan mla_attend_wgmma_split_plan(int64_t group_tokens, int64_t max_items, const MlaParams& p, bool sparse,
+                                         int forced_splits = 0);
+// Split partials (bytes) for a group of group_tokens tokens, any max_items, dense or sparse.
+size_t mla_attend_wgmma_workspace_bytes(int64_t group_tokens, const MlaParams& p, int forced_splits = 0);
+// o_lat bf16 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs bf16 [group, n_heads, 512] and the
+// roped q bf16 (rope part); as mla_attend_mma otherwise.
+void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
+                      int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
+                      const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items,
+                      const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream, int forced_splits = 0);
+
+// ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
+bool mla_absorb_gemm_supported(const MlaParams& p);
+// q_abs bf16 [n, n_heads, kv_lora] = q_nope W_uk per head, for tokens [t0, t0 + n) of q (tensor cores).
+void mla_absorb_gemm_bf16(const void* q, const void* kv_b, void* q_abs, int64_t t0, int64_t n_tokens,
+                          const MlaParams& p, cudaStream_t stream);
+// out bf16 rows [t0, t0 + n) of [T, n_heads * v] = o_lat (bf16 [n, n_heads, kv_lora]) W_uv^T per head.
+void mla_unabsorb_gemm_bf16(const void* o_lat, const void* kv_b, void* out, int64_t t0, int64_t n_tokens,
+                            const MlaParams& p, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda
