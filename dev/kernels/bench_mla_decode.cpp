@@ -12,9 +12,15 @@
 // the index-key bytes read and its fraction of copy bandwidth (the relevant ceiling at decode: 32 FLOP per
 // key byte is below the H200's bf16 tensor-core FLOP/byte balance), TFLOP/s of the scores vs the measured
 // cuBLASLt bf16 GEMM rate, and the entries where the two kernels' top-k sets differ (near-ties only).
-//   usage: bench_mla_decode [--heads N] [--quick] [--no-simple]
-//   --heads: query heads per GPU (64: GLM-5.2 unsplit; 16: tensor parallel 4).
+// On sm_90 each case has a second row, "<case> wgmma": the Hopper path (MlaAttendKernel::kWgmma,
+// mla_decode_wgmma.cu + mla_absorb_mma.cu) -- attend alone, whole op, splits, its error against the mma.sync op
+// (PASS <= 1.5e-2) and op / attend (issue 36 target <= 1.3); at batch 16 / 64, dense 20k, a MET / MISSED line for
+// the >= 70% of copy bandwidth target.
+//   usage: bench_mla_decode [--heads N] [--quick] [--no-simple] [--wgmma-splits N] [--wgmma-sweep]
+//   --heads: query heads per GPU (64: GLM-5.2 unsplit; 16: tensor parallel 4; 8: TP8).
 //   --quick: batch 16 only.   --no-simple: skip timing the SIMT oracle (its error check still runs).
+//   --wgmma-splits N: force the wgmma path's KV splits (0: its plan).  --wgmma-sweep: time the wgmma attend at
+//   1..256 splits per case and print the best (the data of a split table).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -159,14 +165,17 @@ int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::C
 }  // namespace
 
 int main(int argc, char** argv) {
-  int heads = 64;
-  bool quick = false, time_simple = true;
+  int heads = 64, force_splits = 0;
+  bool quick = false, time_simple = true, sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) heads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--no-simple")) time_simple = false;
+    else if (!std::strcmp(argv[i], "--wgmma-splits") && i + 1 < argc) force_splits = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--wgmma-sweep")) sweep = true;
     else {
-      std::fprintf(stderr, "usage: bench_mla_decode [--heads N] [--quick] [--no-simple]\n");
+      std::fprintf(stderr,
+                   "usage: bench_mla_decode [--heads N] [--quick] [--no-simple] [--wgmma-splits N] [--wgmma-sweep]\n");
       return 2;
     }
   }
@@ -191,6 +200,9 @@ int main(int argc, char** argv) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;
   }
+  const char* wgmma_why = nullptr;
+  const bool wgmma_ok = kc::mla_attend_wgmma_supported(p, &wgmma_why);
+  if (!wgmma_ok) std::printf("wgmma rows skipped: %s\n", wgmma_why);
   const int64_t kvb_elems = static_cast<int64_t>(heads) * (kNope + kV) * kLora;
   uint16_t* kv_b = dev_alloc<uint16_t>(kvb_elems);
   kc::fill_random_bf16(kv_b, kvb_elems, 7, 0.05f, stream);
@@ -298,6 +310,59 @@ int main(int argc, char** argv) {
                   latent_bytes < 50e6 ? "; latent fits in L2" : "");
       if (s.topk == 0 && s.ctx == 2048) dense2k_us = attend_ms * 1e3;
       if (s.topk > 0 && s.ctx == 65536) sparse64k_us = attend_ms * 1e3;
+      if (wgmma_ok) {
+        // The Hopper path (kWgmma): whole op (absorb GEMM + wgmma attend + combine + un-absorb GEMM) checked against
+        // the mma.sync op, and the attend alone (bf16 q_abs of zeros), optionally over a sweep of forced splits.
+        const size_t wws_bytes = kc::mla_attention_workspace_bytes(B, p, force_splits);
+        void* wws = dev_alloc<uint8_t>(wws_bytes);
+        uint16_t* out_wg = dev_alloc<uint16_t>(out_elems);
+        auto run_wg = [&](int splits) {
+          kc::mla_attention_bf16(q, cache, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out_wg, p, ap, wws, wws_bytes,
+                                 stream, kc::MlaAttendKernel::kWgmma, splits);
+        };
+        run_wg(force_splits);
+        MX_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::vector<uint16_t> h_wg(out_elems);
+        MX_CUDA_CHECK(cudaMemcpy(h_wg.data(), out_wg, out_elems * 2, cudaMemcpyDeviceToHost));
+        const double werr = rel_l2_bf16(h_wg.data(), h_mma.data(), out_elems);
+        const double wop_ms = kc::time_on_stream(stream, [&](int) { run_wg(force_splits); }, 10);
+        const int max_sweep = std::min(256, std::max(1, 1024 / B));  // partials: B x splits x heads x 2 KB
+        const size_t wparts_bytes =
+            kc::mla_attend_wgmma_workspace_bytes(B, p, std::max(force_splits, sweep ? max_sweep : 0));
+        void* wparts = dev_alloc<uint8_t>(wparts_bytes);
+        MX_CUDA_CHECK(cudaMemsetAsync(q_abs, 0, lat_elems * sizeof(float), stream));  // bf16 zeros too
+        auto attend_wg = [&](int splits) {
+          kc::mla_attend_wgmma(q, q_abs, cache, d_topk, s.topk, d_seq, d_kv, d_tables, o_lat, 0, B, max_items, p, ap,
+                               wparts, wparts_bytes, stream, splits);
+        };
+        const double wat_ms = kc::time_on_stream(stream, [&](int) { attend_wg(force_splits); }, 10);
+        const double wat_gbs = latent_bytes / (wat_ms * 1e-3) / 1e9, wop_gbs = latent_bytes / (wop_ms * 1e-3) / 1e9;
+        const kc::MlaSplitPlan wplan = kc::mla_attend_wgmma_split_plan(B, max_items, p, s.topk > 0, force_splits);
+        const bool wpass = werr <= 1.5e-2;
+        failures += wpass ? 0 : 1;
+        std::printf("%-24s %9.1f %8.0f %7.3f %9.1f %8.0f %7.3f %7d %9s %8s %9.2e  %s (wgmma; op / attend %.2f, "
+                    "target <= 1.3; rel_l2 vs the mma op)\n",
+                    (std::string(what) + " wgmma").c_str(), wat_ms * 1e3, wat_gbs, wat_gbs / ceilings.copy_gbs,
+                    wop_ms * 1e3, wop_gbs, wop_gbs / ceilings.copy_gbs, wplan.n_splits, "-", "-", werr,
+                    wpass ? "PASS" : "FAIL", wop_ms / wat_ms);
+        if (s.topk == 0 && s.ctx == 20480 && B >= 16)
+          std::printf("B%-3d ctx20480 dense wgmma attend: %.3f of copy bandwidth (target >= 0.70) %s\n", B,
+                      wat_gbs / ceilings.copy_gbs, wat_gbs / ceilings.copy_gbs >= 0.70 ? "MET" : "MISSED");
+        if (sweep) {
+          int best = 0;
+          double best_ms = 1e30;
+          for (const int sp : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 132, 192, 256}) {
+            if (sp > max_sweep) break;
+            const double ms = kc::time_on_stream(stream, [&](int) { attend_wg(sp); }, 5);
+            std::printf("    sweep %-22s splits %4d  %9.1f us  %.3f of copy\n", what, sp, ms * 1e3,
+                        latent_bytes / (ms * 1e-3) / 1e9 / ceilings.copy_gbs);
+            if (ms < best_ms) best_ms = ms, best = sp;
+          }
+          std::printf("    sweep %-22s best splits %d (%.1f us; plan chose %d)\n", what, best, best_ms * 1e3,
+                      kc::mla_attend_wgmma_split_plan(B, max_items, p, s.topk > 0, 0).n_splits);
+        }
+        for (void* ptr : {wws, static_cast<void*>(out_wg), wparts}) MX_CUDA_CHECK(cudaFree(ptr));
+      }
       for (void* ptr : {static_cast<void*>(cache), static_cast<void*>(q), static_cast<void*>(out_mma),
                         static_cast<void*>(out_simple), static_cast<void*>(d_seq), static_cast<void*>(d_kv),
                         static_cast<void*>(d_tables), static_cast<void*>(d_topk), ws, static_cast<void*>(q_abs),

@@ -8,7 +8,8 @@
 // The indexer's GLM-shaped cases (multiples of 16 index heads) run its tensor-core score kernel.
 // MLA attention also runs the tensor-core attend kernel and its SIMT oracle directly through the launcher
 // on GLM-5.x latent shapes (64 / 32 / 20 / 16 heads, tile and block edges, many KV splits, top-k below and
-// above the context, tree rows, a prefill chunk).
+// above the context, tree rows, a prefill chunk). The Hopper path (kWgmma, forced through the launcher's kernel
+// and split parameters) runs against the reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads (sm_90 only).
 // Tolerances: copies exact; row ops and attention kTolBf16Out (4e-3 rel L2: fp32 math both sides, the
 // CUDA output rounded to bf16 once). The indexer's selection is checked as a set: every CUDA row must be
 // a valid top-k of the exact (fp64) scores up to kScoreSlack of the row's score scale (a near-tie may go
@@ -43,6 +44,9 @@ constexpr double kScoreSlack = 1e-5;
 // The tensor-core MLA attend kernel feeds q_abs and the softmax probabilities to the MMAs as bf16 (fp32
 // accumulate): two more bf16 roundings than the SIMT kernel, hence a wider bound on the same rel-L2 metric.
 constexpr double kTolMlaMma = 1e-2;
+// The Hopper path (kWgmma) rounds the same two operands, plus q_abs out of the absorb GEMM and the latent output
+// o_lat before the un-absorb GEMM (bf16 both): one more bf16 rounding than the mma.sync path.
+constexpr double kTolMlaWgmma = 1.5e-2;
 
 using gpu_oracle::rel_l2;
 
@@ -377,8 +381,10 @@ struct MlaCase {
 // Runs one MLA case on the CPU reference and on CUDA through the op (kAuto: the tensor-core kernel for
 // the GLM-5.x shape, else the SIMT kernel); with `both_kernels` also each attend kernel directly through
 // the launcher (kSimple, the oracle, and kMma), each against the reference.
+// wgmma_splits non-empty: also the Hopper path (kWgmma) once per forced split count (0 = its own plan), against
+// the reference and against the mma.sync kernel.
 void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
-                  const MlaCase& c, bool both_kernels);
+                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits = {});
 
 TEST_F(CudaMlaDsa, MlaAttention) {
   const std::vector<MlaCase> cases = {
@@ -418,8 +424,41 @@ TEST_F(CudaMlaDsa, MlaAttentionTensorCoreKernel) {
   for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, true);
 }
 
+// The Hopper attend path (kWgmma: mla_decode_wgmma.cu + the absorb GEMMs of mla_absorb_mma.cu) against the CPU
+// reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads per rank: contexts off the 64-key tile and the
+// 16-token block, MTP-style runs of several tokens of one sequence (packed into the wgmma rows below 64 heads)
+// beside single-token sequences, top-k below / above the context with -1 padding and an out-of-range entry, tree
+// rows, a prefill chunk; each case unsplit (1), with a forced 3 / 7 splits and with its own plan. Skips (saying
+// why) off sm_90.
+TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
+  kernels::MlaParams probe;
+  probe.n_heads = 64;
+  probe.qk_nope_dim = 192;
+  probe.qk_rope_dim = 64;
+  probe.v_dim = 256;
+  probe.kv_lora_rank = 512;
+  const char* why = nullptr;
+  if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "kWgmma not runnable: " << why;
+  const std::vector<MlaCase> cases = {
+      {64, 192, 64, 256, 512, 0, {{1, 1}}, {}, "wgmma 64 heads, one token, ctx 1"},
+      {64, 192, 64, 256, 512, 0, {{1, 63}, {1, 64}, {1, 65}, {1, 17}, {1, 4097}, {1, 1000}}, {},
+       "wgmma 64 heads, decode, tile/block edges"},
+      {32, 192, 64, 256, 512, 0, {{1, 999}, {2, 130}, {1, 64}}, {}, "wgmma 32 heads, decode + MTP 2"},
+      {16, 192, 64, 256, 512, 0, {{4, 300}, {1, 77}, {3, 129}, {1, 2000}}, {}, "wgmma 16 heads, MTP runs"},
+      {8, 192, 64, 256, 512, 0, {{1, 3001}, {8, 511}, {1, 65}, {3, 40}, {1, 1}, {2, 700}}, {},
+       "wgmma 8 heads, decode + MTP runs"},
+      {8, 192, 64, 256, 512, 0, {{9, 200}}, {}, "wgmma 8 heads, 9 rows of one sequence"},
+      {16, 192, 64, 256, 512, 0, {{70, 200}}, {}, "wgmma 16 heads, prefill chunk 70"},
+      {64, 192, 64, 256, 512, 2048, {{1, 5000}, {1, 1500}, {2, 2100}}, {}, "wgmma 64 heads, top-2048"},
+      {8, 192, 64, 256, 512, 96, {{1, 5000}, {1, 50}, {1, 96}, {1, 97}}, {}, "wgmma 8 heads, top-96 </>= ctx"},
+      {32, 192, 64, 256, 512, 8, {{2, 30}}, {{40, 9}}, "wgmma 32 heads, tree rows, top-8"},
+      {16, 192, 64, 256, 512, 0, {{1, 100}}, {{70, 12}}, "wgmma 16 heads, tree rows, dense"},
+  };
+  for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false, {1, 3, 7, 0});
+}
+
 void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
-                  const MlaCase& c, bool both_kernels) {
+                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits) {
   SCOPED_TRACE(c.what);
   const int64_t bs = 16;
   int64_t n_blocks = 0;
@@ -466,6 +505,35 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
     Tensor out = f.poison({T, NH * c.v});
     gops.mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
     EXPECT_CLOSE(f.host(out), ref, tol, (std::string(c.what) + (mma ? " [op: mma]" : " [op: simt]")).c_str());
+  }
+  if (!wgmma_splits.empty()) {
+    namespace kc = kernels::cuda;
+    auto launch = [&](kc::MlaAttendKernel kernel, int splits, Tensor& out) {
+      const size_t bytes = kc::mla_attention_workspace_bytes(T, p, splits);
+      Tensor w = gpu_be.alloc(DType::kU8, {static_cast<int64_t>(bytes)});
+      kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr,
+                             c.top_k, gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                             gmeta.block_tables.data<int32_t>(), out.raw(), p, gmeta.params, w.raw(), bytes,
+                             backend::cuda_backend_stream(gpu_be), kernel, splits);
+    };
+    Tensor mma_out = f.poison({T, NH * c.v});
+    launch(kc::MlaAttendKernel::kMma, 0, mma_out);
+    const Tensor mma_host = f.host(mma_out);
+    for (const int splits : wgmma_splits) {
+      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(
+          T,
+          c.top_k > 0                      ? c.top_k
+          : gmeta.params.max_kv_len > 0 ? gmeta.params.max_kv_len
+                                           : int64_t{gmeta.params.max_blocks_per_seq} * gmeta.params.block_size,
+          p, c.top_k > 0, splits);
+      Tensor out = f.poison({T, NH * c.v});
+      launch(kc::MlaAttendKernel::kWgmma, splits, out);
+      const Tensor got = f.host(out);
+      const std::string what = std::string(c.what) + " [wgmma, " + std::to_string(plan.n_splits) + " splits" +
+                               (splits > 0 ? ", forced]" : "]");
+      EXPECT_CLOSE(got, ref, kTolMlaWgmma, what.c_str());
+      EXPECT_CLOSE(got, mma_host, kTolMlaWgmma, (what + " vs mma").c_str());
+    }
   }
   if (!both_kernels) return;
   const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(T, p);
