@@ -5,8 +5,12 @@
 #include "backend/cuda_mla_dsa_ops.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/check.h"
+#include "kernels/attention_tuning.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 
 namespace mxserve::backend {
@@ -37,6 +41,25 @@ void expect_meta(const AttentionMeta& meta, const char* op) {
 // Bound on every token's kv_index + 1 (AttentionParams::max_kv_len, else the block table's capacity).
 int64_t max_context(const kernels::AttentionParams& ap) {
   return ap.max_kv_len > 0 ? ap.max_kv_len : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
+}
+
+// The tuned split table of the Hopper MLA attend kernel (MlaAttendKernel::kWgmma) for the current GPU and this
+// head count -- key (gpu, bf16, n_heads, 1 kv head, kv_lora + rope), written by `mxserve tune-attention --mla` --
+// or null (the kernel's heuristic). Looked up once per (device, heads, width).
+const kernels::AttentionSplitTable* mla_split_table(const kernels::MlaParams& p) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, const kernels::AttentionSplitTable*> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return nullptr;
+  const auto key = std::make_tuple(dev, p.n_heads, p.kv_lora_rank + p.qk_rope_dim);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaDeviceProp prop{};
+  const kernels::AttentionSplitTable* t = nullptr;
+  if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+    t = kernels::find_attention_split_table({prop.name, "bf16", p.n_heads, 1, p.kv_lora_rank + p.qk_rope_dim});
+  cache.emplace(key, t);
+  return t;
 }
 
 }  // namespace
@@ -140,7 +163,7 @@ void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, c
   kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
                          topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
                          meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,
-                         mla_stream_);
+                         mla_stream_, kc::MlaAttendKernel::kAuto, 0, mla_split_table(p));
 }
 
 }  // namespace mxserve::backend

@@ -5,6 +5,9 @@
 // larger than L2 (rows map their blocks pseudo-randomly into it when the whole grid cell does not fit);
 // every candidate split count and the heuristic's own plan timed with CUDA events (median of 5 regions).
 // Prints, per cell, the best split count against the heuristic's choice. Needs the CUDA backend.
+// --mla: the same grid for the Hopper absorbed-MLA attend kernel (MlaAttendKernel::kWgmma, mla_decode_wgmma.cu) at
+// --heads query heads per rank over the bf16 latent cache (576 values a token, 64-token blocks): key Q<heads>_KV1_
+// D576_bf16, candidates up to one wave of CTAs; CudaMlaDsaOps looks the table up by that key.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
+#include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -39,6 +43,7 @@ struct TuneArgs {
   std::vector<int64_t> contexts = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
   double pool_gib = 16;
   std::string out, command;
+  bool mla = false;
 };
 
 Result<std::vector<int64_t>> int_list(const Args& a, const std::string& flag, std::vector<int64_t> fallback) {
@@ -194,6 +199,124 @@ int tune(backend::Backend& be, const TuneArgs& a) {
               kern::describe(table.key).c_str(), kern::attention_tuning_file_name(table.key).c_str());
   return 0;
 }
+
+// --mla: the wgmma absorbed-MLA attend step (q_abs of zeros: the time does not depend on the values), R sequences
+// of one decode row each at context C, latent blocks scattered over the pool.
+int tune_mla(backend::Backend& be, const TuneArgs& a) {
+  namespace kc = kernels::cuda;
+  constexpr int64_t kBlock = 64, kWidth = 576;
+  cudaStream_t stream = backend::cuda_backend_stream(be);
+  cudaDeviceProp prop{};
+  MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int n_sms = prop.multiProcessorCount;
+  kern::MlaParams p;
+  p.n_heads = a.key.n_heads;
+  p.qk_nope_dim = 192;
+  p.qk_rope_dim = 64;
+  p.v_dim = 256;
+  p.kv_lora_rank = 512;
+  p.scale = 1.f / std::sqrt(256.f);
+  const char* why = nullptr;
+  if (!kc::mla_attend_wgmma_supported(p, &why)) {
+    std::fprintf(stderr, "error: tune-attention --mla --heads %d: the wgmma MLA kernel cannot run: %s\n", p.n_heads,
+                 why);
+    return 2;
+  }
+  kern::AttentionSplitTable table;
+  table.key = a.key;
+  table.key.gpu = prop.name;
+  table.tuned = true;
+  table.command = a.command;
+  table.rows = a.rows;
+  table.contexts = a.contexts;
+  const int64_t block_bytes = kBlock * kWidth * 2;
+  const int64_t most_blocks = a.rows.back() * ((a.contexts.back() + kBlock - 1) / kBlock);
+  const int64_t pool_blocks =
+      std::min<int64_t>(most_blocks, static_cast<int64_t>(a.pool_gib * (1ull << 30)) / block_bytes);
+  std::printf("tune-attention --mla: %s, %d SMs, %s, pool %lld blocks (%.1f GiB of latent)\n", prop.name, n_sms,
+              kern::describe(table.key).c_str(), static_cast<long long>(pool_blocks),
+              pool_blocks * static_cast<double>(block_bytes) / (1ull << 30));
+  Tensor cache = be.alloc(DType::kBF16, {pool_blocks * kBlock, kWidth});
+  kc::fill_random_bf16(cache.raw(), cache.numel(), 1, 1.f, stream);
+  std::printf("%6s %8s %8s %10s %10s %10s %7s\n", "rows", "context", "best", "best us", "heur", "heur us", "gain");
+  for (int64_t R : a.rows) {
+    Tensor q = be.alloc(DType::kBF16, {R, static_cast<int64_t>(p.n_heads) * (p.qk_nope_dim + p.qk_rope_dim)});
+    kc::fill_random_bf16(q.raw(), q.numel(), 3, 1.f, stream);
+    Tensor q_abs = be.alloc(DType::kBF16, {R, static_cast<int64_t>(p.n_heads) * p.kv_lora_rank});
+    MX_CUDA_CHECK(cudaMemsetAsync(q_abs.raw(), 0, q_abs.nbytes(), stream));
+    Tensor o_lat = be.alloc(DType::kBF16, q_abs.shape());
+    const int64_t tpc = std::max(1, 64 / p.n_heads), ctas = (R + tpc - 1) / tpc;
+    const int wave = static_cast<int>(std::max<int64_t>(1, n_sms / ctas));
+    const size_t ws_bytes = kc::mla_attend_wgmma_workspace_bytes(R, p, wave);
+    Tensor ws = be.alloc(DType::kU8, {static_cast<int64_t>(std::max<size_t>(ws_bytes, 16))});
+    for (int64_t C : a.contexts) {
+      model::ForwardBatch fb;
+      const int64_t per_row = (C + kBlock - 1) / kBlock;
+      for (int64_t r = 0; r < R; ++r) {
+        model::SequenceSpan span;
+        span.token_begin = static_cast<int32_t>(r);
+        span.n_tokens = 1;
+        span.kv_len = static_cast<int32_t>(C);
+        for (int64_t b = 0; b < per_row; ++b)
+          span.block_table.push_back(static_cast<int32_t>(
+              R * per_row <= pool_blocks ? r * per_row + b : mix64(r * 1000003ull + b) % pool_blocks));
+        fb.token_ids.push_back(0);
+        fb.positions.push_back(static_cast<int32_t>(C - 1));
+        fb.seqs.push_back(std::move(span));
+      }
+      kern::AttentionParams shape;
+      shape.n_heads = p.n_heads;
+      shape.n_kv_heads = 1;
+      shape.head_dim = static_cast<int32_t>(kWidth);
+      auto meta = model::build_attention_meta(fb, be, kBlock, shape);
+      if (!meta.is_ok()) {
+        std::fprintf(stderr, "error: %s\n", meta.status().to_string().c_str());
+        return 1;
+      }
+      kern::AttentionParams ap = meta->params;
+      ap.max_kv_len = static_cast<int32_t>(C);
+      const double bytes = static_cast<double>(R) * C * kWidth * 2;
+      const int reps = static_cast<int>(std::clamp(2e-3 / (bytes / 4e12), 3.0, 50.0));
+      auto time_splits = [&](int splits) {
+        return 1e3 * kc::time_on_stream(
+                         stream,
+                         [&](int) {
+                           kc::mla_attend_wgmma(q.raw(), q_abs.raw(), cache.raw(), nullptr, 0,
+                                                meta->token_seq.data<int32_t>(), meta->kv_index.data<int32_t>(),
+                                                meta->block_tables.data<int32_t>(), o_lat.raw(), 0, R, C, p, ap,
+                                                ws.raw(), ws_bytes, stream, splits);
+                         },
+                         reps);
+      };
+      const int heur_splits = kc::mla_attend_wgmma_split_plan(R, C, p, false).n_splits;
+      const double heur_us = time_splits(0);
+      int best = 0;
+      double best_us = INFINITY;
+      for (int32_t s : candidates(C)) {
+        if (s > wave || (s > 1 && C / s < 64)) continue;
+        const double us = time_splits(s);
+        if (us < best_us) {
+          best_us = us;
+          best = s;
+        }
+      }
+      table.n_splits.push_back(best);
+      table.us.push_back(best_us);
+      std::printf("%6lld %8lld %8d %10.1f %10d %10.1f %6.2fx\n", static_cast<long long>(R), static_cast<long long>(C),
+                  best, best_us, heur_splits, heur_us, heur_us / best_us);
+      std::fflush(stdout);
+    }
+  }
+  std::ofstream f(a.out);
+  f << kern::attention_tuning_json(table);
+  if (!f) {
+    std::fprintf(stderr, "error: cannot write %s\n", a.out.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%s): copy it to configs/attention/%s and rebuild to embed it\n", a.out.c_str(),
+              kern::describe(table.key).c_str(), kern::attention_tuning_file_name(table.key).c_str());
+  return 0;
+}
 #endif  // MXSERVE_HAVE_CUDA
 
 }  // namespace
@@ -202,7 +325,7 @@ int cmd_tune_attention(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--heads", "--kv-heads", "--head-dim", "--kv-cache-dtype", "--rows", "--contexts",
                            "--max-rows", "--max-context", "--pool-gib", "--out"},
-                          {});
+                          {"--mla"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "error: %s\n", args.status().to_string().c_str());
     return 2;
@@ -217,11 +340,21 @@ int cmd_tune_attention(int argc, char** argv) {
     }
     *dst = static_cast<int32_t>(*v);
   }
-  if (a.key.n_heads % a.key.n_kv_heads != 0) {
+  if (!args->has("--mla") && a.key.n_heads % a.key.n_kv_heads != 0) {
     std::fprintf(stderr, "error: --heads %d is not a multiple of --kv-heads %d\n", a.key.n_heads, a.key.n_kv_heads);
     return 2;
   }
   a.key.kv_dtype = args->get_or("--kv-cache-dtype", "bf16");
+  a.mla = args->has("--mla");
+  if (a.mla) {  // the latent cache: one "kv head" of 576 values (kv_lora_rank 512 + rope 64), bf16
+    if (a.key.n_heads > 64 || args->has("--kv-heads") || args->has("--head-dim") || a.key.kv_dtype != "bf16") {
+      std::fprintf(stderr, "error: --mla takes --heads <= 64 (per rank) and no --kv-heads / --head-dim; the latent "
+                           "cache is bf16 (576 values a token)\n");
+      return 2;
+    }
+    a.key.n_kv_heads = 1;
+    a.key.head_dim = 576;
+  }
   if (a.key.kv_dtype != "bf16" && a.key.kv_dtype != "fp8_e4m3") {
     std::fprintf(stderr, "error: --kv-cache-dtype %s: expected bf16 or fp8_e4m3\n", a.key.kv_dtype.c_str());
     return 2;
@@ -262,7 +395,7 @@ int cmd_tune_attention(int argc, char** argv) {
     std::fprintf(stderr, "error: tune-attention needs a CUDA device: %s\n", be.status().to_string().c_str());
     return 2;
   }
-  return tune(**be, a);
+  return a.mla ? tune_mla(**be, a) : tune(**be, a);
 #else
   std::fprintf(stderr, "error: tune-attention needs the CUDA backend; this mxserve was built without CUDA\n");
   return 2;

@@ -276,6 +276,7 @@ std::vector<CommandHelp> build_table() {
                    {"--max-context", "N", "", "drop grid contexts above N"},
                    {"--pool-gib", "G", "16", "KV pool the blocks are scattered over"},
                    {"--out", "FILE", "", "the table written (configs/attention/)"},
+                   {"--mla", "", "", "tune the Hopper absorbed-MLA attend kernel instead (--heads <= 64 per rank)"},
                },
                "mxserve tune-attention --kv-cache-dtype bf16 --out attention.json"});
   t.push_back({"bench-grammar", "structured output: token-mask cost per step at a batch", "--tokenizer DIR [flags]",

@@ -161,7 +161,8 @@ int64_t group_size(int64_t n_tokens, const MlaParams& p) {
 void mla_attention_wgmma_path(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits);
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
+                              const AttentionSplitTable* wgmma_table);
 
 }  // namespace
 
@@ -177,7 +178,7 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                         void* workspace, size_t workspace_bytes, cudaStream_t stream, MlaAttendKernel kernel,
-                        int wgmma_splits) {
+                        int wgmma_splits, const AttentionSplitTable* wgmma_table) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   const char* wgmma_why = nullptr;
@@ -187,7 +188,7 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
                "mla_attention_bf16: the Hopper attend kernel (kWgmma) cannot run: " << wgmma_why);
   if (wgmma_ok) {
     mla_attention_wgmma_path(q, latent_cache, kv_b, topk, topk_width, token_seq, kv_index, block_tables, out, p, ap,
-                             workspace, workspace_bytes, stream, wgmma_splits);
+                             workspace, workspace_bytes, stream, wgmma_splits, wgmma_table);
     return;
   }
   const bool mma_ok = mla_attend_mma_supported(p);
@@ -244,7 +245,8 @@ namespace {
 void mla_attention_wgmma_path(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
-                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits) {
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
+                              const AttentionSplitTable* wgmma_table) {
   const int64_t T = ap.n_tokens, per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
   const int64_t group = group_size(T, p);
   const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
@@ -262,7 +264,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
     const int64_t tg = std::min(group, T - t0);
     mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
     mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
-                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits);
+                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table);
     mla_unabsorb_gemm_bf16(o_lat, kv_b, out, t0, tg, p, stream);
   }
 }

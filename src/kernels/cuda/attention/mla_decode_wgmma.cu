@@ -29,6 +29,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "kernels/attention_split_table.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/attention/mla_wgmma_layout.h"
@@ -377,9 +378,18 @@ bool mla_attend_wgmma_supported(const MlaParams& p, const char** why) {
 }
 
 MlaSplitPlan mla_attend_wgmma_split_plan(int64_t group_tokens, int64_t max_items, const MlaParams& p, bool sparse,
-                                         int forced_splits) {
-  const int64_t tpc = tokens_per_cta(p.n_heads, sparse);
-  const SplitPlan sp = split_plan((group_tokens + tpc - 1) / tpc, max_items, sm_count(), forced_splits);
+                                         int forced_splits, const AttentionSplitTable* table) {
+  const int64_t tpc = tokens_per_cta(p.n_heads, sparse), ctas = (group_tokens + tpc - 1) / tpc;
+  int tuned = 0;
+  if (forced_splits <= 0 && table != nullptr) {
+    // One wave of CTAs at most: the workspace bound (part_rows_bound) assumes it.
+    tuned = std::min<int>(lookup_attention_splits(*table, group_tokens, max_items),
+                          static_cast<int>(std::max<int64_t>(1, sm_count() / std::max<int64_t>(ctas, 1))));
+  }
+  SplitPlan sp = split_plan(ctas, max_items, sm_count(), forced_splits > 0 ? forced_splits : tuned);
+  if (forced_splits <= 0 && tuned > 0) {  // a tuned count drops the trailing splits its rounding leaves empty
+    sp.n_splits = static_cast<int>((std::max<int64_t>(max_items, 1) + sp.keys_per_split - 1) / sp.keys_per_split);
+  }
   MlaSplitPlan plan;
   plan.n_splits = sp.n_splits;
   plan.keys_per_split = sp.keys_per_split;
@@ -394,13 +404,13 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
                       int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                       const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items,
                       const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream, int forced_splits) {
+                      cudaStream_t stream, int forced_splits, const AttentionSplitTable* table) {
   if (group_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(mla_attend_wgmma_supported(p, &why), "mla_attend_wgmma: " << why << " (dispatch bug)");
   const bool sparse = topk != nullptr;
   const int tpc = tokens_per_cta(p.n_heads, sparse);
-  const MlaSplitPlan plan = mla_attend_wgmma_split_plan(group_tokens, max_items, p, sparse, forced_splits);
+  const MlaSplitPlan plan = mla_attend_wgmma_split_plan(group_tokens, max_items, p, sparse, forced_splits, table);
   const int64_t ctas = (group_tokens + tpc - 1) / tpc;
   MX_CHECK_MSG(ctas < 65536, "mla_attend_wgmma: " << ctas << " token CTAs (grid y < 65536)");
   const int64_t part_rows = plan.n_splits > 1 ? group_tokens * plan.n_splits * p.n_heads : 0;

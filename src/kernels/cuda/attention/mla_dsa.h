@@ -16,6 +16,10 @@
 #include "kernels/mla_params.h"
 #include "kernels/op_params.h"
 
+namespace mxserve::kernels {
+struct AttentionSplitTable;  // kernels/attention_split_table.h: tuned split counts (here: the wgmma MLA attend)
+}  // namespace mxserve::kernels
+
 namespace mxserve::kernels::cuda {
 
 // ---- attention/mla_rows.cu -----------------------------------------------------------------------
@@ -73,7 +77,8 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                        MlaAttendKernel kernel = MlaAttendKernel::kAuto, int wgmma_splits = 0);
+                        MlaAttendKernel kernel = MlaAttendKernel::kAuto, int wgmma_splits = 0,
+                        const AttentionSplitTable* wgmma_table = nullptr);
 
 // ---- attention/mla_decode_mma.cu -----------------------------------------------------------------
 // The tensor-core attend step handles kv_lora_rank 512, qk_rope_dim 64, 1..64 heads (GLM-5.x).
@@ -98,10 +103,11 @@ void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache,
 // kv_lora_rank 512, qk_rope_dim 64, 1..64 heads, qk_nope_dim % 32 == 0, v_dim % 64 == 0, an sm_90 device;
 // why (optional) names the first unmet condition.
 bool mla_attend_wgmma_supported(const MlaParams& p, const char** why = nullptr);
-// Splits per token CTA (dense rows pack 64 / n_heads tokens per CTA, sparse rows one): enough to fill the SMs
-// once with >= 256 keys each; forced_splits > 0 overrides (tests, benchmarks, a tuned table).
+// Splits per token CTA (dense rows pack 64 / n_heads tokens per CTA, sparse rows one): forced_splits > 0 (tests,
+// benchmarks, the tuner) exactly; else the tuned table's bucket for (group_tokens, max_items) (`mxserve
+// tune-attention --mla`; at most one wave of CTAs), else enough to fill the SMs once with >= 256 keys each.
 MlaSplitPlan mla_attend_wgmma_split_plan(int64_t group_tokens, int64_t max_items, const MlaParams& p, bool sparse,
-                                         int forced_splits = 0);
+                                         int forced_splits = 0, const AttentionSplitTable* table = nullptr);
 // Split partials (bytes) for a group of group_tokens tokens, any max_items, dense or sparse.
 size_t mla_attend_wgmma_workspace_bytes(int64_t group_tokens, const MlaParams& p, int forced_splits = 0);
 // o_lat bf16 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs bf16 [group, n_heads, 512] and the
@@ -110,7 +116,7 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
                       int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                       const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items,
                       const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream, int forced_splits = 0);
+                      cudaStream_t stream, int forced_splits = 0, const AttentionSplitTable* table = nullptr);
 
 // ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
 bool mla_absorb_gemm_supported(const MlaParams& p);
