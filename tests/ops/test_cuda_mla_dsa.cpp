@@ -500,11 +500,14 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
   Tensor gtopk = c.top_k > 0 ? gpu_be.upload(topk) : Tensor();
   Tensor gq = f.gpu_bf16(q), gcache = f.gpu_bf16(cache), gkv_b = f.gpu_bf16(kv_b);
   const bool mma = kernels::cuda::mla_attend_mma_supported(p);
-  const double tol = mma ? kTolMlaMma : kTolBf16Out;
+  // kAuto runs the wgmma path once kMlaAutoWgmma is on (and the device is sm_90): its bound then.
+  const bool auto_wgmma = kernels::cuda::kMlaAutoWgmma && kernels::cuda::mla_attend_wgmma_supported(p);
+  const double tol = auto_wgmma ? kTolMlaWgmma : mma ? kTolMlaMma : kTolBf16Out;
   {
     Tensor out = f.poison({T, NH * c.v});
     gops.mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
-    EXPECT_CLOSE(f.host(out), ref, tol, (std::string(c.what) + (mma ? " [op: mma]" : " [op: simt]")).c_str());
+    EXPECT_CLOSE(f.host(out), ref, tol,
+                 (std::string(c.what) + (auto_wgmma ? " [op: wgmma]" : mma ? " [op: mma]" : " [op: simt]")).c_str());
   }
   if (!wgmma_splits.empty()) {
     namespace kc = kernels::cuda;

@@ -4,11 +4,15 @@
 // layout is a bijection; the wgmma descriptors the kernel builds (K-major Q / K for the scores, MN-major latent for
 // P V) read, under the 128B-swizzle rule applied to the address, exactly the bytes the copy wrote for each
 // (row, k) / (key, dim); the score accumulator elements packed into P are the m16n8k16 A fragment; the (token
-// slot, head) packing of the 64 wgmma rows; the split plan covers every item once.
+// slot, head) packing of the 64 wgmma rows; the split plan covers every item once; and the kernel's control flow
+// (runs, splits, tiles, masks, online softmax, split combine) emulated on the host against a direct softmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/attention/mla_wgmma_layout.h"
@@ -156,6 +160,160 @@ TEST(MlaWgmmaLayout, SplitPlanCoversEveryItemOnce) {
           }
           EXPECT_EQ(next, run_items) << ctas << " ctas, " << items << " items, forced " << forced;
         }
+      }
+}
+
+// The kernel's control flow on the host, with the layout header's own functions: CTAs of tokens_per_cta slots,
+// runs (run_at), splits (split_range), 64-key tiles, the per-row visibility and tile_needs_mask, the online softmax
+// (log2 domain) per wgmma row and the combine of the split partials -- against a direct softmax per (token, head).
+// Scores / values are a hash of (token, head, key) / (sequence, key); one value dim stands for the 512.
+struct EmuToken {
+  int seq, ctx;
+  std::vector<int> topk;  // sparse only: entries (-1, past the context, or visible)
+};
+double hash01(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<double>(x >> 11) / static_cast<double>(1ull << 53);
+}
+double emu_score(int t, int h, int64_t key) { return 6.0 * hash01((uint64_t(t) << 40) ^ (uint64_t(h) << 32) ^ key) - 3.0; }
+double emu_value(int seq, int64_t key) { return hash01((uint64_t(seq) << 36) ^ (key + 77)) - 0.5; }
+
+template <bool kSparse>
+void emulate(const std::vector<EmuToken>& toks, int nh, int forced, int topk_width, const char* what) {
+  const int T = static_cast<int>(toks.size()), tpc = tokens_per_cta(nh, kSparse);
+  const int64_t ctas = (T + tpc - 1) / tpc;
+  int64_t max_items = topk_width;
+  if (!kSparse)
+    for (const EmuToken& e : toks) max_items = std::max<int64_t>(max_items, e.ctx);
+  const SplitPlan plan = split_plan(ctas, max_items, 132, forced);
+  // partial (m log2, l, o) per (split, token, head)
+  std::vector<double> pm(size_t(plan.n_splits) * T * nh), pl(pm.size()), po(pm.size());
+  for (int64_t c = 0; c < ctas; ++c) {
+    const int tl0 = static_cast<int>(c * tpc), n_slots = std::min(tpc, T - tl0);
+    std::vector<int> slot_seq(n_slots), slot_ctx(n_slots);
+    for (int i = 0; i < n_slots; ++i) slot_seq[i] = toks[tl0 + i].seq, slot_ctx[i] = toks[tl0 + i].ctx;
+    for (int split = 0; split < plan.n_splits; ++split) {
+      std::vector<double> m(kM, -INFINITY), l(kM, 0.0), o(kM, 0.0);
+      for (int r = 0; r < n_slots;) {
+        int rb = 0;
+        int64_t n_items = 0, begin = 0, end = 0, min_ctx = 0;
+        run_at<kSparse>(slot_seq.data(), slot_ctx.data(), n_slots, r, topk_width, &rb, &n_items, &min_ctx);
+        split_range(split, plan.n_splits, plan.keys_per_split, n_items, &begin, &end);
+        const bool full = r == 0 && rb == n_slots && n_slots * nh == kM;
+        for (int64_t k0 = begin; k0 < end; k0 += kKeys) {
+          const bool mask = tile_needs_mask(kSparse, full, false, k0, min_ctx, end);
+          for (int row = 0; row < kM; ++row) {
+            const int slot = row < tpc * nh ? row_slot(row, nh) : kM;
+            const bool valid = slot < n_slots, in_run = valid && slot >= r && slot < rb;
+            const int t = tl0 + (valid ? slot : 0), h = row_head(row, nh);
+            double s[kKeys], mx = -INFINITY;
+            int64_t keys[kKeys];
+            for (int col = 0; col < kKeys; ++col) {
+              const int64_t item = k0 + col;
+              const int tr = tl0 + r;  // the run's (sparse: only) token: its list and block table
+              int64_t key = item;
+              if (kSparse) key = item < end ? toks[tr].topk[item] : -1;
+              keys[col] = key;
+              const bool vis = in_run && item < end && key >= 0 && key < toks[kSparse ? tr : t].ctx;
+              if (!mask) {
+                ASSERT_TRUE(vis) << what << ": unmasked tile with an invisible key";
+              }
+              s[col] = vis ? emu_score(t, h, key) : -INFINITY;
+              mx = std::max(mx, s[col]);
+            }
+            const double m_new = std::max(m[row], mx);
+            const double alpha = m[row] == -INFINITY ? 0.0 : std::exp2(m[row] - m_new);
+            const double m_use = m_new == -INFINITY ? 0.0 : m_new;
+            l[row] *= alpha;
+            o[row] *= alpha;
+            for (int col = 0; col < kKeys; ++col) {
+              const double e = std::exp2(s[col] - m_use);
+              l[row] += e;
+              if (e > 0) o[row] += e * emu_value(slot_seq[r], keys[col]);
+            }
+            m[row] = m_new;
+          }
+        }
+        r = rb;
+      }
+      for (int row = 0; row < kM; ++row) {
+        const int slot = row < tpc * nh ? row_slot(row, nh) : kM;
+        if (slot >= n_slots) continue;
+        const size_t i = (size_t(split) * T + tl0 + slot) * nh + row_head(row, nh);
+        pm[i] = m[row];
+        pl[i] = l[row];
+        po[i] = l[row] > 0 ? o[row] / l[row] : 0.0;
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < nh; ++h) {
+      double M = -INFINITY, den = 0, num = 0;
+      for (int s = 0; s < plan.n_splits; ++s) {
+        const size_t i = (size_t(s) * T + t) * nh + h;
+        if (pl[i] > 0) M = std::max(M, pm[i]);
+      }
+      for (int s = 0; s < plan.n_splits; ++s) {
+        const size_t i = (size_t(s) * T + t) * nh + h;
+        const double w = pl[i] > 0 ? pl[i] * std::exp2(pm[i] - M) : 0.0;
+        den += w;
+        num += w * po[i];
+      }
+      std::set<int64_t> keys;
+      if (kSparse) {
+        for (const int k : toks[t].topk)
+          if (k >= 0 && k < toks[t].ctx) keys.insert(k);
+      } else {
+        for (int64_t k = 0; k < toks[t].ctx; ++k) keys.insert(k);
+      }
+      double rm = -INFINITY, rden = 0, rnum = 0;
+      for (const int64_t k : keys) rm = std::max(rm, emu_score(t, h, k));
+      for (const int64_t k : keys) {
+        const double e = std::exp2(emu_score(t, h, k) - rm);
+        rden += e;
+        rnum += e * emu_value(toks[t].seq, k);
+      }
+      ASSERT_GT(den, 0) << what << ": token " << t << " head " << h << " saw no key";
+      ASSERT_NEAR(num / den, rnum / rden, 1e-9) << what << ": token " << t << " head " << h << ", " << plan.n_splits
+                                                << " splits";
+    }
+}
+
+// Tokens of `runs` sequences: {tokens, context of the last}; MTP rows end at ctx - tokens + 1 .. ctx.
+std::vector<EmuToken> emu_batch(const std::vector<std::pair<int, int>>& runs) {
+  std::vector<EmuToken> v;
+  for (size_t s = 0; s < runs.size(); ++s)
+    for (int i = 0; i < runs[s].first; ++i) v.push_back({static_cast<int>(s), runs[s].second - runs[s].first + 1 + i, {}});
+  return v;
+}
+
+TEST(MlaWgmmaLayout, HostEmulationMatchesDirectSoftmax) {
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{1, 1}},
+      {{1, 63}, {1, 64}, {1, 65}, {1, 129}, {1, 1000}},
+      {{8, 511}, {1, 65}, {3, 40}, {1, 1}, {2, 700}, {9, 200}},
+      {{4, 300}, {1, 77}, {3, 129}},
+      {{8, 257}, {8, 130}, {2, 66}},  // MTP contexts straddling a tile end: 250..257, 123..130
+  };
+  for (const int nh : {8, 16, 20, 32, 64})
+    for (const auto& runs : batches)
+      for (const int forced : {0, 1, 3, 7}) {
+        const std::string what = std::to_string(nh) + " heads, forced " + std::to_string(forced);
+        emulate<false>(emu_batch(runs), nh, forced, 0, what.c_str());
+        // Sparse: per token a list of width 96 -- visible keys, a -1 tail and one entry past the context.
+        std::vector<EmuToken> toks = emu_batch(runs);
+        for (EmuToken& e : toks) {
+          for (int k = 0; k < std::min(e.ctx, 90); ++k) e.topk.push_back(e.ctx <= 90 ? k : (k * 37 + 11) % e.ctx);
+          std::sort(e.topk.begin(), e.topk.end());
+          e.topk.erase(std::unique(e.topk.begin(), e.topk.end()), e.topk.end());
+          e.topk.push_back(e.ctx + 3);
+          e.topk.resize(96, -1);
+        }
+        emulate<true>(toks, nh, forced, 96, (what + ", top-96").c_str());
       }
 }
 

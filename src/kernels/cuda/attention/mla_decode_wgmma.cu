@@ -113,17 +113,6 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-// The run of token slots starting at r (one sequence; a single slot when sparse): its end and item count.
-template <bool kSparse>
-__device__ __forceinline__ void run_at(const int* slot_seq, const int* slot_ctx, int n_slots, int r,
-                                       int64_t topk_width, int* rb, int64_t* n_items) {
-  int b = r + 1;
-  int64_t n = slot_ctx[r];
-  if (!kSparse)
-    while (b < n_slots && slot_seq[b] == slot_seq[r]) n = max(n, static_cast<int64_t>(slot_ctx[b++]));
-  *rb = b;
-  *n_items = kSparse ? topk_width : n;
-}
 #endif
 
 // Grid (n_splits, ceil(tokens / tpc)). o_lat bf16 [tg, NH, 512] when n_splits == 1, else part_o f32
@@ -181,15 +170,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t it = 0;  // ring position of the run's first tile
   for (int r = 0; r < n_slots;) {
     int rb = 0;
-    int64_t n_items = 0, begin = 0, end = 0;
-    run_at<kSparse>(slot_seq, slot_ctx, n_slots, r, topk_width, &rb, &n_items);
+    int64_t n_items = 0, begin = 0, end = 0, run_min_ctx = 0;
+    run_at<kSparse>(slot_seq, slot_ctx, n_slots, r, topk_width, &rb, &n_items, &run_min_ctx);
     split_range(split, n_splits, keys_per_split, n_items, &begin, &end);
     const int n_tiles = static_cast<int>((end - begin + kKeys - 1) / kKeys);
     const bool in_run[2] = {my_slot[0] >= r && my_slot[0] < rb, my_slot[1] >= r && my_slot[1] < rb};
-    int64_t run_min_ctx = slot_ctx[r];
-    for (int k = r + 1; k < rb; ++k) run_min_ctx = min(run_min_ctx, static_cast<int64_t>(slot_ctx[k]));
-    // Every row of the CTA in this run and no tree mask: tiles below every row's context need no mask at all.
-    const bool all_rows = !kSparse && r == 0 && rb == n_slots && n_slots * NH == kM && ap.tree_mask == nullptr;
+    const bool single_full_run = r == 0 && rb == n_slots && n_slots * NH == kM;  // every wgmma row in this run
     const int64_t t = t0 + tl0 + r;
     const MlaVisibility tv = mla_visibility(kv_index, ap, t);  // sparse: the run's single token
     const int32_t* table = block_tables + static_cast<int64_t>(slot_seq[r]) * ap.max_blocks_per_seq;
@@ -219,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto softmax_of = [&](int j) {
       const int64_t k0 = begin + static_cast<int64_t>(j) * kKeys;
-      const bool mask = kSparse || !all_rows || k0 + kKeys > run_min_ctx || k0 + kKeys > end;
+      const bool mask = tile_needs_mask(kSparse, single_full_run, ap.tree_mask != nullptr, k0, run_min_ctx, end);
       if (kSparse) {
         softmax_tile(s, q4, mask,
                      [&](int hr, int col) {
@@ -342,14 +328,21 @@ int sm_count() {
   return n;
 }
 
+// Compute capability of the current device (cached per device); 0 where none can be queried.
 int device_sm() {
+  static std::atomic<int> cached[64];
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (const int c = cached[dev].load(); c != 0) return c;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
+  cached[dev].store(major * 10 + minor);
   return major * 10 + minor;
 }
 

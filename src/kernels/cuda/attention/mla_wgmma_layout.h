@@ -101,4 +101,31 @@ MX_MLA_HD void split_range(int s, int n_splits, int64_t keys_per_split, int64_t 
   if (*end < *begin) *end = *begin;
 }
 
+// The run of token slots starting at r: consecutive slots of one sequence (dense), a single slot (sparse). Its end
+// (one past) in *rb, its item count in *n_items (dense: the run's largest context; sparse: the top-k width) and
+// its smallest context in *min_ctx.
+template <bool kSparse>
+MX_MLA_HD void run_at(const int* slot_seq, const int* slot_ctx, int n_slots, int r, int64_t topk_width, int* rb,
+                      int64_t* n_items, int64_t* min_ctx) {
+  int b = r + 1;
+  int64_t hi = slot_ctx[r], lo = slot_ctx[r];
+  if (!kSparse) {
+    for (; b < n_slots && slot_seq[b] == slot_seq[r]; ++b) {
+      hi = slot_ctx[b] > hi ? slot_ctx[b] : hi;
+      lo = slot_ctx[b] < lo ? slot_ctx[b] : lo;
+    }
+  }
+  *rb = b;
+  *n_items = kSparse ? topk_width : hi;
+  *min_ctx = lo;
+}
+
+// Whether tile [k0, k0 + 64) of a run needs the per-(row, key) mask: always for sparse rows (top-k entries may be
+// -1 or invisible) and whenever some row of the CTA is outside the run, a tree mask exists, or the tile reaches
+// past the run's smallest context or the split's end. Without it every key of the tile is visible to every row.
+MX_MLA_HD bool tile_needs_mask(bool sparse, bool single_full_run, bool tree, int64_t k0, int64_t run_min_ctx,
+                               int64_t end) {
+  return sparse || !single_full_run || tree || k0 + kKeys > run_min_ctx || k0 + kKeys > end;
+}
+
 }  // namespace mxserve::kernels::cuda::mla_wgmma

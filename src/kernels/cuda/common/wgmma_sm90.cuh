@@ -1,6 +1,6 @@
 // The ONE home of the Hopper warpgroup MMA (wgmma, sm_90a) primitives, used by the prefill attention kernel
-// (attention/paged_attention_wgmma_ws.cu) and the MXFP4 MoE designs 6 and 8 (moe_mxfp4/moe_mxfp4_wg.cu,
-// moe_mxfp4_wg8.cu): the shared-memory matrix descriptor of a 128-byte-swizzled tile, the fence / commit / wait
+// (attention/paged_attention_wgmma_ws.cu), the absorbed-MLA decode (attention/mla_decode_wgmma.cu) and the MXFP4
+// MoE designs 6 and 8 (moe_mxfp4/moe_mxfp4_wg.cu, moe_mxfp4_wg8.cu): the shared-memory matrix descriptor of a 128-byte-swizzled tile, the fence / commit / wait
 // protocol, the generic -> async proxy fence, and the MMAs they use (bf16 m64n{64,128,256}k16 with both operands in
 // shared memory, bf16 m64n{128,256}k16 with A in registers and B transposed, e4m3 m64n{128,256}k32). Operand lists are
 // spelled out. Issue 31 merged attention/wgmma.cuh and moe_mxfp4/wgmma_sm90.cuh here (same PTX, one name each).
