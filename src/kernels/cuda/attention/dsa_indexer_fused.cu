@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 
 #include "core/check.h"
 #include "kernels/cuda/attention/dsa_indexer_fused.h"
@@ -344,10 +343,14 @@ void launch_score_hist(dim3 grid, size_t smem, cudaStream_t stream, const bf16* 
                        uint32_t* hist, int64_t stride, int64_t t0, int tiles_per_split, const IndexerParams& p,
                        const AttentionParams& ap) {
   auto* kernel = dsa_score_hist_kernel<MT, Bf16KeyLoad>;
-  static std::once_flag once;
-  std::call_once(once, [&] {
+  static std::atomic<uint64_t> configured{0};  // the > 48 KiB opt-in, once per device (a bit each)
+  int dev = 0;
+  MX_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((configured.load() & bit) == 0) {
     MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFusedMaxSmem));
-  });
+    configured.fetch_or(bit);
+  }
   kernel<<<grid, kTileKeys, smem, stream>>>(q, w, keys, token_seq, kv_index, block_tables, codes, hist, stride, t0,
                                             tiles_per_split, p, ap);
   MX_CUDA_CHECK_LAUNCH();
