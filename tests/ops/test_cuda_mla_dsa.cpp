@@ -542,10 +542,11 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
 TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
   namespace kc = kernels::cuda;
   const int64_t bs = 64, NH = 32, D = 128, K = 2048;
-  // Batch 4 decode rows; the graph is captured at these contexts, then replayed after kv_index changes on
-  // the device (rows moving across top_k both ways).
+  // Batch 4 decode rows over sequences of 9000 / 3000 / 2500 / 100 cached keys; the graph is captured at
+  // contexts 9000 / 2048 / 2500 / 100, then replayed at 2048 / 3000 / 2100 / 100 (kv_index changed on the
+  // device; rows move across top_k both ways).
   int64_t n_blocks = 0;
-  model::ForwardBatch batch = make_batch({{1, 9000}, {1, 2048}, {1, 3000}, {1, 100}}, {}, bs, &n_blocks);
+  model::ForwardBatch batch = make_batch({{1, 9000}, {1, 3000}, {1, 2500}, {1, 100}}, {}, bs, &n_blocks);
   auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, D)).value();
   const int64_t T = batch.n_tokens();
   Tensor q = rand({T, NH * D}), w = rand({T, NH}), keys = rand({n_blocks * bs, D});
@@ -569,6 +570,8 @@ TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
                          gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
                          gmeta.params, max_ctx, ws.raw(), ws_bytes, stream, kc::IndexerScoreKernel::kFused);
   };
+  const std::vector<int32_t> capture_kv = {8999, 2047, 2499, 99};
+  ASSERT_EQ(cudaMemcpy(gmeta.kv_index.data<int32_t>(), capture_kv.data(), 4 * T, cudaMemcpyHostToDevice), cudaSuccess);
   launch();  // first use outside the capture (one-time kernel attributes)
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraph_t graph = nullptr;
@@ -578,7 +581,7 @@ TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   // New contexts (within each sequence's blocks): the CPU reference sees the same kv_index.
-  const std::vector<int32_t> new_kv = {2047, 2999, 2048, 99};  // 9000 -> 2048 keys: now skipped; 2048 -> 3000
+  const std::vector<int32_t> new_kv = {2047, 2999, 2099, 99};  // 9000 -> 2048 keys: now skipped; 2048 -> 3000
   ASSERT_EQ(cudaMemcpyAsync(gmeta.kv_index.data<int32_t>(), new_kv.data(), 4 * T, cudaMemcpyHostToDevice, stream),
             cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
