@@ -266,7 +266,10 @@ __global__ void __launch_bounds__(kSelectThreads) dsa_select_fused_kernel(
         for (int u = 0; u < 4; ++u) {
           if (c[u] == 0 || dsa::digit_of(c[u], 0) != d0) continue;
           atomicAdd(&hist[dsa::digit_of(c[u], 1)], 1u);
-          if (keep_cand) cand[atomicAdd(&n_cand, 1u)] = c[u];
+          if (keep_cand) {
+            const uint32_t slot = atomicAdd(&n_cand, 1u);
+            if (slot < kCandCap) cand[slot] = c[u];  // (always: pass 1 counts exactly hist[d0] <= kCandCap)
+          }
         }
       }
       __syncthreads();
@@ -278,7 +281,7 @@ __global__ void __launch_bounds__(kSelectThreads) dsa_select_fused_kernel(
       // Pass 2: digit 2 of the codes matching the first 24 bits (the candidates, else the row again).
       const uint32_t mask = dsa::prefix_mask(2);
       if (keep_cand) {
-        for (uint32_t i = tid; i < n_cand; i += nt)
+        for (uint32_t i = tid; i < min(n_cand, static_cast<uint32_t>(kCandCap)); i += nt)
           if ((cand[i] & mask) == (thr.code & mask)) atomicAdd(&hist[dsa::digit_of(cand[i], 2)], 1u);
       } else {
         for (int64_t j = tid; j < n; j += nt) {
@@ -343,13 +346,13 @@ void launch_score_hist(dim3 grid, size_t smem, cudaStream_t stream, const bf16* 
                        uint32_t* hist, int64_t stride, int64_t t0, int tiles_per_split, const IndexerParams& p,
                        const AttentionParams& ap) {
   auto* kernel = dsa_score_hist_kernel<MT, Bf16KeyLoad>;
-  static std::atomic<uint64_t> configured{0};  // the > 48 KiB opt-in, once per device (a bit each)
+  static std::atomic<size_t> configured[64];  // the > 48 KiB opt-in per device, raised to the largest size seen
   int dev = 0;
   MX_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((configured.load() & bit) == 0) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFusedMaxSmem));
-    configured.fetch_or(bit);
+  std::atomic<size_t>& done = configured[dev & 63];
+  if (smem > 48 * 1024 && smem > done.load()) {
+    MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    done.store(smem);
   }
   kernel<<<grid, kTileKeys, smem, stream>>>(q, w, keys, token_seq, kv_index, block_tables, codes, hist, stride, t0,
                                             tiles_per_split, p, ap);
