@@ -4,13 +4,14 @@
 // ascending, -1 padded). Three launches per group of tokens, no host sync, no allocation (the caller's
 // workspace: codes [group, stride] u32 then hist [group, 4096] u32), so the decode step can be captured:
 //  1. memset of the group's histograms;
-//  2. score + histogram (dsa_score_hist_kernel): grid (splits, tokens); a block walks a range of 128-key
+//  2. score + histogram (dsa_score_hist_kernel): grid (blocks per token, tokens); a block walks a range of 128-key
 //     tiles of one token (keys gathered through the block table by one templated stage function, cp.async
 //     double buffered), scores them on tensor cores (mma.sync bf16, fp32 accumulate, the ReLU-weighted
 //     head sum in registers: the same arithmetic as the kMma kernel, so the same codes), writes the u32
 //     order codes (4 bytes per 2 * head_dim key bytes) and adds their top 12 bits into a shared
-//     histogram, flushed once per block into the token's histogram. The splits are sized so the grid
-//     fills the SMs at any batch (batch 1: one tile per block over ~all SMs);
+//     histogram, flushed once per block into the token's histogram. Tiles per block are chosen so the
+//     waves of resident blocks fill the SMs at any batch (batch 1, 20k keys: one tile per block on 160
+//     blocks; batch 64: ~40 tiles per block in one wave);
 //  3. select (dsa_select_fused_kernel): one block per token finds the threshold digit from that
 //     histogram, refines bits [19:8] over the row (collecting the candidates into shared memory when
 //     they fit) and bits [7:0] over the candidates, then writes the ordered selection in one scan.
@@ -71,7 +72,7 @@ size_t score_hist_smem_bytes(int D) {
   return static_cast<size_t>(MT * 16 + 2 * kTileKeys) * (D + 8) * 2 + MT * 16 * 4 + dsa::kHistBins * 4;
 }
 
-// Grid (splits, group tokens), kTileKeys threads. Block (s, tl) scores tiles [s * tiles_per_split, +tiles_per_split)
+// Grid (blocks per token, group tokens), kTileKeys threads. Block (s, tl) scores tiles [s * tiles_per_split, +tiles_per_split)
 // of token t0 + tl (those below its context), writes codes[tl, j] for every j < n_ctx of those tiles (0 = not
 // visible) and adds the visible codes' first digit into hist[tl, :].
 template <int MT, typename KeyLoad>
@@ -341,21 +342,29 @@ int sm_count() {
 }
 
 template <int MT>
-void launch_score_hist(dim3 grid, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w, const void* keys,
+void launch_score_hist(int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w, const void* keys,
                        const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, uint32_t* codes,
-                       uint32_t* hist, int64_t stride, int64_t t0, int tiles_per_split, const IndexerParams& p,
-                       const AttentionParams& ap) {
+                       uint32_t* hist, int64_t stride, int64_t t0, const IndexerParams& p, const AttentionParams& ap) {
   auto* kernel = dsa_score_hist_kernel<MT, Bf16KeyLoad>;
-  static std::atomic<size_t> configured[64];  // the > 48 KiB opt-in per device, raised to the largest size seen
+  // Per device: the > 48 KiB opt-in (raised to the largest size seen) and the resident blocks per SM at it.
+  static std::atomic<size_t> configured[64];
+  static std::atomic<int> per_sm[64];
   int dev = 0;
   MX_CUDA_CHECK(cudaGetDevice(&dev));
-  std::atomic<size_t>& done = configured[dev & 63];
-  if (smem > 48 * 1024 && smem > done.load()) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    done.store(smem);
+  if (smem > configured[dev & 63].load()) {
+    if (smem > 48 * 1024)
+      MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    int n = 0;
+    MX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kTileKeys, smem));
+    per_sm[dev & 63].store(std::max(n, 1));
+    configured[dev & 63].store(smem);
   }
+  const int64_t tiles = cdiv(stride, kTileKeys);
+  const int tiles_per_block =
+      dsa_indexer_fused_tiles_per_block(tg, tiles, static_cast<int64_t>(per_sm[dev & 63].load()) * sm_count());
+  const dim3 grid(static_cast<unsigned>(cdiv(tiles, tiles_per_block)), static_cast<unsigned>(tg));
   kernel<<<grid, kTileKeys, smem, stream>>>(q, w, keys, token_seq, kv_index, block_tables, codes, hist, stride, t0,
-                                            tiles_per_split, p, ap);
+                                            tiles_per_block, p, ap);
   MX_CUDA_CHECK_LAUNCH();
 }
 
@@ -379,10 +388,22 @@ size_t dsa_indexer_fused_row_bytes(int64_t max_ctx) {
   return static_cast<size_t>(std::max<int64_t>(max_ctx, 1) + dsa::kHistBins) * 4;
 }
 
-int64_t dsa_indexer_fused_splits(int64_t group_tokens, int64_t max_ctx) {
-  const int64_t tiles = std::max<int64_t>(1, cdiv(max_ctx, kTileKeys));
-  const int64_t want = cdiv(2 * static_cast<int64_t>(sm_count()), std::max<int64_t>(group_tokens, 1));
-  return std::clamp<int64_t>(want, 1, tiles);
+int dsa_indexer_fused_tiles_per_block(int64_t group_tokens, int64_t tiles, int64_t resident_blocks) {
+  // The makespan in tile times: waves of resident blocks x (tiles per block + ~half a tile of per-block
+  // set-up: q, the histogram's zeroing and flush). Batch 1 at 20k keys: 1 tile per block over 160 blocks;
+  // batch 64: ~40 tiles per block in one wave.
+  const int64_t T = std::max<int64_t>(group_tokens, 1), cap = std::max<int64_t>(resident_blocks, 1);
+  tiles = std::max<int64_t>(tiles, 1);
+  int64_t best = 1;
+  double best_cost = 1e300;
+  for (int64_t tpb = 1; tpb <= tiles; tpb = tpb < 64 ? tpb + 1 : tpb + tpb / 8) {
+    const double cost = static_cast<double>(cdiv(T * cdiv(tiles, tpb), cap)) * (static_cast<double>(tpb) + 0.5);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = tpb;
+    }
+  }
+  return static_cast<int>(best);
 }
 
 void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
@@ -408,25 +429,22 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
     auto* codes = static_cast<uint32_t*>(workspace);
     uint32_t* hist = codes + tg * stride;
     MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
-    const int64_t splits = dsa_indexer_fused_splits(tg, max_ctx);
-    const int tiles_per_split = static_cast<int>(cdiv(cdiv(stride, kTileKeys), splits));
-    const dim3 grid(static_cast<unsigned>(cdiv(cdiv(stride, kTileKeys), tiles_per_split)), static_cast<unsigned>(tg));
     switch (p.n_heads / 16) {
       case 1:
-        launch_score_hist<1>(grid, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, tiles_per_split, p, ap);
+        launch_score_hist<1>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
+                             stride, t0, p, ap);
         break;
       case 2:
-        launch_score_hist<2>(grid, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, tiles_per_split, p, ap);
+        launch_score_hist<2>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
+                             stride, t0, p, ap);
         break;
       case 3:
-        launch_score_hist<3>(grid, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, tiles_per_split, p, ap);
+        launch_score_hist<3>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
+                             stride, t0, p, ap);
         break;
       default:
-        launch_score_hist<4>(grid, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, tiles_per_split, p, ap);
+        launch_score_hist<4>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
+                             stride, t0, p, ap);
         break;
     }
     dsa_select_fused_kernel<<<static_cast<unsigned>(tg), kSelectThreads, 0, stream>>>(codes, hist, stride, t0,

@@ -19,8 +19,9 @@ bool dsa_indexer_fused_supported(const IndexerParams& p);
 size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p);
 // Workspace bytes per token of a group: codes [max_ctx] u32 + the first-digit histogram [4096] u32.
 size_t dsa_indexer_fused_row_bytes(int64_t max_ctx);
-// Score blocks per token for a group (fills ~2 blocks per SM, at most one per 128-key tile).
-int64_t dsa_indexer_fused_splits(int64_t group_tokens, int64_t max_ctx);
+// 128-key tiles per score block for a group of tokens of `tiles` tiles each when `resident_blocks` score
+// blocks fit on the device at once: the fewest tile-times over the waves of blocks (pure host arithmetic).
+int dsa_indexer_fused_tiles_per_block(int64_t group_tokens, int64_t tiles, int64_t resident_blocks);
 // Same contract as dsa_indexer_topk; q and key_cache 16-byte aligned.
 void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                             const int32_t* kv_index, const int32_t* block_tables, int32_t* topk,
