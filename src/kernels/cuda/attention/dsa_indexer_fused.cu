@@ -37,6 +37,7 @@ namespace dsa = kernels::dsa;
 constexpr int kTileKeys = 128;       // keys per tile (= threads of a score block, 4 warps x 32 keys)
 constexpr int kSelectThreads = 1024; // threads of a select block
 constexpr int kCandCap = 4096;       // candidates of the threshold digit kept in shared memory
+constexpr int kPerThread = 8;        // codes per select thread per step of a pass over the row
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -256,15 +257,15 @@ __global__ void __launch_bounds__(kSelectThreads) dsa_select_fused_kernel(
       for (int b = tid; b < dsa::kHistBins; b += nt) hist[b] = 0;
       __syncthreads();
       // Pass 1: digit 1 of the codes whose digit 0 is d0 (over the row), collecting them when they fit.
-      for (int64_t base = 0; base < n; base += 4 * static_cast<int64_t>(nt)) {
-        uint32_t c[4];
+      for (int64_t base = 0; base < n; base += kPerThread * static_cast<int64_t>(nt)) {
+        uint32_t c[kPerThread];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < kPerThread; ++u) {
           const int64_t j = base + u * nt + tid;
           c[u] = j < n ? row[j] : 0u;
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < kPerThread; ++u) {
           if (c[u] == 0 || dsa::digit_of(c[u], 0) != d0) continue;
           atomicAdd(&hist[dsa::digit_of(c[u], 1)], 1u);
           if (keep_cand) {
@@ -296,16 +297,16 @@ __global__ void __launch_bounds__(kSelectThreads) dsa_select_fused_kernel(
       thr.ties = s.k_rem;
     }
   }
-  // Ordered compaction in tiles of 4 * nt keys, thread i owning keys [4 i, 4 i + 4) of the tile: a key is
+  // Ordered compaction in tiles of 8 * nt keys, thread i owning keys [8 i, 8 i + 8) of the tile: a key is
   // kept at (kept keys above the threshold before it) + min(threshold ties before it, thr.ties).
   unsigned long long base_cnt = 0;  // (above << 32) | ties, over the earlier tiles
   uint32_t written = 0;
-  for (int64_t tile = 0; tile < n; tile += 4 * static_cast<int64_t>(nt)) {
-    uint32_t c[4];
+  for (int64_t tile = 0; tile < n; tile += kPerThread * static_cast<int64_t>(nt)) {
+    uint32_t c[kPerThread];
     unsigned long long mine = 0;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t j = tile + 4 * tid + u;
+    for (int u = 0; u < kPerThread; ++u) {
+      const int64_t j = tile + kPerThread * tid + u;
       if (skip) c[u] = j < n && vis(j) ? 1u : 0u;  // thr.code 0: every visible key is "above"
       else c[u] = j < n ? row[j] : 0u;
       const bool above = c[u] > thr.code, tie = thr.code != 0 && c[u] == thr.code;
@@ -314,12 +315,12 @@ __global__ void __launch_bounds__(kSelectThreads) dsa_select_fused_kernel(
     const unsigned long long incl = block_inclusive_scan(mine, warp_u64, &total_u64);
     unsigned long long before = base_cnt + incl - mine;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < kPerThread; ++u) {
       const uint32_t above_before = static_cast<uint32_t>(before >> 32), ties_before = static_cast<uint32_t>(before);
       const bool above = c[u] > thr.code, tie = thr.code != 0 && c[u] == thr.code;
       if (above || (tie && ties_before < thr.ties)) {
         const uint32_t pos = above_before + min(ties_before, thr.ties);
-        if (pos < static_cast<uint32_t>(K)) out[pos] = static_cast<int32_t>(tile + 4 * tid + u);
+        if (pos < static_cast<uint32_t>(K)) out[pos] = static_cast<int32_t>(tile + kPerThread * tid + u);
       }
       before += (static_cast<unsigned long long>(above) << 32) | (tie ? 1ull : 0ull);
     }
