@@ -471,6 +471,10 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
       {64, 128, 512, {{1, 20000}, {1, 129}, {1, 513}}, {}, KeyPattern::kRandom, "64 heads x 128"},
       {48, 64, 16, {{1, 1}, {5, 37}, {1, 128}, {1, 129}}, {}, KeyPattern::kRandom, "48 heads x 64, tile edges"},
       {32, 128, 1, {{1, 5000}}, {}, KeyPattern::kPeriod7, "top-1 of tied keys"},
+      // Head counts off a multiple of 16 (zero-padded heads): the fixtures' 4 x 16 and a 20-head shape.
+      {4, 16, 6, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, KeyPattern::kRandom, "fixture a shape (4 heads)"},
+      {4, 16, 6, {{20, 20}}, {}, KeyPattern::kEqual, "fixture a shape, all keys equal"},
+      {20, 64, 100, {{1, 3000}, {2, 30}}, {{40, 9}}, KeyPattern::kRandom, "20 heads x 64, tree rows"},
   };
   const int64_t bs = 64;
   for (const FusedCase& c : cases) {

@@ -381,8 +381,9 @@ size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
 }
 
 bool dsa_indexer_fused_supported(const IndexerParams& p) {
-  return p.n_heads >= 16 && p.n_heads <= 64 && p.n_heads % 16 == 0 && p.head_dim >= 16 && p.head_dim % 16 == 0 &&
-         p.top_k >= 1 && dsa_indexer_fused_smem_bytes(p) <= static_cast<size_t>(kFusedMaxSmem);
+  // Heads are padded to a multiple of 16 with zero q rows and zero weights (each adds exactly +0 to a score).
+  return p.n_heads >= 1 && p.n_heads <= 64 && p.head_dim >= 16 && p.head_dim % 16 == 0 && p.top_k >= 1 &&
+         dsa_indexer_fused_smem_bytes(p) <= static_cast<size_t>(kFusedMaxSmem);
 }
 
 size_t dsa_indexer_fused_row_bytes(int64_t max_ctx) {
@@ -415,7 +416,7 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
   if (T == 0) return;
   MX_CHECK_MSG(dsa_indexer_fused_supported(p), "dsa_indexer_topk (fused): " << p.n_heads << " index heads x head_dim "
                                                    << p.head_dim << ", top_k " << p.top_k
-                                                   << " (a multiple of 16 heads <= 64, head_dim a multiple of 16)");
+                                                   << " (1..64 heads, head_dim a multiple of 16, top_k >= 1)");
   MX_CHECK_MSG(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(key_cache) % 16 == 0,
                "dsa_indexer_topk (fused): q and key_cache must be 16-byte aligned");
   const int64_t stride = std::max<int64_t>(max_ctx, 1);
@@ -430,7 +431,7 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
     auto* codes = static_cast<uint32_t*>(workspace);
     uint32_t* hist = codes + tg * stride;
     MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
-    switch (p.n_heads / 16) {
+    switch ((p.n_heads + 15) / 16) {
       case 1:
         launch_score_hist<1>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
                              stride, t0, p, ap);

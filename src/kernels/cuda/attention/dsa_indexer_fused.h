@@ -14,7 +14,8 @@ namespace mxserve::kernels::cuda {
 
 // Dynamic shared memory the fused score kernel may opt into (below the sm_90 227 KiB per block).
 constexpr int kFusedMaxSmem = 200 * 1024;
-// Shapes the fused path runs: a multiple of 16 index heads <= 64, head_dim a multiple of 16 whose tiles fit.
+// Shapes the fused path runs: 1..64 index heads (padded to a multiple of 16), head_dim a multiple of 16 whose
+// tiles fit.
 bool dsa_indexer_fused_supported(const IndexerParams& p);
 size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p);
 // Workspace bytes per token of a group: codes [max_ctx] u32 + the first-digit histogram [4096] u32.
