@@ -10,6 +10,8 @@
 // and head_dim a multiple of 16 whose tiles fit 48 KiB; else the SIMT kernel (one thread per key, the
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
 // workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
+// IndexerScoreKernel::kFused (and kAuto once kIndexerFusedDefault is true) goes to dsa_indexer_fused.cu
+// instead: scores + histogram split over the SMs, one select block per token, rows <= top_k skipped.
 #include <algorithm>
 #include <cstdint>
 
