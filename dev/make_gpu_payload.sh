@@ -37,6 +37,10 @@ for t in tests/ops/test_cuda_attention_wgmma dev/kernels/bench_prefill_attention
          dev/kernels/bench_skinny_gemm dev/kernels/bench_mla_decode; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 36 item 4 (dev/gpu/dsa_indexer.sh): the fused DSA indexer benchmark (oracle: test_cuda_mla_dsa, above).
+for t in dev/kernels/bench_dsa_indexer; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 strip "$DEST"/bin/*

@@ -30,6 +30,7 @@
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "model/forward_batch.h"
 #include "gpu_oracle.h"
 
@@ -367,6 +368,257 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
       EXPECT_EQ(rows_differ, 0) << "exact ties must go to the lower KV index";
     }
   }
+}
+
+// ---- the fused DSA indexer (IndexerScoreKernel::kFused) ---------------------------------------------
+// Through the launcher (kernels/cuda/attention/dsa_indexer.cu), at GLM-5.x index shapes: batch 1 / 16 / 64
+// decode rows at contexts below / at / above top_k (those <= top_k skipped on the device), lengths off the
+// 128-key tile, causal rows of prefill chunks (some straddling top_k), tree rows, 16 / 48 / 64 heads, and
+// deliberate ties: every key equal (20k keys: the threshold digit overflows the select's candidate buffer),
+// a period of 7 keys (ties straddle the threshold) and half the keys scoring exactly 0 (every ReLU off).
+// Each row must be a valid top-k (as IndexerTopk); tie cases must equal the CPU's rows exactly (ties to the
+// lower KV index). The tensor-core kMma path (same score arithmetic, old select) is run alongside and rows
+// that differ from it are printed. A last case captures the fused launch in a CUDA graph and replays it
+// after changing kv_index on the device (no host sync, no allocation in the launch).
+
+enum class KeyPattern { kRandom, kEqual, kPeriod7, kHalfZero };
+
+struct FusedCase {
+  int heads, dim, top_k;
+  std::vector<SeqCase> seqs;
+  std::vector<TreeCase> trees;
+  KeyPattern keys;
+  const char* what;
+};
+
+struct TopkCheck {
+  int rows_differ = 0, bad_format = 0, not_topk = 0;
+};
+
+// got / ref i32 [T, K] against the exact fp64 scores of the batch's visible keys (as in IndexerTopk).
+TopkCheck check_topk_rows(const model::ForwardBatch& batch, int64_t bs, const Tensor& q, const Tensor& w,
+                          const Tensor& keys, const kernels::IndexerParams& p, const int32_t* got,
+                          const int32_t* ref) {
+  const int64_t NH = p.n_heads, D = p.head_dim, K = p.top_k;
+  const std::vector<TokenView> views = token_views(batch, bs);
+  TopkCheck c;
+  for (int64_t t = 0; t < static_cast<int64_t>(views.size()); ++t) {
+    const TokenView& v = views[t];
+    const int32_t* g = got + t * K;
+    c.rows_differ += std::memcmp(g, ref + t * K, sizeof(int32_t) * K) != 0 ? 1 : 0;
+    std::vector<double> score(v.kv_index + 1, -INFINITY);
+    double scale = 0;
+    int64_t n_visible = 0;
+    for (int64_t j = 0; j <= v.kv_index; ++j) {
+      if (!v.visible(j)) continue;
+      ++n_visible;
+      const float* key = keys.data<float>() + v.slot_of_kv[j] * D;
+      double s = 0, s_abs = 0;
+      for (int64_t h = 0; h < NH; ++h) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(q.data<float>()[(t * NH + h) * D + d]) * key[d];
+        const double wh = static_cast<double>(w.data<float>()[t * NH + h]) * p.weight_scale;
+        s += wh * std::max(dot * p.score_scale, 0.0);
+        s_abs += std::fabs(wh) * std::fabs(dot * p.score_scale);
+      }
+      score[j] = s;
+      scale = std::max(scale, s_abs);
+    }
+    const int64_t want = std::min<int64_t>(K, n_visible);
+    std::set<int64_t> chosen;
+    bool format_ok = true;
+    for (int64_t i = 0; i < K; ++i) {
+      if (i < want) {
+        format_ok &= v.visible(g[i]) && (i == 0 || g[i] > g[i - 1]);
+        chosen.insert(g[i]);
+      } else {
+        format_ok &= g[i] == -1;
+      }
+    }
+    c.bad_format += format_ok ? 0 : 1;
+    if (!format_ok) continue;
+    double worst_in = INFINITY, best_out = -INFINITY;
+    for (int64_t j = 0; j <= v.kv_index; ++j) {
+      if (!v.visible(j)) continue;
+      if (chosen.count(j)) worst_in = std::min(worst_in, score[j]);
+      else best_out = std::max(best_out, score[j]);
+    }
+    c.not_topk += best_out > worst_in + kScoreSlack * scale ? 1 : 0;
+  }
+  return c;
+}
+
+int64_t launcher_max_ctx(const kernels::AttentionParams& ap) {
+  return ap.max_kv_len > 0 ? ap.max_kv_len : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
+}
+
+TEST_F(CudaMlaDsa, IndexerTopkFused) {
+  namespace kc = kernels::cuda;
+  auto decode = [](int n, int32_t lo, int32_t step) {
+    std::vector<SeqCase> s;
+    for (int i = 0; i < n; ++i) s.push_back({1, lo + step * i});
+    return s;
+  };
+  const std::vector<FusedCase> cases = {
+      {32, 128, 2048, {{1, 20000}}, {}, KeyPattern::kRandom, "B1 ctx 20000 (above top_k)"},
+      {32, 128, 2048, {{1, 2048}}, {}, KeyPattern::kRandom, "B1 ctx 2048 (= top_k: skipped)"},
+      {32, 128, 2048, {{1, 2047}}, {}, KeyPattern::kRandom, "B1 ctx 2047 (below: skipped)"},
+      {32, 128, 2048, {{1, 2049}}, {}, KeyPattern::kRandom, "B1 ctx 2049 (one above)"},
+      {32, 128, 2048, decode(16, 1500, 377), {}, KeyPattern::kRandom, "B16 ctx 1500..7155, ragged, mixed skip"},
+      {32, 128, 2048, decode(64, 2001, 61), {}, KeyPattern::kRandom, "B64 ctx 2001..5844"},
+      {32, 128, 2048, {{120, 4000}, {64, 2080}, {1, 2100}}, {}, KeyPattern::kRandom,
+       "prefill chunks: causal rows, one straddling top_k"},
+      {32, 128, 2048, {{2, 2500}}, {{3000, 9}, {40, 5}}, KeyPattern::kRandom, "tree rows + decode rows"},
+      {32, 128, 2048, {{1, 20000}, {1, 3000}}, {}, KeyPattern::kEqual, "ties: all keys equal (20k: no candidate buffer)"},
+      {32, 128, 2048, decode(16, 2100, 250), {}, KeyPattern::kPeriod7, "ties: period-7 keys, B16"},
+      {32, 128, 2048, {{1, 3001}, {40, 3900}}, {}, KeyPattern::kHalfZero, "ties: half the scores exactly 0, at the threshold"},
+      {16, 128, 64, {{1, 70000}, {3, 300}}, {}, KeyPattern::kRandom, "16 heads, top-64 over 70k keys"},
+      {64, 128, 512, {{1, 20000}, {1, 129}, {1, 513}}, {}, KeyPattern::kRandom, "64 heads x 128"},
+      {48, 64, 16, {{1, 1}, {5, 37}, {1, 128}, {1, 129}}, {}, KeyPattern::kRandom, "48 heads x 64, tile edges"},
+      {32, 128, 1, {{1, 5000}}, {}, KeyPattern::kPeriod7, "top-1 of tied keys"},
+      // Head counts off a multiple of 16 (zero-padded heads): the fixtures' 4 x 16 and a 20-head shape.
+      {4, 16, 6, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, KeyPattern::kRandom, "fixture a shape (4 heads)"},
+      {4, 16, 6, {{20, 20}}, {}, KeyPattern::kEqual, "fixture a shape, all keys equal"},
+      {20, 64, 100, {{1, 3000}, {2, 30}}, {{40, 9}}, KeyPattern::kRandom, "20 heads x 64, tree rows"},
+  };
+  const int64_t bs = 64;
+  for (const FusedCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = make_batch(c.seqs, c.trees, bs, &n_blocks);
+    ASSERT_TRUE(batch.validate(1, n_blocks, bs).is_ok()) << batch.validate(1, n_blocks, bs).to_string();
+    const int64_t T = batch.n_tokens(), NH = c.heads, D = c.dim, K = c.top_k;
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(1, D)).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, D)).value();
+    Tensor q = rand({T, NH * D}), w = rand({T, NH}), keys = rand({n_blocks * bs, D});
+    if (c.keys == KeyPattern::kHalfZero) {  // q > 0, odd slots' keys < 0: every dot < 0, score exactly 0
+      auto away = [](float x, float sign) { return bf16_to_f32(f32_to_bf16(sign * (std::fabs(x) + 0.0625f))); };
+      for (int64_t i = 0; i < q.numel(); ++i) q.data<float>()[i] = away(q.data<float>()[i], 1.f);
+      for (int64_t s = 0; s < n_blocks * bs; ++s)
+        for (int64_t d = 0; d < D; ++d) {
+          float& x = keys.data<float>()[s * D + d];
+          x = away(x, s % 2 ? -1.f : 1.f);
+        }
+      for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = away(w.data<float>()[i], 1.f);
+    } else if (c.keys != KeyPattern::kRandom) {
+      const int64_t period = c.keys == KeyPattern::kEqual ? 1 : 7;
+      for (int64_t i = 0; i < keys.numel(); ++i) keys.data<float>()[i] = keys.data<float>()[(i / D % period) * D + i % D];
+    }
+    kernels::IndexerParams p;
+    p.n_heads = c.heads;
+    p.head_dim = c.dim;
+    p.top_k = c.top_k;
+    p.score_scale = 1.f / std::sqrt(static_cast<float>(D));
+    p.weight_scale = 1.f / std::sqrt(static_cast<float>(NH));
+    Tensor ref = cpu_->alloc(DType::kI32, {T, K});
+    cops_->indexer_topk(cpu(q), cpu(w), cpu(keys), cmeta, p, ref);
+    Tensor gq = gpu_bf16(q), gw = gpu_bf16(w), gkeys = gpu_bf16(keys);
+    Tensor sentinel = Tensor::empty(DType::kI32, {T, K});
+    std::fill(sentinel.data<int32_t>(), sentinel.data<int32_t>() + T * K, -7);
+    Tensor out_fused = gpu_->upload(sentinel), out_mma = gpu_->upload(sentinel);
+    const int64_t max_ctx = launcher_max_ctx(gmeta.params);
+    const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(T, max_ctx);
+    Tensor ws = gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+    gpu_->synchronize();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto run = [&](kc::IndexerScoreKernel k, Tensor& out) {
+      kc::dsa_indexer_topk(gq.raw(), gw.raw(), gkeys.raw(), gmeta.token_seq.data<int32_t>(),
+                           gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
+                           gmeta.params, max_ctx, ws.raw(), ws_bytes, nullptr, k);
+    };
+    run(kc::IndexerScoreKernel::kFused, out_fused);
+    const bool have_mma = kc::dsa_indexer_mma_supported(p);
+    if (have_mma) run(kc::IndexerScoreKernel::kMma, out_mma);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor got = host(out_fused), got_mma = host(out_mma);
+    const TopkCheck r = check_topk_rows(batch, bs, q, w, keys, p, got.data<int32_t>(), ref.data<int32_t>());
+    int differ_mma = 0;
+    for (int64_t t = 0; have_mma && t < T; ++t)
+      differ_mma += std::memcmp(got.data<int32_t>() + t * K, got_mma.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
+    const bool ties = c.keys != KeyPattern::kRandom;
+    const bool pass = r.bad_format == 0 && r.not_topk == 0 && (!ties || r.rows_differ == 0);
+    std::printf("[ fused    ] %-50s %lld rows, %d differ from the CPU's, %d from kMma%s, %d malformed, %d not a "
+                "top-k: %s\n",
+                c.what, static_cast<long long>(T), r.rows_differ, differ_mma, have_mma ? "" : " (n/a)", r.bad_format,
+                r.not_topk, pass ? "PASS" : "FAIL");
+    EXPECT_EQ(r.bad_format, 0);
+    EXPECT_EQ(r.not_topk, 0);
+    if (ties) {
+      EXPECT_EQ(r.rows_differ, 0) << "exact ties must go to the lower KV index, as the CPU oracle's";
+    }
+  }
+}
+
+TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
+  namespace kc = kernels::cuda;
+  if (kc::sync_after_launch()) GTEST_SKIP() << "MXSERVE_CUDA_SYNC=1 synchronizes after every launch: no capture";
+  const int64_t bs = 64, NH = 32, D = 128, K = 2048;
+  // Batch 4 decode rows over sequences of 9000 / 3000 / 2500 / 100 cached keys; the graph is captured at
+  // contexts 9000 / 2048 / 2500 / 100, then replayed at 2048 / 3000 / 2100 / 100 (kv_index changed on the
+  // device; rows move across top_k both ways).
+  int64_t n_blocks = 0;
+  model::ForwardBatch batch = make_batch({{1, 9000}, {1, 3000}, {1, 2500}, {1, 100}}, {}, bs, &n_blocks);
+  auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, D)).value();
+  const int64_t T = batch.n_tokens();
+  Tensor q = rand({T, NH * D}), w = rand({T, NH}), keys = rand({n_blocks * bs, D});
+  kernels::IndexerParams p;
+  p.n_heads = NH;
+  p.head_dim = D;
+  p.top_k = K;
+  p.score_scale = 1.f / std::sqrt(static_cast<float>(D));
+  p.weight_scale = 1.f / std::sqrt(static_cast<float>(NH));
+  Tensor gq = gpu_bf16(q), gw = gpu_bf16(w), gkeys = gpu_bf16(keys);
+  Tensor out = gpu_->alloc(DType::kI32, {T, K});
+  const int64_t max_ctx = launcher_max_ctx(gmeta.params);
+  const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(T, max_ctx);
+  Tensor ws = gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  gpu_->synchronize();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto launch = [&] {
+    kc::dsa_indexer_topk(gq.raw(), gw.raw(), gkeys.raw(), gmeta.token_seq.data<int32_t>(),
+                         gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
+                         gmeta.params, max_ctx, ws.raw(), ws_bytes, stream, kc::IndexerScoreKernel::kFused);
+  };
+  const std::vector<int32_t> capture_kv = {8999, 2047, 2499, 99};
+  ASSERT_EQ(cudaMemcpy(gmeta.kv_index.data<int32_t>(), capture_kv.data(), 4 * T, cudaMemcpyHostToDevice), cudaSuccess);
+  launch();  // first use outside the capture (one-time kernel attributes)
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  launch();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  // New contexts (within each sequence's blocks): the CPU reference sees the same kv_index.
+  const std::vector<int32_t> new_kv = {2047, 2999, 2099, 99};  // 9000 -> 2048 keys: now skipped; 2048 -> 3000
+  ASSERT_EQ(cudaMemcpyAsync(gmeta.kv_index.data<int32_t>(), new_kv.data(), 4 * T, cudaMemcpyHostToDevice, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  Tensor got = host(out);
+  // The reference batch: the same blocks with the new lengths.
+  model::ForwardBatch ref_batch = batch;
+  for (size_t s = 0; s < ref_batch.seqs.size(); ++s) {
+    auto& span = ref_batch.seqs[s];
+    span.kv_len = new_kv[s] + 1;
+    span.block_table.resize((span.kv_len + bs - 1) / bs);
+    ref_batch.positions[span.token_begin] = new_kv[s];
+  }
+  ASSERT_TRUE(ref_batch.validate(1, n_blocks, bs).is_ok()) << ref_batch.validate(1, n_blocks, bs).to_string();
+  auto cmeta = model::build_attention_meta(ref_batch, *cpu_, bs, meta_shape(1, D)).value();
+  Tensor ref = cpu_->alloc(DType::kI32, {T, K});
+  cops_->indexer_topk(cpu(q), cpu(w), cpu(keys), cmeta, p, ref);
+  const TopkCheck r = check_topk_rows(ref_batch, bs, q, w, keys, p, got.data<int32_t>(), ref.data<int32_t>());
+  std::printf("[ fused    ] %-50s %lld rows, %d differ from the CPU's, %d malformed, %d not a top-k: %s\n",
+              "graph replay after kv_index changed", static_cast<long long>(T), r.rows_differ, r.bad_format,
+              r.not_topk, r.bad_format == 0 && r.not_topk == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(r.bad_format, 0);
+  EXPECT_EQ(r.not_topk, 0);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // ---- absorbed MLA attention --------------------------------------------------------------------------

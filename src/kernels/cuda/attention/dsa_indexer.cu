@@ -10,10 +10,13 @@
 // and head_dim a multiple of 16 whose tiles fit 48 KiB; else the SIMT kernel (one thread per key, the
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
 // workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
+// IndexerScoreKernel::kFused (and kAuto once kIndexerFusedDefault is true) goes to dsa_indexer_fused.cu
+// instead: scores + histogram split over the SMs, one select block per token, rows <= top_k skipped.
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -268,7 +271,7 @@ size_t dsa_indexer_smem_bytes(const IndexerParams& p) {
 }
 
 size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx) {
-  const int64_t row = std::max<int64_t>(max_ctx, 1) * 4;
+  const int64_t row = static_cast<int64_t>(dsa_indexer_fused_row_bytes(max_ctx));  // >= the codes row of the others
   const int64_t group = std::max<int64_t>(1, std::min<int64_t>({n_tokens, kScoreBudget / row, 65535}));
   return static_cast<size_t>(group * row);
 }
@@ -279,6 +282,14 @@ void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache,
                       cudaStream_t stream, IndexerScoreKernel kernel) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
+  const bool fused_auto = kIndexerFusedDefault && kernel == IndexerScoreKernel::kAuto &&
+                          dsa_indexer_fused_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                          reinterpret_cast<uintptr_t>(key_cache) % 16 == 0;
+  if (kernel == IndexerScoreKernel::kFused || fused_auto) {
+    dsa_indexer_topk_fused(q, weights, key_cache, token_seq, kv_index, block_tables, topk, p, ap, max_ctx, workspace,
+                           workspace_bytes, stream);
+    return;
+  }
   const bool mma_ok = dsa_indexer_mma_supported(p);
   MX_CHECK_MSG(kernel != IndexerScoreKernel::kMma || mma_ok,
                "dsa_indexer_topk: the tensor-core score kernel needs a multiple of 16 index heads (<= 64) and a "

@@ -46,10 +46,16 @@ size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // -> topk i32 [T, top_k]: the selected KV indices ascending, -1 padded (all visible keys when at most
 // top_k); ties go to the lower KV index. ap: paging + tree rows (n_tokens, block_size, max_blocks_per_seq,
 // max_kv_len, tree_mask / tree_base); workspace of dsa_indexer_workspace_bytes(T, max_ctx).
-// Which score kernel dsa_indexer_topk runs: kAuto = tensor cores where dsa_indexer_mma_supported, else the
-// SIMT kernel with a one-time warning; kSimple = the SIMT kernel (the oracle); kMma = tensor cores (an
-// unsupported shape is an error). The top-k select is the same exact radix select for both.
-enum class IndexerScoreKernel { kAuto, kSimple, kMma };
+// Which path dsa_indexer_topk runs: kAuto = kFused where kIndexerFusedDefault and it supports the shape,
+// else tensor cores where dsa_indexer_mma_supported, else the SIMT kernel with a one-time warning;
+// kSimple = the SIMT kernel (the oracle); kMma = tensor cores (an unsupported shape is an error); both
+// with the one-block-per-token radix select over a scores workspace. kFused = score + first-digit
+// histogram on tensor cores split over the SMs, one select block per token, rows with context <= top_k
+// skipped on the device (dsa_indexer_fused.cu; an unsupported shape is an error). All pick the same set
+// for the same scores: ties to the lower KV index.
+enum class IndexerScoreKernel { kAuto, kSimple, kMma, kFused };
+// The one-line switch: whether kAuto (the model's path) runs kFused.
+constexpr bool kIndexerFusedDefault = false;
 bool dsa_indexer_mma_supported(const IndexerParams& p);
 void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,

@@ -1,0 +1,18 @@
+#!/bin/bash
+# Issue 36 item 4 on the GPU machine, from a payload folder made by dev/make_gpu_payload.sh: the fused DSA indexer
+# (IndexerScoreKernel::kFused) against the CPU oracle (test_cuda_mla_dsa IndexerTopk*: one "[ fused ]" line per
+# case, PASS/FAIL), then bench_dsa_indexer (fused eager / in a CUDA graph vs the old kMma path, us and fraction of
+# copy bandwidth at batch 1 / 16 / 64 x 2k / 20k / 64k keys, the two targets MET/MISSED)
+# -> $OUT/dsa_indexer_test.log, $OUT/dsa_indexer_bench.log.
+#   usage: dsa_indexer.sh [--quick]        (OUT defaults to /tmp/mxserve_gpu)
+set -u
+P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
+OUT=${OUT:-/tmp/mxserve_gpu}
+mkdir -p "$OUT" "$P/lib"
+[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
+export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+timeout 300 "$P/bin/test_cuda_mla_dsa" --gtest_color=no --gtest_filter='CudaMlaDsa.IndexerTopk*' \
+  > "$OUT/dsa_indexer_test.log" 2>&1
+echo "test rc=$? (124 = timeout)"
+grep -E "^\[ (topk|fused) |^\[  (     OK|FAILED|  PASSED|  SKIPPED) \]|Failure" "$OUT/dsa_indexer_test.log"
+timeout 300 "$P/bin/bench_dsa_indexer" "$@" 2>&1 | tee "$OUT/dsa_indexer_bench.log"
