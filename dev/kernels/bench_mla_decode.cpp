@@ -12,8 +12,9 @@
 // the index-key bytes read and its fraction of copy bandwidth (the relevant ceiling at decode: 32 FLOP per
 // key byte is below the H200's bf16 tensor-core FLOP/byte balance), TFLOP/s of the scores vs the measured
 // cuBLASLt bf16 GEMM rate, and the entries where the two kernels' top-k sets differ (near-ties only).
-// On sm_90 each case has a second row, "<case> wgmma": the Hopper path (MlaAttendKernel::kWgmma,
-// mla_decode_wgmma.cu + mla_absorb_mma.cu) -- attend alone, whole op, splits, its error against the mma.sync op
+// On sm_90 each case has two more rows, "<case> wgmma" and "<case> wgmma-S": the Hopper path
+// (MlaAttendKernel::kWgmma / kWgmmaSplitS, mla_decode_wgmma.cu + mla_absorb_mma.cu; -S: the warpgroups split each
+// tile's keys for the scores) -- attend alone, whole op, splits, its error against the mma.sync op
 // (PASS <= 1.5e-2) and op / attend (issue 36 target <= 1.3); at batch 16 / 64, dense 20k, a MET / MISSED line for
 // the >= 70% of copy bandwidth target.
 //   usage: bench_mla_decode [--heads N] [--quick] [--no-simple] [--wgmma-splits N] [--wgmma-sweep]
@@ -310,7 +311,8 @@ int main(int argc, char** argv) {
                   latent_bytes < 50e6 ? "; latent fits in L2" : "");
       if (s.topk == 0 && s.ctx == 2048) dense2k_us = attend_ms * 1e3;
       if (s.topk > 0 && s.ctx == 65536) sparse64k_us = attend_ms * 1e3;
-      if (wgmma_ok) {
+      for (const bool split_s : {false, true}) {
+        if (!wgmma_ok) break;
         // The Hopper path (kWgmma): whole op (absorb GEMM + wgmma attend + combine + un-absorb GEMM) checked against
         // the mma.sync op, and the attend alone (bf16 q_abs of zeros), optionally over a sweep of forced splits.
         const size_t wws_bytes = kc::mla_attention_workspace_bytes(B, p, force_splits);
@@ -318,7 +320,8 @@ int main(int argc, char** argv) {
         uint16_t* out_wg = dev_alloc<uint16_t>(out_elems);
         auto run_wg = [&](int splits) {
           kc::mla_attention_bf16(q, cache, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out_wg, p, ap, wws, wws_bytes,
-                                 stream, kc::MlaAttendKernel::kWgmma, splits);
+                                 stream, split_s ? kc::MlaAttendKernel::kWgmmaSplitS : kc::MlaAttendKernel::kWgmma,
+                                 splits);
         };
         run_wg(force_splits);
         MX_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -333,7 +336,7 @@ int main(int argc, char** argv) {
         MX_CUDA_CHECK(cudaMemsetAsync(q_abs, 0, lat_elems * sizeof(float), stream));  // bf16 zeros too
         auto attend_wg = [&](int splits) {
           kc::mla_attend_wgmma(q, q_abs, cache, d_topk, s.topk, d_seq, d_kv, d_tables, o_lat, 0, B, max_items, p, ap,
-                               wparts, wparts_bytes, stream, splits);
+                               wparts, wparts_bytes, stream, splits, nullptr, split_s);
         };
         const double wat_ms = kc::time_on_stream(stream, [&](int) { attend_wg(force_splits); }, 10);
         const double wat_gbs = latent_bytes / (wat_ms * 1e-3) / 1e9, wop_gbs = latent_bytes / (wop_ms * 1e-3) / 1e9;
@@ -342,23 +345,25 @@ int main(int argc, char** argv) {
         failures += wpass ? 0 : 1;
         std::printf("%-24s %9.1f %8.0f %7.3f %9.1f %8.0f %7.3f %7d %9s %8s %9.2e  %s (wgmma; op / attend %.2f, "
                     "target <= 1.3; rel_l2 vs the mma op)\n",
-                    (std::string(what) + " wgmma").c_str(), wat_ms * 1e3, wat_gbs, wat_gbs / ceilings.copy_gbs,
+                    (std::string(what) + (split_s ? " wgmma-S" : " wgmma")).c_str(), wat_ms * 1e3, wat_gbs, wat_gbs / ceilings.copy_gbs,
                     wop_ms * 1e3, wop_gbs, wop_gbs / ceilings.copy_gbs, wplan.n_splits, "-", "-", werr,
                     wpass ? "PASS" : "FAIL", wop_ms / wat_ms);
         if (s.topk == 0 && s.ctx == 20480 && B >= 16)
-          std::printf("B%-3d ctx20480 dense wgmma attend: %.3f of copy bandwidth (target >= 0.70) %s\n", B,
-                      wat_gbs / ceilings.copy_gbs, wat_gbs / ceilings.copy_gbs >= 0.70 ? "MET" : "MISSED");
+          std::printf("B%-3d ctx20480 dense %s attend: %.3f of copy bandwidth (target >= 0.70) %s\n", B,
+                      split_s ? "wgmma split-S" : "wgmma", wat_gbs / ceilings.copy_gbs,
+                      wat_gbs / ceilings.copy_gbs >= 0.70 ? "MET" : "MISSED");
         if (sweep) {
           int best = 0;
           double best_ms = 1e30;
           for (const int sp : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 132, 192, 256}) {
             if (sp > max_sweep) break;
             const double ms = kc::time_on_stream(stream, [&](int) { attend_wg(sp); }, 5);
-            std::printf("    sweep %-22s splits %4d  %9.1f us  %.3f of copy\n", what, sp, ms * 1e3,
+            std::printf("    sweep %-22s%s splits %4d  %9.1f us  %.3f of copy\n", what, split_s ? " -S" : "", sp, ms * 1e3,
                         latent_bytes / (ms * 1e-3) / 1e9 / ceilings.copy_gbs);
             if (ms < best_ms) best_ms = ms, best = sp;
           }
-          std::printf("    sweep %-22s best splits %d (%.1f us; plan chose %d)\n", what, best, best_ms * 1e3,
+          std::printf("    sweep %-22s%s best splits %d (%.1f us; plan chose %d)\n", what, split_s ? " -S" : "", best,
+                      best_ms * 1e3,
                       kc::mla_attend_wgmma_split_plan(B, max_items, p, s.topk > 0, 0).n_splits);
         }
         for (void* ptr : {wws, static_cast<void*>(out_wg), wparts}) MX_CUDA_CHECK(cudaFree(ptr));

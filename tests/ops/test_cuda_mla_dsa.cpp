@@ -633,8 +633,8 @@ struct MlaCase {
 // Runs one MLA case on the CPU reference and on CUDA through the op (kAuto: the tensor-core kernel for
 // the GLM-5.x shape, else the SIMT kernel); with `both_kernels` also each attend kernel directly through
 // the launcher (kSimple, the oracle, and kMma), each against the reference.
-// wgmma_splits non-empty: also the Hopper path (kWgmma) once per forced split count (0 = its own plan), against
-// the reference and against the mma.sync kernel.
+// wgmma_splits non-empty: also the Hopper path (kWgmma and kWgmmaSplitS) once per forced split count (0 = its own
+// plan), against the reference and against the mma.sync kernel.
 void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
                   const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits = {});
 
@@ -774,6 +774,7 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
     Tensor mma_out = f.poison({T, NH * c.v});
     launch(kc::MlaAttendKernel::kMma, 0, mma_out);
     const Tensor mma_host = f.host(mma_out);
+    for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS})
     for (const int splits : wgmma_splits) {
       const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(
           T,
@@ -782,10 +783,11 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
                                            : int64_t{gmeta.params.max_blocks_per_seq} * gmeta.params.block_size,
           p, c.top_k > 0, splits);
       Tensor out = f.poison({T, NH * c.v});
-      launch(kc::MlaAttendKernel::kWgmma, splits, out);
+      launch(variant, splits, out);
       const Tensor got = f.host(out);
-      const std::string what = std::string(c.what) + " [wgmma, " + std::to_string(plan.n_splits) + " splits" +
-                               (splits > 0 ? ", forced]" : "]");
+      const std::string what = std::string(c.what) +
+                               (variant == kc::MlaAttendKernel::kWgmma ? " [wgmma, " : " [wgmma split-S, ") +
+                               std::to_string(plan.n_splits) + " splits" + (splits > 0 ? ", forced]" : "]");
       EXPECT_CLOSE(got, ref, kTolMlaWgmma, what.c_str());
       EXPECT_CLOSE(got, mma_host, kTolMlaWgmma, (what + " vs mma").c_str());
     }

@@ -109,6 +109,21 @@ TEST(MlaWgmmaLayout, ScoreFragmentPacksIntoTheAFragment) {
     }
 }
 
+// kWgmmaSplitS: warpgroup cw scores tile keys [32 cw, +32) (an m64n32 accumulator, the same element layout); the
+// k16 step kk of P V takes its A fragment from warpgroup kk / 2's k16 step kk % 2, same warp and lane.
+TEST(MlaWgmmaLayout, SplitScoreHalvesAssembleTheAFragment) {
+  for (int warp = 0; warp < 4; ++warp)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int kk = 0; kk < kKeys / 16; ++kk)
+        for (int r = 0; r < 4; ++r)
+          for (int half = 0; half < 2; ++half) {
+            const int src_wg = kk / 2, e = pa_elem(kk % 2, r, half);
+            ASSERT_LT(e, 16);  // inside the m64n32 accumulator
+            EXPECT_EQ(32 * src_wg + acc_col(lane, e), 16 * kk + 2 * (lane % 4) + 8 * (r >> 1) + half);
+            EXPECT_EQ(acc_row(warp, lane, e), 16 * warp + lane / 4 + 8 * (r & 1));
+          }
+}
+
 TEST(MlaWgmmaLayout, RowsPackTokenSlotsAndHeads) {
   for (const int nh : {1, 8, 16, 20, 32, 48, 64}) {
     for (const bool sparse : {false, true}) {

@@ -162,7 +162,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table);
+                              const AttentionSplitTable* wgmma_table, bool split_s);
 
 }  // namespace
 
@@ -182,13 +182,16 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   const char* wgmma_why = nullptr;
-  const bool wgmma_ok = (kernel == MlaAttendKernel::kWgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) &&
-                        mla_attend_wgmma_supported(p, &wgmma_why);
-  MX_CHECK_MSG(kernel != MlaAttendKernel::kWgmma || wgmma_ok,
-               "mla_attention_bf16: the Hopper attend kernel (kWgmma) cannot run: " << wgmma_why);
+  const bool forced_wgmma = kernel == MlaAttendKernel::kWgmma || kernel == MlaAttendKernel::kWgmmaSplitS;
+  const bool wgmma_ok =
+      (forced_wgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) && mla_attend_wgmma_supported(p, &wgmma_why);
+  MX_CHECK_MSG(!forced_wgmma || wgmma_ok,
+               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS) cannot run: " << wgmma_why);
   if (wgmma_ok) {
+    const MlaAttendKernel variant = forced_wgmma ? kernel : kMlaAutoHopperKernel;
     mla_attention_wgmma_path(q, latent_cache, kv_b, topk, topk_width, token_seq, kv_index, block_tables, out, p, ap,
-                             workspace, workspace_bytes, stream, wgmma_splits, wgmma_table);
+                             workspace, workspace_bytes, stream, wgmma_splits, wgmma_table,
+                             variant == MlaAttendKernel::kWgmmaSplitS);
     return;
   }
   const bool mma_ok = mla_attend_mma_supported(p);
@@ -246,7 +249,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table) {
+                              const AttentionSplitTable* wgmma_table, bool split_s) {
   const int64_t T = ap.n_tokens, per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
   const int64_t group = group_size(T, p);
   const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
@@ -264,7 +267,8 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
     const int64_t tg = std::min(group, T - t0);
     mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
     mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
-                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table);
+                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table,
+                     split_s);
     mla_unabsorb_gemm_bf16(o_lat, kv_b, out, t0, tg, p, stream);
   }
 }

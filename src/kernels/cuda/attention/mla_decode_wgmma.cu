@@ -50,13 +50,16 @@ constexpr size_t kSmemBytes = kTileBytes /* Q */ + kStages * kTileBytes + 1024; 
 using wgmma_tile::cp_async16;
 using wgmma_tile::pack_bf16;
 
-// S (64 rows x 64 keys) = Q K^T over the 576 dims: 36 k16 steps, both operands K-major 128B-swizzled.
-__device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t qd, uint32_t kd) {
+// S (64 rows x kN keys from tile row kd's) = Q K^T over the 576 dims: 36 k16 steps, both operands K-major
+// 128B-swizzled (kN = 64: the whole tile; 32: this warpgroup's half of it, kWgmmaSplitS).
+template <int kN>
+__device__ __forceinline__ void issue_qk(float (&s)[kN / 2], uint32_t qd, uint32_t kd) {
 #pragma unroll
   for (int ks = 0; ks < kRow / 16; ++ks) {
     const uint32_t off = (ks / 4) * kColBlockBytes + (ks % 4) * 32u;
-    wgmma::m64n64k16_ss(s, wgmma::desc_sw128(qd + off, 16, 1024), wgmma::desc_sw128(kd + off, 16, 1024),
-                        ks > 0 ? 1 : 0);
+    const uint64_t da = wgmma::desc_sw128(qd + off, 16, 1024), db = wgmma::desc_sw128(kd + off, 16, 1024);
+    if constexpr (kN == 64) wgmma::m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
+    else wgmma::m64n32k16_ss(s, da, db, ks > 0 ? 1 : 0);
   }
   wgmma::commit_group();
 }
@@ -70,24 +73,33 @@ __device__ __forceinline__ void issue_pv(float (&o)[128], const uint32_t (&pa)[k
   wgmma::commit_group();
 }
 
-// Online softmax of the thread's 2 rows x 16 keys of a tile, in place (log2 domain, scale folded into c_log2):
-// vis(hr, col) false -> -inf. Returns in alpha the factor O must be scaled by.
-template <typename Vis>
-__device__ __forceinline__ void softmax_tile(float (&s)[32], int q4, bool mask, const Vis& vis, float c_log2,
-                                             float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+// Online softmax of the thread's 2 rows x kR / 2 keys of a tile, in place (log2 domain, scale folded into c_log2),
+// in two steps so the warpgroups can exchange row maxima in between when they split the tile's keys:
+// mask_and_max -- vis(hr, key in tile) false -> -inf, then the quad-reduced raw row max; softmax_update -- the new
+// running max from mx, alpha (the factor O must be scaled by), exp2 in place, the thread's partial row sums.
+template <int kR, typename Vis>
+__device__ __forceinline__ void mask_and_max(float (&s)[kR], int q4, int col0, bool mask, const Vis& vis,
+                                             float (&mx)[2]) {
   if (mask) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-      if (!vis((i >> 1) & 1, acc_col(q4, i))) s[i] = -INFINITY;
+    for (int i = 0; i < kR; ++i)
+      if (!vis((i >> 1) & 1, col0 + acc_col(q4, i))) s[i] = -INFINITY;
   }
-  float mx[2] = {-INFINITY, -INFINITY};
+  mx[0] = mx[1] = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-  float m_use[2];
+  for (int i = 0; i < kR; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+  }
+}
+template <int kR>
+__device__ __forceinline__ void softmax_update(float (&s)[kR], const float (&mx)[2], float c_log2, float (&m)[2],
+                                               float (&l)[2], float (&alpha)[2]) {
+  float m_use[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
     const float m_new = fmaxf(m[hr], mx[hr] * c_log2);
     alpha[hr] = exp2f(m[hr] == -INFINITY ? -INFINITY : m[hr] - m_new);
     m[hr] = m_new;
@@ -95,15 +107,17 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], int q4, bool mask, 
     l[hr] *= alpha[hr];
   }
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kR; ++i) {
     s[i] = exp2f(fmaf(s[i], c_log2, -m_use[(i >> 1) & 1]));
     l[(i >> 1) & 1] += s[i];
   }
 }
 
-__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pa)[kKeys / 16][4]) {
+// P (bf16) as the A fragments of kR / 8 k16 steps (pa_elem: the m16n8k16 A layout).
+template <int kR>
+__device__ __forceinline__ void pack_p(const float (&s)[kR], uint32_t (&pa)[kR / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk)
+  for (int kk = 0; kk < kR / 8; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[pa_elem(kk, r, 0)], s[pa_elem(kk, r, 1)]);
 }
@@ -117,7 +131,7 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&alpha)[2]
 
 // Grid (n_splits, ceil(tokens / tpc)). o_lat bf16 [tg, NH, 512] when n_splits == 1, else part_o f32
 // [tg, n_splits, NH, 512] (normalized) and part_ml f32 [tg, n_splits, NH, 2] (max in log2 units, denominator).
-template <bool kSparse>
+template <bool kSparse, bool kSplitS>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attend_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ q_abs, const bf16* __restrict__ cache,
                             const int32_t* __restrict__ topk, int64_t topk_width, const int32_t* __restrict__ token_seq,
@@ -128,6 +142,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef MX_WGMMA_DEVICE
   extern __shared__ unsigned char smem_raw[];
   __shared__ int slot_seq[kM], slot_ctx[kM];
+  // kSplitS: warpgroup cw scores keys [32 cw, +32) of each tile; row maxima, P fragments and the final row sums
+  // are exchanged through these (written after one barrier, read after the next).
+  constexpr int kSKeys = kSplitS ? kKeys / 2 : kKeys, kSR = kSKeys / 2;
+  __shared__ float x_max[kSplitS ? 2 * kM : 1], x_sum[kSplitS ? 2 * kM : 1];
+  __shared__ uint32_t x_p[kSplitS ? 2 * 4 * 32 * 8 : 1];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem, ring = smem + kTileBytes;
 
@@ -165,7 +184,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, s[32], alpha[2];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, s[kSR], alpha[2], mx[2];
+  const int key0 = kSplitS ? kSKeys * cw : 0;  // the first tile key this warpgroup scores
+  const int row0 = acc_row(warp, lane, 0);      // this thread's rows row0, row0 + 8
   uint32_t pa[kKeys / 16][4];
   uint32_t it = 0;  // ring position of the run's first tile
   for (int r = 0; r < n_slots;) {
@@ -207,19 +228,48 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t k0 = begin + static_cast<int64_t>(j) * kKeys;
       const bool mask = tile_needs_mask(kSparse, single_full_run, ap.tree_mask != nullptr, k0, run_min_ctx, end);
       if (kSparse) {
-        softmax_tile(s, q4, mask,
+        mask_and_max(s, q4, key0, mask,
                      [&](int hr, int col) {
                        const int64_t item = k0 + col;
                        return in_run[hr] && item < end && tv(static_cast<int64_t>(topk[t * topk_width + item]));
                      },
-                     c_log2, m_run, l_run, alpha);
+                     mx);
       } else {
-        softmax_tile(s, q4, mask,
+        mask_and_max(s, q4, key0, mask,
                      [&](int hr, int col) {
                        const int64_t key = k0 + col;
                        return in_run[hr] && key < end && my_vis[hr](key);
                      },
-                     c_log2, m_run, l_run, alpha);
+                     mx);
+      }
+      if constexpr (kSplitS) {  // the row max over both halves of the tile
+        if (q4 == 0) {
+          x_max[cw * kM + row0] = mx[0];
+          x_max[cw * kM + row0 + 8] = mx[1];
+        }
+        __syncthreads();
+        mx[0] = fmaxf(mx[0], x_max[(cw ^ 1) * kM + row0]);
+        mx[1] = fmaxf(mx[1], x_max[(cw ^ 1) * kM + row0 + 8]);
+      }
+      softmax_update(s, mx, c_log2, m_run, l_run, alpha);
+    };
+    // P of the whole tile as this thread's A fragments: kSplitS packs its own half and takes the other
+    // warpgroup's half (same warp, same lane: the same rows and in-slice columns) through shared memory.
+    auto make_p = [&]() {
+      if constexpr (kSplitS) {
+        uint32_t own[kSR / 8][4];
+        pack_p(s, own);
+        uint32_t* mine = x_p + ((cw * 4 + warp) * 32 + lane) * 8;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) mine[i] = own[i / 4][i % 4];
+        __syncthreads();
+        const uint32_t* other = x_p + (((cw ^ 1) * 4 + warp) * 32 + lane) * 8;
+#pragma unroll
+        for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pa[kk][r] = kk / 2 == cw ? own[kk % 2][r] : other[(kk % 2) * 4 + r];
+      } else {
+        pack_p(s, pa);
       }
     };
     // Double buffer: tile j + 1 is in flight while tile j multiplies; the barrier after P V(j) frees stage j for
@@ -236,12 +286,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       const uint32_t kd = ring + static_cast<uint32_t>((it + j) % kStages) * kTileBytes;
       wgmma::fence();
-      issue_qk(s, q_smem, kd);
+      issue_qk<kSKeys>(s, q_smem, kd + key0 * 128);
       wgmma::wait_group<0>();
       wgmma::fence_regs(s);
       softmax_of(j);
       scale_o(o, alpha);
-      pack_p(s, pa);
+      make_p();
       wgmma::fence();
       issue_pv(o, pa, kd + 4 * cw * kColBlockBytes);
       wgmma::wait_group<0>();
@@ -259,6 +309,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int hr = 0; hr < 2; ++hr) {
     l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
     l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+  }
+  if constexpr (kSplitS) {  // each warpgroup summed its own keys (same running max): add the other's sums
+    if (q4 == 0) {
+      x_sum[cw * kM + row0] = l_run[0];
+      x_sum[cw * kM + row0 + 8] = l_run[1];
+    }
+    __syncthreads();
+    l_run[0] += x_sum[(cw ^ 1) * kM + row0];
+    l_run[1] += x_sum[(cw ^ 1) * kM + row0 + 8];
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
     if (my_slot[hr] >= n_slots) continue;
     const int h = row_head(acc_row(warp, lane, 2 * hr), NH);
     const int64_t tl = tl0 + my_slot[hr];
@@ -397,7 +459,7 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
                       int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                       const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items,
                       const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream, int forced_splits, const AttentionSplitTable* table) {
+                      cudaStream_t stream, int forced_splits, const AttentionSplitTable* table, bool split_s) {
   if (group_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(mla_attend_wgmma_supported(p, &why), "mla_attend_wgmma: " << why << " (dispatch bug)");
@@ -418,13 +480,16 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if ((configured.load() & bit) == 0) {
-    for (const void* f : {reinterpret_cast<const void*>(mla_attend_wgmma_kernel<false>),
-                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<true>)})
+    for (const void* f : {reinterpret_cast<const void*>(mla_attend_wgmma_kernel<false, false>),
+                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<true, false>),
+                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<false, true>),
+                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<true, true>)})
       MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
     configured.fetch_or(bit);
   }
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(ctas));
-  auto* kernel = sparse ? mla_attend_wgmma_kernel<true> : mla_attend_wgmma_kernel<false>;
+  auto* kernel = sparse ? (split_s ? mla_attend_wgmma_kernel<true, true> : mla_attend_wgmma_kernel<true, false>)
+                        : (split_s ? mla_attend_wgmma_kernel<false, true> : mla_attend_wgmma_kernel<false, false>);
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(
       static_cast<const bf16*>(q), static_cast<const bf16*>(q_abs), static_cast<const bf16*>(latent_cache), topk,
       topk_width, token_seq, kv_index, block_tables, static_cast<bf16*>(o_lat), part_o, part_ml, t0, group_tokens, tpc,

@@ -69,9 +69,14 @@ constexpr int kMlaMaxLatent = 512;
 // mla_attend_mma_supported, else the SIMT kernel with a one-time warning; kSimple = the SIMT kernel (the
 // oracle); kMma = the tensor-core kernel (an unsupported shape is an error); kWgmma = the Hopper path
 // (mla_decode_wgmma.cu attend + mla_absorb_mma.cu absorb / un-absorb GEMMs; an unsupported shape or device is
-// an error). kAuto picks kWgmma only when kMlaAutoWgmma is true (off until a GPU run proves it).
-enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma };
-inline constexpr bool kMlaAutoWgmma = false;
+// an error), each warpgroup scoring the whole latent tile; kWgmmaSplitS = the same with the two warpgroups
+// splitting the tile's keys for the scores (half the score MMAs, row maxima / P exchanged through shared memory).
+// kAuto runs kMlaAutoHopperKernel where the Hopper path is supported (kMma -- today's kernel -- until a GPU run
+// proves one of the wgmma variants: setting it to kWgmma or kWgmmaSplitS makes that the default), else kMma.
+enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS };
+inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kMma;
+inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::kWgmma ||
+                                      kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
 // the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits = 0);
@@ -117,12 +122,13 @@ MlaSplitPlan mla_attend_wgmma_split_plan(int64_t group_tokens, int64_t max_items
 // Split partials (bytes) for a group of group_tokens tokens, any max_items, dense or sparse.
 size_t mla_attend_wgmma_workspace_bytes(int64_t group_tokens, const MlaParams& p, int forced_splits = 0);
 // o_lat bf16 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs bf16 [group, n_heads, 512] and the
-// roped q bf16 (rope part); as mla_attend_mma otherwise.
+// roped q bf16 (rope part); as mla_attend_mma otherwise. split_s: the kWgmmaSplitS variant.
 void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                       int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                       const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens, int64_t max_items,
                       const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream, int forced_splits = 0, const AttentionSplitTable* table = nullptr);
+                      cudaStream_t stream, int forced_splits = 0, const AttentionSplitTable* table = nullptr,
+                      bool split_s = false);
 
 // ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
 bool mla_absorb_gemm_supported(const MlaParams& p);
