@@ -9,6 +9,9 @@
 // The attend step runs the tensor-core kernel of mla_decode_mma.cu (all heads of a token share each latent
 // tile, split-KV + combine) for the GLM-5.x shape, else the SIMT kernel here: one block per (token, head),
 // 4 warps over keys with an online softmax each, lanes over the latent dims -- the oracle of the fast one.
+// MlaAttendKernel::kWgmma / kWgmmaSplitS (forced, or kAuto once kMlaAutoHopperKernel names one) run the Hopper path
+// instead: absorb and un-absorb as batched tensor-core GEMMs (mla_absorb_mma.cu, bf16 q_abs / o_lat in the same
+// workspace regions) around the wgmma attend of mla_decode_wgmma.cu.
 #include <algorithm>
 #include <cmath>
 
