@@ -54,6 +54,17 @@ int cmd_verify_fixture(int argc, char** argv) {
                                  "[--disable-cuda-graph | --enforce-eager | --cuda-graph]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
+  const std::string backend_name = args->get_or("--backend", "cpu");
+  // CUDA graphs (on by default on CUDA, as for generate / serve): decode through graph replays must give the
+  // eager engine's tokens (cli/fixture_graphs.h). Only a one-rank world captures (forward_device refuses more).
+  auto graphs = parse_cuda_graph_flags(*args, backend_name);
+  if (!graphs.is_ok()) return fail(graphs.status());
+  if (*graphs && backend_name != "cuda")
+    return fail(invalid_argument("--cuda-graph: the " + backend_name + " backend has no CUDA graphs (use --backend cuda)"));
+  const bool one_rank = parallel->tp == 1 && parallel->dp == 1;
+  if (*graphs && !one_rank)
+    std::printf("cuda graphs: not checked (graphs are captured on one rank only; this run has %d tp x %d dp)\n",
+                parallel->tp, parallel->dp);
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -70,7 +81,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   launch::LaunchConfig lc;
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
-  lc.backend = args->get_or("--backend", "cpu");
+  lc.backend = backend_name;
   auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
   if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   lc.model.kv_cache_dtype = *kv_dtype;
@@ -92,16 +103,6 @@ int cmd_verify_fixture(int argc, char** argv) {
     opt.reference = ref_model.get();
     opt.reference_backend = ref_be.get();
   }
-  // CUDA graphs (on by default on CUDA, as for generate / serve): decode through graph replays must give the
-  // eager engine's tokens (cli/fixture_graphs.h). Only a one-rank world captures (forward_device refuses more).
-  auto graphs = parse_cuda_graph_flags(*args, lc.backend);
-  if (!graphs.is_ok()) return fail(graphs.status());
-  if (*graphs && lc.backend != "cuda")
-    return fail(invalid_argument("--cuda-graph: the " + lc.backend + " backend has no CUDA graphs (use --backend cuda)"));
-  const bool one_rank = parallel->tp == 1 && parallel->dp == 1;
-  if (*graphs && !one_rank)
-    std::printf("cuda graphs: not checked (graphs are captured on one rank only; this run has %d tp x %d dp)\n",
-                parallel->tp, parallel->dp);
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
   if (!report.is_ok()) return fail(report.status());
   int failures = report->failures;
