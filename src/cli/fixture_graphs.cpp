@@ -1,3 +1,4 @@
+// verify-fixture's CUDA-graph check (see fixture_graphs.h): two engines on one model, graphs on and off, same tokens.
 #include "cli/fixture_graphs.h"
 
 #include <algorithm>

@@ -2,7 +2,8 @@
 // an engine with graphs and one without must give identical tokens, at batch sizes equal to a bucket
 // (1, 2, 4, 8) and padded into one (3 -> 4, 5 -> 8), and the graphs must actually have been replayed; on
 // the glm4_moe and the glm_moe_dsa fixtures (MLA + DSA decode, the sparse top-k path past index_topk), and
-// with MTP speculation (chain, fixed draft length): tokens identical with graphs on and off.
+// with MTP speculation (chain, fixed draft length): tokens identical with graphs on and off; and GLM-5.2's
+// attention geometry (synthetic weights, 4 layers) so the tensor-core MLA attend / indexer run inside graphs.
 // Also: a graph body that copies from the host is refused loudly, and the CPU backend has no graphs.
 // MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
 #include <gtest/gtest.h>
