@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/fixture.h"
+#include "cli/fixture_graphs.h"
 #include "io/checkpoint.h"
 #include "launch/launch.h"
 #include "model/causal_lm.h"
@@ -43,14 +44,27 @@ int cmd_verify_fixture(int argc, char** argv) {
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
   std::set<std::string> bool_flags = kParallelBoolFlags;
   bool_flags.insert("--decision-aware");
+  bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.is_ok()) return fail(args.status());
   if (args->positional().size() != 1)
     return fail(invalid_argument("usage: mxserve verify-fixture DIR [--backend cpu|cuda] [--block-size N] "
                                  "[--tp-size N] [--dp-size N [--enable-dp-attention]] [--ep-size N | --enable-expert-parallel] "
-                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware]"));
+                                 "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware] "
+                                 "[--disable-cuda-graph | --enforce-eager | --cuda-graph]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
+  const std::string backend_name = args->get_or("--backend", "cpu");
+  // CUDA graphs (on by default on CUDA, as for generate / serve): decode through graph replays must give the
+  // eager engine's tokens (cli/fixture_graphs.h). Only a one-rank world captures (forward_device refuses more).
+  auto graphs = parse_cuda_graph_flags(*args, backend_name);
+  if (!graphs.is_ok()) return fail(graphs.status());
+  if (*graphs && backend_name != "cuda")
+    return fail(invalid_argument("--cuda-graph: the " + backend_name + " backend has no CUDA graphs (use --backend cuda)"));
+  const bool one_rank = parallel->tp == 1 && parallel->dp == 1;
+  if (*graphs && !one_rank)
+    std::printf("cuda graphs: not checked (graphs are captured on one rank only; this run has %d tp x %d dp)\n",
+                parallel->tp, parallel->dp);
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -67,7 +81,7 @@ int cmd_verify_fixture(int argc, char** argv) {
   launch::LaunchConfig lc;
   lc.model.path = dir;
   lc.model.load_mtp = true;  // the fixture's MTP logits are checked when the model has the layer
-  lc.backend = args->get_or("--backend", "cpu");
+  lc.backend = backend_name;
   auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
   if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   lc.model.kv_cache_dtype = *kv_dtype;
@@ -91,9 +105,16 @@ int cmd_verify_fixture(int argc, char** argv) {
   }
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
   if (!report.is_ok()) return fail(report.status());
-  std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s)\n", dir.c_str(),
-              report->cases, report->failures, opt.max_rel_l2, (*lm)->backend_name().c_str());
-  return report->failures == 0 ? 0 : 1;
+  int failures = report->failures;
+  if (*graphs && one_rank) {
+    auto g = verify_fixture_graphs(dir, (*lm)->model(), (*lm)->backend(), opt.block_size);
+    if (!g.is_ok()) return fail(g.status());
+    failures += g->failures;
+  }
+  std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s, cuda graphs %s)\n", dir.c_str(),
+              report->cases, failures, opt.max_rel_l2, (*lm)->backend_name().c_str(),
+              *graphs ? (one_rank ? "on" : "on, not checked") : "off");
+  return failures == 0 ? 0 : 1;
 }
 
 // Model source flags of generate: --model DIR, or --config FILE --synthetic-weights.

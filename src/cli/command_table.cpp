@@ -147,14 +147,14 @@ std::vector<CommandHelp> build_table() {
                }, graph_flags()), spec_flags()), parallel_flags()),
                "mxserve generate --model models/tiny-glm-trained --ids 1,2,3 --max-tokens 8"});
   t.push_back({"verify-fixture", "check a model against a golden fixture directory", "DIR [flags]",
-               cat({
+               cat(cat({
                    {"--backend", "cpu|cuda", "cpu", "where the model runs"},
                    {"--block-size", "N", "16", "tokens per KV block"},
                    {"--chunk-size", "N", "7", "prefill chunk size"},
                    {"--max-rel-l2", "X", "1e-4", "largest relative L2 error of the logits"},
                    {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type (fp8: raise --max-rel-l2)"},
                    {"--decision-aware", "", "on for bf16 backends", "judge argmax / top-k decisions, not only logits"},
-               }, parallel_flags()),
+               }, graph_flags()), parallel_flags()),
                "mxserve verify-fixture tests/fixtures/glm4_moe_tiny_a --backend cpu"});
   t.push_back({"inspect", "list a checkpoint's tensors and its per-layer precision map", "DIR|FILE.safetensors", {},
                "mxserve inspect models/tiny-glm-trained"});

@@ -1,10 +1,14 @@
 // CUDA graphs of decode steps (label gpu; skips without a CUDA device): the same greedy requests through
 // an engine with graphs and one without must give identical tokens, at batch sizes equal to a bucket
-// (1, 2, 4, 8) and padded into one (3 -> 4, 5 -> 8), and the graphs must actually have been replayed.
+// (1, 2, 4, 8) and padded into one (3 -> 4, 5 -> 8), and the graphs must actually have been replayed; on
+// the glm4_moe and the glm_moe_dsa fixtures (MLA + DSA decode, the sparse top-k path past index_topk), and
+// with MTP speculation (chain, fixed draft length): tokens identical with graphs on and off; and GLM-5.2's
+// attention geometry (synthetic weights, 4 layers) so the tensor-core MLA attend / indexer run inside graphs.
 // Also: a graph body that copies from the host is refused loudly, and the CPU backend has no graphs.
 // MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,12 +33,15 @@ struct RunResult {
   double seconds = 0;
 };
 
-RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs) {
+RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs,
+              int32_t mtp_steps = 0, int64_t max_model_len = 1024) {
   EngineConfig cfg;
+  cfg.spec.num_steps = mtp_steps;
+  cfg.spec.adaptive = false;  // every step drafts (random fixture weights would lower N to 0)
   cfg.scheduler.block_size = 16;
   cfg.scheduler.max_running = 16;
-  cfg.n_blocks = 256;
-  cfg.max_model_len = 1024;
+  cfg.max_model_len = max_model_len;
+  cfg.n_blocks = std::max<int64_t>(256, static_cast<int64_t>(specs.size()) * (max_model_len / 16 + 2));
   cfg.cuda_graphs = graphs;
   auto ex = make_model_executor(lm, be, cfg.n_blocks, cfg.scheduler.block_size);
   ModelExecutor* raw = ex.get();
@@ -93,7 +100,85 @@ TEST_P(CudaGraphs, GreedyTokensEqualEagerAtBucketAndPaddedBatches) {
   }
 }
 
+// With MTP speculation every target step wants hidden states, so today no step is replayed (verify and draft
+// steps run eagerly: docs/design/cuda-graphs.md); the graphs are still captured, and the tokens must not change.
+TEST_P(CudaGraphs, GreedyTokensEqualEagerWithMtp) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  const std::string dir = fixture_dir(GetParam());
+  auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  ASSERT_TRUE((*lm)->has_mtp()) << GetParam() << ": the fixture has no MTP layer";
+  auto cases = cli::read_fixture_cases(dir, (*lm)->config().vocab_size);
+  ASSERT_TRUE(cases.is_ok()) << cases.status().to_string();
+  for (size_t batch : {1, 3}) {
+    std::vector<RequestSpec> specs;
+    for (size_t i = 0; i < batch; ++i) {
+      RequestSpec s;
+      s.prompt = (*cases)[i % cases->size()].input_ids;
+      s.prompt.push_back(static_cast<int32_t>(1 + i));
+      s.sampling.temperature = 0;
+      s.sampling.max_tokens = 24;
+      s.sampling.ignore_eos = true;
+      specs.push_back(s);
+    }
+    const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2);
+    const RunResult graph = run(**lm, **be, specs, true, /*mtp_steps=*/2);
+    std::printf("%s MTP batch %zu: eager %.3f s, graphs %.3f s (%lld replays)\n", GetParam().c_str(), batch,
+                eager.seconds, graph.seconds, static_cast<long long>(graph.replays));
+    for (size_t i = 0; i < batch; ++i) {
+      ASSERT_EQ(eager.tokens.at(i).size(), 24u);
+      EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << GetParam() << " MTP batch " << batch << " request " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));
+INSTANTIATE_TEST_SUITE_P(DsaFixtures, CudaGraphs, ::testing::Values("glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"));
+
+// The fixtures' tiny MLA geometry runs the SIMT attend and indexer kernels; GLM-5.2's (kv_lora_rank 512, rope 64,
+// 32 index heads x 128) runs the tensor-core ones (mla_decode_mma.cu, the mma indexer scores) and the split
+// plan. Its first 4 layers (3 dense + 1 MoE, full / full / full / shared indexer) with synthetic weights
+// (MXFP4 experts), prompts past index_topk 2048 so decode is sparse: identical greedy tokens with graphs on and
+// off at bucket-sized batches (1, 4: the same GEMM / MoE / split choices eager and replayed).
+TEST(CudaGraphsGlm52Geometry, SparseDecodeEqualsEagerOnTheTensorCoreKernels) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  // The GPU payload's copy (dev/make_gpu_payload.sh: $MXSERVE_CONFIG_ROOT/glm52.json), else the source tree's.
+  const char* env = std::getenv("MXSERVE_CONFIG_ROOT");
+  const std::string config =
+      env ? std::string(env) + "/glm52.json" : std::string(MXSERVE_SOURCE_DIR) + "/tests/data/configs/GLM-5.2.json";
+  model::LoadOptions lo;
+  lo.load_mtp = false;
+  lo.synthetic = true;
+  lo.seed = 5;
+  lo.num_layers_override = 4;
+  lo.synthetic_quantization = "mxfp4";
+  auto lm = model::load_causal_lm(config, **be, lo);
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  const int64_t V = (*lm)->config().vocab_size;
+  for (size_t batch : {1, 4}) {
+    std::vector<RequestSpec> specs;
+    for (size_t i = 0; i < batch; ++i) {
+      RequestSpec s;
+      for (int64_t t = 0; t < 2100 + 7 * static_cast<int64_t>(i); ++t)
+        s.prompt.push_back(static_cast<int32_t>((t * 7919 + 13 * i + 1) % V));
+      s.sampling.temperature = 0;
+      s.sampling.max_tokens = 12;
+      s.sampling.ignore_eos = true;
+      specs.push_back(s);
+    }
+    const RunResult eager = run(**lm, **be, specs, false, 0, /*max_model_len=*/2304);
+    const RunResult graph = run(**lm, **be, specs, true, 0, /*max_model_len=*/2304);
+    EXPECT_GT(graph.replays, 0) << "batch " << batch << ": no decode step was replayed from a graph";
+    std::printf("GLM-5.2 geometry (4 layers) batch %zu: eager %.3f s, graphs %.3f s (%lld replays)\n", batch,
+                eager.seconds, graph.seconds, static_cast<long long>(graph.replays));
+    for (size_t i = 0; i < batch; ++i) {
+      ASSERT_EQ(eager.tokens.at(i).size(), 12u);
+      EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << "GLM-5.2 geometry batch " << batch << " request " << i;
+    }
+  }
+}
 
 TEST(CudaGraphCapture, ReplaysWhatWasCapturedWithNewInputs) {
   auto be = backend::make_backend("cuda");

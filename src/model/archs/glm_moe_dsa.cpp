@@ -24,6 +24,7 @@
 
 #include "model/archs/decoder_frame.h"
 #include "model/archs/glm_moe_dsa_config.h"
+#include "model/decisions.h"
 #include "model/layers/mla_attention.h"
 
 namespace mxserve::model {
@@ -62,11 +63,42 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
     return s;
   }
 
-  // No decode graphs yet: the engine logs this once and runs every step eagerly.
-  Status forward_device(const Tensor&, const Tensor&, const backend::AttentionMeta&, kvcache::KvCache&,
-                        Tensor&) override {
-    return unsupported("glm_moe_dsa has no device-input forward yet (its MLA / DSA decode is not captured in CUDA "
-                       "graphs); decode runs eagerly -- pass --disable-cuda-graph to silence this");
+  // Decode graphs (runtime/decode_graphs.h): the target forward over inputs already on the device, captured
+  // per (batch bucket, context class). The MLA + DSA decode path is capturable as it stands (the audit is in
+  // docs/design/cuda-graphs.md, "glm_moe_dsa"): every kernel reads token_seq / kv_index / slot_mapping /
+  // block_tables / positions from device memory; the top-k buffer and the indexer / attention workspaces come
+  // from Backend::alloc (the graph-private pool while capturing) sized by T (the bucket) and
+  // AttentionParams::max_kv_len (the class bound); the indexer grid and the MLA split plan depend only on
+  // those and on index_topk. What is not capturable is refused here: tp > 1 / DP attention (collectives with
+  // host barriers, as glm4_moe), the TP replica checks (host compares; off: one rank has nothing to compare),
+  // an installed decision hook (host callbacks), tree rows and the MTP draft chain's top-k reuse (eager).
+  Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
+                        kvcache::KvCache& kv, Tensor& logits) override {
+    if (tp_.splits() || dp_moe_.enabled())
+      return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
+    if (active_decision_hook() != nullptr)
+      return unsupported("forward_device (CUDA graph capture) with a decision hook installed (its callbacks run on "
+                         "the host)");
+    const int64_t T = ids.numel();
+    if (positions.numel() != T || device_meta.params.n_tokens != T || device_meta.params.tree_mask != nullptr ||
+        device_meta.params.max_kv_len <= 0 || logits.ndim() != 2 || logits.dim(0) != T ||
+        logits.dim(1) != cfg_.vocab_size)
+      return invalid_argument("forward_device: " + std::to_string(T) + " ids, " + std::to_string(positions.numel()) +
+                              " positions, attention metadata for " + std::to_string(device_meta.params.n_tokens) +
+                              " rows (max_kv_len " + std::to_string(device_meta.params.max_kv_len) +
+                              (device_meta.params.tree_mask != nullptr ? ", tree rows" : "") + "), logits " +
+                              logits.describe() + " (plain decode rows with a context bound expected)");
+    backend::AttentionMeta meta = device_meta;
+    attention_shape(meta.params);
+    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    MX_RETURN_IF_ERROR(tp_.embed(ids, x));
+    DsaState state = make_state(T, /*bound_part=*/false);
+    state.check_replicas = false;  // one rank (refused above otherwise): a one-rank world has nothing to compare
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
+    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
+    be_.linear(x, tp_.lm_head(), nullptr, logits);
+    return Status::ok();
   }
 
  private:

@@ -1,0 +1,28 @@
+// verify-fixture's CUDA-graph check: the fixture's prompts as greedy requests through two engines on the
+// same model and backend, one replaying decode graphs (runtime/decode_graphs.h) and one eager; every
+// request's tokens must be identical, and the graph engine must have replayed at least one step. With an MTP
+// layer the same pair runs again with MTP speculation (chain, fixed draft length): tokens identical on and
+// off (speculative steps themselves run eagerly today; the check guards the capture's side effects).
+// Invariant: the check compares one backend with itself (exact equality, no tolerance); the fixture's own
+// tokens are judged by verify_fixture_model, not here.
+#pragma once
+
+#include <string>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "model/causal_lm.h"
+
+namespace mxserve::cli {
+
+struct GraphCheckReport {
+  int checks = 0;
+  int failures = 0;
+  int64_t replays = 0;  // decode steps replayed from graphs (plain run)
+};
+
+// dir: the fixture the model was loaded from; block_size: the KV block size of both engines.
+Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::CausalLM& model, backend::Backend& be,
+                                               int64_t block_size);
+
+}  // namespace mxserve::cli
