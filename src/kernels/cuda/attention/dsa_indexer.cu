@@ -9,11 +9,14 @@
 // with fp32 accumulate, the ReLU-weighted head sum in registers) when n_heads is a multiple of 16 (<= 64)
 // and head_dim a multiple of 16 whose tiles fit 48 KiB; else the SIMT kernel (one thread per key, the
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
-// workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
+// workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time.
+// FP8 keys (p.fp8_keys, kernels/mla_fp8.h: head_dim e4m3 + f32 scales per row): both score kernels
+// dequantize the gathered key rows into their bf16 key tile (mla_fp8_load.cuh); the math is unchanged.
 #include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -67,7 +70,13 @@ __global__ void dsa_scores_kernel(const bf16* __restrict__ q, const bf16* __rest
   for (int i = threadIdx.x; i < kIdxKeys * D; i += blockDim.x) {
     const int k = i / D, d = i % D;
     const int64_t j = j0 + k;
-    if (j < n_ctx) k_s[k * pitch + d] = key_cache[mla_slot(table, j, ap.block_size) * D + d];
+    if (j < n_ctx && p.fp8_keys) {  // packed FP8 row (kernels/mla_fp8.h)
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(key_cache) +
+                           mla_slot(table, j, ap.block_size) * mla_fp8_row_bytes(D, 0);
+      k_s[k * pitch + d] = __float2bfloat16_rn(mla_fp8_row_value(row, D, d));
+    } else if (j < n_ctx) {
+      k_s[k * pitch + d] = key_cache[mla_slot(table, j, ap.block_size) * D + d];
+    }
   }
   __syncthreads();
   const int64_t j = j0 + threadIdx.x;
@@ -110,7 +119,14 @@ __global__ void __launch_bounds__(kIdxKeys) dsa_scores_mma_kernel(
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const int chunks = D / 8;
-  for (int i = tid; i < kIdxKeys * chunks; i += blockDim.x) {
+  for (int i = tid; p.fp8_keys && i < kIdxKeys * chunks; i += blockDim.x) {  // packed FP8 rows: load + dequantize
+    const int r = i / chunks, c = i % chunks;
+    const int64_t j = j0 + r;
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(key_cache) +
+                         (j < n_ctx ? mla_slot(table, j, ap.block_size) : 0) * mla_fp8_row_bytes(D, 0);
+    *reinterpret_cast<uint4*>(k_s + r * pitch + c * 8) = j < n_ctx ? mla_fp8_key_chunk(row, D, c) : make_uint4(0, 0, 0, 0);
+  }
+  for (int i = tid; !p.fp8_keys && i < kIdxKeys * chunks; i += blockDim.x) {
     const int r = i / chunks, c = i % chunks;
     const int64_t j = j0 + r;
     const bool ok = j < n_ctx;
