@@ -29,12 +29,12 @@ namespace mxserve::kernels {
 
 constexpr int kMlaFp8Block = 128;  // codes per f32 scale
 
-MX_KV_FP8_HD int64_t mla_fp8_n_scales(int64_t n) { return (n + kMlaFp8Block - 1) / kMlaFp8Block; }
+MX_KV_FP8_HD constexpr int64_t mla_fp8_n_scales(int64_t n) { return (n + kMlaFp8Block - 1) / kMlaFp8Block; }
 // Byte offset of the bf16 tail (= bytes of codes + scales) for a quantized part of n values.
-MX_KV_FP8_HD int64_t mla_fp8_tail_offset(int64_t n) { return n + 4 * mla_fp8_n_scales(n); }
+MX_KV_FP8_HD constexpr int64_t mla_fp8_tail_offset(int64_t n) { return n + 4 * mla_fp8_n_scales(n); }
 // Bytes of one packed row: n codes, their scales, `tail` bf16.
-MX_KV_FP8_HD int64_t mla_fp8_row_bytes(int64_t n, int64_t tail) { return mla_fp8_tail_offset(n) + 2 * tail; }
+MX_KV_FP8_HD constexpr int64_t mla_fp8_row_bytes(int64_t n, int64_t tail) { return mla_fp8_tail_offset(n) + 2 * tail; }
 // Whether (n, tail) can be packed with aligned f32 scales and bf16 tail (rows a multiple of 4 bytes).
-MX_KV_FP8_HD bool mla_fp8_shape_ok(int64_t n, int64_t tail) { return n > 0 && n % 4 == 0 && tail >= 0 && tail % 2 == 0; }
+MX_KV_FP8_HD constexpr bool mla_fp8_shape_ok(int64_t n, int64_t tail) { return n > 0 && n % 4 == 0 && tail >= 0 && tail % 2 == 0; }
 
 }  // namespace mxserve::kernels
