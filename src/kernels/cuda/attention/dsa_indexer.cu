@@ -16,13 +16,13 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/mla_dsa.h"
-#include "kernels/cuda/attention/mla_fp8_load.cuh"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/attention/mla_fp8_load.cuh"  // FP8 keys (p.fp8_keys)
 
 namespace mxserve::kernels::cuda {
 namespace {
