@@ -9,9 +9,7 @@
 // with fp32 accumulate, the ReLU-weighted head sum in registers) when n_heads is a multiple of 16 (<= 64)
 // and head_dim a multiple of 16 whose tiles fit 48 KiB; else the SIMT kernel (one thread per key, the
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
-// workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time.
-// FP8 keys (p.fp8_keys, kernels/mla_fp8.h: head_dim e4m3 + f32 scales per row): both score kernels
-// dequantize the gathered key rows into their bf16 key tile (mla_fp8_load.cuh); the math is unchanged.
+// workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
 #include <algorithm>
 #include <cstdint>
 
@@ -22,7 +20,10 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
-#include "kernels/cuda/attention/mla_fp8_load.cuh"  // FP8 keys (p.fp8_keys)
+// FP8 indexer keys (p.fp8_keys, kernels/mla_fp8.h: head_dim e4m3 + f32 scales per row; --kv-cache-dtype
+// fp8_e4m3): both score kernels below dequantize the gathered key rows into their bf16 key tile at the load
+// (mla_fp8_load.cuh); the math after the load is unchanged. (Supersedes "No FP8 yet." above.)
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
