@@ -4,12 +4,13 @@
 // model's own distance to that reference (bf16 activations) plus the FP8 format envelope measured on the CPU
 // (mla_perturbing_backend.h: every latent / indexer-key element moved by the worst-case e4m3 error of its
 // 128-block scale, the rope key by half a bf16 unit; the largest of four draws) -- the two error sources add
-// at most. Prints every number.
+// at most. Prints every number. MXSERVE_FIXTURE_ROOT overrides the fixtures directory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -65,7 +66,8 @@ TEST(CudaMlaFp8Quality, DecodeLogitsWithinTheFormatBound) {
   if (!gpu.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << gpu.status().to_string() << ")";
   for (const char* name : {"glm_moe_dsa_tiny_a", "glm_moe_dsa_tiny_b"}) {
     SCOPED_TRACE(name);
-    const fs::path dir = fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures" / name;
+    const char* root = std::getenv("MXSERVE_FIXTURE_ROOT");  // the GPU machine runs from a copied tree
+    const fs::path dir = (root ? fs::path(root) : fs::path(MXSERVE_SOURCE_DIR) / "tests/fixtures") / name;
     auto cpu = backend::make_cpu_backend();
     const auto ref = decode_logits(dir, *cpu, kvcache::KvCacheDtype::kAuto);
     const auto cpu_fp8 = decode_logits(dir, *cpu, kvcache::KvCacheDtype::kFp8E4M3);
