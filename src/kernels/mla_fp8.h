@@ -37,4 +37,17 @@ MX_KV_FP8_HD constexpr int64_t mla_fp8_row_bytes(int64_t n, int64_t tail) { retu
 // Whether (n, tail) can be packed with aligned f32 scales and bf16 tail (rows a multiple of 4 bytes).
 MX_KV_FP8_HD constexpr bool mla_fp8_shape_ok(int64_t n, int64_t tail) { return n > 0 && n % 4 == 0 && tail >= 0 && tail % 2 == 0; }
 
+// Where the device readers find 16-byte output chunk c (8 values) of a packed row of n quantized values
+// (n % 8 == 0): chunks [0, n / 8) are 8 codes at byte 8c with the f32 scale at byte `scale`; later chunks are
+// 8 bf16 tail values copied from byte `bytes` (16-byte aligned when the tail offset is: 528 at 512 / 64).
+// One source for the CUDA loads (kernels/cuda/attention/mla_fp8_load.cuh) and their host emulation test.
+struct MlaFp8Chunk {
+  int64_t bytes = 0;   // first byte of the chunk's codes (8) or bf16 tail values (16)
+  int64_t scale = -1;  // byte of the codes' f32 scale; -1 for a tail chunk
+};
+MX_KV_FP8_HD constexpr MlaFp8Chunk mla_fp8_chunk(int64_t n, int64_t c) {
+  return 8 * c < n ? MlaFp8Chunk{8 * c, n + 4 * ((8 * c) / kMlaFp8Block)}
+                   : MlaFp8Chunk{mla_fp8_tail_offset(n) + 16 * (c - n / 8), -1};
+}
+
 }  // namespace mxserve::kernels

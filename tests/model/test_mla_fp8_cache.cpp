@@ -202,6 +202,56 @@ TEST(MlaFp8Bytes, ReadersUseTheDequantizedRows) {
   EXPECT_EQ(got, want);
 }
 
+// Host emulation of the CUDA readers' index math (kernels/mla_fp8.h mla_fp8_chunk, used by
+// mla_fp8_load.cuh; the GPU itself is test_cuda_mla_fp8): every 16-byte output chunk of the tensor-core paths,
+// decoded from the bytes the chunk map names, reproduces the CPU's dequantized row; the tensor-core attend's
+// staging copy (41 16-byte pieces of a 656-byte row) covers the row exactly; the alignments the device loads
+// assume hold (codes 8 bytes / 4 bytes for 132-byte indexer rows, scales 4, the rope tail 16 at 512 / 64).
+TEST(MlaFp8DeviceMath, ChunkMapReproducesTheRow) {
+  struct Case {
+    int64_t n, tail;
+  };
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const Case c : {Case{512, 64}, Case{128, 0}, Case{32, 8}, Case{24, 16}, Case{16, 0}, Case{160, 8}}) {
+    SCOPED_TRACE(testing::Message() << "n " << c.n << " tail " << c.tail);
+    const int64_t rb = kernels::mla_fp8_row_bytes(c.n, c.tail), slots = 3;
+    std::vector<float> lat(slots * c.n), rope(slots * std::max<int64_t>(c.tail, 1));
+    for (float& v : lat) v = nd(rng) * 3.f;
+    for (float& v : rope) v = nd(rng);
+    std::vector<int32_t> all = {0, 1, 2};
+    std::vector<uint8_t> packed(slots * rb);
+    kernels::cpu::cache_write_fp8_packed(lat.data(), all.data(), packed.data(), slots, c.n, rb, 0);
+    if (c.tail > 0) kernels::cpu::cache_write_fp8_packed(rope.data(), all.data(), packed.data(), slots, c.tail, rb, c.n);
+    for (int64_t s = 0; s < slots; ++s) {
+      const uint8_t* row = &packed[s * rb];
+      std::vector<float> want(c.n + c.tail), got(c.n + c.tail, NAN);
+      kernels::cpu::dequant_fp8_packed_row(row, c.n, c.tail, want.data());
+      for (int64_t ch = 0; ch < (c.n + c.tail) / 8; ++ch) {
+        const kernels::MlaFp8Chunk k = kernels::mla_fp8_chunk(c.n, ch);
+        if (k.scale >= 0) {
+          ASSERT_EQ(k.bytes % (rb % 8 == 0 ? 8 : 4), 0);
+          ASSERT_EQ(k.scale % 4, 0);
+          float scale;
+          std::memcpy(&scale, row + k.scale, 4);
+          for (int i = 0; i < 8; ++i) got[8 * ch + i] = fp8_e4m3_to_f32(row[k.bytes + i]) * scale;
+        } else {
+          if (c.n == 512 && c.tail == 64) ASSERT_EQ(k.bytes % 16, 0);  // the tensor-core path's uint4 tail load
+          for (int i = 0; i < 8; ++i) {
+            uint16_t b;
+            std::memcpy(&b, row + k.bytes + 2 * i, 2);
+            got[8 * ch + i] = bf16_to_f32(b);
+          }
+        }
+      }
+      EXPECT_EQ(got, want) << "slot " << s;
+    }
+  }
+  // The staging copy of the tensor-core attend: 41 pieces of 16 bytes = one 656-byte row, 16-byte aligned rows.
+  EXPECT_EQ(41 * 16, kernels::mla_fp8_row_bytes(512, 64));
+  EXPECT_EQ(kernels::mla_fp8_row_bytes(128, 0) % 4, 0);
+}
+
 // The engine on an FP8 cache: chunked prefill, prefix reuse and preemption give the greedy tokens of one
 // uncached pass per request (the quantization is per token row, so every path stores the same bytes).
 std::vector<std::vector<int32_t>> engine_greedy(model::CausalLM& lm, backend::Backend& be,

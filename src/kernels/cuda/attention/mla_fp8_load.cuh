@@ -29,17 +29,18 @@ __device__ __forceinline__ float mla_fp8_row_value(const uint8_t* row, int n, in
 // [8c, +8) * their block's scale for c < n / 8, else the bf16 tail chunk copied. Needs n % 8 == 0, an
 // 8-byte aligned row (codes) and a 16-byte aligned tail (the GLM-5.x 656-byte row: tail at byte 528).
 __device__ __forceinline__ uint4 mla_fp8_row_chunk(const uint8_t* row, int n, int c) {
-  if (8 * c >= n) return *reinterpret_cast<const uint4*>(row + mla_fp8_tail_offset(n) + 16 * (c - n / 8));
-  const float scale = *reinterpret_cast<const float*>(row + n + 4 * ((8 * c) / kMlaFp8Block));
-  return load_fp8x8_as_bf16(row + 8 * c, scale);
+  const MlaFp8Chunk k = mla_fp8_chunk(n, c);
+  if (k.scale < 0) return *reinterpret_cast<const uint4*>(row + k.bytes);
+  return load_fp8x8_as_bf16(row + k.bytes, *reinterpret_cast<const float*>(row + k.scale));
 }
 
 // Chunk c (of n / 8) of a packed indexer-key row (no tail) -> 8 bf16, with 4-byte loads only: the 132-byte
 // rows of index_head_dim 128 are 4-byte aligned, not 8.
 __device__ __forceinline__ uint4 mla_fp8_key_chunk(const uint8_t* row, int n, int c) {
-  const float scale = *reinterpret_cast<const float*>(row + n + 4 * ((8 * c) / kMlaFp8Block));
-  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(row + 8 * c);
-  const uint32_t w1 = *reinterpret_cast<const uint32_t*>(row + 8 * c + 4);
+  const MlaFp8Chunk k = mla_fp8_chunk(n, c);  // c < n / 8: a codes chunk
+  const float scale = *reinterpret_cast<const float*>(row + k.scale);
+  const uint32_t w0 = *reinterpret_cast<const uint32_t*>(row + k.bytes);
+  const uint32_t w1 = *reinterpret_cast<const uint32_t*>(row + k.bytes + 4);
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
