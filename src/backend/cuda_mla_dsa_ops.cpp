@@ -6,12 +6,11 @@
 #include "backend/cuda_mla_dsa_ops.h"
 
 #include <algorithm>
-#include <cstdint>
 
 #include "core/check.h"
-#include "core/logging.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/mla_fp8.h"
+#include "core/logging.h"  // MX_WARN_ONCE (the FP8 kernel choice)
 
 namespace mxserve::backend {
 namespace {
@@ -41,27 +40,6 @@ void expect_meta(const AttentionMeta& meta, const char* op) {
 // Bound on every token's kv_index + 1 (AttentionParams::max_kv_len, else the block table's capacity).
 int64_t max_context(const kernels::AttentionParams& ap) {
   return ap.max_kv_len > 0 ? ap.max_kv_len : static_cast<int64_t>(ap.max_blocks_per_seq) * ap.block_size;
-}
-
-// FP8 caches name the kernels that read packed FP8 rows (mla_decode_mma.cu / mla_attention.cu, the indexer's
-// kMma / kSimple score kernels) instead of kAuto, so a faster bf16-only kernel that kAuto may pick later never
-// receives FP8 bytes; the choice is logged once. A kernel that learns to read FP8 rows is added here.
-kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
-  if (!p.fp8_cache) return kc::MlaAttendKernel::kAuto;
-  const bool mma = kc::mla_attend_mma_supported(p);
-  MX_WARN_ONCE << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
-               << (mma ? "mma.sync tensor-core kernel" : "SIMT kernel (slow: outside the tensor-core shape)")
-               << ", the FP8 reader; other attend kernels read bf16 rows only";
-  return mma ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
-}
-kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
-  if (!p.fp8_keys) return kc::IndexerScoreKernel::kAuto;
-  const bool mma = kc::dsa_indexer_mma_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(keys) % 16 == 0;
-  MX_WARN_ONCE << "indexer_topk: FP8 indexer keys (--kv-cache-dtype fp8_e4m3): scores run the "
-               << (mma ? "mma.sync tensor-core score kernel" : "SIMT score kernel (slow: outside the tensor-core shape)")
-               << " + radix select, the FP8 reader; other indexer paths read bf16 keys only";
-  return mma ? kc::IndexerScoreKernel::kMma : kc::IndexerScoreKernel::kSimple;
 }
 
 }  // namespace
@@ -119,6 +97,31 @@ void CudaMlaDsaOps::cache_write(const Tensor& rows, const AttentionMeta& meta, T
   kc::cache_write_columns_bf16(rows.raw(), meta.slot_mapping.data<int32_t>(), cache.raw(), n, width, cache.dim(1),
                                col_offset, mla_stream_);
 }
+
+namespace {
+
+// FP8 caches name the kernels that read packed FP8 rows (mla_decode_mma.cu / mla_attention.cu, the indexer's
+// kMma / kSimple score kernels) instead of kAuto, so a faster bf16-only kernel that kAuto may pick later never
+// receives FP8 bytes; the choice is logged once. A kernel that learns to read FP8 rows is added here.
+kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
+  if (!p.fp8_cache) return kc::MlaAttendKernel::kAuto;
+  const bool mma = kc::mla_attend_mma_supported(p);
+  MX_WARN_ONCE << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
+               << (mma ? "mma.sync tensor-core kernel" : "SIMT kernel (slow: outside the tensor-core shape)")
+               << ", the FP8 reader; other attend kernels read bf16 rows only";
+  return mma ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
+}
+kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
+  if (!p.fp8_keys) return kc::IndexerScoreKernel::kAuto;
+  const bool mma = kc::dsa_indexer_mma_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(keys) % 16 == 0;
+  MX_WARN_ONCE << "indexer_topk: FP8 indexer keys (--kv-cache-dtype fp8_e4m3): scores run the "
+               << (mma ? "mma.sync tensor-core score kernel" : "SIMT score kernel (slow: outside the tensor-core shape)")
+               << " + radix select, the FP8 reader; other indexer paths read bf16 keys only";
+  return mma ? kc::IndexerScoreKernel::kMma : kc::IndexerScoreKernel::kSimple;
+}
+
+}  // namespace
 
 void CudaMlaDsaOps::indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache,
                                  const AttentionMeta& meta, const kernels::IndexerParams& p_in, Tensor& topk) {
@@ -179,10 +182,17 @@ void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, c
   if (T == 0) return;
   const size_t ws_bytes = kc::mla_attention_workspace_bytes(T, p);
   Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  if (p.fp8_cache) {  // packed FP8 rows: only the kernels that read them (fp8_attend_kernel)
+    kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
+                           topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
+                           meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,
+                           mla_stream_, fp8_attend_kernel(p));
+    return;
+  }
   kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
                          topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
                          meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,
-                         mla_stream_, fp8_attend_kernel(p));
+                         mla_stream_);
 }
 
 }  // namespace mxserve::backend
