@@ -2,7 +2,8 @@
 // the packed row layout (GLM-5.x: 656-byte latent rows, 132-byte indexer keys), the written bytes checked
 // against the format's definition (codes decode within half a mantissa unit of x / s, s = amax / 448 per
 // 128-value block, the rope tail is bf16 RNE), the readers (MLA attention, indexer) reading exactly the
-// dequantized bytes, the engine's prefix cache and preemption unchanged on an FP8 cache, and shapes the
+// dequantized bytes, kv_copy moving packed rows, a host emulation of the CUDA readers' chunk map, the
+// engine's prefix cache and preemption unchanged on an FP8 cache, and shapes the
 // layout cannot hold refused with an error naming the flag. Quality against the format's envelope is
 // test_kv_fp8_quality (every fixture); the host KV tier on an FP8 latent cache is test_kv_host_tier.
 #include <gtest/gtest.h>
@@ -200,6 +201,37 @@ TEST(MlaFp8Bytes, ReadersUseTheDequantizedRows) {
   kernels::cpu::indexer_topk_f32(qi.data(), w.data(), kp.data(), token_seq.data(), kv_index.data(), table.data(),
                                  got.data(), ip, ap);
   EXPECT_EQ(got, want);
+}
+
+// Tree compaction (Backend::kv_copy over every tensor of the layout) moves whole packed rows of both widths
+// (52-byte latent, 20-byte indexer key on this fixture), the MTP layer's included.
+TEST(MlaFp8Layout, KvCopyMovesPackedRows) {
+  auto be = backend::make_cpu_backend();
+  auto lm = load(*be, kFixtures / "glm_moe_dsa_tiny_a", kvcache::KvCacheDtype::kFp8E4M3);
+  ASSERT_TRUE(lm);
+  kvcache::KvCache cache(lm->kv_spec(2, 4), [&](DType dt, Shape shape) { return be->alloc(dt, std::move(shape)); });
+  std::vector<Tensor*> all = cache.all_tensors();
+  ASSERT_EQ(all.size(), 8u);  // 5 latent + 3 indexer-key tensors
+  std::vector<Tensor> before;
+  for (size_t t = 0; t < all.size(); ++t) {
+    ASSERT_EQ(all[t]->dtype(), DType::kU8);
+    for (int64_t i = 0; i < all[t]->numel(); ++i) all[t]->data<uint8_t>()[i] = static_cast<uint8_t>(7 * t + 13 * i);
+    Tensor copy = Tensor::empty(DType::kU8, all[t]->shape());
+    std::memcpy(copy.raw(), all[t]->raw(), static_cast<size_t>(all[t]->nbytes()));
+    before.push_back(copy);
+  }
+  std::vector<int32_t> src = {5, 2}, dst = {2, 6};  // chained: slot 2 written by pair 0, read by pair 1
+  be->kv_copy(be->upload(Tensor::view_of(src.data(), DType::kI32, {2})),
+              be->upload(Tensor::view_of(dst.data(), DType::kI32, {2})), all);
+  for (size_t t = 0; t < all.size(); ++t) {
+    const int64_t w = all[t]->dim(1);
+    const uint8_t* a = all[t]->data<uint8_t>();
+    const uint8_t* b = before[t].data<uint8_t>();
+    EXPECT_EQ(std::memcmp(a + 2 * w, b + 5 * w, w), 0) << "tensor " << t;
+    EXPECT_EQ(std::memcmp(a + 6 * w, b + 5 * w, w), 0) << "tensor " << t;
+    EXPECT_EQ(std::memcmp(a + 5 * w, b + 5 * w, w), 0) << "tensor " << t << ": the source row is untouched";
+    EXPECT_EQ(std::memcmp(a, b, w), 0) << "tensor " << t;
+  }
 }
 
 // Host emulation of the CUDA readers' index math (kernels/mla_fp8.h mla_fp8_chunk, used by
