@@ -10,6 +10,7 @@
 //                dequantized rows. Tolerances: SIMT kTolBf16Out (it dequantizes to f32 like the CPU); tensor
 //                cores kTolMlaMmaFp8 = the bf16-cache budget (1e-2) + one bf16 rounding of each dequantized
 //                latent element in shared memory (2^-9 relative).
+//   kv_copy      packed rows (656 / 132 bytes) moved exactly as the CPU moves them (tree compaction).
 //   indexer      top-k over FP8 keys == a valid top-k of the CPU's scores over the dequantized keys, on the
 //                GLM shape (32 heads x 128: tensor-core score kernel) and a fixture shape (SIMT).
 #include <gtest/gtest.h>
@@ -117,6 +118,29 @@ TEST_F(CudaMlaFp8, CacheWriteBytesEqualCpu) {
     }
     expect_bytes_equal(gpu_->to_host(gcache), ccache, "packed FP8 rows (codes, scales, bf16 tail)");
   }
+}
+
+// Tree compaction on CUDA (Backend::kv_copy, 16- / 4-byte pieces) moves the 656-byte latent and 132-byte
+// indexer-key rows exactly as the CPU does (chained pairs: a row written by one pair is read by the next).
+TEST_F(CudaMlaFp8, KvCopyMovesPackedRows) {
+  const int64_t n_slots = 64;
+  std::vector<Tensor> rows;
+  for (const int64_t w : {int64_t{656}, int64_t{132}, int64_t{656}}) {
+    Tensor t = Tensor::empty(DType::kU8, {n_slots, w});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(rng_());
+    rows.push_back(t);
+  }
+  std::vector<Tensor> ct, gt;
+  for (const Tensor& h : rows) {
+    ct.push_back(cpu_->upload(h));
+    gt.push_back(gpu_->upload(h));
+  }
+  std::vector<Tensor*> cp{&ct[0], &ct[1], &ct[2]}, gp{&gt[0], &gt[1], &gt[2]};
+  std::vector<int32_t> src = {9, 3, 40, 63}, dst = {3, 7, 0, 41};
+  Tensor hs = Tensor::view_of(src.data(), DType::kI32, {4}), hd = Tensor::view_of(dst.data(), DType::kI32, {4});
+  cpu_->kv_copy(cpu_->upload(hs), cpu_->upload(hd), cp);
+  gpu_->kv_copy(gpu_->upload(hs), gpu_->upload(hd), gp);
+  for (size_t t = 0; t < rows.size(); ++t) expect_bytes_equal(host(gt[t]), ct[t], "kv_copy of packed FP8 rows");
 }
 
 struct MlaCase {
