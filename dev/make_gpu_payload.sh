@@ -23,6 +23,10 @@ done
 for t in tests/model/test_cuda_spec_trained tests/model/test_cuda_kv_host_tier; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 36 item 3 (dev/gpu/mla_fp8.sh): glm_moe_dsa's FP8 latent cache -- op test, decode-logit bound, benchmark.
+for t in tests/ops/test_cuda_mla_fp8 tests/model/test_cuda_mla_fp8_quality dev/kernels/bench_mla_fp8; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 19 (dev/gpu/nccl.sh): the fused peer all-reduce, the one-rank NCCL communicator, the all-reduce benchmark.
 for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels/bench_peer_allreduce tests/ops/test_cuda_shared_device_comm; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/mla_dsa_ops.h"
+#include "kernels/mla_fp8.h"
 #ifdef MXSERVE_HAVE_CUDA
 #include "backend/cuda_backend.h"
 #endif
@@ -267,28 +268,44 @@ class CpuBackend final : public Backend, public MlaDsaOps {
     MX_CHECK_MSG(rows.numel() == n * width && col_offset + width <= cache.dim(1),
                  "cpu cache_write: rows " << rows.describe() << " at column " << col_offset << " of "
                                           << cache.describe());
+    if (cache.dtype() == DType::kU8) {  // packed FP8 rows (kernels/mla_fp8.h): codes + scales, or the bf16 tail
+      const int64_t quant = col_offset > 0 ? col_offset : width, tail = col_offset > 0 ? width : 0;
+      MX_CHECK_MSG(cache.ndim() == 2 && kernels::mla_fp8_tail_offset(quant) + 2 * tail <= cache.dim(1),
+                   "cpu cache_write: rows " << rows.describe() << " at column " << col_offset
+                                            << " do not fit the packed FP8 rows of " << cache.describe());
+      k::cache_write_fp8_packed(f32(rows), i32(meta.slot_mapping), static_cast<uint8_t*>(cache.raw()), n, width,
+                                cache.dim(1), col_offset);
+      return;
+    }
     k::cache_write_f32(f32(rows), i32(meta.slot_mapping), f32(cache), n, width, cache.dim(1), col_offset);
   }
   void indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache, const AttentionMeta& meta,
-                    const kernels::IndexerParams& p, Tensor& topk) override {
+                    const kernels::IndexerParams& p_in, Tensor& topk) override {
     const int64_t T = meta.params.n_tokens;
+    kernels::IndexerParams p = p_in;
+    p.fp8_keys = key_cache.dtype() == DType::kU8;  // packed FP8 rows (kernels/mla_fp8.h)
+    const int64_t key_width = p.fp8_keys ? kernels::mla_fp8_row_bytes(p.head_dim, 0) : p.head_dim;
     MX_CHECK_MSG(q.numel() == T * p.n_heads * p.head_dim && weights.numel() == T * p.n_heads &&
-                     key_cache.dim(1) == p.head_dim && topk.dtype() == DType::kI32 && topk.numel() == T * p.top_k,
+                     key_cache.dim(1) == key_width && topk.dtype() == DType::kI32 && topk.numel() == T * p.top_k,
                  "cpu indexer_topk: q " << q.describe() << ", weights " << weights.describe() << ", keys "
                                         << key_cache.describe() << ", topk " << topk.describe());
-    k::indexer_topk_f32(f32(q), f32(weights), f32(key_cache), i32(meta.token_seq), i32(meta.kv_index),
+    k::indexer_topk_f32(f32(q), f32(weights), p.fp8_keys ? key_cache.raw() : f32(key_cache), i32(meta.token_seq), i32(meta.kv_index),
                         i32(meta.block_tables), topk.data<int32_t>(), p, meta.params);
   }
   void mla_attention(const Tensor& q, const Tensor& latent_cache, const Tensor& kv_b, const Tensor* topk,
-                     const AttentionMeta& meta, const kernels::MlaParams& p, Tensor& out) override {
+                     const AttentionMeta& meta, const kernels::MlaParams& p_in, Tensor& out) override {
     const int64_t T = meta.params.n_tokens;
+    kernels::MlaParams p = p_in;
+    p.fp8_cache = latent_cache.dtype() == DType::kU8;  // packed FP8 rows (kernels/mla_fp8.h)
+    const int64_t row_width = p.fp8_cache ? kernels::mla_fp8_row_bytes(p.kv_lora_rank, p.qk_rope_dim)
+                                          : p.kv_lora_rank + p.qk_rope_dim;
     MX_CHECK_MSG(q.numel() == T * p.n_heads * (p.qk_nope_dim + p.qk_rope_dim) &&
-                     latent_cache.dim(1) == p.kv_lora_rank + p.qk_rope_dim &&
+                     latent_cache.dim(1) == row_width &&
                      kv_b.numel() == static_cast<int64_t>(p.n_heads) * (p.qk_nope_dim + p.v_dim) * p.kv_lora_rank &&
                      out.numel() == T * p.n_heads * p.v_dim && (topk == nullptr || topk->dim(0) == T),
                  "cpu mla_attention: q " << q.describe() << ", cache " << latent_cache.describe() << ", kv_b "
                                          << kv_b.describe() << ", out " << out.describe());
-    k::mla_attention_f32(f32(q), f32(latent_cache), f32(kv_b), topk ? i32(*topk) : nullptr, topk ? topk->dim(1) : 0,
+    k::mla_attention_f32(f32(q), p.fp8_cache ? latent_cache.raw() : f32(latent_cache), f32(kv_b), topk ? i32(*topk) : nullptr, topk ? topk->dim(1) : 0,
                          i32(meta.token_seq), i32(meta.kv_index), i32(meta.block_tables), f32(out), p, meta.params);
   }
 };

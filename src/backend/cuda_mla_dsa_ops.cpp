@@ -1,7 +1,8 @@
 // CudaMlaDsaOps: entry checks and launches of the MLA / DSA ops on CUDA (see cuda_mla_dsa_ops.h). Each op
 // refuses, naming itself and the tensors, anything the kernels do not implement (a non-bf16 tensor, a
 // latent rank above kMlaMaxLatent, an indexer shape whose score tile exceeds 48 KiB of shared memory) --
-// no fallback to another backend.
+// no fallback to another backend. A u8 latent / indexer-key cache holds packed FP8 rows
+// (--kv-cache-dtype fp8_e4m3, kernels/mla_fp8.h): the ops set MlaParams::fp8_cache / IndexerParams::fp8_keys.
 #include "backend/cuda_mla_dsa_ops.h"
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include "core/check.h"
 #include "kernels/attention_tuning.h"
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/mla_fp8.h"
+#include "core/logging.h"  // MX_WARN_ONCE (the FP8 kernel choice)
 
 namespace mxserve::backend {
 namespace {
@@ -98,9 +101,19 @@ void CudaMlaDsaOps::copy_columns(const Tensor& x, int64_t begin, int64_t end, Te
 
 void CudaMlaDsaOps::cache_write(const Tensor& rows, const AttentionMeta& meta, Tensor& cache, int64_t col_offset) {
   expect(rows, DType::kBF16, "cache_write", "rows");
-  expect(cache, DType::kBF16, "cache_write", "cache");
+  expect(cache, cache.dtype() == DType::kU8 ? DType::kU8 : DType::kBF16, "cache_write", "cache");
   expect(meta.slot_mapping, DType::kI32, "cache_write", "slot_mapping");
   const int64_t n = meta.slot_mapping.numel(), width = rows.numel() / std::max<int64_t>(n, 1);
+  if (cache.dtype() == DType::kU8) {  // packed FP8 rows: codes + scales (col_offset 0) or the bf16 tail
+    const int64_t quant = col_offset > 0 ? col_offset : width, tail = col_offset > 0 ? width : 0;
+    MX_CHECK_MSG(cache.ndim() == 2 && rows.numel() == n * width && kernels::mla_fp8_shape_ok(quant, tail) &&
+                     kernels::mla_fp8_tail_offset(quant) + 2 * tail <= cache.dim(1) && cache.dim(1) % 4 == 0,
+                 "cuda cache_write: rows " << rows.describe() << " at column " << col_offset
+                                           << " do not fit the packed FP8 rows of " << cache.describe());
+    kc::cache_write_fp8_packed_bf16(rows.raw(), meta.slot_mapping.data<int32_t>(), cache.raw(), n, width,
+                                    cache.dim(1), col_offset, mla_stream_);
+    return;
+  }
   MX_CHECK_MSG(cache.ndim() == 2 && rows.numel() == n * width && col_offset >= 0 && col_offset + width <= cache.dim(1),
                "cuda cache_write: rows " << rows.describe() << " at column " << col_offset << " of "
                                          << cache.describe());
@@ -108,16 +121,44 @@ void CudaMlaDsaOps::cache_write(const Tensor& rows, const AttentionMeta& meta, T
                                col_offset, mla_stream_);
 }
 
+namespace {
+
+// FP8 caches name the kernels that read packed FP8 rows (mla_decode_mma.cu / mla_attention.cu, the indexer's
+// kMma / kSimple score kernels) instead of kAuto, so a faster bf16-only kernel that kAuto may pick later never
+// receives FP8 bytes; the choice is logged once. A kernel that learns to read FP8 rows is added here.
+kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
+  if (!p.fp8_cache) return kc::MlaAttendKernel::kAuto;
+  const bool mma = kc::mla_attend_mma_supported(p);
+  MX_WARN_ONCE << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
+               << (mma ? "mma.sync tensor-core kernel" : "SIMT kernel (slow: outside the tensor-core shape)")
+               << ", the FP8 reader; other attend kernels read bf16 rows only";
+  return mma ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
+}
+kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
+  if (!p.fp8_keys) return kc::IndexerScoreKernel::kAuto;
+  const bool mma = kc::dsa_indexer_mma_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(keys) % 16 == 0;
+  MX_WARN_ONCE << "indexer_topk: FP8 indexer keys (--kv-cache-dtype fp8_e4m3): scores run the "
+               << (mma ? "mma.sync tensor-core score kernel" : "SIMT score kernel (slow: outside the tensor-core shape)")
+               << " + radix select, the FP8 reader; other indexer paths read bf16 keys only";
+  return mma ? kc::IndexerScoreKernel::kMma : kc::IndexerScoreKernel::kSimple;
+}
+
+}  // namespace
+
 void CudaMlaDsaOps::indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache,
-                                 const AttentionMeta& meta, const kernels::IndexerParams& p, Tensor& topk) {
+                                 const AttentionMeta& meta, const kernels::IndexerParams& p_in, Tensor& topk) {
+  kernels::IndexerParams p = p_in;
+  p.fp8_keys = key_cache.dtype() == DType::kU8;  // packed FP8 rows (kernels/mla_fp8.h)
+  const int64_t key_width = p.fp8_keys ? kernels::mla_fp8_row_bytes(p.head_dim, 0) : p.head_dim;
   expect(q, DType::kBF16, "indexer_topk", "q");
   expect(weights, DType::kBF16, "indexer_topk", "weights");
-  expect(key_cache, DType::kBF16, "indexer_topk", "key_cache");
+  expect(key_cache, p.fp8_keys ? DType::kU8 : DType::kBF16, "indexer_topk", "key_cache");
   expect(topk, DType::kI32, "indexer_topk", "topk");
   expect_meta(meta, "indexer_topk");
   const int64_t T = meta.params.n_tokens;
   MX_CHECK_MSG(q.numel() == T * p.n_heads * p.head_dim && weights.numel() == T * p.n_heads && key_cache.ndim() == 2 &&
-                   key_cache.dim(1) == p.head_dim && topk.numel() == T * p.top_k && p.top_k > 0,
+                   key_cache.dim(1) == key_width && topk.numel() == T * p.top_k && p.top_k > 0,
                "cuda indexer_topk: q " << q.describe() << ", weights " << weights.describe() << ", keys "
                                        << key_cache.describe() << ", topk " << topk.describe() << " for " << T
                                        << " tokens, " << p.n_heads << " heads x " << p.head_dim << ", top_k "
@@ -133,20 +174,24 @@ void CudaMlaDsaOps::indexer_topk(const Tensor& q, const Tensor& weights, const T
   Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
   kc::dsa_indexer_topk(q.raw(), weights.raw(), key_cache.raw(), meta.token_seq.data<int32_t>(),
                        meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(), topk.data<int32_t>(), p,
-                       meta.params, max_ctx, ws.raw(), ws_bytes, mla_stream_);
+                       meta.params, max_ctx, ws.raw(), ws_bytes, mla_stream_, fp8_score_kernel(p, q.raw(), key_cache.raw()));
 }
 
 void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, const Tensor& kv_b, const Tensor* topk,
-                                  const AttentionMeta& meta, const kernels::MlaParams& p, Tensor& out) {
+                                  const AttentionMeta& meta, const kernels::MlaParams& p_in, Tensor& out) {
+  kernels::MlaParams p = p_in;
+  p.fp8_cache = latent_cache.dtype() == DType::kU8;  // packed FP8 rows (kernels/mla_fp8.h)
+  const int64_t row_width = p.fp8_cache ? kernels::mla_fp8_row_bytes(p.kv_lora_rank, p.qk_rope_dim)
+                                        : p.kv_lora_rank + p.qk_rope_dim;
   expect(q, DType::kBF16, "mla_attention", "q");
-  expect(latent_cache, DType::kBF16, "mla_attention", "latent_cache");
+  expect(latent_cache, p.fp8_cache ? DType::kU8 : DType::kBF16, "mla_attention", "latent_cache");
   expect(kv_b, DType::kBF16, "mla_attention", "kv_b");
   expect(out, DType::kBF16, "mla_attention", "out");
   if (topk != nullptr) expect(*topk, DType::kI32, "mla_attention", "topk");
   expect_meta(meta, "mla_attention");
   const int64_t T = meta.params.n_tokens;
   MX_CHECK_MSG(q.numel() == T * p.n_heads * (p.qk_nope_dim + p.qk_rope_dim) && latent_cache.ndim() == 2 &&
-                   latent_cache.dim(1) == p.kv_lora_rank + p.qk_rope_dim &&
+                   latent_cache.dim(1) == row_width &&
                    kv_b.numel() == static_cast<int64_t>(p.n_heads) * (p.qk_nope_dim + p.v_dim) * p.kv_lora_rank &&
                    out.numel() == T * p.n_heads * p.v_dim &&
                    (topk == nullptr || (topk->ndim() == 2 && topk->dim(0) == T)),
@@ -160,6 +205,13 @@ void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, c
   if (T == 0) return;
   const size_t ws_bytes = kc::mla_attention_workspace_bytes(T, p);
   Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+  if (p.fp8_cache) {  // packed FP8 rows: only the kernels that read them (fp8_attend_kernel)
+    kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
+                           topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
+                           meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,
+                           mla_stream_, fp8_attend_kernel(p));
+    return;
+  }
   kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
                          topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
                          meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,

@@ -26,11 +26,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/mla_dsa_ops.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/logging.h"
 #include "kvcache/kv_cache.h"
 #include "launch/launch.h"
+#include "core/check.h"
+#include "model/archs/glm_moe_dsa_config.h"
 #include "model/causal_lm.h"
 #include "model/synthetic_weights.h"
 #include "model/weight_stats.h"
@@ -128,7 +131,41 @@ void fill_random(backend::Backend& be, Tensor& t, uint64_t stream, float stddev)
 }
 
 // An FP8 cache gets real codes and scales: random bf16 K/V rows quantized by the backend's kv_write.
+// glm_moe_dsa's packed FP8 rows (kernels/mla_fp8.h): random latent / rope / indexer-key rows written through
+// the backend's own cache_write (codes + scales at column 0, the bf16 rope tail after them).
+void fill_packed_fp8_cache(backend::Backend& be, model::CausalLM& lm, kvcache::KvCache& kv) {
+  const model::GlmMoeDsaConfig& d = model::glm_moe_dsa_config(lm.config());
+  backend::MlaDsaOps* ops = backend::mla_dsa_ops(be);
+  MX_CHECK_MSG(ops != nullptr, "bench-model: packed FP8 cache rows need the MLA ops of backend " << be.name());
+  constexpr int64_t kRows = 4096;
+  const int64_t n_slots = kv.spec().n_slots();
+  Tensor slots_host = Tensor::empty(DType::kI32, {kRows});
+  backend::AttentionMeta meta;
+  uint64_t stream = 1000;
+  for (int64_t l = 0; l < kv.spec().n_layers(); ++l)
+    for (const kvcache::CacheTensorSpec& ts : kv.spec().layers[l].tensors) {
+      const bool latent = ts.role == kvcache::CacheRole::kLatent;
+      const int64_t quant = latent ? d.kv_lora_rank : d.index_head_dim, tail = latent ? d.qk_rope_dim : 0;
+      for (int64_t begin = 0; begin < n_slots; begin += kRows) {
+        const int64_t n = std::min(kRows, n_slots - begin);
+        for (int64_t i = 0; i < n; ++i) slots_host.data<int32_t>()[i] = static_cast<int32_t>(begin + i);
+        meta.slot_mapping = be.upload(slots_host.slice_rows(0, n));
+        Tensor q_rows = be.alloc(be.activation_dtype(), {n, quant});
+        fill_random(be, q_rows, stream++, 1.f);
+        ops->cache_write(q_rows, meta, kv.tensor(l, ts.role), 0);
+        if (tail > 0) {
+          Tensor t_rows = be.alloc(be.activation_dtype(), {n, tail});
+          fill_random(be, t_rows, stream++, 1.f);
+          ops->cache_write(t_rows, meta, kv.tensor(l, ts.role), quant);
+        }
+      }
+    }
+  be.synchronize();
+}
+
 void fill_fp8_cache(backend::Backend& be, model::CausalLM& lm, kvcache::KvCache& kv) {
+  if (kv.spec().layers.empty() || kv.spec().layers[0].find(kvcache::CacheRole::kKey) == nullptr)
+    return fill_packed_fp8_cache(be, lm, kv);  // glm_moe_dsa: no K / V, packed FP8 rows
   const model::ModelConfig& c = lm.config();
   const int64_t width = c.n_kv_heads * c.head_dim, n_slots = kv.spec().n_slots();
   constexpr int64_t kRows = 4096;

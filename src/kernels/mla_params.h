@@ -1,5 +1,5 @@
 // Parameter structs of the MLA + DeepSeek sparse attention ops (glm_moe_dsa), shared by the CPU reference
-// kernels (kernels/cpu/mla_dsa.cpp) and, later, CUDA kernels. Kept apart from op_params.h so the rest of the
+// kernels (kernels/cpu/mla_dsa.cpp) and the CUDA kernels (kernels/cuda/attention/mla_dsa.h). Kept apart from op_params.h so the rest of the
 // build does not depend on them.
 #pragma once
 
@@ -26,6 +26,9 @@ struct IndexerParams {
   int32_t top_k = 0;         // index_topk
   float score_scale = 1.f;   // index_head_dim^-0.5
   float weight_scale = 1.f;  // index_n_heads^-0.5
+  // The key cache holds packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + f32 scales), not values.
+  // Set by the backend from the cache tensor's dtype (kU8), never by the model.
+  bool fp8_keys = false;
 };
 
 // MLA over the paged latent cache: cache row = [latent (kv_lora_rank) | rope key (qk_rope_dim)];
@@ -37,6 +40,9 @@ struct MlaParams {
   int32_t v_dim = 0;
   int32_t kv_lora_rank = 0;
   float scale = 1.f;  // (qk_nope_dim + qk_rope_dim)^-0.5
+  // The latent cache holds packed FP8 rows (kernels/mla_fp8.h: kv_lora_rank e4m3 codes + f32 scales + the
+  // bf16 rope key), not values. Set by the backend from the cache tensor's dtype (kU8), never by the model.
+  bool fp8_cache = false;
 };
 
 }  // namespace mxserve::kernels

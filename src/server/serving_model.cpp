@@ -190,11 +190,19 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   if (lm.model().kv_cache_dtype() == kvcache::KvCacheDtype::kFp8E4M3) {
     const kvcache::KvCacheSpec spec = lm.model().kv_spec(1, cfg.block_size);
     uint64_t bf16_per_block = 0;  // the same layout with bf16 elements and no scales
+    bool packed = false;          // glm_moe_dsa: packed FP8 rows (u8 bytes, kernels/mla_fp8.h), no value count
     for (const auto& layer : spec.layers)
-      for (const auto& t : layer.tensors) bf16_per_block += 2ull * static_cast<uint64_t>(t.width * cfg.block_size);
-    MX_LOG(kInfo) << "KV cache: fp8_e4m3 codes + one f32 scale per (token, kv head): "
-                  << static_cast<double>(bf16_per_block) / static_cast<double>(per_block)
-                  << "x the blocks a bf16 cache gets from the same memory";
+      for (const auto& t : layer.tensors) {
+        packed = packed || t.dtype == DType::kU8;
+        bf16_per_block += 2ull * static_cast<uint64_t>(t.width * cfg.block_size);
+      }
+    if (packed)
+      MX_LOG(kInfo) << "KV cache: fp8_e4m3 packed latent rows (e4m3 + one f32 scale per 128 values, rope in bf16) "
+                       "and FP8 indexer keys (docs/kv-cache.md)";
+    else
+      MX_LOG(kInfo) << "KV cache: fp8_e4m3 codes + one f32 scale per (token, kv head): "
+                    << static_cast<double>(bf16_per_block) / static_cast<double>(per_block)
+                    << "x the blocks a bf16 cache gets from the same memory";
   }
 
   runtime::EngineConfig ec;

@@ -9,12 +9,15 @@
 // envelope is the largest error of those (as tests/model/quant_bound.h does for weights: an envelope, not a
 // proof). The real FP8 cache must stay inside it; a broken quantizer (wrong scale, byte order, sign) moves
 // elements by far more than e and fails.
+// glm_moe_dsa (packed FP8 latent + indexer-key rows, kernels/mla_fp8.h): the same with s per 128-value block
+// of the latent / indexer key, and the rope key moved by half a bf16 unit (mla_perturbing_backend.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "backend/backend.h"
@@ -22,6 +25,7 @@
 #include "model/causal_lm.h"
 #include "runtime/sequence_runner.h"
 #include "kv_perturbing_backend.h"
+#include "mla_perturbing_backend.h"
 
 namespace mxserve {
 namespace {
@@ -135,11 +139,7 @@ TEST(KvFp8Quality, WithinTheFormatEnvelopeOnEveryFixture) {
   ASSERT_GE(dirs.size(), 2u);
   for (const fs::path& dir : dirs) {
     SCOPED_TRACE(dir.string());
-    // glm_moe_dsa (MLA latent + indexer keys) has no FP8 cache layout yet: its loader refuses the flag by name.
-    if (dir.filename().string().rfind("glm_moe_dsa", 0) == 0) {
-      std::printf("[ kv fp8   ] %-16s skipped: no FP8 cache layout for glm_moe_dsa yet\n", dir.filename().c_str());
-      continue;
-    }
+    const bool mla = dir.filename().string().rfind("glm_moe_dsa", 0) == 0;  // packed FP8 latent rows
     auto cpu = backend::make_cpu_backend();
     const Logits ref = run(dir, *cpu, kvcache::KvCacheDtype::kAuto);
     const Logits fp8 = run(dir, *cpu, kvcache::KvCacheDtype::kFp8E4M3);
@@ -152,8 +152,10 @@ TEST(KvFp8Quality, WithinTheFormatEnvelopeOnEveryFixture) {
     uint64_t seed = 0;
     for (auto mode : {test::KvPerturbation::kShrink, test::KvPerturbation::kGrow, test::KvPerturbation::kRandomSigns,
                       test::KvPerturbation::kRandomSigns}) {
-      test::KvPerturbingBackend pb(backend::make_cpu_backend(), mode, ++seed);
-      const Quality e = compare(ref, run(dir, pb, kvcache::KvCacheDtype::kAuto));
+      std::unique_ptr<backend::Backend> pb;
+      if (mla) pb = std::make_unique<test::MlaPerturbingBackend>(backend::make_cpu_backend(), mode, ++seed);
+      else pb = std::make_unique<test::KvPerturbingBackend>(backend::make_cpu_backend(), mode, ++seed);
+      const Quality e = compare(ref, run(dir, *pb, kvcache::KvCacheDtype::kAuto));
       env.rel_l2 = std::max(env.rel_l2, e.rel_l2);
       env.kl_mean = std::max(env.kl_mean, e.kl_mean);
       env.kl_max = std::max(env.kl_max, e.kl_max);

@@ -72,9 +72,19 @@ void rope_interleaved_f32(float* x, const int32_t* positions, int64_t n_tokens, 
 void cache_write_f32(const float* rows, const int32_t* slot_mapping, float* cache, int64_t n_tokens, int64_t width,
                      int64_t cache_width, int64_t col_offset);
 
+// Packed FP8 cache rows (kernels/mla_fp8.h) in u8 cache [n_slots, row_bytes]: col_offset 0 quantizes rows
+// [T, width] into the codes + per-128 f32 scales; col_offset > 0 (= the quantized width) stores them as the
+// bf16 tail. Negative slots (padding rows) are skipped.
+void cache_write_fp8_packed(const float* rows, const int32_t* slot_mapping, uint8_t* cache, int64_t n_tokens,
+                            int64_t width, int64_t row_bytes, int64_t col_offset);
+// out [n + tail] = the dequantized values of one packed row (codes * scale, then the bf16 tail widened).
+void dequant_fp8_packed_row(const uint8_t* row, int64_t n, int64_t tail, float* out);
+
 // topk[t, :] = the selected KV indices of token t (ascending, -1 padded), [n_tokens, p.top_k].
 // q [T, n_heads, head_dim], weights [T, n_heads], key_cache [n_slots, head_dim]; ap: paging + tree masks.
-void indexer_topk_f32(const float* q, const float* weights, const float* key_cache, const int32_t* token_seq,
+// p.fp8_keys: key_cache is packed FP8 rows u8 [n_slots, mla_fp8_row_bytes(head_dim, 0)] (kernels/mla_fp8.h),
+// dequantized on read; else f32 [n_slots, head_dim].
+void indexer_topk_f32(const float* q, const float* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
                       const AttentionParams& ap);
 
@@ -82,7 +92,9 @@ void indexer_topk_f32(const float* q, const float* weights, const float* key_cac
 // q_rope . krope_j) * scale, o = W_uv (sum_j softmax_j latent_j). Keys are the token's visible causal keys,
 // restricted to topk[t, :] when topk is non-null ([T, topk_width], -1 padded KV indices).
 // q [T, n_heads, nope + rope], cache [n_slots, kv_lora + rope], kv_b [n_heads*(nope+v), kv_lora], out [T, n_heads, v].
-void mla_attention_f32(const float* q, const float* cache, const float* kv_b, const int32_t* topk, int64_t topk_width,
+// p.fp8_cache: cache is packed FP8 rows u8 [n_slots, mla_fp8_row_bytes(kv_lora, rope)] (kernels/mla_fp8.h),
+// dequantized on read (the same bytes the CUDA kernels read); else f32 as above.
+void mla_attention_f32(const float* q, const void* cache, const float* kv_b, const int32_t* topk, int64_t topk_width,
                        const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, float* out,
                        const MlaParams& p, const AttentionParams& ap);
 

@@ -3,12 +3,16 @@
 // top-k and absorbed MLA attention over the paged latent cache. Semantics: research/glm5-dsa.md.
 // Invariant: a token only ever sees KV indices j <= kv_index[t] that its tree mask (if any) allows; the
 // indexer and the attention apply the same visibility rule, so a sparse set never widens the causal one.
+// FP8 cache (--kv-cache-dtype fp8_e4m3): the latent and indexer-key caches hold packed FP8 rows
+// (kernels/mla_fp8.h, the bytes the CUDA kernels write); readers dequantize a row on the fly (RowReader).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/mla_fp8.h"
 
 namespace mxserve::kernels::cpu {
 namespace {
@@ -32,7 +36,66 @@ int64_t slot_of(const int32_t* table, int64_t j, int64_t block_size) {
   return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
 }
 
+// One cache row as f32: a pointer into an f32 cache, or a packed FP8 row (mla_fp8.h) dequantized into buf_.
+class RowReader {
+ public:
+  RowReader(const void* cache, bool fp8, int64_t n, int64_t tail)
+      : cache_(cache), fp8_(fp8), n_(n), tail_(tail),
+        stride_(fp8 ? mla_fp8_row_bytes(n, tail) : n + tail), buf_(fp8 ? n + tail : 0) {}
+  const float* row(int64_t slot) {
+    if (!fp8_) return static_cast<const float*>(cache_) + slot * stride_;
+    dequant_fp8_packed_row(static_cast<const uint8_t*>(cache_) + slot * stride_, n_, tail_, buf_.data());
+    return buf_.data();
+  }
+
+ private:
+  const void* cache_;
+  bool fp8_;
+  int64_t n_, tail_, stride_;
+  std::vector<float> buf_;
+};
+
 }  // namespace
+
+void cache_write_fp8_packed(const float* rows, const int32_t* slot_mapping, uint8_t* cache, int64_t n_tokens,
+                            int64_t width, int64_t row_bytes, int64_t col_offset) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (slot_mapping[t] < 0) continue;
+    uint8_t* row = cache + static_cast<int64_t>(slot_mapping[t]) * row_bytes;
+    const float* x = rows + t * width;
+    if (col_offset > 0) {  // the bf16 tail after the quantized part of col_offset values
+      uint8_t* tail = row + mla_fp8_tail_offset(col_offset);
+      for (int64_t c = 0; c < width; ++c) {
+        const uint16_t b = f32_to_bf16(x[c]);
+        std::memcpy(tail + 2 * c, &b, 2);
+      }
+      continue;
+    }
+    for (int64_t b0 = 0, blk = 0; b0 < width; b0 += kMlaFp8Block, ++blk) {
+      const int64_t e = std::min<int64_t>(width, b0 + kMlaFp8Block);
+      float amax = 0.f;
+      for (int64_t c = b0; c < e; ++c) amax = std::max(amax, std::fabs(x[c]));
+      const float scale = kv_fp8_scale(amax);
+      for (int64_t c = b0; c < e; ++c) row[c] = kv_fp8_quantize(x[c], scale);
+      std::memcpy(row + width + 4 * blk, &scale, 4);
+    }
+  }
+}
+
+void dequant_fp8_packed_row(const uint8_t* row, int64_t n, int64_t tail, float* out) {
+  for (int64_t blk = 0; blk < mla_fp8_n_scales(n); ++blk) {
+    float scale;
+    std::memcpy(&scale, row + n + 4 * blk, 4);
+    const int64_t e = std::min<int64_t>(n, (blk + 1) * kMlaFp8Block);
+    for (int64_t c = blk * kMlaFp8Block; c < e; ++c) out[c] = fp8_e4m3_to_f32(row[c]) * scale;
+  }
+  const uint8_t* t = row + mla_fp8_tail_offset(n);
+  for (int64_t c = 0; c < tail; ++c) {
+    uint16_t b;
+    std::memcpy(&b, t + 2 * c, 2);
+    out[n + c] = bf16_to_f32(b);
+  }
+}
 
 void layernorm_f32(const float* x, const float* w, const float* b, float* out, int64_t rows, int64_t cols,
                    float eps) {
@@ -81,13 +144,14 @@ void cache_write_f32(const float* rows, const int32_t* slot_mapping, float* cach
                 sizeof(float) * width);
 }
 
-void indexer_topk_f32(const float* q, const float* weights, const float* key_cache, const int32_t* token_seq,
+void indexer_topk_f32(const float* q, const float* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
                       const AttentionParams& ap) {
   const int64_t D = p.head_dim, NH = p.n_heads, K = p.top_k;
 #pragma omp parallel
   {
     std::vector<std::pair<float, int32_t>> cand;
+    RowReader keys(key_cache, p.fp8_keys, D, 0);
 #pragma omp for
     for (int64_t t = 0; t < ap.n_tokens; ++t) {
       const Visibility vis = visibility(kv_index, ap, t);
@@ -95,7 +159,7 @@ void indexer_topk_f32(const float* q, const float* weights, const float* key_cac
       cand.clear();
       for (int64_t j = 0; j < vis.n_ctx; ++j) {
         if (!vis(j)) continue;
-        const float* key = key_cache + slot_of(table, j, ap.block_size) * D;
+        const float* key = keys.row(slot_of(table, j, ap.block_size));
         float score = 0.f;
         for (int64_t h = 0; h < NH; ++h) {
           const float* qh = q + (t * NH + h) * D;
@@ -118,13 +182,14 @@ void indexer_topk_f32(const float* q, const float* weights, const float* key_cac
   }
 }
 
-void mla_attention_f32(const float* q, const float* cache, const float* kv_b, const int32_t* topk, int64_t topk_width,
+void mla_attention_f32(const float* q, const void* cache, const float* kv_b, const int32_t* topk, int64_t topk_width,
                        const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, float* out,
                        const MlaParams& p, const AttentionParams& ap) {
   const int64_t NOPE = p.qk_nope_dim, ROPE = p.qk_rope_dim, V = p.v_dim, L = p.kv_lora_rank;
-  const int64_t q_stride = NOPE + ROPE, cache_width = L + ROPE, kvb_rows = NOPE + V;
+  const int64_t q_stride = NOPE + ROPE, kvb_rows = NOPE + V;
 #pragma omp parallel
   {
+    RowReader rows(cache, p.fp8_cache, L, ROPE);
     std::vector<float> q_abs(L), o_lat(L), scores;
     std::vector<int64_t> keys;
 #pragma omp for collapse(2)
@@ -152,7 +217,7 @@ void mla_attention_f32(const float* q, const float* cache, const float* kv_b, co
         scores.resize(keys.size());
         float max_score = -INFINITY;
         for (size_t i = 0; i < keys.size(); ++i) {
-          const float* row = cache + slot_of(table, keys[i], ap.block_size) * cache_width;
+          const float* row = rows.row(slot_of(table, keys[i], ap.block_size));
           float dot = 0.f;
           for (int64_t c = 0; c < L; ++c) dot += q_abs[c] * row[c];
           for (int64_t r = 0; r < ROPE; ++r) dot += qr[r] * row[L + r];
@@ -166,7 +231,7 @@ void mla_attention_f32(const float* q, const float* cache, const float* kv_b, co
         }
         std::fill(o_lat.begin(), o_lat.end(), 0.f);
         for (size_t i = 0; i < keys.size(); ++i) {
-          const float* row = cache + slot_of(table, keys[i], ap.block_size) * cache_width;
+          const float* row = rows.row(slot_of(table, keys[i], ap.block_size));
           const float w = static_cast<float>(scores[i] / denom);
           for (int64_t c = 0; c < L; ++c) o_lat[c] += w * row[c];
         }

@@ -8,7 +8,8 @@
 //   top-k the chain's first step (the MTP extend) computed instead of running the MTP indexer's scores again
 //   (its keys are still written); the target's verification keeps the outputs exact.
 // KV layout per cached layer: kLatent [kv_lora_rank + qk_rope_head_dim]; full layers (and the MTP layer)
-// add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys.
+// add kIndexerKey [index_head_dim]. Shared layers cache no indexer keys. With --kv-cache-dtype fp8_e4m3 both
+// are packed FP8 rows (kernels/mla_fp8.h; docs/kv-cache.md).
 // Tensor parallel (docs/parallel.md): each rank runs its attention heads (q_b / kv_b rows, o_proj columns),
 // its slice of every MLP / expert width and its vocabulary rows; the latent cache, the indexer and its
 // top-k are replicated. "TP:" marks the collectives -- all-reduces after the embedding, after o_proj and
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <memory>
 
+#include "kernels/mla_fp8.h"
 #include "model/archs/decoder_frame.h"
 #include "model/archs/glm_moe_dsa_config.h"
 #include "model/decisions.h"
@@ -48,20 +50,44 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
     attn_cfg_.n_kv_heads = attn_cfg_.n_heads;   // MLA: one "KV head" per query head (decompressed)
   }
 
+  // --kv-cache-dtype fp8_e4m3: both tensors hold packed FP8 rows u8 [n_slots, bytes] (kernels/mla_fp8.h):
+  // latent = kv_lora_rank e4m3 + f32 scale per 128 + qk_rope_dim bf16 (656 bytes at GLM-5.x's 512 / 64),
+  // indexer key = index_head_dim e4m3 + f32 scale per 128 (132 bytes at 128).
   kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
     kvcache::KvCacheSpec s;
     s.n_blocks = n_blocks;
     s.block_size = block_size;
-    const DType dt = be_.activation_dtype();
+    const bool fp8 = kv_dtype_ == kvcache::KvCacheDtype::kFp8E4M3;
+    const DType dt = fp8 ? DType::kU8 : be_.activation_dtype();
+    const int64_t latent_width =
+        fp8 ? kernels::mla_fp8_row_bytes(dsa_.kv_lora_rank, dsa_.qk_rope_dim) : dsa_.cache_width();
+    const int64_t index_width = fp8 ? kernels::mla_fp8_row_bytes(dsa_.index_head_dim, 0) : dsa_.index_head_dim;
     for (int64_t l = 0; l < cfg_.n_layers + (mtp_ ? 1 : 0); ++l) {
       kvcache::CacheLayerSpec layer;
-      layer.tensors.push_back({kvcache::CacheRole::kLatent, dsa_.cache_width(), dt});
+      layer.tensors.push_back({kvcache::CacheRole::kLatent, latent_width, dt});
       if (l >= cfg_.n_layers || dsa_.full_indexer[l])
-        layer.tensors.push_back({kvcache::CacheRole::kIndexerKey, dsa_.index_head_dim, dt});
+        layer.tensors.push_back({kvcache::CacheRole::kIndexerKey, index_width, dt});
       s.layers.push_back(std::move(layer));
     }
     return s;
   }
+  // FP8 needs rows the packed layout can align (f32 scales on 4-byte, bf16 rope on 2-byte boundaries).
+  Status set_kv_cache_dtype(kvcache::KvCacheDtype dtype) override {
+    if (dtype == kvcache::KvCacheDtype::kFp8E4M3) {
+      if (!kernels::mla_fp8_shape_ok(dsa_.kv_lora_rank, dsa_.qk_rope_dim))
+        return unsupported(cfg_.source + ": --kv-cache-dtype fp8_e4m3 needs kv_lora_rank a multiple of 4 and an even "
+                                         "qk_rope_head_dim (packed FP8 latent rows); got kv_lora_rank " +
+                           std::to_string(dsa_.kv_lora_rank) + ", qk_rope_head_dim " + std::to_string(dsa_.qk_rope_dim) +
+                           " -- use --kv-cache-dtype auto");
+      if (!kernels::mla_fp8_shape_ok(dsa_.index_head_dim, 0))
+        return unsupported(cfg_.source + ": --kv-cache-dtype fp8_e4m3 needs index_head_dim a multiple of 4 (packed FP8 "
+                                         "indexer keys); got " + std::to_string(dsa_.index_head_dim) +
+                           " -- use --kv-cache-dtype auto");
+    }
+    kv_dtype_ = dtype;
+    return Status::ok();
+  }
+  kvcache::KvCacheDtype kv_cache_dtype() const override { return kv_dtype_; }
 
   // Decode graphs (runtime/decode_graphs.h): the target forward over inputs already on the device, captured
   // per (batch bucket, context class). The MLA + DSA decode path is capturable as it stands (the audit is in
@@ -154,6 +180,7 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
 
   GlmMoeDsaConfig dsa_;
   backend::MlaDsaOps& ops_;  // the same backend's MLA / DSA ops
+  kvcache::KvCacheDtype kv_dtype_ = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   // i32 [T, index_topk]: the MTP layer's top-k of the latest forward_mtp that ran its indexer (a draft chain's
   // first step), reused by the chain's later steps under index_share_for_mtp_iteration.
   Tensor first_step_topk_;

@@ -86,6 +86,23 @@ TEST(KvHostTier, SelfTestWithFp8CacheCarriesScales) {
   EXPECT_GT(rep->cached_host, 0) << rep->summary();
 }
 
+// glm_moe_dsa's FP8 cache (packed u8 latent rows of 52 bytes and indexer-key rows of 20 on this fixture,
+// kernels/mla_fp8.h): the tier carries the new row sizes byte for byte, MTP layer included.
+TEST(KvHostTier, SelfTestWithFp8LatentCache) {
+  auto be = backend::make_cpu_backend();
+  model::LoadOptions opts;
+  opts.kv_cache_dtype = kvcache::KvCacheDtype::kFp8E4M3;
+  auto lm = model::load_causal_lm(std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm_moe_dsa_tiny_a", *be, opts);
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  auto exec = make_model_executor(**lm, *be, 64, 4);
+  EXPECT_EQ(exec->kv_bytes_per_block(), 4u * (5 * 52 + 3 * 20));
+  auto rep = run_kv_tier_self_test(std::move(exec), 4, (*lm)->has_mtp() ? 2 : 0);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  EXPECT_TRUE(rep->identical) << rep->summary();
+  EXPECT_GT(rep->cached_host, 0) << rep->summary();
+  if ((*lm)->has_mtp()) EXPECT_GT(rep->drafted_host, 0) << rep->summary();
+}
+
 std::vector<int32_t> prompt_of(int seed, int n, int64_t vocab) {
   std::vector<int32_t> p;
   for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((seed * 131 + i * 17 + i * i) % vocab));

@@ -23,6 +23,10 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
+// FP8 indexer keys (p.fp8_keys, kernels/mla_fp8.h: head_dim e4m3 + f32 scales per row; --kv-cache-dtype
+// fp8_e4m3): both score kernels below dequantize the gathered key rows into their bf16 key tile at the load
+// (mla_fp8_load.cuh); the math after the load is unchanged. (Supersedes "No FP8 yet." above.)
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -70,7 +74,13 @@ __global__ void dsa_scores_kernel(const bf16* __restrict__ q, const bf16* __rest
   for (int i = threadIdx.x; i < kIdxKeys * D; i += blockDim.x) {
     const int k = i / D, d = i % D;
     const int64_t j = j0 + k;
-    if (j < n_ctx) k_s[k * pitch + d] = key_cache[mla_slot(table, j, ap.block_size) * D + d];
+    if (j < n_ctx && p.fp8_keys) {  // packed FP8 row (kernels/mla_fp8.h)
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(key_cache) +
+                           mla_slot(table, j, ap.block_size) * mla_fp8_row_bytes(D, 0);
+      k_s[k * pitch + d] = __float2bfloat16_rn(mla_fp8_row_value(row, D, d));
+    } else if (j < n_ctx) {
+      k_s[k * pitch + d] = key_cache[mla_slot(table, j, ap.block_size) * D + d];
+    }
   }
   __syncthreads();
   const int64_t j = j0 + threadIdx.x;
@@ -113,7 +123,14 @@ __global__ void __launch_bounds__(kIdxKeys) dsa_scores_mma_kernel(
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const int chunks = D / 8;
-  for (int i = tid; i < kIdxKeys * chunks; i += blockDim.x) {
+  for (int i = tid; p.fp8_keys && i < kIdxKeys * chunks; i += blockDim.x) {  // packed FP8 rows: load + dequantize
+    const int r = i / chunks, c = i % chunks;
+    const int64_t j = j0 + r;
+    const uint8_t* row = reinterpret_cast<const uint8_t*>(key_cache) +
+                         (j < n_ctx ? mla_slot(table, j, ap.block_size) : 0) * mla_fp8_row_bytes(D, 0);
+    *reinterpret_cast<uint4*>(k_s + r * pitch + c * 8) = j < n_ctx ? mla_fp8_key_chunk(row, D, c) : make_uint4(0, 0, 0, 0);
+  }
+  for (int i = tid; !p.fp8_keys && i < kIdxKeys * chunks; i += blockDim.x) {
     const int r = i / chunks, c = i % chunks;
     const int64_t j = j0 + r;
     const bool ok = j < n_ctx;

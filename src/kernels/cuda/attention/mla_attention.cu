@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -54,7 +55,7 @@ __global__ void mla_absorb_kernel(const bf16* __restrict__ q, const bf16* __rest
 }
 
 __global__ void mla_attend_kernel(const bf16* __restrict__ q, const float* __restrict__ q_abs,
-                                  const bf16* __restrict__ cache, const int32_t* __restrict__ topk, int64_t topk_width,
+                                  const void* __restrict__ cache, const int32_t* __restrict__ topk, int64_t topk_width,
                                   const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index,
                                   const int32_t* __restrict__ block_tables, float* __restrict__ o_lat, int64_t t0,
                                   MlaParams p, AttentionParams ap) {
@@ -74,22 +75,26 @@ __global__ void mla_attend_kernel(const bf16* __restrict__ q, const float* __res
   const MlaVisibility vis = mla_visibility(kv_index, ap, t);
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int64_t n_items = topk != nullptr ? topk_width : vis.n_ctx;
-  const int64_t row_width = L + R;
+  // p.fp8_cache: packed FP8 rows (kernels/mla_fp8.h), read per element by mla_fp8_row_value.
+  const int64_t row_width = p.fp8_cache ? mla_fp8_row_bytes(L, R) : L + R;
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
   for (int64_t i = warp; i < n_items; i += kAttWarps) {
     const int64_t j = topk != nullptr ? static_cast<int64_t>(topk[t * topk_width + i]) : i;
     if (!vis(j)) continue;  // warp-uniform
-    const bf16* row = cache + mla_slot(table, j, ap.block_size) * row_width;
+    const int64_t slot = mla_slot(table, j, ap.block_size);
+    const bf16* row = static_cast<const bf16*>(cache) + slot * row_width;
+    const uint8_t* row8 = static_cast<const uint8_t*>(cache) + slot * row_width;
+    auto value = [&](int c) { return p.fp8_cache ? mla_fp8_row_value(row8, L, c) : to_f32(row[c]); };
     float lat[kPerLane], dot = 0.f;
 #pragma unroll
     for (int ii = 0; ii < kPerLane; ++ii) {
       const int c = lane + 32 * ii;
-      lat[ii] = c < L ? to_f32(row[c]) : 0.f;
+      lat[ii] = c < L ? value(c) : 0.f;
       if (c < L) dot += qa_s[c] * lat[ii];
     }
-    for (int r = lane; r < R; r += 32) dot += qr_s[r] * to_f32(row[L + r]);
+    for (int r = lane; r < R; r += 32) dot += qr_s[r] * value(L + r);
     const float s = warp_sum(dot) * p.scale;
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), e = expf(s - m_new);
@@ -237,7 +242,7 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
     } else {
       const dim3 heads(static_cast<unsigned>(tg), static_cast<unsigned>(p.n_heads));
       mla_attend_kernel<<<heads, kAttWarps * 32, attend_smem, stream>>>(
-          qb, q_abs, static_cast<const bf16*>(latent_cache), topk, topk_width, token_seq, kv_index, block_tables,
+          qb, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables,
           o_lat, t0, p, ap);
       MX_CUDA_CHECK_LAUNCH();
     }

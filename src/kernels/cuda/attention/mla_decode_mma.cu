@@ -16,13 +16,18 @@
 // normalized partial output and (max, denominator); a combine kernel merges the splits into o_lat.
 // Precision: q_abs and the probabilities enter the MMAs as bf16 (fp32 accumulate, fp32 softmax), as
 // production MLA kernels do; the op test states its tolerance against the fp32 CPU reference.
+// FP8 latent cache (p.fp8_cache, kernels/mla_fp8.h: 656-byte rows): the raw rows stream through the same
+// 2-stage cp.async pipeline into a staging buffer; after a tile lands, all threads dequantize it once into a
+// single bf16 tile (mla_fp8_load.cuh), then the unchanged bf16 MMAs run: 0.57x the HBM bytes of bf16.
 // Invisible keys (past the causal bound, outside a tree mask, -1 / out-of-range top-k entries) are
 // zero-filled and masked to -inf, so a sparse set never widens the causal one (mla_visibility.cuh).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -39,6 +44,8 @@ constexpr int kMaxHeadGroups = 4;  // 64 heads
 constexpr int kQuarterDims = kRow / 4;  // 144: score K-dims per quarter warp (9 k-steps)
 constexpr int kMinKeysPerSplit = 128;
 constexpr int kMaxSplits = 256;
+constexpr int kFp8Row = 656;  // mla_fp8_row_bytes(512, 64)
+static_assert(kFp8Row == mla_fp8_row_bytes(kLat, kRope) && kFp8Row % 16 == 0 && mla_fp8_tail_offset(kLat) % 16 == 0);
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -68,26 +75,31 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-size_t attend_smem_bytes(int head_groups) {
-  return sizeof(bf16) * (static_cast<size_t>(head_groups) * 16 + 2 * kTileKeys) * kRowPad +
-         sizeof(float) * 4 * head_groups * 16 * kSStride + sizeof(int) * 2 * kTileKeys;
+// FP8: one bf16 key tile (dequantized in place of the second) plus two staging tiles of raw 656-byte rows.
+size_t attend_smem_bytes(int head_groups, bool fp8 = false) {
+  return sizeof(bf16) * (static_cast<size_t>(head_groups) * 16 + (fp8 ? 1 : 2) * kTileKeys) * kRowPad +
+         sizeof(float) * 4 * head_groups * 16 * kSStride + sizeof(int) * 2 * kTileKeys +
+         (fp8 ? static_cast<size_t>(2) * kTileKeys * kFp8Row : 0);
 }
 
 // Grid (n_splits, tokens of the group); HG * 4 warps. part_o [tg, n_splits, NH, 512] (normalized by the
 // split's denominator), part_ml [tg, n_splits, NH, 2] (running max, denominator; l = 0: no visible key).
 // With one split part_o is o_lat itself (the same layout) and no combine runs.
-template <int HG>
+template <int HG, bool kFp8>
 __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
-    const bf16* __restrict__ q, const float* __restrict__ q_abs, const bf16* __restrict__ cache,
+    const bf16* __restrict__ q, const float* __restrict__ q_abs, const void* __restrict__ cache_raw,
     const int32_t* __restrict__ topk, int64_t topk_width, const int32_t* __restrict__ token_seq,
     const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables, float* __restrict__ part_o,
     float* __restrict__ part_ml, int64_t t0, int n_splits, int64_t keys_per_split, MlaParams p, AttentionParams ap) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);                            // [HG * 16][kRowPad]
-  bf16* k_s = q_s + HG * 16 * kRowPad;                                      // [2][kTileKeys][kRowPad]
+  bf16* k_s = q_s + HG * 16 * kRowPad;                                      // [2 (FP8: 1)][kTileKeys][kRowPad]
   // [4 quarters][HG * 16][kSStride] partial scores; quarter 0 then holds the summed, scaled, masked scores.
-  float* s_s = reinterpret_cast<float*>(k_s + 2 * kTileKeys * kRowPad);
+  float* s_s = reinterpret_cast<float*>(k_s + (kFp8 ? 1 : 2) * kTileKeys * kRowPad);
   int* valid_s = reinterpret_cast<int*>(s_s + 4 * HG * 16 * kSStride);  // [2][kTileKeys]
+  uint8_t* raw_s = reinterpret_cast<uint8_t*>(valid_s + 2 * kTileKeys);   // FP8: [2][kTileKeys][kFp8Row]
+  const bf16* cache = static_cast<const bf16*>(cache_raw);
+  const uint8_t* cache8 = static_cast<const uint8_t*>(cache_raw);
   const int NH = p.n_heads, split = blockIdx.x;
   const int64_t tl = blockIdx.y, t = t0 + tl;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -121,6 +133,23 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
 
   auto load_tile = [&](int tile, int buf) {
     const int64_t base = begin + static_cast<int64_t>(tile) * kTileKeys;
+    if constexpr (kFp8) {  // raw 656-byte rows, 41 16-byte chunks each, into the staging tile
+      for (int i = tid; i < kTileKeys * (kFp8Row / 16); i += blockDim.x) {
+        const int r = i / (kFp8Row / 16), c = i % (kFp8Row / 16);
+        const int64_t item = base + r;
+        int64_t j = -1;
+        if (item < end) j = topk != nullptr ? static_cast<int64_t>(topk[t * topk_width + item]) : item;
+        const bool ok = item < end && vis(j);
+        const int jj = static_cast<int>(j);
+        const uint8_t* src = ok ? cache8 + (static_cast<int64_t>(table[jj / ap.block_size]) * ap.block_size +
+                                            jj % ap.block_size) * kFp8Row + c * 16
+                                : cache8;
+        cp_async_cg16_zfill(raw_s + (buf * kTileKeys + r) * kFp8Row + c * 16, src, ok);
+        if (c == 0) valid_s[buf * kTileKeys + r] = ok ? 1 : 0;
+      }
+      cp_async_commit_group();
+      return;
+    }
     for (int i = tid; i < kTileKeys * (kRow / 8); i += blockDim.x) {
       const int r = i / (kRow / 8), c = i % (kRow / 8);
       const int64_t item = base + r;
@@ -161,11 +190,20 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
       cp_async_wait_group<0>();
     }
     __syncthreads();
+    if constexpr (kFp8) {  // dequantize the landed staging tile into the one bf16 key tile (zero rows stay zero)
+      for (int i = tid; i < kTileKeys * (kRow / 8); i += blockDim.x) {
+        const int r = i / (kRow / 8), c = i % (kRow / 8);
+        *reinterpret_cast<uint4*>(k_s + r * kRowPad + c * 8) =
+            mla_fp8_row_chunk(raw_s + (buf * kTileKeys + r) * kFp8Row, kLat, c);
+      }
+      __syncthreads();
+    }
+    const int kbuf = kFp8 ? 0 : buf;  // the bf16 key tile the MMAs read
     {  // partial scores of heads [16 hg, +16) x the tile's 32 keys over dims [144 qr, +144)
       float c[4][4];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
-      const bf16* kb = k_s + (buf * kTileKeys + (lane & 7) + 8 * (lane >> 4)) * kRowPad + qr * kQuarterDims +
+      const bf16* kb = k_s + (kbuf * kTileKeys + (lane & 7) + 8 * (lane >> 4)) * kRowPad + qr * kQuarterDims +
                        8 * ((lane >> 3) & 1);
 #pragma unroll
       for (int ks = 0; ks < kQuarterDims / 16; ++ks) {
@@ -237,7 +275,7 @@ __global__ void __launch_bounds__(HG * 128) mla_attend_mma_kernel(
     }
     {  // o += P x latent[:, 128 qr, +128)
       const bf16* vb =
-          k_s + (buf * kTileKeys + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowPad + qr * 128 + 8 * (lane >> 4);
+          k_s + (kbuf * kTileKeys + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowPad + qr * 128 + 8 * (lane >> 4);
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
 #pragma unroll
@@ -311,22 +349,22 @@ int sm_count() {
   return n;
 }
 
-template <int HG>
-void launch_attend(dim3 grid, cudaStream_t stream, const bf16* q, const float* q_abs, const bf16* cache,
+template <int HG, bool kFp8>
+void launch_attend(dim3 grid, cudaStream_t stream, const bf16* q, const float* q_abs, const void* cache,
                    const int32_t* topk, int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                    const int32_t* block_tables, float* part_o, float* part_ml, int64_t t0, int n_splits,
                    int64_t keys_per_split, const MlaParams& p, const AttentionParams& ap) {
-  const size_t smem = attend_smem_bytes(HG);
+  const size_t smem = attend_smem_bytes(HG, kFp8);
   static std::atomic<uint64_t> configured{0};  // one bit per device (the attribute is per device context)
   int dev = 0;
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if ((configured.load() & bit) == 0) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(mla_attend_mma_kernel<HG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    MX_CUDA_CHECK(cudaFuncSetAttribute(mla_attend_mma_kernel<HG, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
     configured.fetch_or(bit);
   }
-  mla_attend_mma_kernel<HG><<<grid, HG * 128, smem, stream>>>(q, q_abs, cache, topk, topk_width, token_seq, kv_index,
+  mla_attend_mma_kernel<HG, kFp8><<<grid, HG * 128, smem, stream>>>(q, q_abs, cache, topk, topk_width, token_seq, kv_index,
                                                               block_tables, part_o, part_ml, t0, n_splits,
                                                               keys_per_split, p, ap);
   MX_CUDA_CHECK_LAUNCH();
@@ -377,25 +415,22 @@ void mla_attend_mma(const void* q, const float* q_abs, const void* latent_cache,
   float* part_ml = direct ? static_cast<float*>(workspace) : part_o + parts * p.n_heads * kLat;
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(group_tokens));
   const auto* qb = static_cast<const bf16*>(q);
-  const auto* cb = static_cast<const bf16*>(latent_cache);
-  switch ((p.n_heads + 15) / 16) {
-    case 1:
-      launch_attend<1>(grid, stream, qb, q_abs, cb, topk, topk_width, token_seq, kv_index, block_tables, part_o,
-                       part_ml, t0, plan.n_splits, plan.keys_per_split, p, ap);
-      break;
-    case 2:
-      launch_attend<2>(grid, stream, qb, q_abs, cb, topk, topk_width, token_seq, kv_index, block_tables, part_o,
-                       part_ml, t0, plan.n_splits, plan.keys_per_split, p, ap);
-      break;
-    case 3:
-      launch_attend<3>(grid, stream, qb, q_abs, cb, topk, topk_width, token_seq, kv_index, block_tables, part_o,
-                       part_ml, t0, plan.n_splits, plan.keys_per_split, p, ap);
-      break;
-    default:
-      launch_attend<4>(grid, stream, qb, q_abs, cb, topk, topk_width, token_seq, kv_index, block_tables, part_o,
-                       part_ml, t0, plan.n_splits, plan.keys_per_split, p, ap);
-      break;
-  }
+  // One launch per (head groups, cache dtype); FP8 rows are read raw (p.fp8_cache).
+  auto launch = [&](auto hg, auto fp8) {
+    launch_attend<decltype(hg)::value, decltype(fp8)::value>(grid, stream, qb, q_abs, latent_cache, topk, topk_width,
+                                                             token_seq, kv_index, block_tables, part_o, part_ml, t0,
+                                                             plan.n_splits, plan.keys_per_split, p, ap);
+  };
+  auto by_heads = [&](auto fp8) {
+    switch ((p.n_heads + 15) / 16) {
+      case 1: launch(std::integral_constant<int, 1>{}, fp8); break;
+      case 2: launch(std::integral_constant<int, 2>{}, fp8); break;
+      case 3: launch(std::integral_constant<int, 3>{}, fp8); break;
+      default: launch(std::integral_constant<int, 4>{}, fp8); break;
+    }
+  };
+  if (p.fp8_cache) by_heads(std::true_type{});
+  else by_heads(std::false_type{});
   if (direct) return;
   const dim3 cgrid(static_cast<unsigned>(group_tokens), static_cast<unsigned>(p.n_heads));
   mla_attend_combine_kernel<<<cgrid, 128, 0, stream>>>(part_o, part_ml, o_lat, plan.n_splits, p.n_heads);

@@ -37,12 +37,20 @@ void copy_columns_bf16(const void* x, void* out, int64_t rows, int64_t cols, int
 void cache_write_columns_bf16(const void* rows, const int32_t* slot_mapping, void* cache, int64_t n_tokens,
                               int64_t width, int64_t cache_width, int64_t col_offset, cudaStream_t stream);
 
+// ---- attention/mla_fp8_cache.cu (--kv-cache-dtype fp8_e4m3; layout in kernels/mla_fp8.h) -------------
+// rows bf16 [n_tokens, width] -> packed FP8 rows of cache u8 [n_slots, row_bytes] at slot_mapping[t]:
+// col_offset 0 quantizes them into the codes + per-128 f32 scales, col_offset > 0 (= the quantized width)
+// stores them as the bf16 tail. Negative slots are skipped. The same bytes as the CPU reference.
+void cache_write_fp8_packed_bf16(const void* rows, const int32_t* slot_mapping, void* cache, int64_t n_tokens,
+                                 int64_t width, int64_t row_bytes, int64_t col_offset, cudaStream_t stream);
+
 // ---- attention/dsa_indexer.cu --------------------------------------------------------------------
 // Shared memory (bytes) the score kernel needs for this shape; the backend refuses shapes above 48 KiB.
 size_t dsa_indexer_smem_bytes(const IndexerParams& p);
 // Workspace (bytes) dsa_indexer_topk needs for a batch whose keys per token are at most max_ctx.
 size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // q bf16 [T, n_heads * head_dim], weights bf16 [T, n_heads], key_cache bf16 [n_slots, head_dim]
+// (p.fp8_keys: packed FP8 rows u8 [n_slots, mla_fp8_row_bytes(head_dim, 0)], kernels/mla_fp8.h)
 // -> topk i32 [T, top_k]: the selected KV indices ascending, -1 padded (all visible keys when at most
 // top_k); ties go to the lower KV index. ap: paging + tree rows (n_tokens, block_size, max_blocks_per_seq,
 // max_kv_len, tree_mask / tree_base); workspace of dsa_indexer_workspace_bytes(T, max_ctx).
@@ -83,7 +91,8 @@ size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int w
 // Absorbed MLA: q bf16 [T, n_heads * (nope + rope)] (roped), latent_cache bf16 [n_slots, kv_lora + rope],
 // kv_b bf16 [n_heads * (nope + v), kv_lora], topk i32 [T, topk_width] or null (every causal key)
 // -> out bf16 [T, n_heads * v]. q_abs = q_nope W_uk (fp32), softmax over the token's keys of
-// (q_abs . latent + q_rope . k_rope) * scale, latent-weighted sum, then W_uv.
+// (q_abs . latent + q_rope . k_rope) * scale, latent-weighted sum, then W_uv. p.fp8_cache: latent_cache is
+// packed FP8 rows u8 [n_slots, mla_fp8_row_bytes(kv_lora, rope)] (kernels/mla_fp8.h), read by both attend kernels.
 void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_b, const int32_t* topk,
                         int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                         const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
