@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "launch/multinode.h"
 #include "parallel/rendezvous.h"
 
 namespace mxserve::cli {
@@ -69,9 +70,7 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
     d.node_rank = static_cast<int>(std::clamp<int64_t>(node_rank, -1, 1 << 20));
     if (args.has("--dist-init-addr")) MX_RETURN_IF_ERROR(parallel::parse_dist_init_addr(args.get_or("--dist-init-addr", ""), &d));
     MX_RETURN_IF_ERROR(parallel::validate_dist_init(d));
-    if (d.nnodes > 1)
-      return unsupported("--nnodes " + std::to_string(d.nnodes) + ": multi-node serving is not implemented yet (the "
-                         "rendezvous and NCCL init exist; the follower nodes' step loop does not; docs/parallel.md)");
+    launch::set_process_dist_init(d);  // launch_model() reads it (launch/multinode.h)
   }
   MX_RETURN_IF_ERROR(pc.validate());
   MX_RETURN_IF_ERROR(apply_communicator_flag(args));

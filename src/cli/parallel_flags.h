@@ -12,8 +12,8 @@
 namespace mxserve::cli {
 
 // --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size N
-// --nnodes N --node-rank R --dist-init-addr host:port (sglang): parsed and validated; nnodes > 1 is refused
-// until the follower nodes' step loop exists (the rendezvous is parallel/rendezvous.h).
+// --nnodes N --node-rank R --dist-init-addr host:port (sglang): one process per node (launch/multinode.h);
+// node 0 serves, the others (`mxserve serve --node-rank R`) run node 0's steps on their ranks.
 // --communicator nccl|shared-device|auto: the CLI spelling of MXSERVE_COMMUNICATOR, which launch_model() reads
 // (launch/launch.cpp); accepted with --backend cuda only. parse_parallel_flags() sets that variable for this
 // process (a flag and a different MXSERVE_COMMUNICATOR already set are an error).
