@@ -22,6 +22,7 @@ const std::vector<F>& spec_flags() {
   static const std::vector<F> v = {
       {"", "", "", "speculative decoding (MTP; docs/speculative.md)"},
       {"--speculative-algorithm", "mtp", "", "draft with the model's MTP layer (aliases NEXTN, EAGLE); off when absent"},
+      {"--speculative-config", "JSON", "", "vLLM spelling: {\"method\": \"mtp\", \"num_speculative_tokens\": N}"},
       {"--speculative-num-steps", "N", "3", "drafted tokens per step; the tree depth in tree mode"},
       {"--speculative-eagle-topk", "K", "1", "1: chain mode; K > 1: tree mode, K children per expanded node"},
       {"--speculative-num-draft-tokens", "M", "", "tree mode: verify the best M - 1 draft nodes (chain: N + 1)"},
@@ -50,9 +51,11 @@ const std::vector<F>& parallel_flags() {
       {"--ep-size", "N", "1", "routed experts partitioned whole over N ranks (1, tp or tp x dp)"},
       {"--enable-expert-parallel", "", "", "expert parallel over all ranks: --ep-size tp x dp (vLLM)"},
       {"--enable-dp-attention", "", "", "attention per dp rank, MoE blocks spread over all ranks (dp > 1)"},
-      {"--nnodes", "N", "1", "nodes (more than 1 is not implemented yet)"},
-      {"--node-rank", "R", "0", "this node's rank (multi-node; not implemented yet)"},
-      {"--dist-init-addr", "HOST:PORT", "", "rendezvous address (multi-node; not implemented yet)"},
+      {"--expert-parallel-size", "N", "1", "alias of --ep-size (sglang)"},
+      {"--nnodes", "N", "1", "nodes, one process each (tp spans them; node 0 serves HTTP)"},
+      {"--node-rank", "R", "0", "this node's rank; R > 0 (serve): a follower that runs node 0's steps"},
+      {"--dist-init-addr", "HOST:PORT", "", "node 0's rendezvous address (multi-node)"},
+      {"--dist-timeout", "S", "300", "multi-node: start-up and per-collective timeout in seconds"},
       {"--communicator", "nccl|shared-device|auto", "auto", "cuda only; shared-device: every rank on ONE GPU, "
                                                           "collectives through device memory (a test stand-in)"},
   };

@@ -383,10 +383,12 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
                                   kvcache::kv_cache_dtype_name(m.kv_cache_dtype) + " backend " + config.backend +
                                   " tp " + std::to_string(config.parallel.tp) + " ep " + std::to_string(config.parallel.ep) +
                                   " dp " + std::to_string(config.parallel.dp);
+  LaunchConfig node_config = config;  // --dist-timeout bounds the start-up and every collective
+  if (dist.timeout_s > 0) node_config.cpu_group.timeout = std::chrono::seconds(dist.timeout_s);
   MX_ASSIGN_OR_RETURN(NodeSessionPtr session,
-                      start_node_session(dist, config.backend == "cuda", config.cpu_group.timeout,
+                      start_node_session(dist, config.backend == "cuda", node_config.cpu_group.timeout,
                                          static_cast<int>(local.size()), fingerprint));
-  auto lm = launch_on_node(config, session.get());
+  auto lm = launch_on_node(node_config, session.get());
   MX_RETURN_IF_ERROR(node_handshake(*session, lm.status()));
   std::unique_ptr<LaunchedModel> out = std::move(*lm);
   out->node_ = std::move(session);

@@ -247,7 +247,9 @@ Status node_handshake(NodeSession& s, const Status& local) {
     MX_RETURN_IF_ERROR(s.leader_link.send_frame(local.is_ok() ? "READY" : "FAIL " + me + " failed at start-up: " +
                                                                         local.message(), deadline));
     if (!local.is_ok()) return local;
-    MX_ASSIGN_OR_RETURN(std::string verdict, s.leader_link.recv_frame(deadline));
+    auto got = s.leader_link.recv_frame(deadline);
+    if (!got.is_ok()) return got.status().with_context(me + " loaded; waiting for node 0's go-ahead");
+    const std::string& verdict = *got;
     if (verdict != "GO") return unavailable("the multi-node launch stopped: " + verdict.substr(verdict.find(' ') + 1));
     return Status::ok();
   }
@@ -267,8 +269,18 @@ namespace {
 class LeaderModel final : public model::CausalLM {
  public:
   LeaderModel(NodeSession& s, model::CausalLM& local, backend::Backend& be, std::vector<parallel::Communicator*> comms)
-      : s_(s), local_(local), be_(be), comms_(std::move(comms)) {}
-  ~LeaderModel() override { (void)s_.send_all(encode_step(StepKind::kQuit, {}, nullptr, nullptr, nullptr, nullptr)); }
+      : s_(s), local_(local), be_(be), comms_(std::move(comms)) {
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~LeaderModel() override {
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      stop_watch_ = true;
+    }
+    watch_cv_.notify_all();
+    watchdog_.join();
+    (void)s_.send_all(encode_step(StepKind::kQuit, {}, nullptr, nullptr, nullptr, nullptr));
+  }
 
   const model::ModelConfig& config() const override { return local_.config(); }
   kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
@@ -338,6 +350,21 @@ class LeaderModel final : public model::CausalLM {
     }).detach();
   }
 
+  // A follower never writes to its step link after start-up: a readable link means it closed (the node stopped).
+  // Node 0 then stops too, idle or not, naming it (its ranks cannot recover).
+  void watch() {
+    std::unique_lock<std::mutex> lock(watch_mutex_);
+    while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_watch_; })) {
+      const std::string dead = s_.dead_nodes();
+      if (dead.empty()) continue;
+      MX_LOG(kError) << "the multi-node launch failed: " << dead << " stopped (its step link closed); node 0 stops "
+                     << "(restart every node)";
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // an in-flight call may still report it
+      std::_Exit(1);
+    }
+  }
+
   NodeSession& s_;
   model::CausalLM& local_;
   backend::Backend& be_;
@@ -345,6 +372,10 @@ class LeaderModel final : public model::CausalLM {
   std::map<const kvcache::KvCache*, StepCache> caches_;
   uint64_t next_id_ = 0;
   Status failed_ = Status::ok();
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool stop_watch_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace
