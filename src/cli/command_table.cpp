@@ -161,6 +161,20 @@ std::vector<CommandHelp> build_table() {
                "mxserve verify-fixture tests/fixtures/glm4_moe_tiny_a --backend cpu"});
   t.push_back({"inspect", "list a checkpoint's tensors and its per-layer precision map", "DIR|FILE.safetensors", {},
                "mxserve inspect models/tiny-glm-trained"});
+  t.push_back({"memory", "per-GPU weight / KV memory and link bytes per token of a parallel layout (no weights read)",
+               "(--config FILE|DIR | --model DIR) [layout flags] [flags]",
+               cat(cat({
+                   {"--config", "FILE|DIR", "", "a config.json (or its directory)"},
+                   {"--model", "DIR", "", "a checkpoint directory (only its config.json is read)"},
+                   {"--num-layers", "N", "all", "keep the first N decoder layers"},
+                   {"--quantization", "EXPERTS[:REST]", "bf16", "stored precision, each mxfp4|fp8-block|bf16"},
+                   {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type"},
+                   {"--gpu-memory", "BYTES", "", "one GPU's memory (e.g. 141GiB, 80GiB): prints the KV tokens that fit"},
+                   {"--gpu-memory-utilization", "F", "0.9", "share of --gpu-memory for weights + KV"},
+                   {"--json", "", "", "one JSON object instead of text"},
+               }, spec_flags()), parallel_flags()),
+               "mxserve memory --config /work/shared/models/GLM-5.2 --quantization mxfp4 --tp-size 4 --dp-size 2 "
+               "--enable-dp-attention --ep-size 8 --gpu-memory 141GiB"});
   t.push_back({"quantize", "bf16 checkpoint -> MXFP4 (Quark) or FP8", "--in DIR --out DIR --scheme SCHEME [flags]",
                {
                    {"--in", "DIR", "", "the bf16 checkpoint"},
