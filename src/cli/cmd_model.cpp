@@ -10,6 +10,7 @@
 #include "cli/fixture.h"
 #include "io/checkpoint.h"
 #include "launch/launch.h"
+#include "launch/multinode.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "model/decisions.h"
@@ -51,6 +52,9 @@ int cmd_verify_fixture(int argc, char** argv) {
                                  "[--kv-cache-dtype auto|fp8_e4m3 (with a --max-rel-l2 for FP8's error)] [--decision-aware]"));
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
+  if (launch::process_dist_init().nnodes > 1)
+    return fail(unsupported("verify-fixture with --nnodes " + std::to_string(launch::process_dist_init().nnodes) +
+                            ": it checks every rank's outputs in one process (run it on one node)"));
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -234,6 +238,10 @@ int cmd_generate(int argc, char** argv) {
   launch::LaunchConfig lc;
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
+  if (launch::process_dist_init().node_rank > 0)  // a follower runs node 0's steps: `mxserve serve --node-rank R`
+    return fail(unsupported("generate --node-rank " + std::to_string(launch::process_dist_init().node_rank) +
+                            ": generate runs on node 0; start the other nodes with `mxserve serve` and the same "
+                            "flags (docs/parallel.md \"Several nodes\")"));
   lc.parallel = *parallel;
   auto source = model_source(*args);
   if (!source.is_ok()) return fail(source.status());
