@@ -420,7 +420,7 @@ std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::Engin
 }
 
 Status LaunchedModel::spec_self_test(const runtime::SpecConfig& spec, int64_t block_size) {
-  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size, synthetic_weights_);
+  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size, synthetic_weights_, layout().dp);
 }
 
 std::vector<MoeKernelConfigRow> LaunchedModel::moe_kernel_configs() const {
