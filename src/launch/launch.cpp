@@ -14,6 +14,7 @@
 #include "model/registry.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/gloo_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/shared_device_communicator.h"
 #include "io/checkpoint.h"
@@ -374,6 +375,12 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   if (dist.nnodes <= 1) return launch_on_node(config, nullptr);
   // Multi-node: the rendezvous first (so a node that fails later still reaches the others), then this node's
   // ranks, then the handshake that fails every node naming the culprit.
+  if (config.backend == "cpu" && !parallel::gloo_available())  // before any node waits for this one
+    return unsupported("--nnodes " + std::to_string(dist.nnodes) + " --backend cpu needs Gloo, and this mxserve was built "
+                       "without it: install Debian's libgloo-dev (scripts/setup.sh does) and rebuild");
+  if (config.backend != "cpu" && config.backend != "cuda")
+    return unsupported("--nnodes " + std::to_string(dist.nnodes) + " on --backend " + config.backend +
+                       ": multi-node runs on --backend cpu (Gloo) or cuda (NCCL)");
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> all, config.parallel.ranks());
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> local, node_ranks(all, config.parallel, dist));
   const ModelSource& m = config.model;
