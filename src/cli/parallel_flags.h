@@ -11,7 +11,8 @@
 
 namespace mxserve::cli {
 
-// --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size/--expert-parallel-size N
+// --tensor-parallel-size/--tp-size/-tp N, --data-parallel-size/--dp-size/-dp N (-tp / -dp: vLLM's short forms,
+// mapped in cli/args.cpp), --ep-size/--expert-parallel-size N
 // --nnodes N --node-rank R --dist-init-addr host:port (sglang): one process per node (launch/multinode.h);
 // node 0 serves, the others (`mxserve serve --node-rank R`) run node 0's steps on their ranks. --dist-timeout S
 // (sglang): bounds the start-up and each cross-node collective (default 300 s).

@@ -61,6 +61,8 @@ TEST(LayoutAliases, TheSeedLayoutInEverySpelling) {
        "--speculative-num-steps", "3", "--kv-cache-dtype", "fp8_e4m3"},
       {"--tp-size", "4", "--data-parallel-size", "2", "--enable-dp-attention", "--speculative-config",
        R"({"method": "deepseek_mtp"})", "--kv-cache-dtype", "fp8_e4m3"},
+      {"-tp", "4", "-dp=2", "--enable-dp-attention", "--speculative-algorithm", "EAGLE", "--kv-cache-dtype",
+       "fp8_e4m3"},  // vLLM's short spellings
   };
   for (const auto& o : others) {
     auto r = parse(o);
