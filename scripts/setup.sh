@@ -11,6 +11,7 @@ PACKAGES=(
   libicu-dev                         # tokenizer: Unicode normalization (NFC/NFKC)
   libpcre2-dev                       # tokenizer: PCRE2 (UTF + UCP, JIT) -- the regex engine mxserve_tokenizer uses
   libcurl4-openssl-dev               # bench: HTTP client (curl multi)
+  libgloo-dev                        # multi-node on the CPU backend: Gloo collectives over TCP (optional at build)
 )
 
 SUDO=""

@@ -52,6 +52,11 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& val
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    // vLLM's short spellings of the parallel sizes, where the command takes the long flag.
+    if ((arg == "-tp" || arg.rfind("-tp=", 0) == 0) && value_flags.count("--tensor-parallel-size"))
+      arg = "--tensor-parallel-size" + arg.substr(3);
+    if ((arg == "-dp" || arg.rfind("-dp=", 0) == 0) && value_flags.count("--data-parallel-size"))
+      arg = "--data-parallel-size" + arg.substr(3);
     if (arg.rfind("--", 0) != 0) {
       a.positional_.push_back(arg);
       continue;

@@ -11,6 +11,7 @@
 #include "cli/fixture_graphs.h"
 #include "io/checkpoint.h"
 #include "launch/launch.h"
+#include "launch/multinode.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "model/decisions.h"
@@ -65,6 +66,9 @@ int cmd_verify_fixture(int argc, char** argv) {
   if (*graphs && !one_rank)
     std::printf("cuda graphs: not checked (graphs are captured on one rank only; this run has %d tp x %d dp)\n",
                 parallel->tp, parallel->dp);
+  if (launch::process_dist_init().nnodes > 1)
+    return fail(unsupported("verify-fixture with --nnodes " + std::to_string(launch::process_dist_init().nnodes) +
+                            ": it checks every rank's outputs in one process (run it on one node)"));
   FixtureOptions opt;
   auto bs = args->get_int("--block-size", 16);
   auto cs = args->get_int("--chunk-size", 7);
@@ -255,6 +259,10 @@ int cmd_generate(int argc, char** argv) {
   launch::LaunchConfig lc;
   auto parallel = parse_parallel_flags(*args);
   if (!parallel.is_ok()) return fail(parallel.status());
+  if (launch::process_dist_init().node_rank > 0)  // a follower runs node 0's steps: `mxserve serve --node-rank R`
+    return fail(unsupported("generate --node-rank " + std::to_string(launch::process_dist_init().node_rank) +
+                            ": generate runs on node 0; start the other nodes with `mxserve serve` and the same "
+                            "flags (docs/parallel.md \"Several nodes\")"));
   lc.parallel = *parallel;
   auto source = model_source(*args);
   if (!source.is_ok()) return fail(source.status());

@@ -15,7 +15,9 @@
 #include "cli/spec_flags.h"
 #include "cli/parallel_flags.h"
 #include "core/logging.h"
+#include "launch/launch.h"
 #include "launch/model_path.h"
+#include "launch/multinode.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 
@@ -52,6 +54,20 @@ Result<double> positive_seconds(const Args& a, const std::string& flag, double f
   auto lhs##_r = (expr);      \
   if (!lhs##_r.is_ok()) return fail(lhs##_r.status()); \
   auto lhs = *lhs##_r
+
+// --node-rank R > 0: load this node's ranks, then run node 0's steps until it quits (launch/multinode.h).
+int serve_follower_node(const server::ServingConfig& sc) {
+  auto lm = launch::launch_model(sc.launch_config());
+  if (!lm.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", lm.status().to_string().c_str());
+    return 1;
+  }
+  if (Status s = launch::run_follower_node(**lm); !s.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -249,6 +265,9 @@ int cmd_serve(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+
+  // A follower node of a multi-node launch: no HTTP server; it runs node 0's steps on its ranks.
+  if (launch::process_dist_init().node_rank > 0) return serve_follower_node(sc);
 
   server::HttpServer http(so);
   if (Status s = http.bind(); !s.is_ok()) {

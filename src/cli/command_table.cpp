@@ -22,6 +22,7 @@ const std::vector<F>& spec_flags() {
   static const std::vector<F> v = {
       {"", "", "", "speculative decoding (MTP; docs/speculative.md)"},
       {"--speculative-algorithm", "mtp", "", "draft with the model's MTP layer (aliases NEXTN, EAGLE); off when absent"},
+      {"--speculative-config", "JSON", "", "vLLM spelling: {\"method\": \"mtp\", \"num_speculative_tokens\": N}"},
       {"--speculative-num-steps", "N", "3", "drafted tokens per step; the tree depth in tree mode"},
       {"--speculative-eagle-topk", "K", "1", "1: chain mode; K > 1: tree mode, K children per expanded node"},
       {"--speculative-num-draft-tokens", "M", "", "tree mode: verify the best M - 1 draft nodes (chain: N + 1)"},
@@ -50,9 +51,11 @@ const std::vector<F>& parallel_flags() {
       {"--ep-size", "N", "1", "routed experts partitioned whole over N ranks (1, tp or tp x dp)"},
       {"--enable-expert-parallel", "", "", "expert parallel over all ranks: --ep-size tp x dp (vLLM)"},
       {"--enable-dp-attention", "", "", "attention per dp rank, MoE blocks spread over all ranks (dp > 1)"},
-      {"--nnodes", "N", "1", "nodes (more than 1 is not implemented yet)"},
-      {"--node-rank", "R", "0", "this node's rank (multi-node; not implemented yet)"},
-      {"--dist-init-addr", "HOST:PORT", "", "rendezvous address (multi-node; not implemented yet)"},
+      {"--expert-parallel-size", "N", "1", "alias of --ep-size (sglang)"},
+      {"--nnodes", "N", "1", "nodes, one process each (tp spans them; node 0 serves HTTP)"},
+      {"--node-rank", "R", "0", "this node's rank; R > 0 (serve): a follower that runs node 0's steps"},
+      {"--dist-init-addr", "HOST:PORT", "", "node 0's rendezvous address (multi-node)"},
+      {"--dist-timeout", "S", "300", "multi-node: start-up and per-collective timeout in seconds"},
       {"--communicator", "nccl|shared-device|auto", "auto", "cuda only; shared-device: every rank on ONE GPU, "
                                                           "collectives through device memory (a test stand-in)"},
   };
@@ -158,6 +161,20 @@ std::vector<CommandHelp> build_table() {
                "mxserve verify-fixture tests/fixtures/glm4_moe_tiny_a --backend cpu"});
   t.push_back({"inspect", "list a checkpoint's tensors and its per-layer precision map", "DIR|FILE.safetensors", {},
                "mxserve inspect models/tiny-glm-trained"});
+  t.push_back({"memory", "per-GPU weight / KV memory and link bytes per token of a parallel layout (no weights read)",
+               "(--config FILE|DIR | --model DIR) [layout flags] [flags]",
+               cat(cat({
+                   {"--config", "FILE|DIR", "", "a config.json (or its directory)"},
+                   {"--model", "DIR", "", "a checkpoint directory (only its config.json is read)"},
+                   {"--num-layers", "N", "all", "keep the first N decoder layers"},
+                   {"--quantization", "EXPERTS[:REST]", "bf16", "stored precision, each mxfp4|fp8-block|bf16"},
+                   {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type"},
+                   {"--gpu-memory", "BYTES", "", "one GPU's memory (e.g. 141GiB, 80GiB): prints the KV tokens that fit"},
+                   {"--gpu-memory-utilization", "F", "0.9", "share of --gpu-memory for weights + KV"},
+                   {"--json", "", "", "one JSON object instead of text"},
+               }, spec_flags()), parallel_flags()),
+               "mxserve memory --config /work/shared/models/GLM-5.2 --quantization mxfp4 --tp-size 4 --dp-size 2 "
+               "--enable-dp-attention --ep-size 8 --gpu-memory 141GiB"});
   t.push_back({"quantize", "bf16 checkpoint -> MXFP4 (Quark) or FP8", "--in DIR --out DIR --scheme SCHEME [flags]",
                {
                    {"--in", "DIR", "", "the bf16 checkpoint"},

@@ -7,6 +7,7 @@ namespace mxserve::cli {
 int cmd_verify_fixture(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_memory(int argc, char** argv);   // cmd_memory.cpp: per-GPU memory and link bytes of a layout
 int cmd_quantize(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);

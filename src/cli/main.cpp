@@ -26,6 +26,7 @@ const Dispatch kCommands[] = {
     {"generate", cli::cmd_generate},
     {"verify-fixture", cli::cmd_verify_fixture},
     {"inspect", cli::cmd_inspect},
+    {"memory", cli::cmd_memory},
     {"quantize", cli::cmd_quantize},
     {"compare", cli::cmd_compare},
     {"eval", cli::cmd_eval},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "launch/multinode.h"
 #include "parallel/rendezvous.h"
 
 namespace mxserve::cli {
@@ -51,9 +52,9 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
   parallel::ParallelConfig pc;
   MX_ASSIGN_OR_RETURN(pc.tp, size_flag(args, "--tensor-parallel-size", "--tp-size"));
   MX_ASSIGN_OR_RETURN(pc.dp, size_flag(args, "--data-parallel-size", "--dp-size"));
-  MX_ASSIGN_OR_RETURN(pc.ep, size_flag(args, "--ep-size", "--ep-size"));
+  MX_ASSIGN_OR_RETURN(pc.ep, size_flag(args, "--ep-size", "--expert-parallel-size"));  // sglang: both
   if (args.has("--enable-expert-parallel")) {
-    if (args.has("--ep-size") && pc.ep != pc.world())
+    if ((args.has("--ep-size") || args.has("--expert-parallel-size")) && pc.ep != pc.world())
       return invalid_argument("--enable-expert-parallel spreads the experts over all tp x dp = " +
                               std::to_string(pc.world()) + " ranks, but --ep-size is " + std::to_string(pc.ep));
     pc.ep = pc.world();
@@ -61,7 +62,7 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
       return invalid_argument("--enable-expert-parallel with one rank: give --tp-size or --dp-size > 1");
   }
   pc.dp_attention = args.has("--enable-dp-attention");  // validate() names it when dp < 2
-  if (args.has("--nnodes") || args.has("--node-rank") || args.has("--dist-init-addr")) {
+  if (args.has("--nnodes") || args.has("--node-rank") || args.has("--dist-init-addr") || args.has("--dist-timeout")) {
     parallel::DistInit d;
     MX_ASSIGN_OR_RETURN(int64_t nnodes, args.get_int("--nnodes", 1));
     MX_ASSIGN_OR_RETURN(int64_t node_rank, args.get_int("--node-rank", 0));
@@ -69,9 +70,11 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
     d.node_rank = static_cast<int>(std::clamp<int64_t>(node_rank, -1, 1 << 20));
     if (args.has("--dist-init-addr")) MX_RETURN_IF_ERROR(parallel::parse_dist_init_addr(args.get_or("--dist-init-addr", ""), &d));
     MX_RETURN_IF_ERROR(parallel::validate_dist_init(d));
-    if (d.nnodes > 1)
-      return unsupported("--nnodes " + std::to_string(d.nnodes) + ": multi-node serving is not implemented yet (the "
-                         "rendezvous and NCCL init exist; the follower nodes' step loop does not; docs/parallel.md)");
+    MX_ASSIGN_OR_RETURN(int64_t dist_timeout, args.get_int("--dist-timeout", 0));
+    if (dist_timeout < 0 || dist_timeout > 86400)
+      return invalid_argument("--dist-timeout must be in [1, 86400] seconds, got " + std::to_string(dist_timeout));
+    d.timeout_s = static_cast<int>(dist_timeout);
+    launch::set_process_dist_init(d);  // launch_model() reads it (launch/multinode.h)
   }
   MX_RETURN_IF_ERROR(pc.validate());
   MX_RETURN_IF_ERROR(apply_communicator_flag(args));

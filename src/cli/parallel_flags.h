@@ -11,15 +11,17 @@
 
 namespace mxserve::cli {
 
-// --tensor-parallel-size/--tp-size N, --data-parallel-size/--dp-size N, --ep-size N
-// --nnodes N --node-rank R --dist-init-addr host:port (sglang): parsed and validated; nnodes > 1 is refused
-// until the follower nodes' step loop exists (the rendezvous is parallel/rendezvous.h).
+// --tensor-parallel-size/--tp-size/-tp N, --data-parallel-size/--dp-size/-dp N (-tp / -dp: vLLM's short forms,
+// mapped in cli/args.cpp), --ep-size/--expert-parallel-size N
+// --nnodes N --node-rank R --dist-init-addr host:port (sglang): one process per node (launch/multinode.h);
+// node 0 serves, the others (`mxserve serve --node-rank R`) run node 0's steps on their ranks. --dist-timeout S
+// (sglang): bounds the start-up and each cross-node collective (default 300 s).
 // --communicator nccl|shared-device|auto: the CLI spelling of MXSERVE_COMMUNICATOR, which launch_model() reads
 // (launch/launch.cpp); accepted with --backend cuda only. parse_parallel_flags() sets that variable for this
 // process (a flag and a different MXSERVE_COMMUNICATOR already set are an error).
 inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-size", "--tp-size",
-                                                          "--data-parallel-size", "--dp-size", "--ep-size",
-                                                          "--nnodes", "--node-rank", "--dist-init-addr",
+                                                          "--data-parallel-size", "--dp-size", "--ep-size", "--expert-parallel-size",
+                                                          "--nnodes", "--node-rank", "--dist-init-addr", "--dist-timeout",
                                                           "--communicator"};
 // --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
 inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};

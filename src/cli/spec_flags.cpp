@@ -1,10 +1,60 @@
 #include "cli/spec_flags.h"
 
+#include <nlohmann/json.hpp>
+
 namespace mxserve::cli {
+
+namespace {
+
+// vLLM's --speculative-config '{"method": "mtp", "num_speculative_tokens": 3}' -> (algorithm, steps). The MTP
+// methods vLLM names per model family are accepted as mtp; other methods and keys are refused, named.
+Status parse_speculative_config(const std::string& text, std::string* algo, int64_t* steps) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return invalid_argument("--speculative-config must be a JSON object such as '{\"method\": \"mtp\", "
+                            "\"num_speculative_tokens\": 3}', got '" + text + "'");
+  for (const auto& [key, value] : j.items()) {
+    if (key == "method") {
+      if (!value.is_string()) return invalid_argument("--speculative-config: \"method\" must be a string");
+      const std::string m = value.get<std::string>();
+      if (m != "mtp" && m != "deepseek_mtp" && m != "glm4_moe_mtp" && m != "nextn")
+        return invalid_argument("--speculative-config: method '" + m + "' is not supported (mtp, deepseek_mtp, "
+                                "glm4_moe_mtp: the model's MTP layer)");
+      *algo = "mtp";
+    } else if (key == "num_speculative_tokens") {
+      if (!value.is_number_integer()) return invalid_argument("--speculative-config: num_speculative_tokens must be an integer");
+      *steps = value.get<int64_t>();
+    } else {
+      return invalid_argument("--speculative-config: key '" + key + "' is not supported (method, "
+                              "num_speculative_tokens; the sglang flags --speculative-* cover the rest)");
+    }
+  }
+  if (algo->empty()) return invalid_argument("--speculative-config needs \"method\" (mtp)");
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<runtime::SpecConfig> parse_spec_flags(const Args& args) {
   runtime::SpecConfig spec;
-  const std::string algo = args.get_or("--speculative-algorithm", "");
+  std::string algo = args.get_or("--speculative-algorithm", "");
+  int64_t default_steps = 3;
+  if (args.has("--speculative-config")) {  // vLLM's spelling of the same settings
+    std::string config_algo;
+    int64_t config_steps = 0;
+    MX_RETURN_IF_ERROR(parse_speculative_config(args.get_or("--speculative-config", ""), &config_algo, &config_steps));
+    if (!algo.empty() && algo != "mtp" && algo != "MTP" && algo != "nextn" && algo != "NEXTN" && algo != "EAGLE")
+      return invalid_argument("--speculative-algorithm " + algo + " and --speculative-config disagree");
+    if (config_steps > 0) {
+      MX_ASSIGN_OR_RETURN(int64_t given, args.get_int("--speculative-num-steps", config_steps));
+      if (given != config_steps)
+        return invalid_argument("--speculative-num-steps " + std::to_string(given) +
+                                " and --speculative-config num_speculative_tokens " + std::to_string(config_steps) +
+                                " disagree (they are the same setting)");
+      default_steps = config_steps;
+    }
+    algo = config_algo;
+  }
   if (algo.empty()) {
     for (const auto& f : {"--speculative-num-steps", "--speculative-simulate-acceptance", "--speculative-skip-self-test",
                           "--speculative-eagle-topk", "--speculative-num-draft-tokens"})
@@ -13,7 +63,7 @@ Result<runtime::SpecConfig> parse_spec_flags(const Args& args) {
   }
   if (algo != "mtp" && algo != "MTP" && algo != "nextn" && algo != "NEXTN" && algo != "EAGLE")
     return invalid_argument("--speculative-algorithm '" + algo + "': supported: mtp (aliases NEXTN, EAGLE)");
-  MX_ASSIGN_OR_RETURN(int64_t steps, args.get_int("--speculative-num-steps", 3));
+  MX_ASSIGN_OR_RETURN(int64_t steps, args.get_int("--speculative-num-steps", default_steps));
   if (steps < 1 || steps > 16) return invalid_argument("--speculative-num-steps must be in [1, 16]");
   spec.num_steps = static_cast<int32_t>(steps);
   // sglang's tree flags: topk 1 is chain mode, whose num_draft_tokens (sglang: the verified token plus

@@ -12,7 +12,8 @@ namespace mxserve::cli {
 // --speculative-algorithm mtp, --speculative-num-steps N, --speculative-simulate-acceptance A
 // --speculative-eagle-topk 1, --speculative-num-draft-tokens N+1: sglang's spelling of chain mode;
 // --speculative-eagle-topk k > 1 [--speculative-num-draft-tokens M]: tree mode (depth N, M - 1 nodes)
-inline const std::set<std::string> kSpecValueFlags = {"--speculative-algorithm", "--speculative-num-steps",
+// --speculative-config '{"method": "mtp", "num_speculative_tokens": N}': vLLM's spelling (= mtp, N steps)
+inline const std::set<std::string> kSpecValueFlags = {"--speculative-algorithm", "--speculative-config", "--speculative-num-steps",
                                                       "--speculative-simulate-acceptance", "--speculative-eagle-topk",
                                                       "--speculative-num-draft-tokens"};
 // --no-speculative-adaptive: keep N fixed (the adaptive policy is on by default)

@@ -10,9 +10,11 @@
 
 #include "core/logging.h"
 #include "launch/lockstep_model.h"
+#include "launch/multinode.h"
 #include "model/registry.h"
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
+#include "parallel/gloo_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/shared_device_communicator.h"
 #include "io/checkpoint.h"
@@ -193,26 +195,46 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
 }
 
 LaunchedModel::~LaunchedModel() {
+  leader_.reset();    // multi-node: tells the follower nodes to quit
   lockstep_.reset();  // its worker threads and KV mirrors first
   models_.clear();    // weights go before the backends that hold their memory
   tp_comms_.clear();
   comms_.clear();
   backends_.clear();
+  node_.reset();      // multi-node: the links last
 }
 
-model::CausalLM& LaunchedModel::model() { return lockstep_ ? *lockstep_ : *models_.front(); }
+model::CausalLM& LaunchedModel::model() {
+  if (leader_) return *leader_;
+  return lockstep_ ? *lockstep_ : *models_.front();
+}
+model::CausalLM& LaunchedModel::local_model() { return lockstep_ ? *lockstep_ : *models_.front(); }
 const model::ModelConfig& LaunchedModel::config() const { return models_.front()->config(); }
 
-Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) {
+// The launch of this node's ranks; session: a multi-node launch (launch/multinode.h), else null.
+Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config, NodeSession* session) {
   if (config.model.path.empty()) return invalid_argument("no model given (--model DIR or --config FILE)");
   if (!config.model.synthetic) {
     MX_RETURN_IF_ERROR(check_model_path(config.model.path));
   }
   MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> ranks, config.parallel.ranks());
+  if (session != nullptr) {  // this node's ranks only
+    MX_ASSIGN_OR_RETURN(ranks, node_ranks(ranks, config.parallel, session_dist(*session)));
+  }
   const int world = static_cast<int>(ranks.size());
   MX_ASSIGN_OR_RETURN(const CommKind comm_kind, communicator_kind(config, world));
-  const bool nccl = comm_kind == CommKind::kNccl, shared_device = comm_kind == CommKind::kSharedDevice;
-  MX_RETURN_IF_ERROR(check_layout_supported(config, shared_device));
+  const bool nccl = comm_kind == CommKind::kNccl && session == nullptr,
+             shared_device = comm_kind == CommKind::kSharedDevice;
+  if (session != nullptr && shared_device)
+    return invalid_argument("--communicator shared-device with --nnodes > 1: the one-GPU stand-in runs in one process");
+  if (session == nullptr) {
+    MX_RETURN_IF_ERROR(check_layout_supported(config, shared_device));
+  } else if (config.backend == "cuda" && parallel::visible_cuda_devices() < config.parallel.first_device + world) {
+    return invalid_argument("--nnodes: this node runs " + std::to_string(world) + " rank(s), one GPU each, but " +
+                            std::to_string(parallel::visible_cuda_devices()) + " GPU(s) are visible");
+  } else if (config.backend == "cuda" && (config.model.load_mtp || config.model.require_mtp)) {
+    return unsupported("MTP / speculative decoding with --nnodes > 1 on --backend cuda: not implemented yet");
+  }
   if (shared_device)  // the one-GPU stand-in: every rank's backend on the first device
     for (parallel::RankLayout& rank : ranks) rank.device = config.parallel.first_device;
 
@@ -228,7 +250,11 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     lm->backends_.push_back(std::move(*be));
   }
   if (cuda) parallel::bind_thread_to_device(ranks.front().device);  // each backend made its device current
-  if (nccl) {
+  if (session != nullptr) {  // the world spans nodes: Gloo (CPU) or NCCL (CUDA) over the session's rendezvous
+    std::vector<backend::Backend*> bes;
+    for (auto& be : lm->backends_) bes.push_back(be.get());
+    MX_ASSIGN_OR_RETURN(lm->comms_, node_communicators(*session, ranks, bes, cuda, config.cpu_group.timeout));
+  } else if (nccl) {
     std::vector<backend::Backend*> bes;
     for (auto& be : lm->backends_) bes.push_back(be.get());
     parallel::NcclOptions no;
@@ -283,7 +309,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   for (const parallel::RankLayout& rank : ranks) {
     auto table = model::shard_weight_table(declared, rank);
     if (!table.is_ok()) return table.status().with_context(rank.describe());
-    if (rank.rank == 0) lm->table_ = std::move(*table);
+    if (&rank == &ranks.front()) lm->table_ = std::move(*table);  // rank 0's (this node's first, multi-node)
   }
   MX_LOG(kDebug) << "launch: " << world << " rank(s), communicator " << lm->comms_.front()->name();
   if (config.model.require_mtp && !lo.synthetic && cfg.n_mtp_layers > 0) {  // before any weight is read
@@ -308,7 +334,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
         rank_lo.rank = ranks[r];
         // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own. A one-rank
         // CUDA launch with the NCCL (or shared-device) test switch gets its one-rank communicator.
-        rank_lo.comm = world == 1 ? (nccl || shared_device ? lm->comms_[r].get() : nullptr)
+        rank_lo.comm = world == 1 && session == nullptr ? (nccl || shared_device ? lm->comms_[r].get() : nullptr)
                        : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
         rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
@@ -344,6 +370,44 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   return lm;
 }
 
+Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) {
+  const parallel::DistInit dist = config.dist.nnodes > 1 ? config.dist : process_dist_init();
+  if (dist.nnodes <= 1) return launch_on_node(config, nullptr);
+  // Multi-node: the rendezvous first (so a node that fails later still reaches the others), then this node's
+  // ranks, then the handshake that fails every node naming the culprit.
+  if (config.backend == "cpu" && !parallel::gloo_available())  // before any node waits for this one
+    return unsupported("--nnodes " + std::to_string(dist.nnodes) + " --backend cpu needs Gloo, and this mxserve was built "
+                       "without it: install Debian's libgloo-dev (scripts/setup.sh does) and rebuild");
+  if (config.backend != "cpu" && config.backend != "cuda")
+    return unsupported("--nnodes " + std::to_string(dist.nnodes) + " on --backend " + config.backend +
+                       ": multi-node runs on --backend cpu (Gloo) or cuda (NCCL)");
+  MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> all, config.parallel.ranks());
+  MX_ASSIGN_OR_RETURN(std::vector<parallel::RankLayout> local, node_ranks(all, config.parallel, dist));
+  const ModelSource& m = config.model;
+  const std::string fingerprint = "model " + m.path + (m.synthetic ? " synthetic seed " + std::to_string(m.seed) +
+                                  " layers " + std::to_string(m.num_layers) + " " + m.synthetic_quantization : "") +
+                                  " mtp " + std::to_string(m.load_mtp || m.require_mtp) + " kv " +
+                                  kvcache::kv_cache_dtype_name(m.kv_cache_dtype) + " backend " + config.backend +
+                                  " tp " + std::to_string(config.parallel.tp) + " ep " + std::to_string(config.parallel.ep) +
+                                  " dp " + std::to_string(config.parallel.dp);
+  LaunchConfig node_config = config;  // --dist-timeout bounds the start-up and every collective
+  if (dist.timeout_s > 0) node_config.cpu_group.timeout = std::chrono::seconds(dist.timeout_s);
+  MX_ASSIGN_OR_RETURN(NodeSessionPtr session,
+                      start_node_session(dist, config.backend == "cuda", node_config.cpu_group.timeout,
+                                         static_cast<int>(local.size()), fingerprint));
+  auto lm = launch_on_node(node_config, session.get());
+  MX_RETURN_IF_ERROR(node_handshake(*session, lm.status()));
+  std::unique_ptr<LaunchedModel> out = std::move(*lm);
+  out->node_ = std::move(session);
+  MX_LOG(kInfo) << describe_node(*out->node_) << ": loaded, every node ready";
+  if (dist.node_rank == 0) {
+    std::vector<parallel::Communicator*> comms;
+    for (auto& c : out->comms_) comms.push_back(c.get());
+    out->leader_ = make_leader_model(*out->node_, out->local_model(), out->backend(), std::move(comms));
+  }
+  return out;
+}
+
 uint64_t LaunchedModel::kv_bytes_per_block(int64_t block_size) const {
   return models_.front()->kv_spec(1, block_size).bytes();
 }
@@ -363,7 +427,7 @@ std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::Engin
 }
 
 Status LaunchedModel::spec_self_test(const runtime::SpecConfig& spec, int64_t block_size) {
-  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size, synthetic_weights_);
+  return runtime::spec_self_test_after_load(model(), backend(), spec, block_size, synthetic_weights_, layout().dp);
 }
 
 std::vector<MoeKernelConfigRow> LaunchedModel::moe_kernel_configs() const {

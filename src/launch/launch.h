@@ -24,6 +24,8 @@
 #include "parallel/communicator.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/rank_layout.h"
+#include "parallel/rendezvous.h"
+#include "launch/multinode.h"
 #include "runtime/engine.h"
 #include "runtime/executor.h"
 
@@ -53,6 +55,8 @@ struct LaunchConfig {
   std::string communicator;
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
+  // Several nodes (--nnodes > 1): this node's place; nnodes 1 here reads the CLI's (launch/multinode.h).
+  parallel::DistInit dist;
 };
 
 class LockstepModel;
@@ -90,9 +94,14 @@ class LaunchedModel {
   // The speculative self-test after load (runtime/spec/self_test.h): logs, or says why it is skipped.
   Status spec_self_test(const runtime::SpecConfig& spec, int64_t block_size);
   std::vector<MoeKernelConfigRow> moe_kernel_configs() const;
+  // Multi-node (launch/multinode.h): this node's session (null on one node) and the model of this node's
+  // ranks alone (model() on node 0 also drives the follower nodes).
+  NodeSession* node_session() { return node_.get(); }
+  model::CausalLM& local_model();
 
  private:
   friend Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config);
+  friend Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config, NodeSession* session);
   LaunchedModel() = default;
 
   bool synthetic_weights_ = false;  // --synthetic-weights: the speculative self-test expects random drafts
@@ -103,6 +112,8 @@ class LaunchedModel {
   std::unique_ptr<LockstepModel> lockstep_;                     // world > 1
   std::vector<model::WeightSpec> table_;
   double load_s_ = 0;
+  NodeSessionPtr node_;                          // multi-node: the links to the other nodes
+  std::unique_ptr<model::CausalLM> leader_;     // multi-node, node 0: sends each call to the followers
 };
 
 // Validates the config, makes the backend per device of the layout, loads the model. Errors name the flag

@@ -15,7 +15,9 @@ LockstepModel::LockstepModel(std::vector<Rank> ranks) : ranks_(std::move(ranks))
   tp_ = layout.tp;
   dp_ = layout.dp;
   dp_attention_ = layout.dp_attention;
-  MX_CHECK_MSG(tp_ * dp_ == world(), "lockstep model: " << world() << " ranks for " << layout.describe());
+  // A multi-node launch drives this node's share of a tp world (dp 1; launch/multinode.h).
+  MX_CHECK_MSG(tp_ * dp_ == world() || (dp_ == 1 && tp_ % world() == 0),
+               "lockstep model: " << world() << " ranks for " << layout.describe());
   for (int r = 0; r < world(); ++r) workers_.emplace_back(&LockstepModel::worker_loop, this, r);
 }
 

@@ -21,6 +21,7 @@ struct DistInit {
   int node_rank = 0;
   std::string host;  // node 0's address (--dist-init-addr host:port)
   int port = 0;
+  int timeout_s = 0;  // --dist-timeout: > 0 bounds the multi-node start-up and each collective (launch/multinode.h)
   std::string describe() const;  // "node 1 of 2 via 10.0.0.1:5000"
 };
 

@@ -1,5 +1,6 @@
 #include "runtime/spec/self_test.h"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -25,12 +26,14 @@ std::vector<std::vector<int32_t>> spec_self_test_prompts(int64_t vocab) {
 }
 
 Result<SpecSelfTestReport> run_spec_self_test(std::unique_ptr<ModelExecutor> executor, const SpecConfig& spec,
-                                              int64_t n_blocks, int64_t block_size, int32_t max_tokens) {
+                                              int64_t n_blocks, int64_t block_size, int32_t max_tokens,
+                                              int dp_ranks) {
   if (spec.num_steps <= 0) return invalid_argument("the speculative self-test needs --speculative-num-steps >= 1");
   if (!executor->has_mtp()) return invalid_argument("the speculative self-test needs a model with an MTP layer");
   const auto prompts = spec_self_test_prompts(executor->vocab_size());
   EngineConfig cfg;
   cfg.scheduler.block_size = block_size;
+  cfg.scheduler.dp_ranks = dp_ranks;  // each sequence's KV in one DP rank's block range (dp > 1)
   cfg.n_blocks = n_blocks;
   cfg.max_model_len = 64 + max_tokens + spec.num_steps + 1;
   cfg.spec = spec;
@@ -110,7 +113,7 @@ void log_spec_self_test(const SpecSelfTestReport& r, bool synthetic_weights) {
 }
 
 Status spec_self_test_after_load(model::CausalLM& model, backend::Backend& be, const SpecConfig& spec,
-                                 int64_t block_size, bool synthetic_weights) {
+                                 int64_t block_size, bool synthetic_weights, int dp_ranks) {
   if (spec.num_steps <= 0) return Status::ok();
   if (spec.simulate_acceptance) {
     MX_LOG(kInfo) << "speculative self-test skipped: --speculative-simulate-acceptance (benchmark mode; the "
@@ -121,8 +124,10 @@ Status spec_self_test_after_load(model::CausalLM& model, backend::Backend& be, c
     MX_LOG(kInfo) << "speculative self-test skipped: --speculative-skip-self-test";
     return Status::ok();
   }
-  const int64_t n_blocks = (64 + 32 + spec.num_steps + 1) / block_size + 8;
-  auto report = run_spec_self_test(make_model_executor(model, be, n_blocks, block_size), spec, n_blocks, block_size);
+  // One sequence's worth of blocks per DP rank's range (a DP model places each sequence in one range).
+  const int64_t n_blocks = ((64 + 32 + spec.num_steps + 1) / block_size + 8) * std::max(1, dp_ranks);
+  auto report = run_spec_self_test(make_model_executor(model, be, n_blocks, block_size), spec, n_blocks, block_size,
+                                   32, dp_ranks);
   if (!report.is_ok()) return report.status().with_context("speculative self-test");
   log_spec_self_test(*report, synthetic_weights);
   return Status::ok();

@@ -40,7 +40,8 @@ std::vector<std::vector<int32_t>> spec_self_test_prompts(int64_t vocab);
 // Decodes `max_tokens` tokens greedily (EOS ignored) from each built-in prompt with N = spec.num_steps
 // drafts per step on `executor` (a small KV pool of n_blocks x block_size; it is destroyed afterwards).
 Result<SpecSelfTestReport> run_spec_self_test(std::unique_ptr<ModelExecutor> executor, const SpecConfig& spec,
-                                              int64_t n_blocks, int64_t block_size, int32_t max_tokens = 32);
+                                              int64_t n_blocks, int64_t block_size, int32_t max_tokens = 32,
+                                              int dp_ranks = 1);  // a DP model: the pool splits into dp ranges
 
 // What the log says about the report: healthy -> one info line; unhealthy -> a loud multi-line warning naming
 // the likely causes (the MTP layer's names / precision), except with synthetic weights, whose random drafts
@@ -56,6 +57,6 @@ void log_spec_self_test(const SpecSelfTestReport& report, bool synthetic_weights
 // pool and logs the result, or logs why it is skipped (speculation off, --speculative-simulate-acceptance:
 // synthetic weights never agree; --speculative-skip-self-test). Errors only when the test itself fails to run.
 Status spec_self_test_after_load(model::CausalLM& model, backend::Backend& be, const SpecConfig& spec,
-                                 int64_t block_size, bool synthetic_weights = false);
+                                 int64_t block_size, bool synthetic_weights = false, int dp_ranks = 1);
 
 }  // namespace mxserve::runtime

@@ -16,7 +16,8 @@ cp "$SRC/tests/server/gpu/run_serve.sh" "$SRC/tests/server/gpu/run_itl.sh" "$DES
 LIBS=$(mktemp -d)
 for l in libopenblas.so.0 libgomp.so.1 libpcre2-8.so.0 libicuuc.so.72 libicudata.so.72 \
          libssl.so.3 libcrypto.so.3 libz.so.1 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 \
-         libgfortran.so.5 libquadmath.so.0; do
+         libgfortran.so.5 libquadmath.so.0 \
+         libgloo.so.0 libhiredis.so.0.14 libibverbs.so.1 libnl-route-3.so.200 libnl-3.so.200; do  # Gloo: multi-node CPU
   p=$(ldd "$BUILD/mxserve" | awk -v l=$l '$1 == l {print $3}')
   [ -n "$p" ] && cp -L "$p" "$LIBS/$l"
 done
