@@ -1,9 +1,11 @@
 // HostCopyEngine for the CUDA backend: page-locked host memory, cudaMemcpyAsync on a side stream, events
 // ordering the side stream after the compute stream's earlier work and the compute stream's later work
-// after the copies (backend/host_copy.h states the contract). Built only with MXSERVE_HAVE_CUDA.
+// after the copies -- all of them (from_host), or layer by layer as the forward reaches each (from_host_layers
+// + wait_layer: one event per layer). backend/host_copy.h states the contract. Built only with MXSERVE_HAVE_CUDA.
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <vector>
 
 #include "backend/cuda_backend.h"
 #include "backend/host_copy.h"
@@ -33,6 +35,7 @@ class CudaHostCopyEngine final : public HostCopyEngine {
   }
   ~CudaHostCopyEngine() override {
     if (side_ != nullptr) cudaStreamSynchronize(side_);
+    for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
     if (before_ != nullptr) cudaEventDestroy(before_);
     if (after_ != nullptr) cudaEventDestroy(after_);
     if (side_ != nullptr) cudaStreamDestroy(side_);
@@ -42,23 +45,56 @@ class CudaHostCopyEngine final : public HostCopyEngine {
   bool pinned() const override { return true; }
   uint8_t* host_data() override { return data_; }
   Status to_host(const std::vector<HostCopySpan>& spans) override {
+    MX_RETURN_IF_ERROR(wait_all_layers());
     MX_RETURN_IF_ERROR(check_host_copy_spans(spans, bytes_, "to host"));
     return copy(spans, cudaMemcpyDeviceToHost);
   }
   Status from_host(const std::vector<HostCopySpan>& spans) override {
+    MX_RETURN_IF_ERROR(wait_all_layers());
     MX_RETURN_IF_ERROR(check_host_copy_spans(spans, bytes_, "from host"));
     return copy(spans, cudaMemcpyHostToDevice);
   }
+  Status from_host_layers(const std::vector<std::vector<HostCopySpan>>& layers) override {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Status st = check_host_copy_spans(layers[l], bytes_, "from host");
+      if (!st.is_ok()) return invalid_argument("layer " + std::to_string(l) + ": " + st.message());
+    }
+    MX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    while (layer_events_.size() < layers.size()) {
+      cudaEvent_t e = nullptr;
+      MX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "layer event"));
+      layer_events_.push_back(e);
+      layer_pending_.push_back(false);
+    }
+    MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(before_, compute_), "event record (compute)"));
+    MX_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(side_, before_, 0), "side stream wait"));
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l].empty()) continue;
+      MX_RETURN_IF_ERROR(enqueue(layers[l], cudaMemcpyHostToDevice));
+      // Re-recorded by a later call: the side stream runs in order, so the latest record covers them all.
+      MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(layer_events_[l], side_), "layer event record"));
+      layer_pending_[l] = true;
+    }
+    return Status::ok();
+  }
+  Status wait_layer(size_t layer) override {
+    if (layer >= layer_pending_.size() || !layer_pending_[layer]) return Status::ok();
+    layer_pending_[layer] = false;
+    MX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    return cuda_status(cudaStreamWaitEvent(compute_, layer_events_[layer], 0),
+                       "compute stream wait on the loads of layer " + std::to_string(layer));
+  }
+  Status wait_all_layers() override {
+    for (size_t l = 0; l < layer_pending_.size(); ++l) MX_RETURN_IF_ERROR(wait_layer(l));
+    return Status::ok();
+  }
   void synchronize() override {
+    (void)wait_all_layers();
     if (side_ != nullptr) cudaStreamSynchronize(side_);
   }
 
  private:
-  Status copy(const std::vector<HostCopySpan>& spans, cudaMemcpyKind kind) {
-    if (spans.empty()) return Status::ok();
-    MX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
-    MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(before_, compute_), "event record (compute)"));
-    MX_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(side_, before_, 0), "side stream wait"));
+  Status enqueue(const std::vector<HostCopySpan>& spans, cudaMemcpyKind kind) {
     for (const auto& s : spans) {
       uint8_t* dev = static_cast<uint8_t*>(s.device->raw()) + s.device_offset;
       uint8_t* host = data_ + s.host_offset;
@@ -66,6 +102,14 @@ class CudaHostCopyEngine final : public HostCopyEngine {
       const void* src = kind == cudaMemcpyDeviceToHost ? static_cast<const void*>(dev) : static_cast<const void*>(host);
       MX_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, s.bytes, kind, side_), "cudaMemcpyAsync"));
     }
+    return Status::ok();
+  }
+  Status copy(const std::vector<HostCopySpan>& spans, cudaMemcpyKind kind) {
+    if (spans.empty()) return Status::ok();
+    MX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+    MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(before_, compute_), "event record (compute)"));
+    MX_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(side_, before_, 0), "side stream wait"));
+    MX_RETURN_IF_ERROR(enqueue(spans, kind));
     MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(after_, side_), "event record (side)"));
     return cuda_status(cudaStreamWaitEvent(compute_, after_, 0), "compute stream wait");
   }
@@ -76,6 +120,8 @@ class CudaHostCopyEngine final : public HostCopyEngine {
   cudaStream_t compute_ = nullptr;
   cudaStream_t side_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
+  std::vector<cudaEvent_t> layer_events_;  // from_host_layers: per layer, the end of its copies on side_
+  std::vector<bool> layer_pending_;        // recorded and not yet waited by the compute stream
 };
 
 }  // namespace

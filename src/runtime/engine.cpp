@@ -126,8 +126,8 @@ void Engine::enable_host_tier() {
   stats_.host_blocks_total = n_slots;
   MX_LOG(kInfo) << "host KV tier: " << n_slots << " blocks (" << n_slots * config_.scheduler.block_size
                 << " tokens) behind a device pool of " << config_.n_blocks
-                << " blocks; evicted prefix blocks spill there and are loaded back (whole blocks, before the "
-                   "step's forward) on a hit";
+                << " blocks; evicted prefix blocks spill there and are loaded back on a hit, layer by layer, "
+                   "overlapped with the step's forward";
 }
 
 Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
