@@ -52,6 +52,7 @@ Usage usage_of(const Sequence& seq) {
   Usage u;
   u.prompt_tokens = seq.prompt_len;
   u.cached_tokens = std::max(seq.cached_tokens, 0);
+  u.cached_host_tokens = seq.cached_host_tokens;
   u.completion_tokens = seq.n_generated();
   u.spec_draft_tokens = seq.spec_drafted;
   u.spec_accepted_tokens = seq.spec_accepted;
