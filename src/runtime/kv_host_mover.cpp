@@ -83,7 +83,7 @@ Status KvHostMover::from_host(std::span<const int32_t> host, std::span<const int
   for (int32_t b : dev) targets_.insert(b);
   for (int64_t l = 0; l < n_layers_; ++l) layer_pending_[l] = layer_pending_[l] || !layers[l].empty();
   kv_.set_load_gate(this);
-  return Status::ok();
+  return per_layer_ ? Status::ok() : settle();
 }
 
 Status KvHostMover::wait(int64_t layer) {

@@ -50,6 +50,12 @@ class KvHostMover final : public kvcache::BlockMover, public kvcache::LayerLoadG
   // Every layer's loads ordered before any later device work; the gate leaves the cache.
   Status settle();
 
+  // Off: every load is ordered before all later device work as soon as it is issued (the whole hit before
+  // the step's forward starts): the baseline the per-layer overlap is measured against (benchmarks). On by
+  // default.
+  void set_per_layer(bool on) { per_layer_ = on; }
+  bool per_layer() const { return per_layer_; }
+
   bool loads_pending() const { return !targets_.empty(); }
   int64_t n_slots() const { return n_slots_; }
 
@@ -70,6 +76,7 @@ class KvHostMover final : public kvcache::BlockMover, public kvcache::LayerLoadG
   uint64_t bytes_per_block_;
   std::vector<bool> layer_pending_;       // per cached layer: copies issued, not yet waited
   std::unordered_set<int32_t> targets_;   // device blocks with a load not yet complete in every layer
+  bool per_layer_ = true;
 };
 
 }  // namespace mxserve::runtime

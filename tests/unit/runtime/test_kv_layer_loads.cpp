@@ -234,6 +234,17 @@ TEST_F(MoverTest, LoadsLandPerLayerWhenWaited) {
   EXPECT_FALSE(mover_->wait(L).is_ok()) << "a layer outside the cache is an error";
 }
 
+// The benchmark baseline: per-layer off orders the whole load at once (nothing left for the forward to wait on).
+TEST_F(MoverTest, PerLayerOffLoadsWholeAtOnce) {
+  const auto b1 = block_bytes(1);
+  ASSERT_TRUE(mover_->to_host(v({1}), v({0})).is_ok());
+  mover_->set_per_layer(false);
+  ASSERT_TRUE(mover_->from_host(v({0}), v({2})).is_ok());
+  EXPECT_EQ(block_bytes(2), b1);
+  EXPECT_FALSE(mover_->loads_pending());
+  EXPECT_EQ(kv_->load_gate(), nullptr);
+}
+
 TEST_F(MoverTest, OffloadAndEvictionCompletePendingLoadsFirst) {
   const auto b1 = block_bytes(1), b0 = block_bytes(0);
   ASSERT_TRUE(mover_->to_host(v({1}), v({2})).is_ok());
