@@ -96,8 +96,8 @@ Timed serve_timed(Engine& e, const std::vector<int32_t>& prompt, int32_t max_tok
 // Benchmark line (no timing assert): a new turn of kTurn tokens after a kPrefix-token shared context, its
 // prefix hit in the device pool, then (after every cached block went to the host tier) in the host tier with
 // the per-layer loads, again with the loads ordered whole before the forward (KvHostMover::set_per_layer(false),
-// the baseline), and a turn over a context never seen (computed whole). Medians of kReps rounds; outputs
-// compared exactly.
+// the baseline), and a turn over a context never seen (computed whole). Medians of kReps rounds; the cached
+// token counts checked (the outputs' equality is RoundTripIsBitIdentical's).
 TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
@@ -141,16 +141,17 @@ TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
     const Timed cold = serve_timed(e, turn(0), 2);  // computes the context: its blocks are cached
     const Timed dev = serve_timed(e, turn(1), 2);   // context from the device pool
     e.evict_prefix_cache();                         // every cached block to the host tier
-    const Timed host = serve_timed(e, turn(1), 2);  // context from the host tier, per-layer loads
+    // Each turn new (a turn served before would hit its own blocks too): only the context is cached.
+    const Timed host = serve_timed(e, turn(2), 2);  // context from the host tier, per-layer loads
     e.evict_prefix_cache();
     handle->mover->set_per_layer(false);
-    const Timed whole = serve_timed(e, turn(1), 2);  // the same, loads ordered before the forward
+    const Timed whole = serve_timed(e, turn(3), 2);  // context from the host tier, loads before the forward
     handle->mover->set_per_layer(true);
     EXPECT_EQ(dev.usage.cached_tokens, kPrefix);
+    EXPECT_EQ(dev.usage.cached_host_tokens, 0);
+    EXPECT_EQ(host.usage.cached_tokens, kPrefix);
     EXPECT_EQ(host.usage.cached_host_tokens, kPrefix);
     EXPECT_EQ(whole.usage.cached_host_tokens, kPrefix);
-    EXPECT_EQ(host.tokens, dev.tokens) << "the same turn over the same context";
-    EXPECT_EQ(whole.tokens, dev.tokens);
     cold_ms.push_back(cold.ms);
     device_ms.push_back(dev.ms);
     host_ms.push_back(host.ms);
