@@ -4,11 +4,13 @@
 // + wait_layer: one event per layer). backend/host_copy.h states the contract. Built only with MXSERVE_HAVE_CUDA.
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cuda_backend.h"
 #include "backend/host_copy.h"
+#include "core/logging.h"
 
 namespace mxserve::backend {
 namespace {
@@ -31,6 +33,17 @@ class CudaHostCopyEngine final : public HostCopyEngine {
     MX_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream"));
     MX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming), "event"));
     MX_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "event"));
+    // Experimental until a GPU run proves it: each layer's loads in one cudaMemcpyBatchAsync call instead of one
+    // cudaMemcpyAsync per block and tensor (the host cost of issuing them: blocks x tensors calls per load).
+    const char* batch = std::getenv("MXSERVE_HOST_TIER_BATCH_COPIES");
+    batch_ = batch != nullptr && std::string(batch) == "1";
+#if CUDART_VERSION < 13000
+    if (batch_)
+      return unsupported("MXSERVE_HOST_TIER_BATCH_COPIES=1 needs CUDA 13 (cudaMemcpyBatchAsync); unset it");
+#endif
+    if (batch_)
+      MX_LOG(kWarn) << "host KV tier: per-layer loads batched (one cudaMemcpyBatchAsync per layer; "
+                       "MXSERVE_HOST_TIER_BATCH_COPIES=1, experimental)";
     return Status::ok();
   }
   ~CudaHostCopyEngine() override {
@@ -70,7 +83,7 @@ class CudaHostCopyEngine final : public HostCopyEngine {
     MX_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(side_, before_, 0), "side stream wait"));
     for (size_t l = 0; l < layers.size(); ++l) {
       if (layers[l].empty()) continue;
-      MX_RETURN_IF_ERROR(enqueue(layers[l], cudaMemcpyHostToDevice));
+      MX_RETURN_IF_ERROR(batch_ ? enqueue_batch_to_device(layers[l]) : enqueue(layers[l], cudaMemcpyHostToDevice));
       // Re-recorded by a later call: the side stream runs in order, so the latest record covers them all.
       MX_RETURN_IF_ERROR(cuda_status(cudaEventRecord(layer_events_[l], side_), "layer event record"));
       layer_pending_[l] = true;
@@ -104,6 +117,33 @@ class CudaHostCopyEngine final : public HostCopyEngine {
     }
     return Status::ok();
   }
+  // Host -> device, every span in one call on the side stream (stream-ordered sources: the host slots may
+  // have been written by an offload enqueued earlier on the same stream).
+  Status enqueue_batch_to_device(const std::vector<HostCopySpan>& spans) {
+#if CUDART_VERSION >= 13000
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (const auto& s : spans) {
+      dsts.push_back(static_cast<uint8_t*>(s.device->raw()) + s.device_offset);
+      srcs.push_back(data_ + s.host_offset);
+      sizes.push_back(s.bytes);
+    }
+    cudaMemcpyAttributes attr = {};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.srcLocHint.type = cudaMemLocationTypeHost;
+    attr.dstLocHint.type = cudaMemLocationTypeDevice;
+    attr.dstLocHint.id = device_;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_index = 0;
+    return cuda_status(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), spans.size(), &attr, &attr_index,
+                                            1, side_),
+                       "cudaMemcpyBatchAsync of " + std::to_string(spans.size()) + " host-tier copies");
+#else
+    (void)spans;
+    return unsupported("cudaMemcpyBatchAsync needs CUDA 13");
+#endif
+  }
   Status copy(const std::vector<HostCopySpan>& spans, cudaMemcpyKind kind) {
     if (spans.empty()) return Status::ok();
     MX_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
@@ -122,6 +162,7 @@ class CudaHostCopyEngine final : public HostCopyEngine {
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   std::vector<cudaEvent_t> layer_events_;  // from_host_layers: per layer, the end of its copies on side_
   std::vector<bool> layer_pending_;        // recorded and not yet waited by the compute stream
+  bool batch_ = false;                     // MXSERVE_HOST_TIER_BATCH_COPIES=1 (experimental)
 };
 
 }  // namespace

@@ -39,12 +39,18 @@ TEST_P(CudaKvHostTier, RoundTripIsBitIdentical) {
   struct Case {
     int64_t block_size, prompt_blocks;
   };
+  // Each case with the loads one cudaMemcpyAsync per block and tensor (the default), then batched per layer
+  // (MXSERVE_HOST_TIER_BATCH_COPIES=1, experimental: read when the tier's copy engine is made).
+  for (const bool batched : {false, true})
   for (const Case c : {Case{16, 4}, Case{4, 4}, Case{16, 24}}) {  // 24 x 16 + 3 + 12 tokens: within 512 positions
+    if (batched) setenv("MXSERVE_HOST_TIER_BATCH_COPIES", "1", 1);
+    else unsetenv("MXSERVE_HOST_TIER_BATCH_COPIES");
     auto rep = run_kv_tier_self_test(make_model_executor(**lm, **be, 64, c.block_size), c.block_size, spec_steps,
                                      12, c.prompt_blocks);
+    unsetenv("MXSERVE_HOST_TIER_BATCH_COPIES");
     ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
-    std::printf("%s block %lld, %lld-block prompt: %s\n", GetParam().c_str(), static_cast<long long>(c.block_size),
-                static_cast<long long>(c.prompt_blocks), rep->summary().c_str());
+    std::printf("%s block %lld, %lld-block prompt%s: %s\n", GetParam().c_str(), static_cast<long long>(c.block_size),
+                static_cast<long long>(c.prompt_blocks), batched ? ", batched copies" : "", rep->summary().c_str());
     EXPECT_TRUE(rep->identical) << rep->summary();
     EXPECT_EQ(rep->cached_host, c.prompt_blocks * c.block_size) << rep->summary();
     if (spec_steps > 0) {
@@ -98,12 +104,12 @@ Timed serve_timed(Engine& e, const std::vector<int32_t>& prompt, int32_t max_tok
 // the per-layer loads, again with the loads ordered whole before the forward (KvHostMover::set_per_layer(false),
 // the baseline), and a turn over a context never seen (computed whole). Medians of kReps rounds; the cached
 // token counts checked (the outputs' equality is RoundTripIsBitIdentical's).
-TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
+void run_bench(const std::string& fixture, bool batched) {
   auto be = backend::make_backend("cuda");
-  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
   // MXSERVE_KV_TIER_BENCH_MODEL: a checkpoint directory to measure instead of the fixture (e.g. the trained model).
   const char* bench_model = std::getenv("MXSERVE_KV_TIER_BENCH_MODEL");
-  const std::string dir = bench_model ? std::string(bench_model) : fixture_dir(GetParam());
+  const std::string dir = bench_model ? std::string(bench_model) : fixture_dir(fixture);
   auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
   // The context within the model's positions (the fixtures: 512): 3/4 of them, at most 4096, whole blocks.
@@ -122,7 +128,9 @@ TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
   MoverHandle* handle = exec.get();
   cfg.kv_cache_host_memory = exec->kv_bytes_per_block() * static_cast<uint64_t>(4 * cfg.n_blocks);
   const double prefix_mb = static_cast<double>(exec->kv_bytes_per_block()) * (kPrefix / kBlock) / 1e6;
+  if (batched) setenv("MXSERVE_HOST_TIER_BATCH_COPIES", "1", 1);
   Engine e(cfg, std::move(exec));
+  unsetenv("MXSERVE_HOST_TIER_BATCH_COPIES");
   ASSERT_NE(handle->mover, nullptr);
   auto tokens = [V](int64_t seed, int64_t n) {
     std::vector<int32_t> t;
@@ -163,11 +171,17 @@ TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
     return v[v.size() / 2];
   };
   const double dev = median(device_ms), host = median(host_ms), whole = median(whole_ms);
-  std::printf("host KV tier bench %s: %lld-token turn over a %lld-token context (%.2f MB of KV): TTFT with the "
+  std::printf("host KV tier bench %s%s: %lld-token turn over a %lld-token context (%.2f MB of KV): TTFT with the "
               "context from the device pool %.2f ms; from the host tier, per-layer loads %.2f ms (+%.2f ms not "
               "hidden), loads before the forward %.2f ms (+%.2f ms); computed whole %.2f ms (median of %lld)\n",
-              dir.c_str(), static_cast<long long>(kTurn), static_cast<long long>(kPrefix), prefix_mb, dev, host,
+              dir.c_str(), batched ? " (batched copies)" : "", static_cast<long long>(kTurn), static_cast<long long>(kPrefix), prefix_mb, dev, host,
               host - dev, whole, whole - dev, median(cold_ms), static_cast<long long>(kReps));
+}
+
+TEST_P(CudaKvHostTier, PrefillWithHostHitsHidesTheLoads) {
+  if (!backend::make_backend("cuda").is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
+  run_bench(GetParam(), /*batched=*/false);
+  run_bench(GetParam(), /*batched=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaKvHostTier, ::testing::Values("glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"));
