@@ -43,22 +43,50 @@ class CpuHostCopyEngine final : public HostCopyEngine {
   bool pinned() const override { return false; }
   uint8_t* host_data() override { return data_; }
   Status to_host(const std::vector<HostCopySpan>& spans) override {
+    MX_RETURN_IF_ERROR(wait_all_layers());
     MX_RETURN_IF_ERROR(check_host_copy_spans(spans, bytes_, "to host"));
     for (const auto& s : spans)
       std::memcpy(data_ + s.host_offset, static_cast<const uint8_t*>(s.device->raw()) + s.device_offset, s.bytes);
     return Status::ok();
   }
   Status from_host(const std::vector<HostCopySpan>& spans) override {
+    MX_RETURN_IF_ERROR(wait_all_layers());
     MX_RETURN_IF_ERROR(check_host_copy_spans(spans, bytes_, "from host"));
-    for (const auto& s : spans)
-      std::memcpy(static_cast<uint8_t*>(s.device->raw()) + s.device_offset, data_ + s.host_offset, s.bytes);
+    copy_in(spans);
     return Status::ok();
   }
-  void synchronize() override {}
+  // Kept until waited on: the CPU has no copy engine to overlap with, but a forward that read a layer before
+  // waiting for it reads stale bytes here exactly as it would race on the GPU (the tests rely on it).
+  Status from_host_layers(const std::vector<std::vector<HostCopySpan>>& layers) override {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Status st = check_host_copy_spans(layers[l], bytes_, "from host");
+      if (!st.is_ok()) return invalid_argument("layer " + std::to_string(l) + ": " + st.message());
+    }
+    if (pending_.size() < layers.size()) pending_.resize(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) pending_[l].insert(pending_[l].end(), layers[l].begin(), layers[l].end());
+    return Status::ok();
+  }
+  Status wait_layer(size_t layer) override {
+    if (layer >= pending_.size()) return Status::ok();
+    copy_in(pending_[layer]);
+    pending_[layer].clear();
+    return Status::ok();
+  }
+  Status wait_all_layers() override {
+    for (size_t l = 0; l < pending_.size(); ++l) MX_RETURN_IF_ERROR(wait_layer(l));
+    return Status::ok();
+  }
+  void synchronize() override { (void)wait_all_layers(); }
 
  private:
+  void copy_in(const std::vector<HostCopySpan>& spans) {
+    for (const auto& s : spans)
+      std::memcpy(static_cast<uint8_t*>(s.device->raw()) + s.device_offset, data_ + s.host_offset, s.bytes);
+  }
+
   uint64_t bytes_;
   uint8_t* data_ = nullptr;
+  std::vector<std::vector<HostCopySpan>> pending_;  // per layer: copies not yet waited (from_host_layers)
 };
 
 }  // namespace

@@ -37,6 +37,17 @@ class HostCopyEngine {
   // Device -> host, then host -> device; both validate every span's bounds (an error names the span).
   virtual Status to_host(const std::vector<HostCopySpan>& spans) = 0;
   virtual Status from_host(const std::vector<HostCopySpan>& spans) = 0;
+  // Host -> device by layer, overlapped with compute (the host KV tier's per-layer loads): every span of
+  // every layer is checked first (an error names the layer and span, nothing is copied); then CUDA enqueues
+  // layers[0]'s copies, layers[1]'s, ... on the side stream (after the compute stream's earlier work), each
+  // layer's followed by an event of its own, and the CPU keeps them. Unlike from_host, later compute is NOT
+  // ordered after them: wait_layer(i) does that for layer i (CUDA: the compute stream waits on layer i's
+  // event, no host sync; CPU: layer i's memcpys now). Repeated calls accumulate (layer i's wait covers every
+  // call's layer i). to_host, from_host and synchronize first complete every layer not yet waited (call order).
+  virtual Status from_host_layers(const std::vector<std::vector<HostCopySpan>>& layers) = 0;
+  virtual Status wait_layer(size_t layer) = 0;
+  // wait_layer for every layer with copies not yet waited.
+  virtual Status wait_all_layers() = 0;
   // Waits until every copy enqueued so far has finished.
   virtual void synchronize() = 0;
 };

@@ -49,6 +49,16 @@ int32_t HostTier::take_slot() {
 
 void HostTier::offload(const std::vector<EvictedBlock>& blocks) {
   std::vector<int32_t> dev, slots;
+  {  // a freed block may still be receiving a load (the mover's per-layer loads complete with the forward)
+    std::vector<int32_t> freed;
+    for (const EvictedBlock& b : blocks) freed.push_back(b.block);
+    const Status st = mover_.before_free(freed);
+    if (!st.is_ok()) {
+      MX_LOG(kError) << "host KV tier: completing the loads into " << freed.size()
+                     << " evicted blocks failed: " << st.to_string();
+      ++counters_.copy_errors;
+    }
+  }
   std::vector<Lru::iterator> fresh;
   for (const EvictedBlock& b : blocks) {
     MX_CHECK_EQ(static_cast<int64_t>(b.tokens.size()), block_size_);

@@ -2,7 +2,7 @@
 // evicts from the device pool are copied, whole (every tensor of the cache layout: K/V, MLA latent, DSA
 // indexer keys, scales, the MTP layer's cache), into host slots instead of being dropped; a request whose
 // prefix continues past the device match into host entries gets fresh device blocks and the bytes copied
-// back before its prefill continues.
+// back, layer by layer, while its prefill runs (the mover's loads are awaited per layer by the forward).
 // An entry is keyed by the chain key of its prefix (chain_key(parent key, block tokens), root key 0, the same
 // keys the radix cache gives its nodes) and holds its block tokens and parent key, both compared on lookup.
 // Owns: the host slots (free list, LRU order, pins) and the key -> slot index. Does not own the bytes'
@@ -24,12 +24,21 @@ namespace mxserve::kvcache {
 // The chain key of a block: FNV-1a of the parent's key and the block's token ids.
 uint64_t chain_key(uint64_t parent_key, std::span<const int32_t> block_tokens);
 
-// Copies whole blocks between the device cache (block ids) and host slots (slot ids).
+// Copies whole blocks between the device cache (block ids) and host slots (slot ids). Calls take effect in
+// call order. from_host may complete later, layer by layer, overlapped with the next forward (the executor's
+// mover: runtime/kv_host_mover.h, kvcache/layer_load_gate.h): its errors are the ones found when it is called
+// (a slot or block out of range, named); the bytes are in place for every forward and copy that follows.
 class BlockMover {
  public:
   virtual ~BlockMover() = default;
   virtual Status to_host(std::span<const int32_t> device_blocks, std::span<const int32_t> host_slots) = 0;
   virtual Status from_host(std::span<const int32_t> host_slots, std::span<const int32_t> device_blocks) = 0;
+  // The device blocks are leaving the device cache (evicted; the pool may hand them out at once): a load
+  // still in flight into one of them completes before any later device work.
+  virtual Status before_free(std::span<const int32_t> device_blocks) {
+    (void)device_blocks;
+    return Status::ok();
+  }
 };
 
 // A device block the radix cache is evicting (its contents still intact until the pool hands it out).

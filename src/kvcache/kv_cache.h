@@ -23,6 +23,8 @@
 
 namespace mxserve::kvcache {
 
+class LayerLoadGate;  // kvcache/layer_load_gate.h
+
 enum class CacheRole { kKey, kValue, kLatent, kIndexerKey };
 const char* cache_role_name(CacheRole r);
 
@@ -88,6 +90,10 @@ class KvCache {
   void enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq, const Allocator& alloc,
                            BlockTableStore::Writer write);
   BlockTableStore* block_tables() { return block_tables_.get(); }
+  // Host-tier blocks still being copied in (kvcache/layer_load_gate.h): a forward waits on the gate per cached
+  // layer before reading it. nullptr (the default): nothing pending. Set and cleared by the executor.
+  void set_load_gate(LayerLoadGate* gate) { load_gate_ = gate; }
+  LayerLoadGate* load_gate() const { return load_gate_; }
 
  private:
   struct Layer {
@@ -97,6 +103,7 @@ class KvCache {
   KvCacheSpec spec_;
   std::vector<Layer> layers_;
   std::unique_ptr<BlockTableStore> block_tables_;
+  LayerLoadGate* load_gate_ = nullptr;
 };
 
 }  // namespace mxserve::kvcache

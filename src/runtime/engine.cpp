@@ -52,6 +52,7 @@ Usage usage_of(const Sequence& seq) {
   Usage u;
   u.prompt_tokens = seq.prompt_len;
   u.cached_tokens = std::max(seq.cached_tokens, 0);
+  u.cached_host_tokens = seq.cached_host_tokens;
   u.completion_tokens = seq.n_generated();
   u.spec_draft_tokens = seq.spec_drafted;
   u.spec_accepted_tokens = seq.spec_accepted;
@@ -126,8 +127,8 @@ void Engine::enable_host_tier() {
   stats_.host_blocks_total = n_slots;
   MX_LOG(kInfo) << "host KV tier: " << n_slots << " blocks (" << n_slots * config_.scheduler.block_size
                 << " tokens) behind a device pool of " << config_.n_blocks
-                << " blocks; evicted prefix blocks spill there and are loaded back (whole blocks, before the "
-                   "step's forward) on a hit";
+                << " blocks; evicted prefix blocks spill there and are loaded back on a hit, layer by layer, "
+                   "overlapped with the step's forward";
 }
 
 Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {

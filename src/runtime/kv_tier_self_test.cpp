@@ -97,23 +97,29 @@ std::string KvTierSelfTestReport::summary() const {
 }
 
 Result<KvTierSelfTestReport> run_kv_tier_self_test(std::unique_ptr<ModelExecutor> executor, int64_t block_size,
-                                                   int32_t spec_steps, int32_t max_tokens) {
+                                                   int32_t spec_steps, int32_t max_tokens, int64_t prompt_blocks) {
   if (spec_steps > 0 && !executor->has_mtp())
     return invalid_argument("host KV tier self-test: speculative steps without an MTP layer");
   const uint64_t per_block = executor->kv_bytes_per_block();
   if (per_block == 0) return invalid_argument("host KV tier self-test: the executor has no KV cache layout");
-  // A prompt of a few blocks and a tail (so the device match stops at whole blocks below the last token).
+  constexpr int64_t kPoolBlocks = 64;
+  const int64_t per_prompt = prompt_blocks + 1 + (max_tokens + 8 + block_size - 1) / block_size;
+  if (prompt_blocks <= 0 || 2 * per_prompt > kPoolBlocks)
+    return invalid_argument("host KV tier self-test: a " + std::to_string(prompt_blocks) +
+                            "-block prompt does not fit twice in its " + std::to_string(kPoolBlocks) + "-block pool");
+  // A prompt of whole blocks and a tail (so the device match stops at whole blocks below the last token).
+  const int64_t prompt_len = prompt_blocks * block_size + 3;
   std::vector<int32_t> prompt;
   for (const auto& p : spec_self_test_prompts(executor->vocab_size()))
     for (int32_t t : p)
-      if (static_cast<int64_t>(prompt.size()) < 4 * block_size + 3) prompt.push_back(t);
-  while (static_cast<int64_t>(prompt.size()) < 4 * block_size + 3)
+      if (static_cast<int64_t>(prompt.size()) < prompt_len) prompt.push_back(t);
+  while (static_cast<int64_t>(prompt.size()) < prompt_len)
     prompt.push_back(static_cast<int32_t>(prompt.size() * 7 % executor->vocab_size()));
 
   const int64_t executor_vocab = executor->vocab_size();
   EngineConfig cfg;
   cfg.scheduler.block_size = block_size;
-  cfg.n_blocks = 64;
+  cfg.n_blocks = kPoolBlocks;
   cfg.max_model_len = static_cast<int64_t>(prompt.size()) + max_tokens + 8;
   cfg.kv_cache_host_memory = per_block * static_cast<uint64_t>(2 * cfg.n_blocks);
   cfg.spec.num_steps = spec_steps;

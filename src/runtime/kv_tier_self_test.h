@@ -31,10 +31,12 @@ struct KvTierSelfTestReport {
   std::string summary() const;
 };
 
-// Runs the test on `executor` (a pool of 64 blocks of block_size and a host tier of 128, destroyed afterwards); spec_steps > 0 drafts
-// with the model's MTP layer (it must have one). Errors only when the test cannot run; a mismatch is a report
-// with identical == false.
+// Runs the test on `executor` (a pool of 64 blocks of block_size and a host tier of 128, destroyed afterwards);
+// spec_steps > 0 drafts with the model's MTP layer (it must have one). The prompt: prompt_blocks whole blocks
+// and a 3-token tail (two such prompts and their outputs must fit the pool). Errors only when the test cannot
+// run; a mismatch is a report with identical == false.
 Result<KvTierSelfTestReport> run_kv_tier_self_test(std::unique_ptr<ModelExecutor> executor, int64_t block_size,
-                                                   int32_t spec_steps, int32_t max_tokens = 12);
+                                                   int32_t spec_steps, int32_t max_tokens = 12,
+                                                   int64_t prompt_blocks = 4);
 
 }  // namespace mxserve::runtime

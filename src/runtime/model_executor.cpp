@@ -21,6 +21,7 @@ class CausalLmExecutor final : public ModelExecutor {
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
     if (graphs_ && graphs_->covers(batch)) {
       MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
+      MX_RETURN_IF_ERROR(settle_host_loads());  // a replay reads the cache without the per-layer gate
       MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch));
       last_logits_ = out.logits;  // the graph's static logits buffer: valid until the next replay
       return finish(batch, out);
@@ -53,6 +54,7 @@ class CausalLmExecutor final : public ModelExecutor {
     for (size_t i = 0; i < src_slots.size(); ++i)
       if (src_slots[i] < 0 || src_slots[i] >= n_slots || dst_slots[i] < 0 || dst_slots[i] >= n_slots)
         return invalid_argument("copy_kv: slot pair " + std::to_string(i) + " outside the cache");
+    MX_RETURN_IF_ERROR(settle_host_loads());
     const int64_t P = static_cast<int64_t>(src_slots.size());
     Tensor src = be_.upload(Tensor::view_of(const_cast<int32_t*>(src_slots.data()), DType::kI32, {P}));
     Tensor dst = be_.upload(Tensor::view_of(const_cast<int32_t*>(dst_slots.data()), DType::kI32, {P}));
@@ -60,12 +62,18 @@ class CausalLmExecutor final : public ModelExecutor {
     return Status::ok();
   }
 
-  void synchronize() override { be_.synchronize(); }
+  void synchronize() override {
+    const Status st = settle_host_loads();
+    MX_CHECK_MSG(st.is_ok(), st.to_string());
+    be_.synchronize();
+  }
 
+  // The mover issues a hit's loads per cached layer and installs itself as the cache's gate: the eager
+  // forward waits per layer (decoder frame); what reads the cache without the gate settles first.
   Result<kvcache::BlockMover*> enable_host_tier(int64_t n_slots) override {
     if (n_slots <= 0) return invalid_argument("host KV tier: " + std::to_string(n_slots) + " slots");
-    MX_ASSIGN_OR_RETURN(host_mover_, make_kv_host_mover(be_, *kv_, n_slots));
-    return host_mover_.get();
+    MX_ASSIGN_OR_RETURN(host_mover_, KvHostMover::make(be_, *kv_, n_slots));
+    return static_cast<kvcache::BlockMover*>(host_mover_.get());
   }
   uint64_t kv_bytes_per_block() const override { return kv_->spec().bytes_per_block(); }
 
@@ -89,6 +97,7 @@ class CausalLmExecutor final : public ModelExecutor {
     if (max_batch <= 0 || max_batch > scratch_row_)
       return invalid_argument("decode graphs: max batch " + std::to_string(max_batch) + " outside [1, " +
                               std::to_string(scratch_row_) + "]");
+    MX_RETURN_IF_ERROR(settle_host_loads());  // never capture a wait on a copy event
     DecodeGraphLayout layout;
     layout.max_batch = max_batch;
     layout.block_size = block_size_;
@@ -134,6 +143,8 @@ class CausalLmExecutor final : public ModelExecutor {
     return r;
   }
 
+  Status settle_host_loads() { return host_mover_ ? host_mover_->settle() : Status::ok(); }
+
   static constexpr uint64_t kScratchLease = ~uint64_t{0};  // never handed out by TableRows
 
   model::CausalLM& model_;
@@ -142,7 +153,7 @@ class CausalLmExecutor final : public ModelExecutor {
   Tensor last_logits_;  // f32 [R, V] on the backend: the last execute()'s logit rows, for sample()
   std::unique_ptr<kvcache::KvCache> kv_;
   int32_t scratch_row_ = -1;
-  std::unique_ptr<kvcache::BlockMover> host_mover_;  // the host KV tier's transport (enable_host_tier)
+  std::unique_ptr<KvHostMover> host_mover_;  // the host KV tier's transport and load gate (enable_host_tier)
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
 };
 

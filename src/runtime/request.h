@@ -76,6 +76,7 @@ struct PromptLogprob {
 struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache (first admission)
+  int32_t cached_host_tokens = 0;  // of which loaded back from the host KV tier (--kv-cache-host-memory)
   int32_t completion_tokens = 0;
   int64_t spec_draft_tokens = 0;     // speculative decoding: tokens drafted for this request
   int64_t spec_accepted_tokens = 0;  // of which accepted by the target

@@ -249,7 +249,10 @@ SchedulePlan Scheduler::schedule() {
       counters_.prefix_hit_tokens += seq->n_computed;
       counters_.prefix_host_hit_tokens += host_tokens;
     }
-    if (seq->cached_tokens < 0) seq->cached_tokens = seq->n_computed;
+    if (seq->cached_tokens < 0) {
+      seq->cached_tokens = seq->n_computed;
+      seq->cached_host_tokens = static_cast<int32_t>(host_tokens);
+    }
     const kvcache::TableLease lease = table_rows_.acquire();
     MX_CHECK_MSG(lease.row >= 0, "scheduler: no free block-table row with " << running_.size() << " running");
     seq->table_row = lease.row;

@@ -26,6 +26,7 @@ struct Sequence {
   uint64_t table_lease = 0;
   int32_t dp_rank = 0;               // the data-parallel rank it runs on (chosen at each admission)
   int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
+  int32_t cached_host_tokens = 0;    // of which loaded back from the host KV tier (same admission)
   int32_t n_preemptions = 0;
   SamplingParams sampling;
   std::shared_ptr<LogitConstraint> constraint;  // structured output (runtime/logit_constraint.h); may be null

@@ -105,7 +105,8 @@ void GenerationSession::handle(const Event& e, ChoiceDelta* delta) {
   c.spec_accepted = ev.usage.spec_accepted_tokens;
   if (!c.prompt_sent && (ev.token >= 0 || ev.finish != runtime::FinishReason::kNone)) add_prompt_part(c, ev, delta);
   if (ev.token >= 0 && !c.cache_counted) {  // cached_tokens is final from the first token on
-    ctx_.metrics.add_cached_tokens("gpu", ev.usage.cached_tokens);
+    ctx_.metrics.add_cached_tokens("gpu", ev.usage.cached_tokens - ev.usage.cached_host_tokens);
+    if (ev.usage.cached_host_tokens > 0) ctx_.metrics.add_cached_tokens("host", ev.usage.cached_host_tokens);
     c.cache_counted = true;
   }
   if (ev.token >= 0 && drop_generated_) {  // max_tokens 0: the prompt part only

@@ -27,6 +27,8 @@ TestServer::TestServer(const TestServerOptions& o) : api_key_(o.api_key) {
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_queued_requests = o.max_queued_requests;
   sc.kv_cache_bytes = 64u << 20;
+  sc.num_kv_blocks = o.num_kv_blocks;
+  sc.kv_cache_host_memory = o.kv_cache_host_memory;
   sc.spec = o.spec;
   sc.benchmark_mode = o.benchmark_mode;
   auto model = ServingModel::load(sc);

@@ -24,6 +24,8 @@ struct TestServerOptions {
   bool benchmark_mode = false;  // allows spec.simulate_acceptance
   std::vector<std::string> allowed_origins;  // CORS (off when empty)
   SpecAlarmOptions spec_alarm;  // the MTP acceptance alarm (bound 0: off)
+  int64_t num_kv_blocks = 0;             // > 0: a device KV pool of this many blocks (default: 64 MiB)
+  uint64_t kv_cache_host_memory = 0;     // the host KV tier (--kv-cache-host-memory; 0: off)
 };
 
 class TestServer {

@@ -104,6 +104,39 @@ TEST(ServerMetricsVllm, CachedTokensPerTier) {
   EXPECT_EQ(s.metric("vllm:prefix_cache_hits_total"), cached);
 }
 
+// With the host KV tier: a prompt whose blocks were evicted to host memory by other prompts is served again;
+// its response's cached_tokens counts the host-tier hit and /metrics splits the cached tokens by tier (the sum
+// of every response's cached_tokens = gpu + host, and host = the engine's host-tier hit counter).
+TEST(ServerMetricsVllm, CachedTokensCountHostTierHits) {
+  TestServerOptions o;
+  o.num_kv_blocks = 24;                 // 16-token blocks: a few prompts fill it
+  o.kv_cache_host_memory = 16u << 20;  // far more than the pool
+  TestServer s(o);
+  auto prompt_of = [](int k) {
+    std::string p;
+    for (int i = 0; i < 14; ++i) p += "Prompt " + std::to_string(k) + " says thing " + std::to_string(i) + ". ";
+    return p;
+  };
+  int64_t cached = 0, last = 0;
+  for (int k : {0, 1, 2, 3, 4, 0}) {
+    const json body = {{"model", "tiny"}, {"prompt", prompt_of(k)}, {"max_tokens", 2}, {"temperature", 0}};
+    auto r = s.post_json("/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    last = json::parse(r.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+    cached += last;
+  }
+  EXPECT_GT(last, 0) << "the repeated prompt hits the host tier";
+  const std::string m = "mxserve:prompt_tokens_cached_total{model_name=\"tiny\",tier=";
+  const double host = s.metric(m + "\"host\"}"), gpu = s.metric(m + "\"gpu\"}");
+  EXPECT_GT(host, 0) << s.get("/metrics").body;
+  EXPECT_LE(host, last);
+  EXPECT_EQ(gpu + host, cached);
+  const auto [engine_host, counted] =
+      settled(s, "mxserve:prefix_cache_hits_tokens_total{model_name=\"tiny\",tier=\"host\"}",
+              m + "\"host\"}");
+  EXPECT_EQ(engine_host, counted);
+}
+
 runtime::SpecStats spec_counters(int64_t drafts, int64_t first_accepted, int n = 2) {
   runtime::SpecStats s;
   s.num_drafts = drafts;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kvcache/layer_load_gate.h"
 #include "model/causal_lm.h"
 #include "model/layers/blocks.h"
 #include "model/layers/dp_moe.h"
@@ -173,6 +174,8 @@ class DecoderFrame : public DecoderFrameBase {
         Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
         Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
         be_.rmsnorm(x, L->input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+        if (kvcache::LayerLoadGate* gate = kv.load_gate())
+          MX_CHECK_MSG(gate->wait(layer).is_ok(), "bind_layer_part: host-tier load failed");
         MX_CHECK_MSG(attend(L->attn, h, up->positions, up->meta, kv, layer, *state, o).is_ok(),
                      "bind_layer_part: attention failed");
         MX_CHECK_MSG(tp_.reduce_partial(o).is_ok(), "bind_layer_part: all-reduce failed");
@@ -220,6 +223,8 @@ class DecoderFrame : public DecoderFrameBase {
     Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     Tensor o = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     be_.rmsnorm(x, layer.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    // Host-tier blocks loaded per layer, overlapped with the layers before (kvcache/layer_load_gate.h).
+    if (kvcache::LayerLoadGate* gate = kv.load_gate()) MX_RETURN_IF_ERROR(gate->wait(cache_layer));
     MX_RETURN_IF_ERROR(attend(layer.attn, h, positions, meta, kv, cache_layer, state, o));
     MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: o_proj over this rank's heads
     be_.add(x, o);

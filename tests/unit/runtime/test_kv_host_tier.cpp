@@ -69,6 +69,17 @@ TEST_P(KvHostTierFixture, SelfTestCatchesBlocksNotCopiedBack) {
   EXPECT_GT(rep->cached_host, 0) << rep->summary();
 }
 
+// More blocks per layer in flight (12 blocks x 5 cached layers of MLA latent + DSA indexer keys).
+TEST(KvHostTier, SelfTestLongPromptIsBitIdentical) {
+  auto& m = testing::load_fixture("glm_moe_dsa_tiny_a");
+  auto rep = run_kv_tier_self_test(make_model_executor(*m.lm, *m.be, 64, 4), 4, 2, 12, /*prompt_blocks=*/12);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  EXPECT_TRUE(rep->identical) << rep->summary();
+  EXPECT_EQ(rep->cached_host, 48) << rep->summary();
+  EXPECT_EQ(rep->accepted_host, rep->accepted_device) << rep->summary();
+  EXPECT_GT(rep->drafted_host, 0) << rep->summary();
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, KvHostTierFixture, ::testing::Values("glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"));
 
 // An FP8 E4M3 cache (codes + per-slot scale tensors): the scales travel too.
