@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   p.top_k = kTopK;
   p.score_scale = 1.f / std::sqrt(static_cast<float>(kDim));
   p.weight_scale = 1.f / std::sqrt(static_cast<float>(kHeads));
-  std::printf("\nDSA indexer: %d heads x %d, top-%d, bf16 keys (%d bytes each); default path: %s\n", kHeads, kDim,
-              kTopK, 2 * kDim, kc::kIndexerFusedDefault ? "kFused" : "kMma");
+  std::printf("\nDSA indexer: %d heads x %d, top-%d, bf16 keys (%d bytes each); default path: kFused up to %lld rows, else kMma\n",
+              kHeads, kDim, kTopK, 2 * kDim, static_cast<long long>(kc::kIndexerFusedMaxRows));
   std::printf("%-18s %9s %9s %7s %9s %7s %9s %9s %7s %8s %8s  %s\n", "case", "fused_us", "GB/s", "frac", "graph_us",
               "frac", "mma_us", "GB/s", "frac", "speedup", "differ", "check");
   std::mt19937 rng(20261206);

@@ -10,7 +10,7 @@
 // and head_dim a multiple of 16 whose tiles fit 48 KiB; else the SIMT kernel (one thread per key, the
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
 // workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
-// IndexerScoreKernel::kFused (and kAuto once kIndexerFusedDefault is true) goes to dsa_indexer_fused.cu
+// IndexerScoreKernel::kFused (and kAuto up to kIndexerFusedMaxRows rows) goes to dsa_indexer_fused.cu
 // instead: scores + histogram split over the SMs, one select block per token, rows <= top_k skipped.
 #include <algorithm>
 #include <cstdint>
@@ -299,7 +299,7 @@ void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache,
                       cudaStream_t stream, IndexerScoreKernel kernel) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
-  const bool fused_auto = kIndexerFusedDefault && kernel == IndexerScoreKernel::kAuto &&
+  const bool fused_auto = T <= kIndexerFusedMaxRows && kernel == IndexerScoreKernel::kAuto &&
                           dsa_indexer_fused_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                           reinterpret_cast<uintptr_t>(key_cache) % 16 == 0;
   if (kernel == IndexerScoreKernel::kFused || fused_auto) {

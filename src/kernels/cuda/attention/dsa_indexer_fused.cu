@@ -382,7 +382,8 @@ size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
 
 bool dsa_indexer_fused_supported(const IndexerParams& p) {
   // Heads are padded to a multiple of 16 with zero q rows and zero weights (each adds exactly +0 to a score).
-  return p.n_heads >= 1 && p.n_heads <= 64 && p.head_dim >= 16 && p.head_dim % 16 == 0 && p.top_k >= 1 &&
+  // FP8 keys (packed rows, kernels/mla_fp8.h) are read by the mma / SIMT score kernels only.
+  return !p.fp8_keys && p.n_heads >= 1 && p.n_heads <= 64 && p.head_dim >= 16 && p.head_dim % 16 == 0 && p.top_k >= 1 &&
          dsa_indexer_fused_smem_bytes(p) <= static_cast<size_t>(kFusedMaxSmem);
 }
 

@@ -54,7 +54,7 @@ size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // -> topk i32 [T, top_k]: the selected KV indices ascending, -1 padded (all visible keys when at most
 // top_k); ties go to the lower KV index. ap: paging + tree rows (n_tokens, block_size, max_blocks_per_seq,
 // max_kv_len, tree_mask / tree_base); workspace of dsa_indexer_workspace_bytes(T, max_ctx).
-// Which path dsa_indexer_topk runs: kAuto = kFused where kIndexerFusedDefault and it supports the shape,
+// Which path dsa_indexer_topk runs: kAuto = kFused up to kIndexerFusedMaxRows rows where it supports the shape,
 // else tensor cores where dsa_indexer_mma_supported, else the SIMT kernel with a one-time warning;
 // kSimple = the SIMT kernel (the oracle); kMma = tensor cores (an unsupported shape is an error); both
 // with the one-block-per-token radix select over a scores workspace. kFused = score + first-digit
@@ -62,8 +62,10 @@ size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // skipped on the device (dsa_indexer_fused.cu; an unsupported shape is an error). All pick the same set
 // for the same scores: ties to the lower KV index.
 enum class IndexerScoreKernel { kAuto, kSimple, kMma, kFused };
-// The one-line switch: whether kAuto (the model's path) runs kFused.
-constexpr bool kIndexerFusedDefault = false;
+// kAuto (the model's path) runs kFused up to this many rows (tokens) a launch, the mma path above: on an H100
+// (2026-12-06, bench_dsa_indexer, 32 heads x 128, top-2048) kFused took 32.6 / 100.6 / 322 us at batch 1 / 16 / 64
+// over 20k keys against the mma path's 61.9 / 111.8 / 254 us (at 64k keys 59 / 279 / 1005 vs 204 / 359 / 775).
+constexpr int64_t kIndexerFusedMaxRows = 32;
 bool dsa_indexer_mma_supported(const IndexerParams& p);
 void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
