@@ -63,10 +63,6 @@ Status check_layout_supported(const LaunchConfig& config, bool shared_device) {
     return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
                        " backend: several ranks run on --backend cpu or cuda");
   if (p.world() > 1 && config.backend == "cuda") {
-    if (p.dp > 1)
-      return unsupported("--data-parallel-size " + std::to_string(p.dp) + " on --backend cuda: data parallelism and DP "
-                         "attention run on --backend cpu only so far (the NCCL sub-groups per DP rank are not wired; "
-                         "docs/parallel.md)");
     const int visible = parallel::visible_cuda_devices();
     if (shared_device && p.first_device >= visible)
       return invalid_argument("the shared-device communicator puts every rank on device " +
@@ -77,11 +73,8 @@ Status check_layout_supported(const LaunchConfig& config, bool shared_device) {
                               std::to_string(p.dp) + " = " + std::to_string(p.world()) + " ranks need one GPU each (devices " +
                               std::to_string(p.first_device) + ".." + std::to_string(p.first_device + p.world() - 1) +
                               "), but " + std::to_string(visible) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES)");
-    // The stand-in's ranks share one device, so rank 0's hidden states are readable by every rank.
-    if (!shared_device && (config.model.load_mtp || config.model.require_mtp))
-      return unsupported("MTP / speculative decoding with --tensor-parallel-size " + std::to_string(p.tp) +
-                         " on --backend cuda: the lockstep model hands rank 0's hidden states to every rank, which "
-                         "the CUDA ranks (one device each) cannot read yet; run without speculation");
+    // MTP: the lockstep model broadcasts rank 0's hidden states to every rank's device through the world
+    // communicator (LockstepModel::forward_mtp), so speculation runs with several CUDA ranks.
   }
   return Status::ok();
 }
@@ -170,6 +163,22 @@ Status check_data_parallel(const model::ModelConfig& c, const parallel::Parallel
   return Status::ok();
 }
 
+// The CUDA bf16 MoE kernels take widths in multiples of 8 (16-byte rows): a rank slice that is not is refused
+// here, naming the flag and the field, instead of failing a kernel check mid-forward. With EP the routed
+// experts are whole (only the shared expert is sliced, through the dense GEMM, which takes any width).
+Status check_cuda_moe_slices(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
+  if (c.n_experts <= 0 || p.ep > 1) return Status::ok();
+  const int slices = p.dp_attention ? p.world() : p.tp;
+  if (slices <= 1 || (c.moe_inter / slices) % 8 == 0) return Status::ok();
+  const std::string flag = p.dp_attention ? "--enable-dp-attention" : "--tensor-parallel-size " + std::to_string(p.tp);
+  return unsupported(flag + " on --backend cuda: each rank's slice of moe_intermediate_size " +
+                     std::to_string(c.moe_inter) + " of " + c.source + " over " +
+                     (p.dp_attention ? "all tp x dp = " : "") + std::to_string(slices) + " ranks is " +
+                     std::to_string(c.moe_inter / slices) +
+                     ", and the CUDA MoE kernels need a multiple of 8 (use fewer ranks, --enable-expert-parallel "
+                     "(whole experts), or --backend cpu)");
+}
+
 Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (tp <= 1) return Status::ok();
   MX_RETURN_IF_ERROR(check_capability(c, &model::ArchitectureDef::Capabilities::tensor_parallel,
@@ -250,9 +259,30 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   if (dp > 1 && tp > 1) {  // one communicator per tp group (the model's TP collectives stay inside its DP group)
     for (int g = 0; g < dp; ++g) {
       std::vector<parallel::RankLayout> group;
-      for (int j = 0; j < tp; ++j) group.push_back(parallel::RankLayout{tp, 1, 1, j, ranks[g * tp + j].device});
-      MX_ASSIGN_OR_RETURN(auto comms, parallel::make_cpu_communicators(group, config.cpu_group));
-      for (auto& c : comms) lm->tp_comms_.push_back(std::move(c));
+      std::vector<backend::Backend*> group_backends;
+      for (int j = 0; j < tp; ++j) {
+        group.push_back(parallel::RankLayout{tp, 1, 1, j, ranks[g * tp + j].device});
+        group_backends.push_back(lm->backends_[g * tp + j].get());
+      }
+      // The group's communicators are of the world's kind: NCCL (a second in-process init over the group's
+      // devices), the shared-device stand-in, or CPU threads.
+      Result<std::vector<std::unique_ptr<parallel::Communicator>>> comms = [&]()
+          -> Result<std::vector<std::unique_ptr<parallel::Communicator>>> {
+        if (nccl) {
+          parallel::NcclOptions no;
+          no.timeout = config.cpu_group.timeout;
+          return parallel::make_nccl_communicators(group, group_backends, nullptr, no);
+        }
+        if (shared_device) {
+          parallel::SharedDeviceOptions so;
+          so.timeout = config.cpu_group.timeout;
+          return parallel::make_shared_device_communicators(group, group_backends, so);
+        }
+        return parallel::make_cpu_communicators(group, config.cpu_group);
+      }();
+      if (!comms.is_ok())
+        return comms.status().with_context("the tensor-parallel communicator of DP rank " + std::to_string(g));
+      for (auto& c : *comms) lm->tp_comms_.push_back(std::move(c));
     }
   }
 
@@ -261,14 +291,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_expert_parallel(cfg, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_data_parallel(cfg, config.parallel));
-  // The CUDA bf16 MoE kernels take widths in multiples of 8 (16-byte rows): a rank slice that is not is refused
-  // here, naming the flag and the field, instead of failing a kernel check mid-forward.
-  if (config.backend == "cuda" && cfg.n_experts > 0 && config.parallel.ep == 1 && config.parallel.tp > 1 &&
-      (cfg.moe_inter / config.parallel.tp) % 8 != 0)
-    return unsupported("--tensor-parallel-size " + std::to_string(config.parallel.tp) + " on --backend cuda: each rank's "
-                       "slice of moe_intermediate_size " + std::to_string(cfg.moe_inter) + " of " + cfg.source +
-                       " is " + std::to_string(cfg.moe_inter / config.parallel.tp) +
-                       ", and the CUDA MoE kernels need a multiple of 8 (use a smaller tp, or --backend cpu)");
+  if (config.backend == "cuda") MX_RETURN_IF_ERROR(check_cuda_moe_slices(cfg, config.parallel));
   if ((config.parallel.tp > 1 || ranks.front().moe_tp() > 1) && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
     if (plan.experts != "bf16" || plan.rest != "bf16")
@@ -304,6 +327,12 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
         if (cuda) parallel::bind_thread_to_device(ranks[r].device);
+        if (config.rank_start_hook) {  // tests: a rank that fails at start-up
+          if (Status st = config.rank_start_hook(ranks[r]); !st.is_ok()) {
+            loaded[r] = Result<std::unique_ptr<model::CausalLM>>(st);
+            return;
+          }
+        }
         model::LoadOptions rank_lo = lo;
         rank_lo.rank = ranks[r];
         // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own. A one-rank

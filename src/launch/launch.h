@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct LaunchConfig {
   std::string communicator;
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
+  // Tests only: runs on each rank's loading thread before it loads; an error fails that rank's start-up (the
+  // launch then stops every rank, naming it).
+  std::function<Status(const parallel::RankLayout&)> rank_start_hook;
 };
 
 class LockstepModel;
@@ -119,5 +123,9 @@ Status check_expert_parallel(const model::ModelConfig& cfg, int ep);
 // Whether the data-parallel layout fits the model: DP attention needs glm4_moe / glm_moe_dsa with routed
 // experts whose widths (routed and shared) split over all tp x dp ranks. Names the flag and the field.
 Status check_data_parallel(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
+// --backend cuda: each rank's slice of the routed experts' width (moe_intermediate_size / tp, or / (tp x dp)
+// under DP attention; whole experts under EP) must be a multiple of 8 (the CUDA MoE kernels' rows). Names the
+// flag and the field.
+Status check_cuda_moe_slices(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
 
 }  // namespace mxserve::launch
