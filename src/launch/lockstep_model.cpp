@@ -109,8 +109,14 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // A decision hook (fixture checks) installed on the caller's thread reaches every rank's forward when the
-    // ranks all run the same rows (no DP): each rank then makes, and is forced to, the same decisions.
-    model::DecisionHook* hook = dp_ == 1 ? model::active_decision_hook() : nullptr;
+    // ranks all run the same rows (no DP): each rank then makes, and is forced to, the same decisions. Under
+    // DP it also reaches them when one DP group holds every row of the batch (verify-fixture's sequences all
+    // live in DP rank 0's blocks; idle groups have no rows of their own, and a DP-attention MoE block routes
+    // the gathered rows, which are then the batch's rows in order); with rows on several groups the rows
+    // would not line up, so it is withheld.
+    int busy_groups = 0;
+    if (dp_ > 1 && model::active_decision_hook() != nullptr) busy_groups = dp_groups_with_rows_;
+    model::DecisionHook* hook = dp_ == 1 || busy_groups <= 1 ? model::active_decision_hook() : nullptr;
     job_ = [&, hook](int r) {
       model::ScopedDecisionHook scope(hook);
       Result<model::ForwardOutput> res = fn(r, *caches[r]);
@@ -179,6 +185,8 @@ Result<Tensor> LockstepModel::broadcast_from_rank0(int r, const Tensor& x) {
 Result<model::ForwardOutput> LockstepModel::run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv,
                                                       const PartFn& fn, const PreFn& pre) {
   MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
+  dp_groups_with_rows_ = 0;
+  for (const model::ForwardBatch& part : split.parts) dp_groups_with_rows_ += part.n_tokens() > 0 ? 1 : 0;
   const bool on_device = ranks_[0].cuda_device >= 0;
   const int64_t n_logits = static_cast<int64_t>(batch.logit_rows.size());
   MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs,

@@ -89,6 +89,7 @@ class LockstepModel final : public model::CausalLM {
   std::vector<Rank> ranks_;
   int tp_ = 1, dp_ = 1;  // from rank 0's layout
   bool dp_attention_ = false;
+  int dp_groups_with_rows_ = 0;  // run_split: the DP groups with rows in the current batch (decision hooks)
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
 
   std::mutex mutex_;
