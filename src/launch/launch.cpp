@@ -204,6 +204,7 @@ Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
 LaunchedModel::~LaunchedModel() {
   lockstep_.reset();  // its worker threads and KV mirrors first
   models_.clear();    // weights go before the backends that hold their memory
+  fused_.clear();
   tp_comms_.clear();
   comms_.clear();
   backends_.clear();
@@ -286,6 +287,34 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
     }
   }
 
+  const char* fused_env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
+  const bool fused = tp > 1 && (config.fused_allreduce || (fused_env != nullptr && std::string(fused_env) == "1"));
+  if (fused) {  // one peer group per tp group; its NCCL fallback is the group's communicator
+    if (shared_device && std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr)
+      MX_LOG(kWarn) << "fused all-reduce on the shared-device stand-in without CUDA_DEVICE_MAX_CONNECTIONS=32: the "
+                    << "ranks' peer kernels may queue behind each other on one device (a barrier then gives up "
+                    << "after ~10 s and the forward fails); set it before starting mxserve";
+    lm->fused_.resize(world);
+    for (int g = 0; g < dp; ++g) {
+      std::vector<backend::Backend*> bes;
+      std::vector<int> devices;
+      std::vector<parallel::Communicator*> fallback;
+      for (int j = 0; j < tp; ++j) {
+        const int r = g * tp + j;
+        bes.push_back(lm->backends_[r].get());
+        devices.push_back(ranks[r].device);
+        fallback.push_back(dp == 1 ? lm->comms_[r].get() : lm->tp_comms_[r].get());
+      }
+      // CUDA: the peer kernel; the CPU reference backend: the three steps behind the same seam.
+      auto group = cuda ? parallel::make_fused_add_norm_group(bes, devices, fallback)
+                        : parallel::make_reference_fused_add_norm_group(bes, fallback);
+      if (!group.is_ok()) return group.status().with_context("the fused all-reduce of DP rank " + std::to_string(g));
+      for (int j = 0; j < tp; ++j) lm->fused_[g * tp + j] = std::move((*group)[j]);
+    }
+    MX_LOG(kInfo) << "fused all-reduce + add + RMSNorm (" << (cuda ? "peer kernel" : "reference, three steps") << "): "
+                  << dp << " group(s) of " << tp << " rank(s)";
+  }
+
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
@@ -340,6 +369,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
         rank_lo.comm = world == 1 ? (nccl || shared_device ? lm->comms_[r].get() : nullptr)
                        : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
         rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
+        rank_lo.fused_add_norm = lm->fused_.empty() ? nullptr : lm->fused_[r].get();
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
       });
     for (auto& t : threads) t.join();

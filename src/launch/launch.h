@@ -23,6 +23,7 @@
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "parallel/communicator.h"
+#include "parallel/fused_add_norm.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/rank_layout.h"
 #include "runtime/engine.h"
@@ -54,6 +55,11 @@ struct LaunchConfig {
   std::string communicator;
   std::string moe_tuning_dir;                // MoE kernel tables added to / overriding the embedded ones
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
+  // tp > 1: the fused all-reduce + residual add + RMSNorm (parallel/fused_add_norm.h) after attention and after
+  // each MLP (chained into the next layer's input norm) instead of three steps. CUDA: the peer kernel (one-shot /
+  // two-shot, NCCL above its buffers); CPU: the reference (the same three steps behind the seam). Off by
+  // default until a GPU run proves it in the forward; MXSERVE_FUSED_ALLREDUCE=1 turns it on as well.
+  bool fused_allreduce = false;
   // Tests only: runs on each rank's loading thread before it loads; an error fails that rank's start-up (the
   // launch then stops every rank, naming it).
   std::function<Status(const parallel::RankLayout&)> rank_start_hook;
@@ -103,6 +109,7 @@ class LaunchedModel {
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank, over the world
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;  // dp > 1 and tp > 1: per rank, its tp group's
+  std::vector<std::unique_ptr<parallel::FusedAddNorm>> fused_;     // per rank, when the fused all-reduce is on
   std::vector<std::unique_ptr<model::CausalLM>> models_;        // one per rank
   std::unique_ptr<LockstepModel> lockstep_;                     // world > 1
   std::vector<model::WeightSpec> table_;

@@ -2,16 +2,20 @@
 // width check (a rank's slice of moe_intermediate_size must be a multiple of 8 on --backend cuda; refused
 // naming the flag and the field, whole experts under EP exempt, DP attention slicing over tp x dp), and a
 // rank that fails at start-up stopping the whole launch, naming the rank, without a hang (tp 2 and
-// tp 2 x dp 2 on CPU ranks, through LaunchConfig::rank_start_hook).
+// tp 2 x dp 2 on CPU ranks, through LaunchConfig::rank_start_hook); the fused all-reduce + add + RMSNorm seam
+// (LaunchConfig::fused_allreduce: on the CPU backend the reference, three steps behind the seam) taken by the
+// forward's chaining at tp 2 and tp 2 x dp 2 + DP attention, matching every fixture's reference.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
 #include <string>
 
+#include "cli/fixture.h"
 #include "launch/launch.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
+#include "parallel/fused_add_norm.h"
 
 namespace mxserve::launch {
 namespace {
@@ -74,6 +78,31 @@ TEST(ParallelLayouts, RankFailingAtStartUpStopsTheLaunchNamingIt) {
     EXPECT_TRUE(mentions(lm.status(), c.name)) << lm.status().message();
     EXPECT_TRUE(mentions(lm.status(), "failed at start-up; every rank stopped")) << lm.status().message();
     EXPECT_TRUE(mentions(lm.status(), "injected start-up failure")) << lm.status().message();
+  }
+}
+
+TEST(ParallelLayouts, FusedAddNormSeamMatchesTheFixtureReference) {
+  for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
+    for (const parallel::ParallelConfig& p :
+         {parallel::ParallelConfig{.tp = 2}, parallel::ParallelConfig{.tp = 2, .dp = 2, .dp_attention = true}}) {
+      LaunchConfig lc;
+      lc.model.path = kFixtures + f;
+      lc.backend = "cpu";
+      lc.parallel = p;
+      lc.fused_allreduce = true;
+      lc.model.load_mtp = true;  // the MTP layer runs the fused chaining too
+      auto lm = launch_model(lc);
+      ASSERT_TRUE(lm.is_ok()) << f << ": " << lm.status().to_string();
+      const int64_t before = parallel::reference_fused_add_norm_calls();
+      cli::FixtureOptions opt;
+      opt.chunk_size = 3;
+      opt.block_size = 4;
+      auto report = cli::verify_fixture_model(kFixtures + f, (*lm)->model(), (*lm)->backend(), opt);
+      ASSERT_TRUE(report.is_ok()) << f << ": " << report.status().to_string();
+      EXPECT_GT(report->cases, 0);
+      EXPECT_EQ(report->failures, 0) << f << " tp " << p.tp << " dp " << p.dp;
+      EXPECT_GT(parallel::reference_fused_add_norm_calls(), before) << f << ": the fused seam never ran";
+    }
   }
 }
 
