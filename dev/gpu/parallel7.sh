@@ -10,8 +10,10 @@
 #  3. greedy tokens of `generate` for every layout equal to the one-rank CUDA run;
 #  4. the *_tiny_b fixtures at --tp-size 2 are refused naming moe_intermediate_size (a 12-wide slice), and run with
 #     --ep-size 2 (whole experts);
-#  5. test_cuda_parallel_layouts: the engine (4 concurrent requests over both DP groups, chunked prefill, prefix
-#     reuse, preemption) and MTP chain / tree with several ranks, greedy tokens equal to one rank.
+#  5. the fused all-reduce + add + RMSNorm in the forward (MXSERVE_FUSED_ALLREDUCE=1) at tp 2 / 4 and tp 2 x dp 2 +
+#     DP attention: verify-fixture and greedy tokens as above;
+#  6. test_cuda_parallel_layouts: the engine (4 concurrent requests over both DP groups, chunked prefill, prefix
+#     reuse, preemption), MTP chain / tree with several ranks and the fused all-reduce, greedy tokens equal to one rank.
 set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
@@ -90,6 +92,29 @@ for f in glm4_moe_tiny_b glm_moe_dsa_tiny_b; do
     --communicator shared-device --max-rel-l2 2e-2 > "$log" 2>&1; rc=$?
   if [ $rc = 0 ] && grep -q " 0 failed checks" "$log"; then echo "PASS verify-fixture $f --tp-size 2 --ep-size 2"
   else echo "FAIL verify-fixture $f --tp-size 2 --ep-size 2: rc=$rc"; grep -E "failed checks|rror" "$log" | head -4; RC=1; fi
+done
+
+# The fused all-reduce + add + RMSNorm in the forward (opt-in, MXSERVE_FUSED_ALLREDUCE=1; peer kernels of the ranks'
+# streams on one device need one hardware queue each: CUDA_DEVICE_MAX_CONNECTIONS=32).
+for f in glm4_moe_tiny_a glm_moe_dsa_tiny_a; do
+  for l in "--tp-size 2" "--tp-size 4" "--tp-size 2 --dp-size 2 --enable-dp-attention"; do
+    log="$OUT/p7_fused_${f}_$(tag "$l").log"
+    CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1 timeout 300 "$MX" verify-fixture "$P/fixtures/$f" \
+      --backend cuda $l --communicator shared-device --max-rel-l2 2e-2 > "$log" 2>&1; rc=$?
+    if [ $rc = 0 ] && grep -q "fused all-reduce + add + RMSNorm (peer kernel)" "$log" && grep -q " 0 failed checks" "$log"; then
+      echo "PASS fused verify-fixture $f $l: $(grep -E 'failed checks' "$log" | tail -1 | sed 's/.*: //')"
+    else
+      echo "FAIL fused verify-fixture $f $l: rc=$rc"; grep -E "failed checks|rror|FAIL|barrier" "$log" | head -6; RC=1
+    fi
+    g="$OUT/p7_fused_gen_${f}_$(tag "$l")"
+    CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1 timeout 120 "$MX" generate --model "$P/fixtures/$f" \
+      --ids 1,2,3 --max-tokens 12 --backend cuda $l --communicator shared-device > "$g.out" 2> "$g.err"; rc=$?
+    if [ $rc = 0 ] && [ -s "$g.out" ] && cmp -s "$OUT/p7_gen_${f}_one.out" "$g.out"; then
+      echo "PASS fused generate $f $l: greedy tokens equal one rank"
+    else
+      echo "FAIL fused generate $f $l: rc=$rc"; diff "$OUT/p7_gen_${f}_one.out" "$g.out" | head -4; tail -2 "$g.err"; RC=1
+    fi
+  done
 done
 
 gtest test_cuda_parallel_layouts 900

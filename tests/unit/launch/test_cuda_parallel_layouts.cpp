@@ -6,7 +6,10 @@
 //     tokens judged by the format bound: 0 failed checks;
 //   - an engine with four concurrent requests (both DP groups busy), chunked prefill, a second wave reusing
 //     the prefixes and a small pool that preempts: greedy tokens equal to the one-rank CUDA engine's;
-//   - MTP chain and tree speculation with several ranks (tp 2; dp 2 + DP attention): the one-rank tokens.
+//   - MTP chain and tree speculation with several ranks (tp 2; dp 2 + DP attention): the one-rank tokens;
+//   - the fused all-reduce + add + RMSNorm in the forward (LaunchConfig::fused_allreduce: the peer kernel over
+//     the ranks' memory on one device) at tp 2, tp 4 and tp 2 x dp 2 + DP attention: the fixture checks and the
+//     one-rank greedy tokens.
 // Label gpu; skips without a CUDA device. MXSERVE_FIXTURE_ROOT overrides the fixtures directory.
 #include <gtest/gtest.h>
 
@@ -26,6 +29,10 @@ namespace mxserve::launch {
 namespace {
 
 // MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
+// Before any CUDA call: one hardware queue per stream, so the fused all-reduce's peer kernels of the ranks'
+// streams on one device never queue behind each other (they meet at spin barriers).
+const int kConnections = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+
 const std::string kFixtures = [] {
   const char* env = std::getenv("MXSERVE_FIXTURE_ROOT");
   return env != nullptr ? std::string(env) + "/" : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/";
@@ -46,8 +53,9 @@ std::vector<Layout> layouts() {
           {1, 2, true}, {1, 2, true, 2}, {2, 2, true},     {2, 2, true, 4},  {2, 2, false, 2}};
 }
 
-Result<std::unique_ptr<LaunchedModel>> launch(const std::string& dir, const Layout& l, bool mtp) {
+Result<std::unique_ptr<LaunchedModel>> launch(const std::string& dir, const Layout& l, bool mtp, bool fused = false) {
   LaunchConfig lc;
+  lc.fused_allreduce = fused;
   lc.model.path = dir;
   lc.model.load_mtp = mtp;
   lc.backend = "cuda";
@@ -184,6 +192,35 @@ TEST_F(CudaParallelLayouts, MtpChainAndTreeWithSeveralRanks) {
       EXPECT_EQ(run_engine(**lm, prompts, 64, chain), want) << f << " " << l.name() << " chain MTP";
       EXPECT_EQ(run_engine(**lm, prompts, 64, tree), want) << f << " " << l.name() << " tree MTP";
       std::printf("PASS-MTP %s %s\n", f, l.name().c_str());
+    }
+  }
+}
+
+TEST_F(CudaParallelLayouts, FusedAllReduceInTheForward) {
+  (void)kConnections;
+  for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
+    const std::string dir = kFixtures + f;
+    auto ref_be = backend::make_cpu_backend();
+    auto ref = model::load_causal_lm(dir, *ref_be, model::LoadOptions{});
+    ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+    auto one = launch(dir, {}, false);
+    ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+    const auto prompts = prompts_for(**one, dir);
+    const auto want = run_engine(**one, prompts, 64);
+    for (const Layout& l : {Layout{2, 1}, Layout{4, 1}, Layout{2, 2, true}}) {
+      auto lm = launch(dir, l, /*mtp=*/true, /*fused=*/true);
+      ASSERT_TRUE(lm.is_ok()) << f << " " << l.name() << ": " << lm.status().to_string();
+      cli::FixtureOptions opt;
+      opt.max_rel_l2 = 2e-2;
+      opt.decision_aware = true;
+      opt.unit_roundoff = model::kBf16UnitRoundoff;
+      opt.reference = ref->get();
+      opt.reference_backend = ref_be.get();
+      auto report = cli::verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
+      ASSERT_TRUE(report.is_ok()) << f << " " << l.name() << " fused: " << report.status().to_string();
+      EXPECT_EQ(report->failures, 0) << f << " " << l.name() << " fused";
+      EXPECT_EQ(run_engine(**lm, prompts, 64), want) << f << " " << l.name() << " fused";
+      std::printf("PASS-FUSED %s %s\n", f, l.name().c_str());
     }
   }
 }
