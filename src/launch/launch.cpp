@@ -391,7 +391,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_model(const LaunchConfig& config) 
       group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get(),
                        lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get(),
                        cuda ? ranks[r].device : -1});
-    lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
+    lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group), config.lockstep_device_paths);
   }
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
     MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), ranks.front()));

@@ -60,6 +60,9 @@ struct LaunchConfig {
   // two-shot, NCCL above its buffers); CPU: the reference (the same three steps behind the seam). Off by
   // default until a GPU run proves it in the forward; MXSERVE_FUSED_ALLREDUCE=1 turns it on as well.
   bool fused_allreduce = false;
+  // Tests only: CPU ranks take the CUDA ranks' DP merge and MTP broadcast through the world communicator
+  // (LockstepModel's device paths), so those paths run without a GPU.
+  bool lockstep_device_paths = false;
   // Tests only: runs on each rank's loading thread before it loads; an error fails that rank's start-up (the
   // launch then stops every rank, naming it).
   std::function<Status(const parallel::RankLayout&)> rank_start_hook;

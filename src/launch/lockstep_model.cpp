@@ -9,8 +9,9 @@
 
 namespace mxserve::launch {
 
-LockstepModel::LockstepModel(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
+LockstepModel::LockstepModel(std::vector<Rank> ranks, bool device_paths) : ranks_(std::move(ranks)) {
   MX_CHECK(!ranks_.empty());
+  device_paths_ = device_paths || ranks_[0].cuda_device >= 0;
   const parallel::RankLayout& layout = ranks_[0].comm->layout();
   tp_ = layout.tp;
   dp_ = layout.dp;
@@ -187,7 +188,7 @@ Result<model::ForwardOutput> LockstepModel::run_split(const model::ForwardBatch&
   MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
   dp_groups_with_rows_ = 0;
   for (const model::ForwardBatch& part : split.parts) dp_groups_with_rows_ += part.n_tokens() > 0 ? 1 : 0;
-  const bool on_device = ranks_[0].cuda_device >= 0;
+  const bool on_device = device_paths_;
   const int64_t n_logits = static_cast<int64_t>(batch.logit_rows.size());
   MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs,
                       run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
@@ -245,7 +246,7 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
-  if (ranks_[0].cuda_device >= 0) return forward_mtp_device(batch, hidden_in, kv);
+  if (device_paths_) return forward_mtp_device(batch, hidden_in, kv);
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
   if (dp_ > 1) {
     MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));

@@ -44,7 +44,9 @@ class LockstepModel final : public model::CausalLM {
     int cuda_device = -1;  // >= 0: the rank's worker thread makes this CUDA device current first
   };
   // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
-  explicit LockstepModel(std::vector<Rank> ranks);
+  // device_paths: the CUDA ranks' DP merge and MTP broadcast through the world communicator (on whenever the
+  // ranks are CUDA ranks; tests turn it on for CPU ranks to run those paths without a GPU).
+  explicit LockstepModel(std::vector<Rank> ranks, bool device_paths = false);
   ~LockstepModel() override;
 
   const model::ModelConfig& config() const override { return ranks_[0].model->config(); }
@@ -89,6 +91,7 @@ class LockstepModel final : public model::CausalLM {
   std::vector<Rank> ranks_;
   int tp_ = 1, dp_ = 1;  // from rank 0's layout
   bool dp_attention_ = false;
+  bool device_paths_ = false;  // CUDA ranks (or a test): merges and broadcasts through the world communicator
   int dp_groups_with_rows_ = 0;  // run_split: the DP groups with rows in the current batch (decision hooks)
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
 

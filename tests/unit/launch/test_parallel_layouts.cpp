@@ -4,10 +4,13 @@
 // rank that fails at start-up stopping the whole launch, naming the rank, without a hang (tp 2 and
 // tp 2 x dp 2 on CPU ranks, through LaunchConfig::rank_start_hook); the fused all-reduce + add + RMSNorm seam
 // (LaunchConfig::fused_allreduce: on the CPU backend the reference, three steps behind the seam) taken by the
-// forward's chaining at tp 2 and tp 2 x dp 2 + DP attention, matching every fixture's reference.
+// forward's chaining at tp 2 and tp 2 x dp 2 + DP attention, matching every fixture's reference; the CUDA ranks'
+// DP merge and MTP broadcast through the world communicator (LaunchConfig::lockstep_device_paths on CPU ranks):
+// an engine over both DP groups, with MTP chain and tree, decodes the one-rank greedy tokens.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -16,6 +19,7 @@
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "parallel/fused_add_norm.h"
+#include "runtime/engine.h"
 
 namespace mxserve::launch {
 namespace {
@@ -103,6 +107,77 @@ TEST(ParallelLayouts, FusedAddNormSeamMatchesTheFixtureReference) {
       EXPECT_EQ(report->failures, 0) << f << " tp " << p.tp << " dp " << p.dp;
       EXPECT_GT(parallel::reference_fused_add_norm_calls(), before) << f << ": the fused seam never ran";
     }
+  }
+}
+
+std::vector<std::vector<int32_t>> engine_tokens(LaunchedModel& lm, const std::vector<std::vector<int32_t>>& prompts,
+                                                const runtime::SpecConfig& spec) {
+  runtime::EngineConfig ec;
+  ec.spec = spec;
+  ec.scheduler.block_size = 4;
+  ec.scheduler.chunked_prefill_size = 5;
+  ec.scheduler.max_num_batched_tokens = 12;
+  ec.n_blocks = 64;
+  ec.max_model_len = 64;
+  auto engine = lm.make_engine(ec);
+  std::vector<std::vector<int32_t>> tokens(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    runtime::RequestSpec req;
+    req.prompt = prompts[i];
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 6;
+    req.sampling.ignore_eos = true;
+    auto* out = &tokens[i];
+    EXPECT_TRUE(engine->submit(req, [out](const runtime::TokenEvent& ev) {
+      if (ev.token >= 0) out->push_back(ev.token);
+    }).is_ok());
+  }
+  while (!engine->idle()) {
+    engine->step();
+    const Status inv = engine->check_invariants();
+    EXPECT_TRUE(inv.is_ok()) << inv.to_string();
+    if (!inv.is_ok()) break;
+  }
+  return tokens;
+}
+
+TEST(ParallelLayouts, DeviceMergeAndMtpBroadcastMatchOneRank) {
+  const std::string dir = kFixtures + "glm4_moe_tiny_a";
+  LaunchConfig one_lc;
+  one_lc.model.path = dir;
+  one_lc.model.load_mtp = false;
+  auto one = launch_model(one_lc);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 9 + i; ++t) p.push_back((7 * t + 13 * i + 1) % static_cast<int32_t>((*one)->config().vocab_size));
+    prompts.push_back(p);
+  }
+  const auto want = engine_tokens(**one, prompts, {});
+  ASSERT_EQ(want[0].size(), 6u);
+  runtime::SpecConfig chain;
+  chain.num_steps = 2;
+  chain.adaptive = false;
+  chain.self_test = false;
+  runtime::SpecConfig tree = chain;
+  tree.topk = 2;
+  tree.num_draft_tokens = 5;
+  for (const parallel::ParallelConfig& p :
+       {parallel::ParallelConfig{.tp = 2}, parallel::ParallelConfig{.dp = 2},
+        parallel::ParallelConfig{.tp = 2, .dp = 2, .dp_attention = true}}) {
+    LaunchConfig lc;
+    lc.model.path = dir;
+    lc.model.load_mtp = true;
+    lc.parallel = p;
+    lc.lockstep_device_paths = true;
+    lc.cpu_group.timeout = std::chrono::seconds(60);
+    auto lm = launch_model(lc);
+    ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+    const std::string name = "tp " + std::to_string(p.tp) + " dp " + std::to_string(p.dp);
+    EXPECT_EQ(engine_tokens(**lm, prompts, {}), want) << name;
+    EXPECT_EQ(engine_tokens(**lm, prompts, chain), want) << name << " chain MTP";
+    EXPECT_EQ(engine_tokens(**lm, prompts, tree), want) << name << " tree MTP";
   }
 }
 
