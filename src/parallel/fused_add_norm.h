@@ -25,6 +25,9 @@ class FusedAddNorm {
   // x [R, C] this rank's partial sum (clobbered); residual [R, C] += sum of every rank's x; out [R, C] =
   // rmsnorm(residual) * weight [C]. bf16 on the rank's device, enqueued on its backend's stream.
   virtual Status allreduce_add_rmsnorm(Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) = 0;
+  // Waits for the calls enqueued so far and reports a failure the device saw (the peer kernel's barrier giving
+  // up on a rank); the forward calls it once per step.
+  virtual Status check() { return Status::ok(); }
 };
 
 // One handle per rank of ONE tp group: backends[i] (CUDA) on devices[i] (the same device may repeat: the

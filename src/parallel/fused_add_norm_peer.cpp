@@ -20,6 +20,7 @@ class PeerFusedAddNorm final : public FusedAddNorm {
     if (x.dim(0) == 0) return Status::ok();
     return peer_->allreduce_add_rmsnorm(x, residual, weight, eps, out, backend::cuda_backend_stream(*be_), fallback_);
   }
+  Status check() override { return peer_->check(backend::cuda_backend_stream(*be_)); }
 
  private:
   std::unique_ptr<PeerAllReduce> peer_;

@@ -144,6 +144,7 @@ class DecoderFrame : public DecoderFrameBase {
         MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state, &h, &next));
       }
       if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), h);
+      MX_RETURN_IF_ERROR(tp_.check_fused());  // a peer barrier that gave up fails the step, naming the rank
       return tp_.head(batch, h);  // h = rmsnorm(x, final_norm)
     }
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
@@ -170,6 +171,7 @@ class DecoderFrame : public DecoderFrameBase {
       MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state, &h,
                                    &mtp_->head.shared_head_norm));
       end_mtp(state);
+      MX_RETURN_IF_ERROR(tp_.check_fused());
       return tp_.head(batch, h);
     }
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state));

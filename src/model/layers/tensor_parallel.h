@@ -49,6 +49,8 @@ class TensorParallel {
   // The fused seam (parallel/fused_add_norm.h), used at tp > 1 only; nullptr: the three steps below.
   void set_fused_add_norm(parallel::FusedAddNorm* f) { fused_ = comm_ != nullptr && rank_.tp > 1 ? f : nullptr; }
   bool fused() const { return fused_ != nullptr; }
+  // The fused calls of this step completed without a device-side failure (a no-op when not fused).
+  Status check_fused() { return fused_ != nullptr ? fused_->check() : Status::ok(); }
   // o: this rank's partial sum (clobbered); x += o summed over the group; h = rmsnorm(x) * w. Fused: one call
   // (the residual rounded once from the f32 sum); else all-reduce, add and RMSNorm (the sum rounded first).
   Status reduce_add_norm(Tensor& o, Tensor& x, const Tensor& w, float eps, Tensor& h) {
