@@ -14,7 +14,9 @@
 #     DP attention: verify-fixture and greedy tokens as above;
 #  6. test_cuda_parallel_layouts: the engine (4 concurrent requests over both DP groups, chunked prefill, prefix
 #     reuse, preemption), MTP chain / tree with several ranks and the fused all-reduce, greedy tokens equal to one rank.
-# Usage: parallel7.sh [all|a|b] -- a: checks 1-3 (the layouts), b: checks 4-6; each part fits one 10-minute call.
+# Usage: parallel7.sh [all|a|b|c] -- a: checks 1-3 (the layouts), b: checks 4-6; each fits one 10-minute call.
+#  c (not in all; informational, no PASS/FAIL): the decode step of synthetic GLM-4.5-Air (4 layers, batch 8) at tp 1,
+#    tp 2 on the stand-in, and tp 2 with the fused all-reduce -- ratios on ONE GPU (issue 32's fused split).
 set -u
 PART=${1:-all}
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -126,5 +128,24 @@ for f in glm4_moe_tiny_a glm_moe_dsa_tiny_a; do
 done
 
 gtest test_cuda_parallel_layouts 420
+fi
+
+if [ "$PART" = c ]; then
+  step() {  # LABEL ENV... -- ARGS: prints the decode ms per step from generate's RESULT line
+    local label=$1; shift
+    local log="$OUT/p7_time_$(tag "$label").log"
+    env "$@" timeout 280 "$MX" generate --config "$P/configs/air.json" --synthetic-weights --num-layers 4 \
+      --backend cuda --batch 8 --prompt-len 64 --max-tokens 64 --ignore-eos $EXTRA > "$log" 2>&1
+    python3 - "$log" "$label" <<'PY'
+import json, sys
+rs = [json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith("RESULT ")]
+if not rs: print("TIME %s: no RESULT line (see %s)" % (sys.argv[2], sys.argv[1])); sys.exit()
+r = rs[-1]
+print("TIME %s: decode %.3f ms/step (batch %d, %.1f tok/s)" % (sys.argv[2], 1000.0 * r["batch"] / max(r["decode_tok_s"], 1e-9), r["batch"], r["decode_tok_s"]))
+PY
+  }
+  EXTRA="" step "tp 1" X=1
+  EXTRA="--tp-size 2 --communicator shared-device" step "tp 2 stand-in" X=1
+  EXTRA="--tp-size 2 --communicator shared-device" step "tp 2 stand-in fused" CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1
 fi
 exit $RC
