@@ -19,8 +19,8 @@ namespace mxserve::kernels::cuda {
 
 constexpr int32_t kForeignExpert = -1;
 
-// The local id of global router id `id`, or kForeignExpert when another rank holds it. The same function
-// runs on the device (moe_local_expert_ids) and in the CPU test of the index math.
+// The local id of global router id `id`, or kForeignExpert when another rank holds it (host and device: the
+// whole index rule of moe_local_expert_ids).
 MX_MOE_RANGE_HD inline int32_t local_expert_id(int32_t id, int32_t first, int32_t n_local) {
   const int32_t local = id - first;
   return (local >= 0 && local < n_local) ? local : kForeignExpert;
