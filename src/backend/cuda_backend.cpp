@@ -21,6 +21,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/moe/moe_expert_range.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/sampling/sample_rows.h"
@@ -470,11 +471,22 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     expect(topk_ids, DType::kI32, "moe_experts", "topk_ids");
     expect(topk_weights, DType::kF32, "moe_experts", "topk_weights");
     expect(out, DType::kBF16, "moe_experts", "out");
-    MX_CHECK_MSG(!ex.partitioned(), "cuda moe_experts: expert-partitioned experts (" << ex.n_experts() << " of "
-                                        << ex.global_experts << ", ep > 1) are not implemented on CUDA");
+    // Expert parallelism: the router's global ids become local ids of [first_expert, first_expert + E), other
+    // ranks' experts kForeignExpert (skipped by the kernels): out gets this rank's partial sum.
+    Tensor local_ids;
+    const Tensor* ids = &topk_ids;
+    if (ex.partitioned()) {
+      MX_CHECK_MSG(ex.first_expert >= 0 && ex.first_expert + ex.n_experts() <= ex.global_experts,
+                   "cuda moe_experts: expert range [" << ex.first_expert << ", " << ex.first_expert + ex.n_experts()
+                                                      << ") is outside the layer's " << ex.global_experts << " experts");
+      local_ids = alloc(DType::kI32, topk_ids.shape());
+      kc::moe_local_expert_ids(topk_ids.data<int32_t>(), topk_ids.numel(), static_cast<int32_t>(ex.first_expert),
+                               static_cast<int32_t>(ex.n_experts()), local_ids.data<int32_t>(), stream_);
+      ids = &local_ids;
+    }
     switch (ex.format) {
-      case ExpertFormat::kFloat: return moe_experts_float(x, topk_ids, topk_weights, ex, out);
-      case ExpertFormat::kMxfp4: return moe_experts_mxfp4(x, topk_ids, topk_weights, ex, out);
+      case ExpertFormat::kFloat: return moe_experts_float(x, *ids, topk_weights, ex, out);
+      case ExpertFormat::kMxfp4: return moe_experts_mxfp4(x, *ids, topk_weights, ex, out);
     }
     MX_CHECK_MSG(false, "cuda moe_experts: expert format " << expert_format_name(ex.format) << " not implemented");
   }
@@ -518,7 +530,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     MX_CHECK_EQ(out.numel(), s.n_tokens * s.d_model);
     const kernels::MoeKernelPlan& kernel_plan = moe_plan(ex, s);
     const kernels::MoeChoice c = kernel_plan.choose(s.n_tokens);
-    const kc::MoeMxfp4Plan plan = c.heuristic ? kc::moe_mxfp4_heuristic_plan(s) : kc::MoeMxfp4Plan{c.gate_up, c.down};
+    kc::MoeMxfp4Plan plan = c.heuristic ? kc::moe_mxfp4_heuristic_plan(s) : kc::MoeMxfp4Plan{c.gate_up, c.down};
+    plan.foreign_ids = ex.partitioned();
     kc::MoeMxfp4Weights w;
     w.gate_up_q = ex.gate_up.data<uint8_t>();
     w.gate_up_s = ex.gate_up_scales.data<uint8_t>();

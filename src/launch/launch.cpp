@@ -65,10 +65,6 @@ Status check_layout_supported(const LaunchConfig& config, bool shared_device) {
     return unsupported("--tensor-parallel-size " + std::to_string(p.tp) + " on the " + config.backend +
                        " backend: several ranks run on --backend cpu or cuda");
   if (p.world() > 1 && config.backend == "cuda") {
-    if (p.dp > 1)
-      return unsupported("--data-parallel-size " + std::to_string(p.dp) + " on --backend cuda: data parallelism and DP "
-                         "attention run on --backend cpu only so far (the NCCL sub-groups per DP rank are not wired; "
-                         "docs/parallel.md)");
     const int visible = parallel::visible_cuda_devices();
     if (shared_device && p.first_device >= visible)
       return invalid_argument("the shared-device communicator puts every rank on device " +
@@ -79,11 +75,8 @@ Status check_layout_supported(const LaunchConfig& config, bool shared_device) {
                               std::to_string(p.dp) + " = " + std::to_string(p.world()) + " ranks need one GPU each (devices " +
                               std::to_string(p.first_device) + ".." + std::to_string(p.first_device + p.world() - 1) +
                               "), but " + std::to_string(visible) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES)");
-    // The stand-in's ranks share one device, so rank 0's hidden states are readable by every rank.
-    if (!shared_device && (config.model.load_mtp || config.model.require_mtp))
-      return unsupported("MTP / speculative decoding with --tensor-parallel-size " + std::to_string(p.tp) +
-                         " on --backend cuda: the lockstep model hands rank 0's hidden states to every rank, which "
-                         "the CUDA ranks (one device each) cannot read yet; run without speculation");
+    // MTP: the lockstep model broadcasts rank 0's hidden states to every rank's device through the world
+    // communicator (LockstepModel::forward_mtp), so speculation runs with several CUDA ranks.
   }
   return Status::ok();
 }
@@ -172,6 +165,22 @@ Status check_data_parallel(const model::ModelConfig& c, const parallel::Parallel
   return Status::ok();
 }
 
+// The CUDA bf16 MoE kernels take widths in multiples of 8 (16-byte rows): a rank slice that is not is refused
+// here, naming the flag and the field, instead of failing a kernel check mid-forward. With EP the routed
+// experts are whole (only the shared expert is sliced, through the dense GEMM, which takes any width).
+Status check_cuda_moe_slices(const model::ModelConfig& c, const parallel::ParallelConfig& p) {
+  if (c.n_experts <= 0 || p.ep > 1) return Status::ok();
+  const int slices = p.dp_attention ? p.world() : p.tp;
+  if (slices <= 1 || (c.moe_inter / slices) % 8 == 0) return Status::ok();
+  const std::string flag = p.dp_attention ? "--enable-dp-attention" : "--tensor-parallel-size " + std::to_string(p.tp);
+  return unsupported(flag + " on --backend cuda: each rank's slice of moe_intermediate_size " +
+                     std::to_string(c.moe_inter) + " of " + c.source + " over " +
+                     (p.dp_attention ? "all tp x dp = " : "") + std::to_string(slices) + " ranks is " +
+                     std::to_string(c.moe_inter / slices) +
+                     ", and the CUDA MoE kernels need a multiple of 8 (use fewer ranks, --enable-expert-parallel "
+                     "(whole experts), or --backend cpu)");
+}
+
 Status check_tensor_parallel(const model::ModelConfig& c, int tp, int ep) {
   if (tp <= 1) return Status::ok();
   MX_RETURN_IF_ERROR(check_capability(c, &model::ArchitectureDef::Capabilities::tensor_parallel,
@@ -198,6 +207,7 @@ LaunchedModel::~LaunchedModel() {
   leader_.reset();    // multi-node: tells the follower nodes to quit
   lockstep_.reset();  // its worker threads and KV mirrors first
   models_.clear();    // weights go before the backends that hold their memory
+  fused_.clear();
   tp_comms_.clear();
   comms_.clear();
   backends_.clear();
@@ -276,10 +286,59 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
   if (dp > 1 && tp > 1) {  // one communicator per tp group (the model's TP collectives stay inside its DP group)
     for (int g = 0; g < dp; ++g) {
       std::vector<parallel::RankLayout> group;
-      for (int j = 0; j < tp; ++j) group.push_back(parallel::RankLayout{tp, 1, 1, j, ranks[g * tp + j].device});
-      MX_ASSIGN_OR_RETURN(auto comms, parallel::make_cpu_communicators(group, config.cpu_group));
-      for (auto& c : comms) lm->tp_comms_.push_back(std::move(c));
+      std::vector<backend::Backend*> group_backends;
+      for (int j = 0; j < tp; ++j) {
+        group.push_back(parallel::RankLayout{tp, 1, 1, j, ranks[g * tp + j].device});
+        group_backends.push_back(lm->backends_[g * tp + j].get());
+      }
+      // The group's communicators are of the world's kind: NCCL (a second in-process init over the group's
+      // devices), the shared-device stand-in, or CPU threads.
+      Result<std::vector<std::unique_ptr<parallel::Communicator>>> comms = [&]()
+          -> Result<std::vector<std::unique_ptr<parallel::Communicator>>> {
+        if (nccl) {
+          parallel::NcclOptions no;
+          no.timeout = config.cpu_group.timeout;
+          return parallel::make_nccl_communicators(group, group_backends, nullptr, no);
+        }
+        if (shared_device) {
+          parallel::SharedDeviceOptions so;
+          so.timeout = config.cpu_group.timeout;
+          return parallel::make_shared_device_communicators(group, group_backends, so);
+        }
+        return parallel::make_cpu_communicators(group, config.cpu_group);
+      }();
+      if (!comms.is_ok())
+        return comms.status().with_context("the tensor-parallel communicator of DP rank " + std::to_string(g));
+      for (auto& c : *comms) lm->tp_comms_.push_back(std::move(c));
     }
+  }
+
+  const char* fused_env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
+  const bool fused = tp > 1 && (config.fused_allreduce || (fused_env != nullptr && std::string(fused_env) == "1"));
+  if (fused) {  // one peer group per tp group; its NCCL fallback is the group's communicator
+    if (shared_device && std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr)
+      MX_LOG(kWarn) << "fused all-reduce on the shared-device stand-in without CUDA_DEVICE_MAX_CONNECTIONS=32: the "
+                    << "ranks' peer kernels may queue behind each other on one device (a barrier then gives up "
+                    << "after ~10 s and the forward fails); set it before starting mxserve";
+    lm->fused_.resize(world);
+    for (int g = 0; g < dp; ++g) {
+      std::vector<backend::Backend*> bes;
+      std::vector<int> devices;
+      std::vector<parallel::Communicator*> fallback;
+      for (int j = 0; j < tp; ++j) {
+        const int r = g * tp + j;
+        bes.push_back(lm->backends_[r].get());
+        devices.push_back(ranks[r].device);
+        fallback.push_back(dp == 1 ? lm->comms_[r].get() : lm->tp_comms_[r].get());
+      }
+      // CUDA: the peer kernel; the CPU reference backend: the three steps behind the same seam.
+      auto group = cuda ? parallel::make_fused_add_norm_group(bes, devices, fallback)
+                        : parallel::make_reference_fused_add_norm_group(bes, fallback);
+      if (!group.is_ok()) return group.status().with_context("the fused all-reduce of DP rank " + std::to_string(g));
+      for (int j = 0; j < tp; ++j) lm->fused_[g * tp + j] = std::move((*group)[j]);
+    }
+    MX_LOG(kInfo) << "fused all-reduce + add + RMSNorm (" << (cuda ? "peer kernel" : "reference, three steps") << "): "
+                  << dp << " group(s) of " << tp << " rank(s)";
   }
 
   const model::LoadOptions lo = load_options(config.model);
@@ -287,14 +346,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
   MX_RETURN_IF_ERROR(check_tensor_parallel(cfg, config.parallel.tp, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_expert_parallel(cfg, config.parallel.ep));
   MX_RETURN_IF_ERROR(check_data_parallel(cfg, config.parallel));
-  // The CUDA bf16 MoE kernels take widths in multiples of 8 (16-byte rows): a rank slice that is not is refused
-  // here, naming the flag and the field, instead of failing a kernel check mid-forward.
-  if (config.backend == "cuda" && cfg.n_experts > 0 && config.parallel.ep == 1 && config.parallel.tp > 1 &&
-      (cfg.moe_inter / config.parallel.tp) % 8 != 0)
-    return unsupported("--tensor-parallel-size " + std::to_string(config.parallel.tp) + " on --backend cuda: each rank's "
-                       "slice of moe_intermediate_size " + std::to_string(cfg.moe_inter) + " of " + cfg.source +
-                       " is " + std::to_string(cfg.moe_inter / config.parallel.tp) +
-                       ", and the CUDA MoE kernels need a multiple of 8 (use a smaller tp, or --backend cpu)");
+  if (config.backend == "cuda") MX_RETURN_IF_ERROR(check_cuda_moe_slices(cfg, config.parallel));
   if ((config.parallel.tp > 1 || ranks.front().moe_tp() > 1) && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
     if (plan.experts != "bf16" || plan.rest != "bf16")
@@ -330,6 +382,12 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
         if (cuda) parallel::bind_thread_to_device(ranks[r].device);
+        if (config.rank_start_hook) {  // tests: a rank that fails at start-up
+          if (Status st = config.rank_start_hook(ranks[r]); !st.is_ok()) {
+            loaded[r] = Result<std::unique_ptr<model::CausalLM>>(st);
+            return;
+          }
+        }
         model::LoadOptions rank_lo = lo;
         rank_lo.rank = ranks[r];
         // The model's TP collectives run in its tp group: the world when dp == 1, else the group's own. A one-rank
@@ -337,6 +395,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
         rank_lo.comm = world == 1 && session == nullptr ? (nccl || shared_device ? lm->comms_[r].get() : nullptr)
                        : dp == 1 ? lm->comms_[r].get() : tp > 1 ? lm->tp_comms_[r].get() : nullptr;
         rank_lo.moe_comm = ranks[r].dp_attention ? lm->comms_[r].get() : nullptr;
+        rank_lo.fused_add_norm = lm->fused_.empty() ? nullptr : lm->fused_[r].get();
         loaded[r] = model::load_causal_lm(config.model.path, *lm->backends_[r], rank_lo);
       });
     for (auto& t : threads) t.join();
@@ -358,7 +417,7 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
       group.push_back({lm->backends_[r].get(), lm->models_[r].get(), lm->comms_[r].get(),
                        lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get(),
                        cuda ? ranks[r].device : -1});
-    lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group));
+    lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group), config.lockstep_device_paths);
   }
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
     MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), ranks.front()));

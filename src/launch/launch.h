@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "parallel/communicator.h"
+#include "parallel/fused_add_norm.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/rank_layout.h"
 #include "parallel/rendezvous.h"
@@ -57,6 +59,17 @@ struct LaunchConfig {
   bool log_progress = false;                 // a "still loading" line every 5 s (the server's start-up)
   // Several nodes (--nnodes > 1): this node's place; nnodes 1 here reads the CLI's (launch/multinode.h).
   parallel::DistInit dist;
+  // tp > 1: the fused all-reduce + residual add + RMSNorm (parallel/fused_add_norm.h) after attention and after
+  // each MLP (chained into the next layer's input norm) instead of three steps. CUDA: the peer kernel (one-shot /
+  // two-shot, NCCL above its buffers); CPU: the reference (the same three steps behind the seam). Off by
+  // default until a GPU run proves it in the forward; MXSERVE_FUSED_ALLREDUCE=1 turns it on as well.
+  bool fused_allreduce = false;
+  // Tests only: CPU ranks take the CUDA ranks' DP merge and MTP broadcast through the world communicator
+  // (LockstepModel's device paths), so those paths run without a GPU.
+  bool lockstep_device_paths = false;
+  // Tests only: runs on each rank's loading thread before it loads; an error fails that rank's start-up (the
+  // launch then stops every rank, naming it).
+  std::function<Status(const parallel::RankLayout&)> rank_start_hook;
 };
 
 class LockstepModel;
@@ -108,6 +121,7 @@ class LaunchedModel {
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // one per rank of this process
   std::vector<std::unique_ptr<parallel::Communicator>> comms_;  // one per rank, over the world
   std::vector<std::unique_ptr<parallel::Communicator>> tp_comms_;  // dp > 1 and tp > 1: per rank, its tp group's
+  std::vector<std::unique_ptr<parallel::FusedAddNorm>> fused_;     // per rank, when the fused all-reduce is on
   std::vector<std::unique_ptr<model::CausalLM>> models_;        // one per rank
   std::unique_ptr<LockstepModel> lockstep_;                     // world > 1
   std::vector<model::WeightSpec> table_;
@@ -130,5 +144,9 @@ Status check_expert_parallel(const model::ModelConfig& cfg, int ep);
 // Whether the data-parallel layout fits the model: DP attention needs glm4_moe / glm_moe_dsa with routed
 // experts whose widths (routed and shared) split over all tp x dp ranks. Names the flag and the field.
 Status check_data_parallel(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
+// --backend cuda: each rank's slice of the routed experts' width (moe_intermediate_size / tp, or / (tp x dp)
+// under DP attention; whole experts under EP) must be a multiple of 8 (the CUDA MoE kernels' rows). Names the
+// flag and the field.
+Status check_cuda_moe_slices(const model::ModelConfig& cfg, const parallel::ParallelConfig& p);
 
 }  // namespace mxserve::launch

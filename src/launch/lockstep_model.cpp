@@ -9,8 +9,9 @@
 
 namespace mxserve::launch {
 
-LockstepModel::LockstepModel(std::vector<Rank> ranks) : ranks_(std::move(ranks)) {
+LockstepModel::LockstepModel(std::vector<Rank> ranks, bool device_paths) : ranks_(std::move(ranks)) {
   MX_CHECK(!ranks_.empty());
+  device_paths_ = device_paths || ranks_[0].cuda_device >= 0;
   const parallel::RankLayout& layout = ranks_[0].comm->layout();
   tp_ = layout.tp;
   dp_ = layout.dp;
@@ -111,8 +112,14 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // A decision hook (fixture checks) installed on the caller's thread reaches every rank's forward when the
-    // ranks all run the same rows (no DP): each rank then makes, and is forced to, the same decisions.
-    model::DecisionHook* hook = dp_ == 1 ? model::active_decision_hook() : nullptr;
+    // ranks all run the same rows (no DP): each rank then makes, and is forced to, the same decisions. Under
+    // DP it also reaches them when one DP group holds every row of the batch (verify-fixture's sequences all
+    // live in DP rank 0's blocks; idle groups have no rows of their own, and a DP-attention MoE block routes
+    // the gathered rows, which are then the batch's rows in order); with rows on several groups the rows
+    // would not line up, so it is withheld.
+    int busy_groups = 0;
+    if (dp_ > 1 && model::active_decision_hook() != nullptr) busy_groups = dp_groups_with_rows_;
+    model::DecisionHook* hook = dp_ == 1 || busy_groups <= 1 ? model::active_decision_hook() : nullptr;
     job_ = [&, hook](int r) {
       model::ScopedDecisionHook scope(hook);
       Result<model::ForwardOutput> res = fn(r, *caches[r]);
@@ -145,15 +152,69 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   return outs;
 }
 
+Result<Tensor> LockstepModel::merge_on_device(int r, const Tensor& mine, int64_t cols, DType dtype,
+                                              const std::vector<std::vector<int32_t>>& index, int64_t total) {
+  backend::Backend& be = *ranks_[r].backend;
+  const int64_t n_mine = r % tp_ == 0 ? static_cast<int64_t>(index[r / tp_].size()) : 0;
+  if (n_mine > 0 && (!mine.defined() || mine.dim(0) != n_mine))
+    return internal_error("DP merge: DP rank " + std::to_string(r / tp_) + " produced " +
+                          (mine.defined() ? mine.describe() : std::string("nothing")) + " for " +
+                          std::to_string(n_mine) + " rows");
+  const Tensor part = n_mine > 0 ? mine : be.alloc(dtype, {0, cols});
+  std::vector<int64_t> counts;
+  MX_ASSIGN_OR_RETURN(Tensor all, ranks_[r].comm->all_gather_v(part, &counts));
+  if (r != 0 || total == 0) return Tensor();
+  // all: the DP groups' rows in group order; output row index[g][i] is row offset_g + i of it.
+  Tensor src = Tensor::empty(DType::kI32, {total});
+  for (int64_t j = 0; j < total; ++j) src.data<int32_t>()[j] = -1;
+  int64_t offset = 0;
+  for (int g = 0; g < dp_; ++g) {
+    for (size_t i = 0; i < index[g].size(); ++i) src.data<int32_t>()[index[g][i]] = static_cast<int32_t>(offset + i);
+    offset += static_cast<int64_t>(index[g].size());
+  }
+  for (int64_t j = 0; j < total; ++j)
+    if (src.data<int32_t>()[j] < 0) return internal_error("DP merge: output row " + std::to_string(j) + " has no source");
+  Tensor out = be.alloc(dtype, {total, cols});
+  be.gather_rows(all, be.upload(src), out);
+  return out;
+}
+
+Result<Tensor> LockstepModel::broadcast_from_rank0(int r, const Tensor& x) {
+  backend::Backend& be = *ranks_[r].backend;
+  const Tensor part = r == 0 ? x : be.alloc(x.dtype(), {0, x.dim(1)});
+  return ranks_[r].comm->all_gather_v(part, nullptr);
+}
+
 Result<model::ForwardOutput> LockstepModel::run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv,
-                                                      const PartFn& fn) {
+                                                      const PartFn& fn, const PreFn& pre) {
   MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
-  MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs, run_each(kv, [&](int r, kvcache::KvCache& rkv) {
+  dp_groups_with_rows_ = 0;
+  for (const model::ForwardBatch& part : split.parts) dp_groups_with_rows_ += part.n_tokens() > 0 ? 1 : 0;
+  const bool on_device = device_paths_;
+  const int64_t n_logits = static_cast<int64_t>(batch.logit_rows.size());
+  MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs,
+                      run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
     const int g = r / tp_;  // the DP rank (rank layout: dp_rank = rank / tp)
+    if (pre) {
+      MX_RETURN_IF_ERROR(pre(r, split));
+    }
     // Plain DP: a group without tokens sits the step out; DP attention: it joins the MoE exchanges.
-    if (split.parts[g].n_tokens() == 0 && !dp_attention_) return Result<model::ForwardOutput>(model::ForwardOutput{});
-    return fn(r, split.parts[g], g, rkv);
+    Result<model::ForwardOutput> res = model::ForwardOutput{};
+    if (split.parts[g].n_tokens() > 0 || dp_attention_) res = fn(r, split.parts[g], g, rkv);
+    if (!on_device || !res.is_ok()) return res;
+    // CUDA ranks: each DP group's first rank contributes its rows through the world communicator (every rank
+    // joins, an idle group with 0 rows), and rank 0 puts them in the batch's row order on its device.
+    model::ForwardOutput merged;
+    MX_ASSIGN_OR_RETURN(merged.logits, merge_on_device(r, res->logits, config().vocab_size, DType::kF32,
+                                                       split.logit_index, n_logits));
+    if (batch.want_hidden) {
+      MX_ASSIGN_OR_RETURN(merged.hidden, merge_on_device(r, res->hidden, config().d_model,
+                                                         ranks_[r].backend->activation_dtype(), split.rows,
+                                                         batch.n_tokens()));
+    }
+    return Result<model::ForwardOutput>(std::move(merged));
   }));
+  if (on_device) return std::move(outs[0]);
   // Each DP group's first rank speaks for it (its tp ranks hold the same outputs).
   std::vector<Tensor> logits(dp_), hidden(dp_);
   for (int g = 0; g < dp_; ++g) {
@@ -187,6 +248,7 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
+  if (device_paths_) return forward_mtp_device(batch, hidden_in, kv);
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
   if (dp_ > 1) {
     MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
@@ -198,6 +260,39 @@ Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatc
   }
   return run_all(kv, [&](int r, kvcache::KvCache& rkv) {
     return ranks_[r].model->forward_mtp(batch, hidden_in, rkv);
+  });
+}
+
+// CUDA ranks: hidden_in lives on rank 0's device (its stream). Every rank gets its own copy on its own device
+// through the world communicator (a broadcast as an all_gather_v in which only rank 0 brings rows; the
+// communicator orders the copy after rank 0's stream produced it), then, under DP, gathers its group's rows.
+Result<model::ForwardOutput> LockstepModel::forward_mtp_device(const model::ForwardBatch& batch,
+                                                               const Tensor& hidden_in, kvcache::KvCache& kv) {
+  if (!hidden_in.defined() || hidden_in.ndim() != 2)
+    return invalid_argument("forward_mtp: hidden_in must be [T, H], got " +
+                            (hidden_in.defined() ? hidden_in.describe() : std::string("nothing")));
+  if (dp_ > 1) {
+    std::vector<Tensor> mine(world());
+    return run_split(
+        batch, kv,
+        [&](int r, const model::ForwardBatch& part, int, kvcache::KvCache& rkv) {
+          return ranks_[r].model->forward_mtp(part, mine[r], rkv);
+        },
+        [&](int r, const DpSplit& split) -> Status {
+          MX_ASSIGN_OR_RETURN(Tensor copy, broadcast_from_rank0(r, hidden_in));
+          backend::Backend& be = *ranks_[r].backend;
+          const std::vector<int32_t>& rows = split.rows[r / tp_];
+          const int64_t n = static_cast<int64_t>(rows.size());
+          mine[r] = be.alloc(copy.dtype(), {n, copy.dim(1)});
+          if (n > 0)
+            be.gather_rows(copy, be.upload(Tensor::view_of(const_cast<int32_t*>(rows.data()), DType::kI32, {n})),
+                           mine[r]);
+          return Status::ok();
+        });
+  }
+  return run_all(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
+    MX_ASSIGN_OR_RETURN(Tensor copy, broadcast_from_rank0(r, hidden_in));
+    return ranks_[r].model->forward_mtp(batch, copy, rkv);
   });
 }
 

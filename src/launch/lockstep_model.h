@@ -13,8 +13,10 @@
 // without tokens skips the step. DP attention: it still runs (the model joins every MoE exchange with 0 rows).
 // Every rank's cache has the caller's whole geometry; a DP group writes only its own block range (the CPU
 // reference keeps one id space; a device build would allocate only the range).
-// NOTE: forward_mtp hands rank 0's hidden_in to every rank: CPU ranks only (the launch refuses MTP with
-// several CUDA ranks). CUDA ranks: the logits returned are rank 0's (all-gathered on every rank).
+// forward_mtp: CPU ranks read rank 0's hidden_in (host memory); CUDA ranks each get a copy on their own device
+// through the world communicator (forward_mtp_device). CUDA ranks: the logits returned are rank 0's
+// (all-gathered on every rank); under DP the groups' rows reach rank 0's device through the world
+// communicator (merge_on_device) instead of the host merge of the CPU reference.
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "launch/dp_batch.h"
 #include "model/causal_lm.h"
 #include "parallel/communicator.h"
 
@@ -41,7 +44,9 @@ class LockstepModel final : public model::CausalLM {
     int cuda_device = -1;  // >= 0: the rank's worker thread makes this CUDA device current first
   };
   // ranks in rank order; they must outlive this model. Starts one worker thread per rank.
-  explicit LockstepModel(std::vector<Rank> ranks);
+  // device_paths: the CUDA ranks' DP merge and MTP broadcast through the world communicator (on whenever the
+  // ranks are CUDA ranks; tests turn it on for CPU ranks to run those paths without a GPU).
+  explicit LockstepModel(std::vector<Rank> ranks, bool device_paths = false);
   ~LockstepModel() override;
 
   const model::ModelConfig& config() const override { return ranks_[0].model->config(); }
@@ -65,8 +70,20 @@ class LockstepModel final : public model::CausalLM {
   Result<std::vector<model::ForwardOutput>> run_each(kvcache::KvCache& kv, const RankFn& fn);
   // Rank 0's output of run_each.
   Result<model::ForwardOutput> run_all(kvcache::KvCache& kv, const RankFn& fn);
+  // Runs on every rank before its part (idle plain-DP groups too): collectives every rank must join.
+  using PreFn = std::function<Status(int rank, const DpSplit& split)>;
   // dp > 1: fn on every rank with its DP rank's part of batch; the outputs merged in the batch's order.
-  Result<model::ForwardOutput> run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv, const PartFn& fn);
+  Result<model::ForwardOutput> run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv, const PartFn& fn,
+                                         const PreFn& pre = nullptr);
+  // CUDA ranks, on rank r's thread: every rank joins; DP group g's first rank brings `mine` ([index[g].size(),
+  // cols], the rows whose output rows are index[g]); rank 0 gets the [total, cols] merge on its device (the
+  // other ranks an undefined tensor).
+  Result<Tensor> merge_on_device(int r, const Tensor& mine, int64_t cols, DType dtype,
+                                 const std::vector<std::vector<int32_t>>& index, int64_t total);
+  // CUDA ranks, on rank r's thread: rank 0's [T, C] tensor x copied to rank r's device (every rank joins).
+  Result<Tensor> broadcast_from_rank0(int r, const Tensor& x);
+  Result<model::ForwardOutput> forward_mtp_device(const model::ForwardBatch& batch, const Tensor& hidden_in,
+                                                  kvcache::KvCache& kv);
   // The caches of ranks 1..N-1 that mirror the caller's cache `kv` (made on first use).
   std::vector<kvcache::KvCache*> rank_caches(kvcache::KvCache& kv);
   void worker_loop(int rank);
@@ -74,6 +91,8 @@ class LockstepModel final : public model::CausalLM {
   std::vector<Rank> ranks_;
   int tp_ = 1, dp_ = 1;  // from rank 0's layout
   bool dp_attention_ = false;
+  bool device_paths_ = false;  // CUDA ranks (or a test): merges and broadcasts through the world communicator
+  int dp_groups_with_rows_ = 0;  // run_split: the DP groups with rows in the current batch (decision hooks)
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
 
   std::mutex mutex_;

@@ -67,6 +67,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     const auto t0 = std::chrono::steady_clock::now();
     WeightLoader wl(be, src);
     wl.set_rank(options.rank, options.comm, options.moe_comm);
+    wl.set_fused_add_norm(options.fused_add_norm);
     MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
     MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
     be.synchronize();
@@ -90,6 +91,7 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
   const auto t0 = std::chrono::steady_clock::now();
   WeightLoader wl(be, w);
   wl.set_rank(options.rank, options.comm, options.moe_comm);
+  wl.set_fused_add_norm(options.fused_add_norm);
   MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, with_mtp));
   MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
   be.synchronize();

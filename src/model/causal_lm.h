@@ -13,6 +13,10 @@
 #include "model/weight_table.h"
 #include "parallel/communicator.h"
 
+namespace mxserve::parallel {
+class FusedAddNorm;
+}  // namespace mxserve::parallel
+
 namespace mxserve::model {
 
 struct ForwardOutput {
@@ -80,6 +84,7 @@ struct LoadOptions {
   parallel::RankLayout rank;                // the rank loaded for: each weight sliced per its shard axis
   parallel::Communicator* comm = nullptr;   // its tp group's collectives (nullptr: one rank)
   parallel::Communicator* moe_comm = nullptr;  // DP attention: the world its MoE blocks exchange tokens over
+  parallel::FusedAddNorm* fused_add_norm = nullptr;  // tp > 1: the fused all-reduce + add + RMSNorm (or none)
 };
 
 // config.json at `path` with the options applied (num_layers_override truncates; errors name the flag).

@@ -46,6 +46,7 @@ Status DecoderFrameBase::check_bound_part(int64_t layer, const ForwardBatch& bat
 
 void DecoderFrameBase::load_head(WeightLoader& wl) {
   tp_.load_vocab(wl, cfg_);  // TP: embed_tokens / lm_head, this rank's vocabulary rows
+  tp_.set_fused_add_norm(wl.fused_add_norm());  // TP: the fused all-reduce + add + RMSNorm, when the launch made one
   final_norm_ = wl.get(decl::replicated("model.norm.weight", {cfg_.d_model}));
 }
 

@@ -137,6 +137,17 @@ class DecoderFrame : public DecoderFrameBase {
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     MX_RETURN_IF_ERROR(tp_.embed(up.ids, x));  // TP: each token's row came from one rank, zeros from the others
     State state = make_state(T, /*bound_part=*/false);
+    if (tp_.fused()) {  // TP, fused: each layer's MLP all-reduce + add + the next RMSNorm in one call
+      Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+      if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+      for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+        const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
+        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state, &h, &next));
+      }
+      if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), h);
+      MX_RETURN_IF_ERROR(tp_.check_fused());  // a peer barrier that gave up fails the step, naming the rank
+      return tp_.head(batch, h);  // h = rmsnorm(x, final_norm)
+    }
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
       MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state));
     return finish(batch, final_norm_, x);
@@ -155,6 +166,15 @@ class DecoderFrame : public DecoderFrameBase {
     MX_ASSIGN_OR_RETURN(Tensor x, mtp_input(mtp_->head, up.ids, hidden_in));
     State state = make_state(T, /*bound_part=*/false);
     MX_RETURN_IF_ERROR(begin_mtp(batch, state));
+    if (tp_.fused()) {  // TP, fused: the MLP all-reduce + add + shared_head.norm in one call
+      Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+      be_.rmsnorm(x, mtp_->block.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+      MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state, &h,
+                                   &mtp_->head.shared_head_norm));
+      end_mtp(state);
+      MX_RETURN_IF_ERROR(tp_.check_fused());
+      return tp_.head(batch, h);
+    }
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state));
     end_mtp(state);
     return finish(batch, mtp_->head.shared_head_norm, x);
@@ -217,18 +237,30 @@ class DecoderFrame : public DecoderFrameBase {
     return d;
   }
 
+  // x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)). Fused chaining (h_io, next_norm given): *h_io holds
+  // rmsnorm(x, layer.input_norm) on entry and rmsnorm(x, *next_norm) on return (the next layer's input norm
+  // or the final norm), the MLP's all-reduce + add + that norm fused where the output is a tp partial sum.
   Status run_layer(const Layer& layer, Tensor& x, const Tensor& positions, const backend::AttentionMeta& meta,
-                   kvcache::KvCache& kv, int64_t cache_layer, State& state) {
+                   kvcache::KvCache& kv, int64_t cache_layer, State& state, Tensor* h_io = nullptr,
+                   const Tensor* next_norm = nullptr) {
     const int64_t T = x.dim(0);
-    Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    Tensor h = h_io != nullptr ? *h_io : be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     Tensor o = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    be_.rmsnorm(x, layer.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    if (h_io == nullptr) be_.rmsnorm(x, layer.input_norm, eps, h);
     // Host-tier blocks loaded per layer, overlapped with the layers before (kvcache/layer_load_gate.h).
     if (kvcache::LayerLoadGate* gate = kv.load_gate()) MX_RETURN_IF_ERROR(gate->wait(cache_layer));
     MX_RETURN_IF_ERROR(attend(layer.attn, h, positions, meta, kv, cache_layer, state, o));
-    MX_RETURN_IF_ERROR(tp_.reduce_partial(o));  // TP: o_proj over this rank's heads
-    be_.add(x, o);
-    be_.rmsnorm(x, layer.post_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    // TP: o_proj over this rank's heads, summed, added to x and normed (one fused kernel where given)
+    MX_RETURN_IF_ERROR(tp_.reduce_add_norm(o, x, layer.post_norm, static_cast<float>(cfg_.rms_norm_eps), h));
+    if (next_norm != nullptr && h_io != nullptr) {
+      const bool fuse = tp_.fused() && !dp_moe_.exchanges(layer.mlp);
+      MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o, /*reduce=*/!fuse));  // TP / DP attention
+      if (fuse) return tp_.reduce_add_norm(o, x, *next_norm, eps, *h_io);  // TP: fused
+      be_.add(x, o);
+      be_.rmsnorm(x, *next_norm, eps, *h_io);
+      return Status::ok();
+    }
     MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o));  // TP / DP attention
     be_.add(x, o);
     return Status::ok();

@@ -17,7 +17,7 @@ Result<Tensor> DpMoeExchange::forward(backend::Backend& be, const ModelConfig& c
 }
 
 Status DpMoeExchange::mlp(backend::Backend& be, const ModelConfig& cfg, const std::variant<SwigluMlp, MoeBlock>& mlp,
-                         TensorParallel& tp_group, const Tensor& h, Tensor& o) const {
+                         TensorParallel& tp_group, const Tensor& h, Tensor& o, bool reduce) const {
   const auto* moe = std::get_if<MoeBlock>(&mlp);
   if (moe != nullptr && enabled()) {  // DP: the MoE block over every DP group's tokens
     MX_ASSIGN_OR_RETURN(o, forward(be, cfg, *moe, h));
@@ -25,6 +25,7 @@ Status DpMoeExchange::mlp(backend::Backend& be, const ModelConfig& cfg, const st
   }
   if (moe != nullptr) moe->forward(be, cfg, h, o);
   else std::get<SwigluMlp>(mlp).forward(be, h, o);
+  if (!reduce) return Status::ok();    // the caller's fused all-reduce + add + RMSNorm sums it
   return tp_group.reduce_partial(o);  // TP: shared + routed experts' partial sums together
 }
 

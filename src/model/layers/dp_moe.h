@@ -29,8 +29,14 @@ struct DpMoeExchange {
   Result<Tensor> forward(backend::Backend& be, const ModelConfig& cfg, const MoeBlock& moe, const Tensor& h) const;
   // The MLP half of a decoder layer, h [T,H] -> o [T,H]: a MoE block under DP attention runs the exchange
   // (whole rows back); otherwise this rank's partial sum (MoE block or dense MLP) is summed over its tp group.
+  // reduce false: the partial sum is left in o for the caller's fused all-reduce + add + RMSNorm (only where
+  // exchanges(mlp) is false; an exchange always returns whole rows).
   Status mlp(backend::Backend& be, const ModelConfig& cfg, const std::variant<SwigluMlp, MoeBlock>& mlp,
-             TensorParallel& tp_group, const Tensor& h, Tensor& o) const;
+             TensorParallel& tp_group, const Tensor& h, Tensor& o, bool reduce = true) const;
+  // Whether mlp() runs the DP exchange for this block (a MoE block under DP attention).
+  bool exchanges(const std::variant<SwigluMlp, MoeBlock>& mlp) const {
+    return enabled() && std::holds_alternative<MoeBlock>(mlp);
+  }
   // A DP group with no tokens this step: joins the exchange of every MoE block in `blocks` (the model's, in
   // layer order) with 0 rows.
   Status idle(backend::Backend& be, const ModelConfig& cfg, const std::vector<const MoeBlock*>& blocks) const;

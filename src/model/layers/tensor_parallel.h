@@ -1,7 +1,8 @@
 // TensorParallel: the tensor-parallel pieces every architecture's forward shares (docs/parallel.md): the
 // vocabulary-parallel embedding and lm_head (each rank holds vocabulary rows [r V/tp, (r+1) V/tp)), the
 // all-reduce of a rank's partial sum, and the bitwise check that a decision every rank computes from
-// replicated inputs (the DSA indexer's top-k) is the same on every rank.
+// replicated inputs (the DSA indexer's top-k) is the same on every rank; the all-reduce + residual add +
+// RMSNorm seam (reduce_add_norm), fused into one kernel per rank where the launch gave a FusedAddNorm.
 // Invariant: at tp == 1 (no communicator) every call is exactly the one-rank computation: no collective,
 // no copy, the whole vocabulary.
 #pragma once
@@ -16,6 +17,7 @@
 #include "model/forward_batch.h"
 #include "model/layers/weight_loader.h"
 #include "parallel/communicator.h"
+#include "parallel/fused_add_norm.h"
 
 namespace mxserve::model {
 
@@ -44,6 +46,20 @@ class TensorParallel {
   Status reduce_partial(Tensor& o) {
     return comm_ == nullptr ? Status::ok() : comm_->all_reduce(o, parallel::ReduceOp::kSum);
   }
+  // The fused seam (parallel/fused_add_norm.h), used at tp > 1 only; nullptr: the three steps below.
+  void set_fused_add_norm(parallel::FusedAddNorm* f) { fused_ = comm_ != nullptr && rank_.tp > 1 ? f : nullptr; }
+  bool fused() const { return fused_ != nullptr; }
+  // The fused calls of this step completed without a device-side failure (a no-op when not fused).
+  Status check_fused() { return fused_ != nullptr ? fused_->check() : Status::ok(); }
+  // o: this rank's partial sum (clobbered); x += o summed over the group; h = rmsnorm(x) * w. Fused: one call
+  // (the residual rounded once from the f32 sum); else all-reduce, add and RMSNorm (the sum rounded first).
+  Status reduce_add_norm(Tensor& o, Tensor& x, const Tensor& w, float eps, Tensor& h) {
+    if (fused_ != nullptr) return fused_->allreduce_add_rmsnorm(o, x, w, eps, h);
+    MX_RETURN_IF_ERROR(reduce_partial(o));
+    be_.add(x, o);
+    be_.rmsnorm(x, w, eps, h);
+    return Status::ok();
+  }
   // Logits of batch.logit_rows of x_normed [T, H] (f32 [R, V], gathered along the vocabulary at tp > 1)
   // and, when batch.want_hidden, x_normed itself.
   Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed);
@@ -60,6 +76,7 @@ class TensorParallel {
   backend::Backend& be_;
   parallel::RankLayout rank_;
   parallel::Communicator* comm_;  // nullptr: one rank
+  parallel::FusedAddNorm* fused_ = nullptr;
   int64_t vocab_ = 0, d_model_ = 0;
   Tensor embed_, lm_head_;  // this rank's vocabulary rows [V / tp, H]
   Tensor embed_lookup_;     // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks

@@ -36,6 +36,10 @@
 #include "model/weight_table.h"
 #include "parallel/communicator.h"
 
+namespace mxserve::parallel {
+class FusedAddNorm;
+}  // namespace mxserve::parallel
+
 namespace mxserve::model {
 
 class WeightLoader {
@@ -79,6 +83,9 @@ class WeightLoader {
   };
   const LoadStats& stats() const { return stats_; }
   parallel::Communicator* moe_communicator() const { return moe_comm_; }
+  // The fused all-reduce + add + RMSNorm of this rank's tp group (nullptr: the three steps separately).
+  void set_fused_add_norm(parallel::FusedAddNorm* f) { fused_add_norm_ = f; }
+  parallel::FusedAddNorm* fused_add_norm() const { return fused_add_norm_; }
 
   // ---- declaring overloads (architecture code): same as the name-based calls below ----
   Tensor get(const WeightSpec& w);
@@ -169,6 +176,7 @@ class WeightLoader {
   parallel::RankLayout rank_;
   parallel::Communicator* comm_ = nullptr;
   parallel::Communicator* moe_comm_ = nullptr;
+  parallel::FusedAddNorm* fused_add_norm_ = nullptr;
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
   LoadStats stats_;
   bool warned_whole_dequant_ = false;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/moe/moe_expert_range.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 
 namespace mxserve::kernels::cuda {
@@ -304,6 +305,22 @@ void moe_experts_bf16(const void* x, const int32_t* topk_ids, const float* topk_
   }
   moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
       w.y, w.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, s.top_k);
+  MX_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+__global__ void moe_local_expert_ids_kernel(const int32_t* __restrict__ ids, int64_t n, int32_t first,
+                                            int32_t n_local, int32_t* __restrict__ local) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    local[i] = local_expert_id(ids[i], first, n_local);
+}
+}  // namespace
+
+void moe_local_expert_ids(const int32_t* ids, int64_t n, int32_t first, int32_t n_local, int32_t* local,
+                          cudaStream_t stream) {
+  if (n == 0) return;
+  moe_local_expert_ids_kernel<<<moe_grid_1d(n), 256, 0, stream>>>(ids, n, first, n_local, local);
   MX_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,8 @@
 // paths: the workspace layout, the one-block permute kernel (histogram + scan + scatter) and the weighted
 // un-permute. Owns no GEMM. Key invariant: rows of expert e are [row_offsets[e], row_offsets[e+1]) of the
 // permuted order; pair (t, k) lands on row pair_row[t*K+k] and row_token[row] = t.
+// Expert parallelism: an id of kForeignExpert (-1, moe_expert_range.h) is another rank's expert: the pair gets
+// no row (pair_row = -1) and the un-permute skips it, so the output is this rank's partial sum.
 // NOTE: kernels live in an anonymous namespace, so each including .cu gets its own copy (no ODR clash).
 #pragma once
 
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   __syncthreads();
   for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
     const int e = ids[i];
+    if (e == -1) continue;                  // another rank's expert (expert parallelism)
     if (e < 0 || e >= n_experts) __trap();  // a corrupt routing id is a bug: fail loudly
     atomicAdd(&count[e], 1);
   }
@@ -112,13 +115,19 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) {
-    const int row = atomicAdd(&cursor[ids[i]], 1);
+    const int e = ids[i];
+    if (e == -1) {
+      pair_row[i] = -1;
+      continue;
+    }
+    const int row = atomicAdd(&cursor[e], 1);
     row_token[row] = static_cast<int32_t>(i / top_k);
     pair_row[i] = row;
   }
 }
 
-// out[t] += sum_k w[t, k] * y[pair_row[t, k]] in fp32, one rounding. One thread per (token, 8 columns).
+// out[t] += sum_k w[t, k] * y[pair_row[t, k]] in fp32, one rounding (pairs with pair_row -1, other ranks'
+// experts, add nothing). One thread per (token, 8 columns).
 __global__ void moe_unpermute_kernel(const bf16* __restrict__ y, const int32_t* __restrict__ pair_row,
                                      const float* __restrict__ weights, bf16* out, int64_t n_tokens,
                                      int64_t d_model, int top_k) {
@@ -134,9 +143,11 @@ __global__ void moe_unpermute_kernel(const bf16* __restrict__ y, const int32_t* 
     float acc[8];
     load8(out + t * d_model + c, acc);
     for (int k = 0; k < top_k; ++k) {
+      const int32_t row = pair_row[t * top_k + k];
+      if (row < 0) continue;
       const float w = weights[t * top_k + k];
       float v[8];
-      load8(y + static_cast<int64_t>(pair_row[t * top_k + k]) * d_model + c, v);
+      load8(y + static_cast<int64_t>(row) * d_model + c, v);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[j] += w * v[j];
     }

@@ -235,7 +235,7 @@ void moe_experts_mxfp4(const void* x, const int32_t* topk_ids, const float* topk
   }
   // NOTE: one token with design 5 on both GEMMs skips the permute kernel: pair k is row k of expert
   // ids[k] (top-k ids are one row each whether or not they repeat), block y of each GEMM serves pair y.
-  const bool direct = s.n_tokens == 1 && is_gv(plan.gate_up) && is_gv(plan.down);
+  const bool direct = s.n_tokens == 1 && is_gv(plan.gate_up) && is_gv(plan.down) && !plan.foreign_ids;
   // Design 5's down GEMM fuses the weighted un-permute at one token (out += sum_k w_k y_k): no y, no launch.
   const bool fused_combine = direct && is_gv(plan.down);
   if (!direct) {

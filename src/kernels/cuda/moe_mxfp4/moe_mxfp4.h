@@ -43,6 +43,9 @@ struct MoeMxfp4Plan {
   int gate_up = 0;
   int down = 0;
   MoeProbe probe = MoeProbe::kNone;
+  // Expert parallelism: topk_ids may hold kForeignExpert (-1, moe/moe_expert_range.h), another rank's expert.
+  // Such pairs go through the permutation (which skips them), never the one-token direct mode.
+  bool foreign_ids = false;
 };
 
 // The names of the compiled variants for one GEMM, by id (the tuner's candidate list; the same list serves
