@@ -7,6 +7,8 @@ P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
 T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
+PART=${S7_K2_PART:-all}  # tests | bench | all
+if [ "$PART" != bench ]; then
 : > "$OUT/rc.txt"
 for tst in test_cuda_mla_dsa test_cuda_mla_fp8 test_cuda_mla_fp8_quality test_cuda_kv_host_tier test_cuda_fixture \
            test_cuda_graphs; do
@@ -17,6 +19,8 @@ wait; sort "$OUT/rc.txt"
 for f in "$OUT"/t_*.log; do echo "== $(basename $f .log): $(grep -c '^\[       OK' $f) ok"; grep -E "^\[  FAILED|Failure" "$f" | head -6; done
 grep -E "^\[ err +\].*(FAIL|wgmma 64 heads, decode)|identical|MISMATCH|host KV tier bench|bytes differ|mla fp8|beyond slack" \
   "$OUT"/t_*.log | cut -c1-260 | head -50
+fi
+[ "$PART" = tests ] && exit 0
 t "benches"
 timeout 100 "$B/bench_mla_decode" --heads 64 --no-simple > "$OUT/bench_mla_h64.log" 2>&1; echo "bench_mla_decode h64 rc=$?"
 grep -E "^case|wgmma|MET|MISSED|^PASS|^FAIL|op / attend" "$OUT/bench_mla_h64.log" | grep -v indexer | cut -c1-200 | head -40
