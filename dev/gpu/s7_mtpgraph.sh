@@ -23,9 +23,9 @@ for cfg in air glm52; do
   for mode in eager graph; do
     F=(--disable-cuda-graph); [ $mode = graph ] && F=(--cuda-graph)
     timeout 150 "$B/mxserve" generate --config "$P/configs/$cfg.json" --synthetic-weights --quantization mxfp4 \
-      --num-layers 8 --backend cuda --prompt-len 512 --max-tokens 256 --ignore-eos --runs "b=1;b=8" \
+      --num-layers 8 --backend cuda --prompt-len 512 --max-tokens 256 --ignore-eos --runs "b=1,n=3,a=2.5;b=8,n=3,a=2.5" \
       --speculative-algorithm mtp --speculative-num-steps 3 --no-speculative-adaptive \
-      --speculative-simulate-acceptance 2.5 --speculative-skip-self-test "${F[@]}" > "$OUT/mtp_${cfg}_$mode.log" 2>&1
+      --speculative-skip-self-test "${F[@]}" > "$OUT/mtp_${cfg}_$mode.log" 2>&1
     echo "$cfg $mode rc=$?"; grep -E "RESULT|captured|run eagerly|eager" "$OUT/mtp_${cfg}_$mode.log" | cut -c1-300 | tail -8
   done
 done
