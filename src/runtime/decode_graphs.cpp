@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <sstream>
 
 #include "core/check.h"
@@ -81,12 +82,15 @@ Status DecodeGraphs::capture() {
         meta.params.n_leading_decode_rows = q == 1 ? static_cast<int32_t>(B) : 0;
         Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
         Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
-        Status body_status = Status::ok();
-        auto graph = be_.capture_graph([&] {
-          const Status st = model_.forward_device(ids, positions, meta, kv_, logits, &hidden);
-          if (!st.is_ok()) body_status = st;
+        // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
+        auto body_status = std::make_shared<Status>(Status::ok());
+        model::CausalLM* model = &model_;
+        kvcache::KvCache* kv = &kv_;
+        auto graph = be_.capture_graph([=]() mutable {
+          const Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
+          if (!st.is_ok()) *body_status = st;
         });
-        MX_RETURN_IF_ERROR(body_status);
+        MX_RETURN_IF_ERROR(*body_status);
         if (!graph.is_ok()) return graph.status();
         g.graph = std::move(graph).value();
         graphs_.push_back(std::move(g));

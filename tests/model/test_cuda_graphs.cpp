@@ -151,6 +151,7 @@ void check_mtp_graphs(const std::string& dir, const std::string& label) {
         s.sampling.temperature = 0;
         s.sampling.max_tokens = 24;
         s.sampling.ignore_eos = true;
+        s.sampling.seed = 1000 + i;  // simulated acceptance draws from the request's seed: the same in both runs
         specs.push_back(s);
       }
       const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2, 1024, simulate);
