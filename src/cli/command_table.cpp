@@ -35,7 +35,7 @@ const std::vector<F>& spec_flags() {
 }
 const std::vector<F>& graph_flags() {
   static const std::vector<F> v = {
-      {"--cuda-graph", "", "on with --backend cuda", "replay CUDA graphs for plain decode steps"},
+      {"--cuda-graph", "", "on with --backend cuda", "replay CUDA graphs for decode steps (and chain MTP verify / draft steps)"},
       {"--disable-cuda-graph", "", "", "keep every step eager (sglang spelling)"},
       {"--enforce-eager", "", "", "keep every step eager (vLLM spelling)"},
   };

@@ -18,6 +18,8 @@ constexpr int32_t kMtpSteps = 2;       // the MTP run's fixed draft length
 struct EngineRun {
   std::map<size_t, std::vector<int32_t>> tokens;  // by request
   int64_t replays = 0;
+  runtime::ModelExecutor::GraphReplayCounts counts;
+  runtime::SpecStats spec;
 };
 
 Result<EngineRun> run_engine(model::CausalLM& model, backend::Backend& be, const std::vector<runtime::RequestSpec>& specs,
@@ -48,6 +50,8 @@ Result<EngineRun> run_engine(model::CausalLM& model, backend::Backend& be, const
     MX_RETURN_IF_ERROR(engine.check_invariants());
   }
   r.replays = raw->graph_replays();
+  r.counts = raw->graph_replay_counts();
+  r.spec = engine.stats().spec;
   return r;
 }
 
@@ -87,15 +91,26 @@ Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::Ca
                     complete ? ", sequences differ" : ", eager run incomplete");
       }
     }
-    // Plain decoding must have replayed graphs; with MTP every target step wants hidden states (eager today).
-    const bool replayed = mtp > 0 || graph.replays > 0;
-    const bool ok = differing == 0 && replayed && eager.replays == 0;
+    // Plain decoding must have replayed decode graphs; MTP speculation chain verify steps and MTP chain
+    // continuation steps, with the same drafts accepted (greedy keeps tokens identical even when drafts differ).
+    const bool replayed = mtp > 0 ? graph.counts.verify > 0 && graph.counts.mtp > 0 : graph.replays > 0;
+    const bool same_accepts = graph.spec.num_draft_tokens == eager.spec.num_draft_tokens &&
+                              graph.spec.accepted_per_pos == eager.spec.accepted_per_pos;
+    if (!same_accepts)
+      std::printf("  graphs + MTP: %lld of %lld drafts accepted with graphs, %lld of %lld eager\n",
+                  static_cast<long long>(graph.spec.num_accepted_tokens),
+                  static_cast<long long>(graph.spec.num_draft_tokens),
+                  static_cast<long long>(eager.spec.num_accepted_tokens),
+                  static_cast<long long>(eager.spec.num_draft_tokens));
+    const bool ok = differing == 0 && same_accepts && replayed && eager.replays == 0;
     ++report.checks;
     report.failures += ok ? 0 : 1;
     if (mtp == 0) report.replays = graph.replays;
-    std::printf("cuda graphs%s: %zu greedy requests at once, %lld decode steps replayed: tokens %s eager  %s\n",
-                mtp ? " + MTP (chain, 2 drafts)" : "", specs.size(), static_cast<long long>(graph.replays),
-                differing == 0 ? "identical to" : "DIFFER from",
+    std::printf("cuda graphs%s: %zu greedy requests at once, %lld decode / %lld verify / %lld MTP steps replayed: "
+                "tokens %s eager%s  %s\n",
+                mtp ? " + MTP (chain, 2 drafts)" : "", specs.size(), static_cast<long long>(graph.counts.decode),
+                static_cast<long long>(graph.counts.verify), static_cast<long long>(graph.counts.mtp),
+                differing == 0 ? "identical to" : "DIFFER from", same_accepts ? "" : ", accepted drafts DIFFER",
                 ok ? "PASS" : (replayed ? "FAIL" : "FAIL (no step replayed from a graph: see the log above)"));
   }
   return report;

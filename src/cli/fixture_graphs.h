@@ -1,8 +1,8 @@
 // verify-fixture's CUDA-graph check: the fixture's prompts as greedy requests through two engines on the
 // same model and backend, one replaying decode graphs (runtime/decode_graphs.h) and one eager; every
 // request's tokens must be identical, and the graph engine must have replayed at least one step. With an MTP
-// layer the same pair runs again with MTP speculation (chain, fixed draft length): tokens identical on and
-// off (speculative steps themselves run eagerly today; the check guards the capture's side effects).
+// layer the same pair runs again with MTP speculation (chain, fixed draft length 2): tokens and accepted-draft
+// counts identical on and off, and chain verify steps and MTP chain continuation steps replayed from graphs.
 // Invariant: the check compares one backend with itself (exact equality, no tolerance); the fixture's own
 // tokens are judged by verify_fixture_model, not here.
 #pragma once

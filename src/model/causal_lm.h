@@ -47,11 +47,31 @@ class CausalLM {
   virtual Result<ForwardOutput> forward(const ForwardBatch& batch, kvcache::KvCache& kv) = 0;
   // Decode graphs: the target forward over inputs already on the backend (ids, positions i32 [T]; meta with
   // T rows, its shape fields -- heads, head_dim, scale -- filled here), logits of every row into logits
-  // (f32 [T, V], on the backend). Enqueues no host<->device copy, so Backend::capture_graph can take it.
+  // (f32 [T, V], on the backend) and, when hidden is given ([T, H] in the activation dtype), the post-final-norm
+  // hidden state of every row (the MTP layer's input; speculative verify steps). Rows may be several per
+  // sequence (a chain verify step: x_last and the drafts, KV indices consecutive). Enqueues no host<->device
+  // copy, so Backend::capture_graph can take it.
   virtual Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
-                                kvcache::KvCache& kv, Tensor& logits) {
+                                kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) {
     return unsupported("this model has no device-input forward (decode graphs)");
   }
+  // MTP graphs (runtime/mtp_graphs.h): one MTP draft-chain continuation step (chain steps >= 2) over inputs
+  // already on the backend -- ids (each row's previous draft), positions, hidden_in [T, H] (the previous MTP
+  // step's output hidden), meta for T rows -- into logits f32 [T, V] and hidden_out [T, H] (the MTP layer's
+  // output hidden state). Every row continues the chain whose first step was the latest eager forward_mtp;
+  // what it reuses from that step was staged by stage_mtp_chain. Enqueues no host<->device copy.
+  virtual Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
+                                    const backend::AttentionMeta& meta, kvcache::KvCache& kv, Tensor& logits,
+                                    Tensor& hidden_out) {
+    return unsupported("this model has no device-input MTP forward (MTP graphs)");
+  }
+  // Eager, once before capturing forward_mtp_device bodies of up to max_rows rows: allocates the persistent
+  // buffers the continuation steps read (glm_moe_dsa: the staged first-step DSA top-k).
+  virtual Status reserve_mtp_chain(int64_t max_rows) { return Status::ok(); }
+  // Eager, before each replay: stages what continuation rows reuse from the chain's first step (glm_moe_dsa
+  // with index_share_for_mtp_iteration: the first step's top-k rows step.first_step_rows, whose device copy is
+  // first_step_rows i32 [n], into the persistent buffer's rows [0, n)). Errors name mtp_first_step_rows.
+  virtual Status stage_mtp_chain(const MtpStep& step, const Tensor& first_step_rows) { return Status::ok(); }
   virtual bool has_mtp() const = 0;
   // MTP draft forward: token_ids are the *next* tokens x_{t+1}; hidden_in [T,H] the target's post-norm
   // hidden states h_t (or the draft's own output); positions are the target's. Own KV layer.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <sstream>
 
 #include "core/check.h"
@@ -43,46 +44,57 @@ Status DecodeGraphs::capture() {
   if (layout_.scratch_row < 0 || layout_.scratch_row >= store->max_rows() || layout_.scratch_block < 0)
     return invalid_argument("decode graphs: scratch row " + std::to_string(layout_.scratch_row) + " / block " +
                             std::to_string(layout_.scratch_block));
+  if (layout_.max_drafts < 0) return invalid_argument("decode graphs: max_drafts " + std::to_string(layout_.max_drafts));
   const int64_t max_context = store->max_blocks_per_seq() * layout_.block_size;
   const auto t0 = std::chrono::steady_clock::now();
-  logits_ = be_.alloc(DType::kF32, {layout_.max_batch, model_.config().vocab_size});
+  const int64_t max_rows = layout_.max_batch * (1 + layout_.max_drafts);
+  logits_ = be_.alloc(DType::kF32, {max_rows, model_.config().vocab_size});
+  hidden_ = be_.alloc(be_.activation_dtype(), {max_rows, model_.config().d_model});
   const std::vector<int64_t> buckets = decode_graph_buckets(layout_.max_batch);
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
   const int64_t bs = layout_.block_size;
   const int32_t scratch_slot = static_cast<int32_t>(layout_.scratch_block * bs);
-  for (int64_t B : buckets) {
-    // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
-    std::vector<int32_t> host(kFields * B, 0);
-    std::fill(host.begin() + kTableRows * B, host.begin() + (kTableRows + 1) * B, layout_.scratch_row);
-    std::fill(host.begin() + kSlots * B, host.end(), scratch_slot);
-    for (int64_t C : contexts) {
-      Graph g;
-      g.batch = B;
-      g.context = C;
-      g.inputs = be_.alloc(DType::kI32, {kFields, B});
-      be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {kFields * B}));
-      backend::AttentionMeta meta;
-      meta.token_seq = field(g.inputs, kTableRows);
-      meta.kv_index = field(g.inputs, kKvIndex);
-      meta.slot_mapping = field(g.inputs, kSlots);
-      meta.block_tables = store->device();
-      meta.params.n_tokens = static_cast<int32_t>(B);
-      meta.params.n_seqs = static_cast<int32_t>(B);
-      meta.params.block_size = static_cast<int32_t>(bs);
-      meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
-      meta.params.max_kv_len = static_cast<int32_t>(C);
-      meta.params.n_leading_decode_rows = static_cast<int32_t>(B);  // one plain decode row per sequence
-      Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
-      Tensor logits = logits_.slice_rows(0, B);
-      Status body_status = Status::ok();
-      auto graph = be_.capture_graph([&] {
-        const Status st = model_.forward_device(ids, positions, meta, kv_, logits);
-        if (!st.is_ok()) body_status = st;
-      });
-      MX_RETURN_IF_ERROR(body_status);
-      if (!graph.is_ok()) return graph.status();
-      g.graph = std::move(graph).value();
-      graphs_.push_back(std::move(g));
+  for (int64_t q = 1; q <= 1 + layout_.max_drafts; ++q) {
+    for (int64_t B : buckets) {
+      const int64_t T = B * q;
+      // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
+      std::vector<int32_t> host(kFields * T, 0);
+      std::fill(host.begin() + kTableRows * T, host.begin() + (kTableRows + 1) * T, layout_.scratch_row);
+      std::fill(host.begin() + kSlots * T, host.end(), scratch_slot);
+      for (int64_t C : contexts) {
+        Graph g;
+        g.batch = B;
+        g.q = q;
+        g.context = C;
+        g.inputs = be_.alloc(DType::kI32, {kFields, T});
+        be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {kFields * T}));
+        backend::AttentionMeta meta;
+        meta.token_seq = field(g.inputs, kTableRows);
+        meta.kv_index = field(g.inputs, kKvIndex);
+        meta.slot_mapping = field(g.inputs, kSlots);
+        meta.block_tables = store->device();
+        meta.params.n_tokens = static_cast<int32_t>(T);
+        meta.params.n_seqs = static_cast<int32_t>(B);
+        meta.params.block_size = static_cast<int32_t>(bs);
+        meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
+        meta.params.max_kv_len = static_cast<int32_t>(C);
+        // One plain decode row per sequence (q = 1); verify rows are no plain decode rows (as the eager batch says).
+        meta.params.n_leading_decode_rows = q == 1 ? static_cast<int32_t>(B) : 0;
+        Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
+        Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
+        // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
+        auto body_status = std::make_shared<Status>(Status::ok());
+        model::CausalLM* model = &model_;
+        kvcache::KvCache* kv = &kv_;
+        auto graph = be_.capture_graph([=]() mutable {
+          const Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
+          if (!st.is_ok()) *body_status = st;
+        });
+        MX_RETURN_IF_ERROR(*body_status);
+        if (!graph.is_ok()) return graph.status();
+        g.graph = std::move(graph).value();
+        graphs_.push_back(std::move(g));
+      }
     }
   }
   be_.synchronize();
@@ -92,59 +104,72 @@ Status DecodeGraphs::capture() {
   for (int64_t x : contexts) c << (c.tellp() > 0 ? "," : "") << x;
   MX_LOG(kInfo) << "CUDA graphs: captured " << graphs_.size() << " decode graphs in " << secs
                 << " s; batch buckets " << b.str() << "; context classes " << c.str()
+                << (layout_.max_drafts > 0
+                        ? "; rows per sequence 1.." + std::to_string(1 + layout_.max_drafts) + " (chain verify steps)"
+                        : std::string())
                 << " (--disable-cuda-graph / --enforce-eager turn them off)";
   return Status::ok();
 }
 
 bool DecodeGraphs::covers(const model::ForwardBatch& batch) const {
   const int64_t S = static_cast<int64_t>(batch.seqs.size());
-  if (graphs_.empty() || batch.want_hidden || S == 0 || S > layout_.max_batch || batch.n_tokens() != S) return false;
-  if (static_cast<int64_t>(batch.logit_rows.size()) != S) return false;
+  if (graphs_.empty() || S == 0 || S > layout_.max_batch || batch.n_tokens() % S != 0) return false;
+  const int64_t q = batch.n_tokens() / S, T = batch.n_tokens();
+  if (q > 1 + layout_.max_drafts || static_cast<int64_t>(batch.logit_rows.size()) != T) return false;
+  for (int64_t r = 0; r < T; ++r)
+    if (batch.logit_rows[r] != r) return false;
   int64_t max_kv = 0;
   for (int64_t s = 0; s < S; ++s) {
-    const auto& q = batch.seqs[s];
-    if (q.n_tokens != 1 || q.table_row < 0 || !q.kv_indices.empty() || !q.tree_mask.empty() ||
-        batch.logit_rows[s] != s)
+    const auto& x = batch.seqs[s];
+    if (x.n_tokens != q || x.token_begin != s * q || x.table_row < 0 || !x.kv_indices.empty() ||
+        !x.tree_mask.empty())
       return false;
-    max_kv = std::max<int64_t>(max_kv, q.kv_len);
+    max_kv = std::max<int64_t>(max_kv, x.kv_len);
   }
   return max_kv <= graphs_.back().context;
 }
 
-const DecodeGraphs::Graph* DecodeGraphs::find(int64_t batch, int64_t context) const {
-  for (const Graph& g : graphs_)  // ascending (batch, context): the first fit is the smallest
-    if (g.batch >= batch && g.context >= context) return &g;
+const DecodeGraphs::Graph* DecodeGraphs::find(int64_t batch, int64_t q, int64_t context) const {
+  for (const Graph& g : graphs_)  // ascending (q, batch, context): the first fit is the smallest
+    if (g.q == q && g.batch >= batch && g.context >= context) return &g;
   return nullptr;
 }
 
 Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch) {
   const int64_t S = static_cast<int64_t>(batch.seqs.size());
+  const int64_t q = S > 0 ? batch.n_tokens() / S : 0;
   int64_t max_kv = 0;
-  for (const auto& q : batch.seqs) max_kv = std::max<int64_t>(max_kv, q.kv_len);
-  const Graph* g = find(S, max_kv);
-  if (g == nullptr) return internal_error("decode graphs: no graph for " + std::to_string(S) + " rows at context " +
-                                          std::to_string(max_kv) + " (covers() was not asked)");
+  for (const auto& x : batch.seqs) max_kv = std::max<int64_t>(max_kv, x.kv_len);
+  const Graph* g = find(S, q, max_kv);
+  if (g == nullptr)
+    return internal_error("decode graphs: no graph for " + std::to_string(S) + " sequences x " + std::to_string(q) +
+                          " rows at context " + std::to_string(max_kv) + " (covers() was not asked)");
   kvcache::BlockTableStore* store = kv_.block_tables();
-  const int64_t B = g->batch, bs = layout_.block_size;
-  host_.assign(kFields * B, 0);
-  std::fill(host_.begin() + kTableRows * B, host_.begin() + (kTableRows + 1) * B, layout_.scratch_row);
-  std::fill(host_.begin() + kSlots * B, host_.end(), static_cast<int32_t>(layout_.scratch_block * bs));
+  const int64_t T = g->batch * q, bs = layout_.block_size;
+  host_.assign(kFields * T, 0);
+  std::fill(host_.begin() + kTableRows * T, host_.begin() + (kTableRows + 1) * T, layout_.scratch_row);
+  std::fill(host_.begin() + kSlots * T, host_.end(), static_cast<int32_t>(layout_.scratch_block * bs));
   for (int64_t s = 0; s < S; ++s) {
-    const auto& q = batch.seqs[s];
-    MX_RETURN_IF_ERROR(store->sync(q.table_row, q.table_lease, q.blocks()));
-    const int32_t j = q.kv_len - 1;
-    host_[kIds * B + s] = batch.token_ids[s];
-    host_[kPositions * B + s] = batch.positions[s];
-    host_[kTableRows * B + s] = q.table_row;
-    host_[kKvIndex * B + s] = j;
-    host_[kSlots * B + s] = static_cast<int32_t>(q.blocks()[j / bs] * bs + j % bs);
+    const auto& x = batch.seqs[s];
+    MX_RETURN_IF_ERROR(store->sync(x.table_row, x.table_lease, x.blocks()));
+    for (int32_t i = 0; i < x.n_tokens; ++i) {
+      const int64_t r = x.token_begin + i;
+      const int32_t j = x.kv_index_of(i);
+      host_[kIds * T + r] = batch.token_ids[r];
+      host_[kPositions * T + r] = batch.positions[r];
+      host_[kTableRows * T + r] = x.table_row;
+      host_[kKvIndex * T + r] = j;
+      host_[kSlots * T + r] = static_cast<int32_t>(x.blocks()[j / bs] * bs + j % bs);
+    }
   }
   Tensor inputs = g->inputs;
-  be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {kFields * B}));
+  be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {kFields * T}));
   g->graph->replay();
   ++replays_;
+  verify_replays_ += q > 1;
   model::ForwardOutput out;
-  out.logits = logits_.slice_rows(0, S);
+  out.logits = logits_.slice_rows(0, S * q);
+  if (batch.want_hidden) out.hidden = hidden_.slice_rows(0, S * q);
   return out;
 }
 

@@ -94,12 +94,18 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
     MX_CHECK_MSG(st.is_ok(), "engine: " << st.to_string());
   }
   if (config_.cuda_graphs) {
-    const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running);
+    // Chain speculation: verify steps of 1 + N rows per sequence (N <= num_steps) and the MTP chain's
+    // continuation steps are captured too; tree speculation keeps its verify / draft steps eager (masks).
+    const int32_t chain_drafts = spec_enabled() && !config_.spec.tree() ? config_.spec.num_steps : 0;
+    const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running, chain_drafts);
     if (!st.is_ok()) {
       MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
     } else if (spec_enabled()) {
-      MX_LOG(kWarn) << "CUDA graphs cover plain decode steps only: with speculative decoding every step (verify, "
-                       "draft) runs eagerly";
+      MX_LOG(kWarn) << (config_.spec.tree()
+                            ? "CUDA graphs with tree speculation: tree verify steps, tree draft steps and the MTP "
+                              "extend run eagerly (only steps without drafts replay a graph)"
+                            : "CUDA graphs with MTP speculation: the MTP extend (first draft step of each step) and "
+                              "steps mixing prefill or uneven draft counts run eagerly");
     }
   }
   if (config_.kv_cache_host_memory > 0) enable_host_tier();

@@ -45,12 +45,21 @@ class ModelExecutor {
   // model) needs none.
   virtual Status enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq) { return Status::ok(); }
   // Captures CUDA graphs of pure-decode steps up to max_batch sequences (runtime/decode_graphs.h); needs the
-  // block-table store. Later pure-decode batches replay them; everything else runs eagerly.
-  virtual Status enable_decode_graphs(int64_t max_batch) {
+  // block-table store. Later pure-decode batches replay them; everything else runs eagerly. chain_drafts > 0
+  // (chain MTP speculation, up to that many drafts per step): also the chain verify steps (1 + N rows per
+  // sequence, N <= chain_drafts) and, at chain_drafts >= 2, the MTP chain's continuation steps
+  // (runtime/mtp_graphs.h; a model without a device-input MTP forward keeps those eager and says so).
+  virtual Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) {
     return unsupported("this executor has no decode graphs");
   }
-  // Pure-decode steps served by a graph replay so far (tests, logs).
+  // Target decode / verify steps served by a graph replay so far (tests, logs).
   virtual int64_t graph_replays() const { return 0; }
+  struct GraphReplayCounts {
+    int64_t decode = 0;  // target steps of one row per sequence
+    int64_t verify = 0;  // chain verify steps (1 + N rows per sequence)
+    int64_t mtp = 0;     // MTP draft-chain continuation steps
+  };
+  virtual GraphReplayCounts graph_replay_counts() const { return {}; }
   // Tests: the device row holds the first synced blocks of `table` for `lease` (nothing to check when the
   // row was never synced for that lease).
   virtual Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& table) {

@@ -42,8 +42,11 @@ class LogitRecorder final : public ModelExecutor {
   }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status enable_decode_graphs(int64_t max_batch) override { return inner_->enable_decode_graphs(max_batch); }
+  Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) override {
+    return inner_->enable_decode_graphs(max_batch, chain_drafts);
+  }
   int64_t graph_replays() const override { return inner_->graph_replays(); }
+  GraphReplayCounts graph_replay_counts() const override { return inner_->graph_replay_counts(); }
   Status check_block_table(int32_t row, uint64_t lease, const std::vector<int32_t>& t) override {
     return inner_->check_block_table(row, lease, t);
   }

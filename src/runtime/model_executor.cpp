@@ -1,7 +1,9 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "runtime/decode_graphs.h"
+#include "runtime/mtp_graphs.h"
 #include "kernels/cpu/sampling.h"
 #include "runtime/executor.h"
 #include "runtime/kv_host_mover.h"
@@ -37,6 +39,12 @@ class CausalLmExecutor final : public ModelExecutor {
   }
   bool has_mtp() const override { return model_.has_mtp(); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
+    if (mtp_graphs_ && mtp_graphs_->covers(batch, hidden_in)) {
+      MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
+      MX_RETURN_IF_ERROR(settle_host_loads());  // a replay reads the cache without the per-layer gate
+      MX_ASSIGN_OR_RETURN(model::ForwardOutput out, mtp_graphs_->run(batch, hidden_in));
+      return finish(batch, out);
+    }
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
     return finish(batch, out);
   }
@@ -91,8 +99,14 @@ class CausalLmExecutor final : public ModelExecutor {
   }
 
   int64_t graph_replays() const override { return graphs_ ? graphs_->replays() : 0; }
+  GraphReplayCounts graph_replay_counts() const override {
+    GraphReplayCounts c;
+    if (graphs_) c.verify = graphs_->verify_replays(), c.decode = graphs_->replays() - c.verify;
+    if (mtp_graphs_) c.mtp = mtp_graphs_->replays();
+    return c;
+  }
 
-  Status enable_decode_graphs(int64_t max_batch) override {
+  Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) override {
     if (kv_->block_tables() == nullptr) return invalid_argument("decode graphs need the block-table store first");
     if (max_batch <= 0 || max_batch > scratch_row_)
       return invalid_argument("decode graphs: max batch " + std::to_string(max_batch) + " outside [1, " +
@@ -103,9 +117,20 @@ class CausalLmExecutor final : public ModelExecutor {
     layout.block_size = block_size_;
     layout.scratch_row = scratch_row_;
     layout.scratch_block = static_cast<int32_t>(n_blocks_);
+    layout.max_drafts = std::max(chain_drafts, 0);
     auto graphs = std::make_unique<DecodeGraphs>(model_, be_, *kv_, layout);
     MX_RETURN_IF_ERROR(graphs->capture());
     graphs_ = std::move(graphs);
+    if (chain_drafts >= 2 && model_.has_mtp()) {  // chain steps >= 2 exist: the continuation graphs
+      auto mtp = std::make_unique<MtpGraphs>(model_, be_, *kv_, layout);
+      const Status st = mtp->capture();
+      if (st.is_ok()) {
+        mtp_graphs_ = std::move(mtp);
+      } else {
+        MX_LOG(kWarn) << "CUDA graphs: the MTP draft chain's continuation steps run eagerly (slower drafting): "
+                      << st.to_string();
+      }
+    }
     return Status::ok();
   }
 
@@ -155,6 +180,7 @@ class CausalLmExecutor final : public ModelExecutor {
   int32_t scratch_row_ = -1;
   std::unique_ptr<KvHostMover> host_mover_;  // the host KV tier's transport and load gate (enable_host_tier)
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
+  std::unique_ptr<MtpGraphs> mtp_graphs_;  // CUDA graphs of MTP chain continuation steps (enable_decode_graphs)
 };
 
 }  // namespace

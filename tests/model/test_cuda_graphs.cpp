@@ -2,8 +2,11 @@
 // an engine with graphs and one without must give identical tokens, at batch sizes equal to a bucket
 // (1, 2, 4, 8) and padded into one (3 -> 4, 5 -> 8), and the graphs must actually have been replayed; on
 // the glm4_moe and the glm_moe_dsa fixtures (MLA + DSA decode, the sparse top-k path past index_topk), and
-// with MTP speculation (chain, fixed draft length): tokens identical with graphs on and off; and GLM-5.2's
-// attention geometry (synthetic weights, 4 layers) so the tensor-core MLA attend / indexer run inside graphs.
+// with MTP speculation (chain, fixed draft length 2): tokens AND the accepted-draft counts (SpecStats) identical
+// with graphs on and off, chain verify steps and MTP chain continuation steps replayed from graphs (> 0 each),
+// also with simulated acceptance (accepted drafts become output tokens) and with glm_moe_dsa's
+// index_share_for_mtp_iteration on (the staged first-step top-k); and GLM-5.2's attention geometry (synthetic
+// weights, 4 layers) so the tensor-core MLA attend / indexer run inside graphs.
 // Also: a graph body that copies from the host is refused loudly, and the CPU backend has no graphs.
 // MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
 #include <gtest/gtest.h>
@@ -12,7 +15,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "cli/fixture.h"
@@ -27,16 +37,32 @@ std::string fixture_dir(const std::string& name) {
   return (env ? std::string(env) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures") + "/" + name;
 }
 
+// A copy of fixture `name` with index_share_for_mtp_iteration on (glm_moe_dsa), under the temp directory.
+std::string shared_index_fixture(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("mxserve_cg_share_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(fixture_dir(name))) fs::copy_file(e.path(), dir / e.path().filename());
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  cfg["index_share_for_mtp_iteration"] = true;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  return dir.string();
+}
+
 struct RunResult {
   std::map<size_t, std::vector<int32_t>> tokens;
   int64_t replays = 0;
+  ModelExecutor::GraphReplayCounts counts;
+  SpecStats spec;
   double seconds = 0;
 };
 
 RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs,
-              int32_t mtp_steps = 0, int64_t max_model_len = 1024) {
+              int32_t mtp_steps = 0, int64_t max_model_len = 1024, std::optional<double> simulate = std::nullopt) {
   EngineConfig cfg;
   cfg.spec.num_steps = mtp_steps;
+  cfg.spec.simulate_acceptance = simulate;
   cfg.spec.adaptive = false;  // every step drafts (random fixture weights would lower N to 0)
   cfg.scheduler.block_size = 16;
   cfg.scheduler.max_running = 16;
@@ -62,6 +88,8 @@ RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<Reque
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.replays = raw->graph_replays();
+  r.counts = raw->graph_replay_counts();
+  r.spec = engine.stats().spec;
   return r;
 }
 
@@ -100,37 +128,66 @@ TEST_P(CudaGraphs, GreedyTokensEqualEagerAtBucketAndPaddedBatches) {
   }
 }
 
-// With MTP speculation every target step wants hidden states, so today no step is replayed (verify and draft
-// steps run eagerly: docs/design/cuda-graphs.md); the graphs are still captured, and the tokens must not change.
-TEST_P(CudaGraphs, GreedyTokensEqualEagerWithMtp) {
+// MTP speculation (chain, N = 2 every step) with graphs on and off: identical tokens and accepted-draft counts
+// (greedy verification keeps tokens identical even when drafts differ, so the counts are compared too), and
+// both speculative graph families replayed: chain verify steps (3 rows per sequence) and the chain's second
+// draft step (MTP continuation). Simulated acceptance (2.6: one or two drafts accepted per step) turns accepted
+// drafts into output tokens, so the drafts the MTP graphs proposed are compared token by token.
+void check_mtp_graphs(const std::string& dir, const std::string& label) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
-  const std::string dir = fixture_dir(GetParam());
   auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
-  ASSERT_TRUE((*lm)->has_mtp()) << GetParam() << ": the fixture has no MTP layer";
+  ASSERT_TRUE((*lm)->has_mtp()) << label << ": the fixture has no MTP layer";
   auto cases = cli::read_fixture_cases(dir, (*lm)->config().vocab_size);
   ASSERT_TRUE(cases.is_ok()) << cases.status().to_string();
-  for (size_t batch : {1, 3}) {
-    std::vector<RequestSpec> specs;
-    for (size_t i = 0; i < batch; ++i) {
-      RequestSpec s;
-      s.prompt = (*cases)[i % cases->size()].input_ids;
-      s.prompt.push_back(static_cast<int32_t>(1 + i));
-      s.sampling.temperature = 0;
-      s.sampling.max_tokens = 24;
-      s.sampling.ignore_eos = true;
-      specs.push_back(s);
-    }
-    const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2);
-    const RunResult graph = run(**lm, **be, specs, true, /*mtp_steps=*/2);
-    std::printf("%s MTP batch %zu: eager %.3f s, graphs %.3f s (%lld replays)\n", GetParam().c_str(), batch,
-                eager.seconds, graph.seconds, static_cast<long long>(graph.replays));
-    for (size_t i = 0; i < batch; ++i) {
-      ASSERT_EQ(eager.tokens.at(i).size(), 24u);
-      EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << GetParam() << " MTP batch " << batch << " request " << i;
+  for (std::optional<double> simulate : {std::optional<double>(), std::optional<double>(2.6)}) {
+    for (size_t batch : {1, 3}) {
+      std::vector<RequestSpec> specs;
+      for (size_t i = 0; i < batch; ++i) {
+        RequestSpec s;
+        s.prompt = (*cases)[i % cases->size()].input_ids;
+        s.prompt.push_back(static_cast<int32_t>(1 + i));
+        s.sampling.temperature = 0;
+        s.sampling.max_tokens = 24;
+        s.sampling.ignore_eos = true;
+        s.sampling.seed = 1000 + i;  // simulated acceptance draws from the request's seed: the same in both runs
+        specs.push_back(s);
+      }
+      const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2, 1024, simulate);
+      const RunResult graph = run(**lm, **be, specs, true, /*mtp_steps=*/2, 1024, simulate);
+      const std::string what = label + " MTP batch " + std::to_string(batch) + (simulate ? " simulated" : "");
+      std::printf("%s: eager %.3f s, graphs %.3f s (replays: %lld decode, %lld verify, %lld MTP); accepted %lld of "
+                  "%lld drafts\n",
+                  what.c_str(), eager.seconds, graph.seconds, static_cast<long long>(graph.counts.decode),
+                  static_cast<long long>(graph.counts.verify), static_cast<long long>(graph.counts.mtp),
+                  static_cast<long long>(graph.spec.num_accepted_tokens),
+                  static_cast<long long>(graph.spec.num_draft_tokens));
+      EXPECT_EQ(eager.replays, 0) << what;
+      EXPECT_GT(graph.counts.verify, 0) << what << ": no chain verify step was replayed from a graph";
+      EXPECT_GT(graph.counts.mtp, 0) << what << ": no MTP chain continuation step was replayed from a graph";
+      EXPECT_GT(graph.spec.num_draft_tokens, 0) << what;
+      EXPECT_EQ(graph.spec.num_drafts, eager.spec.num_drafts) << what;
+      EXPECT_EQ(graph.spec.num_draft_tokens, eager.spec.num_draft_tokens) << what;
+      EXPECT_EQ(graph.spec.num_accepted_tokens, eager.spec.num_accepted_tokens) << what;
+      EXPECT_EQ(graph.spec.accepted_per_pos, eager.spec.accepted_per_pos) << what;
+      if (simulate) EXPECT_GT(graph.spec.num_accepted_tokens, 0) << what;
+      for (size_t i = 0; i < batch; ++i) {
+        ASSERT_EQ(eager.tokens.at(i).size(), 24u) << what;
+        EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << what << " request " << i;
+      }
     }
   }
+}
+
+TEST_P(CudaGraphs, GreedyTokensEqualEagerWithMtp) { check_mtp_graphs(fixture_dir(GetParam()), GetParam()); }
+
+// glm_moe_dsa with index_share_for_mtp_iteration: the continuation graphs read the first step's top-k from the
+// model's persistent buffer, staged before each replay.
+TEST(CudaGraphsSharedIndex, GreedyTokensEqualEagerWithMtp) {
+  const std::string dir = shared_index_fixture("glm_moe_dsa_tiny_a");
+  check_mtp_graphs(dir, "glm_moe_dsa_tiny_a (index_share_for_mtp_iteration)");
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphs, ::testing::Values("glm4_moe_tiny_a", "glm4_moe_tiny_b"));

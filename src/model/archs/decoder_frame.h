@@ -180,6 +180,39 @@ class DecoderFrame : public DecoderFrameBase {
     return finish(batch, mtp_->head.shared_head_norm, x);
   }
 
+  // MTP graphs: forward_mtp's body over inputs already on the device, every row a draft-chain continuation
+  // (CausalLM::forward_mtp_device). The per-chain state the architecture reuses comes from begin_mtp_device
+  // (staged eagerly by stage_mtp_chain), never from a host upload. One rank only (collectives with host
+  // barriers are not capturable).
+  Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
+                            const backend::AttentionMeta& device_meta, kvcache::KvCache& kv, Tensor& logits,
+                            Tensor& hidden_out) override {
+    if (!mtp_) return unsupported("this model was loaded without an MTP layer");
+    if (tp_.splits() || dp_moe_.enabled())
+      return unsupported("forward_mtp_device (MTP graph capture) with tensor parallelism or DP attention");
+    const int64_t T = ids.numel(), H = cfg_.d_model;
+    auto rows_of = [&](const Tensor& t, int64_t w) { return t.ndim() == 2 && t.dim(0) == T && t.dim(1) == w; };
+    if (positions.numel() != T || device_meta.params.n_tokens != T || device_meta.params.tree_mask != nullptr ||
+        device_meta.params.max_kv_len <= 0 || !rows_of(hidden_in, H) || !rows_of(hidden_out, H) ||
+        !rows_of(logits, cfg_.vocab_size) || logits.dtype() != DType::kF32)
+      return invalid_argument("forward_mtp_device: " + std::to_string(T) + " ids, " +
+                              std::to_string(positions.numel()) + " positions, attention metadata for " +
+                              std::to_string(device_meta.params.n_tokens) + " rows (max_kv_len " +
+                              std::to_string(device_meta.params.max_kv_len) +
+                              (device_meta.params.tree_mask != nullptr ? ", tree rows" : "") + "), hidden_in " +
+                              hidden_in.describe() + ", hidden_out " + hidden_out.describe() + ", logits " +
+                              logits.describe() + " (one chain row per sequence with a context bound expected)");
+    backend::AttentionMeta meta = device_meta;
+    attention_shape(meta.params);
+    MX_ASSIGN_OR_RETURN(Tensor x, mtp_input(mtp_->head, ids, hidden_in));
+    State state = make_state(T, /*bound_part=*/false);
+    MX_RETURN_IF_ERROR(begin_mtp_device(T, state));
+    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, state));
+    be_.rmsnorm(x, mtp_->head.shared_head_norm, static_cast<float>(cfg_.rms_norm_eps), hidden_out);
+    be_.linear(hidden_out, tp_.lm_head(), nullptr, logits);
+    return Status::ok();
+  }
+
   // bench-model hook: the attention half or the MLP half of one layer, as run_layer does them. The state
   // (e.g. a top-k a shared-indexer layer reads) is the closure's own.
   Result<std::function<void(Tensor&)>> bind_layer_part(int64_t layer, LayerPart part, const ForwardBatch& batch,
@@ -226,6 +259,11 @@ class DecoderFrame : public DecoderFrameBase {
     return Status::ok();
   }
   virtual void end_mtp(const State& state) { (void)state; }
+  // forward_mtp_device before its layer: the continuation's state over T rows from persistent device buffers.
+  virtual Status begin_mtp_device(int64_t T, State& state) {
+    (void)T, (void)state;
+    return Status::ok();
+  }
 
   Layer load_layer(WeightLoader& wl, int64_t l, bool moe) {
     const std::string p = decoder_layer_prefix(l);

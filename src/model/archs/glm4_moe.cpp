@@ -51,15 +51,17 @@ class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
   kvcache::KvCacheDtype kv_cache_dtype() const override { return kv_dtype_; }
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
-                        kvcache::KvCache& kv, Tensor& logits) override {
+                        kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
     if (tp_.splits() || dp_moe_.enabled())
       return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
-        logits.dim(1) != cfg_.vocab_size)
+        logits.dim(1) != cfg_.vocab_size ||
+        (hidden != nullptr && (hidden->ndim() != 2 || hidden->dim(0) != T || hidden->dim(1) != cfg_.d_model)))
       return invalid_argument("forward_device: " + std::to_string(T) + " ids, " + std::to_string(positions.numel()) +
                               " positions, attention metadata for " + std::to_string(device_meta.params.n_tokens) +
-                              " rows, logits " + logits.describe());
+                              " rows, logits " + logits.describe() +
+                              (hidden != nullptr ? ", hidden " + hidden->describe() : std::string()));
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
@@ -67,8 +69,9 @@ class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
     std::monostate state;
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
       MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
-    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    be_.linear(x, tp_.lm_head(), nullptr, logits);
+    Tensor& normed = hidden != nullptr ? *hidden : x;  // the post-norm hidden rows (speculation's MTP input)
+    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
+    be_.linear(normed, tp_.lm_head(), nullptr, logits);
     return Status::ok();
   }
 

@@ -97,9 +97,10 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // AttentionParams::max_kv_len (the class bound); the indexer grid and the MLA split plan depend only on
   // those and on index_topk. What is not capturable is refused here: tp > 1 / DP attention (collectives with
   // host barriers, as glm4_moe), the TP replica checks (host compares; off: one rank has nothing to compare),
-  // an installed decision hook (host callbacks), tree rows and the MTP draft chain's top-k reuse (eager).
+  // an installed decision hook (host callbacks), tree rows. Chain verify steps (several rows per sequence)
+  // run the same body; `hidden` receives the post-norm rows the MTP layer reads.
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
-                        kvcache::KvCache& kv, Tensor& logits) override {
+                        kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
     if (tp_.splits() || dp_moe_.enabled())
       return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
     if (active_decision_hook() != nullptr)
@@ -108,12 +109,14 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || device_meta.params.tree_mask != nullptr ||
         device_meta.params.max_kv_len <= 0 || logits.ndim() != 2 || logits.dim(0) != T ||
-        logits.dim(1) != cfg_.vocab_size)
+        logits.dim(1) != cfg_.vocab_size ||
+        (hidden != nullptr && (hidden->ndim() != 2 || hidden->dim(0) != T || hidden->dim(1) != cfg_.d_model)))
       return invalid_argument("forward_device: " + std::to_string(T) + " ids, " + std::to_string(positions.numel()) +
                               " positions, attention metadata for " + std::to_string(device_meta.params.n_tokens) +
                               " rows (max_kv_len " + std::to_string(device_meta.params.max_kv_len) +
                               (device_meta.params.tree_mask != nullptr ? ", tree rows" : "") + "), logits " +
-                              logits.describe() + " (plain decode rows with a context bound expected)");
+                              logits.describe() + (hidden != nullptr ? ", hidden " + hidden->describe() : "") +
+                              " (plain decode or chain verify rows with a context bound expected)");
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
@@ -122,8 +125,42 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
     state.check_replicas = false;  // one rank (refused above otherwise): a one-rank world has nothing to compare
     for (int64_t l = 0; l < cfg_.n_layers; ++l)
       MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
-    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), x);
-    be_.linear(x, tp_.lm_head(), nullptr, logits);
+    Tensor& normed = hidden != nullptr ? *hidden : x;  // the post-norm hidden rows (speculation's MTP input)
+    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
+    be_.linear(normed, tp_.lm_head(), nullptr, logits);
+    return Status::ok();
+  }
+
+  // MTP graphs (runtime/mtp_graphs.h): a draft-chain continuation step on the device. Under
+  // index_share_for_mtp_iteration the rows attend over chain_topk_ (the first step's top-k rows, staged there
+  // by stage_mtp_chain before the replay) instead of running the MTP indexer's scores; the indexer keys are
+  // still written. Refused as forward_device is: a decision hook (host callbacks); tp / DP in the frame.
+  Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
+                            const backend::AttentionMeta& meta, kvcache::KvCache& kv, Tensor& logits,
+                            Tensor& hidden_out) override {
+    if (active_decision_hook() != nullptr)
+      return unsupported("forward_mtp_device (MTP graph capture) with a decision hook installed (its callbacks run "
+                         "on the host)");
+    return DecoderFrame::forward_mtp_device(ids, positions, hidden_in, meta, kv, logits, hidden_out);
+  }
+  Status reserve_mtp_chain(int64_t max_rows) override {
+    if (!dsa_.index_share_for_mtp_iteration || max_rows <= 0) return Status::ok();
+    if (chain_topk_.defined() && chain_topk_.dim(0) >= max_rows) return Status::ok();
+    // Zero rows: a padded row (kv index 0) sees only key 0 whatever it holds; zeros keep every entry valid.
+    chain_topk_ = be_.upload(Tensor::zeros(DType::kI32, {max_rows, dsa_.index_topk}));
+    return Status::ok();
+  }
+  Status stage_mtp_chain(const MtpStep& step, const Tensor& first_step_rows) override {
+    if (!dsa_.index_share_for_mtp_iteration) return Status::ok();
+    const int64_t n = static_cast<int64_t>(step.first_step_rows.size());
+    MX_RETURN_IF_ERROR(step.validate(n, first_step_topk_.defined() ? first_step_topk_.dim(0) : 0));
+    if (!chain_topk_.defined() || chain_topk_.dim(0) < n || first_step_rows.numel() != n)
+      return invalid_argument("stage_mtp_chain: " + std::to_string(n) + " mtp_first_step_rows (" +
+                              std::to_string(first_step_rows.numel()) + " on the device) for a staged top-k of " +
+                              std::to_string(chain_topk_.defined() ? chain_topk_.dim(0) : 0) +
+                              " rows (reserve_mtp_chain first)");
+    Tensor dst = chain_topk_.slice_rows(0, n);
+    be_.gather_rows(first_step_topk_, first_step_rows, dst);
     return Status::ok();
   }
 
@@ -177,6 +214,17 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   void end_mtp(const DsaState& state) override {
     if (!state.reuse_topk) first_step_topk_ = state.topk;
   }
+  Status begin_mtp_device(int64_t T, DsaState& state) override {
+    state.check_replicas = false;  // one rank (the frame refuses tp / DP): nothing to compare, no host copy
+    if (!dsa_.index_share_for_mtp_iteration) return Status::ok();  // the MTP indexer runs in the graph
+    if (!chain_topk_.defined() || chain_topk_.dim(0) < T)
+      return invalid_argument("forward_mtp_device: index_share_for_mtp_iteration reads a staged top-k of " +
+                              std::to_string(chain_topk_.defined() ? chain_topk_.dim(0) : 0) + " rows for " +
+                              std::to_string(T) + " rows (reserve_mtp_chain first)");
+    state.topk = chain_topk_.slice_rows(0, T);
+    state.reuse_topk = true;
+    return Status::ok();
+  }
 
   GlmMoeDsaConfig dsa_;
   backend::MlaDsaOps& ops_;  // the same backend's MLA / DSA ops
@@ -184,6 +232,9 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // i32 [T, index_topk]: the MTP layer's top-k of the latest forward_mtp that ran its indexer (a draft chain's
   // first step), reused by the chain's later steps under index_share_for_mtp_iteration.
   Tensor first_step_topk_;
+  // i32 [max_rows, index_topk], persistent (reserve_mtp_chain): MTP graphs' continuation rows read their chain's
+  // first-step top-k here; stage_mtp_chain gathers rows of first_step_topk_ into it before each replay.
+  Tensor chain_topk_;
 };
 
 Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,
