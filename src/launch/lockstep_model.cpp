@@ -248,7 +248,7 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
-  if (device_paths_) return forward_mtp_device(batch, hidden_in, kv);
+  if (device_paths_) return forward_mtp_broadcast(batch, hidden_in, kv);
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
   if (dp_ > 1) {
     MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
@@ -266,7 +266,7 @@ Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatc
 // CUDA ranks: hidden_in lives on rank 0's device (its stream). Every rank gets its own copy on its own device
 // through the world communicator (a broadcast as an all_gather_v in which only rank 0 brings rows; the
 // communicator orders the copy after rank 0's stream produced it), then, under DP, gathers its group's rows.
-Result<model::ForwardOutput> LockstepModel::forward_mtp_device(const model::ForwardBatch& batch,
+Result<model::ForwardOutput> LockstepModel::forward_mtp_broadcast(const model::ForwardBatch& batch,
                                                                const Tensor& hidden_in, kvcache::KvCache& kv) {
   if (!hidden_in.defined() || hidden_in.ndim() != 2)
     return invalid_argument("forward_mtp: hidden_in must be [T, H], got " +

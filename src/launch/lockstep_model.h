@@ -14,7 +14,7 @@
 // Every rank's cache has the caller's whole geometry; a DP group writes only its own block range (the CPU
 // reference keeps one id space; a device build would allocate only the range).
 // forward_mtp: CPU ranks read rank 0's hidden_in (host memory); CUDA ranks each get a copy on their own device
-// through the world communicator (forward_mtp_device). CUDA ranks: the logits returned are rank 0's
+// through the world communicator (forward_mtp_broadcast). CUDA ranks: the logits returned are rank 0's
 // (all-gathered on every rank); under DP the groups' rows reach rank 0's device through the world
 // communicator (merge_on_device) instead of the host merge of the CPU reference.
 #pragma once
@@ -82,7 +82,7 @@ class LockstepModel final : public model::CausalLM {
                                  const std::vector<std::vector<int32_t>>& index, int64_t total);
   // CUDA ranks, on rank r's thread: rank 0's [T, C] tensor x copied to rank r's device (every rank joins).
   Result<Tensor> broadcast_from_rank0(int r, const Tensor& x);
-  Result<model::ForwardOutput> forward_mtp_device(const model::ForwardBatch& batch, const Tensor& hidden_in,
+  Result<model::ForwardOutput> forward_mtp_broadcast(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                   kvcache::KvCache& kv);
   // The caches of ranks 1..N-1 that mirror the caller's cache `kv` (made on first use).
   std::vector<kvcache::KvCache*> rank_caches(kvcache::KvCache& kv);
