@@ -152,6 +152,11 @@ std::vector<std::vector<int32_t>> prompts_for(LaunchedModel& one, const std::str
   return prompts;
 }
 
+// Fixtures whose greedy tokens must equal one rank's at every layout: no decision of theirs sits within bf16 noise of
+// its boundary on these prompts. glm_moe_dsa_tiny_a does not qualify (measured on an H100, 2026-12-06: every layout
+// that sums partials over ranks takes another token at the second step; verify-fixture's decision-aware checks
+// find 14 index / routing flips at tp 2, all within the format bound).
+bool exact_across_ranks(const std::string& fixture) { return fixture == "glm4_moe_tiny_a"; }
 TEST_F(CudaParallelLayouts, EngineGreedyTokensEqualOneRank) {
   for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
     const std::string dir = kFixtures + f;
@@ -163,9 +168,15 @@ TEST_F(CudaParallelLayouts, EngineGreedyTokensEqualOneRank) {
     for (const Layout& l : layouts()) {
       auto lm = launch(dir, l, false);
       ASSERT_TRUE(lm.is_ok()) << f << " " << l.name() << ": " << lm.status().to_string();
-      EXPECT_EQ(run_engine(**lm, prompts, 64), want) << f << " " << l.name();
+      // The layout's own tokens: one rank's where the model has no near-tie decisions (glm4_moe_tiny_a), else
+      // its first run's. glm_moe_dsa_tiny_a (random weights, top-6 keys) flips index / routing decisions within
+      // the bf16 bound once o_proj / the MoE sum partials over ranks (FixtureChecksMatchTheReference judges those
+      // flips decision by decision); chunked prefill, prefix reuse and preemption must still change nothing.
+      const auto own = run_engine(**lm, prompts, 64);
+      const auto& expect = exact_across_ranks(f) ? want : own;
+      if (exact_across_ranks(f)) EXPECT_EQ(own, want) << f << " " << l.name();
       int64_t preempted = 0;
-      EXPECT_EQ(run_engine(**lm, prompts, 16, {}, &preempted), want) << f << " " << l.name() << " (small pool)";
+      EXPECT_EQ(run_engine(**lm, prompts, 16, {}, &preempted), expect) << f << " " << l.name() << " (small pool)";
       EXPECT_GT(preempted, 0) << f << " " << l.name() << ": the small pool should preempt";
       std::printf("PASS-ENGINE %s %s\n", f, l.name().c_str());
     }
@@ -189,8 +200,10 @@ TEST_F(CudaParallelLayouts, MtpChainAndTreeWithSeveralRanks) {
     for (const Layout& l : {Layout{2, 1}, Layout{1, 2, true}, Layout{2, 2, true, 4}}) {
       auto lm = launch(dir, l, true);
       ASSERT_TRUE(lm.is_ok()) << f << " " << l.name() << ": " << lm.status().to_string();
-      EXPECT_EQ(run_engine(**lm, prompts, 64, chain), want) << f << " " << l.name() << " chain MTP";
-      EXPECT_EQ(run_engine(**lm, prompts, 64, tree), want) << f << " " << l.name() << " tree MTP";
+      // Speculation is lossless against the layout's own plain decoding (see EngineGreedyTokensEqualOneRank).
+      const auto plain = exact_across_ranks(f) ? want : run_engine(**lm, prompts, 64);
+      EXPECT_EQ(run_engine(**lm, prompts, 64, chain), plain) << f << " " << l.name() << " chain MTP";
+      EXPECT_EQ(run_engine(**lm, prompts, 64, tree), plain) << f << " " << l.name() << " tree MTP";
       std::printf("PASS-MTP %s %s\n", f, l.name().c_str());
     }
   }

@@ -81,10 +81,13 @@ constexpr int kMlaMaxLatent = 512;
 // (mla_decode_wgmma.cu attend + mla_absorb_mma.cu absorb / un-absorb GEMMs; an unsupported shape or device is
 // an error), each warpgroup scoring the whole latent tile; kWgmmaSplitS = the same with the two warpgroups
 // splitting the tile's keys for the scores (half the score MMAs, row maxima / P exchanged through shared memory).
-// kAuto runs kMlaAutoHopperKernel where the Hopper path is supported (kMma -- today's kernel -- until a GPU run
-// proves one of the wgmma variants: setting it to kWgmma or kWgmmaSplitS makes that the default), else kMma.
+// kAuto runs kMlaAutoHopperKernel where the Hopper path is supported, else kMma. kWgmmaSplitS since the H100 run
+// of 2026-12-06 (bench_mla_decode --heads 64, every case PASS against the mma op): the whole op 54 / 130 / 61 us
+// against the mma path's 180 / 370 / 204 us at batch 1 (2k dense / 20k dense / 20k top-2048), attend 0.72 / 0.82
+// of copy bandwidth at batch 16 / 64 and 20k (mma: 0.28 / 0.31); split-S is ahead on every sparse (top-k) case,
+// the kWgmma variant on some dense ones (B64 20k: 573 vs 609 us).
 enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS };
-inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kMma;
+inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kWgmmaSplitS;
 inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::kWgmma ||
                                       kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
