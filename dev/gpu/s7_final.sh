@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
 T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
-for tst in test_cuda_graphs test_cuda_mla_dsa test_cuda_fixture; do
+for tst in test_cuda_graphs test_cuda_mla_dsa test_cuda_fixture test_cuda_shared_device_comm; do
   ( timeout 150 "$B/$tst" --gtest_color=no > "$OUT/t_$tst.log" 2>&1; echo "$tst rc=$?" >> "$OUT/rc.txt" ) &
 done
 ( timeout 150 "$B/test_cuda_parallel_layouts" --gtest_color=no --gtest_filter='-*Fused*' > "$OUT/t_layouts.log" 2>&1
