@@ -107,7 +107,8 @@ Result<RequestSpec> BenchRun::build_request(uint64_t stream, int64_t index) cons
   body["stream_options"] = {{"include_usage", true}};
   if (extra_body_.is_object()) body.update(extra_body_);
   RequestSpec spec;
-  spec.body = body.dump();
+  // Invalid UTF-8 in a dataset row or a model's text must not abort the run: replaced by U+FFFD.
+  spec.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   spec.intended_input = p.input_tokens;
   spec.intended_output = p.output_len;
   spec.group = p.group;

@@ -134,7 +134,8 @@ Result<RequestSpec> TraceSchedule::next(double now_s, double* scheduled_s) {
   body["stream_options"] = {{"include_usage", true}};
   if (c_.extra_body.is_object()) body.update(c_.extra_body);
   RequestSpec spec;
-  spec.body = body.dump();
+  // Invalid UTF-8 in a dataset row or a model's text must not abort the run: replaced by U+FFFD.
+  spec.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // Completions: history + new input as the client counts them (boundary merges aside). Chat: the
   // template adds tokens per message, so the count is left unknown rather than reported wrong.
   spec.intended_input = !c_.chat && in.tokens >= 0 && s.context_tokens >= 0 ? s.context_tokens + in.tokens : -1;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "tokenizer/utf8.h"
+
 namespace mxserve::bench {
 namespace {
 
@@ -200,7 +202,9 @@ Result<FittedText> fit_prompt(const TokenCodec& codec, const TokenCorpus& corpus
     std::vector<int32_t> ids = prefix;
     std::vector<int32_t> body = corpus.slice(offset, static_cast<size_t>(m));
     ids.insert(ids.end(), body.begin(), body.end());
-    std::string text = codec.decode(ids);
+    // A corpus slice may start or end inside a multi-byte character (byte-level BPE tokens of 0x80..0xBF): the
+    // request body is JSON, so such bytes become U+FFFD here (and are counted as the server will count them).
+    std::string text = tokenizer::utf8_lossy(codec.decode(ids));
     MX_ASSIGN_OR_RETURN(auto re, codec.encode(text));
     const int64_t n = static_cast<int64_t>(re.size());
     const int64_t err = std::llabs(n - target);

@@ -7,6 +7,7 @@
 
 #include "bench/corpus.h"
 #include "bench/workload.h"
+#include "tokenizer/utf8.h"
 
 namespace mxserve::bench {
 namespace {
@@ -125,6 +126,32 @@ TEST_F(WorkloadTest, FileJsonl) {
   auto bad = make_workload(c, &codec_, nullptr);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find(":2:"), std::string::npos);
+}
+
+// A byte-level BPE codec decodes a slice that starts inside a multi-byte character to bytes that are not UTF-8 (the
+// GPU run of 2026-12-06: `bench --workload shared-prefix` aborted on json's type_error 316). fit_prompt's text is
+// valid UTF-8 and its token count is the re-encoded text's.
+class BrokenUtf8Codec final : public TokenCodec {
+ public:
+  Result<std::vector<int32_t>> encode(std::string_view text) const override {
+    return std::vector<int32_t>(text.size(), 7);  // one token per byte
+  }
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::string s = "\x80\xbf";  // continuation bytes first, as a slice cut inside a character gives
+    for (size_t i = 0; i < ids.size(); ++i) s += 'a';
+    return s + "\xe2\x82";  // and a truncated 3-byte sequence last
+  }
+  std::string describe() const override { return "broken utf-8 (test)"; }
+  bool exact_for_model() const override { return true; }
+};
+
+TEST_F(WorkloadTest, FittedPromptTextIsValidUtf8) {
+  BrokenUtf8Codec broken;
+  auto t = fit_prompt(broken, *corpus_, {1, 2, 3}, 11, 40);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_TRUE(tokenizer::is_valid_utf8(t->text)) << t->text;
+  EXPECT_NE(t->text.find("\xef\xbf\xbd"), std::string::npos) << "invalid bytes become U+FFFD";
+  EXPECT_EQ(t->tokens, static_cast<int64_t>(t->text.size())) << "counted on the text that is sent";
 }
 
 TEST(TokenCodec, ProductPathFailsLoudlyWithoutModelTokenizer) {
