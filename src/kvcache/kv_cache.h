@@ -94,6 +94,11 @@ class KvCache {
   // layer before reading it. nullptr (the default): nothing pending. Set and cleared by the executor.
   void set_load_gate(LayerLoadGate* gate) { load_gate_ = gate; }
   LayerLoadGate* load_gate() const { return load_gate_; }
+  // The blocks the scheduler's BlockPool hands out: [0, pool_blocks()). The engine's cache holds one more, a
+  // scratch block for padded graph rows (runtime/model_executor.cpp), which is no DP rank's: the DP ranges
+  // (BlockPool::range_begin) are over pool_blocks(), never over spec().n_blocks. Default: every block.
+  int64_t pool_blocks() const { return pool_blocks_ > 0 ? pool_blocks_ : spec_.n_blocks; }
+  void set_pool_blocks(int64_t n) { pool_blocks_ = n; }
 
  private:
   struct Layer {
@@ -104,6 +109,7 @@ class KvCache {
   std::vector<Layer> layers_;
   std::unique_ptr<BlockTableStore> block_tables_;
   LayerLoadGate* load_gate_ = nullptr;
+  int64_t pool_blocks_ = 0;
 };
 
 }  // namespace mxserve::kvcache

@@ -187,7 +187,7 @@ Result<Tensor> LockstepModel::broadcast_from_rank0(int r, const Tensor& x) {
 
 Result<model::ForwardOutput> LockstepModel::run_split(const model::ForwardBatch& batch, kvcache::KvCache& kv,
                                                       const PartFn& fn, const PreFn& pre) {
-  MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
+  MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.pool_blocks()));
   dp_groups_with_rows_ = 0;
   for (const model::ForwardBatch& part : split.parts) dp_groups_with_rows_ += part.n_tokens() > 0 ? 1 : 0;
   const bool on_device = device_paths_;
@@ -251,7 +251,7 @@ Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatc
   if (device_paths_) return forward_mtp_broadcast(batch, hidden_in, kv);
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
   if (dp_ > 1) {
-    MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.spec().n_blocks));
+    MX_ASSIGN_OR_RETURN(DpSplit split, split_by_dp_rank(batch, dp_, kv.pool_blocks()));
     std::vector<Tensor> part_hidden(dp_);
     for (int g = 0; g < dp_; ++g) part_hidden[g] = take_rows(hidden_in, split.rows[g]);
     return run_split(batch, kv, [&](int r, const model::ForwardBatch& part, int g, kvcache::KvCache& rkv) {

@@ -18,6 +18,7 @@ class CausalLmExecutor final : public ModelExecutor {
     // One block past the pool's: the scratch block padded rows of decode graphs write (never handed out).
     kv_ = std::make_unique<kvcache::KvCache>(model.kv_spec(n_blocks + 1, block_size),
                                              [&be](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
+    kv_->set_pool_blocks(n_blocks);  // the last block is the graphs' scratch block, no DP rank's
   }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {

@@ -267,6 +267,10 @@ TEST(DataParallel, EngineGreedyMatchesOneRankWithConcurrentRequests) {
       const EngineRun small = run_engine(**lm, prompts, 16);
       EXPECT_EQ(small.tokens, want.tokens) << dir << " " << l.name() << " (small pool)";
       EXPECT_GT(small.stats.scheduler.preemptions, 0) << dir << " " << l.name() << ": the small pool should preempt";
+      // An odd pool (17 blocks: DP ranges [0, 8) and [8, 17)) next to the executor's scratch block: the DP split
+      // must use the pool's ranges, not the cache's 18 blocks (the GPU run of 2026-12-06 failed every request
+      // with "DP split: sequence 0 holds blocks of DP ranks 1 and 0" at 17623 blocks).
+      EXPECT_EQ(run_engine(**lm, prompts, 17).tokens, want.tokens) << dir << " " << l.name() << " (odd pool)";
     }
     // MTP speculation is lossless under DP attention: chain and tree drafts give the one-rank greedy tokens.
     auto spec_lm = launch(dir, {1, 2, true}, true);
