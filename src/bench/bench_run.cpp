@@ -205,7 +205,7 @@ Status BenchRun::write_outputs() {
   print_summary_table(out_, points_, c_, knee());
   result_ = result_json(c_, model_, workload_->describe(), codec_ ? codec_->describe() : std::string("none"), points_, knee());
   if (!c_.output_json.empty()) {
-    MX_RETURN_IF_ERROR(write_text_file(c_.output_json, result_.dump(2) + "\n"));
+    MX_RETURN_IF_ERROR(write_text_file(c_.output_json, result_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
     out_ << "Wrote " << c_.output_json << "\n";
   }
   if (!c_.plot_prefix.empty()) {
@@ -227,7 +227,7 @@ Status BenchRun::run() {
   if (c_.workload.kind == WorkloadKind::kTrace) return run_trace();
   const Status kInterrupted = unavailable("interrupted");
   auto stopping = [&] { return interrupted_ || (stop_ && stop_->load()); };
-  err_ << "mxserve bench: " << model_ << " at " << endpoint_url(c_) << ", workload " << workload_->describe().dump()
+  err_ << "mxserve bench: " << model_ << " at " << endpoint_url(c_) << ", workload " << workload_->describe().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
        << ", arrivals " << (c_.closed_loop() ? "closed loop" : arrival_kind_name(c_.arrival.kind))
        << ", warm-up " << c_.warmup_requests << " request(s) per point\n";
   if (c_.closed_loop()) {

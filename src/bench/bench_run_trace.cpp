@@ -114,7 +114,7 @@ Status BenchRun::run_trace() {
   result_["arrival"]["num_sessions"] = sched->instances();
   result_["trace"] = trace_metrics_to_json(*trace_metrics_);
   if (!c_.output_json.empty()) {
-    MX_RETURN_IF_ERROR(write_text_file(c_.output_json, result_.dump(2) + "\n"));
+    MX_RETURN_IF_ERROR(write_text_file(c_.output_json, result_.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
     out_ << "Wrote " << c_.output_json << "\n";
   }
   return Status::ok();

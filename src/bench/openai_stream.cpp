@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/utf8.h"
+
 namespace mxserve::bench {
 namespace {
 
@@ -77,7 +79,7 @@ void OpenAiStreamReader::on_event(std::string_view data, double now_s) {
   }
   nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    if (rec_->error.empty()) rec_->error = "malformed SSE data: " + std::string(data.substr(0, 120));
+    if (rec_->error.empty()) rec_->error = "malformed SSE data: " + tokenizer::utf8_lossy(data.substr(0, 120));  // the cut may split a character
     return;
   }
   if (auto e = j.find("error"); e != j.end()) {
@@ -85,8 +87,8 @@ void OpenAiStreamReader::on_event(std::string_view data, double now_s) {
       const nlohmann::json& err = *e;
       std::string msg = err.is_object() && err.contains("message") && err["message"].is_string()
                             ? err["message"].get<std::string>()
-                            : err.dump();
-      rec_->error = "stream error: " + msg.substr(0, 300);
+                            : err.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      rec_->error = "stream error: " + tokenizer::utf8_lossy(std::string_view(msg).substr(0, 300));
     }
     return;
   }

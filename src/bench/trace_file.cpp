@@ -142,7 +142,7 @@ std::string write_trace_text(const Trace& trace) {
       turns.push_back(std::move(o));
     }
     json line = {{"session_id", s.id}, {"turns", std::move(turns)}};
-    out += line.dump() + "\n";
+    out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   return out;
 }
