@@ -32,7 +32,7 @@ TOK=$P/tok; [ -f "$TOK/tokenizer.json" ] || { mkdir -p "$TOK" && tar -xJf "$P/to
 "$B/mxserve" serve --config "$P/configs/glm52.json" --synthetic-weights --num-layers ${SEED_LAYERS:-4} --backend cuda \
   --tp-size 4 --dp-size 2 --enable-dp-attention --speculative-algorithm mtp --kv-cache-dtype fp8_e4m3 \
   --communicator shared-device --tokenizer "$TOK" --served-model-name glm5 --port 18126 --kv-cache-memory ${SEED_KV:-1GiB} \
-  --max-model-len 8192 --max-num-seqs 16 --stats-interval 0 > "$OUT/seed_serve.log" 2>&1 &
+  --max-model-len 8192 --max-num-seqs 16 --stats-interval 0 ${SEED_EXTRA:-} > "$OUT/seed_serve.log" 2>&1 &
 SPID=$!
 ok=0; for i in $(seq 1 360); do
   [ "$(LD_LIBRARY_PATH= curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18126/health)" = 200 ] && { ok=1; break; }
