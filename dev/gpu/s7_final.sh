@@ -27,22 +27,5 @@ OUT=$OUT/glm5 S7_PARTS="bench serve" timeout 200 bash "$P/gpu/s7_glm5.sh" 2>&1 |
 t "GLM-5.2 MTP (simulated acceptance 2.5), graphs on"
 GLM5_BIN="$B/mxserve" GLM5_RUNS=mtpsim GLM5_C1_REQS=3 GLM5_C8_REQS=8 OUT="$OUT/mtpsim" timeout 120 \
   bash "$P/gpu/glm5_serve.sh" 2>&1 | grep -E "PASS|FAIL|c=[18]:|CUDA graphs" | cut -c1-200
-t "seed layout on the stand-in"
-TOK=$P/tok; [ -f "$TOK/tokenizer.json" ] || { mkdir -p "$TOK" && tar -xJf "$P/tok.tar.xz" -C "$TOK"; }
-"$B/mxserve" serve --config "$P/configs/glm52.json" --synthetic-weights --num-layers ${SEED_LAYERS:-4} --backend cuda \
-  --tp-size 4 --dp-size 2 --enable-dp-attention --speculative-algorithm mtp --kv-cache-dtype fp8_e4m3 \
-  --communicator shared-device --tokenizer "$TOK" --served-model-name glm5 --port 18126 --kv-cache-memory ${SEED_KV:-1GiB} \
-  --max-model-len 8192 --max-num-seqs 16 --stats-interval 0 ${SEED_EXTRA:-} > "$OUT/seed_serve.log" 2>&1 &
-SPID=$!
-ok=0; for i in $(seq 1 360); do
-  [ "$(LD_LIBRARY_PATH= curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18126/health)" = 200 ] && { ok=1; break; }
-  kill -0 $SPID 2>/dev/null || break; sleep 0.5; done
-t "seed serve healthy=$ok"; grep -E "rank|shared-device|weights|KV cache|speculative|fp8|graphs|WARN|\[W |rror" "$OUT/seed_serve.log" | cut -c1-220 | head -16
-if [ $ok = 1 ]; then
-  "$B/mxserve" bench --base-url http://127.0.0.1:18126 --model glm5 --tokenizer "$TOK" --no-progress --endpoint completions \
-    --workload shared-prefix --input-len ${SEED_IN:-2000} --output-len 64 --cache-hit-rate 0.6 --num-prefix-groups 2 \
-    --max-concurrency 8 --num-requests 16 --temperature 0 --output-json "$OUT/seed_bench.json" > "$OUT/seed_bench.txt" 2>&1
-  echo "seed bench rc=$?"; grep -E "Success rate|Requests|TPOT|TTFT|throughput|acceptance|cached" "$OUT/seed_bench.txt" | head -14
-fi
-kill -TERM $SPID 2>/dev/null; wait $SPID 2>/dev/null
+OUT=$OUT bash "$P/gpu/s7_seed.sh"  # the seed layout on the stand-in (its own stage too)
 t done
