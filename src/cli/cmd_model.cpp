@@ -310,6 +310,19 @@ int cmd_generate(int argc, char** argv) {
     if (*prompt_len < 1) return fail(invalid_argument("--prompt-len must be positive"));
     ids = synthetic_prompt(*prompt_len, cfg.vocab_size);
   }
+  // A context past the model's positions (RoPE beyond max_position_embeddings) is bad input, named, as serve's
+  // --max-model-len check does: the prompt of every run plus --max-tokens.
+  if (cfg.max_position_embeddings > 0) {
+    std::vector<std::pair<int64_t, std::string>> lens = {{static_cast<int64_t>(ids->size()),
+                                                          args->has("--ids") ? "--ids" : "--prompt-len"}};
+    for (const auto& r : runs)
+      if (r.prompt_len > 0) lens.push_back({r.prompt_len, "--runs prompt length"});
+    for (const auto& [len, flag] : lens)
+      if (len + *max_tokens > cfg.max_position_embeddings)
+        return fail(invalid_argument(flag + " (" + std::to_string(len) + " tokens) + --max-tokens " +
+                                     std::to_string(*max_tokens) + " exceed the model's max_position_embeddings (" +
+                                     std::to_string(cfg.max_position_embeddings) + ")"));
+  }
   for (int32_t id : *ids)  // bad input, named, with exit code 2 (not an engine error mid-run)
     if (id >= cfg.vocab_size)
       return fail(invalid_argument("--ids: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
