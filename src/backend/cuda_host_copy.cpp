@@ -41,9 +41,10 @@ class CudaHostCopyEngine final : public HostCopyEngine {
     if (batch_)
       return unsupported("MXSERVE_HOST_TIER_BATCH_COPIES=1 needs CUDA 13 (cudaMemcpyBatchAsync); unset it");
 #endif
-    if (batch_)
+    if (batch_) {
       MX_LOG(kWarn) << "host KV tier: per-layer loads batched (one cudaMemcpyBatchAsync per layer; "
                        "MXSERVE_HOST_TIER_BATCH_COPIES=1, experimental)";
+    }
     return Status::ok();
   }
   ~CudaHostCopyEngine() override {

@@ -107,9 +107,10 @@ Result<CommKind> communicator_kind(const LaunchConfig& config, int world) {
     return invalid_argument(source + "=nccl needs --backend cuda (the " + config.backend + " backend's ranks use " +
                             (world > 1 ? "the CPU thread communicator)" : "no communicator)"));
   const bool nccl = config.backend == "cuda" && (world > 1 || kind == "nccl");
-  if (nccl && world == 1)
+  if (nccl && world == 1) {
     MX_LOG(kWarn) << source << "=nccl: the one-rank CUDA launch runs every collective through a one-rank NCCL "
                   << "communicator (a test of the NCCL path; slower than none)";
+  }
   return nccl ? CommKind::kNccl : CommKind::kDefault;
 }
 
@@ -316,10 +317,11 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
   const char* fused_env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
   const bool fused = tp > 1 && (config.fused_allreduce || (fused_env != nullptr && std::string(fused_env) == "1"));
   if (fused) {  // one peer group per tp group; its NCCL fallback is the group's communicator
-    if (shared_device && std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr)
+    if (shared_device && std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr) {
       MX_LOG(kWarn) << "fused all-reduce on the shared-device stand-in without CUDA_DEVICE_MAX_CONNECTIONS=32: the "
                     << "ranks' peer kernels may queue behind each other on one device (a barrier then gives up "
                     << "after ~10 s and the forward fails); set it before starting mxserve";
+    }
     lm->fused_.resize(world);
     for (int g = 0; g < dp; ++g) {
       std::vector<backend::Backend*> bes;
@@ -369,10 +371,11 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
     MX_RETURN_IF_ERROR(model::mtp_layer_present(*ckpt, *cfg.arch, cfg, true, /*require_mtp=*/true).status());
   }
 
-  if (config.log_progress)
+  if (config.log_progress) {
     MX_LOG(kInfo) << "loading " << (lo.synthetic ? "synthetic weights for " : "weights from ") << config.model.path
                   << " on " << lm->backend().name() << (world > 1 ? " x " + std::to_string(world) + " ranks" : "")
                   << " ...";
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // One loading thread per rank; a rank that fails stops the launch (the others finish loading, then all
   // are freed), naming the rank.

@@ -231,8 +231,8 @@ Expectation QuantizationConfig::expect(const std::string& module, WeightRole rol
   }
   // transformers' FineGrainedFP8 always adds the output head to modules_to_not_convert (DeepSeek-V3 / GLM FP8
   // releases keep it in bf16 without listing it either).
-  if (method == QuantMethod::kFp8 && (module == "lm_head" || module.size() >= 17 &&
-                                      module.compare(module.size() - 17, 17, ".shared_head.head") == 0)) {
+  if (method == QuantMethod::kFp8 && (module == "lm_head" || (module.size() >= 17 &&
+                                      module.compare(module.size() - 17, 17, ".shared_head.head") == 0))) {
     x.reason = "the output head, which quant_method fp8 never converts (transformers keeps it unquantized)";
     return x;
   }
