@@ -24,26 +24,15 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
+using bench::dev_alloc;
+using bench::dev_upload;
 
 namespace {
 
 constexpr int kHeads = 32, kDim = 128, kTopK = 2048, kBlock = 64;
-
-template <typename T>
-T* dev_alloc(size_t n) {
-  void* p = nullptr;
-  MX_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* dev_upload(const std::vector<T>& v) {
-  T* p = dev_alloc<T>(v.size());
-  MX_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
 
 }  // namespace
 
@@ -82,12 +71,8 @@ int main(int argc, char** argv) {
       quick ? std::vector<int64_t>{20480} : std::vector<int64_t>{2048, 20480, 65536};
   for (const int B : {1, 16, 64}) {
     for (const int64_t ctx : contexts) {
-      const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock, n_blocks = B * blocks_per_seq;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::vector<int32_t> token_seq(B), kv_index(B, static_cast<int32_t>(ctx - 1));
-      std::iota(token_seq.begin(), token_seq.end(), 0);
+      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
+      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
       const int64_t slots = n_blocks * kBlock;
       uint16_t* keys = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kDim);
       kc::fill_random_bf16(keys, slots * kDim, 17 + ctx, 1.f, stream);
@@ -95,9 +80,9 @@ int main(int argc, char** argv) {
       kc::fill_random_bf16(q, int64_t{B} * kHeads * kDim, 19, 1.f, stream);
       uint16_t* w = dev_alloc<uint16_t>(static_cast<size_t>(B) * kHeads);
       kc::fill_random_bf16(w, int64_t{B} * kHeads, 23, 1.f, stream);
-      int32_t* d_seq = dev_upload(token_seq);
-      int32_t* d_kv = dev_upload(kv_index);
-      int32_t* d_tables = dev_upload(perm);
+      int32_t* d_seq = dev_upload(pb.token_seq);
+      int32_t* d_kv = dev_upload(pb.kv_index);
+      int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* out_fused = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
       int32_t* out_mma = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
       mxserve::kernels::AttentionParams ap;

@@ -38,44 +38,16 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
+using bench::dev_alloc;
+using bench::dev_upload;
+using bench::rel_l2_bf16;
 
 namespace {
 
 constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
-
-template <typename T>
-T* dev_alloc(size_t n) {
-  void* p = nullptr;
-  MX_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* dev_upload(const std::vector<T>& v) {
-  T* p = dev_alloc<T>(v.size());
-  MX_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double rel_l2_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
-    if (std::isnan(x) || std::isnan(y)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
 
 // The DSA indexer rows; returns the number of failing cases (top-k sets differing in > 1% of entries).
 int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::Ceilings& ceilings, cudaStream_t stream,
@@ -94,12 +66,8 @@ int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::C
   int failures = 0;
   for (const int B : batches) {
     for (const int64_t ctx : {int64_t{2048}, int64_t{20480}, int64_t{65536}}) {
-      const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock, n_blocks = B * blocks_per_seq;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::vector<int32_t> token_seq(B), kv_index(B, static_cast<int32_t>(ctx - 1));
-      std::iota(token_seq.begin(), token_seq.end(), 0);
+      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
+      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
       const int64_t slots = n_blocks * kBlock;
       uint16_t* keys = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kIdxDim);
       kc::fill_random_bf16(keys, slots * kIdxDim, 17 + ctx, 1.f, stream);
@@ -107,9 +75,9 @@ int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::C
       kc::fill_random_bf16(q, int64_t{B} * kIdxHeads * kIdxDim, 19, 1.f, stream);
       uint16_t* w = dev_alloc<uint16_t>(static_cast<size_t>(B) * kIdxHeads);
       kc::fill_random_bf16(w, int64_t{B} * kIdxHeads, 23, 1.f, stream);
-      int32_t* d_seq = dev_upload(token_seq);
-      int32_t* d_kv = dev_upload(kv_index);
-      int32_t* d_tables = dev_upload(perm);
+      int32_t* d_seq = dev_upload(pb.token_seq);
+      int32_t* d_kv = dev_upload(pb.kv_index);
+      int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* out_mma = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
       int32_t* out_simple = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
       mxserve::kernels::AttentionParams ap;
@@ -222,12 +190,8 @@ int main(int argc, char** argv) {
   for (const int B : batches) {
     double dense2k_us = 0, sparse64k_us = 0;
     for (const Shape& s : shapes) {
-      const int64_t blocks_per_seq = (s.ctx + kBlock - 1) / kBlock, n_blocks = B * blocks_per_seq;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::vector<int32_t> token_seq(B), kv_index(B, static_cast<int32_t>(s.ctx - 1));
-      std::iota(token_seq.begin(), token_seq.end(), 0);
+      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
+      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
       std::vector<int32_t> topk;
       if (s.topk > 0) {
         std::vector<int32_t> all(s.ctx);
@@ -249,9 +213,9 @@ int main(int argc, char** argv) {
       const int64_t out_elems = static_cast<int64_t>(B) * heads * kV;
       uint16_t* out_mma = dev_alloc<uint16_t>(out_elems);
       uint16_t* out_simple = dev_alloc<uint16_t>(out_elems);
-      int32_t* d_seq = dev_upload(token_seq);
-      int32_t* d_kv = dev_upload(kv_index);
-      int32_t* d_tables = dev_upload(perm);
+      int32_t* d_seq = dev_upload(pb.token_seq);
+      int32_t* d_kv = dev_upload(pb.kv_index);
+      int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
       mxserve::kernels::AttentionParams ap;
       ap.n_tokens = B;

@@ -24,44 +24,16 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
+using bench::dev_alloc;
+using bench::dev_upload;
+using bench::rel_l2_bf16;
 
 namespace {
 
 constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
-
-template <typename T>
-T* dev_alloc(size_t n) {
-  void* p = nullptr;
-  MX_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* dev_upload(const std::vector<T>& v) {
-  T* p = dev_alloc<T>(v.size());
-  MX_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-double rel_l2_bf16(const uint16_t* a, const uint16_t* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
-    if (std::isnan(x) || std::isnan(y)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
 
 // FP8 latent cache (--kv-cache-dtype fp8_e4m3, kernels/mla_fp8.h: 656-byte rows) against the bf16 cache
 // (1152 bytes) on the same values: both caches are written from the same bf16 latent / rope rows by the
@@ -85,12 +57,8 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
   };
   for (const int B : batches) {
     for (const Shape s : {Shape{20480, 0}, Shape{65536, 0}, Shape{20480, 2048}}) {
-      const int64_t blocks_per_seq = (s.ctx + kBlock - 1) / kBlock, n_blocks = B * blocks_per_seq;
-      std::vector<int32_t> perm(n_blocks);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::vector<int32_t> token_seq(B), kv_index(B, static_cast<int32_t>(s.ctx - 1));
-      std::iota(token_seq.begin(), token_seq.end(), 0);
+      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
+      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
       std::vector<int32_t> topk;
       if (s.topk > 0) {
         std::vector<int32_t> all(s.ctx);
@@ -122,9 +90,9 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
       const int64_t out_elems = static_cast<int64_t>(B) * heads * kV;
       uint16_t* out_bf16 = dev_alloc<uint16_t>(out_elems);
       uint16_t* out_fp8 = dev_alloc<uint16_t>(out_elems);
-      int32_t* d_seq = dev_upload(token_seq);
-      int32_t* d_kv = dev_upload(kv_index);
-      int32_t* d_tables = dev_upload(perm);
+      int32_t* d_seq = dev_upload(pb.token_seq);
+      int32_t* d_kv = dev_upload(pb.kv_index);
+      int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
       mxserve::kernels::AttentionParams ap;
       ap.n_tokens = B;
