@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "../model/forwarding_backend.h"
 
 namespace mxserve::test {
 
-class Fp8ActivationSimBackend final : public backend::Backend {
+class Fp8ActivationSimBackend final : public test::ForwardingBackend {
  public:
-  explicit Fp8ActivationSimBackend(double error) : inner_(backend::make_cpu_backend()), error_(error) {}
+  explicit Fp8ActivationSimBackend(double error) : ForwardingBackend(backend::make_cpu_backend()), error_(error) {}
 
   const backend::KernelOptions& options() const { return options_; }
   int64_t fp8_moe_calls() const { return fp8_moe_calls_; }
@@ -36,54 +37,14 @@ class Fp8ActivationSimBackend final : public backend::Backend {
     for (int64_t i = 0; i < out.numel(); ++i) d[i] *= static_cast<float>(1.0 + ((i & 1) ? error_ : -error_));
   }
 
-  std::string name() const override { return inner_->name(); }
-  Device device() const override { return inner_->device(); }
-  DType activation_dtype() const override { return inner_->activation_dtype(); }
-  DType weight_dtype() const override { return inner_->weight_dtype(); }
-  bool supports_expert_format(backend::ExpertFormat f) const override { return inner_->supports_expert_format(f); }
-  void prepare_moe(backend::ExpertWeights& e, int64_t top_k) override { inner_->prepare_moe(e, top_k); }
-  Tensor alloc(DType dtype, Shape shape) override { return inner_->alloc(dtype, std::move(shape)); }
-  void copy_weight(const Tensor& host, Tensor& dst) override { inner_->copy_weight(host, dst); }
-  Tensor upload(const Tensor& host) override { return inner_->upload(host); }
-  Tensor to_host(const Tensor& t) override { return inner_->to_host(t); }
   void write_from_host(Tensor& dst, int64_t offset, const Tensor& host) override {
     inner_->write_from_host(dst, offset, host);
   }
-  void synchronize() override { inner_->synchronize(); }
-  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override { inner_->embedding(table, ids, out); }
-  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { inner_->rmsnorm(x, w, eps, out); }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
-    inner_->linear(x, w, bias, out);
-  }
-  void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) override { inner_->rope(x, positions, p); }
-  void silu_mul(const Tensor& gate_up, Tensor& out) override { inner_->silu_mul(gate_up, out); }
-  void add(Tensor& x, const Tensor& y) override { inner_->add(x, y); }
-  void kv_write(const Tensor& k, const Tensor& v, const backend::AttentionMeta& meta, Tensor& k_cache,
-                Tensor& v_cache) override {
-    inner_->kv_write(k, v, meta, k_cache, v_cache);
-  }
-  void kv_copy(const Tensor& src, const Tensor& dst, const std::vector<Tensor*>& caches) override {
-    inner_->kv_copy(src, dst, caches);
-  }
-  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const backend::AttentionMeta& meta,
-                 Tensor& out) override {
-    inner_->attention(q, k_cache, v_cache, meta, out);
-  }
-  void router(const Tensor& x, const Tensor& gate_w, const Tensor& bias, const kernels::RouterParams& p,
-              Tensor& topk_ids, Tensor& topk_weights) override {
-    inner_->router(x, gate_w, bias, p, topk_ids, topk_weights);
-  }
-  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override { inner_->gather_rows(x, rows, out); }
-  void argmax_rows(const Tensor& logits, Tensor& out) override { inner_->argmax_rows(logits, out); }
   std::vector<kernels::SampledRow> sample_rows(const Tensor& logits, const kernels::SampleRowsInput& in) override {
     return inner_->sample_rows(logits, in);
   }
-  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
-    inner_->fill_synthetic(p, dst, scales);
-  }
 
  private:
-  std::unique_ptr<backend::Backend> inner_;
   double error_;
   backend::KernelOptions options_;
   int64_t fp8_moe_calls_ = 0;

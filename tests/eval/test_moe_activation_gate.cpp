@@ -28,7 +28,9 @@ TEST(MoeActivationGate, PromptsAreDeterministicRepeatedPhrasesInsideTheVocabular
     for (size_t i = 0; i < p.size(); ++i) {
       EXPECT_GE(p[i], 1);
       EXPECT_LT(p[i], 1000);
-      if (i >= 64) EXPECT_EQ(p[i], p[i - 64]) << "the 64-token phrase repeats";
+      if (i >= 64) {
+        EXPECT_EQ(p[i], p[i - 64]) << "the 64-token phrase repeats";
+      }
     }
     first_phrases.insert(p[0]);
   }

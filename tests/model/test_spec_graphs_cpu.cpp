@@ -116,7 +116,9 @@ void check(const std::string& dir, const std::string& label) {
       EXPECT_EQ(graph.spec.num_draft_tokens, eager.spec.num_draft_tokens) << what;
       EXPECT_EQ(graph.spec.num_accepted_tokens, eager.spec.num_accepted_tokens) << what;
       EXPECT_EQ(graph.spec.accepted_per_pos, eager.spec.accepted_per_pos) << what;
-      if (simulate) EXPECT_GT(graph.spec.num_accepted_tokens, 0) << what;
+      if (simulate) {
+        EXPECT_GT(graph.spec.num_accepted_tokens, 0) << what;
+      }
       for (size_t i = 0; i < batch; ++i) {
         ASSERT_EQ(eager.tokens.at(i).size(), 12u) << what;
         EXPECT_EQ(graph.tokens.at(i), eager.tokens.at(i)) << what << " request " << i;
