@@ -80,6 +80,29 @@ std::vector<int32_t> candidates(int64_t context) {
   return v;
 }
 
+// One tuned (rows, context) entry: the best split count and its time, printed beside the heuristic's.
+void add_row(kern::AttentionSplitTable& table, int64_t R, int64_t C, int32_t best, double best_us, int32_t heur_splits,
+             double heur_us) {
+  table.n_splits.push_back(best);
+  table.us.push_back(best_us);
+  std::printf("%6lld %8lld %8d %10.1f %10d %10.1f %6.2fx\n", static_cast<long long>(R), static_cast<long long>(C), best,
+              best_us, heur_splits, heur_us, heur_us / best_us);
+  std::fflush(stdout);
+}
+
+// Writes the table as JSON to `out` and says where to put it; the command's exit code.
+int write_table(const kern::AttentionSplitTable& table, const std::string& out) {
+  std::ofstream f(out);
+  f << kern::attention_tuning_json(table);
+  if (!f) {
+    std::fprintf(stderr, "error: cannot write %s\n", out.c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%s): copy it to configs/attention/%s and rebuild to embed it\n", out.c_str(),
+              kern::describe(table.key).c_str(), kern::attention_tuning_file_name(table.key).c_str());
+  return 0;
+}
+
 int tune(backend::Backend& be, const TuneArgs& a) {
   constexpr int64_t kBlock = 16;
   cudaStream_t stream = backend::cuda_backend_stream(be);
@@ -182,22 +205,10 @@ int tune(backend::Backend& be, const TuneArgs& a) {
           best = s;
         }
       }
-      table.n_splits.push_back(best);
-      table.us.push_back(best_us);
-      std::printf("%6lld %8lld %8d %10.1f %10d %10.1f %6.2fx\n", static_cast<long long>(R), static_cast<long long>(C),
-                  best, best_us, heur_splits, heur_us, heur_us / best_us);
-      std::fflush(stdout);
+      add_row(table, R, C, best, best_us, heur_splits, heur_us);
     }
   }
-  std::ofstream f(a.out);
-  f << kern::attention_tuning_json(table);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot write %s\n", a.out.c_str());
-    return 1;
-  }
-  std::printf("wrote %s (%s): copy it to configs/attention/%s and rebuild to embed it\n", a.out.c_str(),
-              kern::describe(table.key).c_str(), kern::attention_tuning_file_name(table.key).c_str());
-  return 0;
+  return write_table(table, a.out);
 }
 
 // --mla: the wgmma absorbed-MLA attend step (q_abs of zeros: the time does not depend on the values), R sequences
@@ -300,22 +311,10 @@ int tune_mla(backend::Backend& be, const TuneArgs& a) {
           best = s;
         }
       }
-      table.n_splits.push_back(best);
-      table.us.push_back(best_us);
-      std::printf("%6lld %8lld %8d %10.1f %10d %10.1f %6.2fx\n", static_cast<long long>(R), static_cast<long long>(C),
-                  best, best_us, heur_splits, heur_us, heur_us / best_us);
-      std::fflush(stdout);
+      add_row(table, R, C, best, best_us, heur_splits, heur_us);
     }
   }
-  std::ofstream f(a.out);
-  f << kern::attention_tuning_json(table);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot write %s\n", a.out.c_str());
-    return 1;
-  }
-  std::printf("wrote %s (%s): copy it to configs/attention/%s and rebuild to embed it\n", a.out.c_str(),
-              kern::describe(table.key).c_str(), kern::attention_tuning_file_name(table.key).c_str());
-  return 0;
+  return write_table(table, a.out);
 }
 #endif  // MXSERVE_HAVE_CUDA
 
