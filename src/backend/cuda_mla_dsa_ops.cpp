@@ -134,12 +134,13 @@ kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
   const char* why = nullptr;
   const bool wgmma = kc::kMlaAutoWgmma && kc::mla_attend_wgmma_supported(p, &why);
   static std::atomic<bool> logged{false};
-  if (!logged.exchange(true))
+  if (!logged.exchange(true)) {
     MX_LOG(kInfo) << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
                   << (wgmma ? "Hopper wgmma kernel (FP8 rows dequantized per tile)"
                             : kc::mla_attend_mma_supported(p) ? "mma.sync tensor-core kernel"
                                                                : "SIMT kernel (slow: outside the tensor-core shape)")
                   << (wgmma || why == nullptr ? "" : std::string(" (wgmma: ") + why + ")");
+  }
   return kc::MlaAttendKernel::kAuto;
 }
 kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
