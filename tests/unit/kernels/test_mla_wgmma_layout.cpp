@@ -99,7 +99,7 @@ TEST(MlaWgmmaLayout, LatentDescriptorsReadTheCopiedDims) {
 
 // The FP8 variant (p.fp8_cache): 64 packed rows (random codes, per-128 scales, bf16 rope) copied as the kernel's
 // load_tile does (warp w, row i, lanes over chunks lane + 32 c, c < 2) into the raw stage and the rope block, then
-// dequantized as dequant_tile does (thread tid, item tid + 256 k) into the latent tile. Every staging byte is
+// dequantized as dequant_half<0 / 1> do (thread tid, item tid + 256 k of each half) into the latent tile. Every staging byte is
 // written once, the copy's warp instructions are contiguous, the dequantization's warp reads 256 contiguous code
 // bytes, and the score / latent descriptors (rope block for k16 steps 32..35) read code x scale rounded to bf16
 // (the mma.sync FP8 path's values) and the rope bits.
@@ -153,18 +153,21 @@ TEST(MlaWgmmaLayout, Fp8CopyAndDequantizationFillTheBf16Tile) {
       }
   for (size_t i = 0; i < raw_hits.size(); ++i) ASSERT_EQ(raw_hits[i], 1) << "raw chunk " << i;
   for (size_t i = 0; i < rope_hits.size(); ++i) ASSERT_EQ(rope_hits[i], 1) << "rope chunk " << i;
-  // dequant_tile: 256 threads x 16 items; each latent-tile chunk of column blocks 0..7 written once.
+  // dequant_half<0>, <1>: 256 threads x 8 items each; half h writes column blocks 4h .. 4h + 3 (the first score
+  // batch reads blocks 0..3 while half 1 is written), each latent-tile chunk of blocks 0..7 written once.
   constexpr int kThreads = 256;
-  static_assert(kFp8DequantItems % kThreads == 0);
+  static_assert(kFp8DequantHalfItems % kThreads == 0);
   std::vector<uint8_t> lat(8 * kColBlockBytes, 0);
   std::vector<int> lat_hits(lat.size() / 16, 0);
-  for (int k = 0; k < kFp8DequantItems / kThreads; ++k)
+  for (int half = 0; half < 2; ++half)
+  for (int k = 0; k < kFp8DequantHalfItems / kThreads; ++k)
     for (int tid = 0; tid < kThreads; ++tid) {
-      const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(i);
+      const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(half, i);
       ASSERT_LT(row, kKeys);
+      ASSERT_EQ(static_cast<int>(tile_offset(row, chunk) / kColBlockBytes) / 4, half) << "item " << i;
       if (tid % 32 > 0) {  // a warp's code reads are contiguous (256 bytes)
         const int ip = i - 1;
-        ASSERT_EQ(fp8_codes_offset(row, chunk), fp8_codes_offset(fp8_item_row(ip), fp8_item_chunk(ip)) + 8u);
+        ASSERT_EQ(fp8_codes_offset(row, chunk), fp8_codes_offset(fp8_item_row(ip), fp8_item_chunk(half, ip)) + 8u);
       }
       float scale = 0.f;
       std::memcpy(&scale, raw.data() + fp8_scale_offset(row, chunk), 4);

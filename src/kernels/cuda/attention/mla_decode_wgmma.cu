@@ -27,8 +27,10 @@
 // straight into a 2-stage rope column block; once a tile lands, all 256 threads dequantize it (code x its
 // 128-column block's scale, one f32 then one bf16 rounding: the bf16 values of the mma.sync kernel's FP8 path)
 // into ONE bf16 latent tile in the same swizzled layout, and the unchanged wgmma math runs. 0.57x the HBM bytes
-// of bf16; the dequantization (~16 chunks a thread a tile) is not overlapped with the MMAs (one latent tile:
-// a second one does not fit beside the raw ring). kWgmmaSplitS's P exchange lives in the dequantized raw stage.
+// of bf16. The dequantization (16 chunks of 8 codes a thread a tile) runs in two halves: the score MMAs over
+// column blocks 0..3 run while blocks 4..7 are dequantized (one latent tile: a second one does not fit beside
+// the raw ring, so P V and the first half are not overlapped). kWgmmaSplitS's P exchange lives in the dequantized
+// raw stage.
 // The launcher never allocates nor synchronizes (CUDA-graph capturable): partials live in the caller's workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -62,10 +64,11 @@ using wgmma_tile::pack_bf16;
 // S (64 rows x kN keys from tile row kd's) = Q K^T over the 576 dims: 36 k16 steps, both operands K-major
 // 128B-swizzled (kN = 64: the whole tile; 32: this warpgroup's half of it, kWgmmaSplitS).
 // The tile's rope column block (block 8) sits at kd8: kd + 8 column blocks for bf16, its own stage for FP8.
-template <int kN>
+// k16 steps [kBegin, kEnd) (FP8 issues them in two batches around the second dequantization half).
+template <int kN, int kBegin = 0, int kEnd = kRow / 16>
 __device__ __forceinline__ void issue_qk(float (&s)[kN / 2], uint32_t qd, uint32_t kd, uint32_t kd8) {
 #pragma unroll
-  for (int ks = 0; ks < kRow / 16; ++ks) {
+  for (int ks = kBegin; ks < kEnd; ++ks) {
     const uint32_t off = (ks / 4) * kColBlockBytes + (ks % 4) * 32u;
     const uint32_t koff = ks / 4 < 8 ? kd + off : kd8 + (ks % 4) * 32u;
     const uint64_t da = wgmma::desc_sw128(qd + off, 16, 1024), db = wgmma::desc_sw128(koff, 16, 1024);
@@ -150,12 +153,14 @@ __device__ __forceinline__ uint32_t e4m3x2_scaled_bf16x2(uint32_t two, float sca
   return pack_bf16(f.x * scale, f.y * scale);
 }
 
-// The landed raw stage (codes + scales of 64 rows) -> the bf16 latent tile (column blocks 0..7, swizzled as
-// tile_offset): 16 chunks of 8 codes a thread (mla_wgmma_layout.h, fp8_item_*). Zero-filled rows stay zero.
-__device__ __forceinline__ void dequant_tile(uint32_t raw, uint32_t lat, int tid) {
+// Half kHalf of the landed raw stage (codes + scales of 64 rows) -> the bf16 latent tile's column blocks
+// 4 kHalf .. 4 kHalf + 3 (swizzled as tile_offset): 8 chunks of 8 codes a thread (mla_wgmma_layout.h,
+// fp8_item_*). Zero-filled rows stay zero.
+template <int kHalf>
+__device__ __forceinline__ void dequant_half(uint32_t raw, uint32_t lat, int tid) {
 #pragma unroll 4
-  for (int k = 0; k < kFp8DequantItems / kThreads; ++k) {
-    const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(i);
+  for (int k = 0; k < kFp8DequantHalfItems / kThreads; ++k) {
+    const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(kHalf, i);
     uint32_t c0, c1;
     float scale;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(c0), "=r"(c1) : "r"(raw + fp8_codes_offset(row, chunk)));
@@ -343,16 +348,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
       }
       const uint32_t stage = static_cast<uint32_t>((it + j) % kStages);
-      if constexpr (kFp8) {  // every thread's copies of tile j landed -> dequantize it into the one latent tile
-        __syncthreads();
-        dequant_tile(smem + kFp8RawOff + stage * kFp8RawStageBytes, smem + kFp8LatOff, tid);
-      }
-      wgmma::fence_proxy_async_smem();  // cp.async / st.shared (generic proxy) writes -> wgmma (async proxy) reads
-      __syncthreads();
       const uint32_t kd = kFp8 ? smem + kFp8LatOff : ring + stage * kTileBytes;
       const uint32_t kd8 = kFp8 ? smem + kFp8RopeOff + stage * kColBlockBytes : kd + 8 * kColBlockBytes;
-      wgmma::fence();
-      issue_qk<kSKeys>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+      if constexpr (kFp8) {
+        // Every thread's copies of tile j landed -> dequantize column blocks 0..3, score over them (async) while
+        // blocks 4..7 are dequantized, then the rest of the score (same k order as the bf16 path).
+        const uint32_t raw = smem + kFp8RawOff + stage * kFp8RawStageBytes;
+        __syncthreads();
+        dequant_half<0>(raw, kd, tid);
+        wgmma::fence_proxy_async_smem();  // st.shared (generic proxy) writes -> wgmma (async proxy) reads
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys, 0, kLat / 32>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+        dequant_half<1>(raw, kd, tid);
+        wgmma::fence_proxy_async_smem();  // + the rope block's cp.async writes
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys, kLat / 32, kRow / 16>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+      } else {
+        wgmma::fence_proxy_async_smem();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+      }
       wgmma::wait_group<0>();
       wgmma::fence_regs(s);
       softmax_of(j);

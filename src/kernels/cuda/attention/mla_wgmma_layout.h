@@ -67,12 +67,14 @@ MX_MLA_HD uint32_t fp8_rope_offset(int row, int ch) {
   const int c = ch - kFp8QuantChunks;  // 0..7: bf16 rope chunk
   return static_cast<uint32_t>(row) * 128u + (static_cast<uint32_t>(c ^ (row & 7)) << 4);
 }
-// The dequantization: item i (0..4095, thread tid takes tid + 256 k) is latent chunk i % 64 (8 codes) of tile
-// row i / 64: codes at fp8_codes_offset, their block's f32 scale at fp8_scale_offset (raw stage relative), the
-// 8 bf16 written at tile_offset(row, chunk) of the latent tile. A warp reads 256 contiguous code bytes.
-constexpr int kFp8DequantItems = kKeys * (kLat / 8);  // 4096
-MX_MLA_HD int fp8_item_row(int i) { return i / (kLat / 8); }
-MX_MLA_HD int fp8_item_chunk(int i) { return i % (kLat / 8); }
+// The dequantization, in two halves so the score MMAs of the first overlap the second: half h (0: column blocks
+// 0..3, 1: blocks 4..7) has 2048 items, thread tid takes tid + 256 k (k < 8); item i is latent chunk
+// fp8_item_chunk(h, i) (8 codes) of tile row fp8_item_row(i): codes at fp8_codes_offset, their block's f32 scale
+// at fp8_scale_offset (raw stage relative), the 8 bf16 written at tile_offset(row, chunk) of the latent tile. A
+// warp reads 256 contiguous code bytes.
+constexpr int kFp8DequantHalfItems = kKeys * (kLat / 16);  // 2048
+MX_MLA_HD int fp8_item_row(int i) { return i / (kLat / 16); }
+MX_MLA_HD int fp8_item_chunk(int half, int i) { return (kLat / 16) * half + i % (kLat / 16); }
 MX_MLA_HD uint32_t fp8_codes_offset(int row, int chunk) {
   return static_cast<uint32_t>(row) * kFp8Quant + 8u * static_cast<uint32_t>(chunk);
 }
