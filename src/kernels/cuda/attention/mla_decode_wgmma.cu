@@ -1,7 +1,7 @@
 // Hopper (sm_90a) attend step of absorbed MLA (glm_moe_dsa) on warpgroup MMA, bf16 or FP8 latent cache:
 // o_lat[t, h, :] = softmax_j((q_abs . latent_j + q_rope . k_rope_j) * scale) latent_j -- the formula of the SIMT
-// oracle (mla_attention.cu) and of the mma.sync kernel (mla_decode_mma.cu), which stays the default until a GPU
-// run proves this one (MlaAttendKernel::kWgmma selects it; docs/perf/glm5.md).
+// oracle (mla_attention.cu) and of the mma.sync kernel (mla_decode_mma.cu). kAuto runs this one on sm_90
+// (kMlaAutoHopperKernel, mla_dsa.h: the kWgmmaSplitS variant since the H100 run of 2026-12-06; docs/perf/glm5.md).
 // Shape: kv_lora_rank 512, qk_rope_dim 64, 1..64 heads per rank (TP8 / TP4 / TP2 / DP attention: 8/16/32/64).
 // M packing: the 64 wgmma rows are (token slot, head) pairs, row m = head m % H of slot m / H. Dense rows pack
 // 64 / H consecutive tokens per CTA (8 at TP8): tokens of one sequence (MTP / tree rows) form a run that shares
@@ -20,7 +20,7 @@
 //   cross-warpgroup softmax exchange), the online softmax (exp2, fp32) in registers, and O[:, 256 cw, +256) +=
 //   P V (P bf16 from registers, V = the same tile read MN-major, 4 wgmma m64n256k16).
 // Split-KV: each split writes its normalized partial (fp32) and (max log2, denominator); the combine kernel writes
-// o_lat (bf16). One split writes o_lat directly. Smem 216 KB + 1 KB alignment: one CTA per SM.
+// o_lat (bf16). One split writes o_lat directly. Smem 216 KB (FP8: 218 KB) + 1 KB alignment: one CTA per SM.
 // Precision: q_abs and P enter the MMAs as bf16 (fp32 accumulate and softmax), as the mma.sync kernel.
 // FP8 latent cache (p.fp8_cache, kFp8: packed 656-byte rows, kernels/mla_fp8.h; layout in mla_wgmma_layout.h):
 // the copy streams each tile's codes + scales (528 B a row) into a 2-stage raw ring and its bf16 rope tails
