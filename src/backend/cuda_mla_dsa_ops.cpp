@@ -129,10 +129,13 @@ namespace {
 // kernel (the indexer's kMma / kSimple score kernels); the choice is logged once. Every MLA attend kernel reads
 // FP8 rows (the Hopper wgmma attend, mla_decode_wgmma.cu, since session 8), so the attend runs kAuto: wgmma on
 // sm_90, mma.sync elsewhere, SIMT outside the tensor-core shape (mla_attention_bf16 warns once then).
+// kFp8AutoWgmma false: FP8 caches run the mma.sync attend as before session 8 (the switch back, should a GPU run
+// refute the wgmma kernel's FP8 variant; test_cuda_mla_fp8 / bench_mla_fp8 are its oracle and benchmark).
+constexpr bool kFp8AutoWgmma = true;
 kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
   if (!p.fp8_cache) return kc::MlaAttendKernel::kAuto;
-  const char* why = nullptr;
-  const bool wgmma = kc::kMlaAutoWgmma && kc::mla_attend_wgmma_supported(p, &why);
+  const char* why = kFp8AutoWgmma ? nullptr : "kFp8AutoWgmma is off (backend/cuda_mla_dsa_ops.cpp)";
+  const bool wgmma = kFp8AutoWgmma && kc::kMlaAutoWgmma && kc::mla_attend_wgmma_supported(p, &why);
   static std::atomic<bool> logged{false};
   if (!logged.exchange(true)) {
     MX_LOG(kInfo) << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
@@ -141,6 +144,7 @@ kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
                                                                : "SIMT kernel (slow: outside the tensor-core shape)")
                   << (wgmma || why == nullptr ? "" : std::string(" (wgmma: ") + why + ")");
   }
+  if (!kFp8AutoWgmma) return kc::mla_attend_mma_supported(p) ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
   return kc::MlaAttendKernel::kAuto;
 }
 kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
