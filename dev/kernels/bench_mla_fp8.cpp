@@ -7,8 +7,14 @@
 // bytes and its fraction of the device-to-device copy bandwidth measured in the same run, and the whole op's
 // rel L2 between the caches (check: <= 2^-4, the format's per-element relative bound). Oracle: the GPU test
 // test_cuda_mla_fp8. (A separate program from bench_mla_decode so the two evolve without merge conflicts.)
-//   usage: bench_mla_fp8 [--heads N] [--quick]
+// Second table (sm_90): the Hopper wgmma attend (mla_decode_wgmma.cu, the kAuto kernel there) on FP8 rows against
+// the same kernel on bf16 rows, both variants (kWgmma, kWgmmaSplitS), batch 16 / 64 x 20k dense and 20k top-2048:
+// attend alone (+ combine) in us, the speedup (target >= 1.7), GB/s and fraction of copy bandwidth on the FP8
+// bytes, the whole op's rel L2 FP8 wgmma vs FP8 mma.sync (check <= 1.5e-2, test_cuda_mla_dsa's wgmma-vs-mma
+// bound) and FP8 vs bf16 (check <= 2^-4).
+//   usage: bench_mla_fp8 [--heads N] [--quick] [--wgmma-only]
 //   --heads: query heads per GPU (64: GLM-5.2 unsplit; 16: TP4; 8: TP8).   --quick: batch 16 only.
+//   --wgmma-only: the second table only.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -154,16 +160,142 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
   return failures;
 }
 
+// The wgmma attend on FP8 rows vs bf16 rows (see the file comment). Returns the failing cases.
+int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::MlaParams& p_bf16, const uint16_t* kv_b,
+                    const kc::Ceilings& ceilings, cudaStream_t stream, std::mt19937& rng) {
+  constexpr int kFp8Row = 656;
+  const int heads = p_bf16.n_heads;
+  mxserve::kernels::MlaParams p8 = p_bf16;
+  p8.fp8_cache = true;
+  const char* why = nullptr;
+  if (!kc::mla_attend_wgmma_supported(p8, &why)) {
+    std::printf("\nwgmma FP8 table: SKIP (%s)\n", why);
+    return 0;
+  }
+  std::printf("\nFP8 latent cache vs bf16 in the Hopper wgmma attend (attend + combine), %d heads\n", heads);
+  std::printf("%-34s %6s %9s %9s %8s %9s %7s %9s %9s  %s\n", "case", "splits", "bf16_us", "fp8_us", "speedup",
+              "fp8 GB/s", "frac", "vs_mma", "vs_bf16", "check");
+  int failures = 0;
+  struct Shape {
+    int64_t ctx;
+    int topk;
+  };
+  for (const int B : batches) {
+    for (const Shape s : {Shape{20480, 0}, Shape{20480, 2048}}) {
+      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
+      std::vector<int32_t> topk;
+      if (s.topk > 0) {
+        std::vector<int32_t> all(s.ctx);
+        for (int b = 0; b < B; ++b) {
+          std::iota(all.begin(), all.end(), 0);
+          std::shuffle(all.begin(), all.end(), rng);
+          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
+          std::sort(pick.begin(), pick.end());
+          topk.insert(topk.end(), pick.begin(), pick.end());
+        }
+      }
+      const int64_t slots = pb.n_blocks * kBlock;
+      std::vector<int32_t> all_slots(slots);
+      std::iota(all_slots.begin(), all_slots.end(), 0);
+      int32_t* d_slots = dev_upload(all_slots);
+      uint16_t* lat = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kLora);
+      uint16_t* rope = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRope);
+      kc::fill_random_bf16(lat, slots * kLora, 31 + s.ctx, 1.f, stream);
+      kc::fill_random_bf16(rope, slots * kRope, 37 + s.ctx, 1.f, stream);
+      uint16_t* cache = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRow);
+      uint8_t* cache8 = dev_alloc<uint8_t>(static_cast<size_t>(slots) * kFp8Row);
+      kc::cache_write_columns_bf16(lat, d_slots, cache, slots, kLora, kRow, 0, stream);
+      kc::cache_write_columns_bf16(rope, d_slots, cache, slots, kRope, kRow, kLora, stream);
+      kc::cache_write_fp8_packed_bf16(lat, d_slots, cache8, slots, kLora, kFp8Row, 0, stream);
+      kc::cache_write_fp8_packed_bf16(rope, d_slots, cache8, slots, kRope, kFp8Row, kLora, stream);
+      const int64_t q_elems = static_cast<int64_t>(B) * heads * (kNope + kRope);
+      uint16_t* q = dev_alloc<uint16_t>(q_elems);
+      kc::fill_random_bf16(q, q_elems, 41, 1.f, stream);
+      const int64_t out_elems = static_cast<int64_t>(B) * heads * kV;
+      int32_t* d_seq = dev_upload(pb.token_seq);
+      int32_t* d_kv = dev_upload(pb.kv_index);
+      int32_t* d_tables = dev_upload(pb.block_tables);
+      int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
+      mxserve::kernels::AttentionParams ap;
+      ap.n_tokens = B;
+      ap.n_seqs = B;
+      ap.n_heads = heads;
+      ap.n_kv_heads = 1;
+      ap.head_dim = kRow;
+      ap.block_size = kBlock;
+      ap.max_blocks_per_seq = static_cast<int32_t>(pb.blocks_per_seq);
+      ap.max_kv_len = static_cast<int32_t>(s.ctx);
+      // The whole op: FP8 wgmma (each variant) vs FP8 mma.sync (same bytes) and vs bf16 wgmma (same variant).
+      const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p8);
+      void* ws = dev_alloc<uint8_t>(ws_bytes);
+      uint16_t* out = dev_alloc<uint16_t>(out_elems);
+      auto op = [&](const void* c, const mxserve::kernels::MlaParams& pp, kc::MlaAttendKernel k) {
+        kc::mla_attention_bf16(q, c, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out, pp, ap, ws, ws_bytes, stream, k);
+        std::vector<uint16_t> h(out_elems);
+        MX_CUDA_CHECK(cudaStreamSynchronize(stream));
+        MX_CUDA_CHECK(cudaMemcpy(h.data(), out, out_elems * 2, cudaMemcpyDeviceToHost));
+        return h;
+      };
+      const std::vector<uint16_t> mma8 = op(cache8, p8, kc::MlaAttendKernel::kMma);
+      // The attend alone: bf16 q_abs / o_lat, the kernel's own split plan.
+      const int64_t lat_elems = static_cast<int64_t>(B) * heads * kLora;
+      uint16_t* q_abs = dev_alloc<uint16_t>(lat_elems);
+      uint16_t* o_lat = dev_alloc<uint16_t>(lat_elems);
+      kc::fill_random_bf16(q_abs, lat_elems, 43, 0.05f, stream);
+      const size_t part_bytes = kc::mla_attend_wgmma_workspace_bytes(B, p8);
+      void* parts = dev_alloc<uint8_t>(part_bytes);
+      const int64_t max_items = s.topk > 0 ? s.topk : s.ctx;
+      const int splits = kc::mla_attend_wgmma_split_plan(B, max_items, p8, s.topk > 0).n_splits;
+      for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS}) {
+        const bool split_s = variant == kc::MlaAttendKernel::kWgmmaSplitS;
+        const std::vector<uint16_t> w8 = op(cache8, p8, variant), w16 = op(cache, p_bf16, variant);
+        const double vs_mma = rel_l2_bf16(w8.data(), mma8.data(), out_elems);
+        const double vs_bf16 = rel_l2_bf16(w8.data(), w16.data(), out_elems);
+        auto attend = [&](const void* c, const mxserve::kernels::MlaParams& pp) {
+          return kc::time_on_stream(
+              stream,
+              [&](int) {
+                kc::mla_attend_wgmma(q, q_abs, c, d_topk, s.topk, d_seq, d_kv, d_tables, o_lat, 0, B, max_items, pp,
+                                     ap, parts, part_bytes, stream, 0, nullptr, split_s);
+              },
+              10);
+        };
+        const double bf16_ms = attend(cache, p_bf16), fp8_ms = attend(cache8, p8);
+        const int64_t items = s.topk > 0 ? std::min<int64_t>(s.topk, s.ctx) : s.ctx;
+        const double fp8_gbs = static_cast<double>(B) * items * kFp8Row / (fp8_ms * 1e-3) / 1e9;
+        const bool pass = vs_mma <= 1.5e-2 && vs_bf16 <= 0.0625;
+        failures += pass ? 0 : 1;
+        char what[96];
+        std::snprintf(what, sizeof what, "fp8 %s B%d ctx%lld %s", split_s ? "wgmma-splitS" : "wgmma", B,
+                      static_cast<long long>(s.ctx), s.topk > 0 ? "top2048" : "dense");
+        const bool target_row = s.topk == 0;
+        std::printf("%-34s %6d %9.1f %9.1f %8.2f %9.0f %7.3f %9.2e %9.2e  %s%s\n", what, splits, bf16_ms * 1e3,
+                    fp8_ms * 1e3, bf16_ms / fp8_ms, fp8_gbs, fp8_gbs / ceilings.copy_gbs, vs_mma, vs_bf16,
+                    pass ? "PASS" : "FAIL",
+                    target_row ? (bf16_ms / fp8_ms >= 1.7 ? " (target >= 1.7: MET)" : " (target >= 1.7: MISSED)") : "");
+      }
+      for (void* ptr : {static_cast<void*>(d_slots), static_cast<void*>(lat), static_cast<void*>(rope),
+                        static_cast<void*>(cache), static_cast<void*>(cache8), static_cast<void*>(q),
+                        static_cast<void*>(out), static_cast<void*>(d_seq), static_cast<void*>(d_kv),
+                        static_cast<void*>(d_tables), static_cast<void*>(d_topk), ws, static_cast<void*>(q_abs),
+                        static_cast<void*>(o_lat), parts})
+        if (ptr != nullptr) MX_CUDA_CHECK(cudaFree(ptr));
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int heads = 64;
-  bool quick = false;
+  bool quick = false, wgmma_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) heads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--wgmma-only")) wgmma_only = true;
     else {
-      std::fprintf(stderr, "usage: bench_mla_fp8 [--heads N] [--quick]\n");
+      std::fprintf(stderr, "usage: bench_mla_fp8 [--heads N] [--quick] [--wgmma-only]\n");
       return 2;
     }
   }
@@ -192,7 +324,9 @@ int main(int argc, char** argv) {
   kc::fill_random_bf16(kv_b, kvb_elems, 7, 0.05f, stream);
   const std::vector<int> batches = quick ? std::vector<int>{16} : std::vector<int>{1, 16, 64};
   std::mt19937 rng(20261206);
-  const int failures = bench_fp8_attend(batches, p, kv_b, ceilings, stream, rng);
+  int failures = wgmma_only ? 0 : bench_fp8_attend(batches, p, kv_b, ceilings, stream, rng);
+  const std::vector<int> wgmma_batches = quick ? std::vector<int>{16} : std::vector<int>{16, 64};
+  failures += bench_fp8_wgmma(wgmma_batches, p, kv_b, ceilings, stream, rng);
   MX_CUDA_CHECK(cudaFree(kv_b));
   std::printf("%s: %d failing case(s)\n", failures == 0 ? "PASS" : "FAIL", failures);
   return failures == 0 ? 0 : 1;

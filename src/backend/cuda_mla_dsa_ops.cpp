@@ -6,8 +6,10 @@
 #include "backend/cuda_mla_dsa_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "core/check.h"
@@ -123,16 +125,27 @@ void CudaMlaDsaOps::cache_write(const Tensor& rows, const AttentionMeta& meta, T
 
 namespace {
 
-// FP8 caches name the kernels that read packed FP8 rows (mla_decode_mma.cu / mla_attention.cu, the indexer's
-// kMma / kSimple score kernels) instead of kAuto, so a faster bf16-only kernel that kAuto may pick later never
-// receives FP8 bytes; the choice is logged once. A kernel that learns to read FP8 rows is added here.
+// FP8 caches name the kernels that read packed FP8 rows instead of kAuto where kAuto could pick a bf16-only
+// kernel (the indexer's kMma / kSimple score kernels); the choice is logged once. Every MLA attend kernel reads
+// FP8 rows (the Hopper wgmma attend, mla_decode_wgmma.cu, since session 8), so the attend runs kAuto: wgmma on
+// sm_90, mma.sync elsewhere, SIMT outside the tensor-core shape (mla_attention_bf16 warns once then).
+// kFp8AutoWgmma false: FP8 caches run the mma.sync attend as before session 8 (the switch back, should a GPU run
+// refute the wgmma kernel's FP8 variant; test_cuda_mla_fp8 / bench_mla_fp8 are its oracle and benchmark).
+constexpr bool kFp8AutoWgmma = true;
 kc::MlaAttendKernel fp8_attend_kernel(const kernels::MlaParams& p) {
   if (!p.fp8_cache) return kc::MlaAttendKernel::kAuto;
-  const bool mma = kc::mla_attend_mma_supported(p);
-  MX_WARN_ONCE << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
-               << (mma ? "mma.sync tensor-core kernel" : "SIMT kernel (slow: outside the tensor-core shape)")
-               << ", the FP8 reader; other attend kernels read bf16 rows only";
-  return mma ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
+  const char* why = kFp8AutoWgmma ? nullptr : "kFp8AutoWgmma is off (backend/cuda_mla_dsa_ops.cpp)";
+  const bool wgmma = kFp8AutoWgmma && kc::kMlaAutoWgmma && kc::mla_attend_wgmma_supported(p, &why);
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    MX_LOG(kInfo) << "mla_attention: FP8 latent cache (--kv-cache-dtype fp8_e4m3): the attend step runs the "
+                  << (wgmma ? "Hopper wgmma kernel (FP8 rows dequantized per tile)"
+                            : kc::mla_attend_mma_supported(p) ? "mma.sync tensor-core kernel"
+                                                               : "SIMT kernel (slow: outside the tensor-core shape)")
+                  << (wgmma || why == nullptr ? "" : std::string(" (wgmma: ") + why + ")");
+  }
+  if (!kFp8AutoWgmma) return kc::mla_attend_mma_supported(p) ? kc::MlaAttendKernel::kMma : kc::MlaAttendKernel::kSimple;
+  return kc::MlaAttendKernel::kAuto;
 }
 kc::IndexerScoreKernel fp8_score_kernel(const kernels::IndexerParams& p, const void* q, const void* keys) {
   if (!p.fp8_keys) return kc::IndexerScoreKernel::kAuto;
@@ -205,7 +218,9 @@ void CudaMlaDsaOps::mla_attention(const Tensor& q, const Tensor& latent_cache, c
   if (T == 0) return;
   const size_t ws_bytes = kc::mla_attention_workspace_bytes(T, p);
   Tensor ws = mla_backend_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
-  if (p.fp8_cache) {  // packed FP8 rows: only the kernels that read them (fp8_attend_kernel)
+  // Packed FP8 rows: kAuto (every attend kernel reads them, fp8_attend_kernel logs which runs); no split table
+  // (the tuned tables are keyed and measured for bf16 rows): the wgmma kernel plans its own splits.
+  if (p.fp8_cache) {
     kc::mla_attention_bf16(q.raw(), latent_cache.raw(), kv_b.raw(), topk ? topk->data<int32_t>() : nullptr,
                            topk ? topk->dim(1) : 0, meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
                            meta.block_tables.data<int32_t>(), out.raw(), p, meta.params, ws.raw(), ws_bytes,

@@ -9,7 +9,13 @@
 //                launcher, reading the FP8 cache written by the CPU, vs the CPU's f32 attention over the same
 //                dequantized rows. Tolerances: SIMT kTolBf16Out (it dequantizes to f32 like the CPU); tensor
 //                cores kTolMlaMmaFp8 = the bf16-cache budget (1e-2) + one bf16 rounding of each dequantized
-//                latent element in shared memory (2^-9 relative).
+//                latent element in shared memory (2^-9 relative). The op (kAuto) runs the Hopper wgmma attend on
+//                sm_90: kTolMlaWgmmaFp8 = the bf16 wgmma budget (1.5e-2) + the same 2^-9 rounding.
+//   wgmma        the Hopper attend reading FP8 rows (mla_decode_wgmma.cu, kWgmma and kWgmmaSplitS, 8 / 16 / 32 /
+//                64 heads, dense with MTP runs and top-k, forced and planned splits): byte-equal to the same
+//                kernel over a bf16 cache holding the dequantized values (bf16(code x scale), the bf16 rope), within
+//                kTolMlaWgmma of the mma.sync kernel's FP8 attend (the bound the bf16 wgmma cases use vs mma) and
+//                kTolMlaWgmmaFp8 of the CPU reference; replayed from a CUDA graph byte-equal to eager.
 //   kv_copy      packed rows (656 / 132 bytes) moved exactly as the CPU moves them (tree compaction).
 //   indexer      top-k over FP8 keys == a valid top-k of the CPU's scores over the dequantized keys, on the
 //                GLM shape (32 heads x 128: tensor-core score kernel) and a fixture shape (SIMT).
@@ -29,6 +35,7 @@
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/mla_fp8.h"
 #include "model/forward_batch.h"
 #include "gpu_oracle.h"
@@ -41,6 +48,8 @@ using gpu_oracle::rel_l2;
 
 constexpr double kTolBf16Out = 4e-3;
 constexpr double kTolMlaMmaFp8 = 1.2e-2;
+constexpr double kTolMlaWgmma = 1.5e-2;     // test_cuda_mla_dsa's wgmma bound (vs the CPU and vs the mma kernel)
+constexpr double kTolMlaWgmmaFp8 = 1.7e-2;  // + one bf16 rounding of each dequantized latent element (2^-9)
 
 void expect_close(const Tensor& got, const Tensor& ref, double tol, const std::string& what) {
   double mx = 0;
@@ -198,11 +207,13 @@ void run_mla(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lor
   kernels::MlaParams pf = p;
   pf.fp8_cache = true;
   const bool mma = kernels::cuda::mla_attend_mma_supported(pf);
+  // kAuto (the op) runs the Hopper attend where it can (FP8 rows included), else mma.sync, else SIMT.
+  const bool wgmma = kernels::cuda::kMlaAutoWgmma && kernels::cuda::mla_attend_wgmma_supported(pf);
   {
     Tensor out = f.poison_bf16({T, NH * v});
     f.gops_->mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
-    expect_close(f.host(out), ref, mma ? kTolMlaMmaFp8 : kTolBf16Out,
-                 std::string(c.what) + (mma ? " [op: mma fp8]" : " [op: simt fp8]"));
+    expect_close(f.host(out), ref, wgmma ? kTolMlaWgmmaFp8 : mma ? kTolMlaMmaFp8 : kTolBf16Out,
+                 std::string(c.what) + (wgmma ? " [op: wgmma fp8]" : mma ? " [op: mma fp8]" : " [op: simt fp8]"));
   }
   const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(T, pf);
   Tensor ws = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
@@ -236,6 +247,146 @@ TEST_F(CudaMlaFp8, MlaAttentionReadsFp8Latent) {
   };
   for (const MlaCase& c : fixture) run_mla(*this, c, 16, 8, 24, 32);
   run_mla(*this, {8, 4, {{9, 9}, {2, 40}}, "fixture b shape, top-4"}, 8, 16, 12, 24);
+}
+
+// The Hopper wgmma attend over FP8 rows (see the file comment). Skips (saying why) off sm_90.
+void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& splits, bool graph) {
+  namespace kc = kernels::cuda;
+  SCOPED_TRACE(c.what);
+  const int nope = 192, rope = 64, v = 256, lora = 512;
+  const int64_t bs = 16;
+  int64_t n_blocks = 0;
+  model::ForwardBatch batch = gpu_oracle::paged_batch(c.spans, bs, 2, f.rng_, &n_blocks);
+  const int64_t T = batch.n_tokens(), NH = c.heads;
+  kernels::AttentionParams shape;
+  shape.n_heads = static_cast<int32_t>(NH);
+  shape.n_kv_heads = 1;
+  shape.head_dim = lora + rope;
+  auto cmeta = model::build_attention_meta(batch, *f.cpu_, bs, shape).value();
+  auto gmeta = model::build_attention_meta(batch, *f.gpu_, bs, shape).value();
+  Tensor packed = f.cpu_packed(n_blocks * bs, lora, rope);
+  Tensor deq = CudaMlaFp8::dequantized(packed, lora, rope);
+  // The bf16 cache the FP8 kernel's shared-memory tile equals: bf16(code x scale) (RNE of the same f32), bf16 rope.
+  Tensor deq16 = Tensor::empty(DType::kBF16, deq.shape());
+  for (int64_t i = 0; i < deq.numel(); ++i) deq16.data<uint16_t>()[i] = f32_to_bf16(deq.data<float>()[i]);
+  Tensor q = f.rand({T, NH * (nope + rope)}), kv_b = f.rand({NH * (nope + v), lora}, 0.2f);
+  kernels::MlaParams p;
+  p.n_heads = c.heads;
+  p.qk_nope_dim = nope;
+  p.qk_rope_dim = rope;
+  p.v_dim = v;
+  p.kv_lora_rank = lora;
+  p.scale = 1.f / std::sqrt(static_cast<float>(nope + rope));
+  Tensor topk;
+  if (c.top_k > 0) {  // a random ascending subset of each token's causal keys, -1 padded
+    topk = Tensor::empty(DType::kI32, {T, c.top_k});
+    int64_t t = 0;
+    for (const auto& s : batch.seqs)
+      for (int32_t i = 0; i < s.n_tokens; ++i, ++t) {
+        std::vector<int32_t> vis(s.kv_index_of(i) + 1);
+        std::iota(vis.begin(), vis.end(), 0);
+        std::shuffle(vis.begin(), vis.end(), f.rng_);
+        if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
+        std::sort(vis.begin(), vis.end());
+        vis.resize(c.top_k, -1);
+        std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
+      }
+  }
+  Tensor ctopk = c.top_k > 0 ? f.cpu(topk) : Tensor(), gtopk = c.top_k > 0 ? f.gpu_->upload(topk) : Tensor();
+  Tensor ref = f.cpu_->alloc(DType::kF32, {T, NH * v});
+  f.cops_->mla_attention(f.cpu(q), f.cpu(deq), f.cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
+  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_exact(packed), gcache16 = f.gpu_exact(deq16), gkv_b = f.gpu_bf16(kv_b);
+  kernels::MlaParams pf = p;
+  pf.fp8_cache = true;
+  cudaStream_t stream = backend::cuda_backend_stream(*f.gpu_);
+  auto launch = [&](const kernels::MlaParams& pp, const Tensor& cache, kc::MlaAttendKernel kernel, int n_splits,
+                    Tensor& out) {
+    const size_t bytes = kc::mla_attention_workspace_bytes(T, pp, n_splits);
+    Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
+    kc::mla_attention_bf16(gq.raw(), cache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
+                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                           gmeta.block_tables.data<int32_t>(), out.raw(), pp, gmeta.params, w.raw(), bytes, stream,
+                           kernel, n_splits);
+    Tensor h = f.host(out);  // synchronizes before w is freed
+    return h;
+  };
+  Tensor mma_out = f.poison_bf16({T, NH * v});
+  const Tensor mma_host = launch(pf, gcache, kc::MlaAttendKernel::kMma, 0, mma_out);
+  expect_close(mma_host, ref, kTolMlaMmaFp8, std::string(c.what) + " [mma fp8]");
+  const int64_t max_items = c.top_k > 0                    ? c.top_k
+                            : gmeta.params.max_kv_len > 0 ? gmeta.params.max_kv_len
+                                                          : int64_t{gmeta.params.max_blocks_per_seq} * bs;
+  for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS})
+    for (const int n_splits : splits) {
+      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(T, max_items, pf, c.top_k > 0, n_splits);
+      const std::string what = std::string(c.what) +
+                               (variant == kc::MlaAttendKernel::kWgmma ? " [wgmma fp8, " : " [wgmma split-S fp8, ") +
+                               std::to_string(plan.n_splits) + (n_splits > 0 ? " splits, forced]" : " splits]");
+      Tensor out8 = f.poison_bf16({T, NH * v}), out16 = f.poison_bf16({T, NH * v});
+      const Tensor got = launch(pf, gcache, variant, n_splits, out8);
+      const Tensor bf16_same_values = launch(p, gcache16, variant, n_splits, out16);
+      expect_bytes_equal(got, bf16_same_values, (what + " == bf16 wgmma over the dequantized rows").c_str());
+      expect_close(got, mma_host, kTolMlaWgmma, what + " vs mma fp8");
+      expect_close(got, ref, kTolMlaWgmmaFp8, what);
+    }
+  if (!graph) return;
+  if (kc::sync_after_launch()) {
+    std::printf("[ skip     ] graph replay: MXSERVE_CUDA_SYNC=1 synchronizes after every launch\n");
+    return;
+  }
+  // kAuto (the model's path) captured into a CUDA graph on a capture stream, replayed: byte-equal to eager.
+  const size_t bytes = kc::mla_attention_workspace_bytes(T, pf);
+  Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
+  Tensor eager = f.poison_bf16({T, NH * v}), replay = f.poison_bf16({T, NH * v});
+  cudaStream_t cs = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+  auto run_auto = [&](Tensor& out) {
+    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
+                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                           gmeta.block_tables.data<int32_t>(), out.raw(), pf, gmeta.params, w.raw(), bytes, cs,
+                           kc::MlaAttendKernel::kAuto);
+  };
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  run_auto(eager);  // first use outside the capture (one-time kernel attributes)
+  ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal), cudaSuccess);
+  run_auto(replay);
+  ASSERT_EQ(cudaStreamEndCapture(cs, &g), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+  expect_bytes_equal(f.host(replay), f.host(eager), (std::string(c.what) + " [kAuto fp8, graph replay == eager]").c_str());
+  std::printf("[ graph    ] %-56s kAuto fp8 replayed from a CUDA graph\n", c.what);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(cs);
+}
+
+TEST_F(CudaMlaFp8, MlaAttentionWgmmaReadsFp8Latent) {
+  kernels::MlaParams probe;
+  probe.n_heads = 64;
+  probe.qk_nope_dim = 192;
+  probe.qk_rope_dim = 64;
+  probe.v_dim = 256;
+  probe.kv_lora_rank = 512;
+  probe.fp8_cache = true;
+  const char* why = nullptr;
+  if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "wgmma not runnable: " << why;
+  const std::vector<MlaCase> cases = {
+      {64, 0, {{1, 1}}, "64 heads, ctx 1"},
+      {64, 0, {{1, 63}, {1, 64}, {1, 65}, {1, 17}, {1, 4097}, {1, 1000}}, "64 heads, decode, tile/block edges"},
+      {32, 0, {{1, 999}, {2, 130}, {1, 64}}, "32 heads, decode + MTP 2"},
+      {16, 0, {{4, 300}, {1, 77}, {3, 129}, {1, 2000}}, "16 heads, MTP runs"},
+      {8, 0, {{1, 3001}, {8, 511}, {1, 65}, {3, 40}, {1, 1}, {2, 700}}, "8 heads, decode + MTP runs"},
+      {16, 0, {{70, 200}}, "16 heads, prefill chunk 70"},
+      {64, 2048, {{1, 5000}, {1, 1500}, {2, 2100}}, "64 heads, top-2048"},
+      {32, 256, {{1, 3000}, {1, 200}}, "32 heads, top-256"},
+      {16, 2048, {{1, 6000}, {1, 1500}}, "16 heads, top-2048"},
+      {8, 96, {{1, 5000}, {1, 50}, {1, 96}, {1, 97}}, "8 heads, top-96 </>= ctx"},
+  };
+  for (const MlaCase& c : cases) run_mla_wgmma(*this, c, {1, 3, 0}, /*graph=*/true);
 }
 
 // Indexer over FP8 keys: the CUDA top-k must be a valid top-k of the CPU's scores over the same dequantized

@@ -5,16 +5,20 @@
 // P V) read, under the 128B-swizzle rule applied to the address, exactly the bytes the copy wrote for each
 // (row, k) / (key, dim); the score accumulator elements packed into P are the m16n8k16 A fragment; the (token
 // slot, head) packing of the 64 wgmma rows; the split plan covers every item once; and the kernel's control flow
-// (runs, splits, tiles, masks, online softmax, split combine) emulated on the host against a direct softmax.
+// (runs, splits, tiles, masks, online softmax, split combine) emulated on the host against a direct softmax; the
+// FP8-cache variant's copy (656-byte packed rows -> raw ring + rope block) and dequantization (-> the bf16 latent
+// tile) emulated byte for byte, read back through the same descriptors as the bf16 tile.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/numeric.h"
 #include "kernels/cuda/attention/mla_wgmma_layout.h"
 
 namespace mxserve::kernels::cuda::mla_wgmma {
@@ -91,6 +95,125 @@ TEST(MlaWgmmaLayout, LatentDescriptorsReadTheCopiedDims) {
           ASSERT_EQ(mnmajor_read(start, kColBlockBytes, k, n), written(16 * kk + k, 256 * cw + n))
               << "cw " << cw << " kk " << kk << " key " << k << " dim " << n;
     }
+}
+
+// The FP8 variant (p.fp8_cache): 64 packed rows (random codes, per-128 scales, bf16 rope) copied as the kernel's
+// load_tile does (warp w, row i, lanes over chunks lane + 32 c, c < 2) into the raw stage and the rope block, then
+// dequantized as dequant_half<0 / 1> do (thread tid, item tid + 256 k of each half) into the latent tile. Every staging byte is
+// written once, the copy's warp instructions are contiguous, the dequantization's warp reads 256 contiguous code
+// bytes, and the score / latent descriptors (rope block for k16 steps 32..35) read code x scale rounded to bf16
+// (the mma.sync FP8 path's values) and the rope bits.
+TEST(MlaWgmmaLayout, Fp8CopyAndDequantizationFillTheBf16Tile) {
+  static_assert(kFp8SmemBytes == 223232u && kFp8RawOff % 16 == 0 && kFp8RawStageBytes % 16 == 0);
+  static_assert(2 * 4 * 32 * 8 * 4 <= kFp8RawStageBytes, "split-S's P exchange fits the dequantized raw stage");
+  uint32_t rng = 12345u;
+  auto next = [&]() { return rng = rng * 1664525u + 1013904223u; };
+  std::vector<uint8_t> rows(static_cast<size_t>(kKeys) * kFp8Row);
+  for (int r = 0; r < kKeys; ++r) {
+    uint8_t* row = rows.data() + static_cast<size_t>(r) * kFp8Row;
+    for (int c = 0; c < kLat; ++c) {
+      uint8_t code = static_cast<uint8_t>(next() >> 24);
+      if ((code & 0x7f) == 0x7f) code ^= 1;  // no NaN codes (the writer saturates)
+      row[c] = code;
+    }
+    for (int b = 0; b < kLat / kMlaFp8Block; ++b) {
+      const float sc = std::ldexp(1.f + static_cast<float>(next() >> 9) * 0x1p-23f, static_cast<int>(next() % 40) - 30);
+      std::memcpy(row + kLat + 4 * b, &sc, 4);
+    }
+    for (int c = 0; c < kRope; ++c) {
+      const uint16_t v = f32_to_bf16(static_cast<float>(static_cast<int>(next() % 2001) - 1000) / 64.f);
+      std::memcpy(row + kFp8Quant + 2 * c, &v, 2);
+    }
+  }
+  // load_tile: raw stage and rope block, each byte written once.
+  std::vector<uint8_t> raw(kFp8RawStageBytes, 0), rope(kColBlockBytes, 0);
+  std::vector<int> raw_hits(kFp8RawStageBytes / 16, 0), rope_hits(kColBlockBytes / 16, 0);
+  for (int warp = 0; warp < kLoadWarps; ++warp)
+    for (int i = 0; i < kRowsPerLoadWarp; ++i)
+      for (int c = 0; c < 2; ++c) {
+        int last = -1;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int ch = load_chunk(lane, c), row = load_row(warp, i);
+          if (ch >= kFp8Chunks) continue;
+          EXPECT_TRUE(last < 0 || ch == last + 1) << "warp " << warp << " row " << i << " step " << c;
+          last = ch;
+          const uint8_t* src = rows.data() + static_cast<size_t>(row) * kFp8Row + 16 * ch;
+          if (ch < kFp8QuantChunks) {
+            const uint32_t off = fp8_raw_offset(row, ch);
+            ASSERT_LE(off + 16, kFp8RawStageBytes);
+            ++raw_hits[off / 16];
+            std::memcpy(raw.data() + off, src, 16);
+          } else {
+            const uint32_t off = fp8_rope_offset(row, ch);
+            ASSERT_LE(off + 16, kColBlockBytes);
+            ++rope_hits[off / 16];
+            std::memcpy(rope.data() + off, src, 16);
+          }
+        }
+      }
+  for (size_t i = 0; i < raw_hits.size(); ++i) ASSERT_EQ(raw_hits[i], 1) << "raw chunk " << i;
+  for (size_t i = 0; i < rope_hits.size(); ++i) ASSERT_EQ(rope_hits[i], 1) << "rope chunk " << i;
+  // dequant_half<0>, <1>: 256 threads x 8 items each; half h writes column blocks 4h .. 4h + 3 (the first score
+  // batch reads blocks 0..3 while half 1 is written), each latent-tile chunk of blocks 0..7 written once.
+  constexpr int kThreads = 256;
+  static_assert(kFp8DequantHalfItems % kThreads == 0);
+  std::vector<uint8_t> lat(8 * kColBlockBytes, 0);
+  std::vector<int> lat_hits(lat.size() / 16, 0);
+  for (int half = 0; half < 2; ++half)
+  for (int k = 0; k < kFp8DequantHalfItems / kThreads; ++k)
+    for (int tid = 0; tid < kThreads; ++tid) {
+      const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(half, i);
+      ASSERT_LT(row, kKeys);
+      ASSERT_EQ(static_cast<int>(tile_offset(row, chunk) / kColBlockBytes) / 4, half) << "item " << i;
+      if (tid % 32 > 0) {  // a warp's code reads are contiguous (256 bytes)
+        const int ip = i - 1;
+        ASSERT_EQ(fp8_codes_offset(row, chunk), fp8_codes_offset(fp8_item_row(ip), fp8_item_chunk(half, ip)) + 8u);
+      }
+      float scale = 0.f;
+      std::memcpy(&scale, raw.data() + fp8_scale_offset(row, chunk), 4);
+      const uint32_t dst = tile_offset(row, chunk);
+      ASSERT_LT(dst, lat.size());
+      ++lat_hits[dst / 16];
+      for (int e = 0; e < 8; ++e) {
+        const uint16_t b = f32_to_bf16(fp8_e4m3_to_f32(raw[fp8_codes_offset(row, chunk) + e]) * scale);
+        std::memcpy(lat.data() + dst + 2 * e, &b, 2);
+      }
+    }
+  for (size_t i = 0; i < lat_hits.size(); ++i) ASSERT_EQ(lat_hits[i], 1) << "latent chunk " << i;
+  // The expected bf16 bits of element (row, col): code x its block's scale, or the rope tail.
+  auto expect_bits = [&](int row, int col) -> uint16_t {
+    const uint8_t* r = rows.data() + static_cast<size_t>(row) * kFp8Row;
+    if (col >= kLat) {
+      uint16_t v = 0;
+      std::memcpy(&v, r + kFp8Quant + 2 * (col - kLat), 2);
+      return v;
+    }
+    float scale = 0.f;
+    std::memcpy(&scale, r + kLat + 4 * (col / kMlaFp8Block), 4);
+    return f32_to_bf16(fp8_e4m3_to_f32(r[col]) * scale);
+  };
+  auto bits_at = [](const std::vector<uint8_t>& buf, uint32_t off) {
+    uint16_t v = 0;
+    std::memcpy(&v, buf.data() + off, 2);
+    return v;
+  };
+  // issue_qk: k16 steps 0..31 from the latent tile (column block ks / 4), 32..35 from the rope block.
+  for (int ks = 0; ks < kRow / 16; ++ks)
+    for (int row = 0; row < kKeys; ++row)
+      for (int k = 0; k < 16; ++k) {
+        const bool in_rope = ks / 4 == 8;
+        const uint32_t start = (in_rope ? 0u : static_cast<uint32_t>(ks / 4) * kColBlockBytes) + (ks % 4) * 32u;
+        const uint32_t off = kmajor_read(start, row, k);
+        ASSERT_EQ(bits_at(in_rope ? rope : lat, off), expect_bits(row, 16 * ks + k)) << "ks " << ks << " row " << row;
+      }
+  // issue_pv: the latent tile read MN-major, as the bf16 tile.
+  for (int cw = 0; cw < 2; ++cw)
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < 256; ++n) {
+          const uint32_t start = 4u * cw * kColBlockBytes + static_cast<uint32_t>(kk) * 16u * 128u;
+          ASSERT_EQ(bits_at(lat, mnmajor_read(start, kColBlockBytes, k, n)), expect_bits(16 * kk + k, 256 * cw + n));
+        }
 }
 
 TEST(MlaWgmmaLayout, ScoreFragmentPacksIntoTheAFragment) {

@@ -1,7 +1,7 @@
-// Hopper (sm_90a) attend step of absorbed MLA (glm_moe_dsa) on warpgroup MMA, bf16 latent cache:
+// Hopper (sm_90a) attend step of absorbed MLA (glm_moe_dsa) on warpgroup MMA, bf16 or FP8 latent cache:
 // o_lat[t, h, :] = softmax_j((q_abs . latent_j + q_rope . k_rope_j) * scale) latent_j -- the formula of the SIMT
-// oracle (mla_attention.cu) and of the mma.sync kernel (mla_decode_mma.cu), which stays the default until a GPU
-// run proves this one (MlaAttendKernel::kWgmma selects it; docs/perf/glm5.md).
+// oracle (mla_attention.cu) and of the mma.sync kernel (mla_decode_mma.cu). kAuto runs this one on sm_90
+// (kMlaAutoHopperKernel, mla_dsa.h: the kWgmmaSplitS variant since the H100 run of 2026-12-06; docs/perf/glm5.md).
 // Shape: kv_lora_rank 512, qk_rope_dim 64, 1..64 heads per rank (TP8 / TP4 / TP2 / DP attention: 8/16/32/64).
 // M packing: the 64 wgmma rows are (token slot, head) pairs, row m = head m % H of slot m / H. Dense rows pack
 // 64 / H consecutive tokens per CTA (8 at TP8): tokens of one sequence (MTP / tree rows) form a run that shares
@@ -20,10 +20,20 @@
 //   cross-warpgroup softmax exchange), the online softmax (exp2, fp32) in registers, and O[:, 256 cw, +256) +=
 //   P V (P bf16 from registers, V = the same tile read MN-major, 4 wgmma m64n256k16).
 // Split-KV: each split writes its normalized partial (fp32) and (max log2, denominator); the combine kernel writes
-// o_lat (bf16). One split writes o_lat directly. Smem 216 KB + 1 KB alignment: one CTA per SM.
+// o_lat (bf16). One split writes o_lat directly. Smem 216 KB (FP8: 218 KB) + 1 KB alignment: one CTA per SM.
 // Precision: q_abs and P enter the MMAs as bf16 (fp32 accumulate and softmax), as the mma.sync kernel.
+// FP8 latent cache (p.fp8_cache, kFp8: packed 656-byte rows, kernels/mla_fp8.h; layout in mla_wgmma_layout.h):
+// the copy streams each tile's codes + scales (528 B a row) into a 2-stage raw ring and its bf16 rope tails
+// straight into a 2-stage rope column block; once a tile lands, all 256 threads dequantize it (code x its
+// 128-column block's scale, one f32 then one bf16 rounding: the bf16 values of the mma.sync kernel's FP8 path)
+// into ONE bf16 latent tile in the same swizzled layout, and the unchanged wgmma math runs. 0.57x the HBM bytes
+// of bf16. The dequantization (16 chunks of 8 codes a thread a tile) runs in two halves: the score MMAs over
+// column blocks 0..3 run while blocks 4..7 are dequantized (one latent tile: a second one does not fit beside
+// the raw ring, so P V and the first half are not overlapped). kWgmmaSplitS's P exchange lives in the dequantized
+// raw stage.
 // The launcher never allocates nor synchronizes (CUDA-graph capturable): partials live in the caller's workspace.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <atomic>
 #include <cmath>
@@ -45,6 +55,7 @@ using namespace mla_wgmma;  // NOLINT: the layout constants are this file's voca
 
 constexpr int kThreads = 256;  // 2 warpgroups, each owning half of the latent output dims
 constexpr size_t kSmemBytes = kTileBytes /* Q */ + kStages * kTileBytes + 1024;  // + alignment slack
+constexpr size_t kSmemBytesFp8 = kFp8SmemBytes + 1024;
 
 #ifdef MX_WGMMA_DEVICE
 using wgmma_tile::cp_async16;
@@ -52,12 +63,15 @@ using wgmma_tile::pack_bf16;
 
 // S (64 rows x kN keys from tile row kd's) = Q K^T over the 576 dims: 36 k16 steps, both operands K-major
 // 128B-swizzled (kN = 64: the whole tile; 32: this warpgroup's half of it, kWgmmaSplitS).
-template <int kN>
-__device__ __forceinline__ void issue_qk(float (&s)[kN / 2], uint32_t qd, uint32_t kd) {
+// The tile's rope column block (block 8) sits at kd8: kd + 8 column blocks for bf16, its own stage for FP8.
+// k16 steps [kBegin, kEnd) (FP8 issues them in two batches around the second dequantization half).
+template <int kN, int kBegin = 0, int kEnd = kRow / 16>
+__device__ __forceinline__ void issue_qk(float (&s)[kN / 2], uint32_t qd, uint32_t kd, uint32_t kd8) {
 #pragma unroll
-  for (int ks = 0; ks < kRow / 16; ++ks) {
+  for (int ks = kBegin; ks < kEnd; ++ks) {
     const uint32_t off = (ks / 4) * kColBlockBytes + (ks % 4) * 32u;
-    const uint64_t da = wgmma::desc_sw128(qd + off, 16, 1024), db = wgmma::desc_sw128(kd + off, 16, 1024);
+    const uint32_t koff = ks / 4 < 8 ? kd + off : kd8 + (ks % 4) * 32u;
+    const uint64_t da = wgmma::desc_sw128(qd + off, 16, 1024), db = wgmma::desc_sw128(koff, 16, 1024);
     if constexpr (kN == 64) wgmma::m64n64k16_ss(s, da, db, ks > 0 ? 1 : 0);
     else wgmma::m64n32k16_ss(s, da, db, ks > 0 ? 1 : 0);
   }
@@ -127,13 +141,46 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&alpha)[2]
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
+// Two e4m3 codes (low byte first) x scale -> bf16x2: the hardware widening to f16 is exact (as the bit shift of
+// fp8x2_e4m3_to_float2), then f32 x scale (one rounding) and bf16 RN -- the values mla_fp8_row_chunk gives the
+// mma.sync kernel, from fewer instructions.
+__device__ __forceinline__ uint32_t e4m3x2_scaled_bf16x2(uint32_t two, float scale) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(static_cast<uint16_t>(two)));
+  __half2 h;
+  *reinterpret_cast<uint32_t*>(&h) = h2;
+  const float2 f = __half22float2(h);
+  return pack_bf16(f.x * scale, f.y * scale);
+}
+
+// Half kHalf of the landed raw stage (codes + scales of 64 rows) -> the bf16 latent tile's column blocks
+// 4 kHalf .. 4 kHalf + 3 (swizzled as tile_offset): 8 chunks of 8 codes a thread (mla_wgmma_layout.h,
+// fp8_item_*). Zero-filled rows stay zero.
+template <int kHalf>
+__device__ __forceinline__ void dequant_half(uint32_t raw, uint32_t lat, int tid) {
+#pragma unroll 4
+  for (int k = 0; k < kFp8DequantHalfItems / kThreads; ++k) {
+    const int i = tid + kThreads * k, row = fp8_item_row(i), chunk = fp8_item_chunk(kHalf, i);
+    uint32_t c0, c1;
+    float scale;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(c0), "=r"(c1) : "r"(raw + fp8_codes_offset(row, chunk)));
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(scale) : "r"(raw + fp8_scale_offset(row, chunk)));
+    const uint32_t o0 = e4m3x2_scaled_bf16x2(c0 & 0xffffu, scale), o1 = e4m3x2_scaled_bf16x2(c0 >> 16, scale);
+    const uint32_t o2 = e4m3x2_scaled_bf16x2(c1 & 0xffffu, scale), o3 = e4m3x2_scaled_bf16x2(c1 >> 16, scale);
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(lat + tile_offset(row, chunk)), "r"(o0), "r"(o1),
+                 "r"(o2), "r"(o3)
+                 : "memory");
+  }
+}
+
 #endif
 
 // Grid (n_splits, ceil(tokens / tpc)). o_lat bf16 [tg, NH, 512] when n_splits == 1, else part_o f32
 // [tg, n_splits, NH, 512] (normalized) and part_ml f32 [tg, n_splits, NH, 2] (max in log2 units, denominator).
-template <bool kSparse, bool kSplitS>
+// cache_raw: bf16 [n_slots, 576] rows, or (kFp8) packed FP8 rows u8 [n_slots, 656].
+template <bool kSparse, bool kSplitS, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_attend_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ q_abs, const bf16* __restrict__ cache,
+    mla_attend_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ q_abs, const void* __restrict__ cache_raw,
                             const int32_t* __restrict__ topk, int64_t topk_width, const int32_t* __restrict__ token_seq,
                             const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
                             bf16* __restrict__ o_lat, float* __restrict__ part_o, float* __restrict__ part_ml,
@@ -146,9 +193,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // are exchanged through these (written after one barrier, read after the next).
   constexpr int kSKeys = kSplitS ? kKeys / 2 : kKeys, kSR = kSKeys / 2;
   __shared__ float x_max[kSplitS ? 2 * kM : 1], x_sum[kSplitS ? 2 * kM : 1];
-  __shared__ uint32_t x_p[kSplitS ? 2 * 4 * 32 * 8 : 1];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  __shared__ uint32_t x_p[kSplitS && !kFp8 ? 2 * 4 * 32 * 8 : 1];  // kFp8: in the dequantized raw stage
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = (smem_base + 1023u) & ~1023u;
   const uint32_t q_smem = smem, ring = smem + kTileBytes;
+  unsigned char* const smem_gen = smem_raw + (smem - smem_base);  // generic pointer of `smem`
+  const bf16* const cache = static_cast<const bf16*>(cache_raw);
+  const uint8_t* const cache8 = static_cast<const uint8_t*>(cache_raw);
 
   const int tid = threadIdx.x, lane = tid % 32, warp8 = tid / 32, q4 = lane % 4;
   const int cw = __shfl_sync(0xffffffffu, tid / 128, 0), warp = warp8 % 4;  // warpgroup, warp in it
@@ -210,16 +261,30 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t key = kSparse ? static_cast<int64_t>(topk[t * topk_width + item]) : item;
         if (!kSparse || tv(key)) slot = mla_slot(table, key, bs);
       }
-      const uint32_t base = ring + static_cast<uint32_t>((it + j) % kStages) * kTileBytes;
+      const uint32_t stage = static_cast<uint32_t>((it + j) % kStages);
+      const uint32_t base = ring + stage * kTileBytes;
 #pragma unroll
       for (int i = 0; i < kRowsPerLoadWarp; ++i) {
         const long long sl = __shfl_sync(0xffffffffu, slot, i);
         const int row = load_row(warp8, i);
-        const bf16* src = cache + (sl >= 0 ? sl * kRow : 0);
+        if constexpr (kFp8) {  // 41 chunks: codes + scales -> the raw ring, the bf16 rope tail -> the rope block
+          const uint8_t* src = cache8 + (sl >= 0 ? sl * kFp8Row : 0);
+          const uint32_t raw = smem + kFp8RawOff + stage * kFp8RawStageBytes;
+          const uint32_t rope = smem + kFp8RopeOff + stage * kColBlockBytes;
 #pragma unroll
-        for (int c = 0; c < 3; ++c) {
-          const int chunk = load_chunk(lane, c);
-          if (chunk < kChunks) cp_async16(base + tile_offset(row, chunk), src + chunk * 8, sl >= 0);
+          for (int c = 0; c < 2; ++c) {
+            const int ch = load_chunk(lane, c);
+            if (ch < kFp8Chunks)
+              cp_async16(ch < kFp8QuantChunks ? raw + fp8_raw_offset(row, ch) : rope + fp8_rope_offset(row, ch),
+                         src + ch * 16, sl >= 0);
+          }
+        } else {
+          const bf16* src = cache + (sl >= 0 ? sl * kRow : 0);
+#pragma unroll
+          for (int c = 0; c < 3; ++c) {
+            const int chunk = load_chunk(lane, c);
+            if (chunk < kChunks) cp_async16(base + tile_offset(row, chunk), src + chunk * 8, sl >= 0);
+          }
         }
       }
       wgmma_tile::cp_async_commit();
@@ -255,15 +320,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     // P of the whole tile as this thread's A fragments: kSplitS packs its own half and takes the other
     // warpgroup's half (same warp, same lane: the same rows and in-slice columns) through shared memory.
-    auto make_p = [&]() {
+    auto make_p = [&](uint32_t* xp) {
       if constexpr (kSplitS) {
         uint32_t own[kSR / 8][4];
         pack_p(s, own);
-        uint32_t* mine = x_p + ((cw * 4 + warp) * 32 + lane) * 8;
+        uint32_t* mine = xp + ((cw * 4 + warp) * 32 + lane) * 8;
 #pragma unroll
         for (int i = 0; i < 8; ++i) mine[i] = own[i / 4][i % 4];
         __syncthreads();
-        const uint32_t* other = x_p + (((cw ^ 1) * 4 + warp) * 32 + lane) * 8;
+        const uint32_t* other = xp + (((cw ^ 1) * 4 + warp) * 32 + lane) * 8;
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
@@ -282,16 +347,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
       }
-      wgmma::fence_proxy_async_smem();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-      __syncthreads();
-      const uint32_t kd = ring + static_cast<uint32_t>((it + j) % kStages) * kTileBytes;
-      wgmma::fence();
-      issue_qk<kSKeys>(s, q_smem, kd + key0 * 128);
+      const uint32_t stage = static_cast<uint32_t>((it + j) % kStages);
+      const uint32_t kd = kFp8 ? smem + kFp8LatOff : ring + stage * kTileBytes;
+      const uint32_t kd8 = kFp8 ? smem + kFp8RopeOff + stage * kColBlockBytes : kd + 8 * kColBlockBytes;
+      if constexpr (kFp8) {
+        // Every thread's copies of tile j landed -> dequantize column blocks 0..3, score over them (async) while
+        // blocks 4..7 are dequantized, then the rest of the score (same k order as the bf16 path).
+        const uint32_t raw = smem + kFp8RawOff + stage * kFp8RawStageBytes;
+        __syncthreads();
+        dequant_half<0>(raw, kd, tid);
+        wgmma::fence_proxy_async_smem();  // st.shared (generic proxy) writes -> wgmma (async proxy) reads
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys, 0, kLat / 32>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+        dequant_half<1>(raw, kd, tid);
+        wgmma::fence_proxy_async_smem();  // + the rope block's cp.async writes
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys, kLat / 32, kRow / 16>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+      } else {
+        wgmma::fence_proxy_async_smem();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+        __syncthreads();
+        wgmma::fence();
+        issue_qk<kSKeys>(s, q_smem, kd + key0 * 128, kd8 + key0 * 128);
+      }
       wgmma::wait_group<0>();
       wgmma::fence_regs(s);
       softmax_of(j);
       scale_o(o, alpha);
-      make_p();
+      // kFp8: the raw stage of tile j is free until tile j + 2 is copied into it (after the closing barrier).
+      make_p(kFp8 ? reinterpret_cast<uint32_t*>(smem_gen + kFp8RawOff + stage * kFp8RawStageBytes) : x_p);
       wgmma::fence();
       issue_pv(o, pa, kd + 4 * cw * kColBlockBytes);
       wgmma::wait_group<0>();
@@ -479,19 +564,28 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
   int dev = 0;
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
+  using Kernel = void (*)(const bf16*, const bf16*, const void*, const int32_t*, int64_t, const int32_t*,
+                         const int32_t*, const int32_t*, bf16*, float*, float*, int64_t, int64_t, int, int, int64_t,
+                         MlaParams, AttentionParams);
+  // [fp8][sparse][split_s]
+  static const Kernel kKernels[2][2][2] = {
+      {{mla_attend_wgmma_kernel<false, false, false>, mla_attend_wgmma_kernel<false, true, false>},
+       {mla_attend_wgmma_kernel<true, false, false>, mla_attend_wgmma_kernel<true, true, false>}},
+      {{mla_attend_wgmma_kernel<false, false, true>, mla_attend_wgmma_kernel<false, true, true>},
+       {mla_attend_wgmma_kernel<true, false, true>, mla_attend_wgmma_kernel<true, true, true>}}};
   if ((configured.load() & bit) == 0) {
-    for (const void* f : {reinterpret_cast<const void*>(mla_attend_wgmma_kernel<false, false>),
-                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<true, false>),
-                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<false, true>),
-                          reinterpret_cast<const void*>(mla_attend_wgmma_kernel<true, true>)})
-      MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+    for (int f8 = 0; f8 < 2; ++f8)
+      for (const auto& by_sparse : kKernels[f8])
+        for (const Kernel f : by_sparse)
+          MX_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(f),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(f8 ? kSmemBytesFp8 : kSmemBytes)));
     configured.fetch_or(bit);
   }
   const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(ctas));
-  auto* kernel = sparse ? (split_s ? mla_attend_wgmma_kernel<true, true> : mla_attend_wgmma_kernel<true, false>)
-                        : (split_s ? mla_attend_wgmma_kernel<false, true> : mla_attend_wgmma_kernel<false, false>);
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      static_cast<const bf16*>(q), static_cast<const bf16*>(q_abs), static_cast<const bf16*>(latent_cache), topk,
+  const Kernel kernel = kKernels[p.fp8_cache ? 1 : 0][sparse ? 1 : 0][split_s ? 1 : 0];
+  kernel<<<grid, kThreads, p.fp8_cache ? kSmemBytesFp8 : kSmemBytes, stream>>>(
+      static_cast<const bf16*>(q), static_cast<const bf16*>(q_abs), latent_cache, topk,
       topk_width, token_seq, kv_index, block_tables, static_cast<bf16*>(o_lat), part_o, part_ml, t0, group_tokens, tpc,
       plan.n_splits, plan.keys_per_split, p, ap);
   MX_CUDA_CHECK_LAUNCH();

@@ -2,11 +2,14 @@
 // CPU test (tests/unit/kernels/test_mla_wgmma_layout.cpp) can emulate it on the host: the shared-memory layout
 // of a [rows][576] bf16 operand in 9 column blocks of 128-byte-swizzled rows, the producer's copy assignment,
 // the wgmma accumulator fragment, the packing of (token slot, head) pairs into the 64 wgmma rows and the
-// KV-split plan. Invariant: every function here is the one the kernel calls (no second copy of the math).
+// KV-split plan, and the FP8-cache staging (packed 656-byte rows, kernels/mla_fp8.h) and its dequantization
+// into the same bf16 tile. Invariant: every function here is the one the kernel calls (no second copy of the math).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+
+#include "kernels/mla_fp8.h"
 
 #if defined(__CUDACC__)
 #define MX_MLA_HD __host__ __device__ __forceinline__
@@ -34,6 +37,49 @@ constexpr int kMinKeysPerSplit = 256;  // 4 tiles: below that the ring's fill do
 MX_MLA_HD uint32_t tile_offset(int row, int chunk) {
   return static_cast<uint32_t>(chunk >> 3) * kColBlockBytes + static_cast<uint32_t>(row) * 128u +
          (static_cast<uint32_t>((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// FP8 latent cache (p.fp8_cache): rows of [512 e4m3 | 4 f32 scales | 64 bf16 rope] = 656 bytes (41 16-byte
+// chunks). Shared memory of the FP8 variant: Q (kTileBytes) | ONE bf16 latent tile, column blocks 0..7 (the MMAs
+// read it; the dequantization writes it) | the rope column block (block 8) x kStages, filled by cp.async straight
+// from the rows' bf16 tails | the raw ring x kStages: codes + scales (528 bytes a row) of the tile in flight.
+// 223,232 bytes (+ 1 KB alignment): the bf16 layout's second latent stage would not fit beside the raw ring.
+constexpr int kFp8Row = 656;                        // mla_fp8_row_bytes(512, 64)
+constexpr int kFp8Quant = 528;                      // codes + scales: mla_fp8_tail_offset(512)
+constexpr int kFp8Chunks = kFp8Row / 16;            // 41 16-byte chunks a row
+constexpr int kFp8QuantChunks = kFp8Quant / 16;     // 33: chunks [0, 33) -> the raw ring, [33, 41) -> rope block
+constexpr uint32_t kFp8RawStageBytes = kKeys * kFp8Quant;              // 33,792
+constexpr uint32_t kFp8LatOff = kTileBytes;                            // bf16 column blocks 0..7
+constexpr uint32_t kFp8RopeOff = kFp8LatOff + 8u * kColBlockBytes;     // + stage * kColBlockBytes
+constexpr uint32_t kFp8RawOff = kFp8RopeOff + kStages * kColBlockBytes;  // + stage * kFp8RawStageBytes
+constexpr uint32_t kFp8SmemBytes = kFp8RawOff + kStages * kFp8RawStageBytes;
+static_assert(kFp8Row == mxserve::kernels::mla_fp8_row_bytes(kLat, kRope) &&
+                  kFp8Quant == mxserve::kernels::mla_fp8_tail_offset(kLat),
+              "the FP8 staging assumes the 512 / 64 packed row of kernels/mla_fp8.h");
+static_assert(kFp8RopeOff % 1024 == 0, "the rope block is a 128B-swizzle operand: 1024-byte aligned");
+static_assert(kFp8SmemBytes + 1024 + 4096 <= 232448, "the FP8 variant must fit one CTA per SM");
+// Where the copy puts chunk ch (0..40) of tile row `row`'s packed row: ch < 33 raw ring bytes (relative to the
+// stage); ch >= 33 the rope block (relative to the stage's block), swizzled as tile_offset's column block 8.
+MX_MLA_HD uint32_t fp8_raw_offset(int row, int ch) {
+  return static_cast<uint32_t>(row) * kFp8Quant + static_cast<uint32_t>(ch) * 16u;
+}
+MX_MLA_HD uint32_t fp8_rope_offset(int row, int ch) {
+  const int c = ch - kFp8QuantChunks;  // 0..7: bf16 rope chunk
+  return static_cast<uint32_t>(row) * 128u + (static_cast<uint32_t>(c ^ (row & 7)) << 4);
+}
+// The dequantization, in two halves so the score MMAs of the first overlap the second: half h (0: column blocks
+// 0..3, 1: blocks 4..7) has 2048 items, thread tid takes tid + 256 k (k < 8); item i is latent chunk
+// fp8_item_chunk(h, i) (8 codes) of tile row fp8_item_row(i): codes at fp8_codes_offset, their block's f32 scale
+// at fp8_scale_offset (raw stage relative), the 8 bf16 written at tile_offset(row, chunk) of the latent tile. A
+// warp reads 256 contiguous code bytes.
+constexpr int kFp8DequantHalfItems = kKeys * (kLat / 16);  // 2048
+MX_MLA_HD int fp8_item_row(int i) { return i / (kLat / 16); }
+MX_MLA_HD int fp8_item_chunk(int half, int i) { return (kLat / 16) * half + i % (kLat / 16); }
+MX_MLA_HD uint32_t fp8_codes_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row) * kFp8Quant + 8u * static_cast<uint32_t>(chunk);
+}
+MX_MLA_HD uint32_t fp8_scale_offset(int row, int chunk) {
+  return static_cast<uint32_t>(row) * kFp8Quant + kLat + 4u * static_cast<uint32_t>(chunk / (kMlaFp8Block / 8));
 }
 
 // Where the hardware reads 16-byte chunk c16 (0..7) of row `row` of a K-major 128B-swizzled operand whose
