@@ -11,7 +11,9 @@
 // 4 warps over keys with an online softmax each, lanes over the latent dims -- the oracle of the fast one.
 // MlaAttendKernel::kWgmma / kWgmmaSplitS (forced, or kAuto once kMlaAutoHopperKernel names one) run the Hopper path
 // instead: absorb and un-absorb as batched tensor-core GEMMs (mla_absorb_mma.cu, bf16 q_abs / o_lat in the same
-// workspace regions) around the wgmma attend of mla_decode_wgmma.cu.
+// workspace regions) around the wgmma attend of mla_decode_wgmma.cu. Top-k rows of a large launch (prefill chunks:
+// kMlaSparsePrefillMinTokens, once kMlaAutoSparsePrefill is on) or MlaAttendKernel::kWgmmaPrefill run the
+// sparse-prefill attend of mla_sparse_prefill_wgmma.cu in its place (one CTA per token, no split-KV).
 #include <algorithm>
 #include <cmath>
 
@@ -170,7 +172,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table, bool split_s);
+                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill);
 
 }  // namespace
 
@@ -190,16 +192,27 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   const char* wgmma_why = nullptr;
-  const bool forced_wgmma = kernel == MlaAttendKernel::kWgmma || kernel == MlaAttendKernel::kWgmmaSplitS;
+  const bool forced_prefill = kernel == MlaAttendKernel::kWgmmaPrefill;
+  const bool forced_wgmma =
+      kernel == MlaAttendKernel::kWgmma || kernel == MlaAttendKernel::kWgmmaSplitS || forced_prefill;
   const bool wgmma_ok =
       (forced_wgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) && mla_attend_wgmma_supported(p, &wgmma_why);
   MX_CHECK_MSG(!forced_wgmma || wgmma_ok,
-               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS) cannot run: " << wgmma_why);
+               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS / kWgmmaPrefill) cannot run: "
+                   << wgmma_why);
+  MX_CHECK_MSG(!forced_prefill || (topk != nullptr && !p.fp8_cache),
+               "mla_attention_bf16: kWgmmaPrefill runs top-k (sparse) rows over a bf16 latent cache; got "
+                   << (topk == nullptr ? "dense rows (no top-k list)" : "an FP8 cache"));
   if (wgmma_ok) {
     const MlaAttendKernel variant = forced_wgmma ? kernel : kMlaAutoHopperKernel;
+    // Sparse prefill rows: the one-CTA-per-token attend once the launch is large enough to fill the SMs without
+    // splitting the keys (kMlaSparsePrefillMinTokens).
+    const bool sparse_prefill = forced_prefill || (kernel == MlaAttendKernel::kAuto && kMlaAutoSparsePrefill &&
+                                                   topk != nullptr && !p.fp8_cache &&
+                                                   T >= kMlaSparsePrefillMinTokens);
     mla_attention_wgmma_path(q, latent_cache, kv_b, topk, topk_width, token_seq, kv_index, block_tables, out, p, ap,
                              workspace, workspace_bytes, stream, wgmma_splits, wgmma_table,
-                             variant == MlaAttendKernel::kWgmmaSplitS);
+                             variant == MlaAttendKernel::kWgmmaSplitS, sparse_prefill);
     return;
   }
   const bool mma_ok = mla_attend_mma_supported(p);
@@ -257,7 +270,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table, bool split_s) {
+                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill) {
   const int64_t T = ap.n_tokens, per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
   const int64_t group = group_size(T, p);
   const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
@@ -274,9 +287,14 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
   for (int64_t t0 = 0; t0 < T; t0 += group) {
     const int64_t tg = std::min(group, T - t0);
     mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
-    mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
-                     max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table,
-                     split_s);
+    if (sparse_prefill) {
+      mla_sparse_prefill_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0,
+                               tg, p, ap, stream);
+    } else {
+      mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
+                       max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table,
+                       split_s);
+    }
     mla_unabsorb_gemm_bf16(o_lat, kv_b, out, t0, tg, p, stream);
   }
 }

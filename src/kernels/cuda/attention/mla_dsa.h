@@ -86,10 +86,19 @@ constexpr int kMlaMaxLatent = 512;
 // against the mma path's 180 / 370 / 204 us at batch 1 (2k dense / 20k dense / 20k top-2048), attend 0.72 / 0.82
 // of copy bandwidth at batch 16 / 64 and 20k (mma: 0.28 / 0.31); split-S is ahead on every sparse (top-k) case,
 // the kWgmma variant on some dense ones (B64 20k: 573 vs 609 us).
-enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS };
+// kWgmmaPrefill = the Hopper path with the sparse-prefill attend (mla_sparse_prefill_wgmma.cu: one CTA per token, no
+// split-KV) for top-k rows; it needs a top-k list (dense rows are an error) and a bf16 cache.
+enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS, kWgmmaPrefill };
 inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kWgmmaSplitS;
 inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::kWgmma ||
                                       kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
+// kAuto on the Hopper path runs the sparse-prefill attend for a launch of top-k rows with at least this many tokens
+// (prefill chunks); fewer rows keep the split-KV decode attend, which fills the SMs by splitting each token's keys
+// (the prefill kernel has one CTA per token: below ~2 waves of 132 SMs its tail and the missing splits cost more than
+// the decode kernel's partials and combine). Off (kMlaAutoSparsePrefill) until a GPU run proves the kernel
+// (test_cuda_mla_dsa --gtest_filter=*SparsePrefill*, bench_mla_sparse_prefill).
+inline constexpr int64_t kMlaSparsePrefillMinTokens = 256;
+inline constexpr bool kMlaAutoSparsePrefill = false;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
 // the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits = 0);
@@ -143,6 +152,16 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
                       const MlaParams& p, const AttentionParams& ap, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream, int forced_splits = 0, const AttentionSplitTable* table = nullptr,
                       bool split_s = false);
+
+// ---- attention/mla_sparse_prefill_wgmma.cu (Hopper) -------------------------------------------------
+// The sparse-prefill attend: o_lat bf16 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs bf16
+// [group, n_heads, 512], the roped q bf16 (rope part) and topk i32 [T, topk_width] (-1 padded; entries the token
+// cannot see are skipped), one CTA per token, no split-KV and no workspace. Same shape and device conditions as
+// mla_attend_wgmma (mla_attend_wgmma_supported), bf16 cache only (p.fp8_cache is an error).
+void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
+                              int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
+                              const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
+                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream);
 
 // ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
 bool mla_absorb_gemm_supported(const MlaParams& p);
