@@ -9,7 +9,8 @@
 // MLA attention also runs the tensor-core attend kernel and its SIMT oracle directly through the launcher
 // on GLM-5.x latent shapes (64 / 32 / 20 / 16 heads, tile and block edges, many KV splits, top-k below and
 // above the context, tree rows, a prefill chunk). The Hopper path (kWgmma, forced through the launcher's kernel
-// and split parameters) runs against the reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads (sm_90 only).
+// and split parameters) runs against the reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads (sm_90 only),
+// and so does its sparse-prefill attend (kWgmmaPrefill: one CTA per token, top-k rows only).
 // Tolerances: copies exact; row ops and attention kTolBf16Out (4e-3 rel L2: fp32 math both sides, the
 // CUDA output rounded to bf16 once). The indexer's selection is checked as a set: every CUDA row must be
 // a valid top-k of the exact (fp64) scores up to kScoreSlack of the row's score scale (a near-tie may go
@@ -634,9 +635,11 @@ struct MlaCase {
 // the GLM-5.x shape, else the SIMT kernel); with `both_kernels` also each attend kernel directly through
 // the launcher (kSimple, the oracle, and kMma), each against the reference.
 // wgmma_splits non-empty: also the Hopper path (kWgmma and kWgmmaSplitS) once per forced split count (0 = its own
-// plan), against the reference and against the mma.sync kernel.
+// plan), against the reference and against the mma.sync kernel. sparse_prefill (top-k cases): also the
+// sparse-prefill attend (kWgmmaPrefill), against the reference and the mma.sync kernel.
 void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
-                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits = {});
+                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits = {},
+                  bool sparse_prefill = false);
 
 TEST_F(CudaMlaDsa, MlaAttention) {
   const std::vector<MlaCase> cases = {
@@ -709,8 +712,35 @@ TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
   for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false, {1, 3, 7, 0});
 }
 
+// The sparse-prefill attend of the Hopper path (kWgmmaPrefill: mla_sparse_prefill_wgmma.cu, one CTA per token with
+// all of the rank's heads in the wgmma rows, no split-KV) against the CPU reference and the mma.sync kernel at
+// 8 / 16 / 32 / 64 heads: prefill chunks of several sequences whose contexts are shorter than, equal to and longer
+// than top_k (-1 padded lists, one entry past the context the kernel must skip, a context of 1), the full top-2048
+// (32 tiles a token), tree rows. Skips (saying why) off sm_90.
+TEST_F(CudaMlaDsa, MlaAttentionSparsePrefillKernel) {
+  kernels::MlaParams probe;
+  probe.n_heads = 64;
+  probe.qk_nope_dim = 192;
+  probe.qk_rope_dim = 64;
+  probe.v_dim = 256;
+  probe.kv_lora_rank = 512;
+  const char* why = nullptr;
+  if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "kWgmmaPrefill not runnable: " << why;
+  const std::vector<MlaCase> cases = {
+      {64, 192, 64, 256, 512, 128, {{48, 400}, {1, 1}, {20, 100}, {16, 130}}, {},
+       "prefill 64 heads, top-128, 4 seqs, ctx 1..400"},
+      {64, 192, 64, 256, 512, 2048, {{2, 5000}, {1, 1500}, {1, 2048}}, {}, "prefill 64 heads, top-2048"},
+      {32, 192, 64, 256, 512, 2048, {{6, 2100}, {4, 2050}, {3, 600}}, {}, "prefill 32 heads, top-2048, 3 seqs"},
+      {16, 192, 64, 256, 512, 64, {{140, 400}, {10, 40}}, {}, "prefill 16 heads, top-64, chunk 140"},
+      {8, 192, 64, 256, 512, 96, {{1, 5000}, {1, 50}, {1, 96}, {1, 97}, {30, 200}}, {},
+       "prefill 8 heads, top-96 </>= ctx"},
+      {32, 192, 64, 256, 512, 8, {{2, 30}}, {{40, 9}}, "prefill 32 heads, tree rows, top-8"},
+  };
+  for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false, {}, true);
+}
+
 void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& cops, MlaDsaOps& gops, std::mt19937& rng,
-                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits) {
+                  const MlaCase& c, bool both_kernels, const std::vector<int>& wgmma_splits, bool sparse_prefill) {
   SCOPED_TRACE(c.what);
   const int64_t bs = 16;
   int64_t n_blocks = 0;
@@ -761,16 +791,26 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
     EXPECT_CLOSE(f.host(out), ref, tol,
                  (std::string(c.what) + (auto_wgmma ? " [op: wgmma]" : mma ? " [op: mma]" : " [op: simt]")).c_str());
   }
+  namespace kc = kernels::cuda;
+  auto launch = [&](kc::MlaAttendKernel kernel, int splits, Tensor& out) {
+    const size_t bytes = kc::mla_attention_workspace_bytes(T, p, splits);
+    Tensor w = gpu_be.alloc(DType::kU8, {static_cast<int64_t>(bytes)});
+    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr,
+                           c.top_k, gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                           gmeta.block_tables.data<int32_t>(), out.raw(), p, gmeta.params, w.raw(), bytes,
+                           backend::cuda_backend_stream(gpu_be), kernel, splits);
+  };
+  if (sparse_prefill && c.top_k > 0) {
+    Tensor mma_out = f.poison({T, NH * c.v});
+    launch(kc::MlaAttendKernel::kMma, 0, mma_out);
+    Tensor out = f.poison({T, NH * c.v});
+    launch(kc::MlaAttendKernel::kWgmmaPrefill, 0, out);
+    const Tensor got = f.host(out);
+    const std::string what = std::string(c.what) + " [wgmma sparse prefill]";
+    EXPECT_CLOSE(got, ref, kTolMlaWgmma, what.c_str());
+    EXPECT_CLOSE(got, f.host(mma_out), kTolMlaWgmma, (what + " vs mma").c_str());
+  }
   if (!wgmma_splits.empty()) {
-    namespace kc = kernels::cuda;
-    auto launch = [&](kc::MlaAttendKernel kernel, int splits, Tensor& out) {
-      const size_t bytes = kc::mla_attention_workspace_bytes(T, p, splits);
-      Tensor w = gpu_be.alloc(DType::kU8, {static_cast<int64_t>(bytes)});
-      kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr,
-                             c.top_k, gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                             gmeta.block_tables.data<int32_t>(), out.raw(), p, gmeta.params, w.raw(), bytes,
-                             backend::cuda_backend_stream(gpu_be), kernel, splits);
-    };
     Tensor mma_out = f.poison({T, NH * c.v});
     launch(kc::MlaAttendKernel::kMma, 0, mma_out);
     const Tensor mma_host = f.host(mma_out);
