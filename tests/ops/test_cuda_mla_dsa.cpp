@@ -809,6 +809,18 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
     const std::string what = std::string(c.what) + " [wgmma sparse prefill]";
     EXPECT_CLOSE(got, ref, kTolMlaWgmma, what.c_str());
     EXPECT_CLOSE(got, f.host(mma_out), kTolMlaWgmma, (what + " vs mma").c_str());
+    // The attend alone in its two schedules (P V waited per tile / left in flight under the next tile's scores):
+    // the same arithmetic, so bitwise-equal o_lat.
+    const cudaStream_t stream = backend::cuda_backend_stream(gpu_be);
+    Tensor q_abs = gpu_be.alloc(DType::kBF16, {T, NH * c.lora});
+    kc::mla_absorb_gemm_bf16(gq.raw(), gkv_b.raw(), q_abs.raw(), 0, T, p, stream);
+    Tensor o_plain = f.poison_bf16({T, NH * c.lora}), o_overlap = f.poison_bf16({T, NH * c.lora});
+    for (const bool overlap : {false, true})
+      kc::mla_sparse_prefill_wgmma(gq.raw(), q_abs.raw(), gcache.raw(), gtopk.data<int32_t>(), c.top_k,
+                                   gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
+                                   gmeta.block_tables.data<int32_t>(), overlap ? o_overlap.raw() : o_plain.raw(), 0,
+                                   T, p, gmeta.params, stream, overlap);
+    expect_exact(f.host(o_overlap), f.host(o_plain), (what + " overlap-PV schedule == plain").c_str());
   }
   if (!wgmma_splits.empty()) {
     Tensor mma_out = f.poison({T, NH * c.v});

@@ -99,6 +99,8 @@ inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::k
 // (test_cuda_mla_dsa --gtest_filter=*SparsePrefill*, bench_mla_sparse_prefill).
 inline constexpr int64_t kMlaSparsePrefillMinTokens = 256;
 inline constexpr bool kMlaAutoSparsePrefill = false;
+// The schedule mla_attention_bf16 runs the sparse-prefill attend with (mla_sparse_prefill_wgmma's overlap_pv).
+inline constexpr bool kMlaSparsePrefillOverlapPv = false;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
 // the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits = 0);
@@ -157,11 +159,14 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
 // The sparse-prefill attend: o_lat bf16 [group, n_heads, 512] for tokens [t0, t0 + group) from q_abs bf16
 // [group, n_heads, 512], the roped q bf16 (rope part) and topk i32 [T, topk_width] (-1 padded; entries the token
 // cannot see are skipped), one CTA per token, no split-KV and no workspace. Same shape and device conditions as
-// mla_attend_wgmma (mla_attend_wgmma_supported), bf16 cache only (p.fp8_cache is an error).
+// mla_attend_wgmma (mla_attend_wgmma_supported), bf16 cache only (p.fp8_cache is an error). overlap_pv: the
+// schedule that leaves each tile's P V in flight under the next tile's scores (bitwise the same output; which one is
+// faster is for the GPU run to say: bench_mla_sparse_prefill times both, mla_attention_bf16 runs kMlaSparsePrefillOverlapPv).
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
-                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream);
+                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream,
+                              bool overlap_pv = false);
 
 // ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
 bool mla_absorb_gemm_supported(const MlaParams& p);

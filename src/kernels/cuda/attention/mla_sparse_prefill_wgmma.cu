@@ -11,7 +11,8 @@
 // Per CTA: the token's visible top-k entries are scanned once (the last visible entry bounds the tiles walked, so a
 // token whose context is shorter than top_k walks only its own keys); Q = [q_abs | q_rope] (72 KB) stays in shared
 // memory; 64-key latent tiles (72 KB, 9 column blocks of 128B-swizzled rows, mla_wgmma_layout.h) are gathered by
-// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies), the loader also records which rows
+// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies; two schedules, kOverlapPv below), the
+// loader also records which rows
 // of the tile are visible keys (a -1 entry, an entry past the context or masked by the tree: zero-filled, masked).
 // The two warpgroups score one half of the tile's keys each (36 x m64n32k16, both operands in shared memory),
 // exchange row maxima and bf16 P fragments through shared memory, and each accumulates its 256 latent output
@@ -71,6 +72,7 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&alpha)[2]
 #endif
 
 // Grid (tokens of the group). o_lat bf16 [n_tok, NH, 512] (group-local rows), q_abs bf16 [n_tok, NH, 512].
+template <bool kOverlapPv>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_sparse_prefill_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ q_abs,
                                     const bf16* __restrict__ cache, const int32_t* __restrict__ topk,
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   __shared__ float x_max[2 * kM], x_sum[2 * kM];  // row maxima / final row sums, one slice per warpgroup
   __shared__ uint32_t x_p[2 * 4 * 32 * 8];         // P fragments of each (warpgroup, warp, lane)
-  __shared__ uint8_t key_ok[kStages][kKeys];       // tile row r of stage s holds a visible key
+  __shared__ uint8_t key_ok[kStages][kKeys];       // tile row r of stage s holds a visible key (written by its loader)
   __shared__ int last_item;                        // the last visible top-k entry of the token (-1: none)
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem, ring = smem + kTileBytes;
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, s[kHalfKeys / 2], alpha[2], mx[2];
   const int key0 = kHalfKeys * cw;         // the first tile key this warpgroup scores
   const int row0 = acc_row(warp, lane, 0);  // this thread's rows row0, row0 + 8
-  uint32_t pa[kKeys / 16][4];
+  uint32_t pa[kKeys / 16][4] = {};
 
   // Tile j -> stage j % 2 (one cp.async group): lane i < 8 of warp w looks up tile row w + 8 i (top-k entry, block
   // table) and records whether it is a visible key; invisible rows are zero-filled and never looked up.
@@ -155,22 +157,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_tile::cp_async_commit();
   };
 
+  // Schedule (both orders do the same arithmetic, so their outputs are bitwise equal):
+  //   kOverlapPv false (the decode kernel's order): issue the gather of tile j + 1 into the other stage (freed by
+  //     the barrier that closed iteration j - 1), wait for tile j, barrier, S, softmax, P V(j), wait for it, barrier.
+  //     While a thread waits for tile j, tiles j and j + 1 are both in flight.
+  //   kOverlapPv true: P V(j) is left in flight into the next iteration, where the tensor cores run it back to back
+  //     with S(j + 1), and the closing barrier is gone; the gather of tile j + 1 is issued after the row-max barrier
+  //     of iteration j (the first point where both warpgroups have waited for P V(j - 1), the last reader of its
+  //     stage): a shorter lead, one tile in flight while a thread waits.
   if (n_tiles > 0) load_tile(0);
   for (int j = 0; j < n_tiles; ++j) {
-    if (j + 1 < n_tiles) {
+    if (!kOverlapPv && j + 1 < n_tiles) {
       load_tile(j + 1);
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile j (and Q on the first tile)
     } else {
       asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     }
     wgmma::fence_proxy_async_smem();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-    __syncthreads();                  // tile j (and key_ok[j % 2]) complete for every thread
+    __syncthreads();                  // tile j and key_ok[j % 2] complete for every thread
     const int stage = j % kStages;
     const uint32_t kd = ring + static_cast<uint32_t>(stage) * kTileBytes;
     wgmma::fence();
     issue_qk(s, q_smem, kd + key0 * 128);
-    wgmma::wait_group<0>();
+    wgmma::wait_group<0>();  // kOverlapPv: P V(j - 1) as well
     wgmma::fence_regs(s);
+    if constexpr (kOverlapPv) {
+      wgmma::fence_regs(o);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_regs(pa[kk]);
+    }
     // Mask invisible keys, this warpgroup's row maxima, then the maxima over both halves of the tile.
 #pragma unroll
     for (int i = 0; i < kHalfKeys / 2; ++i)
@@ -187,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       x_max[cw * kM + row0] = mx[0];
       x_max[cw * kM + row0 + 8] = mx[1];
     }
-    __syncthreads();
+    __syncthreads();  // kOverlapPv: both warpgroups are past P V(j - 1): its stage takes tile j + 1
+    if (kOverlapPv && j + 1 < n_tiles) load_tile(j + 1);
     mx[0] = fmaxf(mx[0], x_max[(cw ^ 1) * kM + row0]);
     mx[1] = fmaxf(mx[1], x_max[(cw ^ 1) * kM + row0 + 8]);
     // Online softmax (log2 domain, scale folded into c_log2): a row with no visible key so far keeps m = -inf,
@@ -225,11 +241,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < 4; ++r) pa[kk][r] = kk / 2 == cw ? own[kk % 2][r] : other[(kk % 2) * 4 + r];
     wgmma::fence();
     issue_pv(o, pa, kd + 4 * cw * kColBlockBytes);
+    if constexpr (!kOverlapPv) {
+      wgmma::wait_group<0>();
+      wgmma::fence_regs(o);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_regs(pa[kk]);
+      __syncthreads();  // both warpgroups are done with stage j before tile j + 2 is gathered into it
+    }
+  }
+  if constexpr (kOverlapPv) {  // the last P V
     wgmma::wait_group<0>();
     wgmma::fence_regs(o);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_regs(pa[kk]);
-    __syncthreads();  // both warpgroups are done with stage j (tile, key_ok, x_max, x_p) before it is reused
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // Q's group when no tile ran
 
@@ -266,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
-                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream) {
+                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream, bool overlap_pv) {
   if (group_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(mla_attend_wgmma_supported(p, &why), "mla_sparse_prefill_wgmma: " << why << " (dispatch bug)");
@@ -280,11 +304,13 @@ void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* late
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if ((configured.load() & bit) == 0) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(mla_sparse_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes)));
+    for (const void* f : {reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<false>),
+                          reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<true>)})
+      MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
     configured.fetch_or(bit);
   }
-  mla_sparse_prefill_wgmma_kernel<<<static_cast<unsigned>(group_tokens), kThreads, kSmemBytes, stream>>>(
+  auto* kernel = overlap_pv ? mla_sparse_prefill_wgmma_kernel<true> : mla_sparse_prefill_wgmma_kernel<false>;
+  kernel<<<static_cast<unsigned>(group_tokens), kThreads, kSmemBytes, stream>>>(
       static_cast<const bf16*>(q), static_cast<const bf16*>(q_abs), static_cast<const bf16*>(latent_cache), topk,
       topk_width, token_seq, kv_index, block_tables, static_cast<bf16*>(o_lat), t0, p, ap);
   MX_CUDA_CHECK_LAUNCH();
