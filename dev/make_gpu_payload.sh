@@ -49,6 +49,10 @@ done
 for t in dev/kernels/bench_dsa_indexer; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 36 item 5 (dev/gpu/mla_sparse_prefill.sh): the sparse MLA prefill benchmark (oracle: test_cuda_mla_dsa, above).
+for t in dev/kernels/bench_mla_sparse_prefill; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 # A baseline binary for before/after runs in one call (dev/gpu/s7_glm5.sh): MXSERVE_BEFORE=path/to/old/mxserve.
