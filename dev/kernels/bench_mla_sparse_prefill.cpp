@@ -237,7 +237,8 @@ int main(int argc, char** argv) {
     MX_CUDA_CHECK(cudaMemcpy(h_ref.data(), out_ref, out_elems * 2, cudaMemcpyDeviceToHost));
     MX_CUDA_CHECK(cudaMemcpy(h_out.data(), out, out_elems * 2, cudaMemcpyDeviceToHost));
     const double op_err = rel_l2_bf16(h_out.data(), h_ref.data(), static_cast<size_t>(out_elems));
-    if (run_mma) row("op mma", kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kMma, out_ref); }, 1, 1, 3), -1, "");
+    if (run_mma)
+      row("op mma", kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kMma, out_ref); }, 1, 1, 3), -1, "");
     row("op wgmma-S",
         kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kWgmmaSplitS, out_ref); }, 2), -1, "");
     row("op prefill", kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kWgmmaPrefill, out); }, 2), op_err,

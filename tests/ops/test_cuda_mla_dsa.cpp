@@ -731,7 +731,7 @@ TEST_F(CudaMlaDsa, MlaAttentionSparsePrefillKernel) {
        "prefill 64 heads, top-128, 4 seqs, ctx 1..400"},
       {64, 192, 64, 256, 512, 2048, {{2, 5000}, {1, 1500}, {1, 2048}}, {}, "prefill 64 heads, top-2048"},
       {32, 192, 64, 256, 512, 2048, {{6, 2100}, {4, 2050}, {3, 600}}, {}, "prefill 32 heads, top-2048, 3 seqs"},
-      // >= kMlaSparsePrefillMinTokens rows: the op (kAuto) runs the prefill attend too once kMlaAutoSparsePrefill is on.
+      // >= kMlaSparsePrefillMinTokens rows: the op (kAuto) runs the prefill attend once kMlaAutoSparsePrefill is on.
       {16, 192, 64, 256, 512, 64, {{260, 400}, {10, 40}}, {}, "prefill 16 heads, top-64, 270 rows"},
       {8, 192, 64, 256, 512, 96, {{1, 5000}, {1, 50}, {1, 96}, {1, 97}, {30, 200}}, {},
        "prefill 8 heads, top-96 </>= ctx"},

@@ -161,7 +161,8 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
 // cannot see are skipped), one CTA per token, no split-KV and no workspace. Same shape and device conditions as
 // mla_attend_wgmma (mla_attend_wgmma_supported), bf16 cache only (p.fp8_cache is an error). overlap_pv: the
 // schedule that leaves each tile's P V in flight under the next tile's scores (bitwise the same output; which one is
-// faster is for the GPU run to say: bench_mla_sparse_prefill times both, mla_attention_bf16 runs kMlaSparsePrefillOverlapPv).
+// faster is for the GPU run to say: bench_mla_sparse_prefill times both; mla_attention_bf16 runs
+// kMlaSparsePrefillOverlapPv).
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
