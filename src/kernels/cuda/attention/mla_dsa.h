@@ -94,9 +94,10 @@ inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::k
                                       kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
 // kAuto on the Hopper path runs the sparse-prefill attend for a launch of top-k rows with at least this many tokens
 // (prefill chunks); fewer rows keep the split-KV decode attend, which fills the SMs by splitting each token's keys
-// (the prefill kernel has one CTA per token: below ~2 waves of 132 SMs its tail and the missing splits cost more than
-// the decode kernel's partials and combine). Off (kMlaAutoSparsePrefill) until a GPU run proves the kernel
-// (test_cuda_mla_dsa --gtest_filter=*SparsePrefill*, bench_mla_sparse_prefill).
+// while the tokens are fewer than the SMs (the prefill kernel has one CTA per token and no splits). 256 (about two
+// waves of CTAs on 132 SMs) leaves a margin above one wave until a GPU run places the crossover. Off
+// (kMlaAutoSparsePrefill) until a GPU run proves the kernel (test_cuda_mla_dsa --gtest_filter=*SparsePrefill*,
+// bench_mla_sparse_prefill).
 inline constexpr int64_t kMlaSparsePrefillMinTokens = 256;
 inline constexpr bool kMlaAutoSparsePrefill = false;
 // The schedule mla_attention_bf16 runs the sparse-prefill attend with (mla_sparse_prefill_wgmma's overlap_pv).
