@@ -16,7 +16,10 @@
 // Top-k lists: by default every key has one random global importance and a row picks its top_k most important
 // visible keys, so neighbouring rows share almost all of their keys (as real DSA rows largely do: L2 reuse);
 // --random-topk draws each row's set independently (the worst case for L2).
+// --no-mma: skip the (slow) mma op row; the prefill op is then checked against the wgmma-S op. --attend-only: the
+// attend rows alone (e.g. under ncu).
 //   usage: bench_mla_sparse_prefill [--heads N]... [--tokens T] [--keys K] [--topk K] [--random-topk] [--no-mma]
+//          [--attend-only]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -87,7 +90,7 @@ std::vector<int32_t> make_topk(int64_t T, int64_t first_ctx, int64_t top_k, bool
 int main(int argc, char** argv) {
   std::vector<int> heads_list;
   int64_t T = 8192, n_keys = 20480, top_k = 2048;
-  bool random_sets = false, run_mma = true;
+  bool random_sets = false, run_mma = true, attend_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--heads") && i + 1 < argc) heads_list.push_back(std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) T = std::atoll(argv[++i]);
@@ -95,10 +98,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--topk") && i + 1 < argc) top_k = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--random-topk")) random_sets = true;
     else if (!std::strcmp(argv[i], "--no-mma")) run_mma = false;
+    else if (!std::strcmp(argv[i], "--attend-only")) attend_only = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_mla_sparse_prefill [--heads N]... [--tokens T] [--keys K] [--topk K] [--random-topk] "
-                   "[--no-mma]\n");
+                   "[--no-mma] [--attend-only]\n");
       return 2;
     }
   }
@@ -220,6 +224,15 @@ int main(int argc, char** argv) {
     std::printf("attend prefill / wgmma-S speedup %.2fx (overlap-PV schedule %.2fx)\n", old_ms / new_ms,
                 old_ms / ov_ms);
 
+    if (heads == 64)
+      std::printf("64 heads attend prefill: %.1f TFLOP/s (best schedule; issue 36 target >= 450) %s\n",
+                  std::max(new_tf, ov_tf), std::max(new_tf, ov_tf) >= 450 ? "MET" : "MISSED");
+    for (void* ptr : {static_cast<void*>(q_abs), static_cast<void*>(o_old), static_cast<void*>(o_new), parts})
+      MX_CUDA_CHECK(cudaFree(ptr));
+    if (attend_only) {
+      for (void* ptr : {static_cast<void*>(kv_b), static_cast<void*>(q)}) MX_CUDA_CHECK(cudaFree(ptr));
+      continue;
+    }
     // The whole op through the launcher (absorb GEMM, attend, un-absorb GEMM per token group).
     const size_t ws_bytes = kc::mla_attention_workspace_bytes(T, p);
     void* ws = dev_alloc<uint8_t>(ws_bytes);
@@ -243,11 +256,7 @@ int main(int argc, char** argv) {
         kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kWgmmaSplitS, out_ref); }, 2), -1, "");
     row("op prefill", kc::time_on_stream(stream, [&](int) { op(kc::MlaAttendKernel::kWgmmaPrefill, out); }, 2), op_err,
         run_mma ? "  (out vs op mma)" : "  (out vs op wgmma-S)");
-    if (heads == 64)
-      std::printf("64 heads attend prefill: %.1f TFLOP/s (best schedule; issue 36 target >= 450) %s\n",
-                  std::max(new_tf, ov_tf), std::max(new_tf, ov_tf) >= 450 ? "MET" : "MISSED");
-    for (void* ptr : {static_cast<void*>(kv_b), static_cast<void*>(q), static_cast<void*>(q_abs),
-                      static_cast<void*>(o_old), static_cast<void*>(o_new), parts, ws, static_cast<void*>(out_ref),
+    for (void* ptr : {static_cast<void*>(kv_b), static_cast<void*>(q), ws, static_cast<void*>(out_ref),
                       static_cast<void*>(out)})
       MX_CUDA_CHECK(cudaFree(ptr));
   }
