@@ -1,0 +1,16 @@
+#!/bin/bash
+# Design 9, the persistent MXFP4 MoE decode path (issue 33 item 3), on the GPU machine, from a payload folder made
+# by dev/make_gpu_payload.sh: its oracle test (one PASS/FAIL line per case: vs the host reference, vs the existing
+# path, bitwise repeats across grids and CUDA-graph replays, +=) and the benchmark against the existing decode path
+# (us, MB, GB/s, fraction of copy bandwidth) -> $OUT/moe_pd_test.log, $OUT/moe_pd_bench.log.
+#   usage: moe_pd.sh [M ...]        (OUT defaults to /tmp/mxserve_gpu; M defaults to 1 8 16 64)
+set -u
+P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
+OUT=${OUT:-/tmp/mxserve_gpu}
+mkdir -p "$OUT" "$P/lib"
+[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
+export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+timeout 300 "$P/bin/test_cuda_moe_mxfp4_pd" --gtest_color=no > "$OUT/moe_pd_test.log" 2>&1
+echo "test rc=$? (124 = timeout)"
+grep -E "^(PASS|FAIL) |seed|^\[  (PASSED|FAILED) |warn|rror" "$OUT/moe_pd_test.log"
+timeout 240 "$P/bin/bench_moe_mxfp4_pd" "$@" 2>&1 | tee "$OUT/moe_pd_bench.log"
