@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -351,17 +352,22 @@ __global__ void __launch_bounds__(kPdDownWarps * 32, 2) pd_down_kernel(PdArgs p)
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, warp = threadIdx.x / 32;
   const int N = p.d_model, I = p.inter, T = p.n_tokens, tiles = N / 16, n_steps = I / 128;
   bool waited = false;
+  PdStep ring[kPdDepth];
+  bool ring_ready = false;  // ring holds the next (item, slot)'s first steps, prefetched during the last one
+  auto tile_of = [&](int item, int y) {
+    const int64_t row_a = static_cast<int64_t>(gr.expert[y]) * N + item * 16 + g;
+    return pd_tile(p.dn_q, p.dn_s, I, row_a, row_a + 8, t, 0, n_steps);
+  };
   for (int item = blockIdx.x; item < tiles; item += gridDim.x) {
-    const int f0 = item * 16, fa = f0 + g;
+    const int f0 = item * 16;
     for (int i = lane; i < T * 16; i += 32) sacc[warp][i / 16][i % 16] = 0.f;
     __syncwarp();
     for (int y = warp; y < gr.n_active; y += kPdDownWarps) {
       const int begin = gr.begin[y], count = gr.begin[y + 1] - begin;
-      const int64_t row_a = static_cast<int64_t>(gr.expert[y]) * N + fa;
-      const PdTile tl = pd_tile(p.dn_q, p.dn_s, I, row_a, row_a + 8, t, 0, n_steps);
+      const PdTile tl = tile_of(item, y);
       for (int r0 = 0; r0 < count; r0 += kPdColumns) {
-        PdStep ring[kPdDepth];
-        pd_prefetch(tl, ring);
+        if (!ring_ready) pd_prefetch(tl, ring);
+        ring_ready = false;
         if (!waited) {  // the first weight loads are in flight: now wait for launch 1's act
           mxfp4_pdl_wait();
           waited = true;
@@ -374,6 +380,17 @@ __global__ void __launch_bounds__(kPdDownWarps * 32, 2) pd_down_kernel(PdArgs p)
         float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         if (two) pd_run<true>(acc[0], acc[1], tl, ring, x0, x1, t);
         else pd_run<false>(acc[0], acc[1], tl, ring, x0, x1, t);
+        if (r0 + kPdColumns >= count) {  // last pass: this warp's next slot (or next item's first) goes out now
+          int next_item = item, next_y = y + kPdDownWarps;
+          if (next_y >= gr.n_active) {
+            next_item = item + static_cast<int>(gridDim.x);
+            next_y = warp;
+          }
+          if (next_item < tiles && next_y < gr.n_active) {
+            pd_prefetch(tile_of(next_item, next_y), ring);
+            ring_ready = true;
+          }
+        }
         for (int tt = 0; tt < 4; ++tt) {
           if (t == tt) {
 #pragma unroll
@@ -439,11 +456,11 @@ bool moe_mxfp4_pd_enabled(const MoeShape& s) {
     }
     const bool on = v[0] == '1';
     MX_WARN_ONCE << "MXSERVE_MOE_MXFP4_PD=" << v << ": the persistent MXFP4 MoE decode kernel (design 9) is "
-                 << (on ? "ON for calls of <= 64 tokens" : "OFF") << " (built-in default "
+                 << (on ? "ON for calls of <= " + std::to_string(kMoeMxfp4PdAutoMaxTokens) + " tokens" : std::string("OFF")) << " (built-in default "
                  << (kMoeMxfp4PdDefault ? "on" : "off") << ")";
     return on;
   }();
-  return kOn && moe_mxfp4_pd_supports(s);
+  return kOn && s.n_tokens <= kMoeMxfp4PdAutoMaxTokens && moe_mxfp4_pd_supports(s);
 }
 
 void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* topk_weights,

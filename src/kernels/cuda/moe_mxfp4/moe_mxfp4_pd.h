@@ -29,8 +29,10 @@
 
 namespace mxserve::kernels::cuda {
 
-// THE SWITCH: true makes the CUDA backend run design 9 for every MXFP4 MoE call it supports (decode).
+// THE SWITCH: true makes the CUDA backend run design 9 for every MXFP4 MoE call it supports of at most
+// kMoeMxfp4PdAutoMaxTokens tokens (lower that bound if the bench shows design 9 winning only at small M).
 inline constexpr bool kMoeMxfp4PdDefault = false;
+inline constexpr int64_t kMoeMxfp4PdAutoMaxTokens = 64;
 
 inline constexpr int64_t kMoeMxfp4PdMaxTokens = 64;  // decode batches
 inline constexpr int kMoeMxfp4PdMaxExperts = 512;    // shared-memory grouping tables
@@ -45,7 +47,8 @@ struct MoeMxfp4PdConfig {
 // Whether design 9 can run this call: 1 <= n_tokens <= 64, n_tokens * top_k <= 512, n_experts <= 512,
 // d_model and inter multiples of 128. Host-only, no device query.
 bool moe_mxfp4_pd_supports(const MoeShape& s);
-// The backend's choice: supported and switched on (kMoeMxfp4PdDefault, or MXSERVE_MOE_MXFP4_PD).
+// The backend's choice: supported, n_tokens <= kMoeMxfp4PdAutoMaxTokens and switched on (kMoeMxfp4PdDefault,
+// or MXSERVE_MOE_MXFP4_PD).
 bool moe_mxfp4_pd_enabled(const MoeShape& s);
 
 // out[t] += sum_k w[t, k] * down_e(silu(gate_e x_t) * up_e x_t), as moe_experts_mxfp4 (layouts in
