@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/mxserve_gpu}
 mkdir -p "$OUT" "$P/lib"
 [ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-timeout 300 "$P/bin/test_cuda_moe_mxfp4_pd" --gtest_color=no > "$OUT/moe_pd_test.log" 2>&1
+timeout 400 "$P/bin/test_cuda_moe_mxfp4_pd" --gtest_color=no > "$OUT/moe_pd_test.log" 2>&1
 echo "test rc=$? (124 = timeout)"
 grep -E "^(PASS|FAIL) |seed|^\[  (PASSED|FAILED) |warn|rror" "$OUT/moe_pd_test.log"
 timeout 240 "$P/bin/bench_moe_mxfp4_pd" "$@" 2>&1 | tee "$OUT/moe_pd_bench.log"

@@ -7,7 +7,7 @@
 // (distinct experts hit, mean over the sets, x (packed codes + E8M0 scales) + x + out read and written), GB/s
 // and the fraction of the device copy bandwidth measured in the same run AFTER the kernels (kernels/cuda/
 // ceilings.h; the clock is not yet throttled by the copy when the kernels run). Design 9 rows also sweep its
-// launch knobs (MoeMxfp4PdConfig: gate_up / down CTAs per SM).
+// launch knobs (MoeMxfp4PdConfig: gate_up / down CTAs per SM, gate_up split-K warps).
 //   usage: bench_moe_mxfp4_pd [M ...]     prints "SKIP" and exits 0 without a CUDA device
 #include <cuda_runtime_api.h>
 
@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) m_list.push_back(std::atoll(argv[i]));
   if (m_list.empty()) m_list = {1, 8, 16, 64};
   const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
-  const kc::MoeMxfp4PdConfig configs[] = {{4, 2}, {2, 2}, {8, 2}, {4, 1}, {4, 4}, {16, 4}};
+  // {gate_up CTAs per SM, down CTAs per SM, gate_up split}: the default first; one resident wave of launch 1 is
+  // 16 / split CTAs per SM (more queue behind it).
+  const kc::MoeMxfp4PdConfig configs[] = {{4, 2, 4}, {8, 2, 2}, {2, 2, 8}, {8, 2, 4}, {4, 1, 4}, {4, 4, 4}};
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   cudaStream_t stream = nullptr;
   MX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -90,8 +92,10 @@ int main(int argc, char** argv) {
             kReps);
         rows.push_back({shape.name,
                         "pd gu" + std::to_string(cfg.gate_up_ctas_per_sm) + "/dn" + std::to_string(cfg.down_ctas_per_sm) +
+                            "/split" + std::to_string(cfg.gate_up_split) +
                             (cfg.gate_up_ctas_per_sm == kc::MoeMxfp4PdConfig{}.gate_up_ctas_per_sm &&
-                                     cfg.down_ctas_per_sm == kc::MoeMxfp4PdConfig{}.down_ctas_per_sm
+                                     cfg.down_ctas_per_sm == kc::MoeMxfp4PdConfig{}.down_ctas_per_sm &&
+                                     cfg.gate_up_split == kc::MoeMxfp4PdConfig{}.gate_up_split
                                  ? " (default)"
                                  : ""),
                         M, 1000 * pd_ms, mb});

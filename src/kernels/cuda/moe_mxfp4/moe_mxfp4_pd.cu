@@ -30,7 +30,7 @@
 namespace mxserve::kernels::cuda {
 namespace {
 
-constexpr int kPdSplit = 4;         // launch 1: warps per CTA, each 1/4 of K of the same tile
+constexpr int kPdWarpsPerSm = 16;   // occupancy target of both launches (<= 128 registers a thread)
 constexpr int kPdDownWarps = 8;     // launch 2: warps per CTA, each a subset of the active experts
 constexpr int kPdDepth = 4;         // k steps of weights in flight per warp (register ring, as gv_*_d4)
 constexpr int kPdColumns = 16;      // tokens of one expert per pass (two MMA column groups)
@@ -263,16 +263,18 @@ __device__ __forceinline__ void pd_run(float (&acc0)[4], float (&acc1)[4], const
 // Work item = (active slot y, tile of 8 features: gate rows f0..f0+7 as MMA rows 0..7, up rows as 8..15);
 // warp `split` of the CTA takes k steps [split * per, +per); partial sums meet in shared memory and warp 0
 // adds them in warp order, applies SwiGLU and stores act[pair, f].
-__global__ void __launch_bounds__(kPdSplit * 32, 4) pd_gate_up_kernel(PdArgs p) {
+// kSplit (MoeMxfp4PdConfig::gate_up_split): warps per CTA, each 1/kSplit of K of the same tile.
+template <int kSplit>
+__global__ void __launch_bounds__(kSplit * 32, kPdWarpsPerSm / kSplit) pd_gate_up_kernel(PdArgs p) {
   __shared__ PdGroups gr;
-  __shared__ float red[kPdSplit][2][4][32];
+  __shared__ float red[kSplit][2][4][32];
   mxfp4_pdl_wait();  // ids and x come from earlier kernels
   pd_launch_dependents();
   const int n_pairs = p.n_tokens * p.top_k;
   pd_group(gr, p.ids, n_pairs, p.n_experts);
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, split = threadIdx.x / 32;
   const int N = p.inter, H = p.d_model, tiles = N / 8, n_all = H / 128;
-  const int per = (n_all + kPdSplit - 1) / kPdSplit;
+  const int per = (n_all + kSplit - 1) / kSplit;
   const int s_begin = min(split * per, n_all), n_steps = min(per, n_all - s_begin);
   const int work = gr.n_active * tiles;
   PdStep ring[kPdDepth];
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kPdSplit * 32, 4) pd_gate_up_kernel(PdArgs p) 
           for (int i = 0; i < 4; ++i) {
             v[i] = 0.f;
 #pragma unroll
-            for (int w2 = 0; w2 < kPdSplit; ++w2) v[i] += red[w2][c][i][lane];
+            for (int w2 = 0; w2 < kSplit; ++w2) v[i] += red[w2][c][i][lane];
           }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -343,7 +345,7 @@ __global__ void __launch_bounds__(kPdSplit * 32, 4) pd_gate_up_kernel(PdArgs p) 
 // adds w_pair * y[pair, f] of its MMA columns into sacc[warp][token][f] (the lanes of a warp take turns by t,
 // so a token routed twice to one expert is still summed in a fixed order); then out[t, f] += sum over warps
 // in warp order, one bf16 rounding.
-__global__ void __launch_bounds__(kPdDownWarps * 32, 2) pd_down_kernel(PdArgs p) {
+__global__ void __launch_bounds__(kPdDownWarps * 32, kPdWarpsPerSm / kPdDownWarps) pd_down_kernel(PdArgs p) {
   __shared__ PdGroups gr;
   __shared__ float sacc[kPdDownWarps][kMoeMxfp4PdMaxTokens][16];
   const int n_pairs = p.n_tokens * p.top_k;
@@ -479,6 +481,8 @@ void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* t
                "moe_experts_mxfp4_pd: misaligned pointer (codes and x need 16 bytes, scales 4)");
   MX_CHECK_MSG(cfg.gate_up_ctas_per_sm >= 1 && cfg.down_ctas_per_sm >= 1,
                "moe_experts_mxfp4_pd: MoeMxfp4PdConfig ctas_per_sm must be >= 1");
+  MX_CHECK_MSG(cfg.gate_up_split == 2 || cfg.gate_up_split == 4 || cfg.gate_up_split == 8,
+               "moe_experts_mxfp4_pd: MoeMxfp4PdConfig::gate_up_split " << cfg.gate_up_split << " must be 2, 4 or 8");
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
   PdArgs a;
   a.x = static_cast<const bf16*>(x);
@@ -500,7 +504,10 @@ void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* t
   const int64_t gu_items = max_active * (s.inter / 8), dn_items = s.d_model / 16;
   const int gu_grid = static_cast<int>(std::min<int64_t>(gu_items, int64_t{sms} * cfg.gate_up_ctas_per_sm));
   const int dn_grid = static_cast<int>(std::min<int64_t>(dn_items, int64_t{sms} * cfg.down_ctas_per_sm));
-  mxfp4_launch_pdl(pd_gate_up_kernel, dim3(gu_grid), dim3(kPdSplit * 32), 0, stream, a);
+  const dim3 gu_block(cfg.gate_up_split * 32);
+  if (cfg.gate_up_split == 2) mxfp4_launch_pdl(pd_gate_up_kernel<2>, dim3(gu_grid), gu_block, 0, stream, a);
+  else if (cfg.gate_up_split == 8) mxfp4_launch_pdl(pd_gate_up_kernel<8>, dim3(gu_grid), gu_block, 0, stream, a);
+  else mxfp4_launch_pdl(pd_gate_up_kernel<4>, dim3(gu_grid), gu_block, 0, stream, a);
   mxfp4_launch_pdl(pd_down_kernel, dim3(dn_grid), dim3(kPdDownWarps * 32), 0, stream, a);
 }
 

@@ -42,6 +42,8 @@ inline constexpr int kMoeMxfp4PdMaxPairs = 512;      // n_tokens * top_k
 struct MoeMxfp4PdConfig {
   int gate_up_ctas_per_sm = 4;  // persistent grid of launch 1: SMs x this (capped by the work items)
   int down_ctas_per_sm = 2;     // launch 2: SMs x this (capped by the d_model / 16 work items)
+  int gate_up_split = 4;        // launch 1: warps per CTA splitting K of one tile: 2, 4 or 8 (16 warps per SM
+                                // resident: 16 / split CTAs)
 };
 
 // Whether design 9 can run this call: 1 <= n_tokens <= 64, n_tokens * top_k <= 512, n_experts <= 512,
