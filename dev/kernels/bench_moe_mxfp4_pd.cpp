@@ -1,5 +1,6 @@
-// Benchmark of the MXFP4 MoE decode paths: the existing one (moe_experts_mxfp4 on the heuristic plan: design
-// 5 gv_*, 2 launches at M = 1, permute + 2 GEMMs + un-permute above) against design 9, the persistent decode
+// Benchmark of the MXFP4 MoE decode paths: the existing one (moe_experts_mxfp4 on the heuristic plan, and on
+// the best design-5 plan found by a small search here: gv_*, 2 launches at M = 1, permute + 2 GEMMs + un-permute
+// above) against design 9, the persistent decode
 // path (moe_experts_mxfp4_pd: 2 launches at every M), at GLM-4.5-Air and GLM-5.2 sizes, M = 1 / 8 / 16 / 64
 // by default. Uniform random top-8 routing, kRot routing sets rotated call to call (so the experts a call
 // reads are mostly not the previous call's L2 lines), every expert resident. Per row: us per call (median of
@@ -7,7 +8,7 @@
 // (distinct experts hit, mean over the sets, x (packed codes + E8M0 scales) + x + out read and written), GB/s
 // and the fraction of the device copy bandwidth measured in the same run AFTER the kernels (kernels/cuda/
 // ceilings.h; the clock is not yet throttled by the copy when the kernels run). Design 9 rows also sweep its
-// launch knobs (MoeMxfp4PdConfig: gate_up / down CTAs per SM, gate_up split-K warps).
+// launch knobs (MoeMxfp4PdConfig: gate_up / down CTAs per SM, gate_up split-K warps, down warps per CTA).
 //   usage: bench_moe_mxfp4_pd [M ...]     prints "SKIP" and exits 0 without a CUDA device
 #include <cuda_runtime_api.h>
 
@@ -51,9 +52,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) m_list.push_back(std::atoll(argv[i]));
   if (m_list.empty()) m_list = {1, 8, 16, 64};
   const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
-  // {gate_up CTAs per SM, down CTAs per SM, gate_up split}: the default first; one resident wave of launch 1 is
-  // 16 / split CTAs per SM (more queue behind it).
-  const kc::MoeMxfp4PdConfig configs[] = {{4, 2, 4}, {8, 2, 2}, {2, 2, 8}, {8, 2, 4}, {4, 1, 4}, {4, 4, 4}};
+  // {gate_up CTAs per SM, down CTAs per SM, gate_up split, down warps}, the default first; 0 CTAs per SM = one
+  // resident wave (16 warps per SM).
+  const kc::MoeMxfp4PdConfig configs[] = {{0, 0, 4, 8}, {0, 0, 2, 8}, {0, 0, 8, 8}, {0, 0, 4, 4},
+                                          {0, 0, 2, 4}, {8, 0, 4, 8}, {0, 4, 4, 8}};
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   cudaStream_t stream = nullptr;
   MX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -72,15 +74,37 @@ int main(int argc, char** argv) {
       }
       const double mb = (hit * expert_bytes + 3.0 * M * shape.H * 2) / 1e6;
       const kc::MoeShape s{M, shape.H, shape.I, shape.E, shape.K};
-      const kc::MoeMxfp4Plan plan = kc::moe_mxfp4_heuristic_plan(s);
-      const double old_ms = kc::time_on_stream(
-          stream,
-          [&](int i) {
-            ms::DeviceBatch& db = *dbs[i % kRot];
-            kc::moe_experts_mxfp4(db.x, db.ids, db.wts, model.weights(), db.out, s, plan, db.ws, stream);
-          },
-          kReps);
-      rows.push_back({shape.name, "old " + names[plan.gate_up] + "/" + names[plan.down], M, 1000 * old_ms, mb});
+      auto time_old = [&](const kc::MoeMxfp4Plan& plan) {
+        return kc::time_on_stream(
+            stream,
+            [&](int i) {
+              ms::DeviceBatch& db = *dbs[i % kRot];
+              kc::moe_experts_mxfp4(db.x, db.ids, db.wts, model.weights(), db.out, s, plan, db.ws, stream);
+            },
+            kReps);
+      };
+      const kc::MoeMxfp4Plan heur = kc::moe_mxfp4_heuristic_plan(s);
+      const double heur_ms = time_old(heur);
+      rows.push_back({shape.name, "old heuristic " + names[heur.gate_up] + "/" + names[heur.down], M, 1000 * heur_ms, mb});
+      // The old path at its best over design 5 (what `tune-moe` would pick among gv_*): gate_up first (down on
+      // the heuristic's), then down on that gate_up.
+      kc::MoeMxfp4Plan best = heur;
+      double best_ms = heur_ms;
+      for (int gemm = 0; gemm < 2; ++gemm)
+        for (int v = 0; v < kc::kMoeMxfp4NumVariants; ++v) {
+          if (kc::kMoeMxfp4Variants[v].design != kc::MoeMxfp4Design::kGv) continue;
+          kc::MoeMxfp4Plan p = best;
+          (gemm == 0 ? p.gate_up : p.down) = v;
+          if (!kc::moe_mxfp4_variant_supports(kc::MoeGemm::kGateUp, p.gate_up, s) ||
+              !kc::moe_mxfp4_variant_supports(kc::MoeGemm::kDown, p.down, s))
+            continue;
+          const double t = time_old(p);
+          if (t < best_ms) {
+            best_ms = t;
+            best = p;
+          }
+        }
+      rows.push_back({shape.name, "old best gv " + names[best.gate_up] + "/" + names[best.down], M, 1000 * best_ms, mb});
       if (!kc::moe_mxfp4_pd_supports(s)) continue;
       for (const kc::MoeMxfp4PdConfig& cfg : configs) {
         const double pd_ms = kc::time_on_stream(
@@ -90,14 +114,14 @@ int main(int argc, char** argv) {
               kc::moe_experts_mxfp4_pd(db.x, db.ids, db.wts, model.weights(), db.out, s, db.ws, stream, cfg);
             },
             kReps);
+        const kc::MoeMxfp4PdConfig def{};
+        const bool is_def = cfg.gate_up_ctas_per_sm == def.gate_up_ctas_per_sm &&
+                            cfg.down_ctas_per_sm == def.down_ctas_per_sm && cfg.gate_up_split == def.gate_up_split &&
+                            cfg.down_warps == def.down_warps;
         rows.push_back({shape.name,
                         "pd gu" + std::to_string(cfg.gate_up_ctas_per_sm) + "/dn" + std::to_string(cfg.down_ctas_per_sm) +
-                            "/split" + std::to_string(cfg.gate_up_split) +
-                            (cfg.gate_up_ctas_per_sm == kc::MoeMxfp4PdConfig{}.gate_up_ctas_per_sm &&
-                                     cfg.down_ctas_per_sm == kc::MoeMxfp4PdConfig{}.down_ctas_per_sm &&
-                                     cfg.gate_up_split == kc::MoeMxfp4PdConfig{}.gate_up_split
-                                 ? " (default)"
-                                 : ""),
+                            "/split" + std::to_string(cfg.gate_up_split) + "/dw" + std::to_string(cfg.down_warps) +
+                            (is_def ? " (default)" : ""),
                         M, 1000 * pd_ms, mb});
       }
       MX_CUDA_CHECK(cudaGetLastError());

@@ -31,7 +31,6 @@ namespace mxserve::kernels::cuda {
 namespace {
 
 constexpr int kPdWarpsPerSm = 16;   // occupancy target of both launches (<= 128 registers a thread)
-constexpr int kPdDownWarps = 8;     // launch 2: warps per CTA, each a subset of the active experts
 constexpr int kPdDepth = 4;         // k steps of weights in flight per warp (register ring, as gv_*_d4)
 constexpr int kPdColumns = 16;      // tokens of one expert per pass (two MMA column groups)
 
@@ -341,10 +340,12 @@ __global__ void __launch_bounds__(kSplit * 32, kPdWarpsPerSm / kSplit) pd_gate_u
 }
 
 // ---- launch 2: down + weighted combine ----
-// Work item = 16 output features [f0, f0 + 16); warp w takes active slots w, w + 8, ... in order; lane (g, t)
+// Work item = 16 output features [f0, f0 + 16); warp w takes active slots w, w + W, ... in order; lane (g, t)
 // adds w_pair * y[pair, f] of its MMA columns into sacc[warp][token][f] (the lanes of a warp take turns by t,
 // so a token routed twice to one expert is still summed in a fixed order); then out[t, f] += sum over warps
 // in warp order, one bf16 rounding.
+// kPdDownWarps (MoeMxfp4PdConfig::down_warps): warps per CTA, each a subset of the active experts.
+template <int kPdDownWarps>
 __global__ void __launch_bounds__(kPdDownWarps * 32, kPdWarpsPerSm / kPdDownWarps) pd_down_kernel(PdArgs p) {
   __shared__ PdGroups gr;
   __shared__ float sacc[kPdDownWarps][kMoeMxfp4PdMaxTokens][16];
@@ -462,7 +463,16 @@ bool moe_mxfp4_pd_enabled(const MoeShape& s) {
                  << (kMoeMxfp4PdDefault ? "on" : "off") << ")";
     return on;
   }();
-  return kOn && s.n_tokens <= kMoeMxfp4PdAutoMaxTokens && moe_mxfp4_pd_supports(s);
+  if (!kOn || s.n_tokens > kMoeMxfp4PdAutoMaxTokens) return false;
+  if (!moe_mxfp4_pd_supports(s)) {
+    MX_WARN_ONCE << "moe_mxfp4: the persistent decode kernel (design 9) is on but cannot run this MoE (n_tokens "
+                 << s.n_tokens << ", top_k " << s.top_k << ", n_experts " << s.n_experts << ", d_model " << s.d_model
+                 << ", inter " << s.inter << "; needs n_tokens * top_k <= " << kMoeMxfp4PdMaxPairs
+                 << ", n_experts <= " << kMoeMxfp4PdMaxExperts
+                 << ", d_model and inter multiples of 128): the tuned per-GEMM plan runs instead";
+    return false;
+  }
+  return true;
 }
 
 void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* topk_weights,
@@ -479,10 +489,12 @@ void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* t
   MX_CHECK_MSG(aligned(w.gate_up_q, 16) && aligned(w.down_q, 16) && aligned(x, 16) && aligned(w.gate_up_s, 4) &&
                    aligned(w.down_s, 4),
                "moe_experts_mxfp4_pd: misaligned pointer (codes and x need 16 bytes, scales 4)");
-  MX_CHECK_MSG(cfg.gate_up_ctas_per_sm >= 1 && cfg.down_ctas_per_sm >= 1,
-               "moe_experts_mxfp4_pd: MoeMxfp4PdConfig ctas_per_sm must be >= 1");
+  MX_CHECK_MSG(cfg.gate_up_ctas_per_sm >= 0 && cfg.down_ctas_per_sm >= 0,
+               "moe_experts_mxfp4_pd: MoeMxfp4PdConfig ctas_per_sm must be >= 0 (0: one resident wave)");
   MX_CHECK_MSG(cfg.gate_up_split == 2 || cfg.gate_up_split == 4 || cfg.gate_up_split == 8,
                "moe_experts_mxfp4_pd: MoeMxfp4PdConfig::gate_up_split " << cfg.gate_up_split << " must be 2, 4 or 8");
+  MX_CHECK_MSG(cfg.down_warps == 4 || cfg.down_warps == 8,
+               "moe_experts_mxfp4_pd: MoeMxfp4PdConfig::down_warps " << cfg.down_warps << " must be 4 or 8");
   const MoeWorkspace ws = moe_carve_workspace(workspace, s);
   PdArgs a;
   a.x = static_cast<const bf16*>(x);
@@ -502,13 +514,16 @@ void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* t
   const int sms = sm_count();
   const int64_t max_active = std::min<int64_t>(s.n_experts, s.n_tokens * s.top_k);
   const int64_t gu_items = max_active * (s.inter / 8), dn_items = s.d_model / 16;
-  const int gu_grid = static_cast<int>(std::min<int64_t>(gu_items, int64_t{sms} * cfg.gate_up_ctas_per_sm));
-  const int dn_grid = static_cast<int>(std::min<int64_t>(dn_items, int64_t{sms} * cfg.down_ctas_per_sm));
+  const int gu_per_sm = cfg.gate_up_ctas_per_sm > 0 ? cfg.gate_up_ctas_per_sm : kPdWarpsPerSm / cfg.gate_up_split;
+  const int dn_per_sm = cfg.down_ctas_per_sm > 0 ? cfg.down_ctas_per_sm : kPdWarpsPerSm / cfg.down_warps;
+  const int gu_grid = static_cast<int>(std::min<int64_t>(gu_items, int64_t{sms} * gu_per_sm));
+  const int dn_grid = static_cast<int>(std::min<int64_t>(dn_items, int64_t{sms} * dn_per_sm));
   const dim3 gu_block(cfg.gate_up_split * 32);
   if (cfg.gate_up_split == 2) mxfp4_launch_pdl(pd_gate_up_kernel<2>, dim3(gu_grid), gu_block, 0, stream, a);
   else if (cfg.gate_up_split == 8) mxfp4_launch_pdl(pd_gate_up_kernel<8>, dim3(gu_grid), gu_block, 0, stream, a);
   else mxfp4_launch_pdl(pd_gate_up_kernel<4>, dim3(gu_grid), gu_block, 0, stream, a);
-  mxfp4_launch_pdl(pd_down_kernel, dim3(dn_grid), dim3(kPdDownWarps * 32), 0, stream, a);
+  if (cfg.down_warps == 4) mxfp4_launch_pdl(pd_down_kernel<4>, dim3(dn_grid), dim3(4 * 32), 0, stream, a);
+  else mxfp4_launch_pdl(pd_down_kernel<8>, dim3(dn_grid), dim3(8 * 32), 0, stream, a);
 }
 
 }  // namespace mxserve::kernels::cuda

@@ -40,10 +40,13 @@ inline constexpr int kMoeMxfp4PdMaxPairs = 512;      // n_tokens * top_k
 
 // Launch shape knobs (the bench sweeps them; the defaults are what the backend runs).
 struct MoeMxfp4PdConfig {
-  int gate_up_ctas_per_sm = 4;  // persistent grid of launch 1: SMs x this (capped by the work items)
-  int down_ctas_per_sm = 2;     // launch 2: SMs x this (capped by the d_model / 16 work items)
-  int gate_up_split = 4;        // launch 1: warps per CTA splitting K of one tile: 2, 4 or 8 (16 warps per SM
-                                // resident: 16 / split CTAs)
+  // Grids: SMs x ctas_per_sm CTAs (capped by the work items); 0 = one resident wave (16 warps per SM: 16 / warps
+  // per CTA); more queue behind the resident ones.
+  int gate_up_ctas_per_sm = 0;
+  int down_ctas_per_sm = 0;
+  int gate_up_split = 4;  // launch 1: warps per CTA splitting K of one 8-feature tile: 2, 4 or 8
+  int down_warps = 8;     // launch 2: warps per CTA sharing a 16-feature item's experts: 4 or 8 (4: twice the
+                          // CTAs per wave, each warp twice the experts; less tail when items exceed one wave)
 };
 
 // Whether design 9 can run this call: 1 <= n_tokens <= 64, n_tokens * top_k <= 512, n_experts <= 512,
