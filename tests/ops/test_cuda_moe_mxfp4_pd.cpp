@@ -146,13 +146,18 @@ void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
       bitwise("another grid");
     }
     {
+      // The graph holds the two launches only; out is zeroed and the workspace poisoned before each replay.
+      const kc::MoeShape gs{db.T, shape.H, shape.I, shape.E, shape.K};
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
+      MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       MX_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      run_pd(model, db, stream);
+      kc::moe_experts_mxfp4_pd(db.x, db.ids, db.wts, model.weights(), db.out, gs, db.ws, stream);
       MX_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       MX_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       for (int r = 0; r < 2; ++r) {
+        MX_CUDA_CHECK(cudaMemsetAsync(db.out, 0, db.out_bytes, stream));
+        MX_CUDA_CHECK(cudaMemsetAsync(db.ws, 0xff, db.ws_bytes, stream));
         MX_CUDA_CHECK(cudaGraphLaunch(exec, stream));
         MX_CUDA_CHECK(cudaStreamSynchronize(stream));
         MX_CUDA_CHECK(cudaGetLastError());
