@@ -14,3 +14,15 @@ timeout 400 "$P/bin/test_cuda_moe_mxfp4_pd" --gtest_color=no > "$OUT/moe_pd_test
 echo "test rc=$? (124 = timeout)"
 grep -E "^(PASS|FAIL) |seed|^\[  (PASSED|FAILED) |warn|rror" "$OUT/moe_pd_test.log"
 timeout 240 "$P/bin/bench_moe_mxfp4_pd" "$@" 2>&1 | tee "$OUT/moe_pd_bench.log"
+# Optional (MOE_PD_E2E=1): the 8-layer GLM-5.2 decode step (issue 36's batch-1 target) without and with design 9,
+# same card, same binary: `bench-model` decode-step rows -> $OUT/moe_pd_e2e_{old,pd}.md.
+if [ "${MOE_PD_E2E:-0}" = 1 ]; then
+  for mode in old pd; do
+    flag=0; [ "$mode" = pd ] && flag=1
+    MXSERVE_MOE_MXFP4_PD=$flag timeout 300 "$P/bin/mxserve" bench-model --config "$P/configs/glm52.json" \
+      --synthetic-weights --num-layers 8 --quantization mxfp4 --backend cuda --batches 1 --contexts 2048 \
+      --prefill 2048 --model-batches 1,8 --md "$OUT/moe_pd_e2e_$mode.md" > "$OUT/moe_pd_e2e_$mode.log" 2>&1
+    echo "bench-model ($mode) rc=$?"
+    grep -iE "decode step|MXSERVE_MOE_MXFP4_PD|warn" "$OUT/moe_pd_e2e_$mode.log" | head -20
+  done
+fi
