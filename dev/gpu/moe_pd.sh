@@ -23,6 +23,6 @@ if [ "${MOE_PD_E2E:-0}" = 1 ]; then
       --synthetic-weights --num-layers 8 --quantization mxfp4 --backend cuda --batches 1 --contexts 2048 \
       --prefill 2048 --model-batches 1,8 --md "$OUT/moe_pd_e2e_$mode.md" > "$OUT/moe_pd_e2e_$mode.log" 2>&1
     echo "bench-model ($mode) rc=$?"
-    grep -iE "decode step|MXSERVE_MOE_MXFP4_PD|warn" "$OUT/moe_pd_e2e_$mode.log" | head -20
+    grep -iE "decode step|lm_head|MXSERVE_MOE_MXFP4_PD|warn" "$OUT/moe_pd_e2e_$mode.log" | head -20
   done
 fi
