@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
       };
       const kc::MoeMxfp4Plan heur = kc::moe_mxfp4_heuristic_plan(s);
       const double heur_ms = time_old(heur);
-      rows.push_back({shape.name, "old heuristic " + names[heur.gate_up] + "/" + names[heur.down], M, 1000 * heur_ms, mb});
+      rows.push_back(
+          {shape.name, "old heuristic " + names[heur.gate_up] + "/" + names[heur.down], M, 1000 * heur_ms, mb});
       // The old path at its best over design 5 (what `tune-moe` would pick among gv_*): gate_up first (down on
       // the heuristic's), then down on that gate_up.
       kc::MoeMxfp4Plan best = heur;
@@ -104,7 +105,8 @@ int main(int argc, char** argv) {
             best = p;
           }
         }
-      rows.push_back({shape.name, "old best gv " + names[best.gate_up] + "/" + names[best.down], M, 1000 * best_ms, mb});
+      rows.push_back(
+          {shape.name, "old best gv " + names[best.gate_up] + "/" + names[best.down], M, 1000 * best_ms, mb});
       if (!kc::moe_mxfp4_pd_supports(s)) continue;
       for (const kc::MoeMxfp4PdConfig& cfg : configs) {
         const double pd_ms = kc::time_on_stream(
@@ -118,11 +120,10 @@ int main(int argc, char** argv) {
         const bool is_def = cfg.gate_up_ctas_per_sm == def.gate_up_ctas_per_sm &&
                             cfg.down_ctas_per_sm == def.down_ctas_per_sm && cfg.gate_up_split == def.gate_up_split &&
                             cfg.down_warps == def.down_warps;
-        rows.push_back({shape.name,
-                        "pd gu" + std::to_string(cfg.gate_up_ctas_per_sm) + "/dn" + std::to_string(cfg.down_ctas_per_sm) +
-                            "/split" + std::to_string(cfg.gate_up_split) + "/dw" + std::to_string(cfg.down_warps) +
-                            (is_def ? " (default)" : ""),
-                        M, 1000 * pd_ms, mb});
+        const std::string label = "pd gu" + std::to_string(cfg.gate_up_ctas_per_sm) + "/dn" +
+                                  std::to_string(cfg.down_ctas_per_sm) + "/split" + std::to_string(cfg.gate_up_split) +
+                                  "/dw" + std::to_string(cfg.down_warps) + (is_def ? " (default)" : "");
+        rows.push_back({shape.name, label, M, 1000 * pd_ms, mb});
       }
       MX_CUDA_CHECK(cudaGetLastError());
       std::fprintf(stderr, "%s M=%lld timed\n", shape.name, static_cast<long long>(M));

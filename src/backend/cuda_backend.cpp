@@ -544,8 +544,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     // Design 9, the persistent decode path (2 launches): only where switched on (kMoeMxfp4PdDefault in
     // kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h, or MXSERVE_MOE_MXFP4_PD=1) and the call is decode-sized.
     if (kc::moe_mxfp4_pd_enabled(s)) {
-      kc::moe_experts_mxfp4_pd(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s, ws.raw(),
-                               stream_);
+      kc::moe_experts_mxfp4_pd(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s,
+                               ws.raw(), stream_);
       return;
     }
     kc::moe_experts_mxfp4(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s, plan,

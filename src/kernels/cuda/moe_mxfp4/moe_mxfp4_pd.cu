@@ -458,9 +458,10 @@ bool moe_mxfp4_pd_enabled(const MoeShape& s) {
       return kMoeMxfp4PdDefault;
     }
     const bool on = v[0] == '1';
+    const std::string state =
+        on ? "ON for calls of <= " + std::to_string(kMoeMxfp4PdAutoMaxTokens) + " tokens" : std::string("OFF");
     MX_WARN_ONCE << "MXSERVE_MOE_MXFP4_PD=" << v << ": the persistent MXFP4 MoE decode kernel (design 9) is "
-                 << (on ? "ON for calls of <= " + std::to_string(kMoeMxfp4PdAutoMaxTokens) + " tokens" : std::string("OFF")) << " (built-in default "
-                 << (kMoeMxfp4PdDefault ? "on" : "off") << ")";
+                 << state << " (built-in default " << (kMoeMxfp4PdDefault ? "on" : "off") << ")";
     return on;
   }();
   if (!kOn || s.n_tokens > kMoeMxfp4PdAutoMaxTokens) return false;
@@ -479,12 +480,13 @@ void moe_experts_mxfp4_pd(const void* x, const int32_t* topk_ids, const float* t
                           const MoeMxfp4Weights& w, void* out, const MoeShape& s, void* workspace,
                           cudaStream_t stream, const MoeMxfp4PdConfig& cfg) {
   MX_CHECK_MSG(moe_mxfp4_pd_supports(s),
-               "moe_experts_mxfp4_pd: unsupported call (n_tokens " << s.n_tokens << " must be 1.." << kMoeMxfp4PdMaxTokens
-                   << ", n_tokens * top_k " << s.n_tokens * s.top_k << " <= " << kMoeMxfp4PdMaxPairs << ", n_experts "
-                   << s.n_experts << " <= " << kMoeMxfp4PdMaxExperts << ", d_model " << s.d_model << " and inter "
-                   << s.inter << " multiples of 128)");
+               "moe_experts_mxfp4_pd: unsupported call (n_tokens " << s.n_tokens << " must be 1.."
+                   << kMoeMxfp4PdMaxTokens << ", n_tokens * top_k " << s.n_tokens * s.top_k << " <= "
+                   << kMoeMxfp4PdMaxPairs << ", n_experts " << s.n_experts << " <= " << kMoeMxfp4PdMaxExperts
+                   << ", d_model " << s.d_model << " and inter " << s.inter << " multiples of 128)");
   MX_CHECK_MSG(w.gate_up_q && w.gate_up_s && w.down_q && w.down_s, "moe_experts_mxfp4_pd: null weight pointer");
-  MX_CHECK_MSG(x && topk_ids && topk_weights && out && workspace, "moe_experts_mxfp4_pd: null x / ids / weights / out / workspace");
+  MX_CHECK_MSG(x && topk_ids && topk_weights && out && workspace,
+               "moe_experts_mxfp4_pd: null x / ids / weights / out / workspace");
   auto aligned = [](const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   MX_CHECK_MSG(aligned(w.gate_up_q, 16) && aligned(w.down_q, 16) && aligned(x, 16) && aligned(w.gate_up_s, 4) &&
                    aligned(w.down_s, 4),
