@@ -23,6 +23,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/moe/moe_expert_range.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/sampling/sample_rows.h"
 #include "kernels/cuda/synthetic_fill.h"
@@ -540,6 +541,13 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     const size_t ws_bytes = kc::moe_mxfp4_workspace_bytes(s);
     Tensor ws;
     if (ws_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+    // Design 9, the persistent decode path (2 launches): only where switched on (kMoeMxfp4PdDefault in
+    // kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h, or MXSERVE_MOE_MXFP4_PD=1) and the call is decode-sized.
+    if (kc::moe_mxfp4_pd_enabled(s)) {
+      kc::moe_experts_mxfp4_pd(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s,
+                               ws.raw(), stream_);
+      return;
+    }
     kc::moe_experts_mxfp4(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w, out.raw(), s, plan,
                           ws_bytes > 0 ? ws.raw() : nullptr, stream_);
   }

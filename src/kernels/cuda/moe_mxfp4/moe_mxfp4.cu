@@ -148,6 +148,7 @@ int64_t moe_mxfp4_variant_max_tokens(MoeGemm gemm, int variant, const MoeShape& 
     case MoeMxfp4Design::kWg8:  // W4A8: only when the caller opted in (never chosen otherwise)
       return s.fp8_activations && k % 128 == 0 ? kNoTokenLimit : 0;
     case MoeMxfp4Design::kTc: return kNoTokenLimit;  // any N (row guards), any K % 32 == 0, any row count
+    case MoeMxfp4Design::kPd: return 0;  // no per-GEMM variant (a whole call: moe_mxfp4_pd.h)
   }
   return 0;
 }

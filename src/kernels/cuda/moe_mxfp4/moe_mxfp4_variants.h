@@ -29,6 +29,8 @@ enum class MoeMxfp4Design : uint8_t {
   kWg8 = 8,   // moe_mxfp4_wg8.cu   design 6 in W4A8 (e4m3 tokens and weights, sm_90a): P0 weight rows, P1 stages,
               //                    P2 expert rows per tile (0: 128);
               //                    only with MoeShape::fp8_activations (the dispatcher swaps wg_* for it)
+  kPd = 9,    // moe_mxfp4_pd.cu    persistent decode path (issue 33): a whole call in 2 launches, so NO per-GEMM
+              //                    row below; chosen by moe_mxfp4_pd_enabled (moe_mxfp4_pd.h: kMoeMxfp4PdDefault)
 };
 
 // X(id, name, design, P0, P1, P2). The name describes the row:
