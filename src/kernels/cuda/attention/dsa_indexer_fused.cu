@@ -17,12 +17,18 @@
 //     they fit) and bits [7:0] over the candidates, then writes the ordered selection in one scan.
 // Rows whose context is <= top_k (decided per row on the device) skip the scores: the select writes
 // their visible keys ascending (0..ctx-1 when no tree mask) and -1 padding.
+// kFusedSplit replaces launch 3 by the cluster-split select (dsa_select_split.cu: 1..8 CTAs per token, the
+// same codes, threshold and tie rule). FP8 keys (p.fp8_keys, packed rows of kernels/mla_fp8.h): Fp8KeyLoad
+// dequantizes each gathered row into the same bf16 tile the kMma path builds (mla_fp8_key_chunk), so both
+// paths score the same bf16 values with the same MMAs and select the same set.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 
 #include "core/check.h"
 #include "kernels/cuda/attention/dsa_indexer_fused.h"
+#include "kernels/cuda/attention/dsa_select_block.cuh"
+#include "kernels/cuda/attention/mla_fp8_load.cuh"
 #include "kernels/cuda/attention/mla_visibility.cuh"
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
@@ -64,6 +70,25 @@ struct Bf16KeyLoad {
       const bool ok = j < n_ctx;
       const bf16* src = ok ? keys + mla_slot(table, j, block_size) * D + c * 8 : keys;
       cp_async_cg16_zfill(k_s + r * pitch + c * 8, src, ok);
+    }
+  }
+};
+
+// Packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + one f32 scale per 128): loaded and dequantized
+// into the bf16 tile by plain loads (the 132-byte rows are 4-byte aligned only, below cp.async's 16 bytes).
+// The stores land in the buffer the previous iteration finished reading (the loop's trailing barrier).
+struct Fp8KeyLoad {
+  __device__ __forceinline__ static void stage_tile(bf16* k_s, const void* cache, const int32_t* table, int64_t j0,
+                                                    int64_t n_ctx, int D, int block_size) {
+    const auto* rows = static_cast<const uint8_t*>(cache);
+    const int chunks = D / 8, pitch = D + 8;
+    const int64_t row_bytes = mla_fp8_row_bytes(D, 0);
+    for (int i = threadIdx.x; i < kTileKeys * chunks; i += blockDim.x) {
+      const int r = i / chunks, c = i % chunks;
+      const int64_t j = j0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (j < n_ctx) v = mla_fp8_key_chunk(rows + mla_slot(table, j, block_size) * row_bytes, D, c);
+      *reinterpret_cast<uint4*>(k_s + r * pitch + c * 8) = v;
     }
   }
 };
@@ -168,62 +193,6 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   uint32_t* hrow = hist + tl * dsa::kHistBins;
   for (int b = tid; b < dsa::kHistBins; b += blockDim.x)
     if (h_s[b] != 0) atomicAdd(&hrow[b], h_s[b]);
-}
-
-// Inclusive block scan (blockDim.x a multiple of 32, <= 1024); *total gets the block's sum. Ends synced.
-template <typename T>
-__device__ __forceinline__ T block_inclusive_scan(T v, T* warp_s, T* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const T n = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += n;
-  }
-  if (lane == 31) warp_s[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    T w = lane < n_warps ? warp_s[lane] : T{0};
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const T n = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += n;
-    }
-    if (lane < n_warps) warp_s[lane] = w;
-    if (lane == 31) *total = w;
-  }
-  __syncthreads();
-  const T before = warp > 0 ? warp_s[warp - 1] : T{0};
-  __syncthreads();  // warp_s may be reused by the next scan
-  return v + before;
-}
-
-// The parallel dsa::radix_step: the first digit from the top of hist[0, bins) whose running count reaches k
-// (1 <= k <= sum). Thread i owns `per` bins, thread 0 the top ones. Ends synced; every thread returns it.
-__device__ dsa::RadixStep block_radix_step(const uint32_t* hist, int bins, uint32_t k, uint32_t* warp_s,
-                                           uint32_t* total, dsa::RadixStep* step_s) {
-  const int per = bins >= static_cast<int>(blockDim.x) ? bins / static_cast<int>(blockDim.x) : 1;
-  const int owners = bins / per;
-  const int top = bins - 1 - static_cast<int>(threadIdx.x) * per;  // this thread's highest bin
-  uint32_t mine = 0;
-  if (static_cast<int>(threadIdx.x) < owners)
-    for (int i = 0; i < per; ++i) mine += hist[top - i];
-  const uint32_t incl = block_inclusive_scan(mine, warp_s, total);
-  const uint32_t excl = incl - mine;
-  if (static_cast<int>(threadIdx.x) < owners && excl < k && k <= incl) {
-    uint32_t cum = excl;
-    for (int i = 0; i < per; ++i) {
-      const uint32_t h = hist[top - i];
-      if (cum + h >= k) {
-        *step_s = {static_cast<uint32_t>(top - i), k - cum};
-        break;
-      }
-      cum += h;
-    }
-  }
-  __syncthreads();
-  const dsa::RadixStep s = *step_s;
-  __syncthreads();
-  return s;
 }
 
 // One block (kSelectThreads) per token of the group: the exact top-k of codes[tl, 0..n_ctx) into topk[t, :].
@@ -342,12 +311,13 @@ int sm_count() {
   return n;
 }
 
-template <int MT>
+template <int MT, typename KeyLoad>
 void launch_score_hist(int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w, const void* keys,
                        const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, uint32_t* codes,
                        uint32_t* hist, int64_t stride, int64_t t0, const IndexerParams& p, const AttentionParams& ap) {
-  auto* kernel = dsa_score_hist_kernel<MT, Bf16KeyLoad>;
-  // Per device: the > 48 KiB opt-in (raised to the largest size seen) and the resident blocks per SM at it.
+  auto* kernel = dsa_score_hist_kernel<MT, KeyLoad>;
+  // Per device and key format: the > 48 KiB opt-in (raised to the largest size seen) and the resident blocks
+  // per SM at it.
   static std::atomic<size_t> configured[64];
   static std::atomic<int> per_sm[64];
   int dev = 0;
@@ -369,6 +339,31 @@ void launch_score_hist(int64_t tg, size_t smem, cudaStream_t stream, const bf16*
   MX_CUDA_CHECK_LAUNCH();
 }
 
+template <typename KeyLoad>
+void launch_score_hist_heads(int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w,
+                             const void* keys, const int32_t* token_seq, const int32_t* kv_index,
+                             const int32_t* block_tables, uint32_t* codes, uint32_t* hist, int64_t stride, int64_t t0,
+                             const IndexerParams& p, const AttentionParams& ap) {
+  switch ((p.n_heads + 15) / 16) {
+    case 1:
+      launch_score_hist<1, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                    stride, t0, p, ap);
+      break;
+    case 2:
+      launch_score_hist<2, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                    stride, t0, p, ap);
+      break;
+    case 3:
+      launch_score_hist<3, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                    stride, t0, p, ap);
+      break;
+    default:
+      launch_score_hist<4, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                    stride, t0, p, ap);
+      break;
+  }
+}
+
 }  // namespace
 
 size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
@@ -382,8 +377,8 @@ size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
 
 bool dsa_indexer_fused_supported(const IndexerParams& p) {
   // Heads are padded to a multiple of 16 with zero q rows and zero weights (each adds exactly +0 to a score).
-  // FP8 keys (packed rows, kernels/mla_fp8.h) are read by the mma / SIMT score kernels only.
-  return !p.fp8_keys && p.n_heads >= 1 && p.n_heads <= 64 && p.head_dim >= 16 && p.head_dim % 16 == 0 && p.top_k >= 1 &&
+  // FP8 keys (packed rows, kernels/mla_fp8.h): head_dim % 16 == 0 keeps the rows' f32 scales 4-byte aligned.
+  return p.n_heads >= 1 && p.n_heads <= 64 && p.head_dim >= 16 && p.head_dim % 16 == 0 && p.top_k >= 1 &&
          dsa_indexer_fused_smem_bytes(p) <= static_cast<size_t>(kFusedMaxSmem);
 }
 
@@ -412,14 +407,16 @@ int dsa_indexer_fused_tiles_per_block(int64_t group_tokens, int64_t tiles, int64
 void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                             const int32_t* kv_index, const int32_t* block_tables, int32_t* topk,
                             const IndexerParams& p, const AttentionParams& ap, int64_t max_ctx, void* workspace,
-                            size_t workspace_bytes, cudaStream_t stream) {
+                            size_t workspace_bytes, cudaStream_t stream, bool split_select) {
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   MX_CHECK_MSG(dsa_indexer_fused_supported(p), "dsa_indexer_topk (fused): " << p.n_heads << " index heads x head_dim "
                                                    << p.head_dim << ", top_k " << p.top_k
                                                    << " (1..64 heads, head_dim a multiple of 16, top_k >= 1)");
-  MX_CHECK_MSG(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(key_cache) % 16 == 0,
-               "dsa_indexer_topk (fused): q and key_cache must be 16-byte aligned");
+  MX_CHECK_MSG(reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(key_cache) % (p.fp8_keys ? 4 : 16) == 0,
+               "dsa_indexer_topk (fused): q must be 16-byte aligned, key_cache " << (p.fp8_keys ? 4 : 16)
+                                                                                 << "-byte aligned");
   const int64_t stride = std::max<int64_t>(max_ctx, 1);
   const int64_t row = static_cast<int64_t>(dsa_indexer_fused_row_bytes(max_ctx));
   const int64_t group = std::min<int64_t>(static_cast<int64_t>(workspace_bytes) / row, 65535);
@@ -432,23 +429,14 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
     auto* codes = static_cast<uint32_t*>(workspace);
     uint32_t* hist = codes + tg * stride;
     MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
-    switch ((p.n_heads + 15) / 16) {
-      case 1:
-        launch_score_hist<1>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, p, ap);
-        break;
-      case 2:
-        launch_score_hist<2>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, p, ap);
-        break;
-      case 3:
-        launch_score_hist<3>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, p, ap);
-        break;
-      default:
-        launch_score_hist<4>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables, codes, hist,
-                             stride, t0, p, ap);
-        break;
+    if (p.fp8_keys) launch_score_hist_heads<Fp8KeyLoad>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index,
+                                                         block_tables, codes, hist, stride, t0, p, ap);
+    else launch_score_hist_heads<Bf16KeyLoad>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables,
+                                              codes, hist, stride, t0, p, ap);
+    if (split_select) {
+      dsa_select_split_launch(codes, hist, stride, t0, tg, kv_index, ap, topk, p.top_k,
+                              dsa_select_split_ctas(tg, stride, sm_count()), stream);
+      continue;
     }
     dsa_select_fused_kernel<<<static_cast<unsigned>(tg), kSelectThreads, 0, stream>>>(codes, hist, stride, t0,
                                                                                      kv_index, ap, topk, p.top_k);
