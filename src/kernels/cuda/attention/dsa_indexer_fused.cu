@@ -57,11 +57,13 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
 
 // The key load of the score loop: stages keys [j0, j0 + 128) of one sequence (block-table row `table`)
 // into the bf16 tile k_s [128][D + 8], rows at or past n_ctx zero; asynchronous (cp.async groups), the
-// caller commits and waits. One function per key storage format: an FP8 cache adds its own (load, scale
-// into bf16) without touching the score loop.
+// caller commits and waits. One struct per key storage format: a format with kRaw stages its raw rows into
+// raw_s and converts them into k_s in finish_tile (called after the wait, followed by a barrier).
 struct Bf16KeyLoad {
-  __device__ __forceinline__ static void stage_tile(bf16* k_s, const void* cache, const int32_t* table, int64_t j0,
-                                                    int64_t n_ctx, int D, int block_size) {
+  static constexpr bool kRaw = false;  // cp.async straight into the bf16 tile
+  __device__ __forceinline__ static void stage_tile(bf16* k_s, uint8_t* /*raw_s*/, const void* cache,
+                                                    const int32_t* table, int64_t j0, int64_t n_ctx, int D,
+                                                    int block_size) {
     const auto* keys = static_cast<const bf16*>(cache);
     const int chunks = D / 8, pitch = D + 8;
     for (int i = threadIdx.x; i < kTileKeys * chunks; i += blockDim.x) {
@@ -72,30 +74,46 @@ struct Bf16KeyLoad {
       cp_async_cg16_zfill(k_s + r * pitch + c * 8, src, ok);
     }
   }
+  __device__ __forceinline__ static void finish_tile(bf16*, const uint8_t*, int64_t, int64_t, int) {}
 };
 
-// Packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + one f32 scale per 128): loaded and dequantized
-// into the bf16 tile by plain loads (the 132-byte rows are 4-byte aligned only, below cp.async's 16 bytes).
-// The stores land in the buffer the previous iteration finished reading (the loop's trailing barrier).
+// Packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + one f32 scale per 128; 132 bytes at head_dim 128,
+// 4-byte aligned only): the raw rows are copied by 4-byte cp.async into a raw stage (double buffered like the
+// bf16 tiles), then finish_tile dequantizes them into the bf16 tile (mla_fp8_key_chunk, the kMma path's
+// dequantization: the same bf16 values, so the same scores).
 struct Fp8KeyLoad {
-  __device__ __forceinline__ static void stage_tile(bf16* k_s, const void* cache, const int32_t* table, int64_t j0,
-                                                    int64_t n_ctx, int D, int block_size) {
+  static constexpr bool kRaw = true;
+  __device__ __forceinline__ static void stage_tile(bf16* /*k_s*/, uint8_t* raw_s, const void* cache,
+                                                    const int32_t* table, int64_t j0, int64_t n_ctx, int D,
+                                                    int block_size) {
     const auto* rows = static_cast<const uint8_t*>(cache);
+    const int64_t rb = mla_fp8_row_bytes(D, 0);
+    const int words = static_cast<int>(rb / 4);
+    for (int i = threadIdx.x; i < kTileKeys * words; i += blockDim.x) {
+      const int r = i / words, w = i % words;
+      const int64_t j = j0 + r;
+      const bool ok = j < n_ctx;
+      const uint8_t* src = ok ? rows + mla_slot(table, j, block_size) * rb + 4 * w : rows;
+      cp_async_ca4_zfill(raw_s + r * rb + 4 * w, src, ok);
+    }
+  }
+  __device__ __forceinline__ static void finish_tile(bf16* k_s, const uint8_t* raw_s, int64_t j0, int64_t n_ctx,
+                                                     int D) {
     const int chunks = D / 8, pitch = D + 8;
-    const int64_t row_bytes = mla_fp8_row_bytes(D, 0);
+    const int64_t rb = mla_fp8_row_bytes(D, 0);
     for (int i = threadIdx.x; i < kTileKeys * chunks; i += blockDim.x) {
       const int r = i / chunks, c = i % chunks;
-      const int64_t j = j0 + r;
       uint4 v = make_uint4(0, 0, 0, 0);
-      if (j < n_ctx) v = mla_fp8_key_chunk(rows + mla_slot(table, j, block_size) * row_bytes, D, c);
+      if (j0 + r < n_ctx) v = mla_fp8_key_chunk(raw_s + r * rb, D, c);
       *reinterpret_cast<uint4*>(k_s + r * pitch + c * 8) = v;
     }
   }
 };
 
 template <int MT>
-size_t score_hist_smem_bytes(int D) {
-  return static_cast<size_t>(MT * 16 + 2 * kTileKeys) * (D + 8) * 2 + MT * 16 * 4 + dsa::kHistBins * 4;
+size_t score_hist_smem_bytes(int D, bool fp8) {
+  const size_t raw = fp8 ? static_cast<size_t>(2 * kTileKeys) * mla_fp8_row_bytes(D, 0) : 0;  // FP8 raw stages
+  return static_cast<size_t>(MT * 16 + 2 * kTileKeys) * (D + 8) * 2 + MT * 16 * 4 + dsa::kHistBins * 4 + raw;
 }
 
 // Grid (blocks per token, group tokens), kTileKeys threads. Block (s, tl) scores tiles [s * tiles_per_split, +tiles_per_split)
@@ -113,6 +131,8 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   bf16* k_s0 = q_s + MT * 16 * pitch;
   float* w_s = reinterpret_cast<float*>(k_s0 + 2 * kTileKeys * pitch);
   uint32_t* h_s = reinterpret_cast<uint32_t*>(w_s + MT * 16);
+  uint8_t* raw0 = reinterpret_cast<uint8_t*>(h_s + dsa::kHistBins);  // KeyLoad::kRaw: 2 stages of raw key rows
+  const int64_t raw_stage = KeyLoad::kRaw ? kTileKeys * mla_fp8_row_bytes(D, 0) : 0;
   const int64_t tl = blockIdx.y, t = t0 + tl;
   const MlaVisibility vis = mla_visibility(kv_index, ap, t);
   const int64_t n_ctx = vis.n_ctx < stride ? vis.n_ctx : stride;
@@ -122,7 +142,7 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   if (tile_begin >= tile_end) return;
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  KeyLoad::stage_tile(k_s0, key_cache, table, tile_begin * kTileKeys, n_ctx, D, ap.block_size);
+  KeyLoad::stage_tile(k_s0, raw0, key_cache, table, tile_begin * kTileKeys, n_ctx, D, ap.block_size);
   cp_async_commit_group();
   const int chunks = D / 8;
   for (int i = tid; i < MT * 16 * chunks; i += blockDim.x) {
@@ -138,14 +158,18 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
     const int stage = static_cast<int>((tile - tile_begin) & 1);
     if (tile + 1 < tile_end) {
-      KeyLoad::stage_tile(k_s0 + (stage ^ 1) * kTileKeys * pitch, key_cache, table, (tile + 1) * kTileKeys, n_ctx, D,
-                          ap.block_size);
+      KeyLoad::stage_tile(k_s0 + (stage ^ 1) * kTileKeys * pitch, raw0 + (stage ^ 1) * raw_stage, key_cache, table,
+                          (tile + 1) * kTileKeys, n_ctx, D, ap.block_size);
       cp_async_commit_group();
       cp_async_wait_group<1>();
     } else {
       cp_async_wait_group<0>();
     }
     __syncthreads();
+    if constexpr (KeyLoad::kRaw) {  // raw rows of this tile -> its bf16 tile (the other stage keeps loading)
+      KeyLoad::finish_tile(k_s0 + stage * kTileKeys * pitch, raw0 + stage * raw_stage, tile * kTileKeys, n_ctx, D);
+      __syncthreads();
+    }
     const bf16* k_s = k_s0 + stage * kTileKeys * pitch;
     const bf16* kb = k_s + (warp * 32 + (lane & 7) + 8 * (lane >> 4)) * pitch + 8 * ((lane >> 3) & 1);
     float acc[MT][4][4];
@@ -368,10 +392,10 @@ void launch_score_hist_heads(int64_t tg, size_t smem, cudaStream_t stream, const
 
 size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
   switch ((p.n_heads + 15) / 16) {
-    case 1: return score_hist_smem_bytes<1>(p.head_dim);
-    case 2: return score_hist_smem_bytes<2>(p.head_dim);
-    case 3: return score_hist_smem_bytes<3>(p.head_dim);
-    default: return score_hist_smem_bytes<4>(p.head_dim);
+    case 1: return score_hist_smem_bytes<1>(p.head_dim, p.fp8_keys);
+    case 2: return score_hist_smem_bytes<2>(p.head_dim, p.fp8_keys);
+    case 3: return score_hist_smem_bytes<3>(p.head_dim, p.fp8_keys);
+    default: return score_hist_smem_bytes<4>(p.head_dim, p.fp8_keys);
   }
 }
 
