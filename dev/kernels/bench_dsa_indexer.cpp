@@ -3,7 +3,9 @@
 // sequence, paged keys in shuffled 64-token blocks, batch 1 / 16 / 64 x 2k / 20k / 64k keys, bf16 keys and packed
 // FP8 keys (kernels/mla_fp8.h: 132 bytes a key, written by the device cache writer from the same bf16 keys).
 // Per case and key format, one row per path: kFused (score + histogram over the SMs, one select block a token),
-// kFusedSplit (the same scores, the select of a token over a 1..8-CTA cluster), kMma (scores to a workspace,
+// kFusedSplit (the same scores, the select of a token over a 1..8-CTA cluster), split-ring3 / split-ring4
+// (kFusedSplit with the score kernel's ring of key loads forced to 3 / 4 stages, 1 block an SM: more keys in
+// flight for large batches; kFusedDeepStages picks it by default once measured), kMma (scores to a workspace,
 // one radix-select block a token): eager and CUDA-graph us (median of 5 regions), GB/s on the key bytes
 // (B x ctx x bytes a key) and that as a fraction of the device-to-device copy bandwidth measured in the same run
 // (the metric of issue 36), and the rows whose top-k differs from kMma's on the same key bytes (0 expected:
@@ -22,6 +24,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
@@ -80,10 +83,13 @@ int main(int argc, char** argv) {
   struct Path {
     kc::IndexerScoreKernel kernel;
     const char* name;
+    int stages;  // the fused score kernel's ring of key loads (0: its rule, kFusedDeepStages)
   };
-  const Path paths[] = {{kc::IndexerScoreKernel::kFused, "fused"},
-                        {kc::IndexerScoreKernel::kFusedSplit, "fused-split"},
-                        {kc::IndexerScoreKernel::kMma, "mma"}};
+  const Path paths[] = {{kc::IndexerScoreKernel::kFused, "fused", 0},
+                        {kc::IndexerScoreKernel::kFusedSplit, "fused-split", 0},
+                        {kc::IndexerScoreKernel::kFusedSplit, "split-ring3", 3},
+                        {kc::IndexerScoreKernel::kFusedSplit, "split-ring4", 4},
+                        {kc::IndexerScoreKernel::kMma, "mma", 0}};
   for (const int B : {1, 16, 64}) {
     for (const int64_t ctx : contexts) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
@@ -133,6 +139,7 @@ int main(int argc, char** argv) {
         const std::vector<int32_t> ref = result();
         const double key_bytes = static_cast<double>(B) * ctx * (fp8 ? static_cast<double>(fp8_row) : 2.0 * kDim);
         for (const Path& path : paths) {
+          kc::dsa_indexer_fused_force_stages(path.stages);
           run(path.kernel);  // first use outside the capture (one-time kernel attributes)
           const std::vector<int32_t> got = result();
           int64_t differ = 0;
@@ -149,6 +156,7 @@ int main(int argc, char** argv) {
               kc::time_on_stream(stream, [&](int) { MX_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 20);
           MX_CUDA_CHECK(cudaGraphExecDestroy(exec));
           MX_CUDA_CHECK(cudaGraphDestroy(graph));
+          kc::dsa_indexer_fused_force_stages(0);
           const double best_ms = std::min(eager_ms, graph_ms);
           const double gbs = key_bytes / (best_ms * 1e-3) / 1e9, frac = gbs / ceilings.copy_gbs;
           const bool pass = differ == 0;

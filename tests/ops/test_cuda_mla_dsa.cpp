@@ -30,6 +30,7 @@
 #include "backend/cuda_backend.h"
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "model/forward_batch.h"
@@ -380,7 +381,8 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
 // Each row must be a valid top-k (as IndexerTopk); tie cases must equal the CPU's rows exactly (ties to the
 // lower KV index). The tensor-core kMma path (same score arithmetic, old select) is run alongside and rows
 // that differ from it are printed. The cluster-split select (kFusedSplit) runs on every case and must give rows
-// identical to kFused's and kMma's (the same codes). A last case captures each fused launch (one-block and split
+// identical to kFused's and kMma's (the same codes); kFused with the score kernel's 3- and 4-stage key rings
+// (forced) must give its 2-stage rows. A last case captures each fused launch (one-block and split
 // select) in a CUDA graph and replays it after changing kv_index on the device (no host sync, no allocation).
 
 enum class KeyPattern { kRandom, kEqual, kPeriod7, kHalfZero };
@@ -552,6 +554,21 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
         split_differ_mma +=
             std::memcmp(got_split.data<int32_t>() + t * K, got_mma.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
     }
+    // The score kernel's deeper rings of key loads (3 and 4 stages, forced): the same codes, so kFused's rows.
+    int ring_differ = 0;
+    for (const int stages : {3, 4}) {
+      Tensor out_ring = gpu_->upload(sentinel);
+      kc::dsa_indexer_fused_force_stages(stages);
+      run(kc::IndexerScoreKernel::kFused, out_ring);
+      kc::dsa_indexer_fused_force_stages(0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Tensor got_ring = host(out_ring);
+      for (int64_t t = 0; t < T; ++t)
+        ring_differ += std::memcmp(got_ring.data<int32_t>() + t * K, got.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
+    }
+    std::printf("[ ring     ] %-50s %lld rows x 2 rings, %d differ from the 2-stage kFused: %s\n", c.what,
+                static_cast<long long>(T), ring_differ, ring_differ == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(ring_differ, 0) << "a deeper ring of key loads must not change the codes";
     std::printf("[ split    ] %-50s %lld rows, %d differ from kFused, %d from kMma%s: %s\n", c.what,
                 static_cast<long long>(T), split_differ, split_differ_mma, have_mma ? "" : " (n/a)",
                 split_differ == 0 && split_differ_mma == 0 ? "PASS" : "FAIL");

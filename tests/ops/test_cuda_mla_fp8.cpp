@@ -30,6 +30,7 @@
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/mla_fp8.h"
@@ -387,6 +388,10 @@ TEST_F(CudaMlaFp8, IndexerFusedFp8EqualsMma) {
     };
     run(kc::IndexerScoreKernel::kMma, out_mma);
     run(kc::IndexerScoreKernel::kFused, out_fused);
+    Tensor out_ring = gpu_->upload(sentinel);
+    kc::dsa_indexer_fused_force_stages(4);  // the 4-deep ring of raw FP8 stages
+    run(kc::IndexerScoreKernel::kFused, out_ring);
+    kc::dsa_indexer_fused_force_stages(0);
     run(kc::IndexerScoreKernel::kFusedSplit, out_split);  // eager first use (one-time attributes), then a graph
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     bool graphed = false;
@@ -405,11 +410,12 @@ TEST_F(CudaMlaFp8, IndexerFusedFp8EqualsMma) {
       graphed = true;
     }
     cudaStreamDestroy(stream);
-    Tensor h_mma = host(out_mma), h_fused = host(out_fused), h_split = host(out_split);
+    Tensor h_mma = host(out_mma), h_fused = host(out_fused), h_split = host(out_split), h_ring = host(out_ring);
     int fused_differ = 0, split_differ = 0, tie_rows_wrong = 0;
     for (int64_t t = 0; t < T; ++t) {
       const int32_t* m = h_mma.data<int32_t>() + t * K;
       fused_differ += std::memcmp(h_fused.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
+      fused_differ += std::memcmp(h_ring.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
       split_differ += std::memcmp(h_split.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
       if (c.equal_keys) {  // every score equal: KV indices 0.. min(K, ctx) - 1, then -1
         const int64_t ctx = static_cast<int64_t>(batch.positions[t]) + 1;
@@ -421,7 +427,8 @@ TEST_F(CudaMlaFp8, IndexerFusedFp8EqualsMma) {
       }
     }
     const bool pass = fused_differ == 0 && split_differ == 0 && tie_rows_wrong == 0;
-    std::printf("[ indexer  ] FP8 fused %-40s %lld rows: %d kFused / %d kFusedSplit%s rows differ from kMma, %d tie "
+    std::printf("[ indexer  ] FP8 fused %-40s %lld rows: %d kFused (2- and 4-stage) / %d kFusedSplit%s rows differ "
+                "from kMma, %d tie "
                 "rows wrong: %s\n",
                 c.what, static_cast<long long>(T), fused_differ, split_differ, graphed ? " (graph)" : "",
                 tie_rows_wrong, pass ? "PASS" : "FAIL");

@@ -60,7 +60,7 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
 // caller commits and waits. One struct per key storage format: a format with kRaw stages its raw rows into
 // raw_s and converts them into k_s in finish_tile (called after the wait, followed by a barrier).
 struct Bf16KeyLoad {
-  static constexpr bool kRaw = false;  // cp.async straight into the bf16 tile
+  static constexpr bool kRaw = false;  // cp.async straight into the bf16 tile (no finish_tile)
   __device__ __forceinline__ static void stage_tile(bf16* k_s, uint8_t* /*raw_s*/, const void* cache,
                                                     const int32_t* table, int64_t j0, int64_t n_ctx, int D,
                                                     int block_size) {
@@ -74,7 +74,6 @@ struct Bf16KeyLoad {
       cp_async_cg16_zfill(k_s + r * pitch + c * 8, src, ok);
     }
   }
-  __device__ __forceinline__ static void finish_tile(bf16*, const uint8_t*, int64_t, int64_t, int) {}
 };
 
 // Packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + one f32 scale per 128; 132 bytes at head_dim 128,
@@ -110,16 +109,18 @@ struct Fp8KeyLoad {
   }
 };
 
-template <int MT>
-size_t score_hist_smem_bytes(int D, bool fp8) {
-  const size_t raw = fp8 ? static_cast<size_t>(2 * kTileKeys) * mla_fp8_row_bytes(D, 0) : 0;  // FP8 raw stages
-  return static_cast<size_t>(MT * 16 + 2 * kTileKeys) * (D + 8) * 2 + MT * 16 * 4 + dsa::kHistBins * 4 + raw;
+// Shared memory of the score kernel with a ring of `stages` key loads: q, the bf16 key tiles (one per stage for
+// bf16 keys; one for FP8 keys, whose stages are raw rows), the weights, the histogram, the FP8 raw stages.
+size_t score_hist_smem_bytes(int mt, int D, bool fp8, int stages) {
+  const size_t raw = fp8 ? static_cast<size_t>(stages * kTileKeys) * mla_fp8_row_bytes(D, 0) : 0;
+  const int bf16_tiles = fp8 ? 1 : stages;
+  return static_cast<size_t>(mt * 16 + bf16_tiles * kTileKeys) * (D + 8) * 2 + mt * 16 * 4 + dsa::kHistBins * 4 + raw;
 }
 
 // Grid (blocks per token, group tokens), kTileKeys threads. Block (s, tl) scores tiles [s * tiles_per_split, +tiles_per_split)
 // of token t0 + tl (those below its context), writes codes[tl, j] for every j < n_ctx of those tiles (0 = not
 // visible) and adds the visible codes' first digit into hist[tl, :].
-template <int MT, typename KeyLoad>
+template <int MT, typename KeyLoad, int S>
 __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
     const bf16* __restrict__ q, const bf16* __restrict__ weights, const void* __restrict__ key_cache,
     const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
@@ -129,9 +130,10 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   const int NH = p.n_heads, D = p.head_dim, pitch = D + 8;
   bf16* q_s = reinterpret_cast<bf16*>(smem);
   bf16* k_s0 = q_s + MT * 16 * pitch;
-  float* w_s = reinterpret_cast<float*>(k_s0 + 2 * kTileKeys * pitch);
+  constexpr int kBf16Tiles = KeyLoad::kRaw ? 1 : S;  // raw formats convert every stage into one bf16 tile
+  float* w_s = reinterpret_cast<float*>(k_s0 + kBf16Tiles * kTileKeys * pitch);
   uint32_t* h_s = reinterpret_cast<uint32_t*>(w_s + MT * 16);
-  uint8_t* raw0 = reinterpret_cast<uint8_t*>(h_s + dsa::kHistBins);  // KeyLoad::kRaw: 2 stages of raw key rows
+  uint8_t* raw0 = reinterpret_cast<uint8_t*>(h_s + dsa::kHistBins);  // KeyLoad::kRaw: S stages of raw key rows
   const int64_t raw_stage = KeyLoad::kRaw ? kTileKeys * mla_fp8_row_bytes(D, 0) : 0;
   const int64_t tl = blockIdx.y, t = t0 + tl;
   const MlaVisibility vis = mla_visibility(kv_index, ap, t);
@@ -142,8 +144,13 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   if (tile_begin >= tile_end) return;
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * ap.max_blocks_per_seq;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
-  KeyLoad::stage_tile(k_s0, raw0, key_cache, table, tile_begin * kTileKeys, n_ctx, D, ap.block_size);
-  cp_async_commit_group();
+  // The ring: tiles tile_begin + s in stage s (one cp.async group each, empty past tile_end), S - 1 ahead.
+  for (int st = 0; st < S - 1; ++st) {
+    if (tile_begin + st < tile_end)
+      KeyLoad::stage_tile(k_s0 + (KeyLoad::kRaw ? 0 : st) * kTileKeys * pitch, raw0 + st * raw_stage, key_cache,
+                          table, (tile_begin + st) * kTileKeys, n_ctx, D, ap.block_size);
+    cp_async_commit_group();
+  }
   const int chunks = D / 8;
   for (int i = tid; i < MT * 16 * chunks; i += blockDim.x) {
     const int h = i / chunks, c = i % chunks;
@@ -156,21 +163,21 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
   uint32_t* row = codes + tl * stride;
   const bf16* qa = q_s + ((lane & 7) + 8 * ((lane >> 3) & 1)) * pitch + 8 * (lane >> 4);
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = static_cast<int>((tile - tile_begin) & 1);
-    if (tile + 1 < tile_end) {
-      KeyLoad::stage_tile(k_s0 + (stage ^ 1) * kTileKeys * pitch, raw0 + (stage ^ 1) * raw_stage, key_cache, table,
-                          (tile + 1) * kTileKeys, n_ctx, D, ap.block_size);
-      cp_async_commit_group();
-      cp_async_wait_group<1>();
-    } else {
-      cp_async_wait_group<0>();
+    const int it = static_cast<int>(tile - tile_begin), stage = it % S;
+    if (tile + S - 1 < tile_end) {  // into the stage the previous iteration read (its trailing barrier)
+      const int next = (it + S - 1) % S;
+      KeyLoad::stage_tile(k_s0 + (KeyLoad::kRaw ? 0 : next) * kTileKeys * pitch, raw0 + next * raw_stage, key_cache,
+                          table, (tile + S - 1) * kTileKeys, n_ctx, D, ap.block_size);
     }
+    cp_async_commit_group();      // (empty past tile_end) so that S - 1 groups are always newer than this tile's
+    cp_async_wait_group<S - 1>();
     __syncthreads();
-    if constexpr (KeyLoad::kRaw) {  // raw rows of this tile -> its bf16 tile (the other stage keeps loading)
-      KeyLoad::finish_tile(k_s0 + stage * kTileKeys * pitch, raw0 + stage * raw_stage, tile * kTileKeys, n_ctx, D);
+    bf16* k_tile = k_s0 + (KeyLoad::kRaw ? 0 : stage) * kTileKeys * pitch;
+    if constexpr (KeyLoad::kRaw) {  // raw rows of this tile -> the bf16 tile (the other stages keep loading)
+      KeyLoad::finish_tile(k_tile, raw0 + stage * raw_stage, tile * kTileKeys, n_ctx, D);
       __syncthreads();
     }
-    const bf16* k_s = k_s0 + stage * kTileKeys * pitch;
+    const bf16* k_s = k_tile;
     const bf16* kb = k_s + (warp * 32 + (lane & 7) + 8 * (lane >> 4)) * pitch + 8 * ((lane >> 3) & 1);
     float acc[MT][4][4];
 #pragma unroll
@@ -335,11 +342,11 @@ int sm_count() {
   return n;
 }
 
-template <int MT, typename KeyLoad>
+template <int MT, typename KeyLoad, int S>
 void launch_score_hist(int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w, const void* keys,
                        const int32_t* token_seq, const int32_t* kv_index, const int32_t* block_tables, uint32_t* codes,
                        uint32_t* hist, int64_t stride, int64_t t0, const IndexerParams& p, const AttentionParams& ap) {
-  auto* kernel = dsa_score_hist_kernel<MT, KeyLoad>;
+  auto* kernel = dsa_score_hist_kernel<MT, KeyLoad, S>;
   // Per device and key format: the > 48 KiB opt-in (raised to the largest size seen) and the resident blocks
   // per SM at it.
   static std::atomic<size_t> configured[64];
@@ -363,40 +370,73 @@ void launch_score_hist(int64_t tg, size_t smem, cudaStream_t stream, const bf16*
   MX_CUDA_CHECK_LAUNCH();
 }
 
-template <typename KeyLoad>
+template <typename KeyLoad, int S>
 void launch_score_hist_heads(int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w,
                              const void* keys, const int32_t* token_seq, const int32_t* kv_index,
                              const int32_t* block_tables, uint32_t* codes, uint32_t* hist, int64_t stride, int64_t t0,
                              const IndexerParams& p, const AttentionParams& ap) {
   switch ((p.n_heads + 15) / 16) {
     case 1:
-      launch_score_hist<1, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+      launch_score_hist<1, KeyLoad, S>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
                                     stride, t0, p, ap);
       break;
     case 2:
-      launch_score_hist<2, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+      launch_score_hist<2, KeyLoad, S>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
                                     stride, t0, p, ap);
       break;
     case 3:
-      launch_score_hist<3, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+      launch_score_hist<3, KeyLoad, S>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
                                     stride, t0, p, ap);
       break;
     default:
-      launch_score_hist<4, KeyLoad>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+      launch_score_hist<4, KeyLoad, S>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
                                     stride, t0, p, ap);
       break;
   }
 }
 
+template <typename KeyLoad>
+void launch_score_hist_stages(int stages, int64_t tg, size_t smem, cudaStream_t stream, const bf16* q, const bf16* w,
+                              const void* keys, const int32_t* token_seq, const int32_t* kv_index,
+                              const int32_t* block_tables, uint32_t* codes, uint32_t* hist, int64_t stride, int64_t t0,
+                              const IndexerParams& p, const AttentionParams& ap) {
+  switch (stages) {
+    case 3:
+      launch_score_hist_heads<KeyLoad, 3>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                          stride, t0, p, ap);
+      break;
+    case 4:
+      launch_score_hist_heads<KeyLoad, 4>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                          stride, t0, p, ap);
+      break;
+    default:
+      launch_score_hist_heads<KeyLoad, 2>(tg, smem, stream, q, w, keys, token_seq, kv_index, block_tables, codes, hist,
+                                          stride, t0, p, ap);
+      break;
+  }
+}
+
+std::atomic<int> g_forced_stages{0};
+
 }  // namespace
 
-size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p) {
-  switch ((p.n_heads + 15) / 16) {
-    case 1: return score_hist_smem_bytes<1>(p.head_dim, p.fp8_keys);
-    case 2: return score_hist_smem_bytes<2>(p.head_dim, p.fp8_keys);
-    case 3: return score_hist_smem_bytes<3>(p.head_dim, p.fp8_keys);
-    default: return score_hist_smem_bytes<4>(p.head_dim, p.fp8_keys);
-  }
+void dsa_indexer_fused_force_stages(int stages) { g_forced_stages.store(stages); }
+
+int dsa_indexer_fused_stages(const IndexerParams& p, int64_t group_tokens, int64_t max_ctx, int sm_count,
+                             int forced) {
+  const int64_t tiles = std::max<int64_t>(group_tokens, 1) * cdiv(std::max<int64_t>(max_ctx, 1), kTileKeys);
+  int stages = forced > 0 ? forced : (kFusedDeepStages > 0 && tiles >= int64_t{8} * std::max(sm_count, 1)
+                                          ? kFusedDeepStages
+                                          : 2);
+  stages = std::clamp(stages, 2, kFusedMaxStages);
+  const int mt = (p.n_heads + 15) / 16;
+  while (stages > 2 && score_hist_smem_bytes(mt, p.head_dim, p.fp8_keys, stages) > static_cast<size_t>(kFusedMaxSmem))
+    --stages;
+  return stages;
+}
+
+size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p, int stages) {
+  return score_hist_smem_bytes(std::min((p.n_heads + 15) / 16, 4), p.head_dim, p.fp8_keys, stages);
 }
 
 bool dsa_indexer_fused_supported(const IndexerParams& p) {
@@ -445,7 +485,6 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
   const int64_t row = static_cast<int64_t>(dsa_indexer_fused_row_bytes(max_ctx));
   const int64_t group = std::min<int64_t>(static_cast<int64_t>(workspace_bytes) / row, 65535);
   MX_CHECK_MSG(group >= 1, "dsa_indexer_topk (fused): workspace " << workspace_bytes << " bytes < one row of " << row);
-  const size_t smem = dsa_indexer_fused_smem_bytes(p);
   const auto* qb = static_cast<const bf16*>(q);
   const auto* wb = static_cast<const bf16*>(weights);
   for (int64_t t0 = 0; t0 < T; t0 += group) {
@@ -453,10 +492,12 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
     auto* codes = static_cast<uint32_t*>(workspace);
     uint32_t* hist = codes + tg * stride;
     MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
-    if (p.fp8_keys) launch_score_hist_heads<Fp8KeyLoad>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index,
-                                                         block_tables, codes, hist, stride, t0, p, ap);
-    else launch_score_hist_heads<Bf16KeyLoad>(tg, smem, stream, qb, wb, key_cache, token_seq, kv_index, block_tables,
-                                              codes, hist, stride, t0, p, ap);
+    const int stages = dsa_indexer_fused_stages(p, tg, stride, sm_count(), g_forced_stages.load());
+    const size_t smem = dsa_indexer_fused_smem_bytes(p, stages);
+    if (p.fp8_keys) launch_score_hist_stages<Fp8KeyLoad>(stages, tg, smem, stream, qb, wb, key_cache, token_seq,
+                                                          kv_index, block_tables, codes, hist, stride, t0, p, ap);
+    else launch_score_hist_stages<Bf16KeyLoad>(stages, tg, smem, stream, qb, wb, key_cache, token_seq, kv_index,
+                                               block_tables, codes, hist, stride, t0, p, ap);
     if (split_select) {
       dsa_select_split_launch(codes, hist, stride, t0, tg, kv_index, ap, topk, p.top_k,
                               dsa_select_split_ctas(tg, stride, sm_count()), stream);

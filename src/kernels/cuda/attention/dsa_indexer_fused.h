@@ -17,7 +17,17 @@ constexpr int kFusedMaxSmem = 200 * 1024;
 // Shapes the fused path runs: 1..64 index heads (padded to a multiple of 16), head_dim a multiple of 16 whose
 // tiles fit; bf16 keys or packed FP8 rows (p.fp8_keys).
 bool dsa_indexer_fused_supported(const IndexerParams& p);
-size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p);
+// The score kernel's ring of key loads: 2 stages (double buffering) unless kFusedDeepStages > 0, which large
+// groups (>= 8 tiles an SM) use; clamped to 2..kFusedMaxStages and to kFusedMaxSmem. 0 = off: session 8 built
+// the deeper ring for batch 64 (more keys in flight per SM), unmeasured until the lead's H100 run.
+constexpr int kFusedDeepStages = 0;
+constexpr int kFusedMaxStages = 4;
+size_t dsa_indexer_fused_smem_bytes(const IndexerParams& p, int stages = 2);
+// Stages for a group (pure host arithmetic); forced > 0 overrides the rule (still clamped).
+int dsa_indexer_fused_stages(const IndexerParams& p, int64_t group_tokens, int64_t max_ctx, int sm_count,
+                             int forced = 0);
+// Tests and benchmarks: force every later fused launch to `stages` (0: the rule above). Process-wide.
+void dsa_indexer_fused_force_stages(int stages);
 // Workspace bytes per token of a group: codes [max_ctx] u32 + the first-digit histogram [4096] u32.
 size_t dsa_indexer_fused_row_bytes(int64_t max_ctx);
 // 128-key tiles per score block for a group of tokens of `tiles` tiles each when `resident_blocks` score
