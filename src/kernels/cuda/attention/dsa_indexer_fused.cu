@@ -127,6 +127,10 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
     uint32_t* __restrict__ codes, uint32_t* __restrict__ hist, int64_t stride, int64_t t0, int tiles_per_split,
     IndexerParams p, AttentionParams ap) {
   extern __shared__ __align__(16) unsigned char smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The split select (kDsaSplitPdl) may be scheduled now; it waits for this grid's completion before reading.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   const int NH = p.n_heads, D = p.head_dim, pitch = D + 8;
   bf16* q_s = reinterpret_cast<bf16*>(smem);
   bf16* k_s0 = q_s + MT * 16 * pitch;

@@ -43,6 +43,9 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
 
 // ---- dsa_select_split.cu: the select of one token split over a thread-block cluster (sm_90) --------------
 constexpr int kDsaSplitMaxCtas = 8;  // the portable cluster size
+// The split select is launched as a programmatic dependent of the score kernel (its launch latency overlaps the
+// score kernel's tail; correctness does not depend on it: the select waits for the score grid's completion).
+constexpr bool kDsaSplitPdl = true;
 // CTAs per token for a group of group_tokens rows of at most max_ctx keys on sm_count SMs: a power of two in
 // 1..kDsaSplitMaxCtas, the largest with group_tokens x ctas <= sm_count and >= 2048 keys a CTA (pure host
 // arithmetic: 8 at batch 1 over 20k keys, 8 at 16, 2 at 64 on 132 SMs).

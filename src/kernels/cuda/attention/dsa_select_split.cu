@@ -14,7 +14,9 @@
 // codes equal to it, the thr.ties with the lowest KV indices; the output is ascending, -1 padded. The host
 // emulation dsa::select_split_host runs the same ranges and counts (tests/unit/kernels/test_dsa_topk_radix.cpp).
 // Rows whose context is <= top_k keep every visible key (the score kernel skipped them). No allocation, no host
-// sync: the launch can be captured in a CUDA graph. Needs sm_90 (clusters).
+// sync: the launch can be captured in a CUDA graph. Needs sm_90 (clusters). With kDsaSplitPdl the launch is a
+// programmatic dependent of the score kernel (which signals at its start): the clusters are scheduled while the
+// score kernel's last blocks run and wait (griddepcontrol.wait) for its completion before reading anything.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -60,6 +62,9 @@ __global__ void __launch_bounds__(kSplitThreads) dsa_select_split_kernel(
   const bool skip = n <= K;  // every visible key is selected (the score kernel skipped this row)
   for (int b = tid; b < dsa::kHistBins; b += nt) merged1[b] = 0;
   for (int b = tid; b < 256; b += nt) merged2[b] = 0;
+  // Launched with programmatic dependent launch (kDsaSplitPdl): the score kernel may still run until here; this
+  // waits for its completion and its writes (a no-op when launched without the attribute).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   cluster.sync();  // every CTA runs and rank 0's merge targets are zero before any rank adds into them
   uint32_t* merged1_0 = cluster.map_shared_rank(merged1, 0);
   uint32_t* merged2_0 = cluster.map_shared_rank(merged2, 0);
@@ -207,13 +212,15 @@ void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_
   cfg.blockDim = dim3(kSplitThreads, 1, 1);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = kDsaSplitPdl ? 2 : 1;
   MX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dsa_select_split_kernel, codes, hist, stride, t0, kv_index, ap, topk, K));
   MX_CUDA_CHECK_LAUNCH();
 }
