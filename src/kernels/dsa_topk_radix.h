@@ -83,6 +83,16 @@ MX_DSA_HD SplitRange split_range(int64_t n, int ctas, int rank) {
   return {lo, lo + chunk < n ? lo + chunk : n};
 }
 
+// CTAs per token of the split select (a power of two in 1..max_ctas): the largest with group_tokens x ctas <=
+// sm_count (one wave of clusters) and >= 2048 keys a CTA (max_ctx keys a row). 8 at batch 1 / 16 over 20k keys
+// on 132 SMs, 2 at 64, 1 at 2k keys.
+MX_DSA_HD int split_ctas(int64_t group_tokens, int64_t max_ctx, int sm_count, int max_ctas) {
+  const int64_t T = group_tokens > 1 ? group_tokens : 1, sms = sm_count > 1 ? sm_count : 1;
+  int ctas = max_ctas;
+  while (ctas > 1 && (T * ctas > sms || max_ctx < int64_t{2048} * ctas)) ctas /= 2;
+  return ctas;
+}
+
 // ---- host emulation (the kernel's passes, serially; the CPU test's oracle check) ----------------------
 #if !defined(__CUDA_ARCH__)
 inline Threshold radix_threshold_host(const uint32_t* codes, int64_t n, uint32_t K) {

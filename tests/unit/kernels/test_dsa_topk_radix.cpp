@@ -179,6 +179,17 @@ TEST(DsaTopkRadix, MatchesOracle) {
   EXPECT_EQ(differ, 0);
 }
 
+TEST(DsaTopkRadix, SplitCtasPerToken) {
+  EXPECT_EQ(dsa::split_ctas(1, 20480, 132, 8), 8);   // batch 1: 8 SMs for the select
+  EXPECT_EQ(dsa::split_ctas(16, 20480, 132, 8), 8);  // 128 CTAs, one wave
+  EXPECT_EQ(dsa::split_ctas(32, 20480, 132, 8), 4);
+  EXPECT_EQ(dsa::split_ctas(64, 65536, 132, 8), 2);
+  EXPECT_EQ(dsa::split_ctas(200, 65536, 132, 8), 1);
+  EXPECT_EQ(dsa::split_ctas(1, 2048, 132, 8), 1);    // <= 2048 keys a CTA: no split
+  EXPECT_EQ(dsa::split_ctas(1, 8192, 132, 8), 4);
+  EXPECT_EQ(dsa::split_ctas(0, 20480, 0, 8), 1);     // degenerate inputs stay in range
+}
+
 TEST(DsaTopkRadix, SplitRangesCoverTheRow) {
   for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{2048}, int64_t{20001}})
     for (const int ctas : {1, 2, 4, 8}) {

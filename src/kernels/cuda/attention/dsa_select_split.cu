@@ -194,11 +194,7 @@ int schedulable_ctas(int ctas) {
 }  // namespace
 
 int dsa_select_split_ctas(int64_t group_tokens, int64_t max_ctx, int sm_count) {
-  // Enough clusters to cover the SMs once (batch 1: 8 CTAs; 16: 8; 64: 2 on 132 SMs), at least ~2k keys per CTA.
-  const int64_t T = std::max<int64_t>(group_tokens, 1);
-  int ctas = kDsaSplitMaxCtas;
-  while (ctas > 1 && (T * ctas > std::max(sm_count, 1) || max_ctx < int64_t{2048} * ctas)) ctas /= 2;
-  return ctas;
+  return dsa::split_ctas(group_tokens, max_ctx, sm_count, kDsaSplitMaxCtas);  // (tested on the host)
 }
 
 void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_t stride, int64_t t0, int64_t tg,
