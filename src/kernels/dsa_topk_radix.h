@@ -131,36 +131,29 @@ inline void select_host(const uint32_t* codes, int64_t n, uint32_t K, int32_t* o
   }
 }
 
-// The cluster-split select of `ctas` CTAs, emulated: pass 0 from the whole row (the score kernel's
-// histogram), passes 1 and 2 as per-range histograms summed over the ranges, each range's counts of keys
-// above / tied with the threshold, and each range's ordered write from the lower ranges' counts.
+// The cluster-split select of `ctas` CTAs, emulated: each pass's histogram as per-range histograms summed over
+// the ranges (digit 0 too: the kernel's kDsaSplitOwnHist mode; the score kernel's whole-row histogram is the same
+// sum), each range's counts of keys above / tied with the threshold, and each range's ordered write from the
+// lower ranges' counts.
 inline void select_split_host(const uint32_t* codes, int64_t n, uint32_t K, int ctas, int32_t* out) {
   for (uint32_t i = 0; i < K; ++i) out[i] = -1;
-  uint32_t hist[kHistBins] = {};
-  uint32_t visible = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (codes[j] != 0) {
-      ++hist[digit_of(codes[j], 0)];
-      ++visible;
-    }
   Threshold thr;
-  if (visible > K) {
-    RadixStep s = radix_step(hist, kHistBins, K);
-    thr = {s.digit << digit_shift(0), s.k_rem};
-    for (int pass = 1; pass < 3; ++pass) {
-      uint32_t merged[kHistBins] = {};
-      const uint32_t mask = prefix_mask(pass);
-      for (int r = 0; r < ctas; ++r) {
-        uint32_t local[kHistBins] = {};
-        const SplitRange range = split_range(n, ctas, r);
-        for (int64_t j = range.lo; j < range.hi; ++j)
-          if (codes[j] != 0 && (codes[j] & mask) == (thr.code & mask)) ++local[digit_of(codes[j], pass)];
-        for (int b = 0; b < digit_bins(pass); ++b) merged[b] += local[b];
-      }
-      s = radix_step(merged, digit_bins(pass), thr.ties);
-      thr.code |= s.digit << digit_shift(pass);
-      thr.ties = s.k_rem;
+  for (int pass = 0; pass < 3; ++pass) {
+    uint32_t merged[kHistBins] = {};
+    const uint32_t mask = prefix_mask(pass);
+    for (int r = 0; r < ctas; ++r) {
+      uint32_t local[kHistBins] = {};
+      const SplitRange range = split_range(n, ctas, r);
+      for (int64_t j = range.lo; j < range.hi; ++j)
+        if (codes[j] != 0 && (codes[j] & mask) == (thr.code & mask)) ++local[digit_of(codes[j], pass)];
+      for (int b = 0; b < digit_bins(pass); ++b) merged[b] += local[b];
     }
+    uint32_t total = 0;
+    for (int b = 0; b < digit_bins(pass); ++b) total += merged[b];
+    if (pass == 0 && total <= K) break;  // at most K visible: thr.code 0 keeps every visible key
+    const RadixStep s = radix_step(merged, digit_bins(pass), pass == 0 ? K : thr.ties);
+    thr.code |= s.digit << digit_shift(pass);
+    thr.ties = s.k_rem;
   }
   uint32_t base_above = 0, base_ties = 0;  // over the lower ranks
   for (int r = 0; r < ctas; ++r) {

@@ -119,7 +119,7 @@ size_t score_hist_smem_bytes(int mt, int D, bool fp8, int stages) {
 
 // Grid (blocks per token, group tokens), kTileKeys threads. Block (s, tl) scores tiles [s * tiles_per_split, +tiles_per_split)
 // of token t0 + tl (those below its context), writes codes[tl, j] for every j < n_ctx of those tiles (0 = not
-// visible) and adds the visible codes' first digit into hist[tl, :].
+// visible) and adds the visible codes' first digit into hist[tl, :] (hist null: no histogram, kDsaSplitOwnHist).
 template <int MT, typename KeyLoad, int S>
 __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
     const bf16* __restrict__ q, const bf16* __restrict__ weights, const void* __restrict__ key_cache,
@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
     *reinterpret_cast<uint4*>(q_s + h * pitch + c * 8) = v;
   }
   for (int h = tid; h < MT * 16; h += blockDim.x) w_s[h] = h < NH ? to_f32(weights[t * NH + h]) * p.weight_scale : 0.f;
-  for (int b = tid; b < dsa::kHistBins; b += blockDim.x) h_s[b] = 0;
+  const bool with_hist = hist != nullptr;  // null: the split select counts the first digit itself
+  for (int b = tid; with_hist && b < dsa::kHistBins; b += blockDim.x) h_s[b] = 0;
   uint32_t* row = codes + tl * stride;
   const bf16* qa = q_s + ((lane & 7) + 8 * ((lane >> 3) & 1)) * pitch + 8 * (lane >> 4);
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
@@ -219,12 +220,13 @@ __global__ void __launch_bounds__(kTileKeys) dsa_score_hist_kernel(
         if (g == 0 && j < n_ctx) {
           const uint32_t code = vis(j) ? dsa::order_code(score) : 0u;
           row[j] = code;
-          if (code != 0) atomicAdd(&h_s[dsa::digit_of(code, 0)], 1u);
+          if (with_hist && code != 0) atomicAdd(&h_s[dsa::digit_of(code, 0)], 1u);
         }
       }
     }
     __syncthreads();  // the tile's buffer is restaged by the next iteration
   }
+  if (!with_hist) return;
   uint32_t* hrow = hist + tl * dsa::kHistBins;
   for (int b = tid; b < dsa::kHistBins; b += blockDim.x)
     if (h_s[b] != 0) atomicAdd(&hrow[b], h_s[b]);
@@ -494,8 +496,10 @@ void dsa_indexer_topk_fused(const void* q, const void* weights, const void* key_
   for (int64_t t0 = 0; t0 < T; t0 += group) {
     const int64_t tg = std::min(group, T - t0);
     auto* codes = static_cast<uint32_t*>(workspace);
-    uint32_t* hist = codes + tg * stride;
-    MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
+    // The split select with its own first-digit count needs no histogram (no memset, no flush in the score blocks).
+    const bool own_hist = split_select && kDsaSplitOwnHist;
+    uint32_t* hist = own_hist ? nullptr : codes + tg * stride;
+    if (!own_hist) MX_CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(tg) * dsa::kHistBins * 4, stream));
     const int stages = dsa_indexer_fused_stages(p, tg, stride, sm_count(), g_forced_stages.load());
     const size_t smem = dsa_indexer_fused_smem_bytes(p, stages);
     if (p.fp8_keys) launch_score_hist_stages<Fp8KeyLoad>(stages, tg, smem, stream, qb, wb, key_cache, token_seq,

@@ -46,12 +46,16 @@ constexpr int kDsaSplitMaxCtas = 8;  // the portable cluster size
 // The split select is launched as a programmatic dependent of the score kernel (its launch latency overlaps the
 // score kernel's tail; correctness does not depend on it: the select waits for the score grid's completion).
 constexpr bool kDsaSplitPdl = true;
+// The split select counts the first digit itself (each CTA over its range, merged through distributed shared
+// memory like the other digits) instead of reading the score kernel's histogram: no memset node, no per-block
+// histogram in the score kernel. false: the score kernel's histogram (hist not null), as kFused.
+constexpr bool kDsaSplitOwnHist = true;
 // CTAs per token for a group of group_tokens rows of at most max_ctx keys on sm_count SMs: a power of two in
 // 1..kDsaSplitMaxCtas, the largest with group_tokens x ctas <= sm_count and >= 2048 keys a CTA (pure host
 // arithmetic: 8 at batch 1 over 20k keys, 8 at 16, 2 at 64 on 132 SMs).
 int dsa_select_split_ctas(int64_t group_tokens, int64_t max_ctx, int sm_count);
 // The select of tokens [t0, t0 + tg) from codes [tg, stride] and hist [tg, 4096] (as the fused score kernel
-// writes them) into topk rows t0..; ctas as dsa_select_split_ctas (lowered to the largest cluster the device
+// writes them; null: counted by the select itself) into topk rows t0..; ctas as dsa_select_split_ctas (lowered to the largest cluster the device
 // schedules, once per device and size).
 void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_t stride, int64_t t0, int64_t tg,
                              const int32_t* kv_index, const AttentionParams& ap, int32_t* topk, int K, int ctas,

@@ -2,9 +2,10 @@
 // of a token's order codes (dsa_indexer_fused.cu writes them with the first-digit histogram) found by a
 // thread-block cluster of 1..8 CTAs per token instead of one block, so a batch-1 decode uses 8 SMs for the
 // select and each CTA reads an eighth of the row. CTA `rank` owns keys dsa::split_range(n, ctas, rank):
-//  - digit 0 (bits [31:20]): every CTA reads the token's histogram (the score kernel's) and finds the same
-//    threshold digit, so the whole cluster takes the same branches;
-//  - digits 1 (bits [19:8]) and 2 (bits [7:0]): each CTA counts the digit of its range's candidates in its own
+//  - digit 0 (bits [31:20]): counted like the digits below (kDsaSplitOwnHist: the score kernel then builds no
+//    histogram and no memset runs), else every CTA reads the token's histogram (the score kernel's); either way
+//    every CTA finds the same threshold digit, so the whole cluster takes the same branches;
+//  - digits 1 (bits [19:8]) and 2 (bits [7:0]) (and 0, above): each CTA counts the digit of its range's candidates in its own
 //    shared histogram and adds the non-zero bins into rank 0's merge histogram through distributed shared
 //    memory; after a cluster barrier every CTA runs the bin search on rank 0's histogram (the sum over the
 //    cluster = the one-block pass over the row);
@@ -38,6 +39,32 @@ namespace dsa = kernels::dsa;
 
 constexpr int kSplitThreads = 1024;  // threads of each CTA of a cluster
 constexpr int kPerThread = 8;        // consecutive keys a thread owns in a step of the ordered write
+// Dynamic shared memory: this CTA's histogram, then rank 0's merge targets of digits 0, 1 (4096 bins) and 2 (256).
+constexpr size_t kSplitSmemBytes = (3 * dsa::kHistBins + 256) * sizeof(uint32_t);
+
+// hist[digit `pass` of c] += 1 for the visible codes c of row[lo, hi) whose bits above the digit equal prefix's.
+__device__ __forceinline__ void count_digit(const uint32_t* __restrict__ row, dsa::SplitRange range, int pass,
+                                            uint32_t prefix, uint32_t* hist) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const uint32_t mask = dsa::prefix_mask(pass);
+  for (int64_t base = range.lo; base < range.hi; base += kPerThread * static_cast<int64_t>(nt)) {
+    uint32_t c[kPerThread];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      const int64_t j = base + u * nt + tid;
+      c[u] = j < range.hi ? row[j] : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u)
+      if (c[u] != 0 && (c[u] & mask) == prefix) atomicAdd(&hist[dsa::digit_of(c[u], pass)], 1u);
+  }
+}
+
+// Adds this CTA's non-zero bins into rank 0's merge target (distributed shared memory).
+__device__ __forceinline__ void push_bins(const uint32_t* hist, uint32_t* merged_0, int bins) {
+  for (int b = threadIdx.x; b < bins; b += blockDim.x)
+    if (hist[b] != 0) atomicAdd(&merged_0[b], hist[b]);
+}
 
 // Grid (ctas, group tokens), cluster (ctas, 1, 1): cluster y selects token t0 + y.
 __global__ void __launch_bounds__(kSplitThreads) dsa_select_split_kernel(
@@ -45,9 +72,11 @@ __global__ void __launch_bounds__(kSplitThreads) dsa_select_split_kernel(
     const int32_t* __restrict__ kv_index, AttentionParams ap, int32_t* __restrict__ topk, int K) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const cg::cluster_group cluster = cg::this_cluster();
-  __shared__ uint32_t hist[dsa::kHistBins];     // this CTA's counts of the current digit
-  __shared__ uint32_t merged1[dsa::kHistBins];  // rank 0's: the cluster's digit-1 counts
-  __shared__ uint32_t merged2[256];             // rank 0's: the cluster's digit-2 counts
+  extern __shared__ __align__(16) uint32_t split_smem[];
+  uint32_t* hist = split_smem;                         // this CTA's counts of the current digit
+  uint32_t* merged0 = split_smem + dsa::kHistBins;     // rank 0's: the cluster's digit-0 counts (own-hist mode)
+  uint32_t* merged1 = split_smem + 2 * dsa::kHistBins; // rank 0's: the cluster's digit-1 counts
+  uint32_t* merged2 = split_smem + 3 * dsa::kHistBins; // rank 0's: the cluster's digit-2 counts (256)
   __shared__ unsigned long long counts[kDsaSplitMaxCtas];  // rank 0's: (above << 32) | ties per rank
   __shared__ uint32_t warp_u32[32], total_u32;
   __shared__ unsigned long long warp_u64[32], total_u64, base_s, all_s;
@@ -60,43 +89,42 @@ __global__ void __launch_bounds__(kSplitThreads) dsa_select_split_kernel(
   const dsa::SplitRange range = dsa::split_range(n, ctas, rank);
   const uint32_t* row = codes + tl * stride;
   const bool skip = n <= K;  // every visible key is selected (the score kernel skipped this row)
-  for (int b = tid; b < dsa::kHistBins; b += nt) merged1[b] = 0;
-  for (int b = tid; b < 256; b += nt) merged2[b] = 0;
+  for (int b = tid; b < 2 * dsa::kHistBins + 256; b += nt) merged0[b] = 0;  // merged0, merged1, merged2
   // Launched with programmatic dependent launch (kDsaSplitPdl): the score kernel may still run until here; this
   // waits for its completion and its writes (a no-op when launched without the attribute).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   cluster.sync();  // every CTA runs and rank 0's merge targets are zero before any rank adds into them
+  uint32_t* merged0_0 = cluster.map_shared_rank(merged0, 0);
   uint32_t* merged1_0 = cluster.map_shared_rank(merged1, 0);
   uint32_t* merged2_0 = cluster.map_shared_rank(merged2, 0);
   unsigned long long* counts_0 = cluster.map_shared_rank(counts, 0);
   dsa::Threshold thr;  // code 0: keep every visible key
   if (!skip) {
-    for (int b = tid; b < dsa::kHistBins; b += nt) hist[b] = hist_g[tl * dsa::kHistBins + b];
-    __syncthreads();
-    dsa::RadixStep s = block_radix_step(hist, dsa::kHistBins, static_cast<uint32_t>(K), warp_u32, &total_u32, &step_s);
+    const uint32_t* hist0 = hist;  // the row's first-digit histogram
+    if (hist_g != nullptr) {       // the score kernel's
+      for (int b = tid; b < dsa::kHistBins; b += nt) hist[b] = hist_g[tl * dsa::kHistBins + b];
+      __syncthreads();
+    } else {  // counted here, as the other digits: this range's visible codes, summed in rank 0
+      for (int b = tid; b < dsa::kHistBins; b += nt) hist[b] = 0;
+      __syncthreads();
+      count_digit(row, range, 0, 0u, hist);
+      __syncthreads();
+      push_bins(hist, merged0_0, dsa::kHistBins);
+      cluster.sync();
+      hist0 = merged0_0;
+    }
+    dsa::RadixStep s = block_radix_step(hist0, dsa::kHistBins, static_cast<uint32_t>(K), warp_u32, &total_u32, &step_s);
     if (total_u32 > static_cast<uint32_t>(K)) {  // uniform over the cluster: every rank read the same histogram
       thr.code = s.digit << dsa::digit_shift(0);
       thr.ties = s.k_rem;
       for (int pass = 1; pass < 3; ++pass) {
         const int bins = dsa::digit_bins(pass);
-        const uint32_t mask = dsa::prefix_mask(pass), prefix = thr.code & mask;
         for (int b = tid; b < bins; b += nt) hist[b] = 0;
         __syncthreads();
-        for (int64_t base = range.lo; base < range.hi; base += kPerThread * static_cast<int64_t>(nt)) {
-          uint32_t c[kPerThread];
-#pragma unroll
-          for (int u = 0; u < kPerThread; ++u) {
-            const int64_t j = base + u * nt + tid;
-            c[u] = j < range.hi ? row[j] : 0u;
-          }
-#pragma unroll
-          for (int u = 0; u < kPerThread; ++u)
-            if (c[u] != 0 && (c[u] & mask) == prefix) atomicAdd(&hist[dsa::digit_of(c[u], pass)], 1u);
-        }
+        count_digit(row, range, pass, thr.code & dsa::prefix_mask(pass), hist);
         __syncthreads();
         uint32_t* merged_0 = pass == 1 ? merged1_0 : merged2_0;
-        for (int b = tid; b < bins; b += nt)
-          if (hist[b] != 0) atomicAdd(&merged_0[b], hist[b]);  // distributed shared memory of rank 0
+        push_bins(hist, merged_0, bins);
         cluster.sync();
         s = block_radix_step(merged_0, bins, thr.ties, warp_u32, &total_u32, &step_s);
         thr.code |= s.digit << dsa::digit_shift(pass);
@@ -166,14 +194,21 @@ __global__ void __launch_bounds__(kSplitThreads) dsa_select_split_kernel(
 // queried once per (device, size).
 int schedulable_ctas(int ctas) {
   static std::atomic<int> ok[64][kDsaSplitMaxCtas + 1];  // 0 unknown, 1 yes, 2 no
+  static std::atomic<bool> smem_set[64];
   int dev = 0;
   MX_CUDA_CHECK(cudaGetDevice(&dev));
+  if (!smem_set[dev & 63].load()) {  // > 48 KiB of dynamic shared memory: opt in once per device
+    MX_CUDA_CHECK(cudaFuncSetAttribute(dsa_select_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSplitSmemBytes)));
+    smem_set[dev & 63].store(true);
+  }
   for (; ctas > 1; ctas /= 2) {
     std::atomic<int>& known = ok[dev & 63][ctas];
     if (known.load() == 0) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1);
       cfg.blockDim = dim3(kSplitThreads, 1, 1);
+      cfg.dynamicSmemBytes = kSplitSmemBytes;
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeClusterDimension;
       attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
@@ -206,7 +241,7 @@ void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(tg), 1);
   cfg.blockDim = dim3(kSplitThreads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = kSplitSmemBytes;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
