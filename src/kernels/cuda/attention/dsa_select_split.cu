@@ -251,7 +251,9 @@ void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = kDsaSplitPdl ? 2 : 1;
+  // PDL on explicit streams only (the legacy default stream's implicit synchronization is left plain).
+  const bool pdl = kDsaSplitPdl && stream != nullptr && stream != cudaStreamLegacy;
+  cfg.numAttrs = pdl ? 2 : 1;
   MX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, dsa_select_split_kernel, codes, hist, stride, t0, kv_index, ap, topk, K));
   MX_CUDA_CHECK_LAUNCH();
 }
