@@ -7,7 +7,8 @@
 // (kFusedSplit with the score kernel's ring of key loads forced to 3 / 4 stages, 1 block an SM: more keys in
 // flight for large batches; kFusedDeepStages picks it by default once measured), kMma (scores to a workspace,
 // one radix-select block a token): eager and CUDA-graph us (median of 5 regions), GB/s on the key bytes
-// (B x ctx x bytes a key) at the faster of the two and that as a fraction of the device-to-device copy bandwidth measured in the same run
+// (B x ctx x bytes a key) at the faster of the two and that as a fraction of the device-to-device copy
+// bandwidth measured in the same run
 // (the metric of issue 36), and the rows whose top-k differs from kMma's on the same key bytes (0 expected:
 // the same score arithmetic and tie rule; PASS only at 0).
 // At 2k keys (<= top_k) the fused paths skip the scores by design (every key selected).
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
           const bool pass = differ == 0;
           failures += pass ? 0 : 1;
           char what[64], name[32];
-          std::snprintf(what, sizeof what, "B%d ctx%lld%s", B, static_cast<long long>(ctx), ctx <= kTopK ? " skip" : "");
+          std::snprintf(what, sizeof what, "B%d ctx%lld%s", B, static_cast<long long>(ctx),
+                        ctx <= kTopK ? " skip" : "");
           std::snprintf(name, sizeof name, "%s%s", path.name, fp8 ? " fp8" : "");
           std::printf("%-16s %-15s %9.1f %9.1f %9.0f %7.3f %8lld  %s\n", what, name, eager_ms * 1e3, graph_ms * 1e3,
                       gbs, frac, static_cast<long long>(differ), pass ? "PASS" : "FAIL");

@@ -55,8 +55,8 @@ constexpr bool kDsaSplitOwnHist = true;
 // arithmetic: 8 at batch 1 over 20k keys, 8 at 16, 2 at 64 on 132 SMs).
 int dsa_select_split_ctas(int64_t group_tokens, int64_t max_ctx, int sm_count);
 // The select of tokens [t0, t0 + tg) from codes [tg, stride] and hist [tg, 4096] (as the fused score kernel
-// writes them; null: counted by the select itself) into topk rows t0..; ctas as dsa_select_split_ctas (lowered to the largest cluster the device
-// schedules, once per device and size).
+// writes them; null: counted by the select itself) into topk rows t0..; ctas as dsa_select_split_ctas (lowered
+// to the largest cluster the device schedules, once per device and size).
 void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_t stride, int64_t t0, int64_t tg,
                              const int32_t* kv_index, const AttentionParams& ap, int32_t* topk, int K, int ctas,
                              cudaStream_t stream);

@@ -5,10 +5,10 @@
 //  - digit 0 (bits [31:20]): counted like the digits below (kDsaSplitOwnHist: the score kernel then builds no
 //    histogram and no memset runs), else every CTA reads the token's histogram (the score kernel's); either way
 //    every CTA finds the same threshold digit, so the whole cluster takes the same branches;
-//  - digits 1 (bits [19:8]) and 2 (bits [7:0]) (and 0, above): each CTA counts the digit of its range's candidates in its own
-//    shared histogram and adds the non-zero bins into rank 0's merge histogram through distributed shared
-//    memory; after a cluster barrier every CTA runs the bin search on rank 0's histogram (the sum over the
-//    cluster = the one-block pass over the row);
+//  - digits 1 (bits [19:8]) and 2 (bits [7:0]) (and 0, above): each CTA counts the digit of its range's
+//    candidates in its own shared histogram and adds the non-zero bins into rank 0's merge histogram through
+//    distributed shared memory; after a cluster barrier every CTA runs the bin search on rank 0's histogram
+//    (the sum over the cluster = the one-block pass over the row);
 //  - the ordered write: each CTA counts its keys above / tied with the threshold, publishes the pair in rank 0's
 //    shared memory, and writes its kept keys from (above in lower ranks) + min(ties in lower ranks, thr.ties).
 // Tie rule (the CPU oracle's, kernels/dsa_topk_radix.h): every code above the threshold is kept and, of the
