@@ -6,7 +6,7 @@
 //  1. memset of the group's histograms;
 //  2. score + histogram (dsa_score_hist_kernel): grid (blocks per token, tokens); a block walks a range of 128-key
 //     tiles of one token (keys gathered through the block table by one templated stage function, cp.async
-//     double buffered), scores them on tensor cores (mma.sync bf16, fp32 accumulate, the ReLU-weighted
+//     into a ring of 2 stages, or 2..4 by dsa_indexer_fused_stages), scores them on tensor cores (mma.sync bf16, fp32 accumulate, the ReLU-weighted
 //     head sum in registers: the same arithmetic as the kMma kernel, so the same codes), writes the u32
 //     order codes (4 bytes per 2 * head_dim key bytes) and adds their top 12 bits into a shared
 //     histogram, flushed once per block into the token's histogram. Tiles per block are chosen so the
@@ -18,7 +18,8 @@
 // Rows whose context is <= top_k (decided per row on the device) skip the scores: the select writes
 // their visible keys ascending (0..ctx-1 when no tree mask) and -1 padding.
 // kFusedSplit replaces launch 3 by the cluster-split select (dsa_select_split.cu: 1..8 CTAs per token, the
-// same codes, threshold and tie rule). FP8 keys (p.fp8_keys, packed rows of kernels/mla_fp8.h): Fp8KeyLoad
+// same codes, threshold and tie rule); with kDsaSplitOwnHist it also counts the first digit, so launch 1 and the
+// score blocks' histogram are skipped (hist null). FP8 keys (p.fp8_keys, packed rows of kernels/mla_fp8.h): Fp8KeyLoad
 // dequantizes each gathered row into the same bf16 tile the kMma path builds (mla_fp8_key_chunk), so both
 // paths score the same bf16 values with the same MMAs and select the same set.
 #include <algorithm>
@@ -77,8 +78,8 @@ struct Bf16KeyLoad {
 };
 
 // Packed FP8 rows (kernels/mla_fp8.h: head_dim e4m3 codes + one f32 scale per 128; 132 bytes at head_dim 128,
-// 4-byte aligned only): the raw rows are copied by 4-byte cp.async into a raw stage (double buffered like the
-// bf16 tiles), then finish_tile dequantizes them into the bf16 tile (mla_fp8_key_chunk, the kMma path's
+// 4-byte aligned only): the raw rows are copied by 4-byte cp.async into a raw stage (a ring of S, as the bf16
+// tiles of bf16 keys), then finish_tile dequantizes them into the one bf16 tile (mla_fp8_key_chunk, the kMma path's
 // dequantization: the same bf16 values, so the same scores).
 struct Fp8KeyLoad {
   static constexpr bool kRaw = true;
