@@ -237,6 +237,18 @@ void dsa_select_split_launch(const uint32_t* codes, const uint32_t* hist, int64_
                              cudaStream_t stream) {
   MX_CHECK_MSG(ctas >= 1 && ctas <= kDsaSplitMaxCtas && (ctas & (ctas - 1)) == 0,
                "dsa_select_split_launch: ctas " << ctas << " (a power of two in 1.." << kDsaSplitMaxCtas << ")");
+  static std::atomic<int> major_of[64];  // compute capability major per device, 0 unknown
+  int dev = 0;
+  MX_CUDA_CHECK(cudaGetDevice(&dev));
+  if (major_of[dev & 63].load() == 0) {
+    int major = 0;
+    MX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    major_of[dev & 63].store(major);
+  }
+  MX_CHECK_MSG(major_of[dev & 63].load() >= 9, "dsa_indexer_topk (IndexerScoreKernel::kFusedSplit): the cluster-split "
+                                               "select needs an sm_90 device (thread-block clusters); device "
+                                                   << dev << " is sm_" << major_of[dev & 63].load()
+                                                   << "x: use kFused or kAuto");
   ctas = schedulable_ctas(ctas);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(tg), 1);
