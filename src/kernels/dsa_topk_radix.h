@@ -70,6 +70,29 @@ MX_DSA_HD bool keeps(uint32_t code, const Threshold& thr, uint32_t ties_before) 
   return code == thr.code && ties_before < thr.ties;
 }
 
+// The cluster-split select (kernels/cuda/attention/dsa_select_split.cu): CTA `rank` of `ctas` owns keys
+// [lo, hi) of a row of n keys. Each CTA counts its range's digits of a pass, the counts are summed over the
+// cluster (the same histogram as one pass over the row), and the ordered write of a CTA starts after the kept
+// keys of the lower ranks: (keys above the threshold in lower ranks) + min(ties in lower ranks, thr.ties).
+struct SplitRange {
+  int64_t lo, hi;
+};
+MX_DSA_HD SplitRange split_range(int64_t n, int ctas, int rank) {
+  const int64_t chunk = (n + ctas - 1) / ctas;
+  const int64_t lo = chunk * rank < n ? chunk * rank : n;
+  return {lo, lo + chunk < n ? lo + chunk : n};
+}
+
+// CTAs per token of the split select (a power of two in 1..max_ctas): the largest with group_tokens x ctas <=
+// sm_count (one wave of clusters) and >= 2048 keys a CTA (max_ctx keys a row). 8 at batch 1 / 16 over 20k keys
+// on 132 SMs, 2 at 64, 1 at 2k keys.
+MX_DSA_HD int split_ctas(int64_t group_tokens, int64_t max_ctx, int sm_count, int max_ctas) {
+  const int64_t T = group_tokens > 1 ? group_tokens : 1, sms = sm_count > 1 ? sm_count : 1;
+  int ctas = max_ctas;
+  while (ctas > 1 && (T * ctas > sms || max_ctx < int64_t{2048} * ctas)) ctas /= 2;
+  return ctas;
+}
+
 // ---- host emulation (the kernel's passes, serially; the CPU test's oracle check) ----------------------
 #if !defined(__CUDA_ARCH__)
 inline Threshold radix_threshold_host(const uint32_t* codes, int64_t n, uint32_t K) {
@@ -105,6 +128,50 @@ inline void select_host(const uint32_t* codes, int64_t n, uint32_t K, int32_t* o
     }
     if (codes[j] > thr.code) ++above_before;
     else if (thr.code != 0 && codes[j] == thr.code) ++ties_before;
+  }
+}
+
+// The cluster-split select of `ctas` CTAs, emulated: each pass's histogram as per-range histograms summed over
+// the ranges (digit 0 too: the kernel's kDsaSplitOwnHist mode; the score kernel's whole-row histogram is the same
+// sum), each range's counts of keys above / tied with the threshold, and each range's ordered write from the
+// lower ranges' counts.
+inline void select_split_host(const uint32_t* codes, int64_t n, uint32_t K, int ctas, int32_t* out) {
+  for (uint32_t i = 0; i < K; ++i) out[i] = -1;
+  Threshold thr;
+  for (int pass = 0; pass < 3; ++pass) {
+    uint32_t merged[kHistBins] = {};
+    const uint32_t mask = prefix_mask(pass);
+    for (int r = 0; r < ctas; ++r) {
+      uint32_t local[kHistBins] = {};
+      const SplitRange range = split_range(n, ctas, r);
+      for (int64_t j = range.lo; j < range.hi; ++j)
+        if (codes[j] != 0 && (codes[j] & mask) == (thr.code & mask)) ++local[digit_of(codes[j], pass)];
+      for (int b = 0; b < digit_bins(pass); ++b) merged[b] += local[b];
+    }
+    uint32_t total = 0;
+    for (int b = 0; b < digit_bins(pass); ++b) total += merged[b];
+    if (pass == 0 && total <= K) break;  // at most K visible: thr.code 0 keeps every visible key
+    const RadixStep s = radix_step(merged, digit_bins(pass), pass == 0 ? K : thr.ties);
+    thr.code |= s.digit << digit_shift(pass);
+    thr.ties = s.k_rem;
+  }
+  uint32_t base_above = 0, base_ties = 0;  // over the lower ranks
+  for (int r = 0; r < ctas; ++r) {
+    const SplitRange range = split_range(n, ctas, r);
+    uint32_t above = 0, ties = 0;
+    for (int64_t j = range.lo; j < range.hi; ++j) {
+      const uint32_t c = codes[j];
+      const bool is_above = c > thr.code, is_tie = thr.code != 0 && c == thr.code;
+      if (is_above || (is_tie && base_ties + ties < thr.ties)) {
+        const uint32_t tb = base_ties + ties;
+        const uint32_t pos = base_above + above + (tb < thr.ties ? tb : thr.ties);
+        if (pos < K) out[pos] = static_cast<int32_t>(j);
+      }
+      above += is_above ? 1 : 0;
+      ties += is_tie ? 1 : 0;
+    }
+    base_above += above;
+    base_ties += ties;
   }
 }
 #endif

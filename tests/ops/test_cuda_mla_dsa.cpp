@@ -25,11 +25,13 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "model/forward_batch.h"
@@ -379,8 +381,10 @@ TEST_F(CudaMlaDsa, IndexerTopk) {
 // a period of 7 keys (ties straddle the threshold) and half the keys scoring exactly 0 (every ReLU off).
 // Each row must be a valid top-k (as IndexerTopk); tie cases must equal the CPU's rows exactly (ties to the
 // lower KV index). The tensor-core kMma path (same score arithmetic, old select) is run alongside and rows
-// that differ from it are printed. A last case captures the fused launch in a CUDA graph and replays it
-// after changing kv_index on the device (no host sync, no allocation in the launch).
+// that differ from it are printed. The cluster-split select (kFusedSplit) runs on every case and must give rows
+// identical to kFused's and kMma's (the same codes); kFused with the score kernel's 3- and 4-stage key rings
+// (forced) must give its 2-stage rows. A last case captures each fused launch (one-block and split
+// select) in a CUDA graph and replays it after changing kv_index on the device (no host sync, no allocation).
 
 enum class KeyPattern { kRandom, kEqual, kPeriod7, kHalfZero };
 
@@ -481,6 +485,14 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
       {4, 16, 6, {{1, 1}, {5, 37}, {16, 16}, {1, 17}, {3, 33}}, {}, KeyPattern::kRandom, "fixture a shape (4 heads)"},
       {4, 16, 6, {{20, 20}}, {}, KeyPattern::kEqual, "fixture a shape, all keys equal"},
       {20, 64, 100, {{1, 3000}, {2, 30}}, {{40, 9}}, KeyPattern::kRandom, "20 heads x 64, tree rows"},
+      // The cluster-split select (kFusedSplit: 8 CTAs a token at batch 1, 2 at 64): contexts <= top_k skipped,
+      // 20k / 64k keys, exact ties straddling the threshold and the CTAs' key ranges, batch 64.
+      {32, 128, 2048, {{1, 2000}}, {}, KeyPattern::kRandom, "split: B1 ctx 2000 (skipped)"},
+      {32, 128, 2048, {{1, 20480}}, {}, KeyPattern::kRandom, "split: B1 ctx 20480"},
+      {32, 128, 2048, {{1, 65536}}, {}, KeyPattern::kRandom, "split: B1 ctx 65536"},
+      {32, 128, 2048, {{1, 20480}}, {}, KeyPattern::kPeriod7, "split: B1 20k, period-7 ties"},
+      {32, 128, 2048, {{1, 65536}}, {}, KeyPattern::kEqual, "split: B1 64k, all keys equal"},
+      {32, 128, 2048, decode(64, 20000, 8), {}, KeyPattern::kRandom, "split: B64 ctx 20000..20504"},
   };
   const int64_t bs = 64;
   for (const FusedCase& c : cases) {
@@ -527,11 +539,42 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
                            gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
                            gmeta.params, max_ctx, ws.raw(), ws_bytes, nullptr, k);
     };
+    Tensor out_split = gpu_->upload(sentinel);
     run(kc::IndexerScoreKernel::kFused, out_fused);
+    run(kc::IndexerScoreKernel::kFusedSplit, out_split);
     const bool have_mma = kc::dsa_indexer_mma_supported(p);
     if (have_mma) run(kc::IndexerScoreKernel::kMma, out_mma);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    Tensor got = host(out_fused), got_mma = host(out_mma);
+    Tensor got = host(out_fused), got_mma = host(out_mma), got_split = host(out_split);
+    // The split select reads the same codes as kFused's one-block select (and kMma's, the same score arithmetic):
+    // every row must be identical, near-ties included.
+    int split_differ = 0, split_differ_mma = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      split_differ += std::memcmp(got_split.data<int32_t>() + t * K, got.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
+      if (have_mma)
+        split_differ_mma +=
+            std::memcmp(got_split.data<int32_t>() + t * K, got_mma.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
+    }
+    // The score kernel's deeper rings of key loads (3 and 4 stages, forced): the same codes, so kFused's rows.
+    int ring_differ = 0;
+    for (const int stages : {3, 4}) {
+      Tensor out_ring = gpu_->upload(sentinel);
+      kc::dsa_indexer_fused_force_stages(stages);
+      run(kc::IndexerScoreKernel::kFused, out_ring);
+      kc::dsa_indexer_fused_force_stages(0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      Tensor got_ring = host(out_ring);
+      for (int64_t t = 0; t < T; ++t)
+        ring_differ += std::memcmp(got_ring.data<int32_t>() + t * K, got.data<int32_t>() + t * K, 4 * K) != 0 ? 1 : 0;
+    }
+    std::printf("[ ring     ] %-50s %lld rows x 2 rings, %d differ from the 2-stage kFused: %s\n", c.what,
+                static_cast<long long>(T), ring_differ, ring_differ == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(ring_differ, 0) << "a deeper ring of key loads must not change the codes";
+    std::printf("[ split    ] %-50s %lld rows, %d differ from kFused, %d from kMma%s: %s\n", c.what,
+                static_cast<long long>(T), split_differ, split_differ_mma, have_mma ? "" : " (n/a)",
+                split_differ == 0 && split_differ_mma == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(split_differ, 0) << "kFusedSplit must select kFused's set (same codes, same tie rule)";
+    EXPECT_EQ(split_differ_mma, 0) << "kFusedSplit must select kMma's set (same score arithmetic, same tie rule)";
     const TopkCheck r = check_topk_rows(batch, bs, q, w, keys, p, got.data<int32_t>(), ref.data<int32_t>());
     int differ_mma = 0;
     for (int64_t t = 0; have_mma && t < T; ++t)
@@ -550,9 +593,12 @@ TEST_F(CudaMlaDsa, IndexerTopkFused) {
   }
 }
 
-TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
+class CudaMlaDsaGraph : public CudaMlaDsa, public ::testing::WithParamInterface<kernels::cuda::IndexerScoreKernel> {};
+
+TEST_P(CudaMlaDsaGraph, IndexerTopkFusedInCudaGraph) {
   namespace kc = kernels::cuda;
   if (kc::sync_after_launch()) GTEST_SKIP() << "MXSERVE_CUDA_SYNC=1 synchronizes after every launch: no capture";
+  const kc::IndexerScoreKernel path = GetParam();
   const int64_t bs = 64, NH = 32, D = 128, K = 2048;
   // Batch 4 decode rows over sequences of 9000 / 3000 / 2500 / 100 cached keys; the graph is captured at
   // contexts 9000 / 2048 / 2500 / 100, then replayed at 2048 / 3000 / 2100 / 100 (kv_index changed on the
@@ -580,7 +626,7 @@ TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
   auto launch = [&] {
     kc::dsa_indexer_topk(gq.raw(), gw.raw(), gkeys.raw(), gmeta.token_seq.data<int32_t>(),
                          gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
-                         gmeta.params, max_ctx, ws.raw(), ws_bytes, stream, kc::IndexerScoreKernel::kFused);
+                         gmeta.params, max_ctx, ws.raw(), ws_bytes, stream, path);
   };
   const std::vector<int32_t> capture_kv = {8999, 2047, 2499, 99};
   ASSERT_EQ(cudaMemcpy(gmeta.kv_index.data<int32_t>(), capture_kv.data(), 4 * T, cudaMemcpyHostToDevice), cudaSuccess);
@@ -613,14 +659,24 @@ TEST_F(CudaMlaDsa, IndexerTopkFusedInCudaGraph) {
   cops_->indexer_topk(cpu(q), cpu(w), cpu(keys), cmeta, p, ref);
   const TopkCheck r = check_topk_rows(ref_batch, bs, q, w, keys, p, got.data<int32_t>(), ref.data<int32_t>());
   std::printf("[ fused    ] %-50s %lld rows, %d differ from the CPU's, %d malformed, %d not a top-k: %s\n",
-              "graph replay after kv_index changed", static_cast<long long>(T), r.rows_differ, r.bad_format,
-              r.not_topk, r.bad_format == 0 && r.not_topk == 0 ? "PASS" : "FAIL");
+              path == kc::IndexerScoreKernel::kFusedSplit ? "graph replay after kv_index changed (split select)"
+                                                          : "graph replay after kv_index changed",
+              static_cast<long long>(T), r.rows_differ, r.bad_format, r.not_topk,
+              r.bad_format == 0 && r.not_topk == 0 ? "PASS" : "FAIL");
   EXPECT_EQ(r.bad_format, 0);
   EXPECT_EQ(r.not_topk, 0);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+INSTANTIATE_TEST_SUITE_P(FusedSelects, CudaMlaDsaGraph,
+                         ::testing::Values(kernels::cuda::IndexerScoreKernel::kFused,
+                                           kernels::cuda::IndexerScoreKernel::kFusedSplit),
+                         [](const ::testing::TestParamInfo<kernels::cuda::IndexerScoreKernel>& i) {
+                           return i.param == kernels::cuda::IndexerScoreKernel::kFusedSplit ? std::string("split")
+                                                                                            : std::string("one_block");
+                         });
 
 // ---- absorbed MLA attention --------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@
 //                kTolMlaWgmmaFp8 of the CPU reference; replayed from a CUDA graph byte-equal to eager.
 //   kv_copy      packed rows (656 / 132 bytes) moved exactly as the CPU moves them (tree compaction).
 //   indexer      top-k over FP8 keys == a valid top-k of the CPU's scores over the dequantized keys, on the
-//                GLM shape (32 heads x 128: tensor-core score kernel) and a fixture shape (SIMT).
+//                GLM shape (32 heads x 128: tensor-core score kernel) and a fixture shape (SIMT); the fused
+//                paths (kFused, kFusedSplit) on the same FP8 bytes give rows identical to kMma's (the same
+//                dequantized bf16 tile, the same MMAs, the same tie rule), ties and a CUDA graph replay included.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include "backend/mla_dsa_ops.h"
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/attention/dsa_indexer_fused.h"
 #include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/mla_fp8.h"
@@ -472,6 +475,116 @@ TEST_F(CudaMlaFp8, IndexerReadsFp8Keys) {
     std::printf("[ indexer  ] %-40s entries below the k-th score (beyond slack): %lld\n", c.what,
                 static_cast<long long>(mismatched));
     EXPECT_EQ(mismatched, 0);
+  }
+}
+
+// The fused indexer paths read the packed FP8 keys (dsa_indexer_fused.cu Fp8KeyLoad) into the same bf16 tile as
+// the kMma path (mla_fp8_key_chunk), so on the same bytes every row must equal kMma's exactly: random keys at
+// 20k keys (batch 1 and 16), rows <= top_k (skipped), all keys equal (every score tied: the lowest KV indices
+// win), and the split select replayed from a CUDA graph.
+TEST_F(CudaMlaFp8, IndexerFusedFp8EqualsMma) {
+  namespace kc = kernels::cuda;
+  struct Case {
+    int heads, dim, top_k;
+    std::vector<gpu_oracle::PagedSpan> spans;
+    bool equal_keys;
+    const char* what;
+  };
+  std::vector<gpu_oracle::PagedSpan> b16;
+  for (int i = 0; i < 16; ++i) b16.push_back({1, 20000 + 37 * i});
+  const std::vector<Case> cases = {
+      {32, 128, 2048, {{1, 20480}}, false, "B1 20k keys"},
+      {32, 128, 2048, b16, false, "B16 20k keys"},
+      {32, 128, 2048, {{1, 2000}, {1, 2048}, {1, 2049}, {3, 2100}}, false, "rows around top_k (skipped <= 2048)"},
+      {32, 128, 2048, {{1, 9000}, {1, 3000}}, true, "all keys equal: ties to the lower index"},
+      {64, 128, 512, {{1, 5000}, {1, 300}}, false, "64 heads, top-512"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const int64_t bs = 64;
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = gpu_oracle::paged_batch(c.spans, bs, 2, rng_, &n_blocks);
+    const int64_t T = batch.n_tokens(), K = c.top_k;
+    kernels::AttentionParams shape;
+    shape.n_heads = c.heads;
+    shape.n_kv_heads = 1;
+    shape.head_dim = c.dim;
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, shape).value();
+    Tensor packed = cpu_packed(n_blocks * bs, c.dim, 0);
+    if (c.equal_keys)
+      for (int64_t sl = 1; sl < packed.dim(0); ++sl)
+        std::memcpy(packed.data<uint8_t>() + sl * packed.dim(1), packed.data<uint8_t>(), packed.dim(1));
+    Tensor q = rand({T, c.heads * c.dim}), w = rand({T, c.heads});
+    kernels::IndexerParams p{c.heads, c.dim, c.top_k, 1.f / std::sqrt(float(c.dim)), 1.f / std::sqrt(float(c.heads))};
+    p.fp8_keys = true;
+    ASSERT_TRUE(kc::dsa_indexer_mma_supported(p));
+    Tensor gq = gpu_bf16(q), gw = gpu_bf16(w), gkeys = gpu_exact(packed);
+    const int64_t max_ctx = gmeta.params.max_kv_len > 0
+                                ? gmeta.params.max_kv_len
+                                : static_cast<int64_t>(gmeta.params.max_blocks_per_seq) * gmeta.params.block_size;
+    const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(T, max_ctx);
+    Tensor ws = gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
+    Tensor sentinel = Tensor::empty(DType::kI32, {T, K});
+    std::fill(sentinel.data<int32_t>(), sentinel.data<int32_t>() + T * K, -7);
+    Tensor out_mma = gpu_->upload(sentinel), out_fused = gpu_->upload(sentinel), out_split = gpu_->upload(sentinel);
+    gpu_->synchronize();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    auto run = [&](kc::IndexerScoreKernel k, Tensor& out) {
+      kc::dsa_indexer_topk(gq.raw(), gw.raw(), gkeys.raw(), gmeta.token_seq.data<int32_t>(),
+                           gmeta.kv_index.data<int32_t>(), gmeta.block_tables.data<int32_t>(), out.data<int32_t>(), p,
+                           gmeta.params, max_ctx, ws.raw(), ws_bytes, stream, k);
+    };
+    run(kc::IndexerScoreKernel::kMma, out_mma);
+    run(kc::IndexerScoreKernel::kFused, out_fused);
+    Tensor out_ring = gpu_->upload(sentinel);
+    kc::dsa_indexer_fused_force_stages(4);  // the 4-deep ring of raw FP8 stages
+    run(kc::IndexerScoreKernel::kFused, out_ring);
+    kc::dsa_indexer_fused_force_stages(0);
+    run(kc::IndexerScoreKernel::kFusedSplit, out_split);  // eager first use (one-time attributes), then a graph
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    bool graphed = false;
+    if (!kc::sync_after_launch()) {
+      ASSERT_EQ(cudaMemcpy(out_split.raw(), sentinel.raw(), sentinel.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      run(kc::IndexerScoreKernel::kFusedSplit, out_split);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      graphed = true;
+    }
+    cudaStreamDestroy(stream);
+    Tensor h_mma = host(out_mma), h_fused = host(out_fused), h_split = host(out_split), h_ring = host(out_ring);
+    int fused_differ = 0, split_differ = 0, tie_rows_wrong = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* m = h_mma.data<int32_t>() + t * K;
+      fused_differ += std::memcmp(h_fused.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
+      fused_differ += std::memcmp(h_ring.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
+      split_differ += std::memcmp(h_split.data<int32_t>() + t * K, m, 4 * K) != 0 ? 1 : 0;
+      if (c.equal_keys) {  // every score equal: KV indices 0.. min(K, ctx) - 1, then -1
+        const int64_t ctx = static_cast<int64_t>(batch.positions[t]) + 1;
+        for (int64_t i = 0; i < K; ++i)
+          if (m[i] != (i < ctx ? static_cast<int32_t>(i) : -1)) {
+            ++tie_rows_wrong;
+            break;
+          }
+      }
+    }
+    const bool pass = fused_differ == 0 && split_differ == 0 && tie_rows_wrong == 0;
+    std::printf("[ indexer  ] FP8 fused %-40s %lld rows: %d kFused (2- and 4-stage) / %d kFusedSplit%s rows differ "
+                "from kMma, %d tie "
+                "rows wrong: %s\n",
+                c.what, static_cast<long long>(T), fused_differ, split_differ, graphed ? " (graph)" : "",
+                tie_rows_wrong, pass ? "PASS" : "FAIL");
+    EXPECT_EQ(fused_differ, 0);
+    EXPECT_EQ(split_differ, 0);
+    EXPECT_EQ(tie_rows_wrong, 0);
   }
 }
 

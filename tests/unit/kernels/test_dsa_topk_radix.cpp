@@ -5,7 +5,8 @@
 // scores and near-equal scores are deliberate. Every row must equal the oracle's exactly (set, order,
 // padding): random scores, few distinct values (ties straddling the threshold), all equal, scores sharing
 // their first 12 or 24 bits, contexts below / at / above top_k, tree rows with hidden keys, and the causal
-// rows of a prefill chunk.
+// rows of a prefill chunk. The cluster-split select's emulation (dsa::select_split_host, 1 / 2 / 4 / 8 CTAs a
+// token) must give the same rows, including ties straddling the threshold across the CTAs' key ranges.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,7 +78,17 @@ int compare(const std::vector<float>& scores, const std::vector<Row>& rows, int 
       codes[j] = visible ? dsa::order_code(scores[j]) : 0u;
     }
     dsa::select_host(codes.data(), r.n_ctx, static_cast<uint32_t>(K), got.data() + t * K);
-    const bool same = std::equal(got.begin() + t * K, got.begin() + (t + 1) * K, ref.begin() + t * K);
+    bool same = std::equal(got.begin() + t * K, got.begin() + (t + 1) * K, ref.begin() + t * K);
+    // The cluster-split select (kFusedSplit) at every cluster size it launches: the same row.
+    for (const int ctas : {1, 2, 4, 8}) {
+      std::vector<int32_t> split(K, -7);
+      dsa::select_split_host(codes.data(), r.n_ctx, static_cast<uint32_t>(K), ctas, split.data());
+      if (!std::equal(split.begin(), split.end(), ref.begin() + t * K)) {
+        ADD_FAILURE() << what << ": row " << t << " (ctx " << r.n_ctx << "): the " << ctas
+                      << "-CTA split select differs from the oracle";
+        same = false;
+      }
+    }
     differ += same ? 0 : 1;
     if (!same) {
       for (int i = 0; i < K; ++i)
@@ -156,7 +167,41 @@ TEST(DsaTopkRadix, MatchesOracle) {
     differ += compare(s, chunk, 2048, "prefill chunk: causal rows, tied scores");
     differ += compare(s, chunk, 1, "top-1 of tied scores");
   }
+  {
+    // The split select's ranges: ties straddling the threshold and the range borders (every 5th key at the
+    // k-th score, the rest above / below), contexts not a multiple of the cluster size.
+    for (const int64_t n : {int64_t{2049}, int64_t{20001}, int64_t{65536}}) {
+      std::vector<float> s(n);
+      for (int64_t j = 0; j < n; ++j) s[j] = j % 5 == 0 ? 1.f : (j % 5 < 3 ? 2.f : 0.5f);
+      differ += compare(s, one_row(n), 2048, ("split: ties across the CTA ranges, " + std::to_string(n)).c_str());
+    }
+  }
   EXPECT_EQ(differ, 0);
+}
+
+TEST(DsaTopkRadix, SplitCtasPerToken) {
+  EXPECT_EQ(dsa::split_ctas(1, 20480, 132, 8), 8);   // batch 1: 8 SMs for the select
+  EXPECT_EQ(dsa::split_ctas(16, 20480, 132, 8), 8);  // 128 CTAs, one wave
+  EXPECT_EQ(dsa::split_ctas(32, 20480, 132, 8), 4);
+  EXPECT_EQ(dsa::split_ctas(64, 65536, 132, 8), 2);
+  EXPECT_EQ(dsa::split_ctas(200, 65536, 132, 8), 1);
+  EXPECT_EQ(dsa::split_ctas(1, 2048, 132, 8), 1);    // <= 2048 keys a CTA: no split
+  EXPECT_EQ(dsa::split_ctas(1, 8192, 132, 8), 4);
+  EXPECT_EQ(dsa::split_ctas(0, 20480, 0, 8), 1);     // degenerate inputs stay in range
+}
+
+TEST(DsaTopkRadix, SplitRangesCoverTheRow) {
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{2048}, int64_t{20001}})
+    for (const int ctas : {1, 2, 4, 8}) {
+      int64_t next = 0;
+      for (int r = 0; r < ctas; ++r) {
+        const dsa::SplitRange range = dsa::split_range(n, ctas, r);
+        EXPECT_EQ(range.lo, next) << n << " keys, rank " << r << " of " << ctas;
+        EXPECT_LE(range.lo, range.hi);
+        next = range.hi;
+      }
+      EXPECT_EQ(next, n) << n << " keys over " << ctas;
+    }
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 // oracle) with a one-time warning. Both write the same codes; the exact radix select is shared. The
 // workspace is one u32 per (token, key) for at most kScoreBudget bytes of tokens at a time. No FP8 yet.
 // IndexerScoreKernel::kFused (and kAuto up to kIndexerFusedMaxRows rows) goes to dsa_indexer_fused.cu
-// instead: scores + histogram split over the SMs, one select block per token, rows <= top_k skipped.
+// instead: scores + histogram split over the SMs, one select block per token, rows <= top_k skipped
+// (kFusedSplit: the select of a token over a thread-block cluster, dsa_select_split.cu).
 #include <algorithm>
 #include <cstdint>
 
@@ -300,11 +301,12 @@ void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache,
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   const bool fused_auto = T <= kIndexerFusedMaxRows && kernel == IndexerScoreKernel::kAuto &&
-                          dsa_indexer_fused_supported(p) && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(key_cache) % 16 == 0;
-  if (kernel == IndexerScoreKernel::kFused || fused_auto) {
+                          (!p.fp8_keys || kIndexerAutoFusedFp8) && dsa_indexer_fused_supported(p) &&
+                          reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(key_cache) % 16 == 0;
+  if (kernel == IndexerScoreKernel::kFused || kernel == IndexerScoreKernel::kFusedSplit || fused_auto) {
+    const bool split = kernel == IndexerScoreKernel::kFusedSplit || (fused_auto && kIndexerAutoSplitSelect);
     dsa_indexer_topk_fused(q, weights, key_cache, token_seq, kv_index, block_tables, topk, p, ap, max_ctx, workspace,
-                           workspace_bytes, stream);
+                           workspace_bytes, stream, split);
     return;
   }
   const bool mma_ok = dsa_indexer_mma_supported(p);

@@ -59,13 +59,21 @@ size_t dsa_indexer_workspace_bytes(int64_t n_tokens, int64_t max_ctx);
 // kSimple = the SIMT kernel (the oracle); kMma = tensor cores (an unsupported shape is an error); both
 // with the one-block-per-token radix select over a scores workspace. kFused = score + first-digit
 // histogram on tensor cores split over the SMs, one select block per token, rows with context <= top_k
-// skipped on the device (dsa_indexer_fused.cu; an unsupported shape is an error). All pick the same set
-// for the same scores: ties to the lower KV index.
-enum class IndexerScoreKernel { kAuto, kSimple, kMma, kFused };
+// skipped on the device (dsa_indexer_fused.cu; an unsupported shape is an error). kFusedSplit = kFused with
+// the select of each token split over a thread-block cluster of 1..8 CTAs (dsa_select_split.cu, sm_90; 8 at
+// batch 1). kFused / kFusedSplit read bf16 keys or packed FP8 rows. All pick the same set for the same scores:
+// ties to the lower KV index.
+enum class IndexerScoreKernel { kAuto, kSimple, kMma, kFused, kFusedSplit };
 // kAuto (the model's path) runs kFused up to this many rows (tokens) a launch, the mma path above: on an H100
 // (2026-12-06, bench_dsa_indexer, 32 heads x 128, top-2048) kFused took 32.6 / 100.6 / 322 us at batch 1 / 16 / 64
 // over 20k keys against the mma path's 61.9 / 111.8 / 254 us (at 64k keys 59 / 279 / 1005 vs 204 / 359 / 775).
 constexpr int64_t kIndexerFusedMaxRows = 32;
+// kAuto's fused path uses the cluster-split select (kFusedSplit) when true, the one-block select when false.
+// Off until an H100 run of bench_dsa_indexer shows the split row ahead (session 8: built, not yet measured).
+constexpr bool kIndexerAutoSplitSelect = false;
+// kAuto sends FP8 keys (p.fp8_keys) to the fused path when true (else kMma / kSimple as before). Off until
+// measured. (The backend's FP8 indexer op names kMma itself: backend/cuda_mla_dsa_ops.cpp fp8_score_kernel.)
+constexpr bool kIndexerAutoFusedFp8 = false;
 bool dsa_indexer_mma_supported(const IndexerParams& p);
 void dsa_indexer_topk(const void* q, const void* weights, const void* key_cache, const int32_t* token_seq,
                       const int32_t* kv_index, const int32_t* block_tables, int32_t* topk, const IndexerParams& p,
