@@ -14,6 +14,10 @@
 //     bound of the unfused logits, and greedy tokens equal to the unfused run's (glm4_moe_tiny_a; glm_moe_dsa_tiny_a's
 //     near-tie decisions are judged by the fixture checks), under a hang guard (a timeout fails the test naming
 //     the layout instead of hanging).
+//   - CUDA graphs at tp 2 / tp 4 (MXSERVE_TP_GRAPHS=1: every rank's decode step captured into one graph on rank
+//     0's stream, launch/lockstep_model.h), fused and unfused: greedy tokens of the fixture's prompts identical
+//     with graphs on and off and decode steps replayed (cli::verify_fixture_graphs); dp 2 + DP attention refuses
+//     graphs (the engine runs eagerly, same tokens, no replay).
 // Every launch here runs the fused path unless it says otherwise (it is the default).
 // Label gpu; skips without a CUDA device. MXSERVE_FIXTURE_ROOT overrides the fixtures directory.
 #include <gtest/gtest.h>
@@ -30,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "cli/fixture.h"
+#include "cli/fixture_graphs.h"
 #include "launch/launch.h"
 #include "model/causal_lm.h"
 #include "model/decisions.h"
@@ -318,6 +323,34 @@ TEST_F(CudaParallelLayouts, FusedAllReduceMatchesItsUnfusedRun) {
                   got == want ? "equal" : "differ (near-tie fixture; judged by the fixture checks)");
     }
   }
+}
+
+TEST_F(CudaParallelLayouts, CudaGraphsAtTpAboveOneMatchEager) {
+  setenv("MXSERVE_TP_GRAPHS", "1", 1);
+  for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
+    const std::string dir = kFixtures + f;
+    for (const Layout& l : {Layout{2, 1}, Layout{4, 1}}) {
+      for (Fused fused : {Fused::kDefault, Fused::kOff}) {
+        const std::string what = std::string(f) + " " + l.name() + (fused == Fused::kOff ? " unfused" : " fused");
+        HangGuard guard(what + " graphs on vs off", std::chrono::seconds(600));
+        auto lm = launch(dir, l, /*mtp=*/false, fused);  // no MTP layer: MTP graphs stay one-rank (eager here)
+        ASSERT_TRUE(lm.is_ok()) << what << ": " << lm.status().to_string();
+        auto g = cli::verify_fixture_graphs(dir, (*lm)->model(), (*lm)->backend(), /*block_size=*/4);
+        ASSERT_TRUE(g.is_ok()) << what << ": " << g.status().to_string();
+        EXPECT_EQ(g->failures, 0) << what << ": graphs on vs off";
+        EXPECT_GT(g->replays, 0) << what << ": no decode step replayed (were the graphs refused? see the log)";
+        std::printf("PASS-GRAPHS %s: %lld decode steps replayed, tokens identical to eager\n", what.c_str(),
+                    static_cast<long long>(g->replays));
+      }
+    }
+    // DP (host split / merge each step): graphs refused, the engine runs eagerly with the same tokens.
+    auto dp = launch(dir, Layout{1, 2, true}, false);
+    ASSERT_TRUE(dp.is_ok()) << dp.status().to_string();
+    auto g = cli::verify_fixture_graphs(dir, (*dp)->model(), (*dp)->backend(), 4);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->replays, 0) << f << " dp 2: graphs should be refused";
+  }
+  unsetenv("MXSERVE_TP_GRAPHS");
 }
 
 }  // namespace
