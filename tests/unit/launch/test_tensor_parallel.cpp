@@ -389,6 +389,19 @@ TEST(TensorParallel, AFailingRankFailsTheForwardWithoutAHang) {
   EXPECT_FALSE(group.forward(batch, kv).is_ok());
 }
 
+// CUDA graphs at tp > 1 are the CUDA ranks' (one joined capture, launch/lockstep_model.h): CPU ranks refuse the
+// device-input forward, naming why, so the engine runs eagerly.
+TEST(TensorParallel, LockstepDeviceForwardIsRefusedForCpuRanks) {
+  auto lm = launch_tp(fixture_dirs().front(), 2, false);
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  kvcache::KvCache kv((*lm)->model().kv_spec(8, 4), [&](DType dt, Shape s) { return (*lm)->backend().alloc(dt, s); });
+  Tensor ids, positions, logits;
+  backend::AttentionMeta meta;
+  const Status st = (*lm)->model().forward_device(ids, positions, meta, kv, logits);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.to_string();
+  EXPECT_NE(st.message().find("not CUDA ranks"), std::string::npos) << st.to_string();
+}
+
 // Loading glm_moe_dsa for a rank of a layout whose tp does not divide the heads (without the launch's check):
 // a load error naming the config key and the file.
 TEST(TensorParallel, GlmMoeDsaLoadRefusesTpNotDividingHeads) {
