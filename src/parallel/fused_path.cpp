@@ -37,7 +37,7 @@ Result<FusedAllReduceChoice> choose_fused_allreduce(const FusedAllReduceRequest&
   };
   if (off) {
     c.kind = FusedAllReduceKind::kOff;
-    c.why = req.config_off ? "--disable-custom-all-reduce" : "MXSERVE_FUSED_ALLREDUCE=0";
+    c.why = req.config_off ? "--disable-custom-all-reduce" : "--disable-custom-all-reduce / MXSERVE_FUSED_ALLREDUCE=0";
     return c;
   }
   if (req.tp <= 1) {  // nothing to fuse, asked or not (a one-rank reference run of a fused test keeps the flag)

@@ -70,7 +70,7 @@ TEST(FusedPath, OptOuts) {
   auto e = choose_fused_allreduce(env);
   ASSERT_TRUE(e.is_ok());
   EXPECT_EQ(e->kind, FusedAllReduceKind::kOff);
-  EXPECT_EQ(e->why, "MXSERVE_FUSED_ALLREDUCE=0");
+  EXPECT_EQ(e->why, "--disable-custom-all-reduce / MXSERVE_FUSED_ALLREDUCE=0");
 }
 
 TEST(FusedPath, AskedForIsRequiredOrAnError) {
