@@ -266,11 +266,6 @@ Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions,
     return unsupported("CUDA graphs with --data-parallel-size " + std::to_string(dp_) +
                        ": the DP split and merge are host work each step (the steps run eagerly)");
   if (ranks_[0].cuda_device < 0) return unsupported("CUDA graphs: these ranks are not CUDA ranks");
-  const char* env = std::getenv("MXSERVE_TP_GRAPHS");
-  if (env == nullptr || std::string(env) != "1")
-    return unsupported("CUDA graphs at --tensor-parallel-size " + std::to_string(tp_) +
-                       " are built for the shared-device stand-in but not yet proven on a GPU: MXSERVE_TP_GRAPHS=1 "
-                       "turns them on (docs/parallel.md, \"CUDA graphs at tp > 1\")");
   if (!join_) {
     std::vector<backend::Backend*> bes;
     for (const Rank& r : ranks_) bes.push_back(r.backend);
@@ -278,6 +273,11 @@ Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions,
     if (!made.is_ok()) return made.status();
     join_ = std::move(made).value();
   }
+  const char* env = std::getenv("MXSERVE_TP_GRAPHS");
+  if (env == nullptr || std::string(env) != "1")
+    return unsupported("CUDA graphs at --tensor-parallel-size " + std::to_string(tp_) +
+                       " on the shared-device stand-in are built but not yet proven on a GPU: MXSERVE_TP_GRAPHS=1 "
+                       "turns them on (docs/parallel.md, \"CUDA graphs at tp > 1\")");
   const bool capturing = join_->root_capturing();
   MX_RETURN_IF_ERROR(join_->fork());
   auto res = run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
