@@ -78,9 +78,10 @@ Result<std::unique_ptr<GraphJoin>> make_graph_join(const std::vector<backend::Ba
   for (size_t r = 0; r < backends.size(); ++r)
     if (backends[r] == nullptr || backends[r]->device().type != DeviceType::kCUDA ||
         !(backends[r]->device() == backends[0]->device()))
-      return unsupported("graph join: rank " + std::to_string(r) + " is not a CUDA backend on rank 0's device (" +
+      return unsupported("CUDA graphs at tp > 1 with ranks on several GPUs (rank " + std::to_string(r) + " on " +
                          (backends[r] ? backends[r]->device().to_string() : std::string("none")) +
-                         "): one capture over several ranks needs every rank on one GPU (the shared-device stand-in)");
+                         ") are not built yet (per-rank capture with the NCCL collectives inside); the joined capture "
+                         "runs every rank on one GPU (the shared-device stand-in)");
   auto j = std::make_unique<CudaGraphJoin>(backends);
   MX_RETURN_IF_ERROR(j->init());
   return std::unique_ptr<GraphJoin>(std::move(j));
