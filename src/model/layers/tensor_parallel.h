@@ -89,8 +89,8 @@ class TensorParallel {
   int64_t vocab_ = 0, d_model_ = 0;
   Tensor embed_, lm_head_;  // this rank's vocabulary rows [V / tp, H]
   Tensor embed_lookup_;     // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks
-  Tensor vocab_map_;        // tp > 1 on CUDA: i32 [V, 1], id -> this rank's row of embed_lookup_ (else V / tp)
-  Tensor iota_;             // tp > 1 on CUDA: i32 [kDeviceMaxRows] = 0, 1, 2, ...
+  Tensor vocab_map_;        // tp > 1: i32 [V, 1], id -> this rank's row of embed_lookup_ (other ranks' ids: V / tp)
+  Tensor iota_;             // tp > 1: i32 [kDeviceMaxRows] = 0, 1, 2, ...
   static std::atomic<int64_t> replica_checks_passed_;
 };
 
