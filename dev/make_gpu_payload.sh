@@ -32,7 +32,7 @@ for t in tests/ops/test_cuda_peer_allreduce tests/ops/test_cuda_nccl dev/kernels
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 32 item 2 (dev/gpu/parallel7.sh): CUDA expert ranges, the CUDA layouts on the shared-device stand-in.
-for t in tests/ops/test_cuda_moe_expert_range tests/unit/launch/test_cuda_parallel_layouts; do
+for t in tests/ops/test_cuda_moe_expert_range tests/unit/launch/test_cuda_parallel_layouts dev/kernels/bench_standin_collectives; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.

@@ -10,13 +10,14 @@
 #  3. greedy tokens of `generate` for every layout equal to the one-rank CUDA run;
 #  4. the *_tiny_b fixtures at --tp-size 2 are refused naming moe_intermediate_size (a 12-wide slice), and run with
 #     --ep-size 2 (whole experts);
-#  5. the fused all-reduce + add + RMSNorm in the forward (MXSERVE_FUSED_ALLREDUCE=1) at tp 2 / 4 and tp 2 x dp 2 +
-#     DP attention: verify-fixture and greedy tokens as above;
+#  5. the fused all-reduce + add + RMSNorm in the forward (the default at tp > 1; MXSERVE_FUSED_ALLREDUCE=1 makes it
+#     required here) at tp 2 / 4 and tp 2 x dp 2 + DP attention: verify-fixture and greedy tokens as above;
 #  6. test_cuda_parallel_layouts: the engine (4 concurrent requests over both DP groups, chunked prefill, prefix
 #     reuse, preemption), MTP chain / tree with several ranks and the fused all-reduce, greedy tokens equal to one rank.
 # Usage: parallel7.sh [all|a|b|c] -- a: checks 1-3 (the layouts), b: checks 4-6; each fits one 10-minute call.
 #  c (not in all; informational, no PASS/FAIL): the decode step of synthetic GLM-4.5-Air (4 layers, batch 8) at tp 1,
-#    tp 2 on the stand-in, and tp 2 with the fused all-reduce -- ratios on ONE GPU (issue 32's fused split).
+#    tp 2 on the stand-in unfused (--disable-custom-all-reduce) and fused (the default), all eager -- ratios on ONE
+#    GPU -- then bench_standin_collectives (each collective's cost per call): issue 32's fused split.
 set -u
 PART=${1:-all}
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -106,14 +107,14 @@ for f in glm4_moe_tiny_b glm_moe_dsa_tiny_b; do
   else echo "FAIL verify-fixture $f --tp-size 2 --ep-size 2: rc=$rc"; grep -E "failed checks|rror" "$log" | head -4; RC=1; fi
 done
 
-# The fused all-reduce + add + RMSNorm in the forward (opt-in, MXSERVE_FUSED_ALLREDUCE=1; peer kernels of the ranks'
-# streams on one device need one hardware queue each: CUDA_DEVICE_MAX_CONNECTIONS=32).
+# The fused all-reduce + add + RMSNorm in the forward (the default; on the stand-in the event-ordered collective,
+# no device spin barrier). MXSERVE_FUSED_ALLREDUCE=1: required (an error instead of the unfused fallback).
 for f in glm4_moe_tiny_a glm_moe_dsa_tiny_a; do
   for l in "--tp-size 2" "--tp-size 4" "--tp-size 2 --dp-size 2 --enable-dp-attention"; do
     log="$OUT/p7_fused_${f}_$(tag "$l").log"
-    CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1 timeout 300 "$MX" verify-fixture "$P/fixtures/$f" \
+    MXSERVE_FUSED_ALLREDUCE=1 timeout 300 "$MX" verify-fixture "$P/fixtures/$f" \
       --backend cuda $l --communicator shared-device --max-rel-l2 2e-2 > "$log" 2>&1; rc=$?
-    if [ $rc = 0 ] && grep -q "fused all-reduce + add + RMSNorm (peer kernel)" "$log" && grep -q " 0 failed checks" "$log"; then
+    if [ $rc = 0 ] && grep -q "fused event-ordered all-reduce" "$log" && grep -q " 0 failed checks" "$log"; then
       echo "PASS fused verify-fixture $f $l: $(grep -E 'failed checks' "$log" | tail -1 | sed 's/.*: //')"
     else
       echo "FAIL fused verify-fixture $f $l: rc=$rc"; grep -E "failed checks|rror|FAIL|barrier" "$log" | head -6; RC=1
@@ -121,7 +122,7 @@ for f in glm4_moe_tiny_a glm_moe_dsa_tiny_a; do
     [ -s "$OUT/p7_gen_${f}_one.out" ] || timeout 60 "$MX" generate --model "$P/fixtures/$f" --ids 1,2,3 \
       --max-tokens 12 --backend cuda > "$OUT/p7_gen_${f}_one.out" 2> "$OUT/p7_gen_${f}_one.err"
     g="$OUT/p7_fused_gen_${f}_$(tag "$l")"
-    CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1 timeout 120 "$MX" generate --model "$P/fixtures/$f" \
+    MXSERVE_FUSED_ALLREDUCE=1 timeout 120 "$MX" generate --model "$P/fixtures/$f" \
       --ids 1,2,3 --max-tokens 12 --backend cuda $l --communicator shared-device > "$g.out" 2> "$g.err"; rc=$?
     if [ $rc = 0 ] && [ -s "$g.out" ] && cmp -s "$OUT/p7_gen_${f}_one.out" "$g.out"; then
       echo "PASS fused generate $f $l: greedy tokens equal one rank"
@@ -148,8 +149,9 @@ r = rs[-1]
 print("TIME %s: decode %.3f ms/step (batch %d, %.1f tok/s)" % (sys.argv[2], 1000.0 * r["batch"] / max(r["decode_tok_s"], 1e-9), r["batch"], r["decode_tok_s"]))
 PY
   }
-  EXTRA="" step "tp 1" X=1
-  EXTRA="--tp-size 2 --communicator shared-device" step "tp 2 stand-in" X=1
-  EXTRA="--tp-size 2 --communicator shared-device" step "tp 2 stand-in fused" CUDA_DEVICE_MAX_CONNECTIONS=32 MXSERVE_FUSED_ALLREDUCE=1
+  EXTRA="--disable-cuda-graph" step "tp 1" X=1
+  EXTRA="--tp-size 2 --communicator shared-device --disable-custom-all-reduce --disable-cuda-graph" step "tp 2 stand-in unfused" X=1
+  EXTRA="--tp-size 2 --communicator shared-device --disable-cuda-graph" step "tp 2 stand-in fused" X=1
+  [ -x "$P/bin/bench_standin_collectives" ] && timeout 200 "$P/bin/bench_standin_collectives" 4096 151552 200 | tee "$OUT/p7_collectives.log"
 fi
 exit $RC

@@ -292,6 +292,13 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // cuda_backend_set_graph_body: this backend's part of a graph another backend captures.
+  void set_graph_body(bool on) {
+    if (on && !graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();
+    pool_->set_private_pool(on ? graph_pool_ : nullptr);
+    in_graph_body_ = on;
+  }
+
   Result<std::unique_ptr<DeviceGraph>> capture_graph(const std::function<void()>& body) override {
     if (!graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();
     pool_->set_private_pool(graph_pool_);
@@ -749,6 +756,12 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
   MX_RETURN_IF_ERROR(be->validate_moe_tables());
   MX_RETURN_IF_ERROR(be->set_kernel_options(options.kernels));
   return std::unique_ptr<Backend>(std::move(be));
+}
+
+void cuda_backend_set_graph_body(Backend& be, bool on) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  MX_CHECK_MSG(cuda != nullptr, "cuda_backend_set_graph_body: backend '" << be.name() << "' is not the CUDA backend");
+  cuda->set_graph_body(on);
 }
 
 CUstream_st* cuda_backend_stream(Backend& be) {

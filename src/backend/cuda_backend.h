@@ -18,4 +18,8 @@ struct CUstream_st;
 namespace mxserve::backend {
 // The CUDA backend's stream (benchmarks time it with events); CHECK-fails for another backend.
 CUstream_st* cuda_backend_stream(Backend& be);
+// A graph body run on this backend's stream under ANOTHER backend's capture_graph (several ranks of one device
+// joined into one capture: launch/lockstep_model.h): on, temporaries come from this backend's graph-private pool
+// and host copies are refused, as inside its own capture_graph body; off restores both.
+void cuda_backend_set_graph_body(Backend& be, bool on);
 }  // namespace mxserve::backend

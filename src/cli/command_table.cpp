@@ -58,6 +58,8 @@ const std::vector<F>& parallel_flags() {
       {"--dist-timeout", "S", "300", "multi-node: start-up and per-collective timeout in seconds"},
       {"--communicator", "nccl|shared-device|auto", "auto", "cuda only; shared-device: every rank on ONE GPU, "
                                                           "collectives through device memory (a test stand-in)"},
+      {"--disable-custom-all-reduce", "", "", "tp > 1: all-reduce, add and RMSNorm as three steps instead of the fused "
+                                              "kernel (the default on cuda; vLLM's flag)"},
   };
   return v;
 }

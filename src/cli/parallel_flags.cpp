@@ -46,6 +46,16 @@ Status apply_communicator_flag(const Args& args) {
   return Status::ok();
 }
 
+// --disable-custom-all-reduce: handed to launch_model() as MXSERVE_FUSED_ALLREDUCE=0 (parallel/fused_path.h).
+Status apply_custom_all_reduce_flag(const Args& args) {
+  if (!args.has("--disable-custom-all-reduce")) return Status::ok();
+  const char* env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
+  if (env != nullptr && std::string(env) == "1")
+    return invalid_argument("--disable-custom-all-reduce and MXSERVE_FUSED_ALLREDUCE=1 disagree (give one of them)");
+  setenv("MXSERVE_FUSED_ALLREDUCE", "0", 1);
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
@@ -78,6 +88,7 @@ Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args) {
   }
   MX_RETURN_IF_ERROR(pc.validate());
   MX_RETURN_IF_ERROR(apply_communicator_flag(args));
+  MX_RETURN_IF_ERROR(apply_custom_all_reduce_flag(args));
   return pc;
 }
 

@@ -23,8 +23,11 @@ inline const std::set<std::string> kParallelValueFlags = {"--tensor-parallel-siz
                                                           "--data-parallel-size", "--dp-size", "--ep-size", "--expert-parallel-size",
                                                           "--nnodes", "--node-rank", "--dist-init-addr", "--dist-timeout",
                                                           "--communicator"};
-// --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang)
-inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention"};
+// --enable-expert-parallel: ep = tp x dp (vLLM); --enable-dp-attention: attention data-parallel (sglang);
+// --disable-custom-all-reduce (vLLM): the unfused all-reduce, add and RMSNorm at tp > 1 (parallel/fused_path.h),
+// handed to launch_model() as MXSERVE_FUSED_ALLREDUCE=0 (as --communicator is).
+inline const std::set<std::string> kParallelBoolFlags = {"--enable-expert-parallel", "--enable-dp-attention",
+                                                         "--disable-custom-all-reduce"};
 
 Result<parallel::ParallelConfig> parse_parallel_flags(const Args& args);
 

@@ -15,6 +15,7 @@
 #include "model/synthetic_weights.h"
 #include "parallel/cpu_communicator.h"
 #include "parallel/gloo_communicator.h"
+#include "parallel/fused_path.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/shared_device_communicator.h"
 #include "io/checkpoint.h"
@@ -314,16 +315,21 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
     }
   }
 
-  const char* fused_env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
-  const bool fused = tp > 1 && (config.fused_allreduce || (fused_env != nullptr && std::string(fused_env) == "1"));
-  if (fused) {  // one peer group per tp group; its NCCL fallback is the group's communicator
-    if (shared_device && std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr) {
-      MX_LOG(kWarn) << "fused all-reduce on the shared-device stand-in without CUDA_DEVICE_MAX_CONNECTIONS=32: the "
-                    << "ranks' peer kernels may queue behind each other on one device (a barrier then gives up "
-                    << "after ~10 s and the forward fails); set it before starting mxserve";
-    }
+  // The all-reduce + add + RMSNorm path (parallel/fused_path.h): fused by default at tp > 1 on CUDA (the peer
+  // kernel across GPUs, the event-ordered collective on the shared-device stand-in), one group per tp group.
+  parallel::FusedAllReduceRequest freq;
+  freq.backend = config.backend;
+  freq.tp = tp;
+  freq.shared_device = shared_device;
+  freq.multinode = session != nullptr;
+  freq.config_on = config.fused_allreduce;
+  freq.config_off = config.disable_custom_all_reduce;
+  freq.env = std::getenv("MXSERVE_FUSED_ALLREDUCE");
+  MX_ASSIGN_OR_RETURN(parallel::FusedAllReduceChoice fchoice, parallel::choose_fused_allreduce(freq));
+  if (fchoice.kind != parallel::FusedAllReduceKind::kOff) {  // its fallback: the group's communicator
     lm->fused_.resize(world);
-    for (int g = 0; g < dp; ++g) {
+    Status made = Status::ok();
+    for (int g = 0; g < dp && made.is_ok(); ++g) {
       std::vector<backend::Backend*> bes;
       std::vector<int> devices;
       std::vector<parallel::Communicator*> fallback;
@@ -333,15 +339,26 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
         devices.push_back(ranks[r].device);
         fallback.push_back(dp == 1 ? lm->comms_[r].get() : lm->tp_comms_[r].get());
       }
-      // CUDA: the peer kernel; the CPU reference backend: the three steps behind the same seam.
+      // CUDA: the peer kernel or, ranks on one GPU, the event-ordered collective; CPU: the reference.
       auto group = cuda ? parallel::make_fused_add_norm_group(bes, devices, fallback)
                         : parallel::make_reference_fused_add_norm_group(bes, fallback);
-      if (!group.is_ok()) return group.status().with_context("the fused all-reduce of DP rank " + std::to_string(g));
+      if (!group.is_ok()) {
+        made = group.status().with_context("the fused all-reduce of DP rank " + std::to_string(g));
+        break;
+      }
       for (int j = 0; j < tp; ++j) lm->fused_[g * tp + j] = std::move((*group)[j]);
     }
-    MX_LOG(kInfo) << "fused all-reduce + add + RMSNorm (" << (cuda ? "peer kernel" : "reference, three steps") << "): "
-                  << dp << " group(s) of " << tp << " rank(s)";
+    if (!made.is_ok()) {
+      if (fchoice.required) return made;
+      MX_LOG(kWarn) << "the fused all-reduce could not be set up, so every layer runs all-reduce, add and RMSNorm "
+                    << "separately (slower): " << made.to_string()
+                    << " (--disable-custom-all-reduce silences this)";
+      lm->fused_.clear();
+      fchoice.kind = parallel::FusedAllReduceKind::kOff;
+      fchoice.why = "its set-up failed: " + made.message();
+    }
   }
+  if (tp > 1) MX_LOG(kInfo) << parallel::describe_fused_allreduce(fchoice, tp, dp);
 
   const model::LoadOptions lo = load_options(config.model);
   MX_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::resolve_model_config(config.model.path, lo));

@@ -60,10 +60,13 @@ struct LaunchConfig {
   // Several nodes (--nnodes > 1): this node's place; nnodes 1 here reads the CLI's (launch/multinode.h).
   parallel::DistInit dist;
   // tp > 1: the fused all-reduce + residual add + RMSNorm (parallel/fused_add_norm.h) after attention and after
-  // each MLP (chained into the next layer's input norm) instead of three steps. CUDA: the peer kernel (one-shot /
-  // two-shot, NCCL above its buffers); CPU: the reference (the same three steps behind the seam). Off by
-  // default until a GPU run proves it in the forward; MXSERVE_FUSED_ALLREDUCE=1 turns it on as well.
+  // each MLP (chained into the next layer's input norm) instead of three steps (parallel/fused_path.h decides).
+  // CUDA: on by default (the peer kernel -- one-shot / two-shot, NCCL above its buffers -- or, on the
+  // shared-device stand-in, the event-ordered collective); CPU: off unless asked (the reference: the same three
+  // steps behind the seam). fused_allreduce asks for it (an error where it cannot run; MXSERVE_FUSED_ALLREDUCE=1
+  // as well); disable_custom_all_reduce (--disable-custom-all-reduce, vLLM; MXSERVE_FUSED_ALLREDUCE=0) turns it off.
   bool fused_allreduce = false;
+  bool disable_custom_all_reduce = false;
   // Tests only: CPU ranks take the CUDA ranks' DP merge and MTP broadcast through the world communicator
   // (LockstepModel's device paths), so those paths run without a GPU.
   bool lockstep_device_paths = false;

@@ -1,5 +1,6 @@
 #include "launch/lockstep_model.h"
 
+#include <cstdlib>
 #include <optional>
 
 #include "core/check.h"
@@ -231,23 +232,84 @@ void LockstepModel::copy_kv_slots(backend::Backend& be, const Tensor& src_slots,
                                   kvcache::KvCache& kv) {
   const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
   const Tensor src_host = be.to_host(src_slots), dst_host = be.to_host(dst_slots);
+  {  // copy_kv_slots returns nothing: a CUDA event error here is fatal, as the copies' own CUDA errors are
+    const Status fenced = fence_before_eager();
+    MX_CHECK_MSG(fenced.is_ok(), "copy_kv_slots: " << fenced.to_string());
+  }
   for (int r = 0; r < world(); ++r) {
     RankDeviceScope on_rank(ranks_[r].cuda_device, ranks_[0].cuda_device);
     backend::Backend& rb = *ranks_[r].backend;
     rb.kv_copy(rb.upload(src_host), rb.upload(dst_host), caches[r]->all_tensors());
   }
+  const Status fenced = fence_after_eager();
+  MX_CHECK_MSG(fenced.is_ok(), "copy_kv_slots: " << fenced.to_string());
 }
 
+Status LockstepModel::fence_before_eager() { return graphs_ ? join_->order_ranks_after_root() : Status::ok(); }
+Status LockstepModel::fence_after_eager() { return graphs_ ? join_->order_root_after_ranks() : Status::ok(); }
+
 Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) {
+  MX_RETURN_IF_ERROR(fence_before_eager());
+  Result<model::ForwardOutput> out =
+      dp_ > 1 ? run_split(batch, kv,
+                          [&](int r, const model::ForwardBatch& part, int, kvcache::KvCache& rkv) {
+                            return ranks_[r].model->forward(part, rkv);
+                          })
+              : run_all(kv, [&](int r, kvcache::KvCache& rkv) { return ranks_[r].model->forward(batch, rkv); });
+  MX_RETURN_IF_ERROR(fence_after_eager());
+  return out;
+}
+
+Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
+                                     kvcache::KvCache& kv, Tensor& logits, Tensor* hidden) {
   if (dp_ > 1)
-    return run_split(batch, kv, [&](int r, const model::ForwardBatch& part, int, kvcache::KvCache& rkv) {
-      return ranks_[r].model->forward(part, rkv);
-    });
-  return run_all(kv, [&](int r, kvcache::KvCache& rkv) { return ranks_[r].model->forward(batch, rkv); });
+    return unsupported("CUDA graphs with --data-parallel-size " + std::to_string(dp_) +
+                       ": the DP split and merge are host work each step (the steps run eagerly)");
+  if (ranks_[0].cuda_device < 0) return unsupported("CUDA graphs: these ranks are not CUDA ranks");
+  if (!join_) {
+    std::vector<backend::Backend*> bes;
+    for (const Rank& r : ranks_) bes.push_back(r.backend);
+    auto made = parallel::make_graph_join(bes);  // refuses ranks on several GPUs (NCCL): not captured yet
+    if (!made.is_ok()) return made.status();
+    join_ = std::move(made).value();
+  }
+  const char* env = std::getenv("MXSERVE_TP_GRAPHS");
+  if (env == nullptr || std::string(env) != "1")
+    return unsupported("CUDA graphs at --tensor-parallel-size " + std::to_string(tp_) +
+                       " on the shared-device stand-in are built but not yet proven on a GPU: MXSERVE_TP_GRAPHS=1 "
+                       "turns them on (docs/parallel.md, \"CUDA graphs at tp > 1\")");
+  const bool capturing = join_->root_capturing();
+  MX_RETURN_IF_ERROR(join_->fork());
+  auto res = run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
+    MX_RETURN_IF_ERROR(join_->enter(r));
+    Status st = Status::ok();
+    if (r == 0) {
+      st = ranks_[0].model->forward_device(ids, positions, meta, rkv, logits, hidden);
+    } else {  // the gathered logits (and hidden rows) of the other ranks are rank 0's too: temporaries here
+      backend::Backend& be = *ranks_[r].backend;
+      Tensor lg = be.alloc(logits.dtype(), logits.shape());
+      Tensor hd = hidden != nullptr ? be.alloc(hidden->dtype(), hidden->shape()) : Tensor();
+      st = ranks_[r].model->forward_device(ids, positions, meta, rkv, lg, hidden != nullptr ? &hd : nullptr);
+    }
+    const Status left = join_->leave(r);
+    MX_RETURN_IF_ERROR(st);
+    MX_RETURN_IF_ERROR(left);
+    return model::ForwardOutput{};
+  });
+  MX_RETURN_IF_ERROR(join_->join());  // every rank's stream back into rank 0's, failed or not (ends the capture)
+  if (!res.is_ok()) return res.status();
+  if (capturing) graphs_ = true;
+  return Status::ok();
 }
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
+  if (graphs_) {  // fenced as forward (only CUDA ranks capture, so this is the device path)
+    MX_RETURN_IF_ERROR(fence_before_eager());
+    Result<model::ForwardOutput> out = forward_mtp_broadcast(batch, hidden_in, kv);
+    MX_RETURN_IF_ERROR(fence_after_eager());
+    return out;
+  }
   if (device_paths_) return forward_mtp_broadcast(batch, hidden_in, kv);
   // hidden_in is rank 0's (host memory on the CPU backend, identical on every rank): every rank reads it.
   if (dp_ > 1) {

@@ -17,6 +17,11 @@
 // through the world communicator (forward_mtp_broadcast). CUDA ranks: the logits returned are rank 0's
 // (all-gathered on every rank); under DP the groups' rows reach rank 0's device through the world
 // communicator (merge_on_device) instead of the host merge of the CPU reference.
+// CUDA graphs (forward_device, decode graphs): on the shared-device stand-in at dp 1, every rank's forward is
+// captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), opt-in with
+// MXSERVE_TP_GRAPHS=1 until a GPU run proves it; once captured, every eager call is fenced against the replays
+// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). DP (host split / merge) and
+// NCCL ranks (one GPU each) are refused, naming why.
 #pragma once
 
 #include <condition_variable>
@@ -31,6 +36,7 @@
 #include "launch/dp_batch.h"
 #include "model/causal_lm.h"
 #include "parallel/communicator.h"
+#include "parallel/graph_join.h"
 
 namespace mxserve::launch {
 
@@ -57,6 +63,11 @@ class LockstepModel final : public model::CausalLM {
   Result<model::ForwardOutput> forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) override;
   Result<model::ForwardOutput> forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                            kvcache::KvCache& kv) override;
+  // Every rank's forward_device on its own thread (ids, positions and meta are rank 0's device tensors, read in
+  // place: one device), rank 0's into logits / hidden, the others' into their own temporaries; joined into the
+  // capture of rank 0's stream when it is being captured.
+  Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
+                        kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override;
   // The copy in rank 0's cache `kv` and in every mirror of it.
   void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
                      kvcache::KvCache& kv) override;
@@ -87,6 +98,10 @@ class LockstepModel final : public model::CausalLM {
   // The caches of ranks 1..N-1 that mirror the caller's cache `kv` (made on first use).
   std::vector<kvcache::KvCache*> rank_caches(kvcache::KvCache& kv);
   void worker_loop(int rank);
+  // Once graphs were captured: an eager call's ranks after every replay so far (before), every later replay
+  // after the call's work on every rank (after). No-ops before any capture.
+  Status fence_before_eager();
+  Status fence_after_eager();
 
   std::vector<Rank> ranks_;
   int tp_ = 1, dp_ = 1;  // from rank 0's layout
@@ -94,6 +109,8 @@ class LockstepModel final : public model::CausalLM {
   bool device_paths_ = false;  // CUDA ranks (or a test): merges and broadcasts through the world communicator
   int dp_groups_with_rows_ = 0;  // run_split: the DP groups with rows in the current batch (decision hooks)
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
+  std::unique_ptr<parallel::GraphJoin> join_;  // forward_device: the ranks' joined capture (made on first use)
+  bool graphs_ = false;                        // a joined capture succeeded: eager calls are fenced
 
   std::mutex mutex_;
   std::condition_variable job_cv_, done_cv_;

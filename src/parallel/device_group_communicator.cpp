@@ -1,6 +1,7 @@
 #include "parallel/device_group_communicator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -122,7 +123,7 @@ class DeviceGroup {
 
 bool reducible(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
-class DeviceGroupCommunicator final : public Communicator {
+class DeviceGroupCommunicator final : public Communicator, public FusedReduceAddNorm {
  public:
   DeviceGroupCommunicator(const RankLayout& layout, std::shared_ptr<DeviceGroup> group)
       : layout_(layout), group_(std::move(group)), ops_(group_->ops(layout.rank)) {}
@@ -282,6 +283,34 @@ class DeviceGroupCommunicator final : public Communicator {
     return exchange("barrier", nullptr, nullptr, [] { return Status::ok(); });
   }
 
+  // The protocol's barriers and events order it: every rank's x is complete before any rank's kernel reads it
+  // ("input ready"), and no rank overwrites or frees its x before every rank's kernel has read it ("reads
+  // done"). residual and out are this rank's own, written only by its own kernel.
+  Status all_reduce_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                                Tensor& out) override {
+    const char* op = "all_reduce_add_rmsnorm";
+    MX_RETURN_IF_ERROR(check_input(op, x, /*reduction=*/true));
+    MX_RETURN_IF_ERROR(check_input(op, residual, true));
+    MX_RETURN_IF_ERROR(check_input(op, weight, true));
+    MX_RETURN_IF_ERROR(check_input(op, out, true));
+    if (x.ndim() != 2 || residual.shape() != x.shape() || out.shape() != x.shape() || weight.ndim() != 1 ||
+        weight.dim(0) != x.dim(1) || residual.dtype() != x.dtype() || out.dtype() != x.dtype() ||
+        weight.dtype() != x.dtype())
+      return invalid_argument(std::string(op) + ": x " + x.describe() + ", residual " + residual.describe() +
+                              ", out " + out.describe() + " must be the same [R, C] and weight " + weight.describe() +
+                              " [C], one dtype");
+    if (x.numel() > 0 && (out.raw() == residual.raw() || out.raw() == x.raw() || residual.raw() == x.raw()))
+      return invalid_argument(std::string(op) + ": out, residual and x must be three distinct tensors");
+    return exchange(op, &x, nullptr, [&] {
+      MX_RETURN_IF_ERROR(same_shapes(op));
+      if (x.numel() == 0) return Status::ok();
+      std::vector<const void*> srcs;
+      for (int r = 0; r < size(); ++r) srcs.push_back(input(r).raw());
+      return device(op, ops_.reduce_add_rmsnorm(srcs, residual.raw(), weight.raw(), out.raw(), x.dim(0), x.dim(1),
+                                                eps, x.dtype()));
+    });
+  }
+
   void abort(const Status& why) override { group_->poison(rank(), why); }
 
  private:
@@ -403,6 +432,36 @@ class HostRankOps final : public RankDeviceOps {
       for (size_t r = 1; r < srcs.size(); ++r) acc = op == ReduceOp::kSum ? acc + load(srcs[r], i) : std::max(acc, load(srcs[r], i));
       if (dtype == DType::kF32) static_cast<float*>(dst)[i] = acc;
       else static_cast<uint16_t*>(dst)[i] = f32_to_bf16(acc);
+    }
+    return Status::ok();
+  }
+  Status reduce_add_rmsnorm(const std::vector<const void*>& srcs, void* residual, const void* weight, void* out,
+                            int64_t rows, int64_t cols, float eps, DType dtype) override {
+    if (dtype != DType::kF32 && dtype != DType::kBF16)
+      return unsupported(std::string("host rank ops: the fused add + RMSNorm takes f32 and bf16, got ") +
+                         dtype_name(dtype));
+    const bool bf = dtype == DType::kBF16;
+    auto load = [&](const void* p, int64_t i) {
+      return bf ? bf16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+    };
+    auto round = [&](float v) { return bf ? bf16_to_f32(f32_to_bf16(v)) : v; };
+    auto store = [&](void* p, int64_t i, float v) {
+      if (bf) static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+      else static_cast<float*>(p)[i] = v;
+    };
+    for (int64_t row = 0; row < rows; ++row) {
+      float ss = 0.f;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = row * cols + c;
+        float acc = 0.f;
+        for (const void* s : srcs) acc += load(s, i);
+        const float r = round(load(residual, i) + acc);
+        store(residual, i, r);
+        ss += r * r;
+      }
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + eps);
+      for (int64_t c = 0; c < cols; ++c)
+        store(out, row * cols + c, load(weight, c) * (load(residual, row * cols + c) * inv));
     }
     return Status::ok();
   }

@@ -8,6 +8,10 @@
 // shapes against every post -> wait for every rank's "input ready" -> enqueue this rank's copies / reduction
 // into a fresh output -> record "reads done" -> barrier 2 -> wait for every rank's "reads done" (so a later
 // write or free of this rank's input, in-place all_reduce included, is ordered after all reads of it).
+// The fused all-reduce + residual add + RMSNorm (FusedReduceAddNorm below) is one more collective of the same
+// protocol: its compute step is ONE kernel per rank that reads every rank's input in place and writes this
+// rank's residual and normed output -- ordered by stream events, never by a device spin barrier, so it cannot
+// deadlock however the ranks' kernels are scheduled on the one device.
 // Invariants:
 //  - Deterministic: reductions sum (or max) in rank order 0..N-1 in f32 (bf16 / f16 inputs are rounded once,
 //    at the end), so every rank gets the same bits as the CPU communicator on the same values.
@@ -39,10 +43,29 @@ class RankDeviceOps {
   virtual Status copy_2d(void* dst, int64_t dpitch, const void* src, int64_t spitch, int64_t width, int64_t rows) = 0;
   // dst[i] = srcs[0][i] (op) srcs[1][i] (op) ... in that order, accumulated in f32, i < n; dtype f32, bf16 or f16.
   virtual Status reduce(void* dst, const std::vector<const void*>& srcs, int64_t n, DType dtype, ReduceOp op) = 0;
+  // Fused all-reduce + residual add + RMSNorm over rows x cols elements of `dtype` (bf16 on the GPU; f32 or
+  // bf16 in host memory): s = srcs[0] + ... + srcs[n-1] in f32 in rank order; residual = round(residual + s);
+  // out = round(weight * residual / sqrt(mean(residual^2) + eps)) per row. A side without it says so.
+  virtual Status reduce_add_rmsnorm(const std::vector<const void*>& srcs, void* residual, const void* weight,
+                                    void* out, int64_t rows, int64_t cols, float eps, DType dtype) {
+    return unsupported("this rank's device side has no fused all-reduce + add + RMSNorm");
+  }
   // Records `mark` on this rank's stream (after the work enqueued so far).
   virtual Status record(Mark mark) = 0;
   // This rank's stream waits until `other`'s latest `mark` has passed (other's record came before this call).
   virtual Status wait_for(RankDeviceOps& other, Mark mark) = 0;
+};
+
+// What a device-group communicator offers beyond Communicator (reach it with dynamic_cast): the fused
+// all-reduce + residual add + RMSNorm as one collective of the protocol above (parallel/fused_add_norm.h uses
+// it on the shared-device stand-in). x [R, C] is read by every rank in place (not modified); residual [R, C]
+// += the rank-order sum of every rank's x; out [R, C] = rmsnorm(residual) * weight [C]; all on this rank's
+// device, the same dtype, contiguous; out must not alias x or residual. Every rank brings the same shapes.
+class FusedReduceAddNorm {
+ public:
+  virtual ~FusedReduceAddNorm() = default;
+  virtual Status all_reduce_add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                                        Tensor& out) = 0;
 };
 
 struct DeviceGroupOptions {

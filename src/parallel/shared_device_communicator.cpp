@@ -4,10 +4,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda_backend.h"
 #include "core/logging.h"
 #include "parallel/device_group_communicator.h"
 #include "parallel/shared_device_reduce.h"
+#include "kernels/cuda/allreduce/peer_allreduce.h"
 
 namespace mxserve::parallel {
 namespace {
@@ -47,6 +50,32 @@ class CudaRankOps final : public RankDeviceOps {
     return cuda_status("the rank-order reduction kernel",
                        launch_rank_order_reduce(dst, srcs.data(), static_cast<int>(srcs.size()), n, elem,
                                                 op == ReduceOp::kMax, stream_));
+  }
+  // The direct peer kernel (kernels/cuda/allreduce/peer_allreduce.h, PeerAlgo::kDirect): every rank's x read
+  // in place, no barrier (the device-group protocol's events order it).
+  Status reduce_add_rmsnorm(const std::vector<const void*>& srcs, void* residual, const void* weight, void* out,
+                            int64_t rows, int64_t cols, float eps, DType dtype) override {
+    namespace kc = kernels::cuda;
+    if (dtype != DType::kBF16)
+      return unsupported(std::string("the shared-device fused all-reduce + add + RMSNorm takes bf16, got ") +
+                         dtype_name(dtype));
+    if (srcs.empty() || static_cast<int>(srcs.size()) > kc::kPeerMaxRanks)
+      return unsupported("the shared-device fused all-reduce + add + RMSNorm: " + std::to_string(srcs.size()) +
+                         " ranks (1.." + std::to_string(kc::kPeerMaxRanks) + ")");
+    kc::PeerAllReduceArgs a;
+    a.world = static_cast<int>(srcs.size());
+    a.rank = 0;  // unused by the direct kernel
+    for (int r = 0; r < a.world; ++r) a.buffers[r] = const_cast<void*>(srcs[r]);
+    a.x = srcs[0];
+    a.residual = residual;
+    a.weight = weight;
+    a.out = out;
+    a.rows = rows;
+    a.cols = cols;
+    a.eps = eps;
+    const int blocks = static_cast<int>(std::min<int64_t>(kc::kPeerMaxBlocks, std::max<int64_t>(1, rows)));
+    return cuda_status("the direct fused all-reduce + add + RMSNorm kernel",
+                       kc::launch_peer_allreduce_rmsnorm(a, kc::PeerAlgo::kDirect, blocks, stream_));
   }
   Status record(Mark mark) override { return cuda_status("cudaEventRecord", cudaEventRecord(event(mark), stream_)); }
   Status wait_for(RankDeviceOps& other, Mark mark) override {

@@ -243,6 +243,33 @@ class DecoderFrame : public DecoderFrameBase {
  protected:
   using DecoderFrameBase::DecoderFrameBase;
 
+  // forward_device's body after the arch's checks (CUDA graphs; any tp, no host<->device copy): the embedding of
+  // device ids, the layer stack (fused chaining where tp_.fused(), as forward), the final norm into `hidden`
+  // when given, the logits of every row (gathered along the vocabulary at tp > 1). No check_fused(): it
+  // synchronizes the stream (the event-ordered stand-in path has nothing to check; the peer path's error word
+  // is read by the next eager step's check).
+  Status device_body(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
+                     kvcache::KvCache& kv, State& state, Tensor& logits, Tensor* hidden) {
+    const int64_t T = ids.numel();
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    MX_RETURN_IF_ERROR(tp_.embed_device(ids, x));
+    Tensor normed = hidden != nullptr ? *hidden : be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    if (tp_.fused()) {  // TP, fused: each layer's MLP all-reduce + add + the next RMSNorm in one call
+      if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, eps, normed);
+      for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+        const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
+        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state, &normed, &next));
+      }
+      if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, eps, normed);
+    } else {
+      for (int64_t l = 0; l < cfg_.n_layers; ++l)
+        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
+      be_.rmsnorm(x, final_norm_, eps, normed);  // the post-norm hidden rows (speculation's MTP input)
+    }
+    return tp_.head_device(normed, logits);
+  }
+
   virtual Attention load_attention(WeightLoader& wl, const std::string& prefix, int64_t layer) = 0;
   // h = rmsnorm(x) [T, H] -> o [T, H], this rank's partial sum over its heads (the frame all-reduces it).
   virtual Status attend(const Attention& attn, const Tensor& h, const Tensor& positions,

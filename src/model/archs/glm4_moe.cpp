@@ -52,8 +52,9 @@ class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
-    if (tp_.splits() || dp_moe_.enabled())
-      return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
+    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h); DP attention's MoE exchange
+    // takes per-step row counts on the host.
+    if (dp_moe_.enabled()) return unsupported("forward_device (CUDA graph capture) with DP attention");
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
         logits.dim(1) != cfg_.vocab_size ||
@@ -64,15 +65,8 @@ class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
                               (hidden != nullptr ? ", hidden " + hidden->describe() : std::string()));
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
-    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    MX_RETURN_IF_ERROR(tp_.embed(ids, x));
     std::monostate state;
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
-    Tensor& normed = hidden != nullptr ? *hidden : x;  // the post-norm hidden rows (speculation's MTP input)
-    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
-    be_.linear(normed, tp_.lm_head(), nullptr, logits);
-    return Status::ok();
+    return device_body(ids, positions, meta, kv, state, logits, hidden);
   }
 
  private:

@@ -95,14 +95,15 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // block_tables / positions from device memory; the top-k buffer and the indexer / attention workspaces come
   // from Backend::alloc (the graph-private pool while capturing) sized by T (the bucket) and
   // AttentionParams::max_kv_len (the class bound); the indexer grid and the MLA split plan depend only on
-  // those and on index_topk. What is not capturable is refused here: tp > 1 / DP attention (collectives with
-  // host barriers, as glm4_moe), the TP replica checks (host compares; off: one rank has nothing to compare),
+  // those and on index_topk. What is not capturable is refused here: DP attention (host row counts, as
+  // glm4_moe; tp > 1 is captured jointly by the lockstep model), the TP replica checks (host compares; off),
   // an installed decision hook (host callbacks), tree rows. Chain verify steps (several rows per sequence)
   // run the same body; `hidden` receives the post-norm rows the MTP layer reads.
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
-    if (tp_.splits() || dp_moe_.enabled())
-      return unsupported("forward_device (CUDA graph capture) with tensor parallelism or DP attention");
+    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h); DP attention's MoE exchange
+    // takes per-step row counts on the host.
+    if (dp_moe_.enabled()) return unsupported("forward_device (CUDA graph capture) with DP attention");
     if (active_decision_hook() != nullptr)
       return unsupported("forward_device (CUDA graph capture) with a decision hook installed (its callbacks run on "
                          "the host)");
@@ -119,16 +120,10 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
                               " (plain decode or chain verify rows with a context bound expected)");
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
-    Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    MX_RETURN_IF_ERROR(tp_.embed(ids, x));
     DsaState state = make_state(T, /*bound_part=*/false);
-    state.check_replicas = false;  // one rank (refused above otherwise): a one-rank world has nothing to compare
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
-    Tensor& normed = hidden != nullptr ? *hidden : x;  // the post-norm hidden rows (speculation's MTP input)
-    be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), normed);
-    be_.linear(normed, tp_.lm_head(), nullptr, logits);
-    return Status::ok();
+    // The TP replica checks compare on the host (not capturable): off in graphs; the eager steps keep them.
+    state.check_replicas = false;
+    return device_body(ids, positions, meta, kv, state, logits, hidden);
   }
 
   // MTP graphs (runtime/mtp_graphs.h): a draft-chain continuation step on the device. Under

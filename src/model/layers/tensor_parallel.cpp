@@ -25,6 +25,44 @@ void TensorParallel::load_vocab(WeightLoader& wl, const ModelConfig& cfg) {
   const WeightSpec lm_head = decl::linear("lm_head.weight", vocab_, d_model_, parallel::ShardAxis::kRow);
   if (cfg.tie_word_embeddings) wl.declare_unused(lm_head);
   lm_head_ = cfg.tie_word_embeddings ? embed_ : wl.get(lm_head);
+  // The device-input forward's tables (CUDA graphs at tp > 1; the CPU reference runs the same body in tests):
+  // made here, since a graph body may not upload. V x 4 bytes.
+  if (comm_ != nullptr && rank_.tp > 1 && embed_lookup_.defined()) {
+    const int64_t part = vocab_ / rank_.tp, begin = rank_.tp_rank() * part;
+    Tensor map = Tensor::empty(DType::kI32, {vocab_, 1});
+    for (int64_t id = 0; id < vocab_; ++id)
+      map.data<int32_t>()[id] = static_cast<int32_t>(id >= begin && id < begin + part ? id - begin : part);
+    vocab_map_ = be_.upload(map);
+    Tensor iota = Tensor::empty(DType::kI32, {kDeviceMaxRows});
+    for (int64_t i = 0; i < kDeviceMaxRows; ++i) iota.data<int32_t>()[i] = static_cast<int32_t>(i);
+    iota_ = be_.upload(iota);
+  }
+}
+
+Status TensorParallel::embed_device(const Tensor& ids, Tensor& x) {
+  if (!splits()) return embed(ids, x);
+  if (!vocab_map_.defined())
+    return unsupported("forward_device at tp > 1: no device vocabulary map (the model was not loaded for a rank)");
+  const int64_t T = ids.numel();
+  Tensor local = be_.alloc(DType::kI32, {T, 1});
+  be_.gather_rows(vocab_map_, ids, local);  // each id's row of this rank's table, or its zero row
+  return embed(local.reshape({T}), x);
+}
+
+Status TensorParallel::head_device(const Tensor& x_normed, Tensor& logits) {
+  if (!splits()) {
+    be_.linear(x_normed, lm_head_, nullptr, logits);
+    return Status::ok();
+  }
+  const int64_t T = x_normed.dim(0);
+  if (!iota_.defined() || T > kDeviceMaxRows)
+    return unsupported("forward_device at tp > 1: " + std::to_string(T) + " rows (at most " +
+                       std::to_string(kDeviceMaxRows) + ")");
+  Tensor part = be_.alloc(DType::kF32, {T, lm_head_.dim(0)});
+  be_.linear(x_normed, lm_head_, nullptr, part);
+  MX_ASSIGN_OR_RETURN(Tensor all, comm_->all_gather_columns(part));  // [T, V / tp] per rank -> [T, V]
+  be_.gather_rows(all, iota_.slice_rows(0, T), logits);                // into the caller's static buffer
+  return Status::ok();
 }
 
 Tensor TensorParallel::upload_ids(const ForwardBatch& batch) const {

@@ -64,6 +64,15 @@ class TensorParallel {
   // and, when batch.want_hidden, x_normed itself.
   Result<ForwardOutput> head(const ForwardBatch& batch, const Tensor& x_normed);
 
+  // Device-input forms for CUDA graphs (forward_device): no host<->device copy, so capturable at any tp.
+  // embed_device: ids i32 [T] (vocabulary ids on the device) -> x [T, H]; at tp > 1 each id is mapped to this
+  // rank's row (or the zero row) by a device gather through vocab_map_, then summed over the ranks.
+  Status embed_device(const Tensor& ids, Tensor& x);
+  // logits f32 [T, V] = x_normed [T, H] x lm_head^T, gathered along the vocabulary at tp > 1 (T <=
+  // kDeviceMaxRows there: the gathered rows are copied into `logits` through iota_).
+  Status head_device(const Tensor& x_normed, Tensor& logits);
+  static constexpr int64_t kDeviceMaxRows = 8192;
+
   // t (any shape, the same on every rank by construction) is compared bit for bit with every other rank's
   // copy; a difference fails every rank with an internal error naming `what`, the rank and the element.
   // tp 1: nothing to compare. Cost: an all-gather of t per call.
@@ -80,6 +89,8 @@ class TensorParallel {
   int64_t vocab_ = 0, d_model_ = 0;
   Tensor embed_, lm_head_;  // this rank's vocabulary rows [V / tp, H]
   Tensor embed_lookup_;     // embed_, plus (tp > 1) a zero row at index V / tp for ids of other ranks
+  Tensor vocab_map_;        // tp > 1: i32 [V, 1], id -> this rank's row of embed_lookup_ (other ranks' ids: V / tp)
+  Tensor iota_;             // tp > 1: i32 [kDeviceMaxRows] = 0, 1, 2, ...
   static std::atomic<int64_t> replica_checks_passed_;
 };
 

@@ -3,6 +3,7 @@
 // are errors naming both flags.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,22 @@ TEST(LayoutAliases, DisagreeingSpellingsAreErrors) {
   auto json = parse({"--speculative-config", "mtp"});
   ASSERT_FALSE(json.is_ok());
   EXPECT_NE(json.status().message().find("JSON object"), std::string::npos) << json.status().to_string();
+}
+
+// --disable-custom-all-reduce (vLLM) reaches launch_model() as MXSERVE_FUSED_ALLREDUCE=0 (parallel/fused_path.h);
+// with MXSERVE_FUSED_ALLREDUCE=1 already set it is an error naming both.
+TEST(LayoutAliases, DisableCustomAllReduce) {
+  unsetenv("MXSERVE_FUSED_ALLREDUCE");
+  ASSERT_TRUE(parse({"--tp-size", "2"}).is_ok());
+  EXPECT_EQ(std::getenv("MXSERVE_FUSED_ALLREDUCE"), nullptr);
+  ASSERT_TRUE(parse({"--tp-size", "2", "--disable-custom-all-reduce"}).is_ok());
+  ASSERT_NE(std::getenv("MXSERVE_FUSED_ALLREDUCE"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("MXSERVE_FUSED_ALLREDUCE")), "0");
+  setenv("MXSERVE_FUSED_ALLREDUCE", "1", 1);
+  auto both = parse({"--tp-size", "2", "--disable-custom-all-reduce"});
+  ASSERT_FALSE(both.is_ok());
+  EXPECT_NE(both.status().message().find("MXSERVE_FUSED_ALLREDUCE=1"), std::string::npos) << both.status().to_string();
+  unsetenv("MXSERVE_FUSED_ALLREDUCE");
 }
 
 }  // namespace

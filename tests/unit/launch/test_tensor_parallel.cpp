@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -387,6 +389,102 @@ TEST(TensorParallel, AFailingRankFailsTheForwardWithoutAHang) {
   EXPECT_NE(out.status().message().find("injected failure in layer 0"), std::string::npos) << out.status().message();
   // The group stays failed: the next forward fails at once.
   EXPECT_FALSE(group.forward(batch, kv).is_ok());
+}
+
+// CUDA graphs at tp > 1 are the CUDA ranks' (one joined capture, launch/lockstep_model.h): CPU ranks refuse the
+// device-input forward, naming why, so the engine runs eagerly.
+TEST(TensorParallel, LockstepDeviceForwardIsRefusedForCpuRanks) {
+  auto lm = launch_tp(fixture_dirs().front(), 2, false);
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  kvcache::KvCache kv((*lm)->model().kv_spec(8, 4), [&](DType dt, Shape s) { return (*lm)->backend().alloc(dt, s); });
+  Tensor ids, positions, logits;
+  backend::AttentionMeta meta;
+  const Status st = (*lm)->model().forward_device(ids, positions, meta, kv, logits);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.to_string();
+  EXPECT_NE(st.message().find("not CUDA ranks"), std::string::npos) << st.to_string();
+}
+
+// The device-input forward at tp 2 -- what the joined CUDA capture runs on every rank (launch/lockstep_model.h) --
+// on the CPU ranks directly: each rank's forward_device of a decode step (ids through the device vocabulary map,
+// the layer stack unfused or through the fused seam's reference, the vocabulary-parallel logits gathered into the
+// caller's buffer) equals that rank's eager decode step, and both ranks hold the same logits; every fixture.
+TEST(TensorParallel, RankDeviceForwardEqualsTheEagerStepAtTp2) {
+  constexpr int kTp = 2, kBlock = 4;
+  for (const std::string& dir : fixture_dirs()) {
+    for (bool fused : {false, true}) {
+      LaunchConfig lc;
+      lc.model.path = dir;
+      lc.backend = "cpu";
+      lc.parallel = {.tp = kTp};
+      lc.fused_allreduce = fused;
+      lc.cpu_group.timeout = std::chrono::seconds(60);
+      auto lm = launch_model(lc);
+      ASSERT_TRUE(lm.is_ok()) << dir << ": " << lm.status().to_string();
+      const int64_t V = (*lm)->config().vocab_size;
+      model::ForwardBatch prefill, decode;
+      model::SequenceSpan sp;
+      sp.n_tokens = 10;
+      sp.kv_len = 10;
+      sp.block_table = {0, 1, 2};
+      for (int32_t i = 0; i < 10; ++i) {
+        prefill.token_ids.push_back(static_cast<int32_t>((7 * i + 3) % V));
+        prefill.positions.push_back(i);
+      }
+      prefill.logit_rows = {9};
+      prefill.seqs.push_back(sp);
+      model::SequenceSpan dsp;
+      dsp.n_tokens = 1;
+      dsp.kv_len = 11;
+      dsp.block_table = {0, 1, 2};
+      decode.token_ids = {static_cast<int32_t>(V - 1)};  // the last rank's vocabulary slice
+      decode.positions = {10};
+      decode.logit_rows = {0};
+      decode.seqs.push_back(dsp);
+      std::vector<Tensor> eager(kTp), device(kTp);
+      std::vector<Status> st(kTp, Status::ok());
+      std::vector<std::thread> threads;
+      for (int r = 0; r < kTp; ++r)
+        threads.emplace_back([&, r] {
+          model::CausalLM& m = (*lm)->rank_model(r);
+          backend::Backend& be = (*lm)->rank_backend(r);
+          auto alloc = [&](DType dt, Shape s) { return be.alloc(dt, std::move(s)); };
+          kvcache::KvCache kv_e(m.kv_spec(4, kBlock), alloc), kv_d(m.kv_spec(4, kBlock), alloc);
+          auto run = [&]() -> Status {
+            MX_RETURN_IF_ERROR(m.forward(prefill, kv_e).status());
+            MX_RETURN_IF_ERROR(m.forward(prefill, kv_d).status());
+            MX_ASSIGN_OR_RETURN(model::ForwardOutput e, m.forward(decode, kv_e));
+            eager[r] = be.to_host(e.logits);
+            kernels::AttentionParams shape;
+            MX_ASSIGN_OR_RETURN(backend::AttentionMeta meta, model::build_attention_meta(decode, be, kBlock, shape));
+            meta.params.max_kv_len = 16;  // a class bound, as a graph's
+            meta.params.n_leading_decode_rows = 1;
+            const Tensor ids = be.upload(Tensor::view_of(decode.token_ids.data(), DType::kI32, {1}));
+            const Tensor pos = be.upload(Tensor::view_of(decode.positions.data(), DType::kI32, {1}));
+            Tensor logits = be.alloc(DType::kF32, {1, V});
+            MX_RETURN_IF_ERROR(m.forward_device(ids, pos, meta, kv_d, logits));
+            device[r] = be.to_host(logits);
+            return Status::ok();
+          };
+          st[r] = run();
+          if (!st[r].is_ok()) (*lm)->rank_communicator(r).abort(st[r]);
+        });
+      for (auto& t : threads) t.join();
+      const std::string what = dir + (fused ? " fused" : " unfused");
+      for (int r = 0; r < kTp; ++r) ASSERT_TRUE(st[r].is_ok()) << what << " rank " << r << ": " << st[r].to_string();
+      for (int r = 0; r < kTp; ++r) {
+        ASSERT_EQ(device[r].numel(), V);
+        double diff = 0, norm = 0;
+        for (int64_t v = 0; v < V; ++v) {
+          const double e = eager[r].data<float>()[v], d = device[r].data<float>()[v];
+          diff += (e - d) * (e - d);
+          norm += e * e;
+        }
+        EXPECT_GT(norm, 0) << what;
+        EXPECT_LE(std::sqrt(diff / norm), 1e-6) << what << " rank " << r;
+        EXPECT_EQ(std::memcmp(device[r].raw(), device[0].raw(), V * sizeof(float)), 0) << what << " rank " << r;
+      }
+    }
+  }
 }
 
 // Loading glm_moe_dsa for a rank of a layout whose tp does not divide the heads (without the launch's check):

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -54,6 +55,11 @@ class CheckingOps final : public RankDeviceOps {
   Status reduce(void* dst, const std::vector<const void*>& srcs, int64_t n, DType dt, ReduceOp op) override {
     return host_->reduce(dst, srcs, n, dt, op);
   }
+  Status reduce_add_rmsnorm(const std::vector<const void*>& srcs, void* residual, const void* weight, void* out,
+                            int64_t rows, int64_t cols, float eps, DType dtype) override {
+    ++fused_calls;
+    return host_->reduce_add_rmsnorm(srcs, residual, weight, out, rows, cols, eps, dtype);
+  }
   Status record(Mark m) override {
     ++p_->recorded[static_cast<int>(m)][rank_];
     return Status::ok();
@@ -70,6 +76,9 @@ class CheckingOps final : public RankDeviceOps {
   std::unique_ptr<RankDeviceOps> host_;
   int fail_after_;
   int copies_ = 0;
+
+ public:
+  int fused_calls = 0;
 };
 
 std::vector<std::unique_ptr<Communicator>> device_group(int n, std::shared_ptr<Protocol> p,
@@ -179,6 +188,104 @@ TEST_P(DeviceGroupSizes, EveryCollectiveMatchesTheCpuCommunicatorBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceGroupSizes,
                          ::testing::Combine(::testing::Values(2, 4), ::testing::Values(DType::kF32, DType::kBF16)));
+
+// The fused all-reduce + add + RMSNorm collective (the shared-device stand-in's fused path): every rank's
+// residual equals the CPU communicator's all-reduce then add, bit for bit (one rank-order f32 sum, rounded once
+// in bf16), out equals RMSNorm of it; x is not modified; every rank gets the same bits; the event protocol holds
+// (no wait on a mark not yet recorded) over 20 calls in a row, with zero rows too.
+class FusedDeviceGroup : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(FusedDeviceGroup, MatchesAllReduceThenAddThenRmsnorm) {
+  const auto [n, dtype] = GetParam();
+  const int64_t R = 3, C = 16;
+  const float eps = 1e-5f;
+  auto protocol = std::make_shared<Protocol>(n);
+  auto comms = device_group(n, protocol);
+  auto ref_comms = make_cpu_communicators(world(n));
+  ASSERT_TRUE(ref_comms.is_ok());
+  const Tensor weight = input(99, dtype, {C});
+  std::vector<Tensor> residual(n), out(n), want_res(n), want_out(n), xs(n);
+  for (int r = 0; r < n; ++r) {
+    residual[r] = input(50, dtype, {R, C});  // the same residual stream on every rank (as in the forward)
+    want_res[r] = to_f32(input(50, dtype, {R, C}));
+    out[r] = Tensor::empty(dtype, {R, C});
+  }
+  std::vector<Status> st(n, Status::ok());
+  for (int call = 0; call < 20; ++call) {
+    // Reference: the CPU communicator's f32 all-reduce, then the add (rounded once), then RMSNorm.
+    run_ranks(n, [&](int r) {
+      Tensor x = to_f32(input(r, dtype, {R, C}, 20 + call));
+      ASSERT_TRUE((*ref_comms)[r]->all_reduce(x, ReduceOp::kSum).is_ok());
+      Tensor& res = want_res[r];
+      want_out[r] = Tensor::empty(DType::kF32, {R, C});
+      for (int64_t row = 0; row < R; ++row) {
+        float ss = 0.f;
+        for (int64_t c = 0; c < C; ++c) {
+          float v = res.data<float>()[row * C + c] + x.data<float>()[row * C + c];
+          if (dtype == DType::kBF16) v = bf16_to_f32(f32_to_bf16(v));
+          res.data<float>()[row * C + c] = v;
+          ss += v * v;
+        }
+        const float inv = 1.0f / std::sqrt(ss / C + eps);
+        for (int64_t c = 0; c < C; ++c)
+          want_out[r].data<float>()[row * C + c] = to_f32(weight).data<float>()[c] * (res.data<float>()[row * C + c] * inv);
+      }
+    });
+    run_ranks(n, [&](int r) {
+      xs[r] = input(r, dtype, {R, C}, 20 + call);
+      auto* fused = dynamic_cast<FusedReduceAddNorm*>(comms[r].get());
+      ASSERT_NE(fused, nullptr);
+      st[r] = fused->all_reduce_add_rmsnorm(xs[r], residual[r], weight, eps, out[r]);
+      Tensor empty_x = input(r, dtype, {0, C}), empty_res = input(r, dtype, {0, C}), empty_out = input(r, dtype, {0, C});
+      if (st[r].is_ok()) st[r] = fused->all_reduce_add_rmsnorm(empty_x, empty_res, weight, eps, empty_out);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].is_ok()) << "call " << call << " rank " << r << ": " << st[r].to_string();
+      EXPECT_TRUE(bitwise_equal(xs[r], input(r, dtype, {R, C}, 20 + call))) << "rank " << r << ": x was modified";
+      const Tensor want_r = dtype == DType::kBF16 ? to_bf16(want_res[r]) : want_res[r];
+      EXPECT_TRUE(bitwise_equal(residual[r], want_r)) << "call " << call << " rank " << r << ": residual";
+      EXPECT_TRUE(bitwise_equal(residual[r], residual[0])) << "rank " << r << " differs from rank 0";
+      EXPECT_TRUE(bitwise_equal(out[r], out[0])) << "rank " << r << " differs from rank 0";
+      const Tensor got = to_f32(out[r]);
+      for (int64_t i = 0; i < R * C; ++i) {
+        const float w = want_out[r].data<float>()[i];
+        const float tol = dtype == DType::kBF16 ? std::abs(w) * (1.0f / 128) + 1e-6f : std::abs(w) * 1e-5f + 1e-6f;
+        ASSERT_NEAR(got.data<float>()[i], w, tol) << "call " << call << " rank " << r << " element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(protocol->violations.load(), 0) << "a rank waited for a mark not yet recorded for its collective";
+  EXPECT_EQ(protocol->recorded[0][0].load(), 40);  // one input-ready mark per call, the empty ones included
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, FusedDeviceGroup,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values(DType::kF32, DType::kBF16)));
+
+TEST(FusedDeviceGroup, MismatchesAndAliasesAreErrorsOnEveryRank) {
+  auto comms = device_group(2, std::make_shared<Protocol>(2));
+  std::vector<Status> st(2);
+  const Tensor w = input(9, DType::kF32, {4});
+  run_ranks(2, [&](int r) {  // different rows per rank: the same error on both, no hang
+    Tensor x = input(r, DType::kF32, {r + 1, 4}), res = input(5, DType::kF32, {r + 1, 4}),
+           out = Tensor::empty(DType::kF32, {r + 1, 4});
+    st[r] = dynamic_cast<FusedReduceAddNorm&>(*comms[r]).all_reduce_add_rmsnorm(x, res, w, 1e-5f, out);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].to_string();
+    EXPECT_NE(st[r].message().find("all_reduce_add_rmsnorm: rank "), std::string::npos) << st[r].to_string();
+  }
+  Tensor x = input(0, DType::kF32, {2, 4}), res = input(1, DType::kF32, {2, 4});
+  const Status alias = dynamic_cast<FusedReduceAddNorm&>(*comms[0]).all_reduce_add_rmsnorm(x, res, w, 1e-5f, res);
+  EXPECT_EQ(alias.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(alias.message().find("distinct"), std::string::npos) << alias.to_string();
+  Tensor out = Tensor::empty(DType::kF32, {2, 4});
+  const Tensor w_bad = input(9, DType::kF32, {5});
+  const Status width = dynamic_cast<FusedReduceAddNorm&>(*comms[0]).all_reduce_add_rmsnorm(x, res, w_bad, 1e-5f, out);
+  EXPECT_EQ(width.code(), StatusCode::kInvalidArgument) << width.to_string();
+  // The group still works (argument errors are found before the rendezvous or reported on every rank).
+  run_ranks(2, [&](int r) { st[r] = comms[r]->barrier(); });
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(st[r].is_ok()) << st[r].to_string();
+}
 
 TEST(DeviceGroup, MismatchedCallsFailOnEveryRankWithoutAHang) {
   auto comms = device_group(2, std::make_shared<Protocol>(2));

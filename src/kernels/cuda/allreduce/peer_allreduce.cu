@@ -182,6 +182,17 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(PeerAllReduceArgs a)
   if (threadIdx.x == 0) a.counters[blockIdx.x] = epoch + 2;
 }
 
+// Every rank's x in one memory (buffers[r] = rank r's x), ordered by the caller's stream events: the one-shot
+// reduction without the staging copy and the barriers (the same per-row math, so the same bits).
+template <int V>
+__global__ void __launch_bounds__(kThreads) direct_kernel(PeerAllReduceArgs a) {
+  Ctx ctx{a};
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float ss = reduce_row<V>(ctx, row, ctx.residual(), false);
+    norm_row<V>(ctx, row, ss);
+  }
+}
+
 // Rows split into world slices of S rows; rank r reduces slice r. Row i belongs to block (i % S) % B in
 // every phase.
 template <int V>
@@ -228,6 +239,7 @@ const char* peer_algo_name(PeerAlgo a) {
     case PeerAlgo::kLocal: return "local";
     case PeerAlgo::kOneShot: return "one-shot";
     case PeerAlgo::kTwoShot: return "two-shot";
+    case PeerAlgo::kDirect: return "direct";
   }
   return "?";
 }
@@ -251,6 +263,10 @@ cudaError_t launch_peer_allreduce_rmsnorm(const PeerAllReduceArgs& a, PeerAlgo a
     case PeerAlgo::kTwoShot:
       if (vec) two_shot_kernel<8><<<grid, block, 0, stream>>>(a);
       else two_shot_kernel<1><<<grid, block, 0, stream>>>(a);
+      break;
+    case PeerAlgo::kDirect:
+      if (vec) direct_kernel<8><<<grid, block, 0, stream>>>(a);
+      else direct_kernel<1><<<grid, block, 0, stream>>>(a);
       break;
   }
   return cudaGetLastError();

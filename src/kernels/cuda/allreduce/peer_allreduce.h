@@ -8,7 +8,10 @@
 // add + rmsnorm.
 // Algorithms: one-shot (each rank reads all N inputs of every row: N x bytes in, lowest latency), two-shot
 // (rank r reduces its 1/N of the rows, then everyone gathers the reduced rows: 2 x bytes, better at large
-// sizes), local (N = 1 or after an NCCL all-reduce: the fused add + RMSNorm alone, no barrier).
+// sizes), local (N = 1 or after an NCCL all-reduce: the fused add + RMSNorm alone, no barrier), direct
+// (every rank's x already in one device memory -- the shared-device stand-in: buffers[r] IS rank r's x, read in
+// place, no staging copy and NO barrier: the caller orders the kernel after every rank's x is written, and
+// every rank's later reuse of its x after all reads, with stream events; parallel/device_group_communicator.h).
 // Synchronization: rank r's block b signals peer p by storing an epoch into p's flags[b][r] and waits for
 // its own flags[b][*] to reach the epoch; epochs are per-block device counters (graph-replay safe). Rows
 // are tied to blocks by one mapping in every phase, so a block only ever waits for its own peers. A wait
@@ -28,13 +31,14 @@ constexpr int kPeerMaxBlocks = 64;
 // Flag words per rank: [barrier blocks][ranks].
 constexpr int kPeerFlagWords = kPeerMaxBlocks * kPeerMaxRanks;
 
-enum class PeerAlgo { kLocal, kOneShot, kTwoShot };
+enum class PeerAlgo { kLocal, kOneShot, kTwoShot, kDirect };
 const char* peer_algo_name(PeerAlgo a);
 
 struct PeerAllReduceArgs {
   int world = 1, rank = 0;
   const void* x = nullptr;                         // this rank's partial sums [rows, cols] bf16
   void* buffers[kPeerMaxRanks] = {};                // every rank's staging buffer: [input: cap][result: cap]
+                                                   // (kDirect: every rank's x [rows, cols] itself)
   uint32_t* flags[kPeerMaxRanks] = {};              // every rank's flag words [kPeerFlagWords]
   uint32_t* counters = nullptr;                    // this rank's per-block epochs [kPeerMaxBlocks]
   int* error = nullptr;                            // this rank's error word (1: a barrier timed out)
