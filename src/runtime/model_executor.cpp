@@ -33,7 +33,7 @@ class CausalLmExecutor final : public ModelExecutor {
       return finish(batch, out);
     }
     // Decode / verify-shaped steps (every row a logit row) without a bucket: said once per kind.
-    if (graphs_ && static_cast<int64_t>(batch.logit_rows.size()) == batch.n_tokens()) say_eager("target", why);
+    if (graphs_ && static_cast<int64_t>(batch.logit_rows.size()) == batch.n_tokens()) say_eager("a target", why);
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
     last_logits_ = out.logits;
     return finish(batch, out);
@@ -52,7 +52,7 @@ class CausalLmExecutor final : public ModelExecutor {
       MX_ASSIGN_OR_RETURN(model::ForwardOutput out, mtp_graphs_->run(batch, hidden_in));
       return finish(batch, out);
     }
-    if (mtp_graphs_) say_eager("MTP", why);
+    if (mtp_graphs_) say_eager("an MTP", why);
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
     return finish(batch, out);
   }
@@ -194,11 +194,11 @@ class CausalLmExecutor final : public ModelExecutor {
 
   // A step the graphs do not serve runs eagerly: said once per kind of reason (its text up to the first digit,
   // so "extend step of 2 sequences x up to 57 rows ..." and "... of 3 sequences ..." are one kind).
-  void say_eager(const char* what, const std::string& why) {
+  void say_eager(const char* what, const std::string& why) {  // what: "a target" | "an MTP"
     if (why.empty()) return;
     const std::string key = std::string(what) + ": " + why.substr(0, why.find_first_of("0123456789"));
     if (!said_.insert(key).second) return;
-    MX_LOG(kInfo) << "CUDA graphs: a " << what << " step runs eagerly (" << why
+    MX_LOG(kInfo) << "CUDA graphs: " << what << " step runs eagerly (" << why
                   << "); said once for this kind of step: prefill chunks and shapes past the captured buckets "
                      "(--max-num-seqs, --speculative-num-steps / -num-draft-tokens, --max-model-len) always do";
   }
