@@ -55,16 +55,33 @@ class CausalLM {
                                 kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) {
     return unsupported("this model has no device-input forward (decode graphs)");
   }
-  // MTP graphs (runtime/mtp_graphs.h): one MTP draft-chain continuation step (chain steps >= 2) over inputs
-  // already on the backend -- ids (each row's previous draft), positions, hidden_in [T, H] (the previous MTP
-  // step's output hidden), meta for T rows -- into logits f32 [T, V] and hidden_out [T, H] (the MTP layer's
-  // output hidden state). Every row continues the chain whose first step was the latest eager forward_mtp;
-  // what it reuses from that step was staged by stage_mtp_chain. Enqueues no host<->device copy.
+  // MTP graphs (runtime/mtp_graphs.h): one MTP forward over inputs already on the backend -- ids, positions,
+  // hidden_in [T, H], meta for T rows -- into logits f32 [T, V] and hidden_out [T, H] (the MTP layer's output
+  // hidden state). `rows` says what the rows are:
+  //   kChainContinuation: draft-chain steps >= 2 (ids: each row's previous draft, hidden_in: the previous MTP
+  //     step's output); every row continues the chain whose first step was the latest MTP extend, and what it
+  //     reuses from that step was staged by stage_mtp_chain;
+  //   kExtend: the MTP extend (the chain's first step: every position the target just computed); logits may be
+  //     undefined (no head: the caller runs lm_head_device over the rows it wants); what later continuation
+  //     steps reuse goes to persistent buffers (reserve_mtp_extend), made current by commit_mtp_extend;
+  //   kTree: tree draft steps (meta carries the tree mask / base); nothing is reused or kept.
+  // Enqueues no host<->device copy.
+  enum class MtpDeviceRows { kChainContinuation, kExtend, kTree };
   virtual Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
                                     const backend::AttentionMeta& meta, kvcache::KvCache& kv, Tensor& logits,
-                                    Tensor& hidden_out) {
+                                    Tensor& hidden_out, MtpDeviceRows rows = MtpDeviceRows::kChainContinuation) {
     return unsupported("this model has no device-input MTP forward (MTP graphs)");
   }
+  // MTP graphs: logits f32 [R, V] = lm_head(hidden [R, H]) (the MTP head over rows of an extend's hidden_out).
+  virtual Status lm_head_device(const Tensor& hidden, Tensor& logits) {
+    return unsupported("this model has no device-input MTP head (MTP graphs)");
+  }
+  // Eager, once before capturing kExtend bodies of up to max_rows rows (glm_moe_dsa with
+  // index_share_for_mtp_iteration: the persistent first-step top-k buffer the extend graphs write).
+  virtual Status reserve_mtp_extend(int64_t max_rows) { return Status::ok(); }
+  // Eager, after each kExtend replay over n_rows real rows (compact, the batch's order): what the extend kept
+  // becomes the chain state later steps reuse, as an eager forward_mtp extend leaves it.
+  virtual Status commit_mtp_extend(int64_t n_rows) { return Status::ok(); }
   // Eager, once before capturing forward_mtp_device bodies of up to max_rows rows: allocates the persistent
   // buffers the continuation steps read (glm_moe_dsa: the staged first-step DSA top-k).
   virtual Status reserve_mtp_chain(int64_t max_rows) { return Status::ok(); }

@@ -11,10 +11,13 @@
 namespace mxserve::runtime {
 namespace {
 
-constexpr int kFields = 5;  // rows of a graph's input buffer
-enum Field { kIds = 0, kPositions, kTableRows, kKvIndex, kSlots };
+Tensor field(const Tensor& inputs, int f) { return inputs.slice_rows(f, f + 1).reshape({inputs.dim(1)}); }
 
-Tensor field(const Tensor& inputs, Field f) { return inputs.slice_rows(f, f + 1).reshape({inputs.dim(1)}); }
+std::string join(const std::vector<int64_t>& xs) {
+  std::ostringstream o;
+  for (size_t i = 0; i < xs.size(); ++i) o << (i ? "," : "") << xs[i];
+  return o.str();
+}
 
 }  // namespace
 
@@ -45,33 +48,61 @@ Status DecodeGraphs::capture() {
     return invalid_argument("decode graphs: scratch row " + std::to_string(layout_.scratch_row) + " / block " +
                             std::to_string(layout_.scratch_block));
   if (layout_.max_drafts < 0) return invalid_argument("decode graphs: max_drafts " + std::to_string(layout_.max_drafts));
+  std::vector<int64_t> tree_qs;
+  for (int32_t q : layout_.tree_rows) {
+    if (q < 2 || q > 65) return invalid_argument("decode graphs: tree verify rows per sequence " + std::to_string(q));
+    tree_qs.push_back(q);
+  }
+  std::sort(tree_qs.begin(), tree_qs.end());
+  tree_qs.erase(std::unique(tree_qs.begin(), tree_qs.end()), tree_qs.end());
   const int64_t max_context = store->max_blocks_per_seq() * layout_.block_size;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t max_rows = layout_.max_batch * (1 + layout_.max_drafts);
+  const int64_t max_q = std::max<int64_t>(1 + layout_.max_drafts, tree_qs.empty() ? 1 : tree_qs.back());
+  const int64_t max_rows = layout_.max_batch * max_q;
   logits_ = be_.alloc(DType::kF32, {max_rows, model_.config().vocab_size});
   hidden_ = be_.alloc(be_.activation_dtype(), {max_rows, model_.config().d_model});
   const std::vector<int64_t> buckets = decode_graph_buckets(layout_.max_batch);
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
+  std::vector<int64_t> chain_qs;
+  for (int64_t q = 1; q <= 1 + layout_.max_drafts; ++q) chain_qs.push_back(q);
+  MX_RETURN_IF_ERROR(capture_family(false, chain_qs, buckets, contexts));
+  MX_RETURN_IF_ERROR(capture_family(true, tree_qs, buckets, contexts));
+  be_.synchronize();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MX_LOG(kInfo) << "CUDA graphs: captured " << n_graphs() << " decode graphs in " << secs << " s; batch buckets "
+                << join(buckets) << "; context classes " << join(contexts)
+                << (layout_.max_drafts > 0
+                        ? "; rows per sequence 1.." + std::to_string(1 + layout_.max_drafts) + " (chain verify steps)"
+                        : std::string())
+                << (tree_qs.empty() ? std::string() : "; tree verify steps of " + join(tree_qs) + " rows per sequence")
+                << " (--disable-cuda-graph / --enforce-eager turn them off)";
+  return Status::ok();
+}
+
+Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
+                                    const std::vector<int64_t>& contexts) {
+  kvcache::BlockTableStore* store = kv_.block_tables();
   const int64_t bs = layout_.block_size;
-  const int32_t scratch_slot = static_cast<int32_t>(layout_.scratch_block * bs);
-  for (int64_t q = 1; q <= 1 + layout_.max_drafts; ++q) {
+  const GraphPadding pad{layout_.scratch_row, static_cast<int32_t>(layout_.scratch_block * bs)};
+  const int fields = tree ? kGraphTreeRowFields : kGraphRowFields;
+  const model::ForwardBatch empty;
+  for (int64_t q : qs) {
     for (int64_t B : buckets) {
       const int64_t T = B * q;
       // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
-      std::vector<int32_t> host(kFields * T, 0);
-      std::fill(host.begin() + kTableRows * T, host.begin() + (kTableRows + 1) * T, layout_.scratch_row);
-      std::fill(host.begin() + kSlots * T, host.end(), scratch_slot);
+      std::vector<int32_t> host(fields * T);
+      std::vector<int64_t> mask(T);
+      stage_graph_rows(empty, T, bs, pad, tree, host.data(), tree ? mask.data() : nullptr);
       for (int64_t C : contexts) {
         Graph g;
-        g.batch = B;
-        g.q = q;
-        g.context = C;
-        g.inputs = be_.alloc(DType::kI32, {kFields, T});
-        be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {kFields * T}));
+        g.key = {B, q, C};
+        g.tree = tree;
+        g.inputs = be_.alloc(DType::kI32, {fields, T});
+        be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {fields * T}));
         backend::AttentionMeta meta;
-        meta.token_seq = field(g.inputs, kTableRows);
-        meta.kv_index = field(g.inputs, kKvIndex);
-        meta.slot_mapping = field(g.inputs, kSlots);
+        meta.token_seq = field(g.inputs, kRowTableRows);
+        meta.kv_index = field(g.inputs, kRowKvIndex);
+        meta.slot_mapping = field(g.inputs, kRowSlots);
         meta.block_tables = store->device();
         meta.params.n_tokens = static_cast<int32_t>(T);
         meta.params.n_seqs = static_cast<int32_t>(B);
@@ -79,8 +110,16 @@ Status DecodeGraphs::capture() {
         meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
         meta.params.max_kv_len = static_cast<int32_t>(C);
         // One plain decode row per sequence (q = 1); verify rows are no plain decode rows (as the eager batch says).
-        meta.params.n_leading_decode_rows = q == 1 ? static_cast<int32_t>(B) : 0;
-        Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
+        meta.params.n_leading_decode_rows = q == 1 && !tree ? static_cast<int32_t>(B) : 0;
+        if (tree) {  // the masks the kernels read, from this graph's own buffers
+          g.mask = be_.alloc(DType::kI64, {T});
+          be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
+          meta.tree_mask = g.mask;
+          meta.tree_base = field(g.inputs, kRowTreeBase);
+          meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
+          meta.params.tree_base = meta.tree_base.data<int32_t>();
+        }
+        Tensor ids = field(g.inputs, kRowIds), positions = field(g.inputs, kRowPositions);
         Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
         // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
         auto body_status = std::make_shared<Status>(Status::ok());
@@ -93,83 +132,68 @@ Status DecodeGraphs::capture() {
         MX_RETURN_IF_ERROR(*body_status);
         if (!graph.is_ok()) return graph.status();
         g.graph = std::move(graph).value();
-        graphs_.push_back(std::move(g));
+        (tree ? tree_keys_ : plain_keys_).push_back(g.key);
+        (tree ? tree_ : plain_).push_back(std::move(g));
       }
     }
   }
-  be_.synchronize();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::ostringstream b, c;
-  for (int64_t x : buckets) b << (b.tellp() > 0 ? "," : "") << x;
-  for (int64_t x : contexts) c << (c.tellp() > 0 ? "," : "") << x;
-  MX_LOG(kInfo) << "CUDA graphs: captured " << graphs_.size() << " decode graphs in " << secs
-                << " s; batch buckets " << b.str() << "; context classes " << c.str()
-                << (layout_.max_drafts > 0
-                        ? "; rows per sequence 1.." + std::to_string(1 + layout_.max_drafts) + " (chain verify steps)"
-                        : std::string())
-                << " (--disable-cuda-graph / --enforce-eager turn them off)";
   return Status::ok();
 }
 
-bool DecodeGraphs::covers(const model::ForwardBatch& batch) const {
-  const int64_t S = static_cast<int64_t>(batch.seqs.size());
-  if (graphs_.empty() || S == 0 || S > layout_.max_batch || batch.n_tokens() % S != 0) return false;
-  const int64_t q = batch.n_tokens() / S, T = batch.n_tokens();
-  if (q > 1 + layout_.max_drafts || static_cast<int64_t>(batch.logit_rows.size()) != T) return false;
+bool DecodeGraphs::covers(const model::ForwardBatch& batch, std::string* why) const {
+  std::string reason;
+  auto no = [&](std::string r) {
+    if (why != nullptr) *why = std::move(r);
+    return false;
+  };
+  if (plain_.empty() && tree_.empty()) return no("no graphs captured");
+  const GraphBatchShape shape = graph_batch_shape(batch, &reason);
+  if (!reason.empty()) return no(reason);
+  const int64_t T = shape.rows;
+  if (static_cast<int64_t>(batch.logit_rows.size()) != T) return no("not every row is a logit row");
   for (int64_t r = 0; r < T; ++r)
-    if (batch.logit_rows[r] != r) return false;
-  int64_t max_kv = 0;
-  for (int64_t s = 0; s < S; ++s) {
-    const auto& x = batch.seqs[s];
-    if (x.n_tokens != q || x.token_begin != s * q || x.table_row < 0 || !x.kv_indices.empty() ||
-        !x.tree_mask.empty())
-      return false;
-    max_kv = std::max<int64_t>(max_kv, x.kv_len);
-  }
-  return max_kv <= graphs_.back().context;
-}
-
-const DecodeGraphs::Graph* DecodeGraphs::find(int64_t batch, int64_t q, int64_t context) const {
-  for (const Graph& g : graphs_)  // ascending (q, batch, context): the first fit is the smallest
-    if (g.q == q && g.batch >= batch && g.context >= context) return &g;
-  return nullptr;
+    if (batch.logit_rows[r] != r) return no("logit rows out of row order");
+  const std::vector<GraphKey>& keys = shape.tree ? tree_keys_ : plain_keys_;
+  if (pick_graph(keys, shape) >= 0) return true;
+  return no(std::string(shape.tree ? "tree verify" : shape.max_rows > 1 ? "verify" : "decode") + " step of " +
+            std::to_string(shape.seqs) + " sequences x up to " + std::to_string(shape.max_rows) +
+            " rows at context " + std::to_string(shape.max_kv) + " is outside every captured bucket");
 }
 
 Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch) {
-  const int64_t S = static_cast<int64_t>(batch.seqs.size());
-  const int64_t q = S > 0 ? batch.n_tokens() / S : 0;
-  int64_t max_kv = 0;
-  for (const auto& x : batch.seqs) max_kv = std::max<int64_t>(max_kv, x.kv_len);
-  const Graph* g = find(S, q, max_kv);
-  if (g == nullptr)
-    return internal_error("decode graphs: no graph for " + std::to_string(S) + " sequences x " + std::to_string(q) +
-                          " rows at context " + std::to_string(max_kv) + " (covers() was not asked)");
+  std::string why;
+  const GraphBatchShape shape = graph_batch_shape(batch, &why);
+  const std::vector<GraphKey>& keys = shape.tree ? tree_keys_ : plain_keys_;
+  const int64_t i = why.empty() ? pick_graph(keys, shape) : -1;
+  if (i < 0)
+    return internal_error("decode graphs: no graph for " + std::to_string(shape.seqs) + " sequences x " +
+                          std::to_string(shape.max_rows) + " rows at context " + std::to_string(shape.max_kv) +
+                          (why.empty() ? "" : " (" + why + ")") + " (covers() was not asked)");
+  const Graph& g = (shape.tree ? tree_ : plain_)[i];
   kvcache::BlockTableStore* store = kv_.block_tables();
-  const int64_t T = g->batch * q, bs = layout_.block_size;
-  host_.assign(kFields * T, 0);
-  std::fill(host_.begin() + kTableRows * T, host_.begin() + (kTableRows + 1) * T, layout_.scratch_row);
-  std::fill(host_.begin() + kSlots * T, host_.end(), static_cast<int32_t>(layout_.scratch_block * bs));
-  for (int64_t s = 0; s < S; ++s) {
-    const auto& x = batch.seqs[s];
-    MX_RETURN_IF_ERROR(store->sync(x.table_row, x.table_lease, x.blocks()));
-    for (int32_t i = 0; i < x.n_tokens; ++i) {
-      const int64_t r = x.token_begin + i;
-      const int32_t j = x.kv_index_of(i);
-      host_[kIds * T + r] = batch.token_ids[r];
-      host_[kPositions * T + r] = batch.positions[r];
-      host_[kTableRows * T + r] = x.table_row;
-      host_[kKvIndex * T + r] = j;
-      host_[kSlots * T + r] = static_cast<int32_t>(x.blocks()[j / bs] * bs + j % bs);
-    }
+  for (const auto& x : batch.seqs) MX_RETURN_IF_ERROR(store->sync(x.table_row, x.table_lease, x.blocks()));
+  const int64_t cap = g.key.batch * g.key.q, T = shape.rows;
+  const int fields = g.tree ? kGraphTreeRowFields : kGraphRowFields;
+  host_.resize(fields * cap);
+  host_mask_.resize(cap);
+  stage_graph_rows(batch, cap, layout_.block_size,
+                   GraphPadding{layout_.scratch_row, static_cast<int32_t>(layout_.scratch_block * layout_.block_size)},
+                   g.tree, host_.data(), g.tree ? host_mask_.data() : nullptr);
+  Tensor inputs = g.inputs;
+  be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {fields * cap}));
+  if (g.tree) {
+    Tensor mask = g.mask;
+    be_.write_from_host(mask, 0, Tensor::view_of(host_mask_.data(), DType::kI64, {cap}));
   }
-  Tensor inputs = g->inputs;
-  be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {kFields * T}));
-  g->graph->replay();
+  g.graph->replay();
   ++replays_;
-  verify_replays_ += q > 1;
+  if (g.tree)
+    ++tree_replays_;
+  else
+    verify_replays_ += shape.max_rows > 1;
   model::ForwardOutput out;
-  out.logits = logits_.slice_rows(0, S * q);
-  if (batch.want_hidden) out.hidden = hidden_.slice_rows(0, S * q);
+  out.logits = logits_.slice_rows(0, T);
+  if (batch.want_hidden) out.hidden = hidden_.slice_rows(0, T);
   return out;
 }
 

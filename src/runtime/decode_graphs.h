@@ -1,39 +1,44 @@
 // DecodeGraphs: CUDA graphs of the target model's decode forward, one per (batch bucket, rows per sequence,
 // context class), captured at start-up and replayed with the step's metadata. Rows per sequence q = 1 + N:
-// q = 1 is a plain decode step, q > 1 a chain speculative verify step (x_last then N drafts per sequence, every
-// row a logit row; docs/design/cuda-graphs.md "MTP draft and verify steps").
+// q = 1 is a plain decode step, q > 1 a speculative verify step (x_last then N drafts per sequence, every row
+// a logit row; docs/design/cuda-graphs.md "MTP draft and verify steps"): chain buckets for N = 1..max_drafts,
+// tree buckets (tree masks) for each tree size the speculation config can verify.
 // Invariants (what makes a replay equal to the eager forward of the same rows):
 //   - every input lives in a static device buffer of the graph, i32 [5, B q] (ids, positions, table row,
-//     kv index, slot), written by one stream-ordered copy before the replay; the block tables are the KV
-//     cache's persistent store (same device tensor for the graph's life);
+//     kv index, slot; tree buckets add the tree base row and an i64 [B q] mask buffer), written by stream-
+//     ordered copies before the replay (runtime/graph_rows.h stages them); the block tables are the KV cache's
+//     persistent store (same device tensor for the graph's life);
 //   - every temporary comes from the backend's graph-private pool (Backend::capture_graph);
 //   - nothing captured depends on host values that change between replays: the attention split plan is the
 //     one for the class's context bound (the kernels read each row's kv index from device memory), the MoE
 //     and GEMM choices depend only on the bucket's row count;
-//   - padded rows (sequences S..B-1 of a bucket) run token 0 at position 0 on the store's scratch row, whose
-//     one block is the KV cache's scratch block: they write and read only the scratch slot, and their logits
-//     and hidden rows are ignored;
+//   - a batch's rows are staged compactly into rows [0, T) (graph_rows.h), so a bucket (B, q) serves any
+//     batch of <= B sequences of <= q rows each (uneven draft counts included); padding rows [T, B q) run
+//     token 0 at position 0 on the store's scratch row, whose one block is the KV cache's scratch block: they
+//     write and read only the scratch slot, and their logits and hidden rows are ignored;
 //   - outputs go to two static buffers shared by every graph (one replay at a time): logits f32 [rows, V] and
 //     the post-norm hidden states [rows, H]; a replay's views are valid until the next replay, so the engine
 //     reads them (argmax, host logits, the MTP extend's gather) before its next target step.
-// Tree verify steps (tree masks), mixed / prefill steps and MTP steps run eagerly (MTP continuation steps
-// have their own graphs: runtime/mtp_graphs.h).
+// Mixed / prefill steps run eagerly; MTP steps have their own graphs (runtime/mtp_graphs.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "kvcache/kv_cache.h"
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
+#include "runtime/graph_rows.h"
 
 namespace mxserve::runtime {
 
 struct DecodeGraphLayout {
   int64_t max_batch = 0;      // largest bucket (the engine's max running sequences)
   int32_t max_drafts = 0;     // chain verify graphs for N = 1..max_drafts drafts per sequence (0: decode only)
+  std::vector<int32_t> tree_rows;  // tree verify graphs: rows per sequence (1 + tree nodes) of each tree size
   int64_t block_size = 16;
   int32_t scratch_row = -1;   // store row of padded rows (its column 0 holds scratch_block)
   int32_t scratch_block = -1;  // a KV block no sequence is ever given
@@ -47,39 +52,45 @@ std::vector<int64_t> decode_graph_contexts(int64_t max_context);
 class DecodeGraphs {
  public:
   DecodeGraphs(model::CausalLM& model, backend::Backend& be, kvcache::KvCache& kv, const DecodeGraphLayout& layout);
-  // Captures every (rows per sequence, bucket, context class); logs the count and the time taken.
+  // Captures every (rows per sequence, bucket, context class), chain then tree; logs the count and time.
   Status capture();
-  // Whether the graphs run this batch: S sequences of q rows each (q - 1 in [0, max_drafts]), in order, every
-  // row a logit row, store rows, KV indices consecutive (no override), no tree, at most max_batch sequences
-  // within the largest context class. Hidden states may be wanted (always produced).
-  bool covers(const model::ForwardBatch& batch) const;
-  // Syncs the block tables, writes the inputs, replays the smallest fitting graph. logits [S q, V] and, when
-  // batch.want_hidden, hidden [S q, H] (views of the static outputs: valid until the next replay).
+  // Whether the graphs run this batch: at most max_batch sequences in row order, store rows, each of at most
+  // 1 + max_drafts rows (no tree) or at most the largest tree size (tree masks), every row a logit row in
+  // order, within the largest context class. Hidden states may be wanted (always produced). Otherwise *why
+  // (when given) names what has no bucket.
+  bool covers(const model::ForwardBatch& batch, std::string* why = nullptr) const;
+  // Syncs the block tables, writes the inputs, replays the smallest fitting graph. logits [T, V] and, when
+  // batch.want_hidden, hidden [T, H] (views of the static outputs: valid until the next replay).
   Result<model::ForwardOutput> run(const model::ForwardBatch& batch);
-  int64_t n_graphs() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t n_graphs() const { return static_cast<int64_t>(plain_.size() + tree_.size()); }
   int64_t replays() const { return replays_; }
-  int64_t verify_replays() const { return verify_replays_; }  // replays with q > 1 (chain verify steps)
+  int64_t verify_replays() const { return verify_replays_; }  // chain buckets with q > 1 (chain verify steps)
+  int64_t tree_replays() const { return tree_replays_; }      // tree buckets (tree verify steps)
 
  private:
   struct Graph {
-    int64_t batch = 0;    // sequences (bucket)
-    int64_t q = 1;        // rows per sequence
-    int64_t context = 0;
-    Tensor inputs;  // i32 [5, batch q]: ids, positions, table rows, kv indices, slots
+    GraphKey key;
+    bool tree = false;
+    Tensor inputs;  // i32 [5, batch q] (tree: [6, batch q]): ids, positions, table rows, kv indices, slots, tree base
+    Tensor mask;    // tree buckets: i64 [batch q] tree masks
     std::unique_ptr<backend::DeviceGraph> graph;
   };
-  const Graph* find(int64_t batch, int64_t q, int64_t context) const;
+  Status capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
+                        const std::vector<int64_t>& contexts);
 
   model::CausalLM& model_;
   backend::Backend& be_;
   kvcache::KvCache& kv_;
   DecodeGraphLayout layout_;
-  std::vector<Graph> graphs_;  // by (q, batch, context) ascending
-  Tensor logits_;              // f32 [max_batch (1 + max_drafts), V]: every graph writes rows [0, batch q)
-  Tensor hidden_;              // [max_batch (1 + max_drafts), H] activation dtype: the post-norm hidden rows
+  std::vector<Graph> plain_, tree_;           // by (q, batch, context) ascending
+  std::vector<GraphKey> plain_keys_, tree_keys_;
+  Tensor logits_;              // f32 [max rows, V]: every graph writes rows [0, batch q)
+  Tensor hidden_;              // [max rows, H] activation dtype: the post-norm hidden rows
   std::vector<int32_t> host_;  // staging of one replay's inputs
+  std::vector<int64_t> host_mask_;
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
+  int64_t tree_replays_ = 0;
 };
 
 }  // namespace mxserve::runtime

@@ -94,18 +94,27 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
     MX_CHECK_MSG(st.is_ok(), "engine: " << st.to_string());
   }
   if (config_.cuda_graphs) {
-    // Chain speculation: verify steps of 1 + N rows per sequence (N <= num_steps) and the MTP chain's
-    // continuation steps are captured too; tree speculation keeps its verify / draft steps eager (masks).
-    const int32_t chain_drafts = spec_enabled() && !config_.spec.tree() ? config_.spec.num_steps : 0;
-    const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running, chain_drafts);
+    // Speculation: verify steps (chain: 1 + N rows per sequence, N <= num_steps; tree: 1 + nodes for each depth
+    // the policy may pick), the MTP extend (accepted + 1 rows per sequence) and the draft steps (chain
+    // continuation / tree frontier rows) are captured too.
+    ModelExecutor::SpecGraphShapes shapes;
+    if (spec_enabled()) {
+      const SpecConfig& sc = config_.spec;
+      shapes.extend_rows = sc.num_steps + 1;
+      if (sc.tree()) {
+        for (int32_t n = 1; n <= sc.num_steps; ++n) shapes.tree_verify_rows.push_back(1 + sc.draft_rows(n));
+        if (sc.num_steps >= 2) shapes.tree_draft_rows = sc.topk;
+      } else {
+        shapes.chain_drafts = sc.num_steps;
+      }
+    }
+    const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running, shapes);
     if (!st.is_ok()) {
       MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
     } else if (spec_enabled()) {
-      MX_LOG(kWarn) << (config_.spec.tree()
-                            ? "CUDA graphs with tree speculation: tree verify steps, tree draft steps and the MTP "
-                              "extend run eagerly (only steps without drafts replay a graph)"
-                            : "CUDA graphs with MTP speculation: the MTP extend (first draft step of each step) and "
-                              "steps mixing prefill or uneven draft counts run eagerly");
+      MX_LOG(kInfo) << "CUDA graphs with " << (config_.spec.tree() ? "tree" : "chain")
+                    << " MTP speculation: verify steps, the MTP extend and the draft steps replay graphs; steps "
+                       "with prefill chunks run eagerly (each other eager kind is logged once)";
     }
   }
   if (config_.kv_cache_host_memory > 0) enable_host_tier();

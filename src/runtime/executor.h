@@ -22,6 +22,15 @@ struct ExecOutput {
   int32_t greedy_token(int64_t r) const;
 };
 
+// The speculative steps captured beside plain decode steps (all zero / empty: none).
+struct SpecGraphShapes {
+  int32_t chain_drafts = 0;    // chain verify steps of 1 + N rows per sequence (N <= chain_drafts); >= 2: the
+                               // MTP chain's continuation steps too
+  int32_t extend_rows = 0;     // MTP extend steps of 1..extend_rows rows per sequence (accepted + 1)
+  std::vector<int32_t> tree_verify_rows;  // tree verify steps: rows per sequence (1 + nodes) of each tree size
+  int32_t tree_draft_rows = 0;  // tree draft steps: up to this many rows per sequence (topk)
+};
+
 class ModelExecutor {
  public:
   virtual ~ModelExecutor() = default;
@@ -44,20 +53,23 @@ class ModelExecutor {
   // batches carry store rows: model/forward_batch.h). An executor that reads no block tables (a fake
   // model) needs none.
   virtual Status enable_block_tables(int64_t max_rows, int64_t max_blocks_per_seq) { return Status::ok(); }
+  using SpecGraphShapes = runtime::SpecGraphShapes;
   // Captures CUDA graphs of pure-decode steps up to max_batch sequences (runtime/decode_graphs.h); needs the
-  // block-table store. Later pure-decode batches replay them; everything else runs eagerly. chain_drafts > 0
-  // (chain MTP speculation, up to that many drafts per step): also the chain verify steps (1 + N rows per
-  // sequence, N <= chain_drafts) and, at chain_drafts >= 2, the MTP chain's continuation steps
-  // (runtime/mtp_graphs.h; a model without a device-input MTP forward keeps those eager and says so).
-  virtual Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) {
+  // block-table store. Later pure-decode batches replay them; everything else runs eagerly. `spec` adds the
+  // speculative steps: verify steps (runtime/decode_graphs.h) and MTP draft steps (runtime/mtp_graphs.h; a
+  // model without a device-input MTP forward keeps those eager and says so).
+  virtual Status enable_decode_graphs(int64_t max_batch, const SpecGraphShapes& spec = {}) {
     return unsupported("this executor has no decode graphs");
   }
   // Target decode / verify steps served by a graph replay so far (tests, logs).
   virtual int64_t graph_replays() const { return 0; }
   struct GraphReplayCounts {
-    int64_t decode = 0;  // target steps of one row per sequence
-    int64_t verify = 0;  // chain verify steps (1 + N rows per sequence)
-    int64_t mtp = 0;     // MTP draft-chain continuation steps
+    int64_t decode = 0;       // target steps of one row per sequence
+    int64_t verify = 0;       // chain verify steps (up to 1 + N rows per sequence)
+    int64_t tree_verify = 0;  // tree verify steps (tree masks)
+    int64_t mtp = 0;          // MTP draft-chain continuation steps
+    int64_t extend = 0;       // MTP extend steps (the first draft step)
+    int64_t tree_draft = 0;   // MTP tree draft steps
   };
   virtual GraphReplayCounts graph_replay_counts() const { return {}; }
   // Tests: the device row holds the first synced blocks of `table` for `lease` (nothing to check when the

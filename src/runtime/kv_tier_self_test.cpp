@@ -42,8 +42,8 @@ class LogitRecorder final : public ModelExecutor {
   }
   Tensor select_rows(const Tensor& h, const std::vector<int32_t>& rows) override { return inner_->select_rows(h, rows); }
   Status enable_block_tables(int64_t rows, int64_t width) override { return inner_->enable_block_tables(rows, width); }
-  Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) override {
-    return inner_->enable_decode_graphs(max_batch, chain_drafts);
+  Status enable_decode_graphs(int64_t max_batch, const SpecGraphShapes& spec = {}) override {
+    return inner_->enable_decode_graphs(max_batch, spec);
   }
   int64_t graph_replays() const override { return inner_->graph_replays(); }
   GraphReplayCounts graph_replay_counts() const override { return inner_->graph_replay_counts(); }

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -22,13 +24,16 @@ class CausalLmExecutor final : public ModelExecutor {
   }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
-    if (graphs_ && graphs_->covers(batch)) {
+    std::string why;
+    if (graphs_ && graphs_->covers(batch, &why)) {
       MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
       MX_RETURN_IF_ERROR(settle_host_loads());  // a replay reads the cache without the per-layer gate
       MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch));
       last_logits_ = out.logits;  // the graph's static logits buffer: valid until the next replay
       return finish(batch, out);
     }
+    // Decode / verify-shaped steps (every row a logit row) without a bucket: said once per kind.
+    if (graphs_ && static_cast<int64_t>(batch.logit_rows.size()) == batch.n_tokens()) say_eager("a target", why);
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
     last_logits_ = out.logits;
     return finish(batch, out);
@@ -40,12 +45,14 @@ class CausalLmExecutor final : public ModelExecutor {
   }
   bool has_mtp() const override { return model_.has_mtp(); }
   Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) override {
-    if (mtp_graphs_ && mtp_graphs_->covers(batch, hidden_in)) {
+    std::string why;
+    if (mtp_graphs_ && mtp_graphs_->covers(batch, hidden_in, &why)) {
       MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
       MX_RETURN_IF_ERROR(settle_host_loads());  // a replay reads the cache without the per-layer gate
       MX_ASSIGN_OR_RETURN(model::ForwardOutput out, mtp_graphs_->run(batch, hidden_in));
       return finish(batch, out);
     }
+    if (mtp_graphs_) say_eager("an MTP", why);
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
     return finish(batch, out);
   }
@@ -102,12 +109,20 @@ class CausalLmExecutor final : public ModelExecutor {
   int64_t graph_replays() const override { return graphs_ ? graphs_->replays() : 0; }
   GraphReplayCounts graph_replay_counts() const override {
     GraphReplayCounts c;
-    if (graphs_) c.verify = graphs_->verify_replays(), c.decode = graphs_->replays() - c.verify;
-    if (mtp_graphs_) c.mtp = mtp_graphs_->replays();
+    if (graphs_) {
+      c.verify = graphs_->verify_replays();
+      c.tree_verify = graphs_->tree_replays();
+      c.decode = graphs_->replays() - c.verify - c.tree_verify;
+    }
+    if (mtp_graphs_) {
+      c.mtp = mtp_graphs_->replays(MtpGraphs::Family::kChain);
+      c.extend = mtp_graphs_->replays(MtpGraphs::Family::kExtend);
+      c.tree_draft = mtp_graphs_->replays(MtpGraphs::Family::kTree);
+    }
     return c;
   }
 
-  Status enable_decode_graphs(int64_t max_batch, int32_t chain_drafts = 0) override {
+  Status enable_decode_graphs(int64_t max_batch, const SpecGraphShapes& spec = {}) override {
     if (kv_->block_tables() == nullptr) return invalid_argument("decode graphs need the block-table store first");
     if (max_batch <= 0 || max_batch > scratch_row_)
       return invalid_argument("decode graphs: max batch " + std::to_string(max_batch) + " outside [1, " +
@@ -118,17 +133,23 @@ class CausalLmExecutor final : public ModelExecutor {
     layout.block_size = block_size_;
     layout.scratch_row = scratch_row_;
     layout.scratch_block = static_cast<int32_t>(n_blocks_);
-    layout.max_drafts = std::max(chain_drafts, 0);
+    layout.max_drafts = std::max(spec.chain_drafts, 0);
+    layout.tree_rows = spec.tree_verify_rows;
     auto graphs = std::make_unique<DecodeGraphs>(model_, be_, *kv_, layout);
     MX_RETURN_IF_ERROR(graphs->capture());
     graphs_ = std::move(graphs);
-    if (chain_drafts >= 2 && model_.has_mtp()) {  // chain steps >= 2 exist: the continuation graphs
-      auto mtp = std::make_unique<MtpGraphs>(model_, be_, *kv_, layout);
+    MtpGraphShapes shapes;
+    shapes.chain = spec.chain_drafts >= 2;  // chain steps >= 2 exist: the continuation graphs
+    shapes.extend_rows = std::max(spec.extend_rows, 0);
+    shapes.tree_rows = std::max(spec.tree_draft_rows, 0);
+    if (model_.has_mtp() && (shapes.chain || shapes.extend_rows > 0 || shapes.tree_rows > 0)) {
+      auto mtp = std::make_unique<MtpGraphs>(model_, be_, *kv_, layout, shapes);
       const Status st = mtp->capture();
       if (st.is_ok()) {
         mtp_graphs_ = std::move(mtp);
       } else {
-        MX_LOG(kWarn) << "CUDA graphs: the MTP draft chain's continuation steps run eagerly (slower drafting): "
+        MX_LOG(kWarn) << "CUDA graphs: the MTP draft steps (extend, chain continuation, tree) run eagerly (slower "
+                         "drafting): "
                       << st.to_string();
       }
     }
@@ -171,6 +192,17 @@ class CausalLmExecutor final : public ModelExecutor {
 
   Status settle_host_loads() { return host_mover_ ? host_mover_->settle() : Status::ok(); }
 
+  // A step the graphs do not serve runs eagerly: said once per kind of reason (its text up to the first digit,
+  // so "extend step of 2 sequences x up to 57 rows ..." and "... of 3 sequences ..." are one kind).
+  void say_eager(const char* what, const std::string& why) {  // what: "a target" | "an MTP"
+    if (why.empty()) return;
+    const std::string key = std::string(what) + ": " + why.substr(0, why.find_first_of("0123456789"));
+    if (!said_.insert(key).second) return;
+    MX_LOG(kInfo) << "CUDA graphs: " << what << " step runs eagerly (" << why
+                  << "); said once for this kind of step: prefill chunks and shapes past the captured buckets "
+                     "(--max-num-seqs, --speculative-num-steps / -num-draft-tokens, --max-model-len) always do";
+  }
+
   static constexpr uint64_t kScratchLease = ~uint64_t{0};  // never handed out by TableRows
 
   model::CausalLM& model_;
@@ -181,7 +213,8 @@ class CausalLmExecutor final : public ModelExecutor {
   int32_t scratch_row_ = -1;
   std::unique_ptr<KvHostMover> host_mover_;  // the host KV tier's transport and load gate (enable_host_tier)
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
-  std::unique_ptr<MtpGraphs> mtp_graphs_;  // CUDA graphs of MTP chain continuation steps (enable_decode_graphs)
+  std::unique_ptr<MtpGraphs> mtp_graphs_;  // CUDA graphs of MTP draft steps (enable_decode_graphs)
+  std::set<std::string> said_;             // kinds of eager fallback already logged (say_eager)
 };
 
 }  // namespace

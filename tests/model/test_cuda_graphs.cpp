@@ -5,8 +5,11 @@
 // with MTP speculation (chain, fixed draft length 2): tokens AND the accepted-draft counts (SpecStats) identical
 // with graphs on and off, chain verify steps and MTP chain continuation steps replayed from graphs (> 0 each),
 // also with simulated acceptance (accepted drafts become output tokens) and with glm_moe_dsa's
-// index_share_for_mtp_iteration on (the staged first-step top-k); and GLM-5.2's attention geometry (synthetic
-// weights, 4 layers) so the tensor-core MLA attend / indexer run inside graphs.
+// index_share_for_mtp_iteration on (the staged first-step top-k); the MTP extend (first draft step, uneven rows
+// per sequence) replayed (> 0) in every MTP run; tree speculation (depth 2, topk 2, 3 nodes: the
+// --speculative-eagle-topk 2 config) with tree verify and tree draft steps replayed (> 0 each) and the same
+// tokens / accepted counts as eager; and GLM-5.2's attention geometry (synthetic weights, 4 layers) so the
+// tensor-core MLA attend / indexer run inside graphs.
 // Also: a graph body that copies from the host is refused loudly, and the CPU backend has no graphs.
 // MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
 #include <gtest/gtest.h>
@@ -58,10 +61,16 @@ struct RunResult {
   double seconds = 0;
 };
 
+// topk > 1: tree mode (depth mtp_steps, 3 draft nodes: sglang's --speculative-num-draft-tokens 4).
 RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs,
-              int32_t mtp_steps = 0, int64_t max_model_len = 1024, std::optional<double> simulate = std::nullopt) {
+              int32_t mtp_steps = 0, int64_t max_model_len = 1024, std::optional<double> simulate = std::nullopt,
+              int32_t topk = 1) {
   EngineConfig cfg;
   cfg.spec.num_steps = mtp_steps;
+  if (topk > 1) {
+    cfg.spec.topk = topk;
+    cfg.spec.num_draft_tokens = 4;
+  }
   cfg.spec.simulate_acceptance = simulate;
   cfg.spec.adaptive = false;  // every step drafts (random fixture weights would lower N to 0)
   cfg.scheduler.block_size = 16;
@@ -133,7 +142,7 @@ TEST_P(CudaGraphs, GreedyTokensEqualEagerAtBucketAndPaddedBatches) {
 // both speculative graph families replayed: chain verify steps (3 rows per sequence) and the chain's second
 // draft step (MTP continuation). Simulated acceptance (2.6: one or two drafts accepted per step) turns accepted
 // drafts into output tokens, so the drafts the MTP graphs proposed are compared token by token.
-void check_mtp_graphs(const std::string& dir, const std::string& label) {
+void check_mtp_graphs(const std::string& dir, const std::string& label, int32_t topk = 1) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
   auto lm = model::load_causal_lm(dir, **be, model::LoadOptions{});
@@ -154,18 +163,27 @@ void check_mtp_graphs(const std::string& dir, const std::string& label) {
         s.sampling.seed = 1000 + i;  // simulated acceptance draws from the request's seed: the same in both runs
         specs.push_back(s);
       }
-      const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2, 1024, simulate);
-      const RunResult graph = run(**lm, **be, specs, true, /*mtp_steps=*/2, 1024, simulate);
-      const std::string what = label + " MTP batch " + std::to_string(batch) + (simulate ? " simulated" : "");
-      std::printf("%s: eager %.3f s, graphs %.3f s (replays: %lld decode, %lld verify, %lld MTP); accepted %lld of "
-                  "%lld drafts\n",
+      const RunResult eager = run(**lm, **be, specs, false, /*mtp_steps=*/2, 1024, simulate, topk);
+      const RunResult graph = run(**lm, **be, specs, true, /*mtp_steps=*/2, 1024, simulate, topk);
+      const std::string what = label + (topk > 1 ? " MTP tree" : " MTP chain") + " batch " + std::to_string(batch) +
+                               (simulate ? " simulated" : "");
+      std::printf("%s: eager %.3f s, graphs %.3f s (replays: %lld decode, %lld verify, %lld tree verify, %lld MTP "
+                  "chain, %lld extend, %lld tree draft); accepted %lld of %lld drafts\n",
                   what.c_str(), eager.seconds, graph.seconds, static_cast<long long>(graph.counts.decode),
-                  static_cast<long long>(graph.counts.verify), static_cast<long long>(graph.counts.mtp),
+                  static_cast<long long>(graph.counts.verify), static_cast<long long>(graph.counts.tree_verify),
+                  static_cast<long long>(graph.counts.mtp), static_cast<long long>(graph.counts.extend),
+                  static_cast<long long>(graph.counts.tree_draft),
                   static_cast<long long>(graph.spec.num_accepted_tokens),
                   static_cast<long long>(graph.spec.num_draft_tokens));
       EXPECT_EQ(eager.replays, 0) << what;
-      EXPECT_GT(graph.counts.verify, 0) << what << ": no chain verify step was replayed from a graph";
-      EXPECT_GT(graph.counts.mtp, 0) << what << ": no MTP chain continuation step was replayed from a graph";
+      EXPECT_GT(graph.counts.extend, 0) << what << ": no MTP extend was replayed from a graph";
+      if (topk > 1) {
+        EXPECT_GT(graph.counts.tree_verify, 0) << what << ": no tree verify step was replayed from a graph";
+        EXPECT_GT(graph.counts.tree_draft, 0) << what << ": no tree draft step was replayed from a graph";
+      } else {
+        EXPECT_GT(graph.counts.verify, 0) << what << ": no chain verify step was replayed from a graph";
+        EXPECT_GT(graph.counts.mtp, 0) << what << ": no MTP chain continuation step was replayed from a graph";
+      }
       EXPECT_GT(graph.spec.num_draft_tokens, 0) << what;
       EXPECT_EQ(graph.spec.num_drafts, eager.spec.num_drafts) << what;
       EXPECT_EQ(graph.spec.num_draft_tokens, eager.spec.num_draft_tokens) << what;
@@ -181,6 +199,12 @@ void check_mtp_graphs(const std::string& dir, const std::string& label) {
 }
 
 TEST_P(CudaGraphs, GreedyTokensEqualEagerWithMtp) { check_mtp_graphs(fixture_dir(GetParam()), GetParam()); }
+
+// Tree speculation (--speculative-eagle-topk 2): tree verify steps (tree masks as graph inputs), tree draft steps
+// and the MTP extend replayed; tokens and accepted-draft counts as eager.
+TEST_P(CudaGraphs, GreedyTokensEqualEagerWithMtpTree) {
+  check_mtp_graphs(fixture_dir(GetParam()), GetParam(), /*topk=*/2);
+}
 
 // glm_moe_dsa with index_share_for_mtp_iteration: the continuation graphs read the first step's top-k from the
 // model's persistent buffer, staged before each replay.

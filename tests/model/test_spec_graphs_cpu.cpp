@@ -4,8 +4,10 @@
 // AND accepted-draft counts, with chain verify steps (DecodeGraphs, 3 rows per sequence) and MTP continuation
 // steps (MtpGraphs, the staged first-step top-k under index_share_for_mtp_iteration) replayed (> 0 each), at a
 // bucket-sized and a padded batch (1, 3 -> 4), also with simulated acceptance (accepted drafts become output
-// tokens; fixed request seeds, which the simulation draws from). The CUDA run of the same comparison is
-// test_cuda_graphs (label gpu).
+// tokens; fixed request seeds, which the simulation draws from). The MTP extend (the first draft step, uneven
+// accepted + 1 rows per sequence) replays its graphs in every mode; tree mode (depth 2, topk 2, 3 nodes) replays
+// tree verify steps (tree masks staged per row) and tree draft steps too (> 0 each). The CUDA run of the same
+// comparison is test_cuda_graphs (label gpu).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -48,10 +50,15 @@ struct RunResult {
   SpecStats spec;
 };
 
+// topk > 1: tree mode (depth 2, 3 draft nodes).
 RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs,
-              std::optional<double> simulate) {
+              std::optional<double> simulate, int32_t topk = 1) {
   EngineConfig cfg;
   cfg.spec.num_steps = 2;
+  if (topk > 1) {
+    cfg.spec.topk = topk;
+    cfg.spec.num_draft_tokens = 4;
+  }
   cfg.spec.adaptive = false;  // every step drafts
   cfg.spec.simulate_acceptance = simulate;
   cfg.scheduler.block_size = 16;
@@ -80,7 +87,7 @@ RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<Reque
   return r;
 }
 
-void check(const std::string& dir, const std::string& label) {
+void check(const std::string& dir, const std::string& label, int32_t topk = 1) {
   test::ReplayingBackend be(backend::make_cpu_backend());
   auto lm = model::load_causal_lm(dir, be, model::LoadOptions{});
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
@@ -100,17 +107,27 @@ void check(const std::string& dir, const std::string& label) {
         s.sampling.seed = 1000 + i;  // simulated acceptance draws from the request's seed: the same in both runs
         specs.push_back(s);
       }
-      const std::string what = label + " batch " + std::to_string(batch) + (simulate ? " simulated" : "");
+      const std::string what = label + (topk > 1 ? " tree" : " chain") + " batch " + std::to_string(batch) +
+                               (simulate ? " simulated" : "");
       const int64_t before = be.bodies_run();
-      const RunResult eager = run(**lm, be, specs, false, simulate);
+      const RunResult eager = run(**lm, be, specs, false, simulate, topk);
       EXPECT_EQ(be.bodies_run(), before) << what << ": the eager engine ran a graph body";
-      const RunResult graph = run(**lm, be, specs, true, simulate);
-      std::printf("%s: replays %lld decode, %lld verify, %lld MTP; accepted %lld of %lld drafts\n", what.c_str(),
-                  static_cast<long long>(graph.counts.decode), static_cast<long long>(graph.counts.verify),
-                  static_cast<long long>(graph.counts.mtp), static_cast<long long>(graph.spec.num_accepted_tokens),
+      const RunResult graph = run(**lm, be, specs, true, simulate, topk);
+      std::printf("%s: replays %lld decode, %lld verify, %lld tree verify, %lld MTP chain, %lld extend, %lld tree "
+                  "draft; accepted %lld of %lld drafts\n",
+                  what.c_str(), static_cast<long long>(graph.counts.decode), static_cast<long long>(graph.counts.verify),
+                  static_cast<long long>(graph.counts.tree_verify), static_cast<long long>(graph.counts.mtp),
+                  static_cast<long long>(graph.counts.extend), static_cast<long long>(graph.counts.tree_draft),
+                  static_cast<long long>(graph.spec.num_accepted_tokens),
                   static_cast<long long>(graph.spec.num_draft_tokens));
-      EXPECT_GT(graph.counts.verify, 0) << what << ": no chain verify step replayed";
-      EXPECT_GT(graph.counts.mtp, 0) << what << ": no MTP continuation step replayed";
+      EXPECT_GT(graph.counts.extend, 0) << what << ": no MTP extend replayed";
+      if (topk > 1) {
+        EXPECT_GT(graph.counts.tree_verify, 0) << what << ": no tree verify step replayed";
+        EXPECT_GT(graph.counts.tree_draft, 0) << what << ": no tree draft step replayed";
+      } else {
+        EXPECT_GT(graph.counts.verify, 0) << what << ": no chain verify step replayed";
+        EXPECT_GT(graph.counts.mtp, 0) << what << ": no MTP continuation step replayed";
+      }
       EXPECT_GT(graph.spec.num_draft_tokens, 0) << what;
       EXPECT_EQ(graph.spec.num_drafts, eager.spec.num_drafts) << what;
       EXPECT_EQ(graph.spec.num_draft_tokens, eager.spec.num_draft_tokens) << what;
@@ -131,6 +148,14 @@ TEST(SpecGraphsCpu, Glm4MoeTokensAndAcceptedDraftsEqualEager) { check(fixture_di
 
 TEST(SpecGraphsCpu, GlmMoeDsaTokensAndAcceptedDraftsEqualEager) {
   check(fixture_dir("glm_moe_dsa_tiny_a"), "glm_moe_dsa_tiny_a");
+}
+
+TEST(SpecGraphsCpu, Glm4MoeTreeTokensAndAcceptedDraftsEqualEager) {
+  check(fixture_dir("glm4_moe_tiny_b"), "glm4_moe_tiny_b", /*topk=*/2);
+}
+
+TEST(SpecGraphsCpu, GlmMoeDsaTreeTokensAndAcceptedDraftsEqualEager) {
+  check(fixture_dir("glm_moe_dsa_tiny_b"), "glm_moe_dsa_tiny_b", /*topk=*/2);
 }
 
 TEST(SpecGraphsCpu, GlmMoeDsaSharedIndexTokensAndAcceptedDraftsEqualEager) {

@@ -180,36 +180,50 @@ class DecoderFrame : public DecoderFrameBase {
     return finish(batch, mtp_->head.shared_head_norm, x);
   }
 
-  // MTP graphs: forward_mtp's body over inputs already on the device, every row a draft-chain continuation
-  // (CausalLM::forward_mtp_device). The per-chain state the architecture reuses comes from begin_mtp_device
-  // (staged eagerly by stage_mtp_chain), never from a host upload. One rank only (collectives with host
-  // barriers are not capturable).
+  // MTP graphs: forward_mtp's body over inputs already on the device (CausalLM::forward_mtp_device): chain
+  // continuation rows, the extend (logits undefined: no head) or tree draft rows (meta's tree mask). The
+  // per-chain state the architecture reuses or keeps comes from begin_mtp_device (persistent buffers, staged
+  // eagerly by stage_mtp_chain / made current by commit_mtp_extend), never from a host upload. One rank only
+  // (collectives with host barriers are not capturable).
   Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
                             const backend::AttentionMeta& device_meta, kvcache::KvCache& kv, Tensor& logits,
-                            Tensor& hidden_out) override {
+                            Tensor& hidden_out, MtpDeviceRows rows = MtpDeviceRows::kChainContinuation) override {
     if (!mtp_) return unsupported("this model was loaded without an MTP layer");
     if (tp_.splits() || dp_moe_.enabled())
       return unsupported("forward_mtp_device (MTP graph capture) with tensor parallelism or DP attention");
     const int64_t T = ids.numel(), H = cfg_.d_model;
     auto rows_of = [&](const Tensor& t, int64_t w) { return t.ndim() == 2 && t.dim(0) == T && t.dim(1) == w; };
-    if (positions.numel() != T || device_meta.params.n_tokens != T || device_meta.params.tree_mask != nullptr ||
+    const bool tree = device_meta.params.tree_mask != nullptr;
+    const bool head = logits.ndim() != 0;
+    if (positions.numel() != T || device_meta.params.n_tokens != T || tree != (rows == MtpDeviceRows::kTree) ||
         device_meta.params.max_kv_len <= 0 || !rows_of(hidden_in, H) || !rows_of(hidden_out, H) ||
-        !rows_of(logits, cfg_.vocab_size) || logits.dtype() != DType::kF32)
+        (head && (!rows_of(logits, cfg_.vocab_size) || logits.dtype() != DType::kF32)) ||
+        (!head && rows != MtpDeviceRows::kExtend))
       return invalid_argument("forward_mtp_device: " + std::to_string(T) + " ids, " +
                               std::to_string(positions.numel()) + " positions, attention metadata for " +
                               std::to_string(device_meta.params.n_tokens) + " rows (max_kv_len " +
-                              std::to_string(device_meta.params.max_kv_len) +
-                              (device_meta.params.tree_mask != nullptr ? ", tree rows" : "") + "), hidden_in " +
-                              hidden_in.describe() + ", hidden_out " + hidden_out.describe() + ", logits " +
-                              logits.describe() + " (one chain row per sequence with a context bound expected)");
+                              std::to_string(device_meta.params.max_kv_len) + (tree ? ", tree rows" : "") +
+                              "), hidden_in " + hidden_in.describe() + ", hidden_out " + hidden_out.describe() +
+                              ", logits " + logits.describe() +
+                              " (chain / extend rows without a tree mask, tree rows with one, a context bound, and "
+                              "logits except for an extend expected)");
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
     MX_ASSIGN_OR_RETURN(Tensor x, mtp_input(mtp_->head, ids, hidden_in));
     State state = make_state(T, /*bound_part=*/false);
-    MX_RETURN_IF_ERROR(begin_mtp_device(T, state));
+    MX_RETURN_IF_ERROR(begin_mtp_device(T, rows, state));
     MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, positions, meta, kv, cfg_.n_layers, state));
     be_.rmsnorm(x, mtp_->head.shared_head_norm, static_cast<float>(cfg_.rms_norm_eps), hidden_out);
-    be_.linear(hidden_out, tp_.lm_head(), nullptr, logits);
+    if (head) be_.linear(hidden_out, tp_.lm_head(), nullptr, logits);
+    return Status::ok();
+  }
+  Status lm_head_device(const Tensor& hidden, Tensor& logits) override {
+    if (tp_.splits() || dp_moe_.enabled())
+      return unsupported("lm_head_device (MTP graph capture) with tensor parallelism or DP attention");
+    if (hidden.ndim() != 2 || hidden.dim(1) != cfg_.d_model || logits.ndim() != 2 || logits.dim(0) != hidden.dim(0) ||
+        logits.dim(1) != cfg_.vocab_size || logits.dtype() != DType::kF32)
+      return invalid_argument("lm_head_device: hidden " + hidden.describe() + ", logits " + logits.describe());
+    be_.linear(hidden, tp_.lm_head(), nullptr, logits);
     return Status::ok();
   }
 
@@ -286,9 +300,10 @@ class DecoderFrame : public DecoderFrameBase {
     return Status::ok();
   }
   virtual void end_mtp(const State& state) { (void)state; }
-  // forward_mtp_device before its layer: the continuation's state over T rows from persistent device buffers.
-  virtual Status begin_mtp_device(int64_t T, State& state) {
-    (void)T, (void)state;
+  // forward_mtp_device before its layer: the rows' state over T rows in persistent device buffers (a
+  // continuation reads the staged chain state, an extend writes what continuations will reuse).
+  virtual Status begin_mtp_device(int64_t T, MtpDeviceRows rows, State& state) {
+    (void)T, (void)rows, (void)state;
     return Status::ok();
   }
 

@@ -97,8 +97,9 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // AttentionParams::max_kv_len (the class bound); the indexer grid and the MLA split plan depend only on
   // those and on index_topk. What is not capturable is refused here: DP attention (host row counts, as
   // glm4_moe; tp > 1 is captured jointly by the lockstep model), the TP replica checks (host compares; off),
-  // an installed decision hook (host callbacks), tree rows. Chain verify steps (several rows per sequence)
-  // run the same body; `hidden` receives the post-norm rows the MTP layer reads.
+  // an installed decision hook (host callbacks). Chain and tree verify steps (several rows per sequence; a
+  // tree's mask / base in device buffers the graph owns) run the same body; `hidden` receives the post-norm
+  // rows the MTP layer reads.
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
     // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h); DP attention's MoE exchange
@@ -108,16 +109,15 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
       return unsupported("forward_device (CUDA graph capture) with a decision hook installed (its callbacks run on "
                          "the host)");
     const int64_t T = ids.numel();
-    if (positions.numel() != T || device_meta.params.n_tokens != T || device_meta.params.tree_mask != nullptr ||
+    if (positions.numel() != T || device_meta.params.n_tokens != T ||
         device_meta.params.max_kv_len <= 0 || logits.ndim() != 2 || logits.dim(0) != T ||
         logits.dim(1) != cfg_.vocab_size ||
         (hidden != nullptr && (hidden->ndim() != 2 || hidden->dim(0) != T || hidden->dim(1) != cfg_.d_model)))
       return invalid_argument("forward_device: " + std::to_string(T) + " ids, " + std::to_string(positions.numel()) +
                               " positions, attention metadata for " + std::to_string(device_meta.params.n_tokens) +
-                              " rows (max_kv_len " + std::to_string(device_meta.params.max_kv_len) +
-                              (device_meta.params.tree_mask != nullptr ? ", tree rows" : "") + "), logits " +
+                              " rows (max_kv_len " + std::to_string(device_meta.params.max_kv_len) + "), logits " +
                               logits.describe() + (hidden != nullptr ? ", hidden " + hidden->describe() : "") +
-                              " (plain decode or chain verify rows with a context bound expected)");
+                              " (decode or verify rows with a context bound expected)");
     backend::AttentionMeta meta = device_meta;
     attention_shape(meta.params);
     DsaState state = make_state(T, /*bound_part=*/false);
@@ -126,17 +126,33 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
     return device_body(ids, positions, meta, kv, state, logits, hidden);
   }
 
-  // MTP graphs (runtime/mtp_graphs.h): a draft-chain continuation step on the device. Under
-  // index_share_for_mtp_iteration the rows attend over chain_topk_ (the first step's top-k rows, staged there
-  // by stage_mtp_chain before the replay) instead of running the MTP indexer's scores; the indexer keys are
-  // still written. Refused as forward_device is: a decision hook (host callbacks); tp / DP in the frame.
+  // MTP graphs (runtime/mtp_graphs.h): an MTP step on the device. Under index_share_for_mtp_iteration a
+  // chain continuation attends over chain_topk_ (the first step's top-k rows, staged there by stage_mtp_chain
+  // before the replay) instead of running the MTP indexer's scores (the indexer keys are still written), and
+  // an extend writes its top-k into extend_topk_ (commit_mtp_extend makes it the first step's); tree rows run
+  // the indexer. Refused as forward_device is: a decision hook (host callbacks); tp / DP in the frame.
   Status forward_mtp_device(const Tensor& ids, const Tensor& positions, const Tensor& hidden_in,
                             const backend::AttentionMeta& meta, kvcache::KvCache& kv, Tensor& logits,
-                            Tensor& hidden_out) override {
+                            Tensor& hidden_out, MtpDeviceRows rows = MtpDeviceRows::kChainContinuation) override {
     if (active_decision_hook() != nullptr)
       return unsupported("forward_mtp_device (MTP graph capture) with a decision hook installed (its callbacks run "
                          "on the host)");
-    return DecoderFrame::forward_mtp_device(ids, positions, hidden_in, meta, kv, logits, hidden_out);
+    return DecoderFrame::forward_mtp_device(ids, positions, hidden_in, meta, kv, logits, hidden_out, rows);
+  }
+  Status reserve_mtp_extend(int64_t max_rows) override {
+    if (!dsa_.index_share_for_mtp_iteration || max_rows <= 0) return Status::ok();
+    if (extend_topk_.defined() && extend_topk_.dim(0) >= max_rows) return Status::ok();
+    extend_topk_ = be_.upload(Tensor::zeros(DType::kI32, {max_rows, dsa_.index_topk}));
+    return Status::ok();
+  }
+  Status commit_mtp_extend(int64_t n_rows) override {
+    if (!dsa_.index_share_for_mtp_iteration) return Status::ok();
+    if (!extend_topk_.defined() || n_rows <= 0 || n_rows > extend_topk_.dim(0))
+      return invalid_argument("commit_mtp_extend: " + std::to_string(n_rows) + " rows of a first-step top-k of " +
+                              std::to_string(extend_topk_.defined() ? extend_topk_.dim(0) : 0) +
+                              " rows (reserve_mtp_extend first)");
+    first_step_topk_ = extend_topk_.slice_rows(0, n_rows);  // as end_mtp leaves an eager extend's
+    return Status::ok();
   }
   Status reserve_mtp_chain(int64_t max_rows) override {
     if (!dsa_.index_share_for_mtp_iteration || max_rows <= 0) return Status::ok();
@@ -209,9 +225,19 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   void end_mtp(const DsaState& state) override {
     if (!state.reuse_topk) first_step_topk_ = state.topk;
   }
-  Status begin_mtp_device(int64_t T, DsaState& state) override {
+  Status begin_mtp_device(int64_t T, MtpDeviceRows rows, DsaState& state) override {
     state.check_replicas = false;  // one rank (the frame refuses tp / DP): nothing to compare, no host copy
     if (!dsa_.index_share_for_mtp_iteration) return Status::ok();  // the MTP indexer runs in the graph
+    if (rows == MtpDeviceRows::kTree) return Status::ok();         // tree steps recompute the top-k
+    if (rows == MtpDeviceRows::kExtend) {  // the indexer runs; its top-k lands where continuations read it
+      if (!extend_topk_.defined() || extend_topk_.dim(0) < T)
+        return invalid_argument("forward_mtp_device: an extend of " + std::to_string(T) +
+                                " rows writes a first-step top-k of " +
+                                std::to_string(extend_topk_.defined() ? extend_topk_.dim(0) : 0) +
+                                " rows (reserve_mtp_extend first)");
+      state.topk = extend_topk_.slice_rows(0, T);
+      return Status::ok();
+    }
     if (!chain_topk_.defined() || chain_topk_.dim(0) < T)
       return invalid_argument("forward_mtp_device: index_share_for_mtp_iteration reads a staged top-k of " +
                               std::to_string(chain_topk_.defined() ? chain_topk_.dim(0) : 0) + " rows for " +
@@ -230,6 +256,9 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // i32 [max_rows, index_topk], persistent (reserve_mtp_chain): MTP graphs' continuation rows read their chain's
   // first-step top-k here; stage_mtp_chain gathers rows of first_step_topk_ into it before each replay.
   Tensor chain_topk_;
+  // i32 [max_rows, index_topk], persistent (reserve_mtp_extend): MTP extend graphs write their top-k here;
+  // commit_mtp_extend points first_step_topk_ at its real rows.
+  Tensor extend_topk_;
 };
 
 Result<std::unique_ptr<CausalLM>> build_glm_moe_dsa(const ModelConfig& cfg, WeightLoader& wl, backend::Backend& be,

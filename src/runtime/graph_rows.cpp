@@ -1,0 +1,83 @@
+#include "runtime/graph_rows.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/check.h"
+
+namespace mxserve::runtime {
+
+GraphBatchShape graph_batch_shape(const model::ForwardBatch& batch, std::string* why) {
+  GraphBatchShape s;
+  why->clear();
+  s.seqs = static_cast<int64_t>(batch.seqs.size());
+  s.rows = batch.n_tokens();
+  if (s.seqs == 0 || s.rows == 0) {
+    *why = "an empty batch";
+    return s;
+  }
+  int64_t next = 0;
+  for (const auto& x : batch.seqs) {
+    if (x.n_tokens <= 0 || x.token_begin != next) {
+      *why = "sequences not contiguous in row order";
+      return s;
+    }
+    if (x.table_row < 0) {
+      *why = "a sequence without a block-table store row";
+      return s;
+    }
+    next += x.n_tokens;
+    s.max_rows = std::max<int64_t>(s.max_rows, x.n_tokens);
+    s.max_kv = std::max<int64_t>(s.max_kv, x.kv_len);
+    s.tree = s.tree || !x.tree_mask.empty();
+  }
+  if (next != s.rows) *why = "sequences do not cover the batch's rows";
+  return s;
+}
+
+int64_t pick_graph(const std::vector<GraphKey>& keys, const GraphBatchShape& shape) {
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i].q >= shape.max_rows && keys[i].batch >= shape.seqs && keys[i].context >= shape.max_kv)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+void stage_graph_rows(const model::ForwardBatch& batch, int64_t capacity, int64_t block_size,
+                      const GraphPadding& pad, bool tree_base_row, int32_t* host, int64_t* mask) {
+  const int64_t T = batch.n_tokens();
+  MX_CHECK_MSG(T <= capacity, "graph staging: " << T << " rows for a bucket of " << capacity);
+  const int fields = tree_base_row ? kGraphTreeRowFields : kGraphRowFields;
+  std::fill(host, host + fields * capacity, 0);
+  std::fill(host + kRowTableRows * capacity, host + (kRowTableRows + 1) * capacity, pad.scratch_row);
+  std::fill(host + kRowSlots * capacity, host + (kRowSlots + 1) * capacity, pad.scratch_slot);
+  if (tree_base_row)
+    std::fill(host + kRowTreeBase * capacity, host + (kRowTreeBase + 1) * capacity,
+              std::numeric_limits<int32_t>::max());
+  if (mask != nullptr) std::fill(mask, mask + capacity, int64_t{0});
+  for (const auto& x : batch.seqs) {
+    const std::vector<int32_t>& table = x.blocks();
+    for (int32_t i = 0; i < x.n_tokens; ++i) {
+      const int64_t r = x.token_begin + i;
+      const int32_t j = x.kv_index_of(i);
+      host[kRowIds * capacity + r] = batch.token_ids[r];
+      host[kRowPositions * capacity + r] = batch.positions[r];
+      host[kRowTableRows * capacity + r] = x.table_row;
+      host[kRowKvIndex * capacity + r] = j;
+      host[kRowSlots * capacity + r] = static_cast<int32_t>(table[j / block_size] * block_size + j % block_size);
+      if (!x.tree_mask.empty()) {
+        if (tree_base_row) host[kRowTreeBase * capacity + r] = x.tree_base;
+        if (mask != nullptr) mask[r] = static_cast<int64_t>(x.tree_mask[i]);
+      }
+    }
+  }
+}
+
+std::vector<int32_t> padded_logit_rows(const std::vector<int32_t>& logit_rows, int64_t capacity) {
+  MX_CHECK_MSG(static_cast<int64_t>(logit_rows.size()) <= capacity,
+               "graph staging: " << logit_rows.size() << " logit rows for a head of " << capacity);
+  std::vector<int32_t> out(static_cast<size_t>(capacity), 0);
+  std::copy(logit_rows.begin(), logit_rows.end(), out.begin());
+  return out;
+}
+
+}  // namespace mxserve::runtime
