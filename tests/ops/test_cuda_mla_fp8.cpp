@@ -497,7 +497,7 @@ TEST_F(CudaMlaFp8, IndexerFusedFp8EqualsMma) {
       {32, 128, 2048, b16, false, "B16 20k keys"},
       {32, 128, 2048, {{1, 2000}, {1, 2048}, {1, 2049}, {3, 2100}}, false, "rows around top_k (skipped <= 2048)"},
       {32, 128, 2048, {{1, 9000}, {1, 3000}}, true, "all keys equal: ties to the lower index"},
-      // 16 heads (the mma path, the reference here, holds 64 heads x 128 only above its 48 KiB shared-memory cap).
+      // 16 heads: 64 heads x 128 needs more than the mma reference's 48 KiB of shared memory.
       {16, 128, 512, {{1, 5000}, {1, 300}}, false, "16 heads, top-512"},
   };
   for (const Case& c : cases) {
