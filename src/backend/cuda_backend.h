@@ -18,4 +18,8 @@ struct CUstream_st;
 namespace mxserve::backend {
 // The CUDA backend's stream (benchmarks time it with events); CHECK-fails for another backend.
 CUstream_st* cuda_backend_stream(Backend& be);
+// Its device memory (backend/device_memory.h); reset_peak: then starts a new high-water mark. CHECK-fails for
+// another backend.
+struct DeviceMemory;
+DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak);
 }  // namespace mxserve::backend
