@@ -193,10 +193,29 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
-  if (!experts_sliced() && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+  if (be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
-    const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
-    if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names, &stats_);
+    // A tensor-sliced rank keeps its slices packed too: gate/up rows and down's 32-element column blocks cut
+    // out of the mapping (slice_stored reads only their byte ranges); a slice off the blocks is dequantized.
+    BoundWeights sliced;
+    bool packed_slices = true;
+    auto add_slice = [&](const std::string& n) {
+      const parallel::ShardSlice* slice = slice_of(n);
+      if (slice == nullptr) return sliced.add(n, weights_.at(n));
+      auto part = slice_stored(weights_.at(n).stored, *slice);
+      if (!part) {
+        packed_slices = false;
+        return;
+      }
+      sliced.add(n, BoundWeight(std::move(*part)));
+    };
+    for (const auto& g : gate_up_groups)
+      for (const auto& n : g) add_slice(n);
+    for (const auto& n : down_names) add_slice(n);
+    const BoundWeights& src = packed_slices ? sliced : weights_;
+    const std::string problem = packed_slices ? checkpoint_mxfp4_width_problem(src, gate_up_groups, down_names)
+                                              : "a rank's slice does not fall on 32-element MXFP4 blocks";
+    if (problem.empty()) return checkpoint_experts_mxfp4(be_, src, gate_up_groups, down_names, &stats_);
     MX_LOG(kWarn) << "mxfp4 experts cannot stay packed on " << be_.name() << ": " << problem
                   << ". Dequantizing this layer's experts to " << dtype_name(be_.weight_dtype())
                   << " (full-precision device memory, the bf16 expert kernels)";
