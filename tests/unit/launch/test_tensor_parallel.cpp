@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/fixture.h"
+#include "core/device_oom.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
 #include "model/archs/glm4_moe.h"
@@ -358,6 +359,41 @@ TEST(TensorParallel, SyntheticMxfp4ExpertsSliceToTheOneRankModel) {
       << eight.status().message();
   EXPECT_NE(eight.status().message().find("moe_intermediate_size 128"), std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST(TensorParallel, ADeviceOutOfMemoryOnOneRankFailsTheStepNamingIt) {
+  // A rank whose allocation fails mid-forward (core/device_oom.h; injected) fails the step with an
+  // out_of_memory error naming the rank, without a hang or an abort of the process: the engine finishes the
+  // request with that error. (The rank group then stays failed: docs/server.md "Out of device memory".)
+  auto lm = launch_tp(fixture_dirs().front(), 2, /*mtp=*/false);
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  runtime::EngineConfig ec;
+  ec.scheduler.block_size = 4;
+  ec.n_blocks = kPlentyOfBlocks;
+  ec.max_model_len = 256;
+  auto engine = (*lm)->make_engine(ec);
+  runtime::RequestSpec req;
+  req.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  req.sampling.temperature = 0;
+  req.sampling.max_tokens = 3;
+  req.sampling.ignore_eos = true;
+  runtime::FinishReason finish = runtime::FinishReason::kNone;
+  std::string error;
+  auto on_event = [&](const runtime::TokenEvent& ev) {
+    if (ev.finish != runtime::FinishReason::kNone) finish = ev.finish, error = ev.error;
+  };
+  ASSERT_TRUE(engine->submit(req, on_event).is_ok());  // a first request makes the ranks' cache mirrors
+  while (!engine->idle()) engine->step();
+  ASSERT_EQ(finish, runtime::FinishReason::kLength) << error;
+  req.prompt = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  ASSERT_TRUE(engine->submit(req, on_event).is_ok());
+  alloc_fault::arm(1, 1);  // then a rank's forward meets a full device
+  for (int i = 0; i < 100 && !engine->idle(); ++i) engine->step();
+  alloc_fault::arm(0, 0);
+  EXPECT_TRUE(engine->idle());
+  EXPECT_EQ(finish, runtime::FinishReason::kError);
+  EXPECT_EQ(error.rfind("out_of_memory: ", 0), 0u) << error;
+  EXPECT_NE(error.find("of 2: cpu backend: allocation of"), std::string::npos) << error;  // "rank R of 2: ..."
 }
 
 TEST(TensorParallel, BadLayoutsNameTheConstraint) {
