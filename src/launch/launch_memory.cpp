@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backend/device_memory.h"
 #include "core/device_oom.h"
 #include "core/logging.h"
@@ -60,6 +62,16 @@ Status dry_run(LaunchedModel& lm, const KvBudgetRequest& r, int64_t tokens, int 
   return Status::ok();
 }
 
+// The process's resident host memory (every rank of this process: they share it), 0 when unknown.
+uint64_t host_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
 }  // namespace
 
 Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
@@ -104,6 +116,15 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
     out.peak_activation_bytes = std::max(out.peak_activation_bytes, peak);
     d.total = m.device_total, d.free = m.device_free;
   }
+  for (int k = 0; k < world; ++k) {  // what each rank holds (its weights' share, buffers) and its peak
+    const backend::DeviceMemory m = backend::device_memory(lm.rank_backend(k));
+    MX_LOG(kInfo) << "rank " << k << "/" << world << " on GPU " << m.device << ": " << gib(static_cast<double>(base[k]))
+                  << " in use before the dry run (weights, buffers), forward peak "
+                  << gib(static_cast<double>(m.peak_in_use > base[k] ? m.peak_in_use - base[k] : 0)) << " (its own "
+                  << "dry-run KV pool included)";
+  }
+  MX_LOG(kInfo) << "host memory: " << gib(static_cast<double>(host_rss_bytes())) << " resident (the process: all "
+                << world << " rank(s) of this node)";
   uint64_t kv_per_rank = UINT64_MAX;
   for (const auto& [device, d] : devs) {
     const double n = static_cast<double>(d.ranks.size());

@@ -64,7 +64,9 @@ TEST(CudaMxfp4Slices, PackedRankSlicesDecodeTheOneRankTokens) {
   const fs::path dir = fs::temp_directory_path() / ("mxserve_cuda_mxfp4_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   {
-    std::ifstream in(std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a/config.json");
+    const char* root = std::getenv("MXSERVE_FIXTURE_ROOT");  // the GPU machine runs from a copied tree
+    std::ifstream in((root != nullptr ? std::string(root) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures") +
+                     "/glm4_moe_tiny_a/config.json");
     nlohmann::json cfg = nlohmann::json::parse(in);
     cfg["moe_intermediate_size"] = 128;
     cfg["n_routed_experts"] = 64;  // the experts dominate the weights, as in GLM-5.2

@@ -5,6 +5,7 @@
 // same source runs as test_engine_oom (CPU backend, label cpu) and test_engine_oom_cuda (label gpu).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "backend/backend.h"
@@ -19,7 +20,11 @@
 namespace mxserve::runtime {
 namespace {
 
-const std::string kModel = std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures/glm4_moe_tiny_a";
+// MXSERVE_FIXTURE_ROOT overrides the fixtures directory (the GPU machine runs from a copied tree).
+const std::string kModel = [] {
+  const char* env = std::getenv("MXSERVE_FIXTURE_ROOT");
+  return (env != nullptr ? std::string(env) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures") + "/glm4_moe_tiny_a";
+}();
 
 struct Outcome {
   std::vector<int32_t> tokens;
