@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,12 @@ Status dry_run(LaunchedModel& lm, const KvBudgetRequest& r, int64_t tokens, int 
   const int64_t per_seq = (ec.max_model_len + r.block_size - 1) / r.block_size + 1;
   ec.n_blocks = per_seq * dp + 2;
   *pool_bytes = lm.kv_bytes_per_block(r.block_size) * static_cast<uint64_t>(ec.n_blocks + 1);
-  auto engine = lm.make_engine(ec);
+  std::unique_ptr<runtime::Engine> engine;
+  try {  // its small pool (steps catch their own: the engine fails the requests, below)
+    engine = lm.make_engine(ec);
+  } catch (const DeviceOutOfMemory& oom) {
+    return out_of_memory(std::string("the start-up dry run's KV pool: ") + oom.what());
+  }
   std::vector<std::string> errors;
   const int64_t vocab = lm.config().vocab_size;
   for (int g = 0; g < dp; ++g) {
