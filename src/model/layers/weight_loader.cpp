@@ -1,5 +1,6 @@
 #include "model/layers/weight_loader.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -193,10 +194,23 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
-  if (be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+  // A tensor-sliced rank keeps its MXFP4 slices packed too (gate/up rows and down's 32-element column blocks
+  // cut out of the mapping: slice_stored reads only their byte ranges; a slice off the blocks is dequantized)
+  // when MXSERVE_PACKED_EXPERT_SLICES=1: opt-in until a GPU run with a real checkpoint proves it (the synthetic
+  // twin is proven by test_cuda_mxfp4_slices). Off: a sliced rank dequantizes (said once per rank).
+  static const bool packed_slices_on = [] {
+    const char* env = std::getenv("MXSERVE_PACKED_EXPERT_SLICES");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  if (experts_sliced() && !packed_slices_on && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+      !warned_sliced_dequant_) {
+    warned_sliced_dequant_ = true;
+    MX_LOG(kWarn) << rank_.describe() << ": the checkpoint's MXFP4 expert slices are dequantized to "
+                  << dtype_name(be_.weight_dtype()) << " (4x their packed bytes); MXSERVE_PACKED_EXPERT_SLICES=1 keeps "
+                  << "them packed (new, not yet proven on a GPU with a real checkpoint)";
+  }
+  if ((!experts_sliced() || packed_slices_on) && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
-    // A tensor-sliced rank keeps its slices packed too: gate/up rows and down's 32-element column blocks cut
-    // out of the mapping (slice_stored reads only their byte ranges); a slice off the blocks is dequantized.
     BoundWeights sliced;
     bool packed_slices = true;
     auto add_slice = [&](const std::string& n) {

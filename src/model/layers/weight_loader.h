@@ -185,6 +185,7 @@ class WeightLoader {
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
   LoadStats stats_;
   bool warned_whole_dequant_ = false;
+  bool warned_sliced_dequant_ = false;  // MXFP4 expert slices dequantized (MXSERVE_PACKED_EXPERT_SLICES off)
 };
 
 }  // namespace mxserve::model
