@@ -156,7 +156,7 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
                            std::to_string(r.gpu_memory_utilization) +
                            "): raise it, lower --max-num-batched-tokens / --chunked-prefill-size, or use more GPUs");
     const uint64_t room_per_rank = static_cast<uint64_t>(kv_room / n);
-    if (r.kv_bytes_given && !r.utilization_given && r.kv_bytes_per_rank > room_per_rank)
+    if (r.kv_bytes_given && r.kv_bytes_per_rank > room_per_rank)  // named: checked against the cap, never resized
       return out_of_memory("--kv-cache-memory " + gib(static_cast<double>(r.kv_bytes_per_rank)) + " per rank x " +
                            std::to_string(d.ranks.size()) + " rank(s) on GPU " + std::to_string(device) +
                            " does not fit: " + gib(kv_room) + " is left after the weights and the forward's peak (" +
@@ -166,7 +166,7 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
                            ", or lower --max-num-batched-tokens / --chunked-prefill-size");
     kv_per_rank = std::min(kv_per_rank, room_per_rank);
   }
-  if (r.utilization_given) {  // sized from the device: every rank gets the smallest device's share
+  if (r.utilization_given && !r.kv_bytes_given) {  // sized from the device: each rank the smallest device's share
     out.kv_bytes_per_rank = kv_per_rank;
     MX_LOG(kInfo) << "KV cache budget: " << gib(static_cast<double>(kv_per_rank)) << " per rank (--gpu-memory-utilization "
                   << r.gpu_memory_utilization << ", split among the ranks of each GPU)";

@@ -24,7 +24,7 @@ struct KvBudgetRequest {
   uint64_t kv_bytes_per_rank = 0;         // --kv-cache-memory (per rank)
   bool kv_bytes_given = false;            // the user named --kv-cache-memory: check it, never resize it
   double gpu_memory_utilization = 0.9;    // the share of each device for weights + activations + KV
-  bool utilization_given = false;         // --gpu-memory-utilization named: size the KV from it
+  bool utilization_given = false;         // --gpu-memory-utilization named (without --kv-cache-memory: size the KV from it)
 };
 
 struct KvBudget {
