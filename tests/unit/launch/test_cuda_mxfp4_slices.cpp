@@ -1,14 +1,16 @@
 // Synthetic MXFP4 experts sliced per rank on CUDA (docs/parallel.md "Rank-sliced loading"): glm4_moe_tiny_a with
 // 128-wide experts at tp 2, tp 4 and tp 2 x dp 2 + DP attention through the shared-device stand-in, each rank
 // holding its gate/up rows and down column blocks PACKED (WeightLoader::synthetic_fill_mxfp4), decodes the
-// one-rank CUDA model's greedy tokens, the chosen tokens' logprobs within the bf16 bound; and every rank's
-// device bytes in use after the load are below the one-rank model's (the packed experts are 1/tp of it).
+// one-rank CUDA model's greedy tokens, the chosen tokens' logprobs within the bf16 bound; and tp 4's fullest rank
+// holds fewer device bytes after the load than tp 2's (the packed experts, which dominate, are 1/tp).
 // Then the start-up dry run (launch/launch_memory.h) on the tp 4 launch: a measured peak > 0, a budget
 // split among the 4 ranks sharing the GPU, and a --kv-cache-memory larger than the GPU refused naming the flag.
 // Label gpu; skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -98,11 +100,18 @@ TEST(CudaMxfp4Slices, PackedRankSlicesDecodeTheOneRankTokens) {
     const char* name;
     parallel::ParallelConfig p;
   } layouts[] = {{"tp2", {.tp = 2}}, {"tp4", {.tp = 4}}, {"tp2 x dp2 + DP attention", {.tp = 2, .dp = 2, .dp_attention = true}}};
+  uint64_t tp2_max = 0;
   for (const auto& l : layouts) {
     auto lm = launch_mxfp4(l.p);
     ASSERT_TRUE(lm.is_ok()) << l.name << ": " << lm.status().to_string();
+    uint64_t max_rank = 0;
     for (int r = 0; r < (*lm)->world(); ++r)
-      EXPECT_LT(backend::device_memory((*lm)->rank_backend(r)).in_use, one_bytes) << l.name << " rank " << r;
+      max_rank = std::max(max_rank, backend::device_memory((*lm)->rank_backend(r)).in_use);
+    std::printf("%s: the fullest rank holds %.2f MiB in use after the load (one rank: %.2f MiB)\n", l.name,
+                max_rank / 1048576.0, one_bytes / 1048576.0);
+    // The experts dominate these weights: tp 4's ranks hold less than tp 2's (the same communicator kind).
+    if (l.p.tp == 2 && l.p.dp == 1) tp2_max = max_rank;
+    if (l.p.tp == 4) EXPECT_LT(max_rank, tp2_max) << "tp 4's fullest rank vs tp 2's";
     const Decoded got = decode(**lm);
     EXPECT_EQ(got.tokens, want.tokens) << l.name;
     ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << l.name;
