@@ -76,7 +76,7 @@ struct Rig {
   }
 };
 
-TEST(EngineOom, AFailedAllocationFailsOnlyThatStepsRequests) {
+void a_failed_allocation_fails_only_that_steps_requests() {
   const std::vector<int32_t> a = {5, 17, 3, 99, 42, 7, 8, 100, 11, 12, 250, 31};
   const std::vector<int32_t> b = {9, 8, 7, 6, 5, 4, 3, 2, 1, 77, 66};
   Rig ref;
@@ -111,6 +111,13 @@ TEST(EngineOom, AFailedAllocationFailsOnlyThatStepsRequests) {
   EXPECT_EQ(rig.out[again].finish, FinishReason::kLength) << rig.out[again].error;
   EXPECT_EQ(rig.out[again].tokens.size(), 5u);
 }
+
+// Distinct suite names per backend: ctest names the two binaries' tests apart.
+#if defined(MXSERVE_OOM_TEST_CUDA)
+TEST(EngineOomCuda, AFailedAllocationFailsOnlyThatStepsRequests) { a_failed_allocation_fails_only_that_steps_requests(); }
+#else
+TEST(EngineOom, AFailedAllocationFailsOnlyThatStepsRequests) { a_failed_allocation_fails_only_that_steps_requests(); }
+#endif
 
 }  // namespace
 }  // namespace mxserve::runtime
