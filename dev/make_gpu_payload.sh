@@ -35,6 +35,10 @@ done
 for t in tests/ops/test_cuda_moe_expert_range tests/unit/launch/test_cuda_parallel_layouts dev/kernels/bench_standin_collectives; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Session 8 seedmem (dev/gpu/seedmem.sh): a device OOM fails the step not the server; MXFP4 rank slices + KV budget.
+for t in tests/unit/runtime/test_engine_oom_cuda tests/unit/launch/test_cuda_mxfp4_slices; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.
 for t in tests/ops/test_cuda_moe_mxfp4_wg dev/kernels/bench_moe_mxfp4_wg tests/ops/test_cuda_moe_mxfp4_wg8; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi

@@ -4,12 +4,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "backend/mla_dsa_ops.h"
 #include "kernels/mla_fp8.h"
 #ifdef MXSERVE_HAVE_CUDA
 #include "backend/cuda_backend.h"
 #endif
 #include "core/check.h"
+#include "core/device_oom.h"
 #include "core/numeric.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/sampling.h"
@@ -47,7 +49,16 @@ class CpuBackend final : public Backend, public MlaDsaOps {
   DType activation_dtype() const override { return DType::kF32; }
   DType weight_dtype() const override { return DType::kF32; }
 
-  Tensor alloc(DType dtype, Shape shape) override { return Tensor::empty(dtype, std::move(shape)); }
+  Tensor alloc(DType dtype, Shape shape) override {
+    if (alloc_fault::g_remaining.load(std::memory_order_relaxed) > 0) {  // tests only (core/device_oom.h)
+      const uint64_t bytes = dtype_bytes(dtype, static_cast<uint64_t>(shape_numel(shape))).value_or(0);
+      if (alloc_fault::take(bytes))
+        throw DeviceOutOfMemory("cpu backend: allocation of " + std::to_string(bytes) + " bytes for " +
+                                    shape_to_string(shape) + " failed (injected by the test hook)",
+                                bytes);
+    }
+    return Tensor::empty(dtype, std::move(shape));
+  }
 
   void copy_weight(const Tensor& host, Tensor& dst) override {
     MX_CHECK_MSG(host.numel() == dst.numel(), host.describe() << " into " << dst.describe());
@@ -350,6 +361,21 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Bac
 #endif
   }
   return invalid_argument("--backend '" + name + "': expected cpu or cuda");
+}
+
+DeviceMemory device_memory(Backend& be) {
+#ifdef MXSERVE_HAVE_CUDA
+  if (be.device().type == DeviceType::kCUDA) return cuda_backend_memory(be, false);
+#endif
+  (void)be;
+  return {};
+}
+
+void reset_memory_peak(Backend& be) {
+#ifdef MXSERVE_HAVE_CUDA
+  if (be.device().type == DeviceType::kCUDA) (void)cuda_backend_memory(be, true);
+#endif
+  (void)be;
 }
 
 }  // namespace mxserve::backend

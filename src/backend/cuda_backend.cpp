@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda_mla_dsa_ops.h"
+#include "backend/device_memory.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/numeric.h"
@@ -660,7 +661,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       expect(dst, DType::kU8, "fill_synthetic", "packed codes");
       MX_CHECK_MSG(scales != nullptr, "cuda fill_synthetic: mxfp4 needs a scales tensor");
       expect(*scales, DType::kU8, "fill_synthetic", "scales");
-      MX_CHECK_MSG(p.cols % 32 == 0 && p.src_cols == p.cols && p.col_offset == 0 &&
+      // A window of whole 32-element blocks (a rank's slice) or whole rows.
+      MX_CHECK_MSG(p.cols % 32 == 0 && p.src_cols % 32 == 0 && p.col_offset % 32 == 0 &&
                        dst.numel() == p.rows * p.cols / 2 && scales->numel() == p.rows * p.cols / 32,
                    "cuda fill_synthetic mxfp4: dst " << dst.describe() << ", scales " << scales->describe()
                                                      << " for [" << p.rows << ", " << p.cols << "]");
@@ -672,12 +674,30 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     expect(dst, dst.dtype(), "fill_synthetic", "dst");
     MX_CHECK_MSG(dst.numel() == p.rows * p.cols,
                  "cuda fill_synthetic: dst " << dst.describe() << " for [" << p.rows << ", " << p.cols << "]");
-    MX_CHECK_MSG(p.kind == kernels::SyntheticKind::kNormal || (p.cols % 32 == 0 && p.src_cols == p.cols),
-                 "cuda fill_synthetic mxfp4-dequant: cols " << p.cols << " (whole rows, a multiple of 32)");
+    MX_CHECK_MSG(p.kind == kernels::SyntheticKind::kNormal ||
+                     (p.cols % 32 == 0 && p.src_cols % 32 == 0 && p.col_offset % 32 == 0),
+                 "cuda fill_synthetic mxfp4-dequant: cols " << p.cols << " at " << p.col_offset
+                                                            << " (whole 32-element blocks)");
     kc::synthetic_fill(p, dst.raw(), dst.dtype() == DType::kBF16, nullptr, stream_);
   }
 
   cudaStream_t stream() const { return stream_; }
+  DeviceMemory memory(bool reset_peak) {
+    DeviceMemory m;
+    m.known = true;
+    m.device = device_;
+    m.in_use = pool_->bytes_in_use();
+    m.cached = pool_->bytes_cached();
+    m.peak_in_use = pool_->peak_bytes_in_use();
+    m.graph_pool = graph_pool_ ? graph_pool_->bytes() : 0;
+    size_t free_b = 0, total_b = 0;
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_free = free_b, m.device_total = total_b;
+    if (current >= 0 && current != device_) cudaSetDevice(current);
+    if (reset_peak) pool_->reset_peak();
+    return m;
+  }
 
  private:
   // The tuned decode split table of this device for p's cache dtype and head geometry (null: none).
@@ -762,6 +782,12 @@ void cuda_backend_set_graph_body(Backend& be, bool on) {
   auto* cuda = dynamic_cast<CudaBackend*>(&be);
   MX_CHECK_MSG(cuda != nullptr, "cuda_backend_set_graph_body: backend '" << be.name() << "' is not the CUDA backend");
   cuda->set_graph_body(on);
+}
+
+DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  MX_CHECK_MSG(cuda != nullptr, "cuda_backend_memory: backend '" << be.name() << "' is not the CUDA backend");
+  return cuda->memory(reset_peak);
 }
 
 CUstream_st* cuda_backend_stream(Backend& be) {

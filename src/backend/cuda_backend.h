@@ -22,4 +22,9 @@ CUstream_st* cuda_backend_stream(Backend& be);
 // joined into one capture: launch/lockstep_model.h): on, temporaries come from this backend's graph-private pool
 // and host copies are refused, as inside its own capture_graph body; off restores both.
 void cuda_backend_set_graph_body(Backend& be, bool on);
+
+// Its device memory (backend/device_memory.h); reset_peak: then starts a new high-water mark. CHECK-fails for
+// another backend.
+struct DeviceMemory;
+DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak);
 }  // namespace mxserve::backend

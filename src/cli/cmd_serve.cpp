@@ -77,7 +77,7 @@ int cmd_serve(int argc, char** argv) {
        "--max-connections", "--max-header-bytes", "--max-header-count", "--http-header-timeout", "--http-body-timeout",
        "--http-keepalive-timeout", "--http-write-timeout", "--max-logprobs", "--max-logprob-entries",
        "--shutdown-timeout", "--log-level", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
-       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--num-kv-blocks", "--kv-cache-dtype",
+       "--chunked-prefill-size", "--block-size", "--kv-cache-memory", "--gpu-memory-utilization", "--num-kv-blocks", "--kv-cache-dtype",
        "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   value_flags.insert("--slo-ttft-ms");
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
@@ -170,6 +170,15 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("--kv-cache-memory")) {
     MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
     sc.kv_cache_bytes = kv_bytes;
+    sc.kv_cache_bytes_given = true;
+  }
+  if (a.has("--gpu-memory-utilization")) {
+    MX_CLI_TRY(util, a.get_double("--gpu-memory-utilization", 0.9));
+    if (!(util > 0 && util <= 1))
+      return fail(invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                                   a.get_or("--gpu-memory-utilization", "")));
+    sc.gpu_memory_utilization = util;
+    sc.gpu_memory_utilization_given = true;
   }
   if (a.has("--kv-cache-host-memory")) {
     const std::string text = a.get_or("--kv-cache-host-memory", "");

@@ -368,12 +368,23 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
   if (config.backend == "cuda") MX_RETURN_IF_ERROR(check_cuda_moe_slices(cfg, config.parallel));
   if ((config.parallel.tp > 1 || ranks.front().moe_tp() > 1) && lo.synthetic) {
     MX_ASSIGN_OR_RETURN(model::SyntheticPlan plan, model::parse_synthetic_plan(lo.synthetic_quantization));
-    if (plan.experts != "bf16" || plan.rest != "bf16")
+    // Rank slices of synthetic weights: bf16, and MXFP4 routed experts (each rank generates its own 32-element
+    // blocks of the one-rank model; weight_loader_shard.cpp). Other schemes are refused.
+    const bool experts_ok = plan.experts == "bf16" || plan.experts == "mxfp4";
+    if (!experts_ok || plan.rest != "bf16")
       return unsupported("--quantization " + lo.synthetic_quantization + " with --tensor-parallel-size " +
                          std::to_string(config.parallel.tp) +
                          (config.parallel.dp_attention ? " --enable-dp-attention" : "") +
-                         ": rank slices of quantized synthetic weights are not implemented yet (bf16 synthetic "
-                         "weights, or a quantized checkpoint, run at tp > 1)");
+                         ": rank slices of quantized synthetic weights are implemented for bf16 and for mxfp4 "
+                         "routed experts only (--quantization mxfp4 or bf16, or a quantized checkpoint)");
+    const int slices = config.parallel.dp_attention ? config.parallel.world() : config.parallel.tp;
+    if (plan.experts == "mxfp4" && cfg.n_experts > 0 && config.parallel.ep == 1 && slices > 1 &&
+        (cfg.moe_inter % slices != 0 || (cfg.moe_inter / slices) % 32 != 0))
+      return invalid_argument(
+          std::string(config.parallel.dp_attention ? "--enable-dp-attention" : "--tensor-parallel-size") + " " +
+          std::to_string(slices) + " with --quantization mxfp4: each rank's slice of moe_intermediate_size " +
+          std::to_string(cfg.moe_inter) + " of " + cfg.source + " must be a multiple of the 32-element MXFP4 "
+          "block (use fewer ranks, --enable-expert-parallel (whole experts) or --quantization bf16)");
   }
   // Every rank's share of every declared weight; an uneven split fails here, before any weight is read.
   const auto declared = model::declared_weights(cfg, lo.load_mtp && cfg.n_mtp_layers > 0);

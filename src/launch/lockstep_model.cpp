@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "core/device_oom.h"
 #include "launch/dp_batch.h"
 #include "model/decisions.h"
 #include "parallel/nccl_communicator.h"
@@ -123,7 +124,12 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
     model::DecisionHook* hook = dp_ == 1 || busy_groups <= 1 ? model::active_decision_hook() : nullptr;
     job_ = [&, hook](int r) {
       model::ScopedDecisionHook scope(hook);
-      Result<model::ForwardOutput> res = fn(r, *caches[r]);
+      Result<model::ForwardOutput> res = internal_error("no result");
+      try {
+        res = fn(r, *caches[r]);
+      } catch (const DeviceOutOfMemory& oom) {  // core/device_oom.h: this rank's device is full
+        res = out_of_memory(oom.what());
+      }
       if (!res.is_ok()) {  // the others stop at their next collective
         ranks_[r].comm->abort(res.status());
         if (ranks_[r].tp_comm != nullptr) ranks_[r].tp_comm->abort(res.status());

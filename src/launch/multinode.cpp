@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/device_oom.h"
 #include "core/logging.h"
 #include "launch/launch.h"
 #include "launch/step_codec.h"
@@ -128,6 +129,17 @@ class NodeSession {
 void NodeSessionDeleter::operator()(NodeSession* s) const { delete s; }
 
 const parallel::DistInit& session_dist(const NodeSession& s) { return s.dist; }
+
+// "code: message" (Status::to_string) back into a Status; unknown codes are internal errors.
+static Status status_from_text(const std::string& text) {
+  for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kDataLoss,
+                       StatusCode::kUnsupported, StatusCode::kOutOfMemory, StatusCode::kInternal,
+                       StatusCode::kUnavailable}) {
+    const std::string prefix = std::string(status_code_name(c)) + ": ";
+    if (text.rfind(prefix, 0) == 0) return Status(c, text.substr(prefix.size()));
+  }
+  return internal_error(text);
+}
 
 std::string describe_node(const NodeSession& s) {
   return s.node_name(s.dist.node_rank) + " of " + std::to_string(s.dist.nnodes) + " nodes";
@@ -290,13 +302,21 @@ class LeaderModel final : public model::CausalLM {
 
   Result<model::ForwardOutput> forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) override {
     MX_RETURN_IF_ERROR(send(StepKind::kForward, kv, &batch, nullptr, nullptr, nullptr));
-    return check(local_.forward(batch, kv));
+    try {
+      return check(local_.forward(batch, kv));
+    } catch (const DeviceOutOfMemory& oom) {  // a one-rank node: the group must still hear of it (fail)
+      return check(out_of_memory(oom.what()));
+    }
   }
   Result<model::ForwardOutput> forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                            kvcache::KvCache& kv) override {
     const Tensor host = be_.to_host(hidden_in);
     MX_RETURN_IF_ERROR(send(StepKind::kForwardMtp, kv, &batch, &host, nullptr, nullptr));
-    return check(local_.forward_mtp(batch, hidden_in, kv));
+    try {
+      return check(local_.forward_mtp(batch, hidden_in, kv));
+    } catch (const DeviceOutOfMemory& oom) {
+      return check(out_of_memory(oom.what()));
+    }
   }
   void copy_kv_slots(backend::Backend& be, const Tensor& src, const Tensor& dst, kvcache::KvCache& kv) override {
     const Tensor hs = be.to_host(src), hd = be.to_host(dst);
@@ -340,8 +360,20 @@ class LeaderModel final : public model::CausalLM {
   void fail(const Status& why) {
     if (!failed_.is_ok()) return;
     for (parallel::Communicator* c : comms_) c->abort(why);
+    // A follower whose own step failed says why on its step link before it aborts ("FAIL <status>"): that
+    // error, not our collectives' echo of it, is what the client gets (within half a second).
+    Status cause = why;
+    const auto deadline = LinkClock::now() + std::chrono::milliseconds(500);
+    for (auto& f : s_.followers) {
+      if (!f.open()) continue;
+      auto frame = f.recv_frame(deadline);
+      if (frame.is_ok() && frame->rfind("FAIL ", 0) == 0) {
+        cause = status_from_text(frame->substr(5));
+        break;
+      }
+    }
     const std::string dead = s_.dead_nodes();
-    failed_ = why.with_context("the multi-node launch failed" + (dead.empty() ? "" : " (" + dead + " stopped)"));
+    failed_ = cause.with_context("the multi-node launch failed" + (dead.empty() ? "" : " (" + dead + " stopped)"));
     MX_LOG(kError) << failed_.message() << "; node 0 stops in 1 s (restart every node)";
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -418,14 +450,22 @@ Status run_follower_node(LaunchedModel& lm) {
                                 [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
     }
     Status st = Status::ok();
-    if (msg->kind == StepKind::kForward) {
-      st = local.forward(msg->batch, *kv).status();
-    } else if (msg->kind == StepKind::kForwardMtp) {
-      st = local.forward_mtp(msg->batch, be.upload(msg->hidden_in), *kv).status();
-    } else {
-      local.copy_kv_slots(be, be.upload(msg->src_slots), be.upload(msg->dst_slots), *kv);
+    try {
+      if (msg->kind == StepKind::kForward) {
+        st = local.forward(msg->batch, *kv).status();
+      } else if (msg->kind == StepKind::kForwardMtp) {
+        st = local.forward_mtp(msg->batch, be.upload(msg->hidden_in), *kv).status();
+      } else {
+        local.copy_kv_slots(be, be.upload(msg->src_slots), be.upload(msg->dst_slots), *kv);
+      }
+    } catch (const DeviceOutOfMemory& oom) {  // core/device_oom.h: this node's device is full
+      st = out_of_memory(oom.what());
     }
-    if (!st.is_ok()) return abort_all(st.with_context("step " + std::to_string(steps)));
+    if (!st.is_ok()) {  // node 0 reads it (LeaderModel::fail) before its collectives' echo of our abort
+      const Status mine = st.with_context(describe_node(*s) + ", step " + std::to_string(steps));
+      (void)s->leader_link.send_frame("FAIL " + mine.to_string(), LinkClock::now() + std::chrono::seconds(2));
+      return abort_all(st.with_context("step " + std::to_string(steps)));
+    }
   }
 }
 

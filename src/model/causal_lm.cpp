@@ -71,8 +71,10 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const std::string& dir, backend
     MX_ASSIGN_OR_RETURN(auto model, arch.build(cfg, wl, be, mtp));
     MX_RETURN_IF_ERROR(model->set_kv_cache_dtype(options.kv_cache_dtype));
     be.synchronize();
-    MX_LOG(kInfo) << "synthetic weights ready in "
-                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
+    MX_LOG(kInfo) << "rank " << options.rank.rank << "/" << options.rank.world() << ": synthetic weights ready in "
+                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s, "
+                  << wl.stats().backend_bytes / (1 << 20) << " MiB of weights on " << be.name() << " ("
+                  << wl.stats().backend_bytes << " B: this rank's slices)";
     return model;
   }
   MX_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(dir));

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/check.h"
+#include "core/device_oom.h"
 #include "core/logging.h"
 #include "runtime/sampler.h"
 
@@ -250,10 +251,20 @@ bool Engine::step() {
     std::vector<RequestId> in_plan;
     for (const auto& c : plan.chunks) in_plan.push_back(c.seq->id);
     const StepShape shape = shape_of(plan);  // before run_plan: finished sequences are freed in it
-    Status s = run_plan(plan);
+    Status s = Status::ok();
+    try {
+      s = run_plan(plan);
+    } catch (const DeviceOutOfMemory& oom) {  // an allocation deep in the step (core/device_oom.h)
+      s = out_of_memory(oom.what());
+    }
+    if (s.code() == StatusCode::kOutOfMemory)  // one rank's (lockstep) or this backend's: say what to change
+      s = out_of_memory(s.message() + "; the step's " + std::to_string(in_plan.size()) +
+                        " request(s) failed (lower --max-num-batched-tokens, --chunked-prefill-size or "
+                        "--kv-cache-memory to leave the forward more room)");
     if (s.is_ok()) record_step_cost(plan, shape, now_seconds() - t0);
     if (!s.is_ok()) {
-      // A failed forward is a bug, not the requests' fault: fail the batch's requests, keep serving.
+      // A failed forward (a bug, or the device out of memory), not the requests' fault: fail the batch's
+      // requests, keep serving.
       MX_LOG(kError) << "forward failed: " << s.to_string();
       for (RequestId id : in_plan) {
         auto it = seqs_.find(id);

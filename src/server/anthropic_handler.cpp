@@ -114,7 +114,7 @@ void stream(ServerContext& ctx, Prepared& p, GenerationSession& session, const s
       for (const OJ& e : content.add(parsed)) ok = ok && write_sse(sink, e, &last);
       if (finish.empty()) continue;
       if (finish == "error") {
-        ok = ok && write_sse(sink, anthropic_error_json(internal(d.error)), &last);
+        ok = ok && write_sse(sink, anthropic_error_json(from_engine_error(d.error)), &last);
       } else {
         for (const OJ& e : content.close()) ok = ok && write_sse(sink, e, &last);
         ok = ok && write_sse(sink, message_delta_event(anthropic_stop(finish, d.stop_str), session.usage()), &last) &&
@@ -183,7 +183,7 @@ void handle_messages(ServerContext& ctx, const http::Request& req, http::Respons
       return;
     }
   }
-  if (!error.empty()) return write_anthropic_error(internal(error), res);
+  if (!error.empty()) return write_anthropic_error(from_engine_error(error), res);
   if (finish.empty()) return write_anthropic_error(aborted_error(ctx), res);
   ChoiceOutput::Delta parsed;
   if (p.plan.active) {  // one chunk through the same parser as streaming

@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include <optional>
+
 #include "server/json_util.h"
 
 namespace mxserve::server {
@@ -98,6 +100,26 @@ ApiError from_status(const Status& status, const std::string& param) {
     case StatusCode::kUnavailable: return overloaded(status.message());
     default: return internal(status.to_string());
   }
+}
+
+ApiError from_engine_error(const std::string& text) {
+  auto rest_after = [&](const char* code) -> std::optional<std::string> {
+    const std::string prefix = std::string(code) + ": ";
+    if (text.rfind(prefix, 0) != 0) return std::nullopt;
+    return text.substr(prefix.size());
+  };
+  if (auto m = rest_after(status_code_name(StatusCode::kOutOfMemory))) {
+    ApiError e;
+    e.http_status = 503;
+    e.message = "The server ran out of device memory for this request (it keeps serving; retry): " + *m;
+    e.type = "server_error";
+    e.code = "out_of_memory";
+    e.retry_after_s = 1;
+    return e;
+  }
+  if (auto m = rest_after(status_code_name(StatusCode::kUnavailable))) return overloaded(*m);
+  if (auto m = rest_after(status_code_name(StatusCode::kInvalidArgument))) return bad_request(*m);
+  return internal(text);
 }
 
 }  // namespace mxserve::server

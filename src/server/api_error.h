@@ -35,5 +35,10 @@ ApiError overloaded(std::string message);  // 503 + Retry-After
 ApiError internal(std::string message);     // 500: a bug
 // From a runtime/tokenizer Status: kInvalidArgument -> 400, kUnavailable -> 503, else 500.
 ApiError from_status(const Status& status, const std::string& param = "");
+// A request the engine failed mid-generation, from its error text (Status::to_string(): "code: message", the
+// failing rank's own text under tensor / data parallelism): out_of_memory -> 503 "server_error" code
+// "out_of_memory" (the device was full for this step; retry), unavailable -> 503, invalid_argument -> 400,
+// anything else -> 500 (a bug). The message is the engine's text, never replaced.
+ApiError from_engine_error(const std::string& text);
 
 }  // namespace mxserve::server

@@ -228,7 +228,7 @@ bool stream_step(StreamState& st, http::StreamWriter& sink) {
     if (st.gen.continuous_usage) chunk["usage"] = usage_json(st.session->usage());
     st.first_sent[d.index] = true;
     write_event(sink, chunk, &ok);
-    if (d.finish_reason == "error") write_event(sink, internal(d.error).to_json(), &ok);
+    if (d.finish_reason == "error") write_event(sink, from_engine_error(d.error).to_json(), &ok);
   }
   if (!ok) return false;  // client gone: the state's destructor aborts the rest
   if (!more || st.session->done()) {
@@ -293,7 +293,7 @@ void run(ServerContext& ctx, Prepared p, http::Response& res) {
       return;
     }
   }
-  if (!error.empty()) return write_error(ctx, internal(error), res);
+  if (!error.empty()) return write_error(ctx, from_engine_error(error), res);
   for (size_t i = 0; i < n; ++i) {
     out[i].logprobs = p.gen.logprobs >= 0 ? logprobs_json(p.kind, lps[i], *ctx.model.tokenizer, 0) : OJ(nullptr);
     if (p.gen.prompt_logprobs >= 0)

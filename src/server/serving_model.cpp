@@ -11,6 +11,7 @@
 #include "core/logging.h"
 #include "eval/moe_activation_gate.h"
 #include "io/checkpoint.h"
+#include "launch/launch_memory.h"
 #include "model/weight_stats.h"
 #include "runtime/kv_tier_self_test.h"
 #include "server/chat_output.h"
@@ -169,9 +170,25 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                             ": wrong --tokenizer for this model?");
   }
 
-  // KV pool.
+  // KV pool: on CUDA, what is left of each GPU after the weights and the largest step's measured peak
+  // (launch/launch_memory.h; a dry run before the pool exists), split among the ranks sharing it.
+  uint64_t kv_bytes = cfg.kv_cache_bytes;
+  if (cfg.num_kv_blocks <= 0) {
+    launch::KvBudgetRequest kr;
+    kr.block_size = cfg.block_size;
+    kr.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    kr.chunked_prefill_size = std::min(cfg.chunked_prefill_size, cfg.max_num_batched_tokens);
+    kr.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
+    kr.spec = cfg.spec;
+    kr.kv_bytes_per_rank = cfg.kv_cache_bytes;
+    kr.kv_bytes_given = cfg.kv_cache_bytes_given;
+    kr.gpu_memory_utilization = cfg.gpu_memory_utilization;
+    kr.utilization_given = cfg.gpu_memory_utilization_given;
+    MX_ASSIGN_OR_RETURN(launch::KvBudget budget, launch::plan_kv_budget(lm, kr));
+    kv_bytes = budget.kv_bytes_per_rank;
+  }
   const uint64_t per_block = lm.kv_bytes_per_block(cfg.block_size);
-  int64_t n_blocks = cfg.num_kv_blocks > 0 ? cfg.num_kv_blocks : lm.kv_blocks_for_bytes(cfg.block_size, cfg.kv_cache_bytes);
+  int64_t n_blocks = cfg.num_kv_blocks > 0 ? cfg.num_kv_blocks : lm.kv_blocks_for_bytes(cfg.block_size, kv_bytes);
   if (n_blocks < 2) return invalid_argument("--kv-cache-memory holds fewer than 2 KV blocks; raise it");
   const int64_t capacity = n_blocks * cfg.block_size;
   int64_t max_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min(mc.max_position_embeddings, capacity);

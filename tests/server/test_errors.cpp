@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device_oom.h"
+#include "server/api_error.h"
 #include "server_fixture.h"
 
 namespace mxserve::server::testing {
@@ -194,5 +196,31 @@ TEST(ServerErrors, QueueWithRoomServesSequentialRequests) {
   }
 }
 
+TEST(ServerErrors, DeviceOutOfMemoryFailsTheRequestNotTheServer) {
+  // A device allocation failing mid-step (core/device_oom.h; injected on the CPU backend) answers that request
+  // with a 503 out_of_memory error carrying the engine's own text (the failing rank's, under parallelism),
+  // not "Internal server error"; the next request is served.
+  TestServer s;
+  alloc_fault::arm(1, 1);
+  auto r = s.post(kChat, "{" + msgs("a prompt that meets a full device") + R"(,"max_tokens":3})");
+  alloc_fault::arm(0, 0);
+  EXPECT_EQ(r.status, 503) << r.body;
+  const json e = error_of(r);
+  EXPECT_EQ(e.value("code", ""), "out_of_memory") << r.body;
+  EXPECT_EQ(e.value("type", ""), "server_error") << r.body;
+  const std::string m = e.value("message", "");
+  EXPECT_NE(m.find("injected by the test hook"), std::string::npos) << m;
+  EXPECT_EQ(m.find("Internal server error"), std::string::npos) << m;
+  expect_ok_after(s);
+
+  // The mapping by the engine text's code: the message is kept whole.
+  EXPECT_EQ(from_engine_error("invalid_argument: rank 3 of 8: token 999 is outside the vocabulary").http_status, 400);
+  EXPECT_EQ(from_engine_error("unavailable: rank 1 of 2: shutting down").http_status, 503);
+  const ApiError bug = from_engine_error("internal: rank 5 of 8: DP merge produced nothing");
+  EXPECT_EQ(bug.http_status, 500);
+  EXPECT_NE(bug.message.find("rank 5 of 8: DP merge produced nothing"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mxserve::server::testing
+

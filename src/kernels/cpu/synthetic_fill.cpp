@@ -21,8 +21,10 @@ void synthetic_fill(const SyntheticFill& p, void* dst, bool dst_bf16, uint8_t* s
     }
     return;
   }
-  MX_CHECK_MSG(cols % 32 == 0 && p.col_offset == 0 && p.src_cols == cols,
-               "synthetic mxfp4 fill: cols " << cols << " (whole rows, a multiple of 32)");
+  // Whole 32-element blocks of the logical rows: whole rows, or a rank's window on block boundaries.
+  MX_CHECK_MSG(cols % 32 == 0 && p.src_cols % 32 == 0 && p.col_offset % 32 == 0,
+               "synthetic mxfp4 fill: cols " << cols << " at " << p.col_offset << " of " << p.src_cols
+                                             << " (whole 32-element blocks)");
   const int64_t nb = cols / 32;
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {

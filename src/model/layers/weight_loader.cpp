@@ -1,5 +1,6 @@
 #include "model/layers/weight_loader.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -193,10 +194,42 @@ backend::ExpertWeights WeightLoader::experts(const std::vector<std::vector<std::
                                              const std::vector<std::string>& down_names) {
   if (synthetic_) return synthetic_experts(gate_up_groups, down_names);
   MX_CHECK(!gate_up_groups.empty() && gate_up_groups.size() == down_names.size());
-  if (!experts_sliced() && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+  // A tensor-sliced rank keeps its MXFP4 slices packed too (gate/up rows and down's 32-element column blocks
+  // cut out of the mapping: slice_stored reads only their byte ranges; a slice off the blocks is dequantized)
+  // when MXSERVE_PACKED_EXPERT_SLICES=1: opt-in until a GPU run with a real checkpoint proves it (the synthetic
+  // twin is proven by test_cuda_mxfp4_slices). Off: a sliced rank dequantizes (said once per rank).
+  static const bool packed_slices_on = [] {
+    const char* env = std::getenv("MXSERVE_PACKED_EXPERT_SLICES");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  if (experts_sliced() && !packed_slices_on && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
+      !warned_sliced_dequant_) {
+    warned_sliced_dequant_ = true;
+    MX_LOG(kWarn) << rank_.describe() << ": the checkpoint's MXFP4 expert slices are dequantized to "
+                  << dtype_name(be_.weight_dtype()) << " (4x their packed bytes); MXSERVE_PACKED_EXPERT_SLICES=1 keeps "
+                  << "them packed (new, not yet proven on a GPU with a real checkpoint)";
+  }
+  if ((!experts_sliced() || packed_slices_on) && be_.supports_expert_format(backend::ExpertFormat::kMxfp4) &&
       checkpoint_experts_all_mxfp4(weights_, gate_up_groups, down_names)) {
-    const std::string problem = checkpoint_mxfp4_width_problem(weights_, gate_up_groups, down_names);
-    if (problem.empty()) return checkpoint_experts_mxfp4(be_, weights_, gate_up_groups, down_names, &stats_);
+    BoundWeights sliced;
+    bool packed_slices = true;
+    auto add_slice = [&](const std::string& n) {
+      const parallel::ShardSlice* slice = slice_of(n);
+      if (slice == nullptr) return sliced.add(n, weights_.at(n));
+      auto part = slice_stored(weights_.at(n).stored, *slice);
+      if (!part) {
+        packed_slices = false;
+        return;
+      }
+      sliced.add(n, BoundWeight(std::move(*part)));
+    };
+    for (const auto& g : gate_up_groups)
+      for (const auto& n : g) add_slice(n);
+    for (const auto& n : down_names) add_slice(n);
+    const BoundWeights& src = packed_slices ? sliced : weights_;
+    const std::string problem = packed_slices ? checkpoint_mxfp4_width_problem(src, gate_up_groups, down_names)
+                                              : "a rank's slice does not fall on 32-element MXFP4 blocks";
+    if (problem.empty()) return checkpoint_experts_mxfp4(be_, src, gate_up_groups, down_names, &stats_);
     MX_LOG(kWarn) << "mxfp4 experts cannot stay packed on " << be_.name() << ": " << problem
                   << ". Dequantizing this layer's experts to " << dtype_name(be_.weight_dtype())
                   << " (full-precision device memory, the bf16 expert kernels)";

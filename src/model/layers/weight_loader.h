@@ -74,7 +74,7 @@ class WeightLoader {
   bool experts_sliced() const { return rank_.tp > 1 && rank_.ep == 1; }
   parallel::Communicator* communicator() const { return comm_; }
 
-  // What this loader read (checkpoint sources only; synthetic and recording loaders count nothing).
+  // What this loader read (checkpoint sources; a synthetic loader counts backend_bytes only; a recording loader nothing).
   struct LoadStats {
     uint64_t bytes_read = 0;      // checkpoint bytes copied / dequantized out of the mapping
     uint64_t bytes_share = 0;     // stored bytes of this rank's share of the weights it loaded
@@ -148,6 +148,11 @@ class WeightLoader {
                                                          const parallel::ShardSlice& slice);
   // Synthetic weights: generates the rank's slice of `name` (whole rows or whole columns) into dst.
   void synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst);
+  // The generator window of the rank's slice of `name` (rows: whole rows at an offset; columns: a window).
+  kernels::SyntheticFill synthetic_slice_params(const std::string& name, const parallel::ShardSlice& slice) const;
+  // Packed MXFP4 codes [rows, cols/2] + scales [rows, cols/32] of `name` (the rank's slice when it holds one;
+  // the slice must fall on 32-element blocks, else an error naming the weight and the flag).
+  void synthetic_fill_mxfp4(const std::string& name, Tensor& codes, Tensor& scales);
 
   // ---- synthetic branch (weight_loader_synthetic.cpp) ----
   Shape synthetic_shape(const std::string& name) const;
@@ -180,6 +185,7 @@ class WeightLoader {
   std::unordered_map<std::string, parallel::ShardSlice> slices_;  // declared weights this rank holds part of
   LoadStats stats_;
   bool warned_whole_dequant_ = false;
+  bool warned_sliced_dequant_ = false;  // MXFP4 expert slices dequantized (MXSERVE_PACKED_EXPERT_SLICES off)
 };
 
 }  // namespace mxserve::model

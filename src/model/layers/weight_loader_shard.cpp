@@ -102,8 +102,7 @@ Tensor WeightLoader::rows_and_zero_row(const WeightSpec& w) {
   if (!declare(w)) return Tensor();
   const Shape shape = synthetic_ ? synthetic_shape(w.name) : local_shape(w.name);
   MX_CHECK_MSG(shape.size() == 2, w.name << ": rows_and_zero_row needs a 2-D weight");
-  Tensor dst = synthetic_ ? be_.alloc(be_.weight_dtype(), {shape[0] + 1, shape[1]})
-                          : alloc_counted(be_.weight_dtype(), {shape[0] + 1, shape[1]});
+  Tensor dst = alloc_counted(be_.weight_dtype(), {shape[0] + 1, shape[1]});
   Tensor rows = dst.slice_rows(0, shape[0]);
   if (synthetic_) {
     synthetic_fill(w.name, rows, 0, shape[1]);
@@ -115,10 +114,8 @@ Tensor WeightLoader::rows_and_zero_row(const WeightSpec& w) {
   return dst;
 }
 
-void WeightLoader::synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst) {
-  const std::string scheme = synthetic_scheme(synthetic_->plan, name);
-  MX_CHECK_MSG(scheme == "bf16", "synthetic " << name << ": rank slices of " << scheme
-                                              << " weights are not supported yet (use --quantization bf16 with tp > 1)");
+kernels::SyntheticFill WeightLoader::synthetic_slice_params(const std::string& name,
+                                                           const parallel::ShardSlice& slice) const {
   kernels::SyntheticFill p = synthetic_fill_params(*synthetic_, name);  // the logical [rows, src_cols]
   const bool rows_slice = slice.dim == 0 && slice.local_shape.size() == 2;
   if (rows_slice) {  // rows [begin, end), whole: logical element (begin + r) * src_cols + c
@@ -128,8 +125,42 @@ void WeightLoader::synthetic_fill_slice(const std::string& name, const parallel:
     p.col_offset = slice.begin;
     p.cols = slice.end - slice.begin;
   }
+  return p;
+}
+
+// An MXFP4 slice must cut the logical rows on 32-element block boundaries (the rank's blocks are then the
+// one-rank model's blocks, bit for bit); the error names the weight, the window and the flag to change.
+static void check_mxfp4_window(const std::string& name, const kernels::SyntheticFill& p) {
+  MX_CHECK_MSG(p.cols % 32 == 0 && p.src_cols % 32 == 0 && p.col_offset % 32 == 0,
+               "synthetic mxfp4 " << name << ": the rank's slice (" << p.cols << " of " << p.src_cols
+                                  << " columns at " << p.col_offset % (p.src_cols > 0 ? p.src_cols : 1)
+                                  << ") does not fall on 32-element MXFP4 blocks; choose a --tensor-parallel-size "
+                                     "(or --enable-dp-attention world) that divides the width into multiples of 32");
+}
+
+void WeightLoader::synthetic_fill_slice(const std::string& name, const parallel::ShardSlice& slice, Tensor& dst) {
+  const std::string scheme = synthetic_scheme(synthetic_->plan, name);
+  MX_CHECK_MSG(scheme == "bf16" || scheme == "mxfp4",
+               "synthetic " << name << ": rank slices of " << scheme
+                            << " weights are not supported yet (use --quantization bf16 or mxfp4 with tp > 1)");
+  kernels::SyntheticFill p = synthetic_slice_params(name, slice);
+  if (scheme == "mxfp4") {  // the MXFP4 values of the rank's blocks, dequantized (exact in bf16 and f32)
+    check_mxfp4_window(name, p);
+    p.kind = kernels::SyntheticKind::kMxfp4Dequant;
+  }
   MX_CHECK_MSG(dst.numel() == p.rows * p.cols, "synthetic " << name << ": slice into " << dst.describe());
   be_.fill_synthetic(p, dst, nullptr);
+}
+
+void WeightLoader::synthetic_fill_mxfp4(const std::string& name, Tensor& codes, Tensor& scales) {
+  MX_CHECK_MSG(synthetic_scheme(synthetic_->plan, name) == "mxfp4", "synthetic experts: " << name << " is not mxfp4");
+  const parallel::ShardSlice* slice = slice_of(name);
+  kernels::SyntheticFill p = slice ? synthetic_slice_params(name, *slice) : synthetic_fill_params(*synthetic_, name);
+  check_mxfp4_window(name, p);
+  MX_CHECK_MSG(codes.numel() == p.rows * p.cols / 2 && scales.numel() == p.rows * p.cols / 32,
+               "synthetic experts: " << name << " into " << codes.describe() << " / " << scales.describe());
+  p.kind = kernels::SyntheticKind::kMxfp4;
+  be_.fill_synthetic(p, codes, &scales);
 }
 
 }  // namespace mxserve::model

@@ -53,7 +53,7 @@ void WeightLoader::synthetic_fill(const std::string& name, Tensor& dst, int64_t 
 
 Tensor WeightLoader::synthetic_get(const std::string& name, DType dtype) {
   const Shape shape = synthetic_shape(name);
-  Tensor dst = be_.alloc(dtype, shape);
+  Tensor dst = alloc_counted(dtype, shape);
   synthetic_fill(name, dst, 0, shape.back());
   return dst;
 }
@@ -65,7 +65,7 @@ Tensor WeightLoader::synthetic_stack(const std::vector<std::vector<std::string>>
   int64_t rows = 0;
   for (const auto& n : groups[0]) rows += synthetic_shape(n).at(0);
   const int64_t G = static_cast<int64_t>(groups.size());
-  Tensor dst = be_.alloc(be_.weight_dtype(), {G * rows, cols});
+  Tensor dst = alloc_counted(be_.weight_dtype(), {G * rows, cols});
   int64_t r = 0;
   for (const auto& group : groups) {
     for (const auto& n : group) {
@@ -84,7 +84,9 @@ backend::ExpertWeights WeightLoader::synthetic_experts(const std::vector<std::ve
                                                        const std::vector<std::string>& down_names) {
   const Shape gate = synthetic_shape(gate_up_groups.at(0).at(0));  // [I, H]
   const int64_t E = static_cast<int64_t>(gate_up_groups.size()), I = gate.at(0), H = gate.at(1);
-  const bool packed = !experts_sliced() && synthetic_->plan.experts == "mxfp4" &&
+  // Packed MXFP4 stacks also for a tensor-sliced rank (its gate/up rows and down columns, generated on the
+  // 32-element blocks of the one-rank model: synthetic_fill_mxfp4); the MoE kernels see a narrower I.
+  const bool packed = synthetic_->plan.experts == "mxfp4" &&
                       be_.supports_expert_format(backend::ExpertFormat::kMxfp4) && H % 32 == 0 && I % 32 == 0;
   backend::ExpertWeights ex;
   if (!packed) {  // float experts (mxfp4 plans: the MXFP4 values dequantized on the device, exactly)
@@ -95,19 +97,15 @@ backend::ExpertWeights WeightLoader::synthetic_experts(const std::vector<std::ve
     return ex;
   }
   ex.format = backend::ExpertFormat::kMxfp4;
-  ex.gate_up = be_.alloc(DType::kU8, {E, 2 * I, H / 2});
-  ex.gate_up_scales = be_.alloc(DType::kU8, {E, 2 * I, H / 32});
-  ex.down = be_.alloc(DType::kU8, {E, H, I / 2});
-  ex.down_scales = be_.alloc(DType::kU8, {E, H, I / 32});
+  ex.gate_up = alloc_counted(DType::kU8, {E, 2 * I, H / 2});
+  ex.gate_up_scales = alloc_counted(DType::kU8, {E, 2 * I, H / 32});
+  ex.down = alloc_counted(DType::kU8, {E, H, I / 2});
+  ex.down_scales = alloc_counted(DType::kU8, {E, H, I / 32});
   Tensor gu = ex.gate_up.reshape({E * 2 * I, H / 2}), gus = ex.gate_up_scales.reshape({E * 2 * I, H / 32});
   Tensor dn = ex.down.reshape({E * H, I / 2}), dns = ex.down_scales.reshape({E * H, I / 32});
   auto fill = [&](const std::string& name, Tensor& codes, Tensor& scales, int64_t r0, int64_t rows) {
-    MX_CHECK_MSG(synthetic_scheme(synthetic_->plan, name) == "mxfp4", "synthetic experts: " << name << " is not mxfp4");
-    kernels::SyntheticFill p = synthetic_fill_params(*synthetic_, name);
-    MX_CHECK_EQ(p.rows, rows);
-    p.kind = kernels::SyntheticKind::kMxfp4;
     Tensor c = codes.slice_rows(r0, r0 + rows), s = scales.slice_rows(r0, r0 + rows);
-    be_.fill_synthetic(p, c, &s);
+    synthetic_fill_mxfp4(name, c, s);
   };
   for (int64_t e = 0; e < E; ++e) {
     MX_CHECK_EQ(gate_up_groups[e].size(), 2u);

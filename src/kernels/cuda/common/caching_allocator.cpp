@@ -1,6 +1,10 @@
 // CachingAllocator: size-rounded free lists over cudaMalloc (see the header for the stream invariant).
 #include "kernels/cuda/common/caching_allocator.h"
 
+#include <algorithm>
+#include <sstream>
+
+#include "core/device_oom.h"
 #include "kernels/cuda/common/cuda_check.h"
 
 namespace mxserve::kernels::cuda {
@@ -34,12 +38,25 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
   } restore{current};
   if (current != device_) MX_CUDA_CHECK(cudaSetDevice(device_));
   void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, rounded);
+  // The test hook (core/device_oom.h) fails the allocation as the driver would, before it is made.
+  cudaError_t err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
     MX_CUDA_CHECK(cudaDeviceSynchronize());
     release_cached();
-    err = cudaMalloc(&p, rounded);
+    err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
+  }
+  if (err == cudaErrorMemoryAllocation) {  // the caller's step fails, the server keeps serving (device_oom.h)
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    std::ostringstream what;
+    const double mib = 1 << 20;
+    what << "CUDA out of memory on device " << device_ << ": an allocation of " << rounded / mib
+         << " MiB failed (this backend holds " << bytes_in_use() / mib << " MiB in use, peak "
+         << peak_bytes_in_use() / mib << " MiB; the device has " << free_b / mib << " MiB free of "
+         << total_b / mib << " MiB, other processes and ranks sharing the device included)";
+    throw DeviceOutOfMemory(what.str(), rounded);
   }
   MX_CHECK_MSG(err == cudaSuccess, "cudaMalloc of " << rounded << " bytes failed: " << cudaGetErrorString(err)
                                                     << " (in use " << bytes_in_use() << " bytes)");
@@ -61,10 +78,19 @@ std::shared_ptr<Storage> CachingAllocator::allocate(uint64_t bytes) {
         cached_ -= rounded;
       }
       in_use_ += rounded;
+      peak_in_use_ = std::max(peak_in_use_, in_use_);
     }
   }
   if (routed) return allocate_private(routed, bytes, rounded);
-  if (p == nullptr) p = device_malloc(rounded);
+  if (p == nullptr) {
+    try {
+      p = device_malloc(rounded);
+    } catch (const DeviceOutOfMemory&) {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_use_ -= rounded;  // never handed out
+      throw;
+    }
+  }
   auto self = shared_from_this();
   return std::make_shared<Storage>(p, bytes, Device::cuda(device_),
                                    [self, rounded](void* q) { self->give_back(q, rounded); });
@@ -124,6 +150,16 @@ void CachingAllocator::release_cached() {
 uint64_t CachingAllocator::bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_use_;
+}
+
+uint64_t CachingAllocator::peak_bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_in_use_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_in_use_ = in_use_;
 }
 
 uint64_t CachingAllocator::bytes_cached() const {

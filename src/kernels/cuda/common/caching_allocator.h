@@ -5,6 +5,8 @@
 // Graph capture: while a private pool is routed (set_private_pool), every allocation is served from that
 // pool and its blocks return to it, never to the shared lists, so memory a captured graph uses stays
 // reserved for its replays; the pool's blocks go back to the driver when the pool and every block are gone.
+// Out of memory (the driver refuses even after the cache is dropped): DeviceOutOfMemory (core/device_oom.h) is
+// thrown, naming the size and the memory state; the engine's step turns it into failed requests.
 // Does not own: streams, or any multi-stream safety (events per block come with multi-stream work).
 #pragma once
 
@@ -47,6 +49,10 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
 
   uint64_t bytes_in_use() const;
   uint64_t bytes_cached() const;
+  // High-water mark of bytes_in_use() since creation or the last reset_peak() (start-up sizes the KV cache
+  // with the forward's activation peak measured this way; shared-list blocks only, not graph pools).
+  uint64_t peak_bytes_in_use() const;
+  void reset_peak();
 
  private:
   explicit CachingAllocator(int device) : device_(device) {}
@@ -58,7 +64,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   int device_;
   mutable std::mutex mu_;
   std::multimap<uint64_t, void*> free_;  // rounded size -> block
-  uint64_t in_use_ = 0, cached_ = 0;
+  uint64_t in_use_ = 0, cached_ = 0, peak_in_use_ = 0;
   std::shared_ptr<PrivatePool> private_;  // routed pool while capturing graphs
 };
 
