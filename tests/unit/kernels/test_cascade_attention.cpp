@@ -1,0 +1,211 @@
+// Cascade (shared-prefix) decode attention on the CPU (kernels/cascade_attention.h, kernels/cpu/cascade_attention.h):
+// the group detection finds exactly the constructed groups (whole shared blocks only, a partly filled block and
+// the row's own block in the suffix), the encoding's capacities, and the three-pass cascade equal to the
+// per-sequence reference (paged_attention_f32) on random shapes: prefixes of any length, groups of 1..64, rows
+// in no group, f32 and FP8 caches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "kernels/cascade_attention.h"
+#include "kernels/cpu/cascade_attention.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "cascade_case.h"
+
+namespace mxserve::kernels {
+namespace {
+
+using cascade_test::Case;
+using cascade_test::CaseSpec;
+
+struct Caches {
+  std::vector<float> k, v;              // f32 cache, or the K/V rows an FP8 cache was written from
+  std::vector<uint8_t> k8, v8;          // FP8 codes
+  std::vector<float> ks, vs;            // FP8 scales
+};
+
+Caches fill_caches(const Case& c, bool fp8, std::mt19937& rng) {
+  const int64_t width = static_cast<int64_t>(c.p.n_kv_heads) * c.p.head_dim;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Caches out;
+  out.k.resize(c.n_slots * width);
+  out.v.resize(c.n_slots * width);
+  for (float& x : out.k) x = nd(rng);
+  for (float& x : out.v) x = nd(rng);
+  if (fp8) {
+    out.k8.resize(c.n_slots * width);
+    out.v8.resize(c.n_slots * width);
+    out.ks.resize(c.n_slots * c.p.n_kv_heads);
+    out.vs.resize(c.n_slots * c.p.n_kv_heads);
+    std::vector<int32_t> slots(c.n_slots);
+    for (int64_t i = 0; i < c.n_slots; ++i) slots[i] = static_cast<int32_t>(i);
+    cpu::kv_write_fp8(out.k.data(), out.v.data(), slots.data(), out.k8.data(), out.v8.data(), out.ks.data(),
+                      out.vs.data(), c.n_slots, c.p.n_kv_heads, c.p.head_dim);
+  }
+  return out;
+}
+
+// Runs detection (min_members 1: every constructed group, one-row ones too), checks it against the
+// construction, encodes, runs the cascade reference and the per-sequence one; returns the max |diff|.
+float run_case(const CaseSpec& spec, bool fp8, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Case c = cascade_test::make_case(spec, rng);
+  Caches caches = fill_caches(c, fp8, rng);
+  AttentionParams p = c.p;
+  if (fp8) {
+    p.k_scales = caches.ks.data();
+    p.v_scales = caches.vs.data();
+  }
+  CascadeGroupOptions opt;
+  opt.min_members = 1;
+  opt.min_shared_blocks = 1;
+  const CascadeLayout layout = find_cascade_groups(c.table_ptrs(), c.n_blocks(), c.kv_index, p.block_size, opt);
+  // Detection == construction: every row with >= 1 shared block is in exactly its constructed group.
+  std::vector<int32_t> found(p.n_tokens, 0);
+  for (const CascadeGroup& g : layout.groups) {
+    std::set<int32_t> ids;
+    for (int32_t i = 0; i < g.n_members; ++i) {
+      const int32_t r = layout.members[g.member_begin + i];
+      found[r] = g.shared_blocks;
+      ids.insert(c.expect_group[r]);
+    }
+    EXPECT_EQ(ids.size(), 1u) << "a detected group mixes constructed groups";
+    EXPECT_TRUE(g.n_members == 1 || *ids.begin() >= 0) << "lone rows grouped together";
+  }
+  // A row alone on its blocks (lone, or a constructed group of one) is a group of one over all of its whole
+  // blocks before its own key (min_members 1).
+  std::vector<int32_t> size(spec.group_sizes.size() + 1, 0);
+  for (int32_t r = 0; r < p.n_tokens; ++r) ++size[c.expect_group[r] + 1];
+  for (int32_t r = 0; r < p.n_tokens; ++r) {
+    const bool alone = c.expect_group[r] < 0 || size[c.expect_group[r] + 1] == 1;
+    const int32_t want = alone ? c.kv_index[r] / p.block_size : c.expect_shared_blocks[r];
+    EXPECT_EQ(found[r], want) << "row " << r << " kv_index " << c.kv_index[r];
+  }
+  CascadeShape shape;
+  shape.cap_rows = p.n_tokens;
+  shape.group_size = p.n_heads / p.n_kv_heads;
+  shape.cap_work = cascade_work_capacity(p.n_tokens, shape.group_size, 1);
+  shape.max_prefix_keys = p.max_kv_len;
+  std::vector<int32_t> buf(shape.n_ints());
+  EXPECT_TRUE(encode_cascade(layout, p.block_size, shape, buf.data()));
+  const int64_t n = static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> q(n), want(n), got(n, NAN);
+  for (float& x : q) x = nd(rng);
+  const void* kc = fp8 ? static_cast<const void*>(caches.k8.data()) : caches.k.data();
+  const void* vc = fp8 ? static_cast<const void*>(caches.v8.data()) : caches.v.data();
+  cpu::paged_attention_f32(q.data(), kc, vc, c.token_seq.data(), c.kv_index.data(), c.tables.data(), want.data(), p);
+  cpu::cascade_attention_f32(q.data(), kc, vc, c.token_seq.data(), c.kv_index.data(), c.tables.data(), buf.data(),
+                             shape, got.data(), p);
+  float worst = 0.f;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  return worst;
+}
+
+TEST(CascadeAttention, EqualsPerSequenceOnRandomShapes) {
+  struct Geo {
+    int32_t kv, g, d, bs;
+  };
+  const Geo geos[] = {{2, 4, 32, 16}, {1, 12, 16, 16}, {2, 6, 32, 8}, {1, 16, 16, 32}};
+  uint32_t seed = 1;
+  for (const Geo& geo : geos)
+    for (bool fp8 : {false, true}) {
+      CaseSpec s;
+      s.n_kv_heads = geo.kv;
+      s.group = geo.g;
+      s.head_dim = geo.d;
+      s.block_size = geo.bs;
+      s.group_sizes = {1, 2, 4, 3};
+      s.n_lone = 3;
+      const float err = run_case(s, fp8, seed++);
+      EXPECT_LT(err, 2e-5f) << "kv " << geo.kv << " G " << geo.g << " hd " << geo.d << " bs " << geo.bs
+                            << (fp8 ? " fp8" : " f32");
+    }
+}
+
+TEST(CascadeAttention, GroupsOfOneToSixtyFour) {
+  uint32_t seed = 100;
+  for (int32_t size : {1, 5, 16, 63, 64}) {
+    CaseSpec s;
+    s.group = 12;
+    s.n_kv_heads = 1;
+    s.head_dim = 16;
+    s.group_sizes = {size};
+    s.n_lone = 1;
+    s.max_suffix = 20;
+    for (bool fp8 : {false, true}) EXPECT_LT(run_case(s, fp8, seed++), 2e-5f) << "group of " << size;
+  }
+}
+
+TEST(CascadeAttention, OneSequencePerGroupAndPrefixWithinOneBlock) {
+  CaseSpec s;
+  s.group_sizes = {1, 1, 1, 1};
+  s.min_prefix = 17;  // 1 whole block + a partial one of 1..15 tokens
+  s.max_prefix = 31;
+  s.min_suffix = 1;
+  s.max_suffix = 3;
+  EXPECT_LT(run_case(s, false, 7), 2e-5f);
+  EXPECT_LT(run_case(s, true, 8), 2e-5f);
+}
+
+TEST(CascadeAttention, DetectionCapsAtTheRowsOwnBlockAndSplitsLargeGroups) {
+  // Two rows whose tables are identical (a hypothetical full share): the block holding each row's own key
+  // (kv_index 35 -> block 2) is never shared, so 2 blocks are.
+  const std::vector<int32_t> t = {7, 8, 9};
+  CascadeGroupOptions opt;
+  opt.min_shared_blocks = 1;
+  CascadeLayout l = find_cascade_groups({t.data(), t.data()}, {3, 3}, {35, 35}, 16, opt);
+  ASSERT_EQ(l.groups.size(), 1u);
+  EXPECT_EQ(l.groups[0].shared_blocks, 2);
+  // kv_index 32 is the first key of block 2: still 2 whole blocks before it.
+  l = find_cascade_groups({t.data(), t.data()}, {3, 3}, {32, 40}, 16, opt);
+  ASSERT_EQ(l.groups.size(), 1u);
+  EXPECT_EQ(l.groups[0].shared_blocks, 2);
+  // Below the minimum: no group. Default minimum is 4 blocks.
+  l = find_cascade_groups({t.data(), t.data()}, {3, 3}, {35, 35}, 16);
+  EXPECT_TRUE(l.groups.empty());
+  // 130 rows on one prefix -> groups of 64, 64, 2.
+  std::vector<int32_t> big(8);
+  std::iota(big.begin(), big.end(), 100);
+  std::vector<const int32_t*> tabs(130, big.data());
+  l = find_cascade_groups(tabs, std::vector<int32_t>(130, 8), std::vector<int32_t>(130, 127), 16);
+  ASSERT_EQ(l.groups.size(), 3u);
+  EXPECT_EQ(l.groups[0].n_members, 64);
+  EXPECT_EQ(l.groups[2].n_members, 2);
+  EXPECT_EQ(l.groups[0].shared_blocks, 7);
+  // Saving: (64-1 + 64-1 + 2-1) x 112 keys x bytes per key.
+  EXPECT_EQ(cascade_saved_bytes(l, 16, 4096), int64_t{127} * 112 * 4096);
+}
+
+TEST(CascadeAttention, EncodingRefusesWhatDoesNotFit) {
+  const std::vector<int32_t> t = {1, 2, 3, 4, 5};
+  CascadeGroupOptions opt;
+  opt.min_shared_blocks = 1;
+  const CascadeLayout l = find_cascade_groups({t.data(), t.data(), t.data()}, {5, 5, 5}, {70, 70, 75}, 16, opt);
+  ASSERT_EQ(l.groups.size(), 1u);
+  CascadeShape s;
+  s.cap_rows = 3;
+  s.group_size = 48;  // 144 query rows: 3 work items of 64
+  s.cap_work = 2;
+  s.max_prefix_keys = 64;
+  std::vector<int32_t> buf(s.n_ints() + 16);
+  EXPECT_FALSE(encode_cascade(l, 16, s, buf.data()));  // 3 items > 2
+  s.cap_work = cascade_work_capacity(3, 48, 2);
+  buf.resize(s.n_ints());
+  ASSERT_TRUE(encode_cascade(l, 16, s, buf.data()));
+  EXPECT_EQ(buf[0], 64);  // prefix keys of row 0
+  const int32_t* w = buf.data() + 2 * s.cap_rows;
+  EXPECT_EQ(w[2 + 4], 64);  // second item starts at row 64
+  EXPECT_EQ(w[1 + 4 * 2], 3);
+  s.max_prefix_keys = 32;  // a prefix past the bound the plan was made for
+  EXPECT_FALSE(encode_cascade(l, 16, s, buf.data()));
+  s.cap_rows = 2;  // more rows than the capacity
+  EXPECT_FALSE(encode_cascade(l, 16, s, buf.data()));
+}
+
+}  // namespace
+}  // namespace mxserve::kernels
