@@ -203,7 +203,7 @@ int cmd_bench_model(int argc, char** argv) {
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
                            "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype",
                            "--moe-activation-dtype"},
-                          {"--synthetic-weights"});
+                          {"--synthetic-weights", "--disable-cascade-attention"});
   if (!args.is_ok()) return fail(args.status());
   if (!args->has("--config") || !args->has("--synthetic-weights"))
     return fail(invalid_argument("bench-model needs --config FILE --synthetic-weights (`mxserve bench-model --help` "
@@ -235,6 +235,7 @@ int cmd_bench_model(int argc, char** argv) {
   lc.model.synthetic_quantization = args->get_or("--quantization", "");
   lc.model.kv_cache_dtype = *kv_dtype;
   lc.backend_options.kernels.moe_activation_dtype = args->get_or("--moe-activation-dtype", "");
+  lc.backend_options.kernels.cascade_attention = !args->has("--disable-cascade-attention");
   auto launched = launch::launch_model(lc);
   if (!launched.is_ok()) return fail(launched.status());
   backend::Backend& be = (*launched)->backend();

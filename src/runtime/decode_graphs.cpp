@@ -80,6 +80,21 @@ Status DecodeGraphs::capture() {
         meta.params.max_kv_len = static_cast<int32_t>(C);
         // One plain decode row per sequence (q = 1); verify rows are no plain decode rows (as the eager batch says).
         meta.params.n_leading_decode_rows = q == 1 ? static_cast<int32_t>(B) : 0;
+        const auto& mc = model_.config();
+        if (q == 1 && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
+          g.cascade_shape.cap_rows = static_cast<int32_t>(B);
+          g.cascade_shape.group_size = static_cast<int32_t>(mc.n_heads / mc.n_kv_heads);
+          g.cascade_shape.cap_work = kernels::cascade_work_capacity(static_cast<int32_t>(B), g.cascade_shape.group_size, 2);
+          g.cascade_shape.max_prefix_keys = static_cast<int32_t>(C);
+          // Prefix split plan: groups of ~4 rows expected (the seed workload's).
+          g.cascade_shape.n_work_hint = std::max<int32_t>(1, static_cast<int32_t>(B) / 4);
+          g.cascade = be_.alloc(DType::kI32, {g.cascade_shape.n_ints()});
+          const std::vector<int32_t> zeros(g.cascade_shape.n_ints(), 0);  // no group while capturing
+          be_.write_from_host(g.cascade, 0, Tensor::view_of(const_cast<int32_t*>(zeros.data()), DType::kI32,
+                                                            {g.cascade_shape.n_ints()}));
+          meta.cascade = g.cascade;
+          meta.cascade_shape = g.cascade_shape;
+        }
         Tensor ids = field(g.inputs, kIds), positions = field(g.inputs, kPositions);
         Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
         // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
@@ -164,6 +179,15 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
   }
   Tensor inputs = g->inputs;
   be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {kFields * T}));
+  if (g->cascade.numel() > 0) {  // this replay's prefix groups (none that fit: every row's whole context)
+    const kernels::CascadeShape& cs = g->cascade_shape;
+    cascade_host_.assign(cs.n_ints(), 0);
+    const kernels::CascadeLayout layout = model::cascade_groups(batch, static_cast<int32_t>(S), bs);
+    if (!kernels::encode_cascade(layout, static_cast<int32_t>(bs), cs, cascade_host_.data()))
+      cascade_host_.assign(cs.n_ints(), 0);
+    Tensor cascade = g->cascade;
+    be_.write_from_host(cascade, 0, Tensor::view_of(cascade_host_.data(), DType::kI32, {cs.n_ints()}));
+  }
   g->graph->replay();
   ++replays_;
   verify_replays_ += q > 1;

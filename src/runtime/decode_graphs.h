@@ -10,6 +10,9 @@
 //   - nothing captured depends on host values that change between replays: the attention split plan is the
 //     one for the class's context bound (the kernels read each row's kv index from device memory), the MoE
 //     and GEMM choices depend only on the bucket's row count;
+//   - cascade graphs (q = 1, B >= 2, Backend::cascade_attention_enabled): the prefix groups live in a per-graph
+//     i32 buffer of fixed capacity (B rows, the model's q heads per kv head, the class's context as the prefix
+//     bound), rewritten before each replay; no group = every row's suffix is its whole context (exact);
 //   - padded rows (sequences S..B-1 of a bucket) run token 0 at position 0 on the store's scratch row, whose
 //     one block is the KV cache's scratch block: they write and read only the scratch slot, and their logits
 //     and hidden rows are ignored;
@@ -66,6 +69,10 @@ class DecodeGraphs {
     int64_t q = 1;        // rows per sequence
     int64_t context = 0;
     Tensor inputs;  // i32 [5, batch q]: ids, positions, table rows, kv indices, slots
+    // Cascade (shared-prefix) decode attention, q = 1 graphs of >= 2 sequences where the backend runs it:
+    // i32 [cascade_shape.n_ints()], the prefix groups of each replay's rows (kernels/cascade_attention.h).
+    Tensor cascade;
+    kernels::CascadeShape cascade_shape;
     std::unique_ptr<backend::DeviceGraph> graph;
   };
   const Graph* find(int64_t batch, int64_t q, int64_t context) const;
@@ -78,6 +85,7 @@ class DecodeGraphs {
   Tensor logits_;              // f32 [max_batch (1 + max_drafts), V]: every graph writes rows [0, batch q)
   Tensor hidden_;              // [max_batch (1 + max_drafts), H] activation dtype: the post-norm hidden rows
   std::vector<int32_t> host_;  // staging of one replay's inputs
+  std::vector<int32_t> cascade_host_;  // staging of one replay's cascade buffer
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
 };

@@ -36,8 +36,10 @@ template <typename T>
 struct Dev {
   T* p = nullptr;
   size_t n = 0;
-  explicit Dev(size_t count) : n(count) { cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)); }
-  Dev(const std::vector<T>& h) : Dev(h.size()) { cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
+  explicit Dev(size_t count) : n(count) { cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, n) * sizeof(T)); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
   ~Dev() { cudaFree(p); }
   std::vector<T> host() const {
     std::vector<T> h(n);

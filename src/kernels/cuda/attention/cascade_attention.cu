@@ -1,10 +1,11 @@
 // Cascade (shared-prefix) decode attention (cascade_attention.h), tensor cores (mma.sync m16n8k16, the
 // per-tile math of paged_attention_mma_tile.cuh):
-//   prefix pass: one block of 4 warps per (work item, kv head, prefix split); a work item is 64 query rows of
+//   prefix pass: one block of 4 warps per (work item, kv head, prefix split: the item's prefix in equal
+//     64-key aligned parts, so a graph's fixed split count fits any prefix); a work item is 64 query rows of
 //     one group (members x G heads, rows straddle members: row r = member r / G, head r % G), so every K/V
 //     tile of 64 shared keys is read once per 64 rows of the group instead of once per member;
-//   suffix pass: one warp per (row, kv head, split) over keys [prefix_keys, kv_index], the per-warp decode
-//     kernel's 16-key cp.async pipeline restricted to the non-shared keys;
+//   suffix pass: one warp per (row, kv head, split) over keys [prefix_keys, kv_index] (the suffix in equal
+//     16-key aligned parts), the per-warp decode kernel's 16-key cp.async pipeline on the non-shared keys;
 //   merge: one block per (row, head): every partial (o unnormalized, running max m, sum l) of both passes is
 //     combined by the log-sum-exp rule (o = sum_i o_i e^(m_i - M) / sum_i l_i e^(m_i - M)).
 // Invariants: both passes always write a partial for every (row, head, split) they own (an empty key range
@@ -16,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
     cascade_prefix_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                           const int32_t* __restrict__ token_seq, const int32_t* __restrict__ block_tables,
                           const int32_t* __restrict__ cascade, float* __restrict__ ws, AttentionParams p, int cap_rows,
-                          int n_splits, int split_len) {
+                          int n_splits) {
   constexpr int R = row_stride<HD>();
   constexpr int CH = HD / 8;
   const int32_t* item = cascade + 2 * cap_rows + 4 * static_cast<int64_t>(blockIdx.x);
@@ -132,6 +134,8 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int G = p.n_heads / p.n_kv_heads;
   const int rows_total = n_members * G;
+  // The item's prefix in n_splits equal parts (64-key aligned): every split has keys whatever the prefix length.
+  const int split_len = ((keys + n_splits - 1) / n_splits + kPrefixKeys - 1) / kPrefixKeys * kPrefixKeys;
   const int kv_begin = split * split_len;
   const int kv_end = min(keys, kv_begin + split_len);
   const int warp_row0 = row_begin + warp * 16;
@@ -194,7 +198,7 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     cascade_suffix_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                           const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index,
                           const int32_t* __restrict__ block_tables, const int32_t* __restrict__ cascade,
-                          float* __restrict__ ws, AttentionParams p, int n_splits, int split_len, int64_t n_items) {
+                          float* __restrict__ ws, AttentionParams p, int n_splits, int64_t n_items) {
   constexpr int R = row_stride<HD>();
   constexpr int CH = HD / 8;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -208,7 +212,10 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
   const int64_t t = tk / p.n_kv_heads;
   const int G = p.n_heads / p.n_kv_heads;
   const int n_ctx = kv_index[t] + 1;
-  const int kv_begin = cascade[t] + split * split_len;  // cascade[t]: the row's prefix keys
+  // The row's suffix [prefix keys (cascade[t]), n_ctx) in n_splits equal parts (16-key aligned).
+  const int suffix = max(0, n_ctx - cascade[t]);
+  const int split_len = ((suffix + n_splits - 1) / n_splits + kSuffixKeys - 1) / kSuffixKeys * kSuffixKeys;
+  const int kv_begin = cascade[t] + split * split_len;
   const int kv_end = min(n_ctx, kv_begin + split_len);
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
 
@@ -287,6 +294,8 @@ __global__ void cascade_merge_kernel(const float* __restrict__ ws_suffix, const 
   out[row * HD + d] = to_bf16(denom > 0.f ? acc / denom : 0.f);
 }
 
+std::atomic<int64_t> g_launches{0};
+
 size_t section_bytes(const AttentionParams& p, int splits) {
   return static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
 }
@@ -312,16 +321,14 @@ void launch_t(const void* q, const void* k_cache, const void* v_cache, const int
   if (shape.cap_work > 0) {
     const dim3 grid(static_cast<unsigned>(shape.cap_work), p.n_kv_heads, plan.prefix_splits);
     cascade_prefix_kernel<HD, kFp8><<<grid, kPrefixWarps * 32, prefix_smem<HD>(), stream>>>(
-        qb, kb, vb, token_seq, block_tables, cascade, ws_prefix, p, shape.cap_rows, plan.prefix_splits,
-        plan.prefix_split_len);
+        qb, kb, vb, token_seq, block_tables, cascade, ws_prefix, p, shape.cap_rows, plan.prefix_splits);
     MX_CUDA_CHECK_LAUNCH();
   }
   const int64_t items = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads * plan.suffix_splits;
   const int64_t blocks = (items + kSuffixWarps - 1) / kSuffixWarps;
   MX_CHECK_LT(blocks, int64_t{1} << 31);
   cascade_suffix_kernel<HD, kFp8><<<static_cast<unsigned>(blocks), kSuffixWarps * 32, suffix_smem<HD>(), stream>>>(
-      qb, kb, vb, token_seq, kv_index, block_tables, cascade, ws_suffix, p, plan.suffix_splits, plan.suffix_split_len,
-      items);
+      qb, kb, vb, token_seq, kv_index, block_tables, cascade, ws_suffix, p, plan.suffix_splits, items);
   MX_CUDA_CHECK_LAUNCH();
   const int64_t rows = static_cast<int64_t>(p.n_tokens) * p.n_heads;
   cascade_merge_kernel<HD><<<static_cast<unsigned>(rows), HD, 0, stream>>>(
@@ -344,6 +351,8 @@ void launch(const void* q, const void* k_cache, const void* v_cache, const int32
 
 }  // namespace
 
+int64_t cascade_attention_launches() { return g_launches.load(std::memory_order_relaxed); }
+
 bool cascade_attention_supports(const AttentionParams& p, const char** why) {
   const char* reason = nullptr;
   if (!paged_attention_mma_supports(p)) reason = "head_dim not in {16, 32, 64, 128} or more than 16 q heads per kv head";
@@ -363,7 +372,6 @@ CascadeLaunch plan_cascade_attention(const AttentionParams& p, const CascadeShap
   so.force = AttentionPlanOptions::Force::kWarp;
   const AttentionLaunch sl = plan_paged_attention(sp, n_sms, so);
   plan.suffix_splits = std::max(1, sl.n_splits);
-  plan.suffix_split_len = sl.n_splits > 1 ? sl.split_len : (1 << 30);
   plan.suffix_split_source = sl.split_source;
   // Prefix: ~2 blocks per SM over the expected work items x kv heads, >= 256 keys per split, 64-key aligned.
   const int64_t max_prefix = std::max(1, shape.max_prefix_keys);
@@ -375,7 +383,6 @@ CascadeLaunch plan_cascade_attention(const AttentionParams& p, const CascadeShap
   len = (len + kPrefixKeys - 1) / kPrefixKeys * kPrefixKeys;
   splits = (max_prefix + len - 1) / len;
   plan.prefix_splits = static_cast<int>(splits);
-  plan.prefix_split_len = static_cast<int>(len);
   plan.workspace_bytes = section_bytes(p, plan.suffix_splits) + section_bytes(p, plan.prefix_splits);
   return plan;
 }
@@ -389,6 +396,7 @@ void cascade_attention_bf16(const void* q, const void* k_cache, const void* v_ca
   MX_CHECK_MSG(cascade_attention_supports(p, &why), "cascade attention: " << why);
   MX_CHECK_MSG(p.n_tokens <= shape.cap_rows, "cascade attention: " << p.n_tokens << " rows > capacity " << shape.cap_rows);
   MX_CHECK_MSG(workspace != nullptr, "cascade attention: no workspace");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   switch (p.head_dim) {
     case 16: launch<16>(q, k_cache, v_cache, token_seq, kv_index, block_tables, cascade, out, p, shape, plan, workspace, stream); break;
     case 32: launch<32>(q, k_cache, v_cache, token_seq, kv_index, block_tables, cascade, out, p, shape, plan, workspace, stream); break;

@@ -15,11 +15,11 @@
 
 namespace mxserve::kernels::cuda {
 
+// Split counts only: each work item's prefix and each row's suffix is cut into that many equal parts on the
+// device (64- / 16-key aligned), so one plan (a graph's) serves any prefix / suffix lengths.
 struct CascadeLaunch {
-  int prefix_splits = 1;       // splits of the shared prefix per (work item, kv head)
-  int prefix_split_len = 1 << 30;
-  int suffix_splits = 1;       // splits of each row's suffix per (row, kv head): the decode planner's rule
-  int suffix_split_len = 1 << 30;
+  int prefix_splits = 1;       // parts of the shared prefix per (work item, kv head)
+  int suffix_splits = 1;       // parts of each row's suffix per (row, kv head): the decode planner's count
   AttentionSplitSource suffix_split_source = AttentionSplitSource::kHeuristic;
   size_t workspace_bytes = 0;  // partials of both passes (always used: the merge reads them)
 };
@@ -41,6 +41,10 @@ void cascade_attention_bf16(const void* q, const void* k_cache, const void* v_ca
                             const int32_t* kv_index, const int32_t* block_tables, const int32_t* cascade, void* out,
                             const AttentionParams& p, const CascadeShape& shape, const CascadeLaunch& plan,
                             void* workspace, cudaStream_t stream);
+
+// Host calls of cascade_attention_bf16 so far in this process (a graph capture counts once, its replays not):
+// tests check that the path they mean to exercise ran.
+int64_t cascade_attention_launches();
 
 // A whole batch with cascade rows: rows [0, n_cascade) (the leading plain decode rows) through the cascade
 // kernels, rows [n_cascade, n_tokens) through plan_paged_attention_batch (one workspace: the parts run in turn).
