@@ -23,14 +23,14 @@ std::string fixture_dir(const std::string& name) {
   return (env ? std::string(env) : std::string(MXSERVE_SOURCE_DIR) + "/tests/fixtures") + "/" + name;
 }
 
-struct Run {
+struct EngineRun {
   std::map<size_t, std::vector<int32_t>> tokens;
   std::map<size_t, int32_t> cached;
 };
 
 // The first request is prefilled alone (its prompt enters the prefix cache), then the rest join: their prompts
 // hit the cache, so the decode batch holds rows whose block tables share the prefix blocks.
-Run run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs) {
+EngineRun run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec>& specs, bool graphs) {
   EngineConfig cfg;
   cfg.scheduler.block_size = 16;
   cfg.scheduler.max_running = 16;
@@ -38,7 +38,7 @@ Run run(model::CausalLM& lm, backend::Backend& be, const std::vector<RequestSpec
   cfg.n_blocks = 512;
   cfg.cuda_graphs = graphs;
   Engine engine(cfg, make_model_executor(lm, be, cfg.n_blocks, cfg.scheduler.block_size));
-  Run r;
+  EngineRun r;
   std::map<RequestId, size_t> index;
   auto submit = [&](size_t i) {
     auto id = engine.submit(specs[i], [&r, &index](const TokenEvent& ev) {
@@ -87,11 +87,11 @@ TEST_P(CudaCascadeEngine, GreedyTokensEqualWithAndWithoutCascade) {
     s.sampling.ignore_eos = true;
     specs.push_back(s);
   }
-  const Run base = run(**lm_off, **be_off, specs, false);
+  const EngineRun base = run(**lm_off, **be_off, specs, false);
   const int64_t before = kernels::cuda::cascade_attention_launches();
-  const Run eager = run(**lm_on, **be_on, specs, false);
+  const EngineRun eager = run(**lm_on, **be_on, specs, false);
   const int64_t eager_launches = kernels::cuda::cascade_attention_launches() - before;
-  const Run graphs = run(**lm_on, **be_on, specs, true);
+  const EngineRun graphs = run(**lm_on, **be_on, specs, true);
   const int64_t graph_launches = kernels::cuda::cascade_attention_launches() - before - eager_launches;
   std::printf("%s: cascade launches eager %lld, graphs (captures + eager steps) %lld\n", GetParam().c_str(),
               static_cast<long long>(eager_launches), static_cast<long long>(graph_launches));
@@ -99,7 +99,9 @@ TEST_P(CudaCascadeEngine, GreedyTokensEqualWithAndWithoutCascade) {
   EXPECT_GT(graph_launches, 0) << "no cascade graph was captured";
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_EQ(base.tokens.at(i).size(), 24u);
-    if (i > 0) EXPECT_GE(eager.cached.at(i), 96) << "request " << i << " did not hit the shared prefix";
+    if (i > 0) {
+      EXPECT_GE(eager.cached.at(i), 96) << "request " << i << " did not hit the shared prefix";
+    }
     EXPECT_EQ(eager.tokens.at(i), base.tokens.at(i)) << GetParam() << " eager cascade, request " << i;
     EXPECT_EQ(graphs.tokens.at(i), base.tokens.at(i)) << GetParam() << " cascade in graphs, request " << i;
   }

@@ -207,5 +207,125 @@ TEST(CascadeAttention, EncodingRefusesWhatDoesNotFit) {
   EXPECT_FALSE(encode_cascade(l, 16, s, buf.data()));
 }
 
+
+// Host emulation of the CUDA kernels' index math (kernels/cuda/attention/cascade_attention.cu): the prefix grid
+// (work item, kv head, split) with 4 warps x 16 rows straddling members and the device-side equal 64-key splits,
+// the suffix grid (row, kv head, split) with equal 16-key splits, the partials in the kernels' workspace layout
+// (o unnormalized, m, l; part = head_row * n_splits + split) and the merge kernel's reads: equal to the per-sequence
+// reference for several split counts.
+TEST(CascadeAttention, HostEmulationOfTheCudaIndexMath) {
+  CaseSpec spec;
+  spec.n_kv_heads = 2;
+  spec.group = 12;
+  spec.head_dim = 16;
+  spec.group_sizes = {7, 1, 3};  // 84 rows: two work items for the first group
+  spec.n_lone = 2;
+  std::mt19937 rng(5);
+  const Case c = cascade_test::make_case(spec, rng);
+  const AttentionParams& p = c.p;
+  const int G = p.n_heads / p.n_kv_heads, D = p.head_dim, H = p.n_heads, T = p.n_tokens;
+  const int64_t width = static_cast<int64_t>(p.n_kv_heads) * D;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> k(c.n_slots * width), v(c.n_slots * width), q(static_cast<size_t>(T) * H * D);
+  for (float& x : k) x = nd(rng);
+  for (float& x : v) x = nd(rng);
+  for (float& x : q) x = nd(rng);
+  CascadeGroupOptions opt;
+  opt.min_members = 1;
+  opt.min_shared_blocks = 1;
+  const CascadeLayout layout = find_cascade_groups(c.table_ptrs(), c.n_blocks(), c.kv_index, p.block_size, opt);
+  CascadeShape shape;
+  shape.cap_rows = T + 3;
+  shape.group_size = G;
+  shape.cap_work = cascade_work_capacity(shape.cap_rows, G, 1);
+  shape.max_prefix_keys = p.max_kv_len;
+  std::vector<int32_t> buf(shape.n_ints());
+  ASSERT_TRUE(encode_cascade(layout, p.block_size, shape, buf.data()));
+  std::vector<float> want(static_cast<size_t>(T) * H * D);
+  cpu::paged_attention_f32(q.data(), k.data(), v.data(), c.token_seq.data(), c.kv_index.data(), c.tables.data(),
+                           want.data(), p);
+  struct Part {
+    std::vector<float> o;
+    float m = -INFINITY, l = 0.f;
+  };
+  // Unnormalized partial of (t, head) over keys [b, e) of `table` (what one warp's online softmax ends with).
+  auto partial = [&](int64_t t, int h, const int32_t* table, int64_t b, int64_t e) {
+    Part r;
+    r.o.assign(D, 0.f);
+    const int kvh = h / G;
+    for (int64_t j = b; j < e; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
+      float dot = 0.f;
+      for (int d = 0; d < D; ++d) dot += q[(t * H + h) * D + d] * k[slot * width + kvh * D + d];
+      const float sc = dot * p.scale, m = std::max(r.m, sc);
+      const float a = r.m == -INFINITY ? 0.f : std::exp(r.m - m), w = std::exp(sc - m);
+      for (int d = 0; d < D; ++d) r.o[d] = r.o[d] * a + w * v[slot * width + kvh * D + d];
+      r.l = r.l * a + w;
+      r.m = m;
+    }
+    return r;
+  };
+  const int32_t* prefix_keys = buf.data();
+  const int32_t* members = buf.data() + shape.cap_rows;
+  for (int n_ps : {1, 3, 7})
+    for (int n_ss : {1, 2, 5}) {
+      std::vector<Part> ws_p(static_cast<size_t>(T) * H * n_ps), ws_s(static_cast<size_t>(T) * H * n_ss);
+      std::vector<int> written_p(ws_p.size(), 0);
+      for (int x = 0; x < shape.cap_work; ++x) {  // prefix grid
+        const int32_t* item = buf.data() + 2 * shape.cap_rows + 4 * x;
+        if (item[1] == 0) continue;
+        const int keys = item[3], rows_total = item[1] * G;
+        const int split_len = ((keys + n_ps - 1) / n_ps + 63) / 64 * 64;
+        const int32_t* table = c.tables.data() + static_cast<int64_t>(c.token_seq[members[item[0]]]) * p.max_blocks_per_seq;
+        for (int kvh = 0; kvh < p.n_kv_heads; ++kvh)
+          for (int split = 0; split < n_ps; ++split)
+            for (int w = 0; w < 4; ++w)
+              for (int lane_row = 0; lane_row < 16; ++lane_row) {
+                const int r = item[2] + w * 16 + lane_row;
+                if (r >= rows_total) continue;
+                const int64_t t = members[item[0] + r / G];
+                const int h = kvh * G + r % G;
+                const int b = split * split_len, e = std::min(keys, b + split_len);
+                ws_p[(t * H + h) * n_ps + split] = partial(t, h, table, b, e);
+                ++written_p[(t * H + h) * n_ps + split];
+              }
+      }
+      for (int64_t t = 0; t < T; ++t)  // suffix grid
+        for (int h = 0; h < H; ++h)
+          for (int split = 0; split < n_ss; ++split) {
+            const int n_ctx = c.kv_index[t] + 1, suffix = std::max(0, n_ctx - prefix_keys[t]);
+            const int split_len = ((suffix + n_ss - 1) / n_ss + 15) / 16 * 16;
+            const int b = prefix_keys[t] + split * split_len, e = std::min(n_ctx, b + split_len);
+            ws_s[(t * H + h) * n_ss + split] =
+                partial(t, h, c.tables.data() + t * p.max_blocks_per_seq, b, e);
+          }
+      float worst = 0.f;
+      for (int64_t t = 0; t < T; ++t)  // merge
+        for (int h = 0; h < H; ++h) {
+          const int64_t row = t * H + h;
+          if (prefix_keys[t] > 0)
+            for (int s = 0; s < n_ps; ++s) EXPECT_EQ(written_p[row * n_ps + s], 1) << "row " << row << " split " << s;
+          float mx = -INFINITY;
+          for (int s = 0; s < n_ss; ++s) mx = std::max(mx, ws_s[row * n_ss + s].m);
+          if (prefix_keys[t] > 0)
+            for (int s = 0; s < n_ps; ++s) mx = std::max(mx, ws_p[row * n_ps + s].m);
+          for (int d = 0; d < D; ++d) {
+            float den = 0.f, acc = 0.f;
+            auto add = [&](const Part& x) {
+              if (x.m == -INFINITY) return;
+              const float w = std::exp(x.m - mx);
+              den += x.l * w;
+              acc += x.o[d] * w;
+            };
+            for (int s = 0; s < n_ss; ++s) add(ws_s[row * n_ss + s]);
+            if (prefix_keys[t] > 0)
+              for (int s = 0; s < n_ps; ++s) add(ws_p[row * n_ps + s]);
+            worst = std::max(worst, std::fabs(acc / den - want[row * D + d]));
+          }
+        }
+      EXPECT_LT(worst, 2e-5f) << "prefix splits " << n_ps << ", suffix splits " << n_ss;
+    }
+}
+
 }  // namespace
 }  // namespace mxserve::kernels
