@@ -70,7 +70,9 @@ struct Result3 {
 
 // graph_style: the encoding a CUDA graph replays (capacity for 2x the rows, the prefix bound of a context class).
 // prefill_rows > 0: a prefill chunk of that many rows follows the decode rows (the mixed-batch path).
-Result3 run_case(const CaseSpec& spec, bool fp8, bool graph_style, uint32_t seed, int32_t prefill_rows = 0) {
+// no_groups: an empty encoding (a graph replayed without shared prefixes): every row in the suffix pass.
+Result3 run_case(const CaseSpec& spec, bool fp8, bool graph_style, uint32_t seed, int32_t prefill_rows = 0,
+                 bool no_groups = false) {
   std::mt19937 rng(seed);
   Case c = cascade_test::make_case(spec, rng);
   AttentionParams p = c.p;
@@ -119,7 +121,11 @@ Result3 run_case(const CaseSpec& spec, bool fp8, bool graph_style, uint32_t seed
   CascadeGroupOptions opt;
   opt.min_members = 1;
   opt.min_shared_blocks = 1;
-  const CascadeLayout layout = find_cascade_groups(c.table_ptrs(), c.n_blocks(), c.kv_index, p.block_size, opt);
+  CascadeLayout layout = find_cascade_groups(c.table_ptrs(), c.n_blocks(), c.kv_index, p.block_size, opt);
+  if (no_groups) {
+    layout.groups.clear();
+    layout.members.clear();
+  }
   CascadeShape shape;
   shape.group_size = p.n_heads / p.n_kv_heads;
   shape.cap_rows = graph_style ? 2 * n_dec : n_dec;
@@ -241,6 +247,25 @@ TEST(CudaCascadeAttention, SmallHeadsBlockSizesAndPartialBlocks) {
     check(run_case(s, true, true, seed++), "geo fp8 hd " + std::to_string(geo.d));
     check(run_case(s, false, false, seed++), "geo bf16 hd " + std::to_string(geo.d));
   }
+}
+
+// Without groups the cascade path (a graph replayed with no shared prefix) computes bit for bit what the
+// per-sequence decode kernel does: the same splits, tiles and epilogue arithmetic (graphs == eager).
+TEST(CudaCascadeAttention, WithoutGroupsBitIdenticalToThePerSequenceKernel) {
+  MXSERVE_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 120;
+  for (int32_t max_len : {100, 3000})  // one split and several
+    for (bool fp8 : {false, true}) {
+      CaseSpec s;
+      s.n_kv_heads = 8;
+      s.group = 12;
+      s.head_dim = 128;
+      s.n_lone = 16;
+      s.min_suffix = 1;
+      s.max_prefix = max_len;
+      const Result3 e = run_case(s, fp8, true, seed++, 0, /*no_groups=*/true);
+      EXPECT_EQ(e.cascade_vs_perseq.max_abs, 0.0) << "context up to " << max_len << (fp8 ? " fp8" : " bf16");
+    }
 }
 
 TEST(CudaCascadeAttention, MixedBatchDecodeRowsThenPrefillChunk) {

@@ -293,8 +293,11 @@ TEST(CascadeAttention, HostEmulationOfTheCudaIndexMath) {
       for (int64_t t = 0; t < T; ++t)  // suffix grid
         for (int h = 0; h < H; ++h)
           for (int split = 0; split < n_ss; ++split) {
+            // A grouped row: its suffix in equal 16-key aligned parts; a row in no group: the per-warp decode
+            // kernel's fixed split length (the planner's: max context / splits, 64-aligned).
             const int n_ctx = c.kv_index[t] + 1, suffix = std::max(0, n_ctx - prefix_keys[t]);
-            const int split_len = ((suffix + n_ss - 1) / n_ss + 15) / 16 * 16;
+            const int plain = n_ss == 1 ? (1 << 30) : ((p.max_kv_len + n_ss - 1) / n_ss + 63) / 64 * 64;
+            const int split_len = prefix_keys[t] == 0 ? plain : ((suffix + n_ss - 1) / n_ss + 15) / 16 * 16;
             const int b = prefix_keys[t] + split * split_len, e = std::min(n_ctx, b + split_len);
             ws_s[(t * H + h) * n_ss + split] =
                 partial(t, h, c.tables.data() + t * p.max_blocks_per_seq, b, e);

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     cascade_suffix_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                           const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index,
                           const int32_t* __restrict__ block_tables, const int32_t* __restrict__ cascade,
-                          float* __restrict__ ws, AttentionParams p, int n_splits, int64_t n_items) {
+                          float* __restrict__ ws, AttentionParams p, int n_splits, int split_len_plain, int64_t n_items) {
   constexpr int R = row_stride<HD>();
   constexpr int CH = HD / 8;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -212,9 +212,13 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
   const int64_t t = tk / p.n_kv_heads;
   const int G = p.n_heads / p.n_kv_heads;
   const int n_ctx = kv_index[t] + 1;
-  // The row's suffix [prefix keys (cascade[t]), n_ctx) in n_splits equal parts (16-key aligned).
+  // A row in a group: its suffix [prefix keys (cascade[t]), n_ctx) in n_splits equal parts (16-key aligned). A row
+  // in none: the per-warp decode kernel's splits (split_len_plain), so a graph replayed without groups computes
+  // bit for bit what the per-sequence kernel would (graphs == eager).
   const int suffix = max(0, n_ctx - cascade[t]);
-  const int split_len = ((suffix + n_splits - 1) / n_splits + kSuffixKeys - 1) / kSuffixKeys * kSuffixKeys;
+  const int split_len = cascade[t] == 0
+                            ? split_len_plain
+                            : ((suffix + n_splits - 1) / n_splits + kSuffixKeys - 1) / kSuffixKeys * kSuffixKeys;
   const int kv_begin = cascade[t] + split * split_len;
   const int kv_end = min(n_ctx, kv_begin + split_len);
   const int32_t* table = block_tables + static_cast<int64_t>(token_seq[t]) * p.max_blocks_per_seq;
@@ -291,7 +295,12 @@ __global__ void cascade_merge_kernel(const float* __restrict__ ws_suffix, const 
       denom += ws_prefix[np * (HD + 1) + row * n_prefix + s] * w;
       acc += ws_prefix[(row * n_prefix + s) * HD + d] * w;
     }
-  out[row * HD + d] = to_bf16(denom > 0.f ? acc / denom : 0.f);
+  // One partial (one suffix split, no prefix): o * (1 / l), as the per-warp kernel's unsplit epilogue; else
+  // acc / denom, as attention_combine_kernel (the same loop order: bit-identical results without groups).
+  if (n_suffix == 1 && !has_prefix)
+    out[row * HD + d] = to_bf16(acc * (denom > 0.f ? 1.f / denom : 0.f));
+  else
+    out[row * HD + d] = to_bf16(denom > 0.f ? acc / denom : 0.f);
 }
 
 std::atomic<int64_t> g_launches{0};
@@ -328,7 +337,8 @@ void launch_t(const void* q, const void* k_cache, const void* v_cache, const int
   const int64_t blocks = (items + kSuffixWarps - 1) / kSuffixWarps;
   MX_CHECK_LT(blocks, int64_t{1} << 31);
   cascade_suffix_kernel<HD, kFp8><<<static_cast<unsigned>(blocks), kSuffixWarps * 32, suffix_smem<HD>(), stream>>>(
-      qb, kb, vb, token_seq, kv_index, block_tables, cascade, ws_suffix, p, plan.suffix_splits, items);
+      qb, kb, vb, token_seq, kv_index, block_tables, cascade, ws_suffix, p, plan.suffix_splits,
+      plan.suffix_split_len, items);
   MX_CUDA_CHECK_LAUNCH();
   const int64_t rows = static_cast<int64_t>(p.n_tokens) * p.n_heads;
   cascade_merge_kernel<HD><<<static_cast<unsigned>(rows), HD, 0, stream>>>(
@@ -372,6 +382,7 @@ CascadeLaunch plan_cascade_attention(const AttentionParams& p, const CascadeShap
   so.force = AttentionPlanOptions::Force::kWarp;
   const AttentionLaunch sl = plan_paged_attention(sp, n_sms, so);
   plan.suffix_splits = std::max(1, sl.n_splits);
+  plan.suffix_split_len = sl.n_splits > 1 ? sl.split_len : (1 << 30);
   plan.suffix_split_source = sl.split_source;
   // Prefix: ~2 blocks per SM over the expected work items x kv heads, >= 256 keys per split, 64-key aligned.
   const int64_t max_prefix = std::max(1, shape.max_prefix_keys);

@@ -15,11 +15,13 @@
 
 namespace mxserve::kernels::cuda {
 
-// Split counts only: each work item's prefix and each row's suffix is cut into that many equal parts on the
-// device (64- / 16-key aligned), so one plan (a graph's) serves any prefix / suffix lengths.
+// Split counts: each work item's prefix and each grouped row's suffix is cut into that many equal parts on the
+// device (64- / 16-key aligned), so one plan (a graph's) serves any prefix / suffix lengths; a row in no group
+// is split exactly as the per-warp decode kernel splits it (suffix_split_len).
 struct CascadeLaunch {
   int prefix_splits = 1;       // parts of the shared prefix per (work item, kv head)
   int suffix_splits = 1;       // parts of each row's suffix per (row, kv head): the decode planner's count
+  int suffix_split_len = 1 << 30;  // keys per split of a row in no group (the decode planner's, as its kernel)
   AttentionSplitSource suffix_split_source = AttentionSplitSource::kHeuristic;
   size_t workspace_bytes = 0;  // partials of both passes (always used: the merge reads them)
 };
