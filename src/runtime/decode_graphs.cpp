@@ -183,7 +183,14 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
     const kernels::CascadeShape& cs = g->cascade_shape;
     cascade_host_.assign(cs.n_ints(), 0);
     const kernels::CascadeLayout layout = model::cascade_groups(batch, static_cast<int32_t>(S), bs);
-    if (!kernels::encode_cascade(layout, static_cast<int32_t>(bs), cs, cascade_host_.data()))
+    // The eager rule (model/forward_batch.cpp): groups only where they save enough K/V reads per layer (bf16
+    // bytes, the model's kv heads), so a step computes the same with graphs on and off.
+    const auto& mc = model_.config();
+    const int64_t bytes_per_key = 2 * mc.n_kv_heads * mc.head_dim * 2;
+    const bool pays = !layout.groups.empty() &&
+                      kernels::cascade_saved_bytes(layout, static_cast<int32_t>(bs), bytes_per_key) >=
+                          be_.cascade_attention_min_saved_bytes();
+    if (!pays || !kernels::encode_cascade(layout, static_cast<int32_t>(bs), cs, cascade_host_.data()))
       cascade_host_.assign(cs.n_ints(), 0);
     Tensor cascade = g->cascade;
     be_.write_from_host(cascade, 0, Tensor::view_of(cascade_host_.data(), DType::kI32, {cs.n_ints()}));

@@ -12,7 +12,8 @@
 //     and GEMM choices depend only on the bucket's row count;
 //   - cascade graphs (q = 1, B >= 2, Backend::cascade_attention_enabled): the prefix groups live in a per-graph
 //     i32 buffer of fixed capacity (B rows, the model's q heads per kv head, the class's context as the prefix
-//     bound), rewritten before each replay; no group = every row's suffix is its whole context (exact);
+//     bound), rewritten before each replay with the groups the eager rule would take (forward_batch.cpp: enough
+//     K/V bytes saved); no group = every row through the per-warp decode kernel's own splits, bit-identical;
 //   - padded rows (sequences S..B-1 of a bucket) run token 0 at position 0 on the store's scratch row, whose
 //     one block is the KV cache's scratch block: they write and read only the scratch slot, and their logits
 //     and hidden rows are ignored;
