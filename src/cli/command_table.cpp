@@ -258,6 +258,8 @@ std::vector<CommandHelp> build_table() {
                    {"--kv-cache-dtype", "auto|fp8_e4m3", "auto", "KV element type"},
                    {"--moe-activation-dtype", "bf16|fp8_e4m3", "bf16", "MXFP4 experts' prefill activations"},
                    {"--disable-cascade-attention", "", "", "no shared-prefix decode attention (cuda)"},
+                   {"--shared-prefix", "TOKENS", "0", "model decode step: sequences share this prefix (whole blocks)"},
+                   {"--prefix-group", "N", "4", "model decode step: sequences per shared prefix"},
                    {"--md", "FILE", "", "write the results as markdown"},
                    {"--json", "FILE", "", "write the results as JSON"},
                },
