@@ -231,6 +231,9 @@ int cmd_bench_model(int argc, char** argv) {
                           block_size.status(), seed.status(), num_layers.status()})
     if (!s.is_ok()) return fail(s);
   if (*block_size <= 0 || *num_layers < 0) return fail(invalid_argument("--block-size and --num-layers must be positive"));
+  if (*shared_prefix > 0 && !contexts->empty() && *shared_prefix >= contexts->front())
+    return fail(invalid_argument("--shared-prefix " + std::to_string(*shared_prefix) + " must be below the context " +
+                                 std::to_string(contexts->front()) + " (the first of --contexts)"));
   auto plan = model::parse_synthetic_plan(args->get_or("--quantization", ""));
   if (!plan.is_ok()) return fail(plan.status());
   auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
@@ -390,9 +393,6 @@ int cmd_bench_model(int argc, char** argv) {
   uint64_t lease = 0;
   for (int64_t b : *model_batches) {
     const int64_t shared_blocks = std::min(*shared_prefix, step_ctx - 1) / *block_size;
-    if (*shared_prefix > 0 && *shared_prefix >= step_ctx)
-      return fail(invalid_argument("--shared-prefix " + std::to_string(*shared_prefix) + " must be below the context " +
-                                   std::to_string(step_ctx) + " (the first of --contexts)"));
     auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size, shared_blocks, *prefix_group);
     ++lease;  // a new batch layout: every row re-syncs once
     for (int64_t s = 0; s < b; ++s) {
