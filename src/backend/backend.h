@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/cascade_attention.h"
 #include "kernels/moe_tuning.h"
 #include "kernels/op_params.h"
 #include "kernels/sampling_params.h"
@@ -37,6 +38,12 @@ struct AttentionMeta {
   Tensor tree_mask;
   Tensor tree_base;
   kernels::AttentionParams params;
+  // Cascade (shared-prefix) decode attention (kernels/cascade_attention.h): the encoded i32 buffer
+  // [cascade_shape.n_ints()] over the leading plain decode rows, on the device; empty = per-sequence attention.
+  // Set by the batch builder only where Backend::cascade_attention_enabled() and the sharing pays (or, in
+  // a decode graph, always: the buffer is rewritten before each replay).
+  Tensor cascade;
+  kernels::CascadeShape cascade_shape;
 };
 
 // How the routed experts of one MoE layer are stored on a backend.
@@ -76,6 +83,10 @@ struct KernelOptions {
   // "" or "bf16" = bf16 activations (W4A16); CUDA: "fp8_e4m3" = W4A8 on the MXFP4 experts' wgmma prefill GEMMs
   // (per-token FP8 activations, opt-in: `--moe-activation-dtype`; its accuracy gate: eval/moe_activation_gate.h).
   std::string moe_activation_dtype;
+  // CUDA: false turns the shared-prefix (cascade) decode attention off (`--disable-cascade-attention`); the CPU
+  // backend never runs it, so the option is not part of is_default (a no-op there).
+  bool cascade_attention = true;
+  int64_t cascade_min_saved_bytes = kernels::kCascadeMinSavedBytes;  // tests: 0 (every group pays)
   bool fp8_moe_activations() const { return moe_activation_dtype == "fp8_e4m3"; }
   bool is_default() const {
     return attention_kernel.empty() && attention_split_target == 0 && moe_kernel.empty() &&
@@ -110,6 +121,11 @@ class Backend {
                        "', attention_split_target " + std::to_string(options.attention_split_target) + ", moe_kernel '" +
                        options.moe_kernel + "', moe_activation_dtype '" + options.moe_activation_dtype + "')");
   }
+  // Cascade (shared-prefix) decode attention for AttentionMeta::cascade: < 0 = off (the batch builder detects
+  // no prefix groups); else the K/V bytes per layer an eager batch's groups must save to take it (decode
+  // graphs always encode their groups). CUDA: KernelOptions::cascade_attention / cascade_min_saved_bytes.
+  virtual int64_t cascade_attention_min_saved_bytes() const { return -1; }
+  bool cascade_attention_enabled() const { return cascade_attention_min_saved_bytes() >= 0; }
   // Whether moe_experts() runs experts stored in format f directly (else the loader dequantizes to kFloat).
   virtual bool supports_expert_format(ExpertFormat f) const { return f == ExpertFormat::kFloat; }
   // Called once per MoE layer after its experts are loaded: a backend with tuned kernel selection builds the

@@ -20,6 +20,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/common/caching_allocator.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/attention/cascade_attention.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/moe/moe_expert_range.h"
@@ -138,6 +139,9 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   }
   std::vector<kernels::MoeKernelConfigRow> moe_kernel_configs() const override { return moe_planner_->rows(); }
 
+  int64_t cascade_attention_min_saved_bytes() const override {
+    return cascade_attention_ ? cascade_min_saved_bytes_ : -1;
+  }
   Status set_kernel_options(const KernelOptions& o) override {
     using Force = kc::AttentionPlanOptions::Force;
     kc::AttentionPlanOptions a;
@@ -158,6 +162,10 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       return invalid_argument("moe activation dtype '" + o.moe_activation_dtype + "': expected bf16 or fp8_e4m3");
     a.warp_split_target_per_sm = o.attention_split_target;
     attention_options_ = a;
+    if (o.cascade_min_saved_bytes < 0)
+      return invalid_argument("cascade_min_saved_bytes " + std::to_string(o.cascade_min_saved_bytes) + " must be >= 0");
+    cascade_attention_ = o.cascade_attention;
+    cascade_min_saved_bytes_ = o.cascade_min_saved_bytes;
     force_grouped_moe_ = o.moe_kernel == "grouped";
     if (o.fp8_moe_activations() && !fp8_announced_) {
       fp8_announced_ = true;
@@ -448,6 +456,17 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     // Mixed batches: the leading plain decode rows get the decode kernel (kc::plan_paged_attention_batch).
     kc::AttentionPlanOptions options = attention_options_;
     options.split_table = split_table_for(p);
+    if (use_cascade(meta)) {  // shared-prefix decode groups (kernels/cascade_attention.h)
+      expect(meta.cascade, DType::kI32, "attention", "cascade");
+      MX_CHECK_EQ(meta.cascade.numel(), meta.cascade_shape.n_ints());
+      const kc::CascadeBatchPlan plan = kc::plan_cascade_batch(p, meta.cascade_shape, n_sms_, options);
+      Tensor ws;
+      if (plan.workspace_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(plan.workspace_bytes)});
+      kc::cascade_attention_batch(q.raw(), k_cache.raw(), v_cache.raw(), meta.token_seq.data<int32_t>(),
+                                  meta.kv_index.data<int32_t>(), meta.block_tables.data<int32_t>(),
+                                  meta.cascade.data<int32_t>(), out.raw(), meta.cascade_shape, plan, ws.raw(), stream_);
+      return;
+    }
     const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(p, n_sms_, options);
     report_split_source(plan, p);
     Tensor ws;
@@ -700,6 +719,26 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   }
 
  private:
+  // Whether meta's cascade buffer is run: the option is on, the buffer is there, the kernels serve the shape
+  // and the buffer was encoded for this query-head group (a graph encodes with the model's G). Else the
+  // per-sequence kernels run (always exact), said once where the buffer was there but cannot be used.
+  bool use_cascade(const AttentionMeta& meta) const {
+    if (!cascade_attention_ || meta.cascade.numel() == 0 || meta.params.n_leading_decode_rows <= 0) return false;
+    const auto& p = meta.params;
+    const char* why = nullptr;
+    if (!kc::cascade_attention_supports(p, &why)) {
+      MX_WARN_ONCE << "cascade attention: not for this batch (" << why << "): per-sequence decode attention runs";
+      return false;
+    }
+    if (meta.cascade_shape.group_size != p.n_heads / p.n_kv_heads) {
+      MX_WARN_ONCE << "cascade attention: the prefix groups were encoded for " << meta.cascade_shape.group_size
+                   << " q heads per kv head, this rank has " << p.n_heads / p.n_kv_heads
+                   << " (kv heads replicated under tensor parallelism?): per-sequence decode attention runs";
+      return false;
+    }
+    return true;
+  }
+
   // The tuned decode split table of this device for p's cache dtype and head geometry (null: none).
   const kernels::AttentionSplitTable* split_table_for(const kernels::AttentionParams& p) {
     kernels::AttentionTuningKey key{gpu_name_, p.fp8_kv() ? "fp8_e4m3" : "bf16", p.n_heads, p.n_kv_heads, p.head_dim};
@@ -744,6 +783,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   int device_ = 0;
   int n_sms_ = 0;
   kc::AttentionPlanOptions attention_options_;  // set_kernel_options (tests and benchmarks)
+  bool cascade_attention_ = true;               // set_kernel_options: KernelOptions::cascade_attention
+  int64_t cascade_min_saved_bytes_ = kernels::kCascadeMinSavedBytes;
   bool force_grouped_moe_ = false;              // set_kernel_options: moe_kernel "grouped" (benchmarks)
   bool fp8_moe_activations_ = false;            // set_kernel_options: moe_activation_dtype "fp8_e4m3" (W4A8)
   bool fp8_announced_ = false;                  // the W4A8 info line is logged once (the start-up gate toggles it)
@@ -775,6 +816,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const BackendOptions& options
   auto be = std::make_unique<CudaBackend>(options.device);
   MX_RETURN_IF_ERROR(be->validate_moe_tables());
   MX_RETURN_IF_ERROR(be->set_kernel_options(options.kernels));
+  if (options.kernels.cascade_attention)
+    MX_LOG(kInfo) << "cascade attention: on -- decode rows whose block tables share >= "
+                  << kernels::kCascadeMinSharedBlocks << " leading blocks (groups of 2.." << kernels::kCascadeMaxGroup
+                  << ") attend the shared prefix once per group when that saves >= "
+                  << (options.kernels.cascade_min_saved_bytes >> 20) << " MiB of K/V reads per layer (--disable-cascade-attention "
+                     "turns it off)";
+  else
+    MX_LOG(kInfo) << "cascade attention: off (--disable-cascade-attention): every decode row reads its whole context";
   return std::unique_ptr<Backend>(std::move(be));
 }
 

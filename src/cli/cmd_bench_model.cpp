@@ -99,17 +99,21 @@ class Timer {
 };
 
 // b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively; token ids
-// below min(vocab, 1000).
+// below min(vocab, 1000). shared_blocks > 0 (--shared-prefix): sequences s of group s / prefix_group share their
+// first shared_blocks blocks (as the radix cache hands a cached prefix to every request that hits it).
 model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits,
-                               int64_t vocab) {
+                               int64_t vocab, int64_t shared_blocks = 0, int64_t prefix_group = 1) {
   model::ForwardBatch fb;
   const int64_t blocks = (ctx + block_size - 1) / block_size;
+  const int64_t n_groups = (b + prefix_group - 1) / prefix_group, own = blocks - shared_blocks;
   for (int64_t s = 0; s < b; ++s) {
     model::SequenceSpan span;
     span.token_begin = fb.n_tokens();
     span.n_tokens = static_cast<int32_t>(n_tokens);
     span.kv_len = static_cast<int32_t>(ctx);
-    for (int64_t k = 0; k < blocks; ++k) span.block_table.push_back(static_cast<int32_t>(s * blocks + k));
+    for (int64_t k = 0; k < blocks; ++k)
+      span.block_table.push_back(static_cast<int32_t>(
+          k < shared_blocks ? (s / prefix_group) * shared_blocks + k : n_groups * shared_blocks + s * own + k - shared_blocks));
     for (int64_t i = 0; i < n_tokens; ++i) {
       if (logits) fb.logit_rows.push_back(fb.n_tokens());
       fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % std::min<int64_t>(vocab, 1000)));
@@ -202,8 +206,8 @@ int cmd_bench_model(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
                            "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype",
-                           "--moe-activation-dtype"},
-                          {"--synthetic-weights"});
+                           "--moe-activation-dtype", "--shared-prefix", "--prefix-group"},
+                          {"--synthetic-weights", "--disable-cascade-attention"});
   if (!args.is_ok()) return fail(args.status());
   if (!args->has("--config") || !args->has("--synthetic-weights"))
     return fail(invalid_argument("bench-model needs --config FILE --synthetic-weights (`mxserve bench-model --help` "
@@ -215,10 +219,21 @@ int cmd_bench_model(int argc, char** argv) {
   auto block_size = args->get_int("--block-size", 16);
   auto seed = args->get_int("--seed", 0);
   auto num_layers = args->get_int("--num-layers", 0);
+  // The model decode step with prefix sharing (the seed workload: 12k of 20k shared in groups of 4):
+  // --shared-prefix TOKENS (whole blocks of it are shared) --prefix-group N (sequences per shared prefix).
+  auto shared_prefix = args->get_int("--shared-prefix", 0);
+  auto prefix_group = args->get_int("--prefix-group", 4);
+  if (!shared_prefix.is_ok()) return fail(shared_prefix.status());
+  if (!prefix_group.is_ok()) return fail(prefix_group.status());
+  if (*shared_prefix < 0 || *prefix_group < 1)
+    return fail(invalid_argument("--shared-prefix must be >= 0 and --prefix-group >= 1"));
   for (const Status& s : {batches.status(), contexts.status(), prefill.status(), model_batches.status(),
                           block_size.status(), seed.status(), num_layers.status()})
     if (!s.is_ok()) return fail(s);
   if (*block_size <= 0 || *num_layers < 0) return fail(invalid_argument("--block-size and --num-layers must be positive"));
+  if (*shared_prefix > 0 && !contexts->empty() && *shared_prefix >= contexts->front())
+    return fail(invalid_argument("--shared-prefix " + std::to_string(*shared_prefix) + " must be below the context " +
+                                 std::to_string(contexts->front()) + " (the first of --contexts)"));
   auto plan = model::parse_synthetic_plan(args->get_or("--quantization", ""));
   if (!plan.is_ok()) return fail(plan.status());
   auto kv_dtype = kvcache::parse_kv_cache_dtype(args->get_or("--kv-cache-dtype", "auto"));
@@ -235,6 +250,7 @@ int cmd_bench_model(int argc, char** argv) {
   lc.model.synthetic_quantization = args->get_or("--quantization", "");
   lc.model.kv_cache_dtype = *kv_dtype;
   lc.backend_options.kernels.moe_activation_dtype = args->get_or("--moe-activation-dtype", "");
+  lc.backend_options.kernels.cascade_attention = !args->has("--disable-cascade-attention");
   auto launched = launch::launch_model(lc);
   if (!launched.is_ok()) return fail(launched.status());
   backend::Backend& be = (*launched)->backend();
@@ -376,7 +392,8 @@ int cmd_bench_model(int argc, char** argv) {
       [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
   uint64_t lease = 0;
   for (int64_t b : *model_batches) {
-    auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size);
+    const int64_t shared_blocks = std::min(*shared_prefix, step_ctx - 1) / *block_size;
+    auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size, shared_blocks, *prefix_group);
     ++lease;  // a new batch layout: every row re-syncs once
     for (int64_t s = 0; s < b; ++s) {
       model::SequenceSpan& span = fb.seqs[s];
@@ -412,8 +429,13 @@ int cmd_bench_model(int argc, char** argv) {
                                                      : static_cast<double>(c.vocab_size) * H;  // tied: the embedding
     double bytes = H * w + head_params * w;  // final norm + lm_head
     double flops = 2.0 * b * head_params;
+    // K/V bytes that must be read: each shared prefix once per group (cascade attention), every suffix.
+    const double shared_keys = static_cast<double>(shared_blocks * *block_size);
+    const double n_groups = static_cast<double>((b + *prefix_group - 1) / *prefix_group);
+    const double shared_saving =
+        shared_blocks > 0 ? (b - n_groups) * (decode_bytes(1, shared_keys) - decode_bytes(1, 0)) : 0.0;
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      bytes += decode_bytes(b, step_ctx);
+      bytes += decode_bytes(b, step_ctx) - shared_saving;
       flops += decode_flops(b, step_ctx);
       if (c.is_moe_layer(l)) {
         bytes += moe_bytes(b);

@@ -113,6 +113,8 @@ std::vector<CommandHelp> build_table() {
                    {"--num-kv-blocks", "N", "", "KV pool size in blocks (overrides --kv-cache-memory)"},
                    {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type (auto: bf16 on cuda, f32 on cpu)"},
                    {"--moe-activation-dtype", "bf16|fp8_e4m3", "bf16", "MXFP4 experts' prefill activations (fp8: cuda)"},
+                   {"--disable-cascade-attention", "", "", "every decode row reads its whole context (cuda: by default "
+                                                           "shared prefixes are attended once per group; docs/kv-cache.md)"},
                    {"--disable-prefix-cache", "", "", "no prefix caching"},
                    {"--disable-radix-cache", "", "", "alias of --disable-prefix-cache (sglang)"},
                    {"--no-enable-prefix-caching", "", "", "alias of --disable-prefix-cache (vLLM)"},
@@ -258,6 +260,9 @@ std::vector<CommandHelp> build_table() {
                    {"--block-size", "N", "16", "KV block size"},
                    {"--kv-cache-dtype", "auto|fp8_e4m3", "auto", "KV element type"},
                    {"--moe-activation-dtype", "bf16|fp8_e4m3", "bf16", "MXFP4 experts' prefill activations"},
+                   {"--disable-cascade-attention", "", "", "no shared-prefix decode attention (cuda)"},
+                   {"--shared-prefix", "TOKENS", "0", "model decode step: sequences share this prefix (whole blocks)"},
+                   {"--prefix-group", "N", "4", "model decode step: sequences per shared prefix"},
                    {"--md", "FILE", "", "write the results as markdown"},
                    {"--json", "FILE", "", "write the results as JSON"},
                },

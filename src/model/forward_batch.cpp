@@ -96,6 +96,57 @@ int32_t leading_decode_rows(const ForwardBatch& batch) {
   return n;
 }
 
+kernels::CascadeLayout cascade_groups(const ForwardBatch& batch, int32_t n_rows, int64_t block_size,
+                                      const kernels::CascadeGroupOptions& options) {
+  std::vector<const int32_t*> tables;
+  std::vector<int32_t> n_blocks, kv_index;
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const SequenceSpan& q = batch.seqs[r];
+    tables.push_back(q.blocks().data());
+    n_blocks.push_back(static_cast<int32_t>(q.blocks().size()));
+    kv_index.push_back(q.kv_index_of(0));
+  }
+  return kernels::find_cascade_groups(tables, n_blocks, kv_index, static_cast<int32_t>(block_size), options);
+}
+
+namespace {
+
+// The eager batch's cascade buffer (exact capacities) when the groups pay; nothing otherwise.
+void attach_cascade(const ForwardBatch& batch, backend::Backend& be, int64_t block_size, backend::AttentionMeta& meta) {
+  const auto& p = meta.params;
+  const int32_t n = p.n_leading_decode_rows;
+  if (!be.cascade_attention_enabled() || n < 2 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return;
+  if (p.head_dim > 128 || p.n_heads / p.n_kv_heads > 16) return;  // not a shape the cascade kernels serve (MLA)
+  const kernels::CascadeLayout layout = cascade_groups(batch, n, block_size);
+  const int64_t bytes_per_key = 2ll * p.n_kv_heads * p.head_dim * 2;  // K + V, bf16
+  if (layout.groups.empty() ||
+      kernels::cascade_saved_bytes(layout, static_cast<int32_t>(block_size), bytes_per_key) <
+          be.cascade_attention_min_saved_bytes())
+    return;
+  kernels::CascadeShape shape;
+  shape.cap_rows = n;
+  shape.group_size = p.n_heads / p.n_kv_heads;
+  int32_t work = 0, max_prefix = 0, max_suffix = 1;
+  std::vector<int32_t> prefix(n, 0);
+  for (const kernels::CascadeGroup& g : layout.groups) {
+    work += (g.n_members * shape.group_size + kernels::kCascadeRowsPerItem - 1) / kernels::kCascadeRowsPerItem;
+    const int32_t keys = static_cast<int32_t>(layout.shared_keys(g, static_cast<int32_t>(block_size)));
+    max_prefix = std::max(max_prefix, keys);
+    for (int32_t i = 0; i < g.n_members; ++i) prefix[layout.members[g.member_begin + i]] = keys;
+  }
+  for (int32_t r = 0; r < n; ++r) max_suffix = std::max(max_suffix, batch.seqs[r].kv_len - prefix[r]);
+  shape.cap_work = work;
+  shape.n_work_hint = work;
+  shape.max_prefix_keys = max_prefix;
+  shape.max_suffix_keys = max_suffix;
+  Tensor buf = Tensor::zeros(DType::kI32, {shape.n_ints()});
+  if (!kernels::encode_cascade(layout, static_cast<int32_t>(block_size), shape, buf.data<int32_t>())) return;
+  meta.cascade = be.upload(buf);
+  meta.cascade_shape = shape;
+}
+
+}  // namespace
+
 Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, backend::Backend& be,
                                                     int64_t block_size, const kernels::AttentionParams& shape,
                                                     kvcache::BlockTableStore* store) {
@@ -167,6 +218,7 @@ Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, b
     meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
     meta.params.tree_base = meta.tree_base.data<int32_t>();
   }
+  attach_cascade(batch, be, block_size, meta);
   return meta;
 }
 

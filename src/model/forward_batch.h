@@ -70,9 +70,16 @@ struct ForwardBatch {
 // row order, so these rows are [0, n) and belong to n distinct sequences (AttentionParams::n_leading_decode_rows).
 int32_t leading_decode_rows(const ForwardBatch& batch);
 
+// Prefix groups (kernels/cascade_attention.h) among the batch's leading plain decode rows [0, n_rows): rows
+// whose block tables share >= options.min_shared_blocks leading blocks (the radix cache's shared prefix).
+kernels::CascadeLayout cascade_groups(const ForwardBatch& batch, int32_t n_rows, int64_t block_size,
+                                      const kernels::CascadeGroupOptions& options = {});
+
 // Uploads the batch's attention metadata (token -> table row, KV index, slots) and syncs the block tables:
 // spans with store rows (every span or none) sync `store` and point the kernels at it; otherwise a temporary
 // [S, max_blocks] table is built from the spans' block_table. Errors: rows without a store, mixed spans.
+// Where be.cascade_attention_enabled() and the leading decode rows' prefix groups save at least
+// be.cascade_attention_min_saved_bytes() of K/V reads per layer (bf16 bytes), meta.cascade holds them.
 Result<backend::AttentionMeta> build_attention_meta(const ForwardBatch& batch, backend::Backend& be,
                                                     int64_t block_size, const kernels::AttentionParams& shape,
                                                     kvcache::BlockTableStore* store = nullptr);

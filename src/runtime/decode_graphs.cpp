@@ -119,6 +119,21 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
           meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
           meta.params.tree_base = meta.tree_base.data<int32_t>();
         }
+        const auto& mc = model_.config();
+        if (q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
+          g.cascade_shape.cap_rows = static_cast<int32_t>(B);
+          g.cascade_shape.group_size = static_cast<int32_t>(mc.n_heads / mc.n_kv_heads);
+          g.cascade_shape.cap_work = kernels::cascade_work_capacity(static_cast<int32_t>(B), g.cascade_shape.group_size, 2);
+          g.cascade_shape.max_prefix_keys = static_cast<int32_t>(C);
+          // Prefix split plan: groups of ~4 rows expected (the seed workload's).
+          g.cascade_shape.n_work_hint = std::max<int32_t>(1, static_cast<int32_t>(B) / 4);
+          g.cascade = be_.alloc(DType::kI32, {g.cascade_shape.n_ints()});
+          const std::vector<int32_t> zeros(g.cascade_shape.n_ints(), 0);  // no group while capturing
+          be_.write_from_host(g.cascade, 0, Tensor::view_of(const_cast<int32_t*>(zeros.data()), DType::kI32,
+                                                            {g.cascade_shape.n_ints()}));
+          meta.cascade = g.cascade;
+          meta.cascade_shape = g.cascade_shape;
+        }
         Tensor ids = field(g.inputs, kRowIds), positions = field(g.inputs, kRowPositions);
         Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
         // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
@@ -184,6 +199,25 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
   if (g.tree) {
     Tensor mask = g.mask;
     be_.write_from_host(mask, 0, Tensor::view_of(host_mask_.data(), DType::kI64, {cap}));
+  }
+  if (g.cascade.numel() > 0) {  // this replay's prefix groups (q = 1: row s is sequence s; none that fit: every
+                                // row's whole context through the per-warp kernel)
+    const kernels::CascadeShape& cs = g.cascade_shape;
+    const int64_t bs = layout_.block_size;
+    cascade_host_.assign(cs.n_ints(), 0);
+    const kernels::CascadeLayout layout =
+        model::cascade_groups(batch, static_cast<int32_t>(batch.seqs.size()), bs);
+    // The eager rule (model/forward_batch.cpp): groups only where they save enough K/V reads per layer (bf16
+    // bytes, the model's kv heads), so a step computes the same with graphs on and off.
+    const auto& mc = model_.config();
+    const int64_t bytes_per_key = 2 * mc.n_kv_heads * mc.head_dim * 2;
+    const bool pays = !layout.groups.empty() &&
+                      kernels::cascade_saved_bytes(layout, static_cast<int32_t>(bs), bytes_per_key) >=
+                          be_.cascade_attention_min_saved_bytes();
+    if (!pays || !kernels::encode_cascade(layout, static_cast<int32_t>(bs), cs, cascade_host_.data()))
+      cascade_host_.assign(cs.n_ints(), 0);
+    Tensor cascade = g.cascade;
+    be_.write_from_host(cascade, 0, Tensor::view_of(cascade_host_.data(), DType::kI32, {cs.n_ints()}));
   }
   g.graph->replay();
   ++replays_;

@@ -16,6 +16,10 @@
 //     batch of <= B sequences of <= q rows each (uneven draft counts included); padding rows [T, B q) run
 //     token 0 at position 0 on the store's scratch row, whose one block is the KV cache's scratch block: they
 //     write and read only the scratch slot, and their logits and hidden rows are ignored;
+//   - cascade graphs (q = 1, B >= 2, Backend::cascade_attention_enabled): the prefix groups live in a per-graph
+//     i32 buffer of fixed capacity (B rows, the model's q heads per kv head, the class's context as the prefix
+//     bound), rewritten before each replay with the groups the eager rule would take (forward_batch.cpp: enough
+//     K/V bytes saved); no group = every row through the per-warp decode kernel's own splits, bit-identical;
 //   - outputs go to two static buffers shared by every graph (one replay at a time): logits f32 [rows, V] and
 //     the post-norm hidden states [rows, H]; a replay's views are valid until the next replay, so the engine
 //     reads them (argmax, host logits, the MTP extend's gather) before its next target step.
@@ -73,6 +77,10 @@ class DecodeGraphs {
     bool tree = false;
     Tensor inputs;  // i32 [5, batch q] (tree: [6, batch q]): ids, positions, table rows, kv indices, slots, tree base
     Tensor mask;    // tree buckets: i64 [batch q] tree masks
+    // Cascade (shared-prefix) decode attention, q = 1 graphs of >= 2 sequences where the backend runs it:
+    // i32 [cascade_shape.n_ints()], the prefix groups of each replay's rows (kernels/cascade_attention.h).
+    Tensor cascade;
+    kernels::CascadeShape cascade_shape;
     std::unique_ptr<backend::DeviceGraph> graph;
   };
   Status capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
@@ -88,6 +96,7 @@ class DecodeGraphs {
   Tensor hidden_;              // [max rows, H] activation dtype: the post-norm hidden rows
   std::vector<int32_t> host_;  // staging of one replay's inputs
   std::vector<int64_t> host_mask_;
+  std::vector<int32_t> cascade_host_;  // staging of one replay's cascade buffer
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
   int64_t tree_replays_ = 0;

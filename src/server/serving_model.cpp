@@ -118,6 +118,7 @@ launch::LaunchConfig ServingConfig::launch_config() const {
   lc.model.require_mtp = spec.num_steps > 0;  // the MTP layer is loaded only to draft with it
   lc.backend = backend;
   lc.backend_options.kernels.moe_activation_dtype = moe_activation_dtype;
+  lc.backend_options.kernels.cascade_attention = cascade_attention;
   lc.moe_tuning_dir = moe_tuning_dir;
   lc.parallel = parallel;
   lc.log_progress = true;

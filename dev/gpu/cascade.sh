@@ -1,0 +1,34 @@
+#!/bin/bash
+# Cascade (shared-prefix) decode attention on the GPU (issue 33 item 1; docs/kv-cache.md), from a payload folder
+# made by dev/make_gpu_payload.sh. Writes to $OUT (or /tmp/mxserve_gpu): cascade_ops.log (test_cuda_cascade_attention:
+# the CUDA cascade path vs the per-sequence kernel and the CPU cascade reference, bf16 / FP8, groups of 1..64, graph
+# capacities, a mixed batch), cascade_engine.log (test_cuda_cascade_engine: greedy tokens equal with cascade off / on
+# eager / on in graphs on the glm4_moe fixtures), graphs.log (test_cuda_graphs: graphs == eager with cascade on by
+# default), bench_cascade.log (batch 16, 20k context, 12k shared in groups of 4, and the sweep), summary.txt.
+# Budget: ~4 minutes on an H100 / H200.
+set -u
+P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
+OUT=${OUT:-/tmp/mxserve_gpu}
+mkdir -p "$OUT" "$P/lib"
+[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
+[ -f "$P/bin.tar.xz" ] && [ ! -x "$P/bin/mxserve" ] && tar -xJf "$P/bin.tar.xz" -C "$P"
+CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
+export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+export MXSERVE_FIXTURE_ROOT="$P/fixtures"
+
+timeout 240 "$P/bin/test_cuda_cascade_attention" --gtest_color=no > "$OUT/cascade_ops.log" 2>&1
+RC_OPS=$?
+timeout 240 "$P/bin/test_cuda_cascade_engine" --gtest_color=no > "$OUT/cascade_engine.log" 2>&1
+RC_ENG=$?
+timeout 240 "$P/bin/test_cuda_graphs" --gtest_color=no --gtest_filter='Fixtures/*' > "$OUT/graphs.log" 2>&1
+RC_G=$?
+timeout 200 "$P/bin/bench_cascade_attention" --sweep > "$OUT/bench_cascade.log" 2>&1
+RC_BENCH=$?
+{
+  echo "==== summary ===="
+  echo "test_cuda_cascade_attention rc=$RC_OPS   test_cuda_cascade_engine rc=$RC_ENG   test_cuda_graphs rc=$RC_G   bench rc=$RC_BENCH"
+  grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|\[ err" "$OUT/cascade_ops.log" | head -60
+  grep -E "^\[  (     OK|FAILED |SKIPPED) \]|Failure|cascade launches" "$OUT/cascade_engine.log" | head -20
+  grep -E "FAILED|PASSED" "$OUT/graphs.log" | head -10
+  cat "$OUT/bench_cascade.log"
+} | tee "$OUT/summary.txt"
