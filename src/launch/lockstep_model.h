@@ -18,8 +18,8 @@
 // (all-gathered on every rank); under DP the groups' rows reach rank 0's device through the world
 // communicator (merge_on_device) instead of the host merge of the CPU reference.
 // CUDA graphs (forward_device, decode graphs): on the shared-device stand-in at dp 1, every rank's forward is
-// captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), opt-in with
-// MXSERVE_TP_GRAPHS=1 until a GPU run proves it; once captured, every eager call is fenced against the replays
+// captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), on by default
+// (MXSERVE_TP_GRAPHS=0 turns it off); once captured, every eager call is fenced against the replays
 // (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). DP (host split / merge) and
 // NCCL ranks (one GPU each) are refused, naming why.
 #pragma once
