@@ -723,7 +723,10 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   // and the buffer was encoded for this query-head group (a graph encodes with the model's G). Else the
   // per-sequence kernels run (always exact), said once where the buffer was there but cannot be used.
   bool use_cascade(const AttentionMeta& meta) const {
-    if (!cascade_attention_ || meta.cascade.numel() == 0 || meta.params.n_leading_decode_rows <= 0) return false;
+    // A default Tensor is a 0-d f32 scalar (numel 1): the buffer is there only as the batch builder's 1-d i32.
+    if (!cascade_attention_ || meta.cascade.ndim() != 1 || meta.cascade.numel() == 0 ||
+        meta.params.n_leading_decode_rows <= 0)
+      return false;
     const auto& p = meta.params;
     const char* why = nullptr;
     if (!kc::cascade_attention_supports(p, &why)) {

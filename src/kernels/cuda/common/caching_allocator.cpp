@@ -52,8 +52,8 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
     (void)cudaMemGetInfo(&free_b, &total_b);
     std::ostringstream what;
     const double mib = 1 << 20;
-    what << "CUDA out of memory on device " << device_ << ": an allocation of " << rounded / mib
-         << " MiB failed (this backend holds " << bytes_in_use() / mib << " MiB in use, peak "
+    what << "CUDA out of memory on device " << device_ << ": an allocation of " << rounded << " bytes ("
+         << rounded / mib << " MiB) failed (this backend holds " << bytes_in_use() / mib << " MiB in use, peak "
          << peak_bytes_in_use() / mib << " MiB; the device has " << free_b / mib << " MiB free of "
          << total_b / mib << " MiB, other processes and ranks sharing the device included)";
     throw DeviceOutOfMemory(what.str(), rounded);
