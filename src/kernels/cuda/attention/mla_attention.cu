@@ -289,7 +289,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
     mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
     if (sparse_prefill) {
       mla_sparse_prefill_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0,
-                               tg, p, ap, stream, kMlaSparsePrefillOverlapPv);
+                               tg, p, ap, stream, kMlaSparsePrefillOverlapPv, kMlaSparsePrefillEarlyGather);
     } else {
       mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
                        max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table,
