@@ -95,8 +95,9 @@ constexpr int kMlaMaxLatent = 512;
 // of copy bandwidth at batch 16 / 64 and 20k (mma: 0.28 / 0.31); split-S is ahead on every sparse (top-k) case,
 // the kWgmma variant on some dense ones (B64 20k: 573 vs 609 us).
 // kWgmmaPrefill = the Hopper path with the sparse-prefill attend (mla_sparse_prefill_wgmma.cu: one CTA per token, no
-// split-KV) for top-k rows; it needs a top-k list (dense rows are an error) and a bf16 cache.
-enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS, kWgmmaPrefill };
+// split-KV) for top-k rows; it needs a top-k list (dense rows are an error) and a bf16 cache. kWgmmaPrefillEg = the
+// same attend in its early-gather schedule (kMlaSparsePrefillEarlyGather below; bitwise the same output).
+enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS, kWgmmaPrefill, kWgmmaPrefillEg };
 inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kWgmmaSplitS;
 inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::kWgmma ||
                                       kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
@@ -111,7 +112,7 @@ inline constexpr bool kMlaAutoSparsePrefill = true;
 // The schedule mla_attention_bf16 runs the sparse-prefill attend with (mla_sparse_prefill_wgmma's overlap_pv): the
 // overlap-PV schedule (P.V in flight under the next tile's scores) was 4% faster on the same run, bitwise equal.
 inline constexpr bool kMlaSparsePrefillOverlapPv = true;
-// When true, mla_attention_bf16 runs the early-gather sparse-prefill schedule (mla_sparse_prefill_wgmma's
+// When true, kAuto's sparse prefill (mla_attention_bf16) runs the early-gather sparse-prefill schedule (mla_sparse_prefill_wgmma's
 // early_gather: the overlap-PV order with each warpgroup gathering its own half of tile j + 1 as soon as its P V(j - 1)
 // retires, lookups prefetched a tile ahead; bitwise the same output) instead of kMlaSparsePrefillOverlapPv's. Off
 // until a GPU run of bench_mla_sparse_prefill shows its "attend prefill-eg" rows ahead (session 8: built, unmeasured).
