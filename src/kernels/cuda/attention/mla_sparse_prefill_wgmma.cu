@@ -163,11 +163,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   // kEarly: warpgroup cw gathers only the parts of a tile that nothing but itself reads after the scores: latent
-  // column blocks [4 cw, +4) (its P V operand) and rope chunks [4 cw, +4) of block 8; the two halves make the tile.
-  // Warp w of the warpgroup copies tile rows w + 4 i (i < 16), lane l its chunks l and l + 32 (< 36) of each. The
+  // column blocks [4 cw, +4) (its P V operand) and rope chunks [4 cw, +4) of block 8; the two halves make the tile
+  // (eg_row / eg_chunk, mla_wgmma_layout.h: warp w copies rows w + 4 i, lane l its chunks l and l + 32 of each). The
   // top-k entry of row w + 4 l (lane l < 16) is fetched two tiles ahead and its slot one tile ahead (ew_key /
   // ew_slot), so the dependent loads never sit between a tile's scores and its gather. Warpgroup 0 writes key_ok.
-  const int ew_row = warp + 4 * (lane % 16);
+  const int ew_row = eg_row(warp, lane % kEgRowsPerWarp);
   auto ew_key = [&](int j) -> int32_t {
     const int64_t item = static_cast<int64_t>(j) * kKeys + ew_row;
     return j < n_tiles && item < n_items ? row_topk[item] : -1;
@@ -175,18 +175,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto ew_slot = [&](int32_t key) -> long long { return tv(static_cast<int64_t>(key)) ? mla_slot(table, key, bs) : -1; };
   auto ew_gather = [&](int j, long long slot) {
     const int stage = j % kStages;
-    if (cw == 0 && lane < 16) key_ok[stage][ew_row] = slot >= 0 ? 1 : 0;
+    if (cw == 0 && lane < kEgRowsPerWarp) key_ok[stage][ew_row] = slot >= 0 ? 1 : 0;
     const uint32_t base = ring + static_cast<uint32_t>(stage) * kTileBytes;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kEgRowsPerWarp; ++i) {
       const long long sl = __shfl_sync(0xffffffffu, slot, i);
-      const int row = warp + 4 * i;
+      const int row = eg_row(warp, i);
       const bf16* src = cache + (sl >= 0 ? sl * kRow : 0);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
-        const int ci = lane + 32 * c;
-        const int chunk = ci < 32 ? 32 * cw + ci : kLat / 8 + 4 * cw + (ci - 32);
-        if (ci < 36) cp_async16(base + tile_offset(row, chunk), src + chunk * 8, sl >= 0);
+        const int chunk = eg_chunk(cw, lane, c);
+        if (chunk >= 0) cp_async16(base + tile_offset(row, chunk), src + chunk * 8, sl >= 0);
       }
     }
     wgmma_tile::cp_async_commit();
