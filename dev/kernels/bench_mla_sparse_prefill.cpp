@@ -238,7 +238,10 @@ int main(int argc, char** argv) {
     if (heads == 64) {
       const double best = std::max({new_tf, ov_tf, eg_tf});
       std::printf("64 heads attend prefill: %.1f TFLOP/s (best schedule: %s; issue 36 target >= 450) %s\n", best,
-                  best == eg_tf ? "early-gather" : best == ov_tf ? "overlap-PV" : "plain", best >= 450 ? "MET" : "MISSED");
+                  best == eg_tf   ? "early-gather"
+                  : best == ov_tf ? "overlap-PV"
+                                  : "plain",
+                  best >= 450 ? "MET" : "MISSED");
     }
     for (void* ptr : {static_cast<void*>(q_abs), static_cast<void*>(o_old), static_cast<void*>(o_new), parts})
       MX_CUDA_CHECK(cudaFree(ptr));

@@ -768,9 +768,9 @@ TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
   for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false, {1, 3, 7, 0});
 }
 
-// The sparse-prefill attend of the Hopper path (kWgmmaPrefill / kWgmmaPrefillEg: mla_sparse_prefill_wgmma.cu, one CTA per token with
-// all of the rank's heads in the wgmma rows, no split-KV) against the CPU reference and the mma.sync kernel at
-// 8 / 16 / 32 / 64 heads: prefill chunks of several sequences whose contexts are shorter than, equal to and longer
+// The sparse-prefill attend of the Hopper path (kWgmmaPrefill / kWgmmaPrefillEg: mla_sparse_prefill_wgmma.cu, one
+// CTA per token with all of the rank's heads in the wgmma rows, no split-KV; all three schedules bitwise equal)
+// against the CPU reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads: prefill chunks of several sequences whose contexts are shorter than, equal to and longer
 // than top_k (-1 padded lists, one entry past the context the kernel must skip, a context of 1), the full top-2048
 // (32 tiles a token), tree rows. Skips (saying why) off sm_90.
 TEST_F(CudaMlaDsa, MlaAttentionSparsePrefillKernel) {

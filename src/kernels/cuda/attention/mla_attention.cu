@@ -200,7 +200,8 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
   const bool wgmma_ok =
       (forced_wgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) && mla_attend_wgmma_supported(p, &wgmma_why);
   MX_CHECK_MSG(!forced_wgmma || wgmma_ok,
-               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS / kWgmmaPrefill[Eg]) cannot run: "
+               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS / kWgmmaPrefill[Eg]) cannot "
+               "run: "
                    << wgmma_why);
   MX_CHECK_MSG(!forced_prefill || (topk != nullptr && !p.fp8_cache),
                "mla_attention_bf16: kWgmmaPrefill runs top-k (sparse) rows over a bf16 latent cache; got "

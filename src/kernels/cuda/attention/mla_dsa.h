@@ -112,10 +112,11 @@ inline constexpr bool kMlaAutoSparsePrefill = true;
 // The schedule mla_attention_bf16 runs the sparse-prefill attend with (mla_sparse_prefill_wgmma's overlap_pv): the
 // overlap-PV schedule (P.V in flight under the next tile's scores) was 4% faster on the same run, bitwise equal.
 inline constexpr bool kMlaSparsePrefillOverlapPv = true;
-// When true, kAuto's sparse prefill (mla_attention_bf16) runs the early-gather sparse-prefill schedule (mla_sparse_prefill_wgmma's
-// early_gather: the overlap-PV order with each warpgroup gathering its own half of tile j + 1 as soon as its P V(j - 1)
-// retires, lookups prefetched a tile ahead; bitwise the same output) instead of kMlaSparsePrefillOverlapPv's. Off
-// until a GPU run of bench_mla_sparse_prefill shows its "attend prefill-eg" rows ahead (session 8: built, unmeasured).
+// When true, kAuto's sparse prefill (mla_attention_bf16) runs the early-gather schedule (mla_sparse_prefill_wgmma's
+// early_gather: the overlap-PV order with each warpgroup gathering its own half of tile j + 1 as soon as its
+// P V(j - 1) retires, lookups prefetched a tile ahead; bitwise the same output) instead of
+// kMlaSparsePrefillOverlapPv's. Off until a GPU run of bench_mla_sparse_prefill shows its "attend prefill-eg" rows
+// ahead (session 8: built, not yet measured).
 inline constexpr bool kMlaSparsePrefillEarlyGather = false;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
 // the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.

@@ -11,7 +11,7 @@
 // Per CTA: the token's visible top-k entries are scanned once (the last visible entry bounds the tiles walked, so a
 // token whose context is shorter than top_k walks only its own keys); Q = [q_abs | q_rope] (72 KB) stays in shared
 // memory; 64-key latent tiles (72 KB, 9 column blocks of 128B-swizzled rows, mla_wgmma_layout.h) are gathered by
-// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies; two schedules, kOverlapPv below), the
+// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies; three schedules, kSched below), the
 // loader also records which rows
 // of the tile are visible keys (a -1 entry, an entry past the context or masked by the tree: zero-filled, masked).
 // The two warpgroups score one half of the tile's keys each (36 x m64n32k16, both operands in shared memory),
@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t item = static_cast<int64_t>(j) * kKeys + ew_row;
     return j < n_tiles && item < n_items ? row_topk[item] : -1;
   };
-  auto ew_slot = [&](int32_t key) -> long long { return tv(static_cast<int64_t>(key)) ? mla_slot(table, key, bs) : -1; };
+  auto ew_slot = [&](int32_t key) -> long long {
+    return tv(static_cast<int64_t>(key)) ? mla_slot(table, key, bs) : -1;
+  };
   auto ew_gather = [&](int j, long long slot) {
     const int stage = j % kStages;
     if (cw == 0 && lane < kEgRowsPerWarp) key_ok[stage][ew_row] = slot >= 0 ? 1 : 0;
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   long long ew_next_slot = -1;  // kEarly: the slot of this lane's row of the next tile to gather
   int32_t ew_next_key = -1;     // kEarly: the entry of this lane's row of the tile after that
 
-  // Schedule (both orders do the same arithmetic, so their outputs are bitwise equal):
+  // Schedule (all three orders do the same arithmetic, so their outputs are bitwise equal):
   //   kOverlapPv false (the decode kernel's order): issue the gather of tile j + 1 into the other stage (freed by
   //     the barrier that closed iteration j - 1), wait for tile j, barrier, S, softmax, P V(j), wait for it, barrier.
   //     While a thread waits for tile j, tiles j and j + 1 are both in flight.
@@ -348,7 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
-                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream, bool overlap_pv, bool early_gather) {
+                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream, bool overlap_pv,
+                              bool early_gather) {
   if (group_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(mla_attend_wgmma_supported(p, &why), "mla_sparse_prefill_wgmma: " << why << " (dispatch bug)");
