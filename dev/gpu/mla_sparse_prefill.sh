@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 36 item 5 on the GPU machine (sm_90), from a payload folder made by dev/make_gpu_payload.sh: the sparse MLA
 # prefill attend (MlaAttendKernel::kWgmmaPrefill, mla_sparse_prefill_wgmma.cu) against the CPU reference and the
-# mma.sync op (test_cuda_mla_dsa MlaAttentionSparsePrefillKernel: one "[ err ]" line per case, both schedules
+# mma.sync op (test_cuda_mla_dsa MlaAttentionSparsePrefillKernel: one "[ err ]" line per case, all three schedules
 # bitwise equal "[ exact ]"; must run, not skip, on an H100 / H200), the other MLA attention tests (nothing else
 # changed), then bench_mla_sparse_prefill (8192 rows over 20480 keys, top-2048, 64 and 16 heads; overlapping and
 # independent top-k sets) -> $OUT/mla_sp_test.log, $OUT/mla_sp_bench.log, $OUT/mla_sp_bench_random.log.

@@ -768,9 +768,9 @@ TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
   for (const MlaCase& c : cases) run_mla_case(*this, *cpu_, *gpu_, *cops_, *gops_, rng_, c, false, {1, 3, 7, 0});
 }
 
-// The sparse-prefill attend of the Hopper path (kWgmmaPrefill: mla_sparse_prefill_wgmma.cu, one CTA per token with
-// all of the rank's heads in the wgmma rows, no split-KV) against the CPU reference and the mma.sync kernel at
-// 8 / 16 / 32 / 64 heads: prefill chunks of several sequences whose contexts are shorter than, equal to and longer
+// The sparse-prefill attend of the Hopper path (kWgmmaPrefill / kWgmmaPrefillEg: mla_sparse_prefill_wgmma.cu, one
+// CTA per token with all of the rank's heads in the wgmma rows, no split-KV; all three schedules bitwise equal)
+// against the CPU reference and the mma.sync kernel at 8 / 16 / 32 / 64 heads: prefill chunks of several sequences whose contexts are shorter than, equal to and longer
 // than top_k (-1 padded lists, one entry past the context the kernel must skip, a context of 1), the full top-2048
 // (32 tiles a token), tree rows. Skips (saying why) off sm_90.
 TEST_F(CudaMlaDsa, MlaAttentionSparsePrefillKernel) {
@@ -860,24 +860,34 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
   if (sparse_prefill && c.top_k > 0) {
     Tensor mma_out = f.poison({T, NH * c.v});
     launch(kc::MlaAttendKernel::kMma, 0, mma_out);
-    Tensor out = f.poison({T, NH * c.v});
-    launch(kc::MlaAttendKernel::kWgmmaPrefill, 0, out);
-    const Tensor got = f.host(out);
     const std::string what = std::string(c.what) + " [wgmma sparse prefill]";
+    // The op with the attend's default schedule (kWgmmaPrefill) and its early-gather schedule (kWgmmaPrefillEg):
+    // each against the reference and the mma op, and the two bitwise equal.
+    Tensor out = f.poison({T, NH * c.v}), out_eg = f.poison({T, NH * c.v});
+    launch(kc::MlaAttendKernel::kWgmmaPrefill, 0, out);
+    launch(kc::MlaAttendKernel::kWgmmaPrefillEg, 0, out_eg);
+    const Tensor got = f.host(out), got_eg = f.host(out_eg), mma_host = f.host(mma_out);
     EXPECT_CLOSE(got, ref, kTolMlaWgmma, what.c_str());
-    EXPECT_CLOSE(got, f.host(mma_out), kTolMlaWgmma, (what + " vs mma").c_str());
-    // The attend alone in its two schedules (P V waited per tile / left in flight under the next tile's scores):
-    // the same arithmetic, so bitwise-equal o_lat.
+    EXPECT_CLOSE(got, mma_host, kTolMlaWgmma, (what + " vs mma").c_str());
+    EXPECT_CLOSE(got_eg, ref, kTolMlaWgmma, (what + " early-gather").c_str());
+    EXPECT_CLOSE(got_eg, mma_host, kTolMlaWgmma, (what + " early-gather vs mma").c_str());
+    expect_exact(got_eg, got, (what + " op early-gather == default schedule").c_str());
+    // The attend alone in its three schedules (P V waited per tile / left in flight under the next tile's scores /
+    // that plus each warpgroup gathering its half of the next tile early): the same arithmetic, so bitwise-equal o_lat.
     const cudaStream_t stream = backend::cuda_backend_stream(gpu_be);
     Tensor q_abs = gpu_be.alloc(DType::kBF16, {T, NH * c.lora});
     kc::mla_absorb_gemm_bf16(gq.raw(), gkv_b.raw(), q_abs.raw(), 0, T, p, stream);
     Tensor o_plain = f.poison_bf16({T, NH * c.lora}), o_overlap = f.poison_bf16({T, NH * c.lora});
-    for (const bool overlap : {false, true})
+    Tensor o_early = f.poison_bf16({T, NH * c.lora});
+    for (const int sched : {0, 1, 2})
       kc::mla_sparse_prefill_wgmma(gq.raw(), q_abs.raw(), gcache.raw(), gtopk.data<int32_t>(), c.top_k,
                                    gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                                   gmeta.block_tables.data<int32_t>(), overlap ? o_overlap.raw() : o_plain.raw(), 0,
-                                   T, p, gmeta.params, stream, overlap);
-    expect_exact(f.host(o_overlap), f.host(o_plain), (what + " overlap-PV schedule == plain").c_str());
+                                   gmeta.block_tables.data<int32_t>(),
+                                   sched == 0 ? o_plain.raw() : sched == 1 ? o_overlap.raw() : o_early.raw(), 0, T, p,
+                                   gmeta.params, stream, sched >= 1, sched == 2);
+    const Tensor plain_host = f.host(o_plain);
+    expect_exact(f.host(o_overlap), plain_host, (what + " overlap-PV schedule == plain").c_str());
+    expect_exact(f.host(o_early), plain_host, (what + " early-gather schedule == plain").c_str());
   }
   if (!wgmma_splits.empty()) {
     Tensor mma_out = f.poison({T, NH * c.v});

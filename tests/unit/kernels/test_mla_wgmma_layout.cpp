@@ -7,7 +7,8 @@
 // slot, head) packing of the 64 wgmma rows; the split plan covers every item once; and the kernel's control flow
 // (runs, splits, tiles, masks, online softmax, split combine) emulated on the host against a direct softmax; the
 // FP8-cache variant's copy (656-byte packed rows -> raw ring + rope block) and dequantization (-> the bf16 latent
-// tile) emulated byte for byte, read back through the same descriptors as the bf16 tile.
+// tile) emulated byte for byte, read back through the same descriptors as the bf16 tile; the sparse-prefill
+// early-gather copy's split of a tile between the warpgroups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,40 @@ uint32_t mnmajor_read(uint32_t start, uint32_t lbo, int k, int mn) {
 }
 // Where the copy put element `col` (0..575) of tile row `row`.
 uint32_t written(int row, int col) { return tile_offset(row, col / 8) + static_cast<uint32_t>(col % 8) * 2u; }
+
+// The sparse-prefill early-gather copy (eg_row / eg_chunk): the two warpgroups together cover every (row, chunk) of a
+// tile once; warpgroup cw writes only bytes that its own P V reads (latent column blocks [4 cw, +4), the same ones
+// the kernel's V descriptor starts at) or that only the scores read (the rope block), never the other warpgroup's
+// V blocks; each lane's chunks of a row are contiguous across the warp; every row's slot is looked up once a warp.
+TEST(MlaWgmmaLayout, EarlyGatherHalvesCoverTheTileAndOwnTheirVBlocks) {
+  std::vector<int> hits(kKeys * kChunks, 0);
+  for (int cw = 0; cw < 2; ++cw)
+    for (int warp = 0; warp < 4; ++warp) {
+      std::set<int> rows;
+      for (int i = 0; i < kEgRowsPerWarp; ++i) {
+        const int row = eg_row(warp, i);
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, kKeys);
+        rows.insert(row);
+        for (int c = 0; c < 2; ++c) {
+          int last = -1;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int chunk = eg_chunk(cw, lane, c);
+            if (chunk < 0) continue;
+            ASSERT_LT(chunk, kChunks);
+            ++hits[row * kChunks + chunk];
+            const int block = chunk / 8;
+            EXPECT_TRUE(block == 8 || (block >= 4 * cw && block < 4 * cw + 4))
+                << "warpgroup " << cw << " writes chunk " << chunk << " (column block " << block << ")";
+            EXPECT_TRUE(last < 0 || chunk == last + 1) << "cw " << cw << " step " << c;
+            last = chunk;
+          }
+        }
+      }
+      EXPECT_EQ(static_cast<int>(rows.size()), kEgRowsPerWarp);  // lane i < 16 holds row eg_row(warp, i)'s slot
+    }
+  for (int i = 0; i < kKeys * kChunks; ++i) EXPECT_EQ(hits[i], 1) << "row " << i / kChunks << " chunk " << i % kChunks;
+}
 
 TEST(MlaWgmmaLayout, TileCopyCoversEveryChunkOnceContiguously) {
   std::vector<int> hits(kKeys * kChunks, 0);

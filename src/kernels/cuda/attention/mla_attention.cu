@@ -13,7 +13,8 @@
 // instead: absorb and un-absorb as batched tensor-core GEMMs (mla_absorb_mma.cu, bf16 q_abs / o_lat in the same
 // workspace regions) around the wgmma attend of mla_decode_wgmma.cu. Top-k rows of a large launch (prefill chunks:
 // kMlaSparsePrefillMinTokens, once kMlaAutoSparsePrefill is on) or MlaAttendKernel::kWgmmaPrefill run the
-// sparse-prefill attend of mla_sparse_prefill_wgmma.cu in its place (one CTA per token, no split-KV).
+// sparse-prefill attend of mla_sparse_prefill_wgmma.cu in its place (one CTA per token, no split-KV);
+// kWgmmaPrefillEg (or kAuto once kMlaSparsePrefillEarlyGather is on) runs its early-gather schedule.
 #include <algorithm>
 #include <cmath>
 
@@ -172,7 +173,8 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill);
+                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill,
+                              bool prefill_early_gather);
 
 }  // namespace
 
@@ -192,13 +194,14 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
   const int64_t T = ap.n_tokens;
   if (T == 0) return;
   const char* wgmma_why = nullptr;
-  const bool forced_prefill = kernel == MlaAttendKernel::kWgmmaPrefill;
+  const bool forced_prefill = kernel == MlaAttendKernel::kWgmmaPrefill || kernel == MlaAttendKernel::kWgmmaPrefillEg;
   const bool forced_wgmma =
       kernel == MlaAttendKernel::kWgmma || kernel == MlaAttendKernel::kWgmmaSplitS || forced_prefill;
   const bool wgmma_ok =
       (forced_wgmma || (kMlaAutoWgmma && kernel == MlaAttendKernel::kAuto)) && mla_attend_wgmma_supported(p, &wgmma_why);
   MX_CHECK_MSG(!forced_wgmma || wgmma_ok,
-               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS / kWgmmaPrefill) cannot run: "
+               "mla_attention_bf16: the Hopper attend kernel (kWgmma / kWgmmaSplitS / kWgmmaPrefill[Eg]) cannot "
+               "run: "
                    << wgmma_why);
   MX_CHECK_MSG(!forced_prefill || (topk != nullptr && !p.fp8_cache),
                "mla_attention_bf16: kWgmmaPrefill runs top-k (sparse) rows over a bf16 latent cache; got "
@@ -212,7 +215,9 @@ void mla_attention_bf16(const void* q, const void* latent_cache, const void* kv_
                                                    T >= kMlaSparsePrefillMinTokens);
     mla_attention_wgmma_path(q, latent_cache, kv_b, topk, topk_width, token_seq, kv_index, block_tables, out, p, ap,
                              workspace, workspace_bytes, stream, wgmma_splits, wgmma_table,
-                             variant == MlaAttendKernel::kWgmmaSplitS, sparse_prefill);
+                             variant == MlaAttendKernel::kWgmmaSplitS, sparse_prefill,
+                             kernel == MlaAttendKernel::kWgmmaPrefillEg ||
+                                 (kernel == MlaAttendKernel::kAuto && kMlaSparsePrefillEarlyGather));
     return;
   }
   const bool mma_ok = mla_attend_mma_supported(p);
@@ -270,7 +275,8 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* out, const MlaParams& p, const AttentionParams& ap,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream, int wgmma_splits,
-                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill) {
+                              const AttentionSplitTable* wgmma_table, bool split_s, bool sparse_prefill,
+                              bool prefill_early_gather) {
   const int64_t T = ap.n_tokens, per_token = static_cast<int64_t>(p.n_heads) * p.kv_lora_rank;
   const int64_t group = group_size(T, p);
   const size_t simple_bytes = static_cast<size_t>(2 * group * per_token * 4);
@@ -289,7 +295,7 @@ void mla_attention_wgmma_path(const void* q, const void* latent_cache, const voi
     mla_absorb_gemm_bf16(q, kv_b, q_abs, t0, tg, p, stream);
     if (sparse_prefill) {
       mla_sparse_prefill_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0,
-                               tg, p, ap, stream, kMlaSparsePrefillOverlapPv);
+                               tg, p, ap, stream, kMlaSparsePrefillOverlapPv, prefill_early_gather);
     } else {
       mla_attend_wgmma(q, q_abs, latent_cache, topk, topk_width, token_seq, kv_index, block_tables, o_lat, t0, tg,
                        max_items, p, ap, parts, workspace_bytes - simple_bytes, stream, wgmma_splits, wgmma_table,

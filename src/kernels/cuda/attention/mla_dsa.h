@@ -95,8 +95,9 @@ constexpr int kMlaMaxLatent = 512;
 // of copy bandwidth at batch 16 / 64 and 20k (mma: 0.28 / 0.31); split-S is ahead on every sparse (top-k) case,
 // the kWgmma variant on some dense ones (B64 20k: 573 vs 609 us).
 // kWgmmaPrefill = the Hopper path with the sparse-prefill attend (mla_sparse_prefill_wgmma.cu: one CTA per token, no
-// split-KV) for top-k rows; it needs a top-k list (dense rows are an error) and a bf16 cache.
-enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS, kWgmmaPrefill };
+// split-KV) for top-k rows; it needs a top-k list (dense rows are an error) and a bf16 cache. kWgmmaPrefillEg = the
+// same attend in its early-gather schedule (kMlaSparsePrefillEarlyGather below; bitwise the same output).
+enum class MlaAttendKernel { kAuto, kSimple, kMma, kWgmma, kWgmmaSplitS, kWgmmaPrefill, kWgmmaPrefillEg };
 inline constexpr MlaAttendKernel kMlaAutoHopperKernel = MlaAttendKernel::kWgmmaSplitS;
 inline constexpr bool kMlaAutoWgmma = kMlaAutoHopperKernel == MlaAttendKernel::kWgmma ||
                                       kMlaAutoHopperKernel == MlaAttendKernel::kWgmmaSplitS;
@@ -111,6 +112,12 @@ inline constexpr bool kMlaAutoSparsePrefill = true;
 // The schedule mla_attention_bf16 runs the sparse-prefill attend with (mla_sparse_prefill_wgmma's overlap_pv): the
 // overlap-PV schedule (P.V in flight under the next tile's scores) was 4% faster on the same run, bitwise equal.
 inline constexpr bool kMlaSparsePrefillOverlapPv = true;
+// When true, kAuto's sparse prefill (mla_attention_bf16) runs the early-gather schedule (mla_sparse_prefill_wgmma's
+// early_gather: the overlap-PV order with each warpgroup gathering its own half of tile j + 1 as soon as its
+// P V(j - 1) retires, lookups prefetched a tile ahead; bitwise the same output) instead of
+// kMlaSparsePrefillOverlapPv's. Off until a GPU run of bench_mla_sparse_prefill shows its "attend prefill-eg" rows
+// ahead (session 8: built, not yet measured).
+inline constexpr bool kMlaSparsePrefillEarlyGather = false;
 // Workspace (bytes) mla_attention_bf16 needs for T tokens (q absorbed and the latent output, fp32, plus
 // the split partials of the tensor-core kernels); wgmma_splits as passed to mla_attention_bf16.
 size_t mla_attention_workspace_bytes(int64_t n_tokens, const MlaParams& p, int wgmma_splits = 0);
@@ -172,12 +179,14 @@ void mla_attend_wgmma(const void* q, const void* q_abs, const void* latent_cache
 // mla_attend_wgmma (mla_attend_wgmma_supported), bf16 cache only (p.fp8_cache is an error). overlap_pv: the
 // schedule that leaves each tile's P V in flight under the next tile's scores (bitwise the same output; which one is
 // faster is for the GPU run to say: bench_mla_sparse_prefill times both; mla_attention_bf16 runs
-// kMlaSparsePrefillOverlapPv).
+// kMlaSparsePrefillOverlapPv). early_gather (overrides overlap_pv): the overlap-PV order with each warpgroup
+// gathering its own half of the next tile right after its previous P V retires (bitwise the same output again;
+// mla_attention_bf16 runs it when kMlaSparsePrefillEarlyGather).
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
                               const MlaParams& p, const AttentionParams& ap, cudaStream_t stream,
-                              bool overlap_pv = false);
+                              bool overlap_pv = false, bool early_gather = false);
 
 // ---- attention/mla_absorb_mma.cu -----------------------------------------------------------------
 bool mla_absorb_gemm_supported(const MlaParams& p);

@@ -11,7 +11,7 @@
 // Per CTA: the token's visible top-k entries are scanned once (the last visible entry bounds the tiles walked, so a
 // token whose context is shorter than top_k walks only its own keys); Q = [q_abs | q_rope] (72 KB) stays in shared
 // memory; 64-key latent tiles (72 KB, 9 column blocks of 128B-swizzled rows, mla_wgmma_layout.h) are gathered by
-// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies; two schedules, kOverlapPv below), the
+// cp.async into a 2-stage ring (tile j + 1 in flight while tile j multiplies; three schedules, kSched below), the
 // loader also records which rows
 // of the tile are visible keys (a -1 entry, an entry past the context or masked by the tree: zero-filled, masked).
 // The two warpgroups score one half of the tile's keys each (36 x m64n32k16, both operands in shared memory),
@@ -71,8 +71,12 @@ __device__ __forceinline__ void scale_o(float (&o)[128], const float (&alpha)[2]
 }
 #endif
 
+// The three schedules (kSched; the comment above the tile loop has the details). All do the same arithmetic in the
+// same order: their outputs are bitwise equal.
+constexpr int kSchedPlain = 0, kSchedOverlapPv = 1, kSchedEarlyGather = 2;
+
 // Grid (tokens of the group). o_lat bf16 [n_tok, NH, 512] (group-local rows), q_abs bf16 [n_tok, NH, 512].
-template <bool kOverlapPv>
+template <int kSched>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_sparse_prefill_wgmma_kernel(const bf16* __restrict__ q, const bf16* __restrict__ q_abs,
                                     const bf16* __restrict__ cache, const int32_t* __restrict__ topk,
@@ -80,6 +84,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                     const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
                                     bf16* __restrict__ o_lat, int64_t t0, MlaParams p, AttentionParams ap) {
 #ifdef MX_WGMMA_DEVICE
+  constexpr bool kOverlapPv = kSched != kSchedPlain, kEarly = kSched == kSchedEarlyGather;
   extern __shared__ unsigned char smem_raw[];
   __shared__ float x_max[2 * kM], x_sum[2 * kM];  // row maxima / final row sums, one slice per warpgroup
   __shared__ uint32_t x_p[2 * 4 * 32 * 8];         // P fragments of each (warpgroup, warp, lane)
@@ -157,7 +162,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_tile::cp_async_commit();
   };
 
-  // Schedule (both orders do the same arithmetic, so their outputs are bitwise equal):
+  // kEarly: warpgroup cw gathers only the parts of a tile that nothing but itself reads after the scores: latent
+  // column blocks [4 cw, +4) (its P V operand) and rope chunks [4 cw, +4) of block 8; the two halves make the tile
+  // (eg_row / eg_chunk, mla_wgmma_layout.h: warp w copies rows w + 4 i, lane l its chunks l and l + 32 of each). The
+  // top-k entry of row w + 4 l (lane l < 16) is fetched two tiles ahead and its slot one tile ahead (ew_key /
+  // ew_slot), so the dependent loads never sit between a tile's scores and its gather. Warpgroup 0 writes key_ok.
+  const int ew_row = eg_row(warp, lane % kEgRowsPerWarp);
+  auto ew_key = [&](int j) -> int32_t {
+    const int64_t item = static_cast<int64_t>(j) * kKeys + ew_row;
+    return j < n_tiles && item < n_items ? row_topk[item] : -1;
+  };
+  auto ew_slot = [&](int32_t key) -> long long {
+    return tv(static_cast<int64_t>(key)) ? mla_slot(table, key, bs) : -1;
+  };
+  auto ew_gather = [&](int j, long long slot) {
+    const int stage = j % kStages;
+    if (cw == 0 && lane < kEgRowsPerWarp) key_ok[stage][ew_row] = slot >= 0 ? 1 : 0;
+    const uint32_t base = ring + static_cast<uint32_t>(stage) * kTileBytes;
+#pragma unroll
+    for (int i = 0; i < kEgRowsPerWarp; ++i) {
+      const long long sl = __shfl_sync(0xffffffffu, slot, i);
+      const int row = eg_row(warp, i);
+      const bf16* src = cache + (sl >= 0 ? sl * kRow : 0);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int chunk = eg_chunk(cw, lane, c);
+        if (chunk >= 0) cp_async16(base + tile_offset(row, chunk), src + chunk * 8, sl >= 0);
+      }
+    }
+    wgmma_tile::cp_async_commit();
+  };
+  long long ew_next_slot = -1;  // kEarly: the slot of this lane's row of the next tile to gather
+  int32_t ew_next_key = -1;     // kEarly: the entry of this lane's row of the tile after that
+
+  // Schedule (all three orders do the same arithmetic, so their outputs are bitwise equal):
   //   kOverlapPv false (the decode kernel's order): issue the gather of tile j + 1 into the other stage (freed by
   //     the barrier that closed iteration j - 1), wait for tile j, barrier, S, softmax, P V(j), wait for it, barrier.
   //     While a thread waits for tile j, tiles j and j + 1 are both in flight.
@@ -165,9 +203,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   //     with S(j + 1), and the closing barrier is gone; the gather of tile j + 1 is issued after the row-max barrier
   //     of iteration j (the first point where both warpgroups have waited for P V(j - 1), the last reader of its
   //     stage): a shorter lead, one tile in flight while a thread waits.
-  if (n_tiles > 0) load_tile(0);
+  //   kSchedEarlyGather: the overlap-PV order, but each warpgroup gathers its own half of tile j + 1 (ew_gather)
+  //     as soon as its own P V(j - 1) has completed (wgmma.wait_group 1 right behind S(j)), with no barrier: the
+  //     gather runs under S(j), the softmax and P V(j) (a longer lead), and no lookup latency sits in the loop.
+  //     Safe without a barrier: the other warpgroup's last reads of those bytes (its S(j - 1)) ended before the
+  //     row-max barrier of iteration j - 1, and its P V(j - 1) reads only its own column blocks.
+  if constexpr (kEarly) {
+    if (n_tiles > 0) ew_gather(0, ew_slot(ew_key(0)));
+    if (n_tiles > 1) ew_gather(1, ew_slot(ew_key(1)));  // stage 1 is free from the start
+    ew_next_slot = ew_slot(ew_key(2));
+    ew_next_key = ew_key(3);
+  } else if (n_tiles > 0) {
+    load_tile(0);
+  }
   for (int j = 0; j < n_tiles; ++j) {
-    if (!kOverlapPv && j + 1 < n_tiles) {
+    if (kEarly && j == 0 && n_tiles > 1) {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile 0 and Q (tile 1 left in flight)
+    } else if (!kOverlapPv && j + 1 < n_tiles) {
       load_tile(j + 1);
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // tile j (and Q on the first tile)
     } else {
@@ -179,6 +231,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t kd = ring + static_cast<uint32_t>(stage) * kTileBytes;
     wgmma::fence();
     issue_qk(s, q_smem, kd + key0 * 128);
+    if constexpr (kEarly) {
+      if (j > 0 && j + 1 < n_tiles) {
+        wgmma::wait_group<1>();  // this warpgroup's P V(j - 1) (groups retire in order): its half of the stage is free
+        ew_gather(j + 1, ew_next_slot);
+        ew_next_slot = ew_slot(ew_next_key);  // tile j + 2 (entry fetched an iteration ago)
+        ew_next_key = ew_key(j + 3);
+      }
+    }
     wgmma::wait_group<0>();  // kOverlapPv: P V(j - 1) as well
     wgmma::fence_regs(s);
     if constexpr (kOverlapPv) {
@@ -203,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       x_max[cw * kM + row0 + 8] = mx[1];
     }
     __syncthreads();  // kOverlapPv: both warpgroups are past P V(j - 1): its stage takes tile j + 1
-    if (kOverlapPv && j + 1 < n_tiles) load_tile(j + 1);
+    if (kOverlapPv && !kEarly && j + 1 < n_tiles) load_tile(j + 1);
     mx[0] = fmaxf(mx[0], x_max[(cw ^ 1) * kM + row0]);
     mx[1] = fmaxf(mx[1], x_max[(cw ^ 1) * kM + row0 + 8]);
     // Online softmax (log2 domain, scale folded into c_log2): a row with no visible key so far keeps m = -inf,
@@ -290,7 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* latent_cache, const int32_t* topk,
                               int64_t topk_width, const int32_t* token_seq, const int32_t* kv_index,
                               const int32_t* block_tables, void* o_lat, int64_t t0, int64_t group_tokens,
-                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream, bool overlap_pv) {
+                              const MlaParams& p, const AttentionParams& ap, cudaStream_t stream, bool overlap_pv,
+                              bool early_gather) {
   if (group_tokens == 0) return;
   const char* why = nullptr;
   MX_CHECK_MSG(mla_attend_wgmma_supported(p, &why), "mla_sparse_prefill_wgmma: " << why << " (dispatch bug)");
@@ -304,12 +365,15 @@ void mla_sparse_prefill_wgmma(const void* q, const void* q_abs, const void* late
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if ((configured.load() & bit) == 0) {
-    for (const void* f : {reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<false>),
-                          reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<true>)})
+    for (const void* f : {reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<kSchedPlain>),
+                          reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<kSchedOverlapPv>),
+                          reinterpret_cast<const void*>(mla_sparse_prefill_wgmma_kernel<kSchedEarlyGather>)})
       MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
     configured.fetch_or(bit);
   }
-  auto* kernel = overlap_pv ? mla_sparse_prefill_wgmma_kernel<true> : mla_sparse_prefill_wgmma_kernel<false>;
+  auto* kernel = early_gather ? mla_sparse_prefill_wgmma_kernel<kSchedEarlyGather>
+                 : overlap_pv ? mla_sparse_prefill_wgmma_kernel<kSchedOverlapPv>
+                              : mla_sparse_prefill_wgmma_kernel<kSchedPlain>;
   kernel<<<static_cast<unsigned>(group_tokens), kThreads, kSmemBytes, stream>>>(
       static_cast<const bf16*>(q), static_cast<const bf16*>(q_abs), static_cast<const bf16*>(latent_cache), topk,
       topk_width, token_seq, kv_index, block_tables, static_cast<bf16*>(o_lat), t0, p, ap);

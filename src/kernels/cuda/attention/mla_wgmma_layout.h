@@ -100,6 +100,18 @@ MX_MLA_HD int load_chunk(int lane, int c) { return lane + 32 * c; }
 
 // Accumulator fragment of a wgmma m64nN (f32): element i of thread (warp w of the warpgroup, lane) is row
 // 16 w + lane / 4 + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (lane % 4) + (i & 1).
+// The sparse-prefill kernel's early-gather schedule (mla_sparse_prefill_wgmma.cu): warpgroup cw copies, for every
+// tile row, only the chunks that no one but itself reads after the scores -- latent column blocks [4 cw, +4) (its
+// P V operand) and rope chunks [4 cw, +4) -- so it can refill them as soon as its own P V retires. Warp w (0..3) of
+// the warpgroup copies rows eg_row(w, i), i < 16; lane l copies eg_chunk(cw, l, c), c < 2 (-1: none); the slot of
+// row eg_row(w, i) is looked up by lane i (< 16) of the same warp.
+constexpr int kEgRowsPerWarp = kKeys / 4, kEgChunksPerRow = kChunks / 2;  // 16 rows, 36 chunks a warpgroup
+MX_MLA_HD int eg_row(int warp, int i) { return warp + 4 * i; }
+MX_MLA_HD int eg_chunk(int cw, int lane, int c) {
+  const int ci = lane + 32 * c;
+  return ci >= kEgChunksPerRow ? -1 : ci < 32 ? 32 * cw + ci : kLat / 8 + 4 * cw + (ci - 32);
+}
+
 MX_MLA_HD int acc_row(int warp, int lane, int i) { return 16 * warp + lane / 4 + 8 * ((i >> 1) & 1); }
 MX_MLA_HD int acc_col(int lane, int i) { return 8 * (i >> 2) + 2 * (lane % 4) + (i & 1); }
 // P as the register A operand of the k16 step kk of O += P V: register r (0..3) packs score elements
