@@ -1,0 +1,18 @@
+// Internal to moe_mxfp4/ (moe_prefill_dequant.cu): the bf16 x bf16 grouped GEMM on the Hopper wgmma tile of
+// design 6 (moe_bf16_wg.cu), run on the bf16 expert copies the prefill dequant path makes.
+//   gate_up (swiglu): A = x [T, K] gathered through p.row_token, W = wcopy [slot, 2N, K], C = act [P, N]
+//   down (plain):     A = act [P, K],                          W = wcopy [slot, N, K],  C = y [P, N]
+// Block (x, y) serves active slot y (expert p.active[y], weights wcopy + y * rows * K) and BN weight rows.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/common/bf16.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
+
+namespace mxserve::kernels::cuda {
+
+// bn: 128 or 256. Needs sm_90a, K % 64 == 0, 16-byte aligned A / wcopy, 4-byte aligned C (checked).
+void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, cudaStream_t stream);
+
+}  // namespace mxserve::kernels::cuda
