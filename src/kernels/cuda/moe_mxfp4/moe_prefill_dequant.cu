@@ -123,6 +123,11 @@ bool moe_prefill_dequant_device_ok() {
 bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced) {
   if (!forced && !env_switch()) return false;
   if (s.n_tokens < kMoePrefillDequantMinTokens) return false;
+  if (s.fp8_activations) {
+    MX_WARN_ONCE << "moe_mxfp4: the prefill dequant path is on but W4A8 (fp8 MoE activations) was asked for: "
+                    "W4A8 runs (the dequant path is bf16 only; turn one of them off to silence this)";
+    return false;
+  }
   if (!moe_prefill_dequant_supports(s) || !moe_prefill_dequant_device_ok()) {
     MX_WARN_ONCE << "moe_mxfp4: the prefill dequant path (MXSERVE_MOE_PREFILL_DEQUANT / moe_kernel "
                     "prefill_dequant) is on but cannot run this MoE (d_model "
