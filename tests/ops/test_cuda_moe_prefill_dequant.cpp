@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "gpu_oracle.h"
+#include "kernels/cuda/moe_mxfp4/moe_bf16_wg_schedule.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
 #include "moe_mxfp4_synth.h"
@@ -158,7 +159,7 @@ constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
 constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: the switch is off by default and never takes small or unsupported calls; the workspace holds the
-// bookkeeping plus one bf16 copy of each of min(E, P) experts.
+// bookkeeping plus one bf16 copy of every expert.
 TEST(CudaMoePrefillDequantHost, SwitchAndWorkspace) {
   const kc::MoeShape air{8192, 4096, 1408, 128, 8};
   if (!kc::kMoePrefillDequantDefault && std::getenv("MXSERVE_MOE_PREFILL_DEQUANT") == nullptr)
@@ -175,9 +176,51 @@ TEST(CudaMoePrefillDequantHost, SwitchAndWorkspace) {
   const size_t ws = kc::moe_prefill_dequant_workspace_bytes(air);
   EXPECT_GE(ws, copies);
   EXPECT_LE(ws, copies + kc::moe_mxfp4_workspace_bytes(air) + 4096);
-  kc::MoeShape few = air;  // 16 pairs: at most 16 active experts, 16 copies
-  few.n_tokens = 2;
-  EXPECT_LT(kc::moe_prefill_dequant_workspace_bytes(few), copies / 7);
+  kc::MoeShape glm52{8192, 6144, 2048, 256, 8};  // 18 GiB of copies: every expert has room (indexed by id)
+  EXPECT_GE(kc::moe_prefill_dequant_workspace_bytes(glm52), 2ull * 256 * 3 * 2048 * 6144);
+}
+
+// Host-only: the bf16 grouped GEMM's tile schedule (moe_bf16_wg_schedule.h, the kernel's own function) covers
+// every (expert, weight tile, row tile) of a routing exactly once inside the launch bound ceil(P / 128) + min(E, P)
+// tiles x NT, row tiles innermost, and nothing past it -- on routings with empty, single-row and hot experts.
+TEST(CudaMoePrefillDequantHost, TileScheduleCoversEveryTileOnce) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int E = 1 + static_cast<int>(rng() % 300), NT = 1 + static_cast<int>(rng() % 24);
+    std::vector<int32_t> count(E), off(E + 1, 0);
+    int64_t P = 0;
+    for (int e = 0; e < E; ++e) {
+      const uint64_t kind = rng() % 6;
+      count[e] = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? static_cast<int32_t>(rng() % 2000) : static_cast<int32_t>(rng() % 300);
+      P += count[e];
+      off[e + 1] = off[e] + (count[e] + 127) / 128;
+    }
+    const int64_t max_tiles = (P + 127) / 128 + std::min<int64_t>(E, P);
+    ASSERT_LE(off[E], max_tiles) << "trial " << trial;
+    std::vector<int> seen;  // index: (off[e] + mtile) * NT + wtile
+    seen.assign(static_cast<size_t>(off[E]) * NT, 0);
+    int bad = 0;
+    for (int64_t t = 0; t < max_tiles * NT; ++t) {
+      const kc::MoeBf16WgTile tl = kc::moe_bf16_wg_tile(t, off.data(), E, NT);
+      if (t >= static_cast<int64_t>(off[E]) * NT) {
+        bad += tl.valid ? 1 : 0;
+        continue;
+      }
+      if (!tl.valid || tl.expert < 0 || tl.expert >= E || tl.wtile < 0 || tl.wtile >= NT || tl.mtile < 0 ||
+          128 * tl.mtile >= count[tl.expert]) {
+        ++bad;
+        continue;
+      }
+      ++seen[(static_cast<size_t>(off[tl.expert]) + tl.mtile) * NT + tl.wtile];
+      if (t > 0) {  // row tiles innermost: the previous tile is the same weight tile's previous row tile
+        const kc::MoeBf16WgTile pv = kc::moe_bf16_wg_tile(t - 1, off.data(), E, NT);
+        if (tl.mtile > 0 && !(pv.expert == tl.expert && pv.wtile == tl.wtile && pv.mtile == tl.mtile - 1)) ++bad;
+      }
+    }
+    const int64_t once = std::count(seen.begin(), seen.end(), 1);
+    EXPECT_EQ(bad, 0) << "trial " << trial << " E " << E << " NT " << NT;
+    EXPECT_EQ(once, static_cast<int64_t>(seen.size())) << "trial " << trial << ": a tile missed or repeated";
+  }
 }
 
 // The CPU backend itself as the oracle, whole output, on a small shape (d_model, inter % 128 == 0).

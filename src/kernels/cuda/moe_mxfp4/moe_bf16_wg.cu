@@ -2,6 +2,12 @@
 // rows x BN weight rows, 2 warpgroups, m64nBNk16 wgmma, 128-byte swizzled shared tiles, the gate/up row
 // interleave and the SwiGLU epilogue of moe_mxfp4_wg.cu) with the weight operand already bf16 in global
 // memory: both operands go through one S-stage cp.async ring of 64-wide k steps, nothing is converted.
+// Schedule: one block per (expert, BN-wide weight tile, 128-row tile), flat in blockIdx.x and expert-major, the
+// row tiles innermost: tile t of expert e's range [off[e] * NT, off[e + 1] * NT) (off = the permute's 128-row
+// tile offsets, NT weight tiles) is weight tile (t - off[e] NT) / mt_e, row tile (t - off[e] NT) % mt_e. So the
+// blocks of one expert run together: its row tiles share each weight tile and its weight tiles share each row
+// tile through L2 (design 6's walk, one block per weight tile looping over the row tiles, re-streams the weight
+// tile from HBM per row tile: fine for 4-bit codes, 4x the bytes here), and a hot expert spreads over the SMs.
 // Step ks: wait for stage ks (cp.async group accounting: S - 2 stages in flight ahead), fence.proxy.async,
 // barrier (stage ks visible; every warpgroup finished step ks - 2, so its slot is free) -> refill that slot with
 // stage ks + S - 2 -> issue the 4 wgmmas of step ks -> wait for this warpgroup's step ks - 1.
@@ -15,12 +21,13 @@
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg.h"
+#include "kernels/cuda/moe_mxfp4/moe_bf16_wg_schedule.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
 
-constexpr int kBM = 128;  // expert rows (tokens) per tile
+constexpr int kBM = kMoeBf16WgTileM;  // expert rows (tokens) per tile
 constexpr int kBK = 64;   // K per step: one 128-byte swizzle row of bf16
 constexpr int kThreads = 256;
 
@@ -36,7 +43,8 @@ struct Bf16WgLayout {  // byte offsets from the 1024-aligned base of dynamic sha
 
 template <int kBN, int kStages, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
-    moe_bf16_wg_kernel(Mxfp4GemmArgs p, const bf16* __restrict__ wcopy) {
+    moe_bf16_wg_kernel(Mxfp4GemmArgs p, const bf16* __restrict__ wcopy, const int32_t* __restrict__ tile_offsets,
+                       int n_wtiles) {
   using L = Bf16WgLayout<kBN, kStages>;
   constexpr int kAcc = kBN / 2;
   constexpr int kBChunks = kBN * 8 / kThreads;  // 16-byte B chunks per thread per step
@@ -47,14 +55,14 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int wg = warp / 4, wq = warp % 4;
 
-  const int n_act = *p.n_active;
-  const int slot_e = static_cast<int>(blockIdx.y);
-  if (slot_e >= n_act) return;
-  const int e = p.active[slot_e];
+  const MoeBf16WgTile tl = moe_bf16_wg_tile(blockIdx.x, tile_offsets, p.n_experts, n_wtiles);
+  if (!tl.valid) return;
+  const int e = tl.expert;
   const int K = p.k, N = p.n, n_steps = K / kBK;
   const int64_t w_rows = kSwiglu ? 2ll * N : N;
-  const int fbase = blockIdx.x * (kSwiglu ? kBN / 2 : kBN);
+  const int fbase = tl.wtile * (kSwiglu ? kBN / 2 : kBN);
   const int rb = p.row_offsets[e], rows_total = p.row_offsets[e + 1] - rb;
+  const int r0 = tl.mtile * kBM;
 
   // This thread's B sources, fixed over k: chunk u = tid + 256 i -> B row u / 8, 16-byte chunk u % 8.
   const bf16* srcb[kBChunks];
@@ -62,10 +70,10 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
 #pragma unroll
   for (int i = 0; i < kBChunks; ++i) {
     const int u = tid + kThreads * i;
-    srcb[i] = wcopy + wg_weight_row<kSwiglu>(u / 8, slot_e, N, w_rows, fbase, okb[i]) * K + 8 * (u % 8);
+    srcb[i] = wcopy + wg_weight_row<kSwiglu>(u / 8, e, N, w_rows, fbase, okb[i]) * K + 8 * (u % 8);
   }
 
-  for (int r0 = 0; r0 < rows_total; r0 += kBM) {
+  {
     const int rows = min(kBM, rows_total - r0);
     const WgTokenSources<4, kBK, bf16, kSwiglu> asrc(p, K, rb, r0, rows, tid);
     auto load_stage = [&](int ks, int slot) {
@@ -78,7 +86,6 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
       }
     };
 
-    __syncthreads();  // the previous tile's wgmmas (waited below) and every thread are done with the ring
 #pragma unroll
     for (int s = 0; s < kStages - 2; ++s) {
       if (s < n_steps) load_stage(s, s);
@@ -146,32 +153,37 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
 }
 
 template <int kBN, int kStages, bool kSwiglu>
-void launch(const Mxfp4GemmArgs& p, const bf16* wcopy, cudaStream_t stream) {
+void launch(const Mxfp4GemmArgs& p, const bf16* wcopy, const int32_t* tile_offsets, int64_t max_tiles,
+            cudaStream_t stream) {
   using L = Bf16WgLayout<kBN, kStages>;
   static_assert(kStages >= 3, "moe_bf16_wg: one slot beyond the prefetch depth (S >= 3)");
   static_assert(L::kSmem <= 227 * 1024, "moe_bf16_wg: shared memory over 227 KiB");
   auto* kernel = moe_bf16_wg_kernel<kBN, kStages, kSwiglu>;
   MX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)));
-  const dim3 grid(ceil_div(p.n, kSwiglu ? kBN / 2 : kBN), p.max_active);
-  kernel<<<grid, kThreads, L::kSmem, stream>>>(p, wcopy);
+  const int n_wtiles = ceil_div(p.n, kSwiglu ? kBN / 2 : kBN);
+  const int64_t blocks = max_tiles * n_wtiles;
+  MX_CHECK_MSG(blocks < (int64_t{1} << 31), "moe_bf16_wg_gemm: " << blocks << " blocks");
+  kernel<<<dim3(static_cast<unsigned>(blocks)), kThreads, L::kSmem, stream>>>(p, wcopy, tile_offsets, n_wtiles);
   MX_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, cudaStream_t stream) {
+void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, const int32_t* tile_offsets,
+                      int64_t max_tiles, cudaStream_t stream) {
   MX_CHECK_MSG(bn == 128 || bn == 256, "moe_bf16_wg_gemm: BN " << bn << " (expected 128 or 256)");
   MX_CHECK_MSG(p.k % kBK == 0 && p.k > 0 && p.n > 0, "moe_bf16_wg_gemm: K " << p.k << " must be a positive multiple of 64");
   MX_CHECK_MSG(reinterpret_cast<uintptr_t>(wcopy) % 16 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.c) % 4 == 0,
                "moe_bf16_wg_gemm: needs 16-byte aligned weights and activations, 4-byte aligned output");
-  if (p.max_active <= 0) return;
+  MX_CHECK_MSG(p.n_experts > 0 && tile_offsets != nullptr, "moe_bf16_wg_gemm: no tile schedule");
+  if (max_tiles <= 0) return;
   if (bn == 256) {
-    if (swiglu) launch<256, 4, true>(p, wcopy, stream);
-    else launch<256, 4, false>(p, wcopy, stream);
+    if (swiglu) launch<256, 4, true>(p, wcopy, tile_offsets, max_tiles, stream);
+    else launch<256, 4, false>(p, wcopy, tile_offsets, max_tiles, stream);
   } else {
-    if (swiglu) launch<128, 3, true>(p, wcopy, stream);
-    else launch<128, 3, false>(p, wcopy, stream);
+    if (swiglu) launch<128, 3, true>(p, wcopy, tile_offsets, max_tiles, stream);
+    else launch<128, 3, false>(p, wcopy, tile_offsets, max_tiles, stream);
   }
 }
 

@@ -2,7 +2,9 @@
 // design 6 (moe_bf16_wg.cu), run on the bf16 expert copies the prefill dequant path makes.
 //   gate_up (swiglu): A = x [T, K] gathered through p.row_token, W = wcopy [slot, 2N, K], C = act [P, N]
 //   down (plain):     A = act [P, K],                          W = wcopy [slot, N, K],  C = y [P, N]
-// Block (x, y) serves active slot y (expert p.active[y], weights wcopy + y * rows * K) and BN weight rows.
+// Expert e's weights are wcopy + e * rows * K (copies indexed by expert id). One block per (expert, BN weight
+// rows, kMoeBf16WgTileM expert rows): tile_offsets are the permute's per-expert offsets in tiles of
+// kMoeBf16WgTileM rows ([E + 1], device), max_tiles bounds their total (ceil(P / 128) + min(E, P)).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,7 +14,10 @@
 
 namespace mxserve::kernels::cuda {
 
+inline constexpr int kMoeBf16WgTileM = 128;
+
 // bn: 128 or 256. Needs sm_90a, K % 64 == 0, 16-byte aligned A / wcopy, 4-byte aligned C (checked).
-void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, cudaStream_t stream);
+void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, const int32_t* tile_offsets,
+                      int64_t max_tiles, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

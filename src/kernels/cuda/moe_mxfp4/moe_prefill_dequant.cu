@@ -4,7 +4,8 @@
 // Dequant: one thread per 32-element block (16 code bytes, one E8M0 byte): unit u of an expert's
 // [rows, K] weight reads codes u * 16 .. + 15 and scale byte u, and writes bf16 elements u * 32 .. + 31 of the
 // copy (4 x 16-byte stores), with the exact bit trick of mxfp4_dequant.cuh. Grid (units / 256, min(E, P));
-// block y dequantizes active slot y (expert active[y]) and exits past n_active.
+// block y dequantizes expert e = active[y] into copy e (copies are indexed by expert id; inactive experts' copies
+// are never written nor read) and exits past n_active.
 #include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kDequantThreads)
   const int64_t gu = e * units_per_expert + u;
   const uint4 c = __ldg(reinterpret_cast<const uint4*>(q) + gu);
   const Mxfp4Factor f = mxfp4_factor(__ldg(sc + gu));
-  uint4* dst = reinterpret_cast<uint4*>(out + (static_cast<int64_t>(slot) * units_per_expert + u) * 32);
+  uint4* dst = reinterpret_cast<uint4*>(out + gu * 32);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -59,14 +60,14 @@ MoeShape bf16_shape(const MoeShape& s) {  // the bookkeeping layout: never the W
 }
 
 struct Copies {
-  bf16* gate_up;  // [max_active, 2I, H]
-  bf16* down;     // [max_active, H, I]
+  bf16* gate_up;  // [E, 2I, H] (active experts only written)
+  bf16* down;     // [E, H, I]
 };
 Copies carve_copies(void* workspace, const MoeShape& s) {
   char* p = static_cast<char*>(workspace) + moe_workspace_layout_bytes(bf16_shape(s));
   Copies c;
   c.gate_up = reinterpret_cast<bf16*>(p);
-  p += moe_align_up(sizeof(bf16) * max_active_of(s) * 2 * s.inter * s.d_model);
+  p += moe_align_up(sizeof(bf16) * s.n_experts * 2 * s.inter * s.d_model);
   c.down = reinterpret_cast<bf16*>(p);
   return c;
 }
@@ -143,9 +144,9 @@ bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced) {
 }
 
 size_t moe_prefill_dequant_workspace_bytes(const MoeShape& s) {
-  const int64_t a = max_active_of(s);
-  return moe_workspace_layout_bytes(bf16_shape(s)) + moe_align_up(sizeof(bf16) * a * 2 * s.inter * s.d_model) +
-         moe_align_up(sizeof(bf16) * a * s.d_model * s.inter);
+  const int64_t e = s.n_experts;
+  return moe_workspace_layout_bytes(bf16_shape(s)) + moe_align_up(sizeof(bf16) * e * 2 * s.inter * s.d_model) +
+         moe_align_up(sizeof(bf16) * e * s.d_model * s.inter);
 }
 
 void moe_prefill_dequant_stage(const int32_t* topk_ids, const MoeMxfp4Weights& w, const MoeShape& s,
@@ -160,7 +161,7 @@ void moe_prefill_dequant_stage(const int32_t* topk_ids, const MoeMxfp4Weights& w
   const Copies cp = carve_copies(workspace, s);
   const int64_t P = s.n_tokens * s.top_k;
   moe_permute_kernel<<<1, kPermuteThreads, 2 * sizeof(int32_t) * s.n_experts, stream>>>(
-      topk_ids, P, s.n_experts, s.top_k, 32, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
+      topk_ids, P, s.n_experts, s.top_k, kMoeBf16WgTileM, ws.row_offsets, ws.tile_offsets, ws.row_token, ws.pair_row, ws.active,
       ws.n_active);
   MX_CUDA_CHECK_LAUNCH();
   const int64_t a = max_active_of(s);
@@ -186,13 +187,15 @@ void moe_prefill_dequant_gemms(const void* x, const float* topk_weights, void* o
   g.c = ws.act;
   g.n = static_cast<int>(s.inter);
   g.k = static_cast<int>(s.d_model);
-  moe_bf16_wg_gemm(true, plan.gate_up_bn, g, cp.gate_up, stream);
+  const int64_t P = s.n_tokens * s.top_k;
+  const int64_t max_tiles = (P + kMoeBf16WgTileM - 1) / kMoeBf16WgTileM + max_active_of(s);
+  moe_bf16_wg_gemm(true, plan.gate_up_bn, g, cp.gate_up, ws.tile_offsets, max_tiles, stream);
   g.a = ws.act;
   g.row_token = nullptr;
   g.c = ws.y;
   g.n = static_cast<int>(s.d_model);
   g.k = static_cast<int>(s.inter);
-  moe_bf16_wg_gemm(false, plan.down_bn, g, cp.down, stream);
+  moe_bf16_wg_gemm(false, plan.down_bn, g, cp.down, ws.tile_offsets, max_tiles, stream);
   moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
       ws.y, ws.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, static_cast<int>(s.top_k));
   MX_CUDA_CHECK_LAUNCH();

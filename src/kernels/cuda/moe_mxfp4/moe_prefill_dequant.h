@@ -1,15 +1,17 @@
 // MXFP4 MoE prefill by "dequantize the step's active experts once, then a bf16 tensor-core grouped GEMM"
 // (issue 33 item 2, one of its named designs; docs/perf/moe-mxfp4.md "Session 8"). A prototype behind a switch:
 //   1. permute (moe/moe_permute.cuh): rows per expert, the ascending list of active experts (on the device);
-//   2. dequant (moe_prefill_dequant.cu): for active slot j (expert e = active[j]) the packed E2M1 codes and
-//      E8M0 scales of e's gate_up [2I, H/2] / down [H, I/2] -> bf16 copies wgu[j] [2I, H] and wdn[j] [H, I]
-//      (exact: MXFP4 values are bf16-representable), 16-byte code loads, 4 x 16-byte stores per thread;
-//   3. grouped GEMM 1 + SwiGLU and grouped GEMM 2 on the bf16 copies (moe_bf16_wg.cu: Hopper wgmma, the
-//      design-6 tile and token walker with the weight operand cp.async'd straight from the copy, no dequant);
+//   2. dequant (moe_prefill_dequant.cu): for each active expert e (the permute's device-side list) the packed
+//      E2M1 codes and E8M0 scales of e's gate_up [2I, H/2] / down [H, I/2] -> bf16 copies wgu[e] [2I, H] and
+//      wdn[e] [H, I] (exact: MXFP4 values are bf16-representable), 16-byte code loads, 4 x 16-byte stores;
+//   3. grouped GEMM 1 + SwiGLU and grouped GEMM 2 on the bf16 copies (moe_bf16_wg.cu: Hopper wgmma, design 6's
+//      128 x BN tile and token loader with the weight operand cp.async'd straight from the copy, no dequant;
+//      one block per (expert, weight tile, row tile), expert-major, so an expert's tiles share L2);
 //   4. the weighted un-permute.
-// No host synchronization, no allocation (CUDA-graph safe). The copies hold min(E, P) experts (the most that
-// can be active): the workspace is large (GLM-4.5-Air 4.4 GiB, GLM-5.2 19.3 GiB at P >= E) and the dequant
-// writes 4x the MXFP4 bytes per layer per call, so the design only pays at large M (the bench measures it).
+// No host synchronization, no allocation (CUDA-graph safe). The copies have room for all E experts (indexed by
+// expert id; a prefill call of >= 1024 tokens x top 8 can activate every expert anyway): the workspace is large
+// (GLM-4.5-Air 4.1 GiB, GLM-5.2 18 GiB) and the dequant writes 4x the MXFP4 bytes per layer per call, so the
+// design only pays at large M (the bench measures it; docs/perf/moe-mxfp4.md "Session 8").
 // The invariant: the result equals moe_experts_mxfp4 with the same routing up to fp32 summation order (the
 // same bf16 weights, bf16 intermediate, fp32 accumulation).
 //
@@ -49,7 +51,7 @@ bool moe_prefill_dequant_device_ok();
 bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced);
 
 // Workspace: the permute bookkeeping and intermediates of moe_mxfp4_workspace_bytes(s without W4A8) plus
-// the bf16 copies of min(E, P) experts (both GEMMs).
+// the bf16 copies of all E experts (both GEMMs).
 size_t moe_prefill_dequant_workspace_bytes(const MoeShape& s);
 
 // The whole MoE: out[t] += sum_k w[t, k] * down_e(silu(gate_e x_t) * up_e x_t) (moe_mxfp4.h semantics;
