@@ -5,9 +5,9 @@
 //   w4a16     the fastest of the four wg_n128_s3 / wg_n256_s4 plan pairs (named), us and TFLOP/s;
 //   dequant   permute + dequantization of the active experts (moe_prefill_dequant_stage), us and its streamed
 //             bytes (codes + scales read, bf16 written) as GB/s and a fraction of the measured copy bandwidth;
-//   gemm      the two bf16 grouped GEMMs + un-permute (moe_prefill_dequant_gemms) at BN 256 and BN 128, us and
-//             TFLOP/s of the faster (named);
-//   total     the whole path (moe_experts_mxfp4_prefill_dequant at the faster BN), us, TFLOP/s, its fraction of
+//   gemm      the two bf16 grouped GEMMs + un-permute (moe_prefill_dequant_gemms) with each GEMM kernel (bn256,
+//             bn128, ws256 = warp-specialized; one line each), us and TFLOP/s of the fastest (named);
+//   total     the whole path (moe_experts_mxfp4_prefill_dequant with the fastest), us, TFLOP/s, its fraction of
 //             the cuBLASLt bf16 GEMM ceiling measured first (ceilings.h), and the speedup over w4a16.
 // FLOPs: 2 M top_k (2 I H + H I) (the W4A16 bench's count). Oracle: test_cuda_moe_prefill_dequant.
 //   usage: bench_moe_prefill_dequant [M ...]      (default 2048 8192)
@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::mt19937_64 rng(1234);
-  std::printf("%-12s %-6s %-24s %9s %7s | %9s %7s %5s | %9s %7s %4s | %9s %7s %6s %7s\n", "shape", "M", "w4a16 plan",
-              "w4a16_us", "TFLOP/s", "deq_us", "GB/s", "frac", "gemm_us", "TFLOP/s", "bn", "total_us", "TFLOP/s",
+  std::printf("%-12s %-6s %-24s %9s %7s | %9s %7s %5s | %9s %7s %6s | %9s %7s %6s %7s\n", "shape", "M", "w4a16 plan",
+              "w4a16_us", "TFLOP/s", "deq_us", "GB/s", "frac", "gemm_us", "TFLOP/s", "kernel", "total_us", "TFLOP/s",
               "f_ceil", "speedup");
   for (const ms::Shape& shape : shapes) {
     const ms::Model model(shape, 7);
@@ -110,29 +110,35 @@ int main(int argc, char** argv) {
       const double elems = static_cast<double>(active) * 3.0 * shape.I * shape.H;  // gate_up 2 I H + down H I
       const double bytes = elems * (0.5 + 1.0 / 32 + 2.0);
       const double gbs = bytes / (deq * 1e-6) / 1e9;
+      struct GemmKernel {
+        kc::MoePrefillDequantPlan plan;
+        const char* name;
+      };
+      const GemmKernel kernels[] = {{{256, 256, false}, "bn256"}, {{128, 128, false}, "bn128"},
+                                    {{256, 256, true}, "ws256"}};
       double best_g = 1e30;
-      int best_bn = 0;
-      for (int bn : {256, 128}) {
-        const kc::MoePrefillDequantPlan plan{bn, bn};
+      const GemmKernel* best_k = &kernels[0];
+      for (const GemmKernel& k : kernels) {
         const double us = 1000.0 * kc::time_on_stream(stream, [&](int) {
-          kc::moe_prefill_dequant_gemms(db.x, db.wts, db.out, s, plan, ws, stream);
+          kc::moe_prefill_dequant_gemms(db.x, db.wts, db.out, s, k.plan, ws, stream);
         }, kReps);
-        std::printf("  %s M=%lld gemm bn %d: %.1f us, %.1f TFLOP/s\n", shape.name, static_cast<long long>(M), bn, us,
-                    tflops(flops, us));
+        std::printf("  %s M=%lld gemm %s: %.1f us, %.1f TFLOP/s (%.3f of the ceiling)\n", shape.name,
+                    static_cast<long long>(M), k.name, us, tflops(flops, us), tflops(flops, us) / ceil.gemm_tflops);
+        std::fflush(stdout);
         if (us < best_g) {
           best_g = us;
-          best_bn = bn;
+          best_k = &k;
         }
       }
-      const kc::MoePrefillDequantPlan plan{best_bn, best_bn};
+      const kc::MoePrefillDequantPlan plan = best_k->plan;
       const double total = 1000.0 * kc::time_on_stream(stream, [&](int) {
         kc::moe_experts_mxfp4_prefill_dequant(db.x, db.ids, db.wts, model.weights(), db.out, s, plan, ws, stream);
       }, kReps);
       MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       MX_CUDA_CHECK(cudaFree(ws));
-      std::printf("%-12s %-6lld %-24s %9.1f %7.1f | %9.1f %7.0f %5.2f | %9.1f %7.1f %4d | %9.1f %7.1f %6.3f %7.2f\n",
+      std::printf("%-12s %-6lld %-24s %9.1f %7.1f | %9.1f %7.0f %5.2f | %9.1f %7.1f %6s | %9.1f %7.1f %6.3f %7.2f\n",
                   shape.name, static_cast<long long>(M), best_plan.c_str(), best_w, tflops(flops, best_w), deq, gbs,
-                  gbs / ceil.copy_gbs, best_g, tflops(flops, best_g), best_bn, total, tflops(flops, total),
+                  gbs / ceil.copy_gbs, best_g, tflops(flops, best_g), best_k->name, total, tflops(flops, total),
                   tflops(flops, total) / ceil.gemm_tflops, best_w / total);
       std::fflush(stdout);
     }

@@ -19,5 +19,9 @@ inline constexpr int kMoeBf16WgTileM = 128;
 // bn: 128 or 256. Needs sm_90a, K % 64 == 0, 16-byte aligned A / wcopy, 4-byte aligned C (checked).
 void moe_bf16_wg_gemm(bool swiglu, int bn, const Mxfp4GemmArgs& p, const bf16* wcopy, const int32_t* tile_offsets,
                       int64_t max_tiles, cudaStream_t stream);
+// The warp-specialized variant (moe_bf16_wg_ws.cu): BN 256, a producer warpgroup feeding a 4-stage ring through
+// mbarriers, two consumer warpgroups; same arguments and schedule.
+void moe_bf16_wg_ws_gemm(bool swiglu, const Mxfp4GemmArgs& p, const bf16* wcopy, const int32_t* tile_offsets,
+                         int64_t max_tiles, cudaStream_t stream);
 
 }  // namespace mxserve::kernels::cuda

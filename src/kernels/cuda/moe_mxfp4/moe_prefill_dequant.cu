@@ -189,13 +189,15 @@ void moe_prefill_dequant_gemms(const void* x, const float* topk_weights, void* o
   g.k = static_cast<int>(s.d_model);
   const int64_t P = s.n_tokens * s.top_k;
   const int64_t max_tiles = (P + kMoeBf16WgTileM - 1) / kMoeBf16WgTileM + max_active_of(s);
-  moe_bf16_wg_gemm(true, plan.gate_up_bn, g, cp.gate_up, ws.tile_offsets, max_tiles, stream);
+  if (plan.warp_specialized) moe_bf16_wg_ws_gemm(true, g, cp.gate_up, ws.tile_offsets, max_tiles, stream);
+  else moe_bf16_wg_gemm(true, plan.gate_up_bn, g, cp.gate_up, ws.tile_offsets, max_tiles, stream);
   g.a = ws.act;
   g.row_token = nullptr;
   g.c = ws.y;
   g.n = static_cast<int>(s.d_model);
   g.k = static_cast<int>(s.inter);
-  moe_bf16_wg_gemm(false, plan.down_bn, g, cp.down, ws.tile_offsets, max_tiles, stream);
+  if (plan.warp_specialized) moe_bf16_wg_ws_gemm(false, g, cp.down, ws.tile_offsets, max_tiles, stream);
+  else moe_bf16_wg_gemm(false, plan.down_bn, g, cp.down, ws.tile_offsets, max_tiles, stream);
   moe_unpermute_kernel<<<moe_grid_1d(s.n_tokens * s.d_model / 8), 256, 0, stream>>>(
       ws.y, ws.pair_row, topk_weights, static_cast<bf16*>(out), s.n_tokens, s.d_model, static_cast<int>(s.top_k));
   MX_CUDA_CHECK_LAUNCH();

@@ -34,12 +34,15 @@ namespace mxserve::kernels::cuda {
 inline constexpr bool kMoePrefillDequantDefault = false;
 inline constexpr int64_t kMoePrefillDequantMinTokens = 1024;
 
-// The grouped GEMM's tile: BN weight rows per block (256: 4-stage ring, 1 block / SM; 128: 3-stage ring,
-// 2 blocks / SM). The bench times both; the backend runs kMoePrefillDequantDefaultBn.
+// The grouped GEMM's kernel: BN weight rows per block (256: 4-stage ring, 1 block / SM; 128: 3-stage ring,
+// 2 blocks / SM), both with every warp loading and multiplying (one barrier per k step); or warp_specialized
+// (BN 256, 4 stages, a producer warpgroup and two consumer warpgroups on mbarriers; the BN fields are ignored).
+// The bench times all three; the backend runs the default plan (the GPU run decides which it should be).
 inline constexpr int kMoePrefillDequantDefaultBn = 256;
 struct MoePrefillDequantPlan {
   int gate_up_bn = kMoePrefillDequantDefaultBn;
   int down_bn = kMoePrefillDequantDefaultBn;
+  bool warp_specialized = false;
 };
 
 // Whether the path can run this call (host-only): d_model and inter multiples of 128, n_tokens >= 1,
