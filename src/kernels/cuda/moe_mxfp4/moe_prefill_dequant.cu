@@ -136,8 +136,11 @@ bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced) {
                  << "tuned MXFP4 plan runs instead";
     return false;
   }
-  MX_WARN_ONCE << "moe_mxfp4: the prefill dequant path is ON (" << (forced ? "moe_kernel prefill_dequant" : "MXSERVE_MOE_PREFILL_DEQUANT=1")
-               << ") for MoE calls of >= " << kMoePrefillDequantMinTokens
+  const char* env = std::getenv("MXSERVE_MOE_PREFILL_DEQUANT");
+  const char* why = forced ? "moe_kernel prefill_dequant"
+                    : (env != nullptr && *env != '\0') ? "MXSERVE_MOE_PREFILL_DEQUANT=1"
+                                                       : "built-in default kMoePrefillDequantDefault";
+  MX_WARN_ONCE << "moe_mxfp4: the prefill dequant path is ON (" << why << ") for MoE calls of >= " << kMoePrefillDequantMinTokens
                << " tokens: the step's active experts are dequantized to bf16 (workspace "
                << moe_prefill_dequant_workspace_bytes(s) / (1 << 20) << " MiB at this call) then a bf16 wgmma grouped GEMM";
   return true;

@@ -18,7 +18,8 @@
 // THE SWITCH: off by default (kMoePrefillDequantDefault) until the GPU bench shows it faster; the environment
 // variable MXSERVE_MOE_PREFILL_DEQUANT=1 / 0 overrides it per process, KernelOptions::moe_kernel =
 // "prefill_dequant" forces it on for one backend; either way only calls of >= kMoePrefillDequantMinTokens
-// tokens on an sm_90 device with d_model, inter % 128 == 0 take it (logged once when on).
+// tokens on an sm_90 device with d_model, inter % 128 == 0 and bf16 activations take it (W4A8, when also asked
+// for, wins with a warning; logged once when on).
 #pragma once
 
 #include <cuda_runtime_api.h>
