@@ -3,6 +3,7 @@
 // the GLM-4.5-Air and GLM-5.2 shapes (uniform random top-8 routing, every expert's weights resident).
 // Per shape and M it prints (CUDA events, kernels/cuda/ceilings.h time_on_stream medians):
 //   w4a16     the fastest of the four wg_n128_s3 / wg_n256_s4 plan pairs (named), us and TFLOP/s;
+//   w4a8      for context: the W4A8 path (fp8_activations, wg_n128_s3 plan -> moe_mxfp4_w4a8_variant), TFLOP/s;
 //   dequant   permute + dequantization of the active experts (moe_prefill_dequant_stage), us and its streamed
 //             bytes (codes + scales read, bf16 written) as GB/s and a fraction of the measured copy bandwidth;
 //   gemm      the two bf16 grouped GEMMs + un-permute (moe_prefill_dequant_gemms) with each GEMM kernel (bn256,
@@ -94,6 +95,14 @@ int main(int argc, char** argv) {
             best_plan = names[g] + "/" + names[d];
           }
         }
+      kc::MoeShape s8 = s;
+      s8.fp8_activations = true;
+      const kc::MoeMxfp4Plan plan8{wg128, wg128};
+      const double w4a8 = 1000.0 * kc::time_on_stream(stream, [&](int) {
+        kc::moe_experts_mxfp4(db.x, db.ids, db.wts, model.weights(), db.out, s8, plan8, db.ws, stream);
+      }, kReps);
+      std::printf("  %s M=%lld w4a8 (context): %.1f us, %.1f TFLOP/s\n", shape.name, static_cast<long long>(M), w4a8,
+                  tflops(flops, w4a8));
       // The dequant path.
       void* ws = nullptr;
       const size_t ws_bytes = kc::moe_prefill_dequant_workspace_bytes(s);
