@@ -47,6 +47,10 @@ done
 for t in tests/ops/test_cuda_moe_mxfp4_pd dev/kernels/bench_moe_mxfp4_pd; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 33 item 2 (dev/gpu/moe_prefill_dequant.sh): the MXFP4 prefill dequant path (test + bench).
+for t in tests/ops/test_cuda_moe_prefill_dequant dev/kernels/bench_moe_prefill_dequant; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 18 / 17 / 16: wgmma prefill attention (test + bench), the skinny M <= 8 dense GEMM (test + bench), the
 # tensor-core MLA decode / DSA indexer benchmark.
 for t in tests/ops/test_cuda_attention_wgmma dev/kernels/bench_prefill_attention tests/ops/test_cuda_skinny_gemm \

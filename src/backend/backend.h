@@ -79,7 +79,8 @@ struct ExpertWeights {
 struct KernelOptions {
   std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared" | "wgmma_ws"
   int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
-  std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks)
+  std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks),
+                                       // "prefill_dequant" the MXFP4 dequantize-then-bf16-GEMM prefill path (>= 1024 tokens)
   // "" or "bf16" = bf16 activations (W4A16); CUDA: "fp8_e4m3" = W4A8 on the MXFP4 experts' wgmma prefill GEMMs
   // (per-token FP8 activations, opt-in: `--moe-activation-dtype`; its accuracy gate: eval/moe_activation_gate.h).
   std::string moe_activation_dtype;

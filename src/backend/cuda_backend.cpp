@@ -26,6 +26,7 @@
 #include "kernels/cuda/moe/moe_expert_range.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h"
+#include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/sampling/sample_rows.h"
 #include "kernels/cuda/synthetic_fill.h"
@@ -156,8 +157,9 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
                               "': expected simt, warp, shared or wgmma_ws");
     if (o.attention_split_target < 0)
       return invalid_argument("attention split target " + std::to_string(o.attention_split_target) + " must be >= 0");
-    if (!o.moe_kernel.empty() && o.moe_kernel != "grouped")
-      return invalid_argument("moe kernel '" + o.moe_kernel + "': expected grouped (or empty: by token count)");
+    if (!o.moe_kernel.empty() && o.moe_kernel != "grouped" && o.moe_kernel != "prefill_dequant")
+      return invalid_argument("moe kernel '" + o.moe_kernel +
+                              "': expected grouped, prefill_dequant (or empty: by token count)");
     if (!o.moe_activation_dtype.empty() && o.moe_activation_dtype != "bf16" && !o.fp8_moe_activations())
       return invalid_argument("moe activation dtype '" + o.moe_activation_dtype + "': expected bf16 or fp8_e4m3");
     a.warp_split_target_per_sm = o.attention_split_target;
@@ -167,6 +169,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     cascade_attention_ = o.cascade_attention;
     cascade_min_saved_bytes_ = o.cascade_min_saved_bytes;
     force_grouped_moe_ = o.moe_kernel == "grouped";
+    prefill_dequant_moe_ = o.moe_kernel == "prefill_dequant";
     if (o.fp8_moe_activations() && !fp8_announced_) {
       fp8_announced_ = true;
       MX_LOG(kInfo) << "MoE activations: fp8_e4m3 (W4A8) on the MXFP4 experts' wgmma prefill GEMMs; decode-sized "
@@ -565,6 +568,15 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     w.gate_up_s = ex.gate_up_scales.data<uint8_t>();
     w.down_q = ex.down.data<uint8_t>();
     w.down_s = ex.down_scales.data<uint8_t>();
+    // Issue 33 item 2 prototype: dequantize the step's active experts to bf16 once, then a bf16 wgmma grouped
+    // GEMM, for calls of >= kMoePrefillDequantMinTokens tokens; off unless MXSERVE_MOE_PREFILL_DEQUANT=1 or
+    // moe_kernel "prefill_dequant" (moe_prefill_dequant.h; logged once when on).
+    if (kc::moe_prefill_dequant_enabled(s, prefill_dequant_moe_)) {
+      Tensor dws = alloc(DType::kU8, {static_cast<int64_t>(kc::moe_prefill_dequant_workspace_bytes(s))});
+      kc::moe_experts_mxfp4_prefill_dequant(x.raw(), topk_ids.data<int32_t>(), topk_weights.data<float>(), w,
+                                            out.raw(), s, kc::MoePrefillDequantPlan{}, dws.raw(), stream_);
+      return;
+    }
     const size_t ws_bytes = kc::moe_mxfp4_workspace_bytes(s);
     Tensor ws;
     if (ws_bytes > 0) ws = alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
@@ -789,6 +801,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   bool cascade_attention_ = true;               // set_kernel_options: KernelOptions::cascade_attention
   int64_t cascade_min_saved_bytes_ = kernels::kCascadeMinSavedBytes;
   bool force_grouped_moe_ = false;              // set_kernel_options: moe_kernel "grouped" (benchmarks)
+  bool prefill_dequant_moe_ = false;            // set_kernel_options: moe_kernel "prefill_dequant" (MXFP4 prefill)
   bool fp8_moe_activations_ = false;            // set_kernel_options: moe_activation_dtype "fp8_e4m3" (W4A8)
   bool fp8_announced_ = false;                  // the W4A8 info line is logged once (the start-up gate toggles it)
   void* staging_ = nullptr;  // pinned upload ring (see upload)
