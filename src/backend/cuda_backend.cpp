@@ -360,9 +360,10 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     static const bool fused = [] {
       const char* v = std::getenv("MXSERVE_FUSED_ADD_NORM");
       const bool on = v == nullptr || std::strcmp(v, "0") != 0;
-      if (!on)
+      if (!on) {
         MX_LOG(kWarn) << "MXSERVE_FUSED_ADD_NORM=0: residual add and RMSNorm run as two kernels (one more launch "
                          "and one more pass over the residual per layer half); unset it for the fused kernel";
+      }
       return on;
     }();
     if (!fused) return Backend::add_rmsnorm(x, residual, w, eps, out);

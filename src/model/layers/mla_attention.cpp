@@ -1,8 +1,13 @@
 #include "model/layers/mla_attention.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "model/layers/decision_sites.h"
 #include "model/layers/weight_decl.h"
 
@@ -21,6 +26,54 @@ kernels::InterleavedRopeParams rope_params(const ModelConfig& cfg, int64_t n_hea
   p.rotary_dim = static_cast<int32_t>(glm_moe_dsa_config(cfg).qk_rope_dim);
   p.theta = static_cast<float>(cfg.rope_theta);
   return p;
+}
+
+// Columns [begin, end) of y [T, N] as a [T, end - begin] tensor: a view of y's storage at one row with
+// 16-byte aligned offsets (decode at batch 1: no copy), else a copy.
+Tensor columns(backend::Backend& be, backend::MlaDsaOps& ops, const Tensor& y, int64_t begin, int64_t end) {
+  if (y.dim(0) == 1 && begin % 8 == 0 && y.is_contiguous())
+    return y.reshape({y.dim(1)}).slice_rows(begin, end).reshape({1, end - begin});
+  Tensor out = be.alloc(y.dtype(), {y.dim(0), end - begin});
+  ops.copy_columns(y, begin, end, out);
+  return out;
+}
+
+bool fused_proj_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MXSERVE_FUSED_MLA_PROJ");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// Concatenates parts' rows into one bf16 weight on the backend and makes each part a row view of it. Returns
+// the fused weight, or undefined (parts untouched) where a part is not a bf16 [n, K] matrix with one K.
+Tensor fuse_rows(backend::Backend& be, const std::vector<Tensor*>& parts, std::string* why) {
+  const int64_t K = parts[0]->ndim() == 2 ? parts[0]->dim(1) : -1;
+  int64_t N = 0;
+  for (const Tensor* t : parts) {
+    if (t->dtype() != DType::kBF16 || t->ndim() != 2 || t->dim(1) != K || !t->is_contiguous()) {
+      *why = "weight " + t->describe() + " is not a contiguous bf16 [n, " + std::to_string(K) + "] matrix";
+      return Tensor();
+    }
+    N += t->dim(0);
+  }
+  Tensor host = Tensor::empty(DType::kF32, {N, K});
+  int64_t row = 0;
+  for (const Tensor* t : parts) {
+    const Tensor h = be.to_host(*t);  // f32, exact for bf16
+    std::memcpy(host.data<float>() + row * K, h.raw(), sizeof(float) * t->numel());
+    row += t->dim(0);
+  }
+  Tensor fused = be.alloc(DType::kBF16, {N, K});
+  be.copy_weight(host, fused);  // f32 -> bf16: exact (the values were bf16)
+  row = 0;
+  for (Tensor* t : parts) {
+    const int64_t n = t->dim(0);
+    *t = fused.slice_rows(row, row + n);
+    row += n;
+  }
+  return fused;
 }
 
 }  // namespace
@@ -61,6 +114,34 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
 }
 
+void DsaIndexer::forward_projected(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
+                                   const Tensor& w, const Tensor& q_resid, const Tensor& positions,
+                                   const backend::AttentionMeta& meta, Tensor& key_cache, Tensor& topk) const {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t T = q_resid.dim(0), NH = d.index_n_heads, D = d.index_head_dim;
+  Tensor q = be.alloc(be.activation_dtype(), {T, NH * D});
+  be.linear(q_resid, wq_b, nullptr, q);
+  ops.rope_interleaved(q, positions, rope_params(cfg, NH, D, 0));
+  write_projected_keys(ops, cfg, k, positions, meta, key_cache);
+  kernels::IndexerParams ip;
+  ip.n_heads = static_cast<int32_t>(NH);
+  ip.head_dim = static_cast<int32_t>(D);
+  ip.top_k = static_cast<int32_t>(d.index_topk);
+  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
+  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
+  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+}
+
+void DsaIndexer::write_projected_keys(backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
+                                      const Tensor& positions, const backend::AttentionMeta& meta,
+                                      Tensor& key_cache) const {
+  const int64_t D = glm_moe_dsa_config(cfg).index_head_dim;
+  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
+  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
+  ops.cache_write(k, meta, key_cache, 0);
+}
+
 void DsaIndexer::write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
                             const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache) const {
   const int64_t T = x.dim(0), D = glm_moe_dsa_config(cfg).index_head_dim;
@@ -86,6 +167,23 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
   a.kv_b = wl.get(decl::head_linear(p + "kv_b_proj.weight", NH, d.qk_nope_dim + d.v_dim, d.kv_lora_rank));
   a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, NH * d.v_dim, parallel::ShardAxis::kColumn));
   if (full_indexer) a.indexer = DsaIndexer::load(wl, p + "indexer.", cfg);
+  // One GEMM for every projection of x_norm (decode: four skinny GEMMs -> one). All replicated, so no tp
+  // slicing; bf16 weights only (an FP8 / f32 checkpoint keeps the four GEMMs). Said once per process.
+  static std::atomic<bool> said{false};
+  std::string why = "MXSERVE_FUSED_MLA_PROJ=0";
+  if (fused_proj_enabled()) {
+    std::vector<Tensor*> parts{&a.q_a, &a.kv_a};
+    if (a.indexer) parts.insert(parts.end(), {&a.indexer->wk, &a.indexer->weights_proj});
+    a.in_proj = fuse_rows(wl.backend(), parts, &why);
+  }
+  if (!said.exchange(true)) {
+    if (a.in_proj.defined() && a.in_proj.numel() > 0) {
+      MX_LOG(kInfo) << "MLA input projections: one fused GEMM " << a.in_proj.describe()
+                    << " per layer (q_a | kv_a | indexer wk | weights_proj)";
+    } else {
+      MX_LOG(kInfo) << "MLA input projections: separate GEMMs (" << why << ")";
+    }
+  }
   return a;
 }
 
@@ -99,28 +197,55 @@ void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const 
                "MLA: cfg.n_heads " << NH << " is not the head count of q_b " << q_b.describe() << " / kv_b "
                                    << kv_b.describe());
   const DType act = be.activation_dtype();
-  Tensor q_resid = be.alloc(act, {T, d.q_lora_rank});
-  be.linear(x, q_a, nullptr, q_resid);
+  const int64_t QR = d.q_lora_rank, CW = d.cache_width();
+  const bool fused = in_proj.defined() && in_proj.numel() > 0;
+  Tensor y;  // fused: x_norm x in_proj^T [T, QR + CW (+ D + NHi)]
+  if (fused) {
+    y = be.alloc(act, {T, in_proj.dim(0)});
+    be.linear(x, in_proj, nullptr, y);
+  }
+  Tensor q_resid;
+  if (fused) {
+    q_resid = columns(be, ops, y, 0, QR);
+  } else {
+    q_resid = be.alloc(act, {T, QR});
+    be.linear(x, q_a, nullptr, q_resid);
+  }
   be.rmsnorm(q_resid, q_a_norm, kLoraNormEps, q_resid);
   Tensor q = be.alloc(act, {T, NH * d.qk_head_dim()});
   be.linear(q_resid, q_b, nullptr, q);
   ops.rope_interleaved(q, positions, rope_params(cfg, NH, d.qk_head_dim(), d.qk_nope_dim));
 
-  Tensor kv = be.alloc(act, {T, d.cache_width()});
-  be.linear(x, kv_a, nullptr, kv);
-  Tensor latent = be.alloc(act, {T, d.kv_lora_rank});
-  ops.copy_columns(kv, 0, d.kv_lora_rank, latent);
+  Tensor kv = y;
+  int64_t kv0 = QR;  // kv_a's first column in kv
+  if (!fused) {
+    kv = be.alloc(act, {T, CW});
+    be.linear(x, kv_a, nullptr, kv);
+    kv0 = 0;
+  }
+  Tensor latent = columns(be, ops, kv, kv0, kv0 + d.kv_lora_rank);
   be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
-  Tensor k_rope = be.alloc(act, {T, d.qk_rope_dim});
-  ops.copy_columns(kv, d.kv_lora_rank, d.cache_width(), k_rope);
+  Tensor k_rope = columns(be, ops, kv, kv0 + d.kv_lora_rank, kv0 + CW);
   ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
   ops.cache_write(latent, meta, latent_cache, 0);
   ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
 
   if (indexer) {
     MX_CHECK_MSG(index_key_cache != nullptr, "MLA: a full indexer layer needs its indexer-key cache");
-    if (reuse_topk) indexer->write_keys(be, ops, cfg, x, positions, meta, *index_key_cache);
-    else indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+    if (fused) {
+      const int64_t D = d.index_head_dim, k0 = QR + CW;
+      Tensor k = columns(be, ops, y, k0, k0 + D);
+      if (reuse_topk) {
+        indexer->write_projected_keys(ops, cfg, k, positions, meta, *index_key_cache);
+      } else {
+        const Tensor w = columns(be, ops, y, k0 + D, k0 + D + d.index_n_heads);
+        indexer->forward_projected(be, ops, cfg, k, w, q_resid, positions, meta, *index_key_cache, topk);
+      }
+    } else if (reuse_topk) {
+      indexer->write_keys(be, ops, cfg, x, positions, meta, *index_key_cache);
+    } else {
+      indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+    }
   }
   kernels::MlaParams mp;
   mp.n_heads = static_cast<int32_t>(NH);
