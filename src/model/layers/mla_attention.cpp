@@ -2,13 +2,12 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/check.h"
 #include "core/logging.h"
 #include "model/layers/decision_sites.h"
+#include "model/layers/fused_weights.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -31,49 +30,11 @@ kernels::InterleavedRopeParams rope_params(const ModelConfig& cfg, int64_t n_hea
 // Columns [begin, end) of y [T, N] as a [T, end - begin] tensor: a view of y's storage at one row with
 // 16-byte aligned offsets (decode at batch 1: no copy), else a copy.
 Tensor columns(backend::Backend& be, backend::MlaDsaOps& ops, const Tensor& y, int64_t begin, int64_t end) {
-  if (y.dim(0) == 1 && begin % 8 == 0 && y.is_contiguous())
-    return y.reshape({y.dim(1)}).slice_rows(begin, end).reshape({1, end - begin});
+  Tensor v = row_columns_view(y, begin, end);
+  if (v.defined() && v.numel() > 0) return v;
   Tensor out = be.alloc(y.dtype(), {y.dim(0), end - begin});
   ops.copy_columns(y, begin, end, out);
   return out;
-}
-
-bool fused_proj_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MXSERVE_FUSED_MLA_PROJ");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
-// Concatenates parts' rows into one bf16 weight on the backend and makes each part a row view of it. Returns
-// the fused weight, or undefined (parts untouched) where a part is not a bf16 [n, K] matrix with one K.
-Tensor fuse_rows(backend::Backend& be, const std::vector<Tensor*>& parts, std::string* why) {
-  const int64_t K = parts[0]->ndim() == 2 ? parts[0]->dim(1) : -1;
-  int64_t N = 0;
-  for (const Tensor* t : parts) {
-    if (t->dtype() != DType::kBF16 || t->ndim() != 2 || t->dim(1) != K || !t->is_contiguous()) {
-      *why = "weight " + t->describe() + " is not a contiguous bf16 [n, " + std::to_string(K) + "] matrix";
-      return Tensor();
-    }
-    N += t->dim(0);
-  }
-  Tensor host = Tensor::empty(DType::kF32, {N, K});
-  int64_t row = 0;
-  for (const Tensor* t : parts) {
-    const Tensor h = be.to_host(*t);  // f32, exact for bf16
-    std::memcpy(host.data<float>() + row * K, h.raw(), sizeof(float) * t->numel());
-    row += t->dim(0);
-  }
-  Tensor fused = be.alloc(DType::kBF16, {N, K});
-  be.copy_weight(host, fused);  // f32 -> bf16: exact (the values were bf16)
-  row = 0;
-  for (Tensor* t : parts) {
-    const int64_t n = t->dim(0);
-    *t = fused.slice_rows(row, row + n);
-    row += n;
-  }
-  return fused;
 }
 
 }  // namespace
@@ -170,8 +131,8 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
   // One GEMM for every projection of x_norm (decode: four skinny GEMMs -> one). All replicated, so no tp
   // slicing; bf16 weights only (an FP8 / f32 checkpoint keeps the four GEMMs). Said once per process.
   static std::atomic<bool> said{false};
-  std::string why = "MXSERVE_FUSED_MLA_PROJ=0";
-  if (fused_proj_enabled()) {
+  std::string why = "MXSERVE_FUSED_PROJ=0";
+  if (fused_projections_enabled()) {
     std::vector<Tensor*> parts{&a.q_a, &a.kv_a};
     if (a.indexer) parts.insert(parts.end(), {&a.indexer->wk, &a.indexer->weights_proj});
     a.in_proj = fuse_rows(wl.backend(), parts, &why);

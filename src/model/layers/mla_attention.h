@@ -58,7 +58,7 @@ struct MlaAttention {
   std::optional<DsaIndexer> indexer;  // "full" layers only
   // The projections of x_norm as one GEMM (bf16 weights only; else undefined: four GEMMs): rows
   // [q_a | kv_a | indexer wk | indexer weights_proj] (the indexer's on full layers); q_a, kv_a, wk and
-  // weights_proj are then row views of it (no second copy). Built once by load; MXSERVE_FUSED_MLA_PROJ=0: off.
+  // weights_proj are then row views of it (no second copy). Built once by load; MXSERVE_FUSED_PROJ=0: off.
   Tensor in_proj;  // [q_lora_rank + kv_lora_rank + rope (+ index_head_dim + index_n_heads), H]
 
   // full_indexer: the layer has its own indexer (its tensors must be in the checkpoint). cfg: the model's
