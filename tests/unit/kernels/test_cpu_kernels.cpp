@@ -120,7 +120,7 @@ TEST(RmsNorm, MatchesDefinition) {
 TEST(AddRmsNorm, BitwiseEqualsAddThenRmsNorm) {
   std::mt19937 rng(36);
   std::normal_distribution<float> nd(0.f, 2.f);
-  for (const auto [R, C, alias] : {std::tuple{1, 6144, false}, std::tuple{3, 7, true}, std::tuple{37, 256, false},
+  for (const auto& [R, C, alias] : {std::tuple{1, 6144, false}, std::tuple{3, 7, true}, std::tuple{37, 256, false},
                                    std::tuple{20, 64, true}}) {
     std::vector<float> x(R * C), res(R * C), w(C);
     for (float& v : x) v = nd(rng);
