@@ -200,7 +200,7 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
     Tensor mask = g.mask;
     be_.write_from_host(mask, 0, Tensor::view_of(host_mask_.data(), DType::kI64, {cap}));
   }
-  if (g.cascade.numel() > 0) {  // this replay's prefix groups (q = 1: row s is sequence s; none that fit: every
+  if (g.cascade.ndim() == 1 && g.cascade.numel() > 0) {  // this replay's prefix groups (q = 1: row s is sequence s; none that fit: every
                                 // row's whole context through the per-warp kernel)
     const kernels::CascadeShape& cs = g.cascade_shape;
     const int64_t bs = layout_.block_size;
