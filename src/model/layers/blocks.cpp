@@ -29,6 +29,7 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
     a.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {cfg.head_dim}));
   }
   // One QKV GEMM for decode rows (this rank's heads: the parts are already tp slices). Said once per process.
+  if (wl.is_recording()) return a;  // the weight table only: nothing allocated
   static std::atomic<bool> said{false};
   std::string why = "MXSERVE_FUSED_PROJ=0";
   if (fused_projections_enabled()) {

@@ -13,13 +13,15 @@ Tensor fuse_rows(backend::Backend& be, const std::vector<Tensor*>& parts, std::s
     return Tensor();
   }
   const int rank = parts[0]->ndim();
+  const DType dt = parts[0]->dtype();
+  const bool dtype_ok = dt == DType::kBF16 || (dt == DType::kF32 && fused_projections_forced());
   const int64_t K = rank == 2 ? parts[0]->dim(1) : 1;
   int64_t N = 0;
   for (const Tensor* t : parts) {
-    if (t->dtype() != DType::kBF16 || t->ndim() != rank || (rank != 1 && rank != 2) || (rank == 2 && t->dim(1) != K) ||
+    if (!dtype_ok || t->dtype() != dt || t->ndim() != rank || (rank != 1 && rank != 2) || (rank == 2 && t->dim(1) != K) ||
         !t->is_contiguous()) {
-      *why = "weight " + t->describe() + " is not a contiguous bf16 tensor like " + parts[0]->describe() +
-             " (fusing needs bf16 weights of one width)";
+      *why = "weight " + t->describe() + " does not fuse with " + parts[0]->describe() +
+             " (contiguous bf16 weights of one width only; f32 with MXSERVE_FUSED_PROJ=force)";
       return Tensor();
     }
     N += t->dim(0);
@@ -31,7 +33,7 @@ Tensor fuse_rows(backend::Backend& be, const std::vector<Tensor*>& parts, std::s
     std::memcpy(host.data<float>() + row * K, h.raw(), sizeof(float) * t->numel());
     row += t->dim(0);
   }
-  Tensor fused = be.alloc(DType::kBF16, host.shape());
+  Tensor fused = be.alloc(dt, host.shape());
   be.copy_weight(host, fused);  // f32 -> bf16: exact (the values were bf16)
   row = 0;
   for (Tensor* t : parts) {
@@ -48,6 +50,14 @@ bool fused_projections_enabled() {
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
+}
+
+bool fused_projections_forced() {
+  static const bool force = [] {
+    const char* v = std::getenv("MXSERVE_FUSED_PROJ");
+    return v != nullptr && std::strcmp(v, "force") == 0;
+  }();
+  return force;
 }
 
 Tensor row_columns_view(const Tensor& y, int64_t begin, int64_t end) {

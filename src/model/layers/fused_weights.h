@@ -12,12 +12,16 @@
 namespace mxserve::model {
 
 // Concatenates parts along dim 0 into one new backend tensor and makes each part a row view of it. All parts
-// must be contiguous bf16 tensors with the same rank (1 or 2) and, for matrices, the same column count;
-// else returns an undefined Tensor, leaves the parts untouched and says why in *why.
+// must be contiguous bf16 tensors (f32 too under MXSERVE_FUSED_PROJ=force) with the same rank (1 or 2) and,
+// for matrices, the same column count; else returns an undefined Tensor, leaves the parts untouched and says
+// why in *why.
 Tensor fuse_rows(backend::Backend& be, const std::vector<Tensor*>& parts, std::string* why);
 
-// The switch MXSERVE_FUSED_PROJ=0 (default on): load keeps every projection its own GEMM.
+// The switch MXSERVE_FUSED_PROJ: unset / 1 fuses bf16 weights (the CUDA backend), 0 keeps every projection
+// its own GEMM, force also fuses f32 weights (the CPU backend: a test of the fused path against the fixtures;
+// not the CPU default, which stays the unfused oracle).
 bool fused_projections_enabled();
+bool fused_projections_forced();  // MXSERVE_FUSED_PROJ=force
 
 // Columns [begin, end) of y [T, N] where T == 1 and begin % 8 == 0 (16-byte aligned bf16): a view of y's
 // storage, [1, end - begin]. Else an undefined Tensor (the caller copies or runs the unfused GEMMs).

@@ -130,6 +130,7 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
   if (full_indexer) a.indexer = DsaIndexer::load(wl, p + "indexer.", cfg);
   // One GEMM for every projection of x_norm (decode: four skinny GEMMs -> one). All replicated, so no tp
   // slicing; bf16 weights only (an FP8 / f32 checkpoint keeps the four GEMMs). Said once per process.
+  if (wl.is_recording()) return a;  // the weight table only: nothing allocated
   static std::atomic<bool> said{false};
   std::string why = "MXSERVE_FUSED_PROJ=0";
   if (fused_projections_enabled()) {
