@@ -98,9 +98,7 @@ void DsaIndexer::write_projected_keys(backend::MlaDsaOps& ops, const ModelConfig
                                       const Tensor& positions, const backend::AttentionMeta& meta,
                                       Tensor& key_cache) const {
   const int64_t D = glm_moe_dsa_config(cfg).index_head_dim;
-  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
-  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
-  ops.cache_write(k, meta, key_cache, 0);
+  ops.norm_rope_cache_write(k, k_norm, k_bias, kIndexerNormEps, positions, rope_params(cfg, 1, D, 0), meta, key_cache);
 }
 
 void DsaIndexer::write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
@@ -108,9 +106,7 @@ void DsaIndexer::write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const
   const int64_t T = x.dim(0), D = glm_moe_dsa_config(cfg).index_head_dim;
   Tensor k = be.alloc(be.activation_dtype(), {T, D});
   be.linear(x, wk, nullptr, k);
-  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
-  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
-  ops.cache_write(k, meta, key_cache, 0);
+  ops.norm_rope_cache_write(k, k_norm, k_bias, kIndexerNormEps, positions, rope_params(cfg, 1, D, 0), meta, key_cache);
 }
 
 MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg, bool full_indexer) {
