@@ -95,13 +95,38 @@ void CudaMlaDsaOps::rope_interleaved(Tensor& x, const Tensor& positions, const k
   kc::rope_interleaved_bf16(x.raw(), positions.data<int32_t>(), positions.numel(), p, mla_stream_);
 }
 
-void CudaMlaDsaOps::norm_rope_cache_write(Tensor& k, const Tensor& w, const Tensor& b, float eps,
-                                          const Tensor& positions, const kernels::InterleavedRopeParams& p,
-                                          const AttentionMeta& meta, Tensor& cache) {
-  static const bool fused = [] {
+namespace {
+bool fused_key_write() {
+  static const bool on = [] {
     const char* v = std::getenv("MXSERVE_FUSED_KEY_WRITE");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
+  return on;
+}
+}  // namespace
+
+bool CudaMlaDsaOps::try_latent_cache_write(const Tensor& kv, int64_t col0, const Tensor& norm_w, float eps,
+                                           const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                           const AttentionMeta& meta, Tensor& cache) {
+  const int64_t T = positions.numel(), L = norm_w.numel(), R = p.head_stride;
+  const int64_t N = T > 0 && kv.ndim() == 2 ? kv.dim(1) : 0;
+  const bool fits = fused_key_write() && cache.dtype() == DType::kBF16 && kv.dtype() == DType::kBF16 &&
+                    kv.is_contiguous() && norm_w.dtype() == DType::kBF16 && positions.dtype() == DType::kI32 &&
+                    meta.slot_mapping.dtype() == DType::kI32 && meta.slot_mapping.numel() == T && T > 0 &&
+                    kv.dim(0) == T && col0 >= 0 && col0 % 8 == 0 && N % 8 == 0 && col0 + L + R <= N &&
+                    L % 8 == 0 && L <= kc::latent_cache_write_max_latent() && cache.ndim() == 2 &&
+                    cache.dim(1) == L + R && p.n_heads == 1 && p.rot_offset == 0 && p.rotary_dim == R && R % 2 == 0 &&
+                    R / 2 <= 256;
+  if (!fits) return false;
+  kc::latent_cache_write_bf16(kv.raw(), N, col0, norm_w.raw(), L, eps, positions.data<int32_t>(), p,
+                              meta.slot_mapping.data<int32_t>(), cache.raw(), T, mla_stream_);
+  return true;
+}
+
+void CudaMlaDsaOps::norm_rope_cache_write(Tensor& k, const Tensor& w, const Tensor& b, float eps,
+                                          const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                          const AttentionMeta& meta, Tensor& cache) {
+  const bool fused = fused_key_write();
   const int64_t T = positions.numel(), C = w.numel();
   const bool fits = fused && cache.dtype() == DType::kBF16 && k.dtype() == DType::kBF16 &&
                     w.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 && positions.dtype() == DType::kI32 &&

@@ -35,6 +35,17 @@ class MlaDsaOps {
     rope_interleaved(k, positions, p);
     cache_write(k, meta, cache, 0);
   }
+  // The MLA cache row from kv_a's output in one pass, where the backend has it: kv [T, N] holds [latent | k_rope]
+  // at columns [col0, col0 + L + R); cache row [0, L) = rmsnorm(latent) * norm_w (L = norm_w.numel()),
+  // [L, L + R) = rope(k_rope) (p: one head, head_stride R). kv is not modified. Returns false, having done
+  // nothing, where the backend does not fuse this case (the default): the caller runs rmsnorm, rope and
+  // cache_write itself (the reference).
+  virtual bool try_latent_cache_write(const Tensor& kv, int64_t col0, const Tensor& norm_w, float eps,
+                                      const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                      const AttentionMeta& meta, Tensor& cache) {
+    (void)kv, (void)col0, (void)norm_w, (void)eps, (void)positions, (void)p, (void)meta, (void)cache;
+    return false;
+  }
   virtual void indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache,
                             const AttentionMeta& meta, const kernels::IndexerParams& p, Tensor& topk) = 0;
   // Absorbed MLA attention: q [T, n_heads * (nope + rope)] (roped), latent_cache [n_slots, kv_lora + rope],

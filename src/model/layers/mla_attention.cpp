@@ -181,21 +181,25 @@ void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const 
     be.linear(x, kv_a, nullptr, kv);
     kv0 = 0;
   }
-  Tensor latent = columns(be, ops, kv, kv0, kv0 + d.kv_lora_rank);
-  be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
-  Tensor k_rope = columns(be, ops, kv, kv0 + d.kv_lora_rank, kv0 + CW);
-  ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
-  // One row [latent | k_rope] written at once where both are views of one kv row (one token: views, not
-  // copies) and the cache holds them as they are (bf16 / f32; a packed FP8 row quantizes the latent alone).
-  const Tensor kv_row = latent_cache.dtype() != DType::kU8 ? row_columns_view(kv, kv0, kv0 + CW) : Tensor();
-  const bool one_write =
-      kv_row.defined() && kv_row.numel() > 0 && latent.raw() == kv_row.raw() &&
-      k_rope.raw() == static_cast<const char*>(kv_row.raw()) + d.kv_lora_rank * (kv_row.nbytes() / kv_row.numel());
-  if (one_write) {
-    ops.cache_write(kv_row, meta, latent_cache, 0);
-  } else {
-    ops.cache_write(latent, meta, latent_cache, 0);
-    ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
+  // The cache row [rmsnorm(latent) | rope(k_rope)] in one kernel where the backend fuses it (CUDA, bf16 cache).
+  if (!ops.try_latent_cache_write(kv, kv0, kv_a_norm, kLoraNormEps, positions, rope_params(cfg, 1, d.qk_rope_dim, 0),
+                                  meta, latent_cache)) {
+    Tensor latent = columns(be, ops, kv, kv0, kv0 + d.kv_lora_rank);
+    be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
+    Tensor k_rope = columns(be, ops, kv, kv0 + d.kv_lora_rank, kv0 + CW);
+    ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
+    // One row [latent | k_rope] written at once where both are views of one kv row (one token: views, not
+    // copies) and the cache holds them as they are (bf16 / f32; a packed FP8 row quantizes the latent alone).
+    const Tensor kv_row = latent_cache.dtype() != DType::kU8 ? row_columns_view(kv, kv0, kv0 + CW) : Tensor();
+    const bool one_write =
+        kv_row.defined() && kv_row.numel() > 0 && latent.raw() == kv_row.raw() &&
+        k_rope.raw() == static_cast<const char*>(kv_row.raw()) + d.kv_lora_rank * (kv_row.nbytes() / kv_row.numel());
+    if (one_write) {
+      ops.cache_write(kv_row, meta, latent_cache, 0);
+    } else {
+      ops.cache_write(latent, meta, latent_cache, 0);
+      ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
+    }
   }
 
   if (indexer) {
