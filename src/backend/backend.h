@@ -162,6 +162,13 @@ class Backend {
   virtual void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) = 0;  // [T,nh,hd] in place
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;                          // [T,2I] -> [T,I]
   virtual void add(Tensor& x, const Tensor& y) = 0;                                       // x += y
+  // residual += x; out = rmsnorm(residual) * w (rows of w.numel()): the tp == 1 seam between a layer's halves.
+  // Bit for bit add then rmsnorm (the residual rounded to its dtype first); out may alias x, not residual.
+  // The default is those two ops; a backend overrides it with one fused kernel.
+  virtual void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) {
+    add(residual, x);
+    rmsnorm(residual, w, eps, out);
+  }
   virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
                         Tensor& v_cache) = 0;
   // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in every tensor of `caches`

@@ -120,6 +120,13 @@ class CpuBackend final : public Backend, public MlaDsaOps {
     const float* b = f32(y);
     for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
   }
+  void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override {
+    const int64_t cols = w.numel();
+    MX_CHECK_MSG(x.numel() == residual.numel() && out.numel() == x.numel() && cols > 0 && x.numel() % cols == 0,
+                 "cpu add_rmsnorm: x " << x.describe() << ", residual " << residual.describe() << ", w "
+                                       << w.describe() << ", out " << out.describe());
+    k::add_rmsnorm_f32(f32(x), f32(residual), f32(w), f32(out), x.numel() / cols, cols, eps);
+  }
   void write_from_host(Tensor& dst, int64_t offset, const Tensor& host) override {
     MX_CHECK_MSG(host.dtype() == dst.dtype() && host.is_contiguous() && dst.is_contiguous() && offset >= 0 &&
                      offset + host.numel() <= dst.numel(),

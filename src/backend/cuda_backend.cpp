@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/common/caching_allocator.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/add_rmsnorm.h"
 #include "kernels/cuda/attention/cascade_attention.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
@@ -354,6 +356,30 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     MX_CHECK_EQ(x.numel() % cols, 0);
     MX_CHECK_EQ(out.numel(), x.numel());
     kc::rmsnorm_bf16(x.raw(), w.raw(), out.raw(), x.numel() / cols, cols, eps, stream_);
+  }
+
+  // One kernel (kernels/cuda/add_rmsnorm.h), bit for bit add then rmsnorm; MXSERVE_FUSED_ADD_NORM=0 runs the two.
+  void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override {
+    static const bool fused = [] {
+      const char* v = std::getenv("MXSERVE_FUSED_ADD_NORM");
+      const bool on = v == nullptr || std::strcmp(v, "0") != 0;
+      if (!on) {
+        MX_LOG(kWarn) << "MXSERVE_FUSED_ADD_NORM=0: residual add and RMSNorm run as two kernels (one more launch "
+                         "and one more pass over the residual per layer half); unset it for the fused kernel";
+      }
+      return on;
+    }();
+    if (!fused) return Backend::add_rmsnorm(x, residual, w, eps, out);
+    expect(x, DType::kBF16, "add_rmsnorm", "x");
+    expect(residual, DType::kBF16, "add_rmsnorm", "residual");
+    expect(w, DType::kBF16, "add_rmsnorm", "w");
+    expect(out, DType::kBF16, "add_rmsnorm", "out");
+    const int64_t cols = w.numel();
+    MX_CHECK_MSG(cols > 0 && x.numel() % cols == 0 && residual.numel() == x.numel() && out.numel() == x.numel() &&
+                     residual.raw() != out.raw(),
+                 "cuda add_rmsnorm: x " << x.describe() << ", residual " << residual.describe() << ", w "
+                                        << w.describe() << ", out " << out.describe());
+    kc::add_rmsnorm_bf16(x.raw(), residual.raw(), w.raw(), out.raw(), x.numel() / cols, cols, eps, stream_);
   }
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {

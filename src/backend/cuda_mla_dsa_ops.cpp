@@ -6,6 +6,8 @@
 #include "backend/cuda_mla_dsa_ops.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "core/check.h"
 #include "kernels/attention_tuning.h"
 #include "kernels/cuda/attention/mla_dsa.h"
+#include "kernels/cuda/attention/mla_key_write.h"
 #include "kernels/mla_fp8.h"
 #include "core/logging.h"  // MX_WARN_ONCE (the FP8 kernel choice)
 
@@ -90,6 +93,50 @@ void CudaMlaDsaOps::rope_interleaved(Tensor& x, const Tensor& positions, const k
                                            << " heads x " << p.head_stride << ", rotary dims [" << p.rot_offset
                                            << ", +" << p.rotary_dim << ")");
   kc::rope_interleaved_bf16(x.raw(), positions.data<int32_t>(), positions.numel(), p, mla_stream_);
+}
+
+namespace {
+bool fused_key_write() {
+  static const bool on = [] {
+    const char* v = std::getenv("MXSERVE_FUSED_KEY_WRITE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+bool CudaMlaDsaOps::try_latent_cache_write(const Tensor& kv, int64_t col0, const Tensor& norm_w, float eps,
+                                           const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                           const AttentionMeta& meta, Tensor& cache) {
+  const int64_t T = positions.numel(), L = norm_w.numel(), R = p.head_stride;
+  const int64_t N = T > 0 && kv.ndim() == 2 ? kv.dim(1) : 0;
+  const bool fits = fused_key_write() && cache.dtype() == DType::kBF16 && kv.dtype() == DType::kBF16 &&
+                    kv.is_contiguous() && norm_w.dtype() == DType::kBF16 && positions.dtype() == DType::kI32 &&
+                    meta.slot_mapping.dtype() == DType::kI32 && meta.slot_mapping.numel() == T && T > 0 &&
+                    kv.dim(0) == T && col0 >= 0 && col0 % 8 == 0 && N % 8 == 0 && col0 + L + R <= N &&
+                    L % 8 == 0 && L <= kc::latent_cache_write_max_latent() && cache.ndim() == 2 &&
+                    cache.dim(1) == L + R && p.n_heads == 1 && p.rot_offset == 0 && p.rotary_dim == R && R % 2 == 0 &&
+                    R / 2 <= 256;
+  if (!fits) return false;
+  kc::latent_cache_write_bf16(kv.raw(), N, col0, norm_w.raw(), L, eps, positions.data<int32_t>(), p,
+                              meta.slot_mapping.data<int32_t>(), cache.raw(), T, mla_stream_);
+  return true;
+}
+
+void CudaMlaDsaOps::norm_rope_cache_write(Tensor& k, const Tensor& w, const Tensor& b, float eps,
+                                          const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                          const AttentionMeta& meta, Tensor& cache) {
+  const bool fused = fused_key_write();
+  const int64_t T = positions.numel(), C = w.numel();
+  const bool fits = fused && cache.dtype() == DType::kBF16 && k.dtype() == DType::kBF16 &&
+                    w.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 && positions.dtype() == DType::kI32 &&
+                    meta.slot_mapping.dtype() == DType::kI32 && meta.slot_mapping.numel() == T &&
+                    k.numel() == T * C && b.numel() == C && cache.ndim() == 2 && cache.dim(1) == C && p.n_heads == 1 &&
+                    p.head_stride == C && p.rot_offset % 2 == 0 && p.rotary_dim % 2 == 0 && p.rot_offset >= 0 &&
+                    p.rot_offset + p.rotary_dim <= C;
+  if (!fits) return MlaDsaOps::norm_rope_cache_write(k, w, b, eps, positions, p, meta, cache);
+  kc::norm_rope_cache_write_bf16(k.raw(), w.raw(), b.raw(), eps, positions.data<int32_t>(), p,
+                                 meta.slot_mapping.data<int32_t>(), cache.raw(), T, C, mla_stream_);
 }
 
 void CudaMlaDsaOps::copy_columns(const Tensor& x, int64_t begin, int64_t end, Tensor& out) {

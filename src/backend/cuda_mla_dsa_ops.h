@@ -17,6 +17,14 @@ class CudaMlaDsaOps : public MlaDsaOps {
   void rope_interleaved(Tensor& x, const Tensor& positions, const kernels::InterleavedRopeParams& p) override;
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, Tensor& out) override;
   void cache_write(const Tensor& rows, const AttentionMeta& meta, Tensor& cache, int64_t col_offset) override;
+  // One kernel for a bf16 key cache (kernels/cuda/attention/mla_key_write.h); else the three ops.
+  void norm_rope_cache_write(Tensor& k, const Tensor& w, const Tensor& b, float eps, const Tensor& positions,
+                             const kernels::InterleavedRopeParams& p, const AttentionMeta& meta,
+                             Tensor& cache) override;
+  // One kernel on a bf16 latent cache (kernels/cuda/attention/mla_key_write.h); else false.
+  bool try_latent_cache_write(const Tensor& kv, int64_t col0, const Tensor& norm_w, float eps, const Tensor& positions,
+                              const kernels::InterleavedRopeParams& p, const AttentionMeta& meta,
+                              Tensor& cache) override;
   void indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache, const AttentionMeta& meta,
                     const kernels::IndexerParams& p, Tensor& topk) override;
   void mla_attention(const Tensor& q, const Tensor& latent_cache, const Tensor& kv_b, const Tensor* topk,

@@ -25,6 +25,27 @@ class MlaDsaOps {
   virtual void cache_write(const Tensor& rows, const AttentionMeta& meta, Tensor& cache, int64_t col_offset) = 0;
   // DSA indexer: q [T, n_heads * head_dim] (roped), weights [T, n_heads], key_cache [n_slots, head_dim]
   // -> topk i32 [T, p.top_k]: the selected KV indices, ascending, -1 padded.
+  // The DSA indexer key: k [T, C] = rope(layernorm(k) * w + b) in place (one head, head_stride C), written to
+  // columns [0, C) of cache [n_slots, C] at meta.slot_mapping. Bit for bit the three ops above, which are the
+  // default; a backend may fuse them into one pass.
+  virtual void norm_rope_cache_write(Tensor& k, const Tensor& w, const Tensor& b, float eps, const Tensor& positions,
+                                     const kernels::InterleavedRopeParams& p, const AttentionMeta& meta,
+                                     Tensor& cache) {
+    layernorm(k, w, b, eps, k);
+    rope_interleaved(k, positions, p);
+    cache_write(k, meta, cache, 0);
+  }
+  // The MLA cache row from kv_a's output in one pass, where the backend has it: kv [T, N] holds [latent | k_rope]
+  // at columns [col0, col0 + L + R); cache row [0, L) = rmsnorm(latent) * norm_w (L = norm_w.numel()),
+  // [L, L + R) = rope(k_rope) (p: one head, head_stride R). kv is not modified. Returns false, having done
+  // nothing, where the backend does not fuse this case (the default): the caller runs rmsnorm, rope and
+  // cache_write itself (the reference).
+  virtual bool try_latent_cache_write(const Tensor& kv, int64_t col0, const Tensor& norm_w, float eps,
+                                      const Tensor& positions, const kernels::InterleavedRopeParams& p,
+                                      const AttentionMeta& meta, Tensor& cache) {
+    (void)kv, (void)col0, (void)norm_w, (void)eps, (void)positions, (void)p, (void)meta, (void)cache;
+    return false;
+  }
   virtual void indexer_topk(const Tensor& q, const Tensor& weights, const Tensor& key_cache,
                             const AttentionMeta& meta, const kernels::IndexerParams& p, Tensor& topk) = 0;
   // Absorbed MLA attention: q [T, n_heads * (nope + rope)] (roped), latent_cache [n_slots, kv_lora + rope],

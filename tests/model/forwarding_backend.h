@@ -38,6 +38,9 @@ class ForwardingBackend : public backend::Backend {
   void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) override { inner_->rope(x, positions, p); }
   void silu_mul(const Tensor& gate_up, Tensor& out) override { inner_->silu_mul(gate_up, out); }
   void add(Tensor& x, const Tensor& y) override { inner_->add(x, y); }
+  void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override {
+    inner_->add_rmsnorm(x, residual, w, eps, out);
+  }
   void kv_write(const Tensor& k, const Tensor& v, const backend::AttentionMeta& meta, Tensor& k_cache,
                 Tensor& v_cache) override {
     inner_->kv_write(k, v, meta, k_cache, v_cache);

@@ -263,6 +263,127 @@ TEST_F(CudaMlaDsa, CopyColumnsAndCacheWriteExact) {
   expect_exact(host(gcache), ccache, "cache_write at column offsets 0 and L");
 }
 
+// The indexer key's LayerNorm + RoPE + cache write in one kernel (kernels/cuda/attention/mla_key_write.cu) against
+// the three CUDA ops it replaces (MlaDsaOps' default: bit for bit by construction, checked here as at most one
+// bf16 ulp with the count of exact elements printed, in case the compiler contracts the rope's products
+// differently) and the CPU reference; slots straddling KV blocks, k written in place too.
+TEST_F(CudaMlaDsa, NormRopeCacheWriteFused) {
+  struct Case {
+    int64_t cols;
+    int offset, rotary;
+    float theta;
+    const char* what;
+  };
+  const std::vector<Case> cases = {{128, 0, 64, 8e6f, "GLM-5.2 indexer key (128, rope 64)"},
+                                   {16, 0, 8, 1e4f, "fixture-sized key (16, rope 8)"},
+                                   {64, 32, 32, 1e4f, "rope after an offset"}};
+  const int64_t bs = 16;
+  for (const Case& c : cases) {
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = make_batch({{1, 1}, {5, 37}, {16, 16}, {3, 33}}, {}, bs, &n_blocks);
+    const int64_t T = batch.n_tokens(), C = c.cols;
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(1, C)).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, C)).value();
+    Tensor pos = Tensor::empty(DType::kI32, {T});
+    for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = t < 5 ? static_cast<int32_t>(t) : rng_() % 200000;
+    Tensor k = rand({T, C}, 2.f, 1.5f), w = rand({C}), b = rand({C}, 0.5f), cache = rand({n_blocks * bs, C});
+    const kernels::InterleavedRopeParams p{1, static_cast<int32_t>(C), c.offset, c.rotary, c.theta};
+    Tensor ck = cpu(k), ccache = cpu(cache);
+    cops_->norm_rope_cache_write(ck, cpu(w), cpu(b), 1e-6f, cpu(pos), p, cmeta, ccache);
+    Tensor gw = gpu_bf16(w), gb = gpu_bf16(b), gpos = gpu_->upload(pos);
+    Tensor gk1 = gpu_bf16(k), gcache1 = gpu_bf16(cache);
+    gops_->norm_rope_cache_write(gk1, gw, gb, 1e-6f, gpos, p, gmeta, gcache1);  // fused
+    Tensor gk3 = gpu_bf16(k), gcache3 = gpu_bf16(cache);
+    gops_->MlaDsaOps::norm_rope_cache_write(gk3, gw, gb, 1e-6f, gpos, p, gmeta, gcache3);  // the three ops
+    const Tensor h1 = host(gcache1), h3 = host(gcache3), hk1 = host(gk1), hk3 = host(gk3);
+    int64_t exact = 0, worst_ulp = 0;
+    auto bf16_bits = [](float f) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      return static_cast<int64_t>(u >> 16);
+    };
+    for (const auto& [a, r] : {std::pair{&h1, &h3}, std::pair{&hk1, &hk3}}) {
+      for (int64_t i = 0; i < a->numel(); ++i) {
+        const float x = a->data<float>()[i], y = r->data<float>()[i];
+        const int64_t d = std::abs(bf16_bits(x) - bf16_bits(y));
+        if (x == y) ++exact;
+        else worst_ulp = std::max<int64_t>(worst_ulp, (x < 0) == (y < 0) ? d : 1 << 20);
+      }
+    }
+    std::printf("[ fused    ] %-48s %lld of %lld elements exact vs the three ops, worst %lld ulp\n", c.what,
+                static_cast<long long>(exact), static_cast<long long>(h1.numel() + hk1.numel()),
+                static_cast<long long>(worst_ulp));
+    EXPECT_LE(worst_ulp, 1) << c.what;
+    EXPECT_CLOSE(h1, ccache, kTolBf16Out, c.what);
+    EXPECT_CLOSE(hk1, ck, kTolBf16Out, (std::string(c.what) + ", k in place").c_str());
+  }
+}
+
+// The MLA cache row [rmsnorm(latent) | rope(k_rope)] from kv_a's output in one kernel (try_latent_cache_write,
+// mla_key_write.cu) against the CUDA ops it replaces (copy_columns, rmsnorm, rope, two cache writes: <= 1 bf16
+// ulp, the count of exact elements printed) and the CPU reference; kv as a column range of a wider GEMM output
+// (the fused input projection) and as kv_a's own output; slots straddling KV blocks.
+TEST_F(CudaMlaDsa, LatentCacheWriteFused) {
+  struct Case {
+    int64_t n_cols, col0, latent, rope;
+    float theta;
+    const char* what;
+  };
+  const std::vector<Case> cases = {{2784, 2048, 512, 64, 8e6f, "GLM-5.2 fused projection row"},
+                                   {576, 0, 512, 64, 8e6f, "GLM-5.2 kv_a output"},
+                                   {96, 48, 32, 8, 1e4f, "fixture a sized"},
+                                   {80, 32, 24, 16, 1e4f, "fixture b sized"}};
+  const int64_t bs = 16;
+  for (const Case& c : cases) {
+    int64_t n_blocks = 0;
+    model::ForwardBatch batch = make_batch({{1, 1}, {5, 37}, {16, 16}, {3, 33}}, {}, bs, &n_blocks);
+    const int64_t T = batch.n_tokens(), L = c.latent, R = c.rope, W = L + R;
+    auto cmeta = model::build_attention_meta(batch, *cpu_, bs, meta_shape(1, W)).value();
+    auto gmeta = model::build_attention_meta(batch, *gpu_, bs, meta_shape(1, W)).value();
+    Tensor pos = Tensor::empty(DType::kI32, {T});
+    for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = t < 5 ? static_cast<int32_t>(t) : rng_() % 200000;
+    Tensor kv = rand({T, c.n_cols}, 2.f), w = rand({L}), cache = rand({n_blocks * bs, W});
+    const kernels::InterleavedRopeParams p{1, static_cast<int32_t>(R), 0, static_cast<int32_t>(R), c.theta};
+    // CPU reference
+    Tensor ccache = cpu(cache), ckv = cpu(kv);
+    Tensor clat = cpu_->alloc(DType::kF32, {T, L}), crope = cpu_->alloc(DType::kF32, {T, R});
+    cops_->copy_columns(ckv, c.col0, c.col0 + L, clat);
+    cpu_->rmsnorm(clat, cpu(w), 1e-6f, clat);
+    cops_->copy_columns(ckv, c.col0 + L, c.col0 + W, crope);
+    cops_->rope_interleaved(crope, cpu(pos), p);
+    cops_->cache_write(clat, cmeta, ccache, 0);
+    cops_->cache_write(crope, cmeta, ccache, L);
+    // CUDA: the ops
+    Tensor gkv = gpu_bf16(kv), gw = gpu_bf16(w), gpos = gpu_->upload(pos);
+    Tensor gcache3 = gpu_bf16(cache), glat = poison({T, L}), grope = poison({T, R});
+    gops_->copy_columns(gkv, c.col0, c.col0 + L, glat);
+    gpu_->rmsnorm(glat, gw, 1e-6f, glat);
+    gops_->copy_columns(gkv, c.col0 + L, c.col0 + W, grope);
+    gops_->rope_interleaved(grope, gpos, p);
+    gops_->cache_write(glat, gmeta, gcache3, 0);
+    gops_->cache_write(grope, gmeta, gcache3, L);
+    // CUDA: fused
+    Tensor gcache1 = gpu_bf16(cache);
+    ASSERT_TRUE(gops_->try_latent_cache_write(gkv, c.col0, gw, 1e-6f, gpos, p, gmeta, gcache1)) << c.what;
+    const Tensor h1 = host(gcache1), h3 = host(gcache3);
+    int64_t exact = 0, worst_ulp = 0;
+    for (int64_t i = 0; i < h1.numel(); ++i) {
+      const float x = h1.data<float>()[i], y = h3.data<float>()[i];
+      uint32_t ux, uy;
+      std::memcpy(&ux, &x, 4);
+      std::memcpy(&uy, &y, 4);
+      if (x == y) ++exact;
+      else worst_ulp = std::max<int64_t>(worst_ulp, (x < 0) == (y < 0) ? std::abs(int64_t{ux >> 16} - int64_t{uy >> 16})
+                                                                        : int64_t{1} << 20);
+    }
+    std::printf("[ fused    ] %-48s %lld of %lld cache elements exact vs the ops, worst %lld ulp\n", c.what,
+                static_cast<long long>(exact), static_cast<long long>(h1.numel()), static_cast<long long>(worst_ulp));
+    EXPECT_LE(worst_ulp, 1) << c.what;
+    EXPECT_CLOSE(h1, ccache, kTolBf16Out, c.what);
+    expect_exact(host(gkv), gpu_->to_host(gpu_bf16(kv)), "kv not modified");
+  }
+}
+
 // ---- the DSA indexer ---------------------------------------------------------------------------------
 
 struct IndexerCase {

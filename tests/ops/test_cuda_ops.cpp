@@ -137,6 +137,37 @@ TEST_F(CudaOps, RmsNorm) {
   }
 }
 
+// Fused residual add + RMSNorm (kernels/cuda/add_rmsnorm.cu): bit for bit the CUDA add then rmsnorm (residual
+// and out), and within the bf16 output tolerance of the CPU reference; out aliasing x; the two-kernel
+// fallback beyond 8192 columns.
+TEST_F(CudaOps, AddRmsNorm) {
+  struct Case {
+    int64_t rows, cols;
+    bool out_is_x;
+  };
+  for (const Case& c : {Case{1, 6144, false}, Case{1, 5120, true}, Case{8, 6144, false}, Case{7, 4096, true},
+                        Case{33, 128, false}, Case{5, 32, false}, Case{3, 8192, false}, Case{2, 8200, true}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " cols " << c.cols << (c.out_is_x ? " out = x" : ""));
+    Tensor x = rand({c.rows, c.cols}, 3.f), res = rand({c.rows, c.cols}, 20.f), w = rand({c.cols});
+    // CPU reference
+    Tensor res_ref = cpu(res), ref = cpu_->alloc(DType::kF32, {c.rows, c.cols});
+    cpu_->add_rmsnorm(cpu(x), res_ref, cpu(w), 1e-5f, ref);
+    // CUDA two kernels
+    Tensor gw = gpu_bf16(w);
+    Tensor res2 = gpu_bf16(res), out2 = poison(DType::kBF16, {c.rows, c.cols});
+    gpu_->add(res2, gpu_bf16(x));
+    gpu_->rmsnorm(res2, gw, 1e-5f, out2);
+    // CUDA fused
+    Tensor gx = gpu_bf16(x), res1 = gpu_bf16(res);
+    Tensor out1 = c.out_is_x ? gx : poison(DType::kBF16, {c.rows, c.cols});
+    gpu_->add_rmsnorm(gx, res1, gw, 1e-5f, out1);
+    expect_exact(gpu_->to_host(res1), gpu_->to_host(res2));
+    expect_exact(gpu_->to_host(out1), gpu_->to_host(out2));
+    EXPECT_WITHIN(host(res1), res_ref, kTolBf16Out);
+    EXPECT_WITHIN(host(out1), ref, kTolBf16Out);
+  }
+}
+
 TEST_F(CudaOps, RopePartialNeox) {
   struct Case {
     int64_t T;

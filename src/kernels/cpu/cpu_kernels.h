@@ -14,6 +14,10 @@ void linear_f32(const float* x, const float* w, const float* bias, float* out, i
 
 // out[r,:] = x[r,:] * rsqrt(mean(x[r,:]^2) + eps) * w   (rows x cols)
 void rmsnorm_f32(const float* x, const float* w, float* out, int64_t rows, int64_t cols, float eps);
+// residual[r,:] += x[r,:]; out[r,:] = rmsnorm(residual[r,:]) * w: bit for bit the add then rmsnorm_f32
+// (the reference of the fused add + RMSNorm; out may alias x, not residual).
+void add_rmsnorm_f32(const float* x, float* residual, const float* w, float* out, int64_t rows, int64_t cols,
+                     float eps);
 
 // out[t,:] = table[ids[t],:]; table is bf16 [V, H] or f32 (table_is_bf16 selects).
 void embedding_f32(const void* table, bool table_is_bf16, const int32_t* ids, float* out, int64_t n_tokens,

@@ -31,6 +31,21 @@ void rmsnorm_f32(const float* x, const float* w, float* out, int64_t rows, int64
   }
 }
 
+void add_rmsnorm_f32(const float* x, float* residual, const float* w, float* out, int64_t rows, int64_t cols,
+                     float eps) {
+#pragma omp parallel for if (rows > 16)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* rr = residual + r * cols;
+    for (int64_t c = 0; c < cols; ++c) rr[c] += xr[c];
+    double ss = 0.0;
+    for (int64_t c = 0; c < cols; ++c) ss += static_cast<double>(rr[c]) * rr[c];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(cols)) + eps);
+    float* o = out + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = w[c] * (rr[c] * inv);
+  }
+}
+
 void embedding_f32(const void* table, bool table_is_bf16, const int32_t* ids, float* out, int64_t n_tokens,
                    int64_t d_model) {
   for (int64_t t = 0; t < n_tokens; ++t) {

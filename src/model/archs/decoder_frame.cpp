@@ -92,11 +92,6 @@ Result<Tensor> DecoderFrameBase::mtp_input(const MtpHead& m, const Tensor& ids, 
   return x;
 }
 
-Result<ForwardOutput> DecoderFrameBase::finish(const ForwardBatch& batch, const Tensor& norm, Tensor& x) {
-  be_.rmsnorm(x, norm, static_cast<float>(cfg_.rms_norm_eps), x);
-  return tp_.head(batch, x);  // TP: vocabulary-parallel head, logits all-gathered
-}
-
 Status DecoderFrameBase::mlp_half(const Tensor& post_norm, const DecoderMlp& mlp, Tensor& x) {
   Tensor h = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});
   Tensor o = be_.alloc(be_.activation_dtype(), {x.dim(0), cfg_.d_model});

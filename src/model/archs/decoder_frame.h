@@ -79,8 +79,6 @@ class DecoderFrameBase : public CausalLM {
   void ignore_mtp_layers(WeightLoader& wl);
   // x [T, H] = eh_proj(cat(enorm(embed(ids)), hnorm(hidden_in))) (hidden_in [T, H], checked by the caller).
   Result<Tensor> mtp_input(const MtpHead& m, const Tensor& ids, const Tensor& hidden_in);
-  // Logits (and hidden, if asked) of x after the final norm `norm`. TP: vocabulary-parallel, all-gathered.
-  Result<ForwardOutput> finish(const ForwardBatch& batch, const Tensor& norm, Tensor& x);
   // x += mlp(rmsnorm(x, post_norm)): this rank's partial sum summed over the tp group, or the DP exchange.
   Status mlp_half(const Tensor& post_norm, const DecoderMlp& mlp, Tensor& x);
   // DP attention, no tokens for this DP group this step: joins every block's MoE exchange with 0 rows.
@@ -137,20 +135,16 @@ class DecoderFrame : public DecoderFrameBase {
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     MX_RETURN_IF_ERROR(tp_.embed(up.ids, x));  // TP: each token's row came from one rank, zeros from the others
     State state = make_state(T, /*bound_part=*/false);
-    if (tp_.fused()) {  // TP, fused: each layer's MLP all-reduce + add + the next RMSNorm in one call
-      Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-      if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
-      for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-        const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
-        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state, &h, &next));
-      }
-      if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), h);
-      MX_RETURN_IF_ERROR(tp_.check_fused());  // a peer barrier that gave up fails the step, naming the rank
-      return tp_.head(batch, h);  // h = rmsnorm(x, final_norm)
+    // Chained: each layer's MLP (all-reduce +) add + the next RMSNorm in one call (TP fused, or add_rmsnorm).
+    Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+      const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state, &h, &next));
     }
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, up.positions, up.meta, kv, l, state));
-    return finish(batch, final_norm_, x);
+    if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, static_cast<float>(cfg_.rms_norm_eps), h);
+    MX_RETURN_IF_ERROR(tp_.check_fused());  // a peer barrier that gave up fails the step, naming the rank
+    return tp_.head(batch, h);  // h = rmsnorm(x, final_norm)
   }
 
   Result<ForwardOutput> forward_mtp(const ForwardBatch& batch, const Tensor& hidden_in,
@@ -166,18 +160,14 @@ class DecoderFrame : public DecoderFrameBase {
     MX_ASSIGN_OR_RETURN(Tensor x, mtp_input(mtp_->head, up.ids, hidden_in));
     State state = make_state(T, /*bound_part=*/false);
     MX_RETURN_IF_ERROR(begin_mtp(batch, state));
-    if (tp_.fused()) {  // TP, fused: the MLP all-reduce + add + shared_head.norm in one call
-      Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-      be_.rmsnorm(x, mtp_->block.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
-      MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state, &h,
-                                   &mtp_->head.shared_head_norm));
-      end_mtp(state);
-      MX_RETURN_IF_ERROR(tp_.check_fused());
-      return tp_.head(batch, h);
-    }
-    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state));
+    // Chained: the MLP (all-reduce +) add + shared_head.norm in one call (TP fused, or add_rmsnorm).
+    Tensor h = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
+    be_.rmsnorm(x, mtp_->block.input_norm, static_cast<float>(cfg_.rms_norm_eps), h);
+    MX_RETURN_IF_ERROR(run_layer(mtp_->block, x, up.positions, up.meta, kv, cfg_.n_layers, state, &h,
+                                 &mtp_->head.shared_head_norm));
     end_mtp(state);
-    return finish(batch, mtp_->head.shared_head_norm, x);
+    MX_RETURN_IF_ERROR(tp_.check_fused());
+    return tp_.head(batch, h);
   }
 
   // MTP graphs: forward_mtp's body over inputs already on the device (CausalLM::forward_mtp_device): chain
@@ -258,7 +248,7 @@ class DecoderFrame : public DecoderFrameBase {
   using DecoderFrameBase::DecoderFrameBase;
 
   // forward_device's body after the arch's checks (CUDA graphs; any tp, no host<->device copy): the embedding of
-  // device ids, the layer stack (fused chaining where tp_.fused(), as forward), the final norm into `hidden`
+  // device ids, the layer stack (chained norms, as forward), the final norm into `hidden`
   // when given, the logits of every row (gathered along the vocabulary at tp > 1). No check_fused(): it
   // synchronizes the stream (the event-ordered stand-in path has nothing to check; the peer path's error word
   // is read by the next eager step's check).
@@ -269,18 +259,14 @@ class DecoderFrame : public DecoderFrameBase {
     Tensor x = be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
     MX_RETURN_IF_ERROR(tp_.embed_device(ids, x));
     Tensor normed = hidden != nullptr ? *hidden : be_.alloc(be_.activation_dtype(), {T, cfg_.d_model});
-    if (tp_.fused()) {  // TP, fused: each layer's MLP all-reduce + add + the next RMSNorm in one call
-      if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, eps, normed);
-      for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-        const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
-        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state, &normed, &next));
-      }
-      if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, eps, normed);
-    } else {
-      for (int64_t l = 0; l < cfg_.n_layers; ++l)
-        MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state));
-      be_.rmsnorm(x, final_norm_, eps, normed);  // the post-norm hidden rows (speculation's MTP input)
+    // Chained: each layer's MLP (all-reduce +) add + the next RMSNorm in one call (TP fused, or add_rmsnorm);
+    // `normed` ends as rmsnorm(x, final_norm): the post-norm hidden rows (speculation's MTP input).
+    if (cfg_.n_layers > 0) be_.rmsnorm(x, layers_[0].input_norm, eps, normed);
+    for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+      const Tensor& next = l + 1 < cfg_.n_layers ? layers_[l + 1].input_norm : final_norm_;
+      MX_RETURN_IF_ERROR(run_layer(layers_[l], x, positions, meta, kv, l, state, &normed, &next));
     }
+    if (cfg_.n_layers == 0) be_.rmsnorm(x, final_norm_, eps, normed);
     return tp_.head_device(normed, logits);
   }
 
@@ -337,8 +323,7 @@ class DecoderFrame : public DecoderFrameBase {
       const bool fuse = tp_.fused() && !dp_moe_.exchanges(layer.mlp);
       MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o, /*reduce=*/!fuse));  // TP / DP attention
       if (fuse) return tp_.reduce_add_norm(o, x, *next_norm, eps, *h_io);  // TP: fused
-      be_.add(x, o);
-      be_.rmsnorm(x, *next_norm, eps, *h_io);
+      be_.add_rmsnorm(o, x, *next_norm, eps, *h_io);  // one kernel where the backend fuses it
       return Status::ok();
     }
     MX_RETURN_IF_ERROR(dp_moe_.mlp(be_, cfg_, layer.mlp, tp_, h, o));  // TP / DP attention

@@ -1,8 +1,11 @@
 #include "model/layers/blocks.h"
 
+#include <atomic>
 #include <cmath>
 
+#include "core/logging.h"
 #include "model/layers/decision_sites.h"
+#include "model/layers/fused_weights.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -25,6 +28,25 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
     a.q_norm = wl.get(decl::replicated(p + "q_norm.weight", {cfg.head_dim}));
     a.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {cfg.head_dim}));
   }
+  // One QKV GEMM for decode rows (this rank's heads: the parts are already tp slices). Said once per process.
+  if (wl.is_recording()) return a;  // the weight table only: nothing allocated
+  static std::atomic<bool> said{false};
+  std::string why = "MXSERVE_FUSED_PROJ=0";
+  if (fused_projections_enabled()) {
+    a.qkv = fuse_rows(wl.backend(), {&a.q_proj, &a.k_proj, &a.v_proj}, &why);
+    if (a.qkv.defined() && a.qkv.numel() > 0 && cfg.attention_bias) {
+      Tensor b = fuse_rows(wl.backend(), {&*a.q_bias, &*a.k_bias, &*a.v_bias}, &why);
+      if (b.defined() && b.numel() > 0) a.qkv_bias = b;
+      else a.qkv = Tensor();  // the weights stay views of the (now unused) fused tensor: same values
+    }
+  }
+  if (!said.exchange(true)) {
+    if (a.qkv.defined() && a.qkv.numel() > 0) {
+      MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe() << " per layer at one row";
+    } else {
+      MX_LOG(kInfo) << "attention q | k | v: separate GEMMs (" << why << ")";
+    }
+  }
   return a;
 }
 
@@ -33,12 +55,22 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
                            Tensor* k_scales, Tensor* v_scales, Tensor& out) const {
   const int64_t T = x.dim(0);
   const DType act = be.activation_dtype();
-  Tensor q = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
-  Tensor k = be.alloc(act, {T, cfg.n_kv_heads * cfg.head_dim});
-  Tensor v = be.alloc(act, {T, cfg.n_kv_heads * cfg.head_dim});
-  be.linear(x, q_proj, q_bias ? &*q_bias : nullptr, q);
-  be.linear(x, k_proj, k_bias ? &*k_bias : nullptr, k);
-  be.linear(x, v_proj, v_bias ? &*v_bias : nullptr, v);
+  const int64_t nq = cfg.n_heads * cfg.head_dim, nkv = cfg.n_kv_heads * cfg.head_dim;
+  Tensor q, k, v;
+  if (T == 1 && qkv.defined() && qkv.numel() > 0 && nq % 8 == 0 && nkv % 8 == 0) {  // decode row: one GEMM
+    Tensor y = be.alloc(act, {T, nq + 2 * nkv});
+    be.linear(x, qkv, qkv_bias ? &*qkv_bias : nullptr, y);
+    q = row_columns_view(y, 0, nq);
+    k = row_columns_view(y, nq, nq + nkv);
+    v = row_columns_view(y, nq + nkv, nq + 2 * nkv);
+  } else {
+    q = be.alloc(act, {T, nq});
+    k = be.alloc(act, {T, nkv});
+    v = be.alloc(act, {T, nkv});
+    be.linear(x, q_proj, q_bias ? &*q_bias : nullptr, q);
+    be.linear(x, k_proj, k_bias ? &*k_bias : nullptr, k);
+    be.linear(x, v_proj, v_bias ? &*v_bias : nullptr, v);
+  }
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   if (q_norm) {  // per-head RMSNorm over head_dim, before RoPE
     be.rmsnorm(q, *q_norm, eps, q);

@@ -1,9 +1,13 @@
 #include "model/layers/mla_attention.h"
 
+#include <atomic>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "model/layers/decision_sites.h"
+#include "model/layers/fused_weights.h"
 #include "model/layers/weight_decl.h"
 
 namespace mxserve::model {
@@ -21,6 +25,16 @@ kernels::InterleavedRopeParams rope_params(const ModelConfig& cfg, int64_t n_hea
   p.rotary_dim = static_cast<int32_t>(glm_moe_dsa_config(cfg).qk_rope_dim);
   p.theta = static_cast<float>(cfg.rope_theta);
   return p;
+}
+
+// Columns [begin, end) of y [T, N] as a [T, end - begin] tensor: a view of y's storage at one row with
+// 16-byte aligned offsets (decode at batch 1: no copy), else a copy.
+Tensor columns(backend::Backend& be, backend::MlaDsaOps& ops, const Tensor& y, int64_t begin, int64_t end) {
+  Tensor v = row_columns_view(y, begin, end);
+  if (v.defined() && v.numel() > 0) return v;
+  Tensor out = be.alloc(y.dtype(), {y.dim(0), end - begin});
+  ops.copy_columns(y, begin, end, out);
+  return out;
 }
 
 }  // namespace
@@ -61,14 +75,38 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
 }
 
+void DsaIndexer::forward_projected(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
+                                   const Tensor& w, const Tensor& q_resid, const Tensor& positions,
+                                   const backend::AttentionMeta& meta, Tensor& key_cache, Tensor& topk) const {
+  const GlmMoeDsaConfig& d = glm_moe_dsa_config(cfg);
+  const int64_t T = q_resid.dim(0), NH = d.index_n_heads, D = d.index_head_dim;
+  Tensor q = be.alloc(be.activation_dtype(), {T, NH * D});
+  be.linear(q_resid, wq_b, nullptr, q);
+  ops.rope_interleaved(q, positions, rope_params(cfg, NH, D, 0));
+  write_projected_keys(ops, cfg, k, positions, meta, key_cache);
+  kernels::IndexerParams ip;
+  ip.n_heads = static_cast<int32_t>(NH);
+  ip.head_dim = static_cast<int32_t>(D);
+  ip.top_k = static_cast<int32_t>(d.index_topk);
+  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
+  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
+  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+}
+
+void DsaIndexer::write_projected_keys(backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
+                                      const Tensor& positions, const backend::AttentionMeta& meta,
+                                      Tensor& key_cache) const {
+  const int64_t D = glm_moe_dsa_config(cfg).index_head_dim;
+  ops.norm_rope_cache_write(k, k_norm, k_bias, kIndexerNormEps, positions, rope_params(cfg, 1, D, 0), meta, key_cache);
+}
+
 void DsaIndexer::write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x,
                             const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache) const {
   const int64_t T = x.dim(0), D = glm_moe_dsa_config(cfg).index_head_dim;
   Tensor k = be.alloc(be.activation_dtype(), {T, D});
   be.linear(x, wk, nullptr, k);
-  ops.layernorm(k, k_norm, k_bias, kIndexerNormEps, k);
-  ops.rope_interleaved(k, positions, rope_params(cfg, 1, D, 0));
-  ops.cache_write(k, meta, key_cache, 0);
+  ops.norm_rope_cache_write(k, k_norm, k_bias, kIndexerNormEps, positions, rope_params(cfg, 1, D, 0), meta, key_cache);
 }
 
 MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg, bool full_indexer) {
@@ -86,6 +124,24 @@ MlaAttention MlaAttention::load(WeightLoader& wl, const std::string& p, const Mo
   a.kv_b = wl.get(decl::head_linear(p + "kv_b_proj.weight", NH, d.qk_nope_dim + d.v_dim, d.kv_lora_rank));
   a.o_proj = wl.get(decl::linear(p + "o_proj.weight", H, NH * d.v_dim, parallel::ShardAxis::kColumn));
   if (full_indexer) a.indexer = DsaIndexer::load(wl, p + "indexer.", cfg);
+  // One GEMM for every projection of x_norm (decode: four skinny GEMMs -> one). All replicated, so no tp
+  // slicing; bf16 weights only (an FP8 / f32 checkpoint keeps the four GEMMs). Said once per process.
+  if (wl.is_recording()) return a;  // the weight table only: nothing allocated
+  static std::atomic<bool> said{false};
+  std::string why = "MXSERVE_FUSED_PROJ=0";
+  if (fused_projections_enabled()) {
+    std::vector<Tensor*> parts{&a.q_a, &a.kv_a};
+    if (a.indexer) parts.insert(parts.end(), {&a.indexer->wk, &a.indexer->weights_proj});
+    a.in_proj = fuse_rows(wl.backend(), parts, &why);
+  }
+  if (!said.exchange(true)) {
+    if (a.in_proj.defined() && a.in_proj.numel() > 0) {
+      MX_LOG(kInfo) << "MLA input projections: one fused GEMM " << a.in_proj.describe()
+                    << " per layer (q_a | kv_a | indexer wk | weights_proj)";
+    } else {
+      MX_LOG(kInfo) << "MLA input projections: separate GEMMs (" << why << ")";
+    }
+  }
   return a;
 }
 
@@ -99,28 +155,69 @@ void MlaAttention::forward(backend::Backend& be, backend::MlaDsaOps& ops, const 
                "MLA: cfg.n_heads " << NH << " is not the head count of q_b " << q_b.describe() << " / kv_b "
                                    << kv_b.describe());
   const DType act = be.activation_dtype();
-  Tensor q_resid = be.alloc(act, {T, d.q_lora_rank});
-  be.linear(x, q_a, nullptr, q_resid);
+  const int64_t QR = d.q_lora_rank, CW = d.cache_width();
+  const bool fused = in_proj.defined() && in_proj.numel() > 0;
+  Tensor y;  // fused: x_norm x in_proj^T [T, QR + CW (+ D + NHi)]
+  if (fused) {
+    y = be.alloc(act, {T, in_proj.dim(0)});
+    be.linear(x, in_proj, nullptr, y);
+  }
+  Tensor q_resid;
+  if (fused) {
+    q_resid = columns(be, ops, y, 0, QR);
+  } else {
+    q_resid = be.alloc(act, {T, QR});
+    be.linear(x, q_a, nullptr, q_resid);
+  }
   be.rmsnorm(q_resid, q_a_norm, kLoraNormEps, q_resid);
   Tensor q = be.alloc(act, {T, NH * d.qk_head_dim()});
   be.linear(q_resid, q_b, nullptr, q);
   ops.rope_interleaved(q, positions, rope_params(cfg, NH, d.qk_head_dim(), d.qk_nope_dim));
 
-  Tensor kv = be.alloc(act, {T, d.cache_width()});
-  be.linear(x, kv_a, nullptr, kv);
-  Tensor latent = be.alloc(act, {T, d.kv_lora_rank});
-  ops.copy_columns(kv, 0, d.kv_lora_rank, latent);
-  be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
-  Tensor k_rope = be.alloc(act, {T, d.qk_rope_dim});
-  ops.copy_columns(kv, d.kv_lora_rank, d.cache_width(), k_rope);
-  ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
-  ops.cache_write(latent, meta, latent_cache, 0);
-  ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
+  Tensor kv = y;
+  int64_t kv0 = QR;  // kv_a's first column in kv
+  if (!fused) {
+    kv = be.alloc(act, {T, CW});
+    be.linear(x, kv_a, nullptr, kv);
+    kv0 = 0;
+  }
+  // The cache row [rmsnorm(latent) | rope(k_rope)] in one kernel where the backend fuses it (CUDA, bf16 cache).
+  if (!ops.try_latent_cache_write(kv, kv0, kv_a_norm, kLoraNormEps, positions, rope_params(cfg, 1, d.qk_rope_dim, 0),
+                                  meta, latent_cache)) {
+    Tensor latent = columns(be, ops, kv, kv0, kv0 + d.kv_lora_rank);
+    be.rmsnorm(latent, kv_a_norm, kLoraNormEps, latent);
+    Tensor k_rope = columns(be, ops, kv, kv0 + d.kv_lora_rank, kv0 + CW);
+    ops.rope_interleaved(k_rope, positions, rope_params(cfg, 1, d.qk_rope_dim, 0));
+    // One row [latent | k_rope] written at once where both are views of one kv row (one token: views, not
+    // copies) and the cache holds them as they are (bf16 / f32; a packed FP8 row quantizes the latent alone).
+    const Tensor kv_row = latent_cache.dtype() != DType::kU8 ? row_columns_view(kv, kv0, kv0 + CW) : Tensor();
+    const bool one_write =
+        kv_row.defined() && kv_row.numel() > 0 && latent.raw() == kv_row.raw() &&
+        k_rope.raw() == static_cast<const char*>(kv_row.raw()) + d.kv_lora_rank * (kv_row.nbytes() / kv_row.numel());
+    if (one_write) {
+      ops.cache_write(kv_row, meta, latent_cache, 0);
+    } else {
+      ops.cache_write(latent, meta, latent_cache, 0);
+      ops.cache_write(k_rope, meta, latent_cache, d.kv_lora_rank);
+    }
+  }
 
   if (indexer) {
     MX_CHECK_MSG(index_key_cache != nullptr, "MLA: a full indexer layer needs its indexer-key cache");
-    if (reuse_topk) indexer->write_keys(be, ops, cfg, x, positions, meta, *index_key_cache);
-    else indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+    if (fused) {
+      const int64_t D = d.index_head_dim, k0 = QR + CW;
+      Tensor k = columns(be, ops, y, k0, k0 + D);
+      if (reuse_topk) {
+        indexer->write_projected_keys(ops, cfg, k, positions, meta, *index_key_cache);
+      } else {
+        const Tensor w = columns(be, ops, y, k0 + D, k0 + D + d.index_n_heads);
+        indexer->forward_projected(be, ops, cfg, k, w, q_resid, positions, meta, *index_key_cache, topk);
+      }
+    } else if (reuse_topk) {
+      indexer->write_keys(be, ops, cfg, x, positions, meta, *index_key_cache);
+    } else {
+      indexer->forward(be, ops, cfg, x, q_resid, positions, meta, *index_key_cache, topk);
+    }
   }
   kernels::MlaParams mp;
   mp.n_heads = static_cast<int32_t>(NH);

@@ -38,6 +38,13 @@ struct DsaIndexer {
   // Only the first half of forward: the batch's indexer keys into key_cache (the top-k is reused, not scored).
   void write_keys(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, const Tensor& x_norm,
                   const Tensor& positions, const backend::AttentionMeta& meta, Tensor& key_cache) const;
+  // The same with the x-side projections already computed (MlaAttention's fused input GEMM): k = wk x [T, D]
+  // (normed, roped in place), w = weights_proj x [T, index_n_heads].
+  void forward_projected(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
+                         const Tensor& w, const Tensor& q_resid, const Tensor& positions,
+                         const backend::AttentionMeta& meta, Tensor& key_cache, Tensor& topk) const;
+  void write_projected_keys(backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k, const Tensor& positions,
+                            const backend::AttentionMeta& meta, Tensor& key_cache) const;
 };
 
 struct MlaAttention {
@@ -49,6 +56,10 @@ struct MlaAttention {
   Tensor kv_b;       // [n_heads * (nope + v), kv_lora_rank]       (this rank's heads)
   Tensor o_proj;     // [H, n_heads * v]  (this rank's heads' columns: a partial sum at tp > 1)
   std::optional<DsaIndexer> indexer;  // "full" layers only
+  // The projections of x_norm as one GEMM (bf16 weights only; else undefined: four GEMMs): rows
+  // [q_a | kv_a | indexer wk | indexer weights_proj] (the indexer's on full layers); q_a, kv_a, wk and
+  // weights_proj are then row views of it (no second copy). Built once by load; MXSERVE_FUSED_PROJ=0: off.
+  Tensor in_proj;  // [q_lora_rank + kv_lora_rank + rope (+ index_head_dim + index_n_heads), H]
 
   // full_indexer: the layer has its own indexer (its tensors must be in the checkpoint). cfg: the model's
   // (all heads); the loader slices q_b / kv_b / o_proj to this rank's heads.

@@ -52,12 +52,12 @@ class TensorParallel {
   // The fused calls of this step completed without a device-side failure (a no-op when not fused).
   Status check_fused() { return fused_ != nullptr ? fused_->check() : Status::ok(); }
   // o: this rank's partial sum (clobbered); x += o summed over the group; h = rmsnorm(x) * w. Fused: one call
-  // (the residual rounded once from the f32 sum); else all-reduce, add and RMSNorm (the sum rounded first).
+  // (the residual rounded once from the f32 sum); else all-reduce, then add + RMSNorm (Backend::add_rmsnorm, the sum
+  // rounded first).
   Status reduce_add_norm(Tensor& o, Tensor& x, const Tensor& w, float eps, Tensor& h) {
     if (fused_ != nullptr) return fused_->allreduce_add_rmsnorm(o, x, w, eps, h);
     MX_RETURN_IF_ERROR(reduce_partial(o));
-    be_.add(x, o);
-    be_.rmsnorm(x, w, eps, h);
+    be_.add_rmsnorm(o, x, w, eps, h);  // one kernel where the backend fuses it (bit for bit add then rmsnorm)
     return Status::ok();
   }
   // Logits of batch.logit_rows of x_normed [T, H] (f32 [R, V], gathered along the vocabulary at tp > 1)

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -109,6 +112,39 @@ TEST(RmsNorm, MatchesDefinition) {
     for (int c = 0; c < C; ++c) ss += x[r * C + c] * x[r * C + c];
     const double inv = 1.0 / std::sqrt(ss / C + 1e-5);
     for (int c = 0; c < C; ++c) EXPECT_NEAR(out[r * C + c], w[c] * x[r * C + c] * inv, 1e-5);
+  }
+}
+
+// The fused residual add + RMSNorm is bit for bit the add then rmsnorm_f32 (the forward's oracle for the
+// CUDA kernel), including out aliasing x and more than 16 rows (the OpenMP path).
+TEST(AddRmsNorm, BitwiseEqualsAddThenRmsNorm) {
+  std::mt19937 rng(36);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (const auto& [R, C, alias] : {std::tuple{1, 6144, false}, std::tuple{3, 7, true}, std::tuple{37, 256, false},
+                                   std::tuple{20, 64, true}}) {
+    std::vector<float> x(R * C), res(R * C), w(C);
+    for (float& v : x) v = nd(rng);
+    for (float& v : res) v = nd(rng) * 10.f;
+    for (float& v : w) v = 1.f + 0.1f * nd(rng);
+    // reference: residual += x; out = rmsnorm(residual)
+    std::vector<float> res_ref = res, out_ref(R * C);
+    for (int i = 0; i < R * C; ++i) res_ref[i] += x[i];
+    rmsnorm_f32(res_ref.data(), w.data(), out_ref.data(), R, C, 1e-5f);
+    std::vector<float> res_got = res, x_in = x, out_buf(R * C, std::numeric_limits<float>::quiet_NaN());
+    float* out = alias ? x_in.data() : out_buf.data();
+    add_rmsnorm_f32(x_in.data(), res_got.data(), w.data(), out, R, C, 1e-5f);
+    SCOPED_TRACE(testing::Message() << "rows " << R << " cols " << C << (alias ? " out = x" : ""));
+    int res_diff = 0, out_diff = 0;
+    for (int i = 0; i < R * C; ++i) {
+      res_diff += std::memcmp(&res_got[i], &res_ref[i], sizeof(float)) != 0;
+      out_diff += std::memcmp(&out[i], &out_ref[i], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(res_diff, 0);
+    EXPECT_EQ(out_diff, 0);
+    // and the values are a norm: the row's mean square of out / w is ~1
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += static_cast<double>(out[c] / w[c]) * (out[c] / w[c]);
+    EXPECT_NEAR(ms / C, 1.0, 1e-3);
   }
 }
 
