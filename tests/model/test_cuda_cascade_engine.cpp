@@ -25,6 +25,7 @@ std::string fixture_dir(const std::string& name) {
 
 struct EngineRun {
   std::map<size_t, std::vector<int32_t>> tokens;
+  std::map<size_t, std::vector<float>> top2_gap;  // logprob(top 1) - logprob(top 2) per token (logprobs >= 1)
   std::map<size_t, int32_t> cached;
 };
 
@@ -44,6 +45,8 @@ EngineRun run(model::CausalLM& lm, backend::Backend& be, const std::vector<Reque
     auto id = engine.submit(specs[i], [&r, &index](const TokenEvent& ev) {
       if (ev.token < 0) return;
       r.tokens[index.at(ev.id)].push_back(ev.token);
+      if (ev.top_logprobs.size() >= 2)
+        r.top2_gap[index.at(ev.id)].push_back(ev.top_logprobs[0].logprob - ev.top_logprobs[1].logprob);
       r.cached[index.at(ev.id)] = ev.usage.cached_tokens;
     });
     EXPECT_TRUE(id.is_ok()) << id.status().to_string();
@@ -87,7 +90,10 @@ TEST_P(CudaCascadeEngine, GreedyTokensEqualWithAndWithoutCascade) {
     s.sampling.ignore_eos = true;
     specs.push_back(s);
   }
-  const EngineRun base = run(**lm_off, **be_off, specs, false);
+  // The reference run also reports the top-2 logprobs, so a divergence prints the reference's margin there.
+  std::vector<RequestSpec> specs_lp = specs;
+  for (auto& s : specs_lp) s.sampling.logprobs = 2;
+  const EngineRun base = run(**lm_off, **be_off, specs_lp, false);
   const int64_t before = kernels::cuda::cascade_attention_launches();
   const EngineRun eager = run(**lm_on, **be_on, specs, false);
   const int64_t eager_launches = kernels::cuda::cascade_attention_launches() - before;
@@ -102,6 +108,14 @@ TEST_P(CudaCascadeEngine, GreedyTokensEqualWithAndWithoutCascade) {
     if (i > 0) {
       EXPECT_GE(eager.cached.at(i), 96) << "request " << i << " did not hit the shared prefix";
     }
+    for (size_t k = 0; k < base.tokens.at(i).size() && k < eager.tokens.at(i).size(); ++k)
+      if (eager.tokens.at(i)[k] != base.tokens.at(i)[k]) {
+        const auto& gaps = base.top2_gap[i];
+        std::printf("[ diverge ] %s request %zu token %zu: reference %d, cascade %d, reference top-2 logprob gap %.6g\n",
+                    GetParam().c_str(), i, k, base.tokens.at(i)[k], eager.tokens.at(i)[k],
+                    k < gaps.size() ? gaps[k] : -1.0);
+        break;
+      }
     EXPECT_EQ(eager.tokens.at(i), base.tokens.at(i)) << GetParam() << " eager cascade, request " << i;
     EXPECT_EQ(graphs.tokens.at(i), base.tokens.at(i)) << GetParam() << " cascade in graphs, request " << i;
   }
