@@ -110,7 +110,8 @@ TEST_P(CudaCascadeEngine, GreedyTokensEqualWithAndWithoutCascade) {
     }
     for (size_t k = 0; k < base.tokens.at(i).size() && k < eager.tokens.at(i).size(); ++k)
       if (eager.tokens.at(i)[k] != base.tokens.at(i)[k]) {
-        const auto& gaps = base.top2_gap[i];
+        const auto it = base.top2_gap.find(i);
+        const std::vector<float> gaps = it != base.top2_gap.end() ? it->second : std::vector<float>{};
         std::printf("[ diverge ] %s request %zu token %zu: reference %d, cascade %d, reference top-2 logprob gap %.6g\n",
                     GetParam().c_str(), i, k, base.tokens.at(i)[k], eager.tokens.at(i)[k],
                     k < gaps.size() ? gaps[k] : -1.0);
