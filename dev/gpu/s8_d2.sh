@@ -7,6 +7,10 @@ set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
 T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
+export MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
+t "cascade engine check (the reference's top-2 gap at a divergence)"
+timeout 120 "$B/test_cuda_cascade_engine" --gtest_color=no > "$OUT/t_cascade_engine.log" 2>&1; echo "rc=$?"
+grep -E "diverge|cascade launches|^\[  (FAILED|PASSED)" "$OUT/t_cascade_engine.log" | head -12
 t "sparse prefill bench"; timeout 60 "$B/bench_mla_sparse_prefill" --no-mma > "$OUT/b_sp.log" 2>&1; echo rc=$?; grep -vE "^ceil" "$OUT/b_sp.log" | cut -c1-160 | tail -24
 t "moe prefill dequant bench"; timeout 80 "$B/bench_moe_prefill_dequant" > "$OUT/b_mpd.log" 2>&1; echo rc=$?; cut -c1-200 "$OUT/b_mpd.log" | tail -30
 t "seed layout"; OUT=$OUT/seed SEED_KV=512MiB timeout 150 bash "$P/gpu/s7_seed.sh" 2>&1 | grep -vE "causal_lm|moe_plan|shared_device_comm|launch_memory" | cut -c1-220 | tail -24
