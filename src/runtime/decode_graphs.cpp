@@ -11,7 +11,6 @@
 namespace mxserve::runtime {
 namespace {
 
-Tensor field(const Tensor& inputs, int f) { return inputs.slice_rows(f, f + 1).reshape({inputs.dim(1)}); }
 
 std::string join(const std::vector<int64_t>& xs) {
   std::ostringstream o;
@@ -99,26 +98,11 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
         g.tree = tree;
         g.inputs = be_.alloc(DType::kI32, {fields, T});
         be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {fields * T}));
-        backend::AttentionMeta meta;
-        meta.token_seq = field(g.inputs, kRowTableRows);
-        meta.kv_index = field(g.inputs, kRowKvIndex);
-        meta.slot_mapping = field(g.inputs, kRowSlots);
-        meta.block_tables = store->device();
-        meta.params.n_tokens = static_cast<int32_t>(T);
-        meta.params.n_seqs = static_cast<int32_t>(B);
-        meta.params.block_size = static_cast<int32_t>(bs);
-        meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
-        meta.params.max_kv_len = static_cast<int32_t>(C);
-        // One plain decode row per sequence (q = 1); verify rows are no plain decode rows (as the eager batch says).
-        meta.params.n_leading_decode_rows = q == 1 && !tree ? static_cast<int32_t>(B) : 0;
-        if (tree) {  // the masks the kernels read, from this graph's own buffers
+        if (tree) {  // the masks the kernels read, in this graph's own buffer
           g.mask = be_.alloc(DType::kI64, {T});
           be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
-          meta.tree_mask = g.mask;
-          meta.tree_base = field(g.inputs, kRowTreeBase);
-          meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
-          meta.params.tree_base = meta.tree_base.data<int32_t>();
         }
+        backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, B, q, C, bs, tree);
         const auto& mc = model_.config();
         if (q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
           g.cascade_shape.cap_rows = static_cast<int32_t>(B);
@@ -134,7 +118,7 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
           meta.cascade = g.cascade;
           meta.cascade_shape = g.cascade_shape;
         }
-        Tensor ids = field(g.inputs, kRowIds), positions = field(g.inputs, kRowPositions);
+        Tensor ids = graph_row_field(g.inputs, kRowIds), positions = graph_row_field(g.inputs, kRowPositions);
         Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
         // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
         auto body_status = std::make_shared<Status>(Status::ok());

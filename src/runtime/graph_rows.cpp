@@ -80,4 +80,31 @@ std::vector<int32_t> padded_logit_rows(const std::vector<int32_t>& logit_rows, i
   return out;
 }
 
+Tensor graph_row_field(const Tensor& inputs, int f) {
+  return inputs.slice_rows(f, f + 1).reshape({inputs.dim(1)});
+}
+
+backend::AttentionMeta graph_attention_meta(const Tensor& inputs, const Tensor& tree_mask,
+                                            const kvcache::BlockTableStore& store, int64_t B, int64_t q, int64_t C,
+                                            int64_t block_size, bool tree) {
+  backend::AttentionMeta meta;
+  meta.token_seq = graph_row_field(inputs, kRowTableRows);
+  meta.kv_index = graph_row_field(inputs, kRowKvIndex);
+  meta.slot_mapping = graph_row_field(inputs, kRowSlots);
+  meta.block_tables = store.device();
+  meta.params.n_tokens = static_cast<int32_t>(B * q);
+  meta.params.n_seqs = static_cast<int32_t>(B);
+  meta.params.block_size = static_cast<int32_t>(block_size);
+  meta.params.max_blocks_per_seq = static_cast<int32_t>(store.max_blocks_per_seq());
+  meta.params.max_kv_len = static_cast<int32_t>(C);
+  meta.params.n_leading_decode_rows = q == 1 && !tree ? static_cast<int32_t>(B) : 0;
+  if (tree) {  // the masks the kernels read, from the graph's own buffers
+    meta.tree_mask = tree_mask;
+    meta.tree_base = graph_row_field(inputs, kRowTreeBase);
+    meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
+    meta.params.tree_base = meta.tree_base.data<int32_t>();
+  }
+  return meta;
+}
+
 }  // namespace mxserve::runtime

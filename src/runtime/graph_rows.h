@@ -35,6 +35,17 @@ struct GraphBatchShape {
 // store row and at least one row. Otherwise `why` names what does not fit (empty when it does).
 GraphBatchShape graph_batch_shape(const model::ForwardBatch& batch, std::string* why);
 
+// Row f of a graph's i32 input buffer [fields, capacity], as a [capacity] view.
+Tensor graph_row_field(const Tensor& inputs, int f);
+
+// The attention metadata a captured bucket (B sequences x q rows, context class C) reads: views of its input
+// buffer (table rows, KV indices, slots; tree buckets: the tree base row and `tree_mask` i64 [B q]) and the
+// block-table store's device table. One plain decode row per sequence only where q = 1 and not a tree (verify
+// rows are no plain decode rows, as the eager batch says).
+backend::AttentionMeta graph_attention_meta(const Tensor& inputs, const Tensor& tree_mask,
+                                            const kvcache::BlockTableStore& store, int64_t B, int64_t q, int64_t C,
+                                            int64_t block_size, bool tree);
+
 // A captured bucket; keys are kept ascending by (q, batch, context).
 struct GraphKey {
   int64_t batch = 0;

@@ -14,7 +14,6 @@ namespace {
 using Family = MtpGraphs::Family;
 using MtpDeviceRows = model::CausalLM::MtpDeviceRows;
 
-Tensor field(const Tensor& inputs, int f) { return inputs.slice_rows(f, f + 1).reshape({inputs.dim(1)}); }
 
 MtpDeviceRows device_rows(Family f) {
   switch (f) {
@@ -108,26 +107,12 @@ Status MtpGraphs::capture_family(Family f, const std::vector<int64_t>& qs, const
         g.key = {B, q, C};
         g.inputs = be_.alloc(DType::kI32, {n_rows, T});
         be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {n_rows * T}));
-        backend::AttentionMeta meta;
-        meta.token_seq = field(g.inputs, kRowTableRows);
-        meta.kv_index = field(g.inputs, kRowKvIndex);
-        meta.slot_mapping = field(g.inputs, kRowSlots);
-        meta.block_tables = store->device();
-        meta.params.n_tokens = static_cast<int32_t>(T);
-        meta.params.n_seqs = static_cast<int32_t>(B);
-        meta.params.block_size = static_cast<int32_t>(bs);
-        meta.params.max_blocks_per_seq = static_cast<int32_t>(store->max_blocks_per_seq());
-        meta.params.max_kv_len = static_cast<int32_t>(C);
-        meta.params.n_leading_decode_rows = q == 1 && !tree ? static_cast<int32_t>(B) : 0;  // one plain row each
-        if (tree) {
+        if (tree) {  // the masks the kernels read, in this graph's own buffer
           g.mask = be_.alloc(DType::kI64, {T});
           be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
-          meta.tree_mask = g.mask;
-          meta.tree_base = field(g.inputs, kRowTreeBase);
-          meta.params.tree_mask = static_cast<const uint64_t*>(meta.tree_mask.raw());
-          meta.params.tree_base = meta.tree_base.data<int32_t>();
         }
-        Tensor ids = field(g.inputs, kRowIds), positions = field(g.inputs, kRowPositions);
+        backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, B, q, C, bs, tree);
+        Tensor ids = graph_row_field(g.inputs, kRowIds), positions = graph_row_field(g.inputs, kRowPositions);
         Tensor logits = f == Family::kExtend ? Tensor() : set.logits.slice_rows(0, T);
         Tensor hidden = set.hidden.slice_rows(0, T), hidden_in = set.hidden_in.slice_rows(0, T);
         const MtpDeviceRows rows = device_rows(f);
@@ -245,9 +230,9 @@ Result<model::ForwardOutput> MtpGraphs::run(const model::ForwardBatch& batch, co
     be_.write_from_host(mask, 0, Tensor::view_of(host_mask_.data(), DType::kI64, {cap}));
   }
   Tensor dst = set.hidden_in.slice_rows(0, T);
-  be_.gather_rows(hidden_in, field(inputs, n_rows - 1).slice_rows(0, T), dst);
+  be_.gather_rows(hidden_in, graph_row_field(inputs, n_rows - 1).slice_rows(0, T), dst);
   if (f == Family::kChain)
-    MX_RETURN_IF_ERROR(model_.stage_mtp_chain(batch.mtp_step, field(inputs, fields).slice_rows(0, T)));
+    MX_RETURN_IF_ERROR(model_.stage_mtp_chain(batch.mtp_step, graph_row_field(inputs, fields).slice_rows(0, T)));
   g.graph->replay();
   ++replays_[static_cast<int>(f)];
   model::ForwardOutput out;
