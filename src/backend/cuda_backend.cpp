@@ -95,6 +95,13 @@ class CudaGraph final : public DeviceGraph {
       : exec_(exec), stream_(stream), pool_(std::move(pool)) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }  // teardown: errors are not actionable here
   void replay() override { MX_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+  // cuda_graph_try_replay: the launch's error as a Status (a rank's replay failing fails its step, no crash).
+  Status try_replay() {
+    const cudaError_t e = cudaGraphLaunch(exec_, stream_);
+    if (e == cudaSuccess) return Status::ok();
+    (void)cudaGetLastError();
+    return internal_error(std::string("cudaGraphLaunch: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
 
  private:
   cudaGraphExec_t exec_;
@@ -314,12 +321,17 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   }
 
   Result<std::unique_ptr<DeviceGraph>> capture_graph(const std::function<void()>& body) override {
+    return capture_graph_in(body, cudaStreamCaptureModeRelaxed);
+  }
+  // mode: Relaxed (capture_graph) or ThreadLocal (cuda_backend_capture_graph_thread_local: one capturing thread
+  // per GPU, as NCCL asks of graphs holding its collectives).
+  Result<std::unique_ptr<DeviceGraph>> capture_graph_in(const std::function<void()>& body, cudaStreamCaptureMode mode) {
     if (!graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();
     pool_->set_private_pool(graph_pool_);
     in_graph_body_ = true;
     body();  // warm-up: the private pool learns this body's blocks, so the capture allocates nothing new
     MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    MX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    MX_CUDA_CHECK(cudaStreamBeginCapture(stream_, mode));
     body();
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
@@ -879,6 +891,19 @@ DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak) {
   auto* cuda = dynamic_cast<CudaBackend*>(&be);
   MX_CHECK_MSG(cuda != nullptr, "cuda_backend_memory: backend '" << be.name() << "' is not the CUDA backend");
   return cuda->memory(reset_peak);
+}
+
+Result<std::unique_ptr<DeviceGraph>> cuda_backend_capture_graph_thread_local(Backend& be,
+                                                                             const std::function<void()>& body) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  if (cuda == nullptr) return invalid_argument("thread-local graph capture: backend '" + be.name() + "' is not the CUDA backend");
+  return cuda->capture_graph_in(body, cudaStreamCaptureModeThreadLocal);
+}
+
+Status cuda_graph_try_replay(DeviceGraph& graph) {
+  auto* g = dynamic_cast<CudaGraph*>(&graph);
+  if (g == nullptr) return invalid_argument("cuda_graph_try_replay: not a graph of the CUDA backend");
+  return g->try_replay();
 }
 
 CUstream_st* cuda_backend_stream(Backend& be) {

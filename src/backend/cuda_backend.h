@@ -22,6 +22,13 @@ CUstream_st* cuda_backend_stream(Backend& be);
 // joined into one capture: launch/lockstep_model.h): on, temporaries come from this backend's graph-private pool
 // and host copies are refused, as inside its own capture_graph body; off restores both.
 void cuda_backend_set_graph_body(Backend& be, bool on);
+// Backend::capture_graph in cudaStreamCaptureModeThreadLocal: one rank's graph captured on its own thread while
+// other ranks' threads capture theirs (NCCL ranks, one GPU each: launch/rank_graphs.h). capture_graph keeps
+// the relaxed mode its other callers rely on.
+Result<std::unique_ptr<DeviceGraph>> cuda_backend_capture_graph_thread_local(Backend& be,
+                                                                             const std::function<void()>& body);
+// DeviceGraph::replay of a CUDA-backend graph with the launch's error returned instead of CHECK-failing.
+Status cuda_graph_try_replay(DeviceGraph& graph);
 
 // Its device memory (backend/device_memory.h); reset_peak: then starts a new high-water mark. CHECK-fails for
 // another backend.

@@ -57,15 +57,19 @@ int cmd_verify_fixture(int argc, char** argv) {
   if (!parallel.is_ok()) return fail(parallel.status());
   const std::string backend_name = args->get_or("--backend", "cpu");
   // CUDA graphs (on by default on CUDA, as for generate / serve): decode through graph replays must give the
-  // eager engine's tokens (cli/fixture_graphs.h). Only a one-rank world captures (forward_device refuses more).
+  // eager engine's tokens (cli/fixture_graphs.h). At tp > 1 the lockstep model captures too (the joined capture
+  // on the shared-device stand-in, per-rank graphs over NCCL: launch/lockstep_model.h), its MTP draft steps
+  // eagerly; at dp > 1 it refuses graphs (the DP split and merge are host work each step), so nothing to check.
   auto graphs = parse_cuda_graph_flags(*args, backend_name);
   if (!graphs.is_ok()) return fail(graphs.status());
   if (*graphs && backend_name != "cuda")
     return fail(invalid_argument("--cuda-graph: the " + backend_name + " backend has no CUDA graphs (use --backend cuda)"));
   const bool one_rank = parallel->tp == 1 && parallel->dp == 1;
-  if (*graphs && !one_rank)
-    std::printf("cuda graphs: not checked (graphs are captured on one rank only; this run has %d tp x %d dp)\n",
-                parallel->tp, parallel->dp);
+  const bool graphs_checked = parallel->dp == 1;
+  if (*graphs && !graphs_checked)
+    std::printf("cuda graphs: not checked (--dp-size %d: the DP split and merge are host work each step, so these "
+                "steps run eagerly; this run has %d tp x %d dp)\n",
+                parallel->dp, parallel->tp, parallel->dp);
   if (launch::process_dist_init().nnodes > 1)
     return fail(unsupported("verify-fixture with --nnodes " + std::to_string(launch::process_dist_init().nnodes) +
                             ": it checks every rank's outputs in one process (run it on one node)"));
@@ -110,14 +114,14 @@ int cmd_verify_fixture(int argc, char** argv) {
   auto report = verify_fixture_model(dir, (*lm)->model(), (*lm)->backend(), opt);
   if (!report.is_ok()) return fail(report.status());
   int failures = report->failures;
-  if (*graphs && one_rank) {
-    auto g = verify_fixture_graphs(dir, (*lm)->model(), (*lm)->backend(), opt.block_size);
+  if (*graphs && graphs_checked) {
+    auto g = verify_fixture_graphs(dir, (*lm)->model(), (*lm)->backend(), opt.block_size, /*mtp_draft_graphs=*/one_rank);
     if (!g.is_ok()) return fail(g.status());
     failures += g->failures;
   }
   std::printf("%s: %d cases, %d failed checks (tolerance rel_l2 <= %.1e, backend %s, cuda graphs %s)\n", dir.c_str(),
               report->cases, failures, opt.max_rel_l2, (*lm)->backend_name().c_str(),
-              *graphs ? (one_rank ? "on" : "on, not checked") : "off");
+              *graphs ? (graphs_checked ? "on" : "on, not checked") : "off");
   return failures == 0 ? 0 : 1;
 }
 

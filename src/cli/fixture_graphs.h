@@ -22,7 +22,10 @@ struct GraphCheckReport {
 };
 
 // dir: the fixture the model was loaded from; block_size: the KV block size of both engines.
+// mtp_draft_graphs: the MTP pass must also replay MTP draft (chain continuation) graphs -- one rank only; a
+// lockstep model over several ranks has no device-input MTP forward, so its draft steps run eagerly and the
+// pass checks its verify steps' graphs (and the tokens) alone.
 Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::CausalLM& model, backend::Backend& be,
-                                               int64_t block_size);
+                                               int64_t block_size, bool mtp_draft_graphs = true);
 
 }  // namespace mxserve::cli

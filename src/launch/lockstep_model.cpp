@@ -268,10 +268,15 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 
 Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                                      kvcache::KvCache& kv, Tensor& logits, Tensor* hidden) {
-  if (dp_ > 1)
-    return unsupported("CUDA graphs with --data-parallel-size " + std::to_string(dp_) +
-                       ": the DP split and merge are host work each step (the steps run eagerly)");
-  if (ranks_[0].cuda_device < 0) return unsupported("CUDA graphs: these ranks are not CUDA ranks");
+  if (per_rank_ != nullptr && per_rank_->recording()) return per_rank_->record(ids, positions, meta, kv, logits, hidden);
+  const TpGraphChoice choice = graph_choice();
+  if (choice.mode == TpGraphMode::kRefused) return unsupported(choice.why);
+  if (choice.mode == TpGraphMode::kPerRank) {
+    if (per_rank_->root_capturing())
+      return unsupported("per-rank CUDA graphs: rank 0's stream is being captured by one backend; NCCL ranks capture "
+                         "through CausalLM::capture_device_graph (one graph per rank)");
+    return per_rank_->run_eagerly(ids, positions, meta, kv, logits, hidden);
+  }
   if (!join_) {
     std::vector<backend::Backend*> bes;
     for (const Rank& r : ranks_) bes.push_back(r.backend);
@@ -281,11 +286,7 @@ Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions,
   }
   // On by default since the H100 run of 2026-12-06 (test_cuda_parallel_layouts CudaGraphsAtTpAboveOneMatchEager:
   // tp 2 / 4, fused and unfused, both *_tiny_a fixtures, tokens identical to eager); MXSERVE_TP_GRAPHS=0 keeps
-  // these steps eager (--disable-cuda-graph turns every graph off).
-  const char* env = std::getenv("MXSERVE_TP_GRAPHS");
-  if (env != nullptr && std::string(env) == "0")
-    return unsupported("CUDA graphs at --tensor-parallel-size " + std::to_string(tp_) +
-                       " turned off by MXSERVE_TP_GRAPHS=0");
+  // these steps eager (graph_choice; --disable-cuda-graph turns every graph off).
   const bool capturing = join_->root_capturing();
   MX_RETURN_IF_ERROR(join_->fork());
   auto res = run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
@@ -307,6 +308,46 @@ Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions,
   MX_RETURN_IF_ERROR(join_->join());  // every rank's stream back into rank 0's, failed or not (ends the capture)
   if (!res.is_ok()) return res.status();
   if (capturing) graphs_ = true;
+  return Status::ok();
+}
+
+TpGraphChoice LockstepModel::graph_choice() {
+  TpGraphLayout layout;
+  for (const Rank& r : ranks_) layout.devices.push_back(r.cuda_device);
+  layout.tp = tp_;
+  layout.dp = dp_;
+  layout.tp_graphs_env = std::getenv("MXSERVE_TP_GRAPHS");
+  layout.force_per_rank = force_per_rank_;
+  TpGraphChoice choice = choose_tp_graph_mode(layout);
+  if (choice.mode == TpGraphMode::kPerRank && per_rank_ == nullptr) {
+    std::vector<backend::Backend*> bes;
+    std::vector<PerRankGraphs::RankSide> sides;
+    for (const Rank& r : ranks_) {
+      bes.push_back(r.backend);
+      sides.push_back({r.backend, r.model});
+    }
+    auto capture = parallel::make_rank_capture(bes, layout.devices);
+    if (!capture.is_ok()) return {TpGraphMode::kRefused, capture.status().to_string()};
+    auto run = [this](kvcache::KvCache& kv, const PerRankGraphs::RankFn& fn) -> Status {
+      return run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
+               MX_RETURN_IF_ERROR(fn(r, rkv));
+               return model::ForwardOutput{};
+             }).status();
+    };
+    per_rank_ = std::make_unique<PerRankGraphs>(std::move(sides), std::move(capture).value(), run, mirror_rank0_);
+  }
+  return choice;
+}
+
+Result<std::unique_ptr<backend::DeviceGraph>> LockstepModel::capture_device_graph(backend::Backend& be,
+                                                                                   const std::function<void()>& body) {
+  if (graph_choice().mode == TpGraphMode::kPerRank) return per_rank_->capture(body);
+  return be.capture_graph(body);  // the joined capture (forward_device joins the ranks) or the refusal
+}
+
+Status LockstepModel::replay_device_graph(backend::DeviceGraph& graph) {
+  if (per_rank_ != nullptr && per_rank_->owns(graph)) return per_rank_->replay(graph);
+  graph.replay();
   return Status::ok();
 }
 

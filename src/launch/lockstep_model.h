@@ -20,8 +20,10 @@
 // CUDA graphs (forward_device, decode graphs): on the shared-device stand-in at dp 1, every rank's forward is
 // captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), on by default
 // (MXSERVE_TP_GRAPHS=0 turns it off); once captured, every eager call is fenced against the replays
-// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). DP (host split / merge) and
-// NCCL ranks (one GPU each) are refused, naming why.
+// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). NCCL ranks (one GPU each):
+// one graph per rank, captured and launched from the ranks' own threads (launch/rank_graphs.h), through
+// capture_device_graph / replay_device_graph. DP (host split / merge) and multi-node are refused, naming why
+// (choose_tp_graph_mode).
 #pragma once
 
 #include <condition_variable>
@@ -34,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "launch/dp_batch.h"
+#include "launch/rank_graphs.h"
 #include "model/causal_lm.h"
 #include "parallel/communicator.h"
 #include "parallel/graph_join.h"
@@ -72,6 +75,17 @@ class LockstepModel final : public model::CausalLM {
   void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
                      kvcache::KvCache& kv) override;
   int world() const { return static_cast<int>(ranks_.size()); }
+  // Per-rank graphs where the ranks are on several GPUs (rank_graphs.h); otherwise be.capture_graph(body).
+  Result<std::unique_ptr<backend::DeviceGraph>> capture_device_graph(backend::Backend& be,
+                                                                     const std::function<void()>& body) override;
+  Status replay_device_graph(backend::DeviceGraph& graph) override;
+  // Tests: per-rank graphs even for one rank (a one-rank NCCL world on one GPU); mirror_rank0: rank 0 copies its
+  // inputs into mirrors as the other ranks do. Refused (graphs off) for several ranks on one GPU. Before any capture.
+  void force_per_rank_graphs_for_tests(bool mirror_rank0) {
+    force_per_rank_ = true;
+    mirror_rank0_ = mirror_rank0;
+  }
+  int64_t per_rank_replays() const { return per_rank_ ? per_rank_->replays() : 0; }
 
  private:
   using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;
@@ -111,6 +125,10 @@ class LockstepModel final : public model::CausalLM {
   std::map<const kvcache::KvCache*, std::vector<std::unique_ptr<kvcache::KvCache>>> mirrors_;
   std::unique_ptr<parallel::GraphJoin> join_;  // forward_device: the ranks' joined capture (made on first use)
   bool graphs_ = false;                        // a joined capture succeeded: eager calls are fenced
+  // Which graphs the ranks get (rank_graphs.h); PerRankGraphs made on first use in kPerRank mode.
+  TpGraphChoice graph_choice();
+  std::unique_ptr<PerRankGraphs> per_rank_;
+  bool force_per_rank_ = false, mirror_rank0_ = false;
 
   std::mutex mutex_;
   std::condition_variable job_cv_, done_cv_;

@@ -1,4 +1,5 @@
 #include "launch/multinode.h"
+#include "launch/rank_graphs.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -317,6 +318,11 @@ class LeaderModel final : public model::CausalLM {
     } catch (const DeviceOutOfMemory& oom) {
       return check(out_of_memory(oom.what()));
     }
+  }
+  // Decode graphs: refused (the engine logs it and runs every step eagerly).
+  Status forward_device(const Tensor&, const Tensor&, const backend::AttentionMeta&, kvcache::KvCache&, Tensor&,
+                        Tensor*) override {
+    return unsupported(multinode_graphs_refusal());
   }
   void copy_kv_slots(backend::Backend& be, const Tensor& src, const Tensor& dst, kvcache::KvCache& kv) override {
     const Tensor hs = be.to_host(src), hd = be.to_host(dst);

@@ -55,6 +55,18 @@ class CausalLM {
                                 kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) {
     return unsupported("this model has no device-input forward (decode graphs)");
   }
+  // How the decode / MTP graphs (runtime/decode_graphs.h, mtp_graphs.h) capture `body` and replay what it made.
+  // One backend: be.capture_graph(body) and DeviceGraph::replay. A model spread over ranks on several GPUs
+  // (launch/lockstep_model.h) captures one graph per rank on the ranks' own threads and replays them together;
+  // its replay's error (a rank's launch failing) fails the step, naming the rank.
+  virtual Result<std::unique_ptr<backend::DeviceGraph>> capture_device_graph(backend::Backend& be,
+                                                                             const std::function<void()>& body) {
+    return be.capture_graph(body);
+  }
+  virtual Status replay_device_graph(backend::DeviceGraph& graph) {
+    graph.replay();
+    return Status::ok();
+  }
   // MTP graphs (runtime/mtp_graphs.h): one MTP forward over inputs already on the backend -- ids, positions,
   // hidden_in [T, H], meta for T rows -- into logits f32 [T, V] and hidden_out [T, H] (the MTP layer's output
   // hidden state). `rows` says what the rows are:

@@ -124,7 +124,7 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
         auto body_status = std::make_shared<Status>(Status::ok());
         model::CausalLM* model = &model_;
         kvcache::KvCache* kv = &kv_;
-        auto graph = be_.capture_graph([=]() mutable {
+        auto graph = model_.capture_device_graph(be_, [=]() mutable {
           const Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
           if (!st.is_ok()) *body_status = st;
         });
@@ -204,7 +204,7 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
     Tensor cascade = g.cascade;
     be_.write_from_host(cascade, 0, Tensor::view_of(cascade_host_.data(), DType::kI32, {cs.n_ints()}));
   }
-  g.graph->replay();
+  MX_RETURN_IF_ERROR(model_.replay_device_graph(*g.graph));
   ++replays_;
   if (g.tree)
     ++tree_replays_;

@@ -120,7 +120,7 @@ Status MtpGraphs::capture_family(Family f, const std::vector<int64_t>& qs, const
         auto body_status = std::make_shared<Status>(Status::ok());
         model::CausalLM* model = &model_;
         kvcache::KvCache* kv = &kv_;
-        auto graph = be_.capture_graph([=]() mutable {
+        auto graph = model_.capture_device_graph(be_, [=]() mutable {
           const Status st = model->forward_mtp_device(ids, positions, hidden_in, meta, *kv, logits, hidden, rows);
           if (!st.is_ok()) *body_status = st;
         });
@@ -146,7 +146,7 @@ Status MtpGraphs::capture_heads(const std::vector<int64_t>& buckets) {
     auto body_status = std::make_shared<Status>(Status::ok());
     model::CausalLM* model = &model_;
     backend::Backend* be = &be_;
-    auto graph = be_.capture_graph([=]() mutable {
+    auto graph = model_.capture_device_graph(be_, [=]() mutable {
       Tensor picked = be->alloc(source.dtype(), {rows.numel(), source.dim(1)});
       be->gather_rows(source, rows, picked);
       const Status st = model->lm_head_device(picked, logits);
@@ -233,7 +233,7 @@ Result<model::ForwardOutput> MtpGraphs::run(const model::ForwardBatch& batch, co
   be_.gather_rows(hidden_in, graph_row_field(inputs, n_rows - 1).slice_rows(0, T), dst);
   if (f == Family::kChain)
     MX_RETURN_IF_ERROR(model_.stage_mtp_chain(batch.mtp_step, graph_row_field(inputs, fields).slice_rows(0, T)));
-  g.graph->replay();
+  MX_RETURN_IF_ERROR(model_.replay_device_graph(*g.graph));
   ++replays_[static_cast<int>(f)];
   model::ForwardOutput out;
   if (f == Family::kExtend) {
@@ -250,7 +250,7 @@ Result<model::ForwardOutput> MtpGraphs::run(const model::ForwardBatch& batch, co
       host_head_ = padded_logit_rows(batch.logit_rows, head->batch);
       Tensor head_rows = head->rows;
       be_.write_from_host(head_rows, 0, Tensor::view_of(host_head_.data(), DType::kI32, {head->batch}));
-      head->graph->replay();
+      MX_RETURN_IF_ERROR(model_.replay_device_graph(*head->graph));
       out.logits = head_logits_.slice_rows(0, n_logits);
     }
   } else {
