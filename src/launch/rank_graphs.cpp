@@ -158,14 +158,18 @@ Result<std::unique_ptr<backend::DeviceGraph>> PerRankGraphs::capture(const std::
   std::vector<std::unique_ptr<backend::DeviceGraph>> graphs(ranks_.size());
   MX_RETURN_IF_ERROR(capture_->mark_root());  // the capture's warm-up run reads what rank 0 wrote so far
   const Status st = run_named(*c.kv, [&](int r, kvcache::KvCache& rkv) -> Status {
-    const RankInputs in = inputs_for(r, c);  // mirrors allocated outside the capture (not from its pool)
+    // Mirrors allocated outside the capture (not from its pool). The body holds its inputs by value, as the
+    // decode graphs' bodies do: a capture may keep it.
+    auto in = std::make_shared<const RankInputs>(inputs_for(r, c));
+    auto call = std::make_shared<const Call>(c);
+    auto body_status = std::make_shared<Status>(Status::ok());
+    kvcache::KvCache* rank_kv = &rkv;
     MX_RETURN_IF_ERROR(capture_->wait_root(r));
-    Status body_status = Status::ok();
-    auto g = capture_->capture(r, [&] {
-      const Status s = rank_step(r, c, in, rkv);
-      if (!s.is_ok() && body_status.is_ok()) body_status = s;
+    auto g = capture_->capture(r, [this, r, in, call, rank_kv, body_status] {
+      const Status s = rank_step(r, *call, *in, *rank_kv);
+      if (!s.is_ok() && body_status->is_ok()) *body_status = s;
     });
-    MX_RETURN_IF_ERROR(body_status);
+    MX_RETURN_IF_ERROR(*body_status);
     if (!g.is_ok()) return g.status();
     graphs[r] = std::move(g).value();
     return capture_->mark_rank(r);

@@ -80,8 +80,8 @@ Result<std::unique_ptr<GraphJoin>> make_graph_join(const std::vector<backend::Ba
         !(backends[r]->device() == backends[0]->device()))
       return unsupported("CUDA graphs at tp > 1 with ranks on several GPUs (rank " + std::to_string(r) + " on " +
                          (backends[r] ? backends[r]->device().to_string() : std::string("none")) +
-                         ") are not built yet (per-rank capture with the NCCL collectives inside); the joined capture "
-                         "runs every rank on one GPU (the shared-device stand-in)");
+                         "): the joined capture runs every rank on one GPU (the shared-device stand-in); ranks on "
+                         "their own GPUs get per-rank graphs (launch/rank_graphs.h)");
   auto j = std::make_unique<CudaGraphJoin>(backends);
   MX_RETURN_IF_ERROR(j->init());
   return std::unique_ptr<GraphJoin>(std::move(j));
