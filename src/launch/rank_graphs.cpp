@@ -156,6 +156,10 @@ Result<std::unique_ptr<backend::DeviceGraph>> PerRankGraphs::capture(const std::
   const Call c = *recorded_;
   recorded_.reset();
   std::vector<std::unique_ptr<backend::DeviceGraph>> graphs(ranks_.size());
+  // A capture or instantiation that fails after the rank's forward ran whole (warm-up and capture) leaves no
+  // collective pending: it is kept here, not returned from the rank's job, so the group is not aborted and the
+  // engine runs eagerly (logged). A forward that failed is returned (the group aborts: peers may wait in it).
+  std::vector<Status> capture_errors(ranks_.size(), Status::ok());
   MX_RETURN_IF_ERROR(capture_->mark_root());  // the capture's warm-up run reads what rank 0 wrote so far
   const Status st = run_named(*c.kv, [&](int r, kvcache::KvCache& rkv) -> Status {
     // Mirrors allocated outside the capture (not from its pool). The body holds its inputs by value, as the
@@ -170,13 +174,16 @@ Result<std::unique_ptr<backend::DeviceGraph>> PerRankGraphs::capture(const std::
       if (!s.is_ok() && body_status->is_ok()) *body_status = s;
     });
     MX_RETURN_IF_ERROR(*body_status);
-    if (!g.is_ok()) return g.status();
-    graphs[r] = std::move(g).value();
+    if (g.is_ok())
+      graphs[r] = std::move(g).value();
+    else
+      capture_errors[r] = g.status().with_context("per-rank CUDA graphs, rank " + std::to_string(r));
     return capture_->mark_rank(r);
   });
   const Status joined = capture_->join_ranks();
   MX_RETURN_IF_ERROR(st);
   MX_RETURN_IF_ERROR(joined);
+  for (const Status& e : capture_errors) MX_RETURN_IF_ERROR(e);
   return std::unique_ptr<backend::DeviceGraph>(std::make_unique<Graph>(this, c.kv, std::move(graphs)));
 }
 

@@ -13,8 +13,10 @@
 // after its host writes (replays are host-serialized, so the event's latest record is this step's), and after
 // the launches rank 0's stream waits for every rank's. Rank 0 reads its own buffers in place (tests can make it
 // copy too, to run the copy path on one GPU).
-// Failure: a rank whose capture or launch fails fails the capture / step with its error, named by rank (the
-// lockstep model aborts the group, so no rank waits forever in a collective).
+// Failure: a rank whose forward or launch fails fails the capture / step with its error, named by rank, and the
+// lockstep model aborts the group (so no rank waits forever in a collective; the group stays failed). A rank whose
+// forward ran but whose capture or instantiation failed fails the capture, named, without aborting the group
+// (nothing is left pending): the engine then runs every step eagerly and says so.
 // Invariant: a captured body makes exactly one forward_device call and nothing else the ranks must repeat
 // (the decode graphs' bodies); anything else is refused at capture.
 #pragma once
@@ -24,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 

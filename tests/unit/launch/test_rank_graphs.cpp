@@ -152,6 +152,7 @@ class FakeCapture final : public parallel::RankCapture {
   Result<std::unique_ptr<backend::DeviceGraph>> capture(int r, const std::function<void()>& body) override {
     log_.add("capture " + std::to_string(r));
     body();
+    if (r == fail_capture_rank) return internal_error("CUDA graph capture failed: injected capture failure");
     return std::unique_ptr<backend::DeviceGraph>(std::make_unique<FakeGraph>(body));
   }
   Status launch(int r, backend::DeviceGraph& g) override {
@@ -168,7 +169,7 @@ class FakeCapture final : public parallel::RankCapture {
     log_.add("join_ranks");
     return Status::ok();
   }
-  int fail_launch_rank = -1;
+  int fail_launch_rank = -1, fail_capture_rank = -1;
   Log& log_;
 };
 
@@ -187,6 +188,7 @@ class FakeRankModel final : public model::CausalLM {
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden) override {
     ++calls;
+    if (fail) return internal_error("injected forward failure");
     ids_at = ids.raw();
     ids_seen.assign(ids.data<int32_t>(), ids.data<int32_t>() + ids.numel());
     tables_seen.assign(meta.block_tables.data<int32_t>(), meta.block_tables.data<int32_t>() + meta.block_tables.numel());
@@ -195,6 +197,7 @@ class FakeRankModel final : public model::CausalLM {
   }
   model::ModelConfig cfg_;
   int calls = 0;
+  bool fail = false;
   const void* ids_at = nullptr;
   std::vector<int32_t> ids_seen, tables_seen;
 };
@@ -204,6 +207,7 @@ struct Rig {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
   std::vector<std::unique_ptr<FakeRankModel>> models;
   FakeCapture* capture = nullptr;
+  int failed_jobs = 0;
   std::unique_ptr<PerRankGraphs> graphs;
   kvcache::KvCache kv{kvcache::KvCacheSpec::gqa(1, 2, 4, 1, 4, DType::kF32),
                       [](DType dt, Shape s) { return Tensor::zeros(dt, std::move(s)); }};
@@ -216,11 +220,13 @@ struct Rig {
     auto cap = std::make_unique<FakeCapture>(log);
     capture = cap.get();
     // One thread per rank per call, as the lockstep model's workers; the first error (rank order).
-    auto run = [](kvcache::KvCache& kv, const PerRankGraphs::RankFn& fn, int n) -> Status {
+    // (failed_jobs: the jobs that returned an error -- the lockstep model aborts the group for those.)
+    auto run = [this](kvcache::KvCache& kv, const PerRankGraphs::RankFn& fn, int n) -> Status {
       std::vector<Status> st(n, Status::ok());
       std::vector<std::thread> threads;
       for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { st[r] = fn(r, kv); });
       for (auto& t : threads) t.join();
+      for (const Status& s : st) failed_jobs += s.is_ok() ? 0 : 1;
       for (const Status& s : st) MX_RETURN_IF_ERROR(s);
       return Status::ok();
     };
@@ -306,6 +312,32 @@ TEST(RankGraphs, FailedLaunchFailsTheReplayNamingTheRank) {
   EXPECT_TRUE(has(st.message(), "injected failure")) << st.to_string();
   EXPECT_EQ(rig.graphs->replays(), 0);
   EXPECT_GE(rig.log.index("join_ranks"), 0);  // rank 0's stream still ordered after the ranks
+}
+
+// A capture that fails after the forward ran: named, the group left alone (the engine runs eagerly). A forward that
+// fails: named and returned from the rank's job (the lockstep model aborts the group).
+TEST(RankGraphs, FailedCaptureOrForwardIsNamed) {
+  Tensor ids = i32({1}), positions = i32({0}), logits = Tensor::zeros(DType::kF32, {1, 2});
+  backend::AttentionMeta meta;
+  meta.block_tables = i32({0});
+  {
+    Rig rig(2);
+    rig.capture->fail_capture_rank = 1;
+    auto g = rig.graphs->capture([&] { (void)rig.graphs->record(ids, positions, meta, rig.kv, logits, nullptr); });
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_TRUE(has(g.status().message(), "rank 1")) << g.status().to_string();
+    EXPECT_TRUE(has(g.status().message(), "injected capture failure")) << g.status().to_string();
+    EXPECT_EQ(rig.failed_jobs, 0);
+  }
+  {
+    Rig rig(2);
+    rig.models[1]->fail = true;
+    auto g = rig.graphs->capture([&] { (void)rig.graphs->record(ids, positions, meta, rig.kv, logits, nullptr); });
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_TRUE(has(g.status().message(), "rank 1")) << g.status().to_string();
+    EXPECT_TRUE(has(g.status().message(), "injected forward failure")) << g.status().to_string();
+    EXPECT_EQ(rig.failed_jobs, 1);
+  }
 }
 
 TEST(RankGraphs, BodyWithoutOneForwardIsRefused) {
