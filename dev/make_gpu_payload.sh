@@ -35,6 +35,10 @@ done
 for t in tests/ops/test_cuda_moe_expert_range tests/unit/launch/test_cuda_parallel_layouts dev/kernels/bench_standin_collectives; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 32, per-rank CUDA graphs for NCCL ranks (dev/gpu/rank_graphs.sh).
+for t in tests/unit/launch/test_cuda_rank_graphs; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Session 8 seedmem (dev/gpu/seedmem.sh): a device OOM fails the step not the server; MXFP4 rank slices + KV budget.
 for t in tests/unit/runtime/test_engine_oom_cuda tests/unit/launch/test_cuda_mxfp4_slices; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi

@@ -4,7 +4,8 @@
 #  1. test_cuda_shared_device_comm: every collective at 2 and 4 ranks vs the CPU communicator (bitwise; f32 and
 #     bf16, ragged, uneven, zero rows), repeated in-place all-reduces, abort mid-collective (PASS/FAIL per test);
 #  2. verify-fixture --backend cuda --tp-size 2 and 4 --communicator shared-device on every glm4_moe and
-#     glm_moe_dsa fixture (the stand-in's log line must be there), and once through MXSERVE_COMMUNICATOR;
+#     glm_moe_dsa fixture (the stand-in's log line must be there; CUDA graphs on vs off are checked too, the joined
+#     capture), and once through MXSERVE_COMMUNICATOR;
 #  3. greedy tokens of `generate` at tp 2 and 4 on the stand-in equal to tp 1 (glm4_moe_tiny_b, glm_moe_dsa_tiny_b);
 #  4. --communicator shared-device with --backend cpu is refused (exit 2, naming the flag).
 set -u
@@ -33,7 +34,7 @@ fi
 for f in glm4_moe_tiny_a glm4_moe_tiny_b glm_moe_dsa_tiny_a glm_moe_dsa_tiny_b; do
   for tp in 2 4; do
     log="$OUT/standin_verify_${f}_tp$tp.log"
-    timeout 180 "$MX" verify-fixture "$P/fixtures/$f" --backend cuda --tp-size $tp --communicator shared-device \
+    timeout 360 "$MX" verify-fixture "$P/fixtures/$f" --backend cuda --tp-size $tp --communicator shared-device \
       --max-rel-l2 2e-2 > "$log" 2>&1; rc=$?
     if [ $rc = 0 ] && grep -qE "$STANDIN_LINE" "$log" && grep -q " 0 failed checks" "$log"; then
       echo "PASS verify-fixture $f --tp-size $tp on the stand-in: $(grep -E 'failed checks' "$log" | tail -1)"
@@ -44,7 +45,7 @@ for f in glm4_moe_tiny_a glm4_moe_tiny_b glm_moe_dsa_tiny_a glm_moe_dsa_tiny_b; 
   done
 done
 log="$OUT/standin_verify_env.log"
-MXSERVE_COMMUNICATOR=shared-device timeout 120 "$MX" verify-fixture "$P/fixtures/glm4_moe_tiny_a" --backend cuda \
+MXSERVE_COMMUNICATOR=shared-device timeout 240 "$MX" verify-fixture "$P/fixtures/glm4_moe_tiny_a" --backend cuda \
   --tp-size 2 --max-rel-l2 2e-2 > "$log" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -qE "$STANDIN_LINE" "$log"; then echo "PASS MXSERVE_COMMUNICATOR=shared-device tp 2"
 else echo "FAIL MXSERVE_COMMUNICATOR=shared-device tp 2: rc=$rc"; tail -3 "$log"; RC=1; fi
