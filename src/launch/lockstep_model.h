@@ -68,7 +68,8 @@ class LockstepModel final : public model::CausalLM {
                                            kvcache::KvCache& kv) override;
   // Every rank's forward_device on its own thread (ids, positions and meta are rank 0's device tensors, read in
   // place: one device), rank 0's into logits / hidden, the others' into their own temporaries; joined into the
-  // capture of rank 0's stream when it is being captured.
+  // capture of rank 0's stream when it is being captured. Ranks on several GPUs (per-rank graphs): recorded
+  // while capture_device_graph runs the body, else run eagerly with the other ranks reading copies of the inputs.
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override;
   // The copy in rank 0's cache `kv` and in every mirror of it.
