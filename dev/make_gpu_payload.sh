@@ -73,6 +73,13 @@ done
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 # A baseline binary for before/after runs in one call (dev/gpu/s7_glm5.sh): MXSERVE_BEFORE=path/to/old/mxserve.
 [ -n "${MXSERVE_BEFORE:-}" ] && cp "$MXSERVE_BEFORE" "$DEST/bin/mxserve_before"
+# MXSERVE_PAYLOAD_ONLY="mxserve test_foo ...": only these binaries travel (a call that needs a few; packing every
+# binary takes minutes on 2 cores and may not fit the 64 MiB the device tool carries beside the tree).
+if [ -n "${MXSERVE_PAYLOAD_ONLY:-}" ]; then
+  for f in "$DEST"/bin/*; do
+    case " $MXSERVE_PAYLOAD_ONLY " in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
+  done
+fi
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"
