@@ -313,7 +313,7 @@ std::string describe(const GreedyDivergence& d) {
                 d.prompt, static_cast<long long>(d.index), d.a_name.c_str(), d.a, d.b_name.c_str(), d.b, d.reference,
                 d.margin, d.within_bound() ? "<=" : ">", d.bound, d.ratio());
   std::string s = buf;
-  if (d.within_bound()) return s + ": within bf16 rounding (a legitimate divergence)";
+  if (d.within_bound()) return s + ": within the format's rounding (a legitimate divergence)";
   for (const auto* r : {&d.a_replay, &d.b_replay}) {
     if (!r->ran) continue;
     std::snprintf(buf, sizeof(buf),

@@ -65,10 +65,12 @@ TEST(GreedyDivergence, TrackerFollowsContextAcrossForwardsAndThePrefixCache) {
   EXPECT_EQ(t.rows(n, 4), (std::vector<int32_t>{-1}));
 }
 
-// Configuration B's model: request rows at `position` get their least likely token pushed to the top (a bug).
+// Configuration B's model: request rows at `position` get their least likely token (or, second_best, their second
+// most likely one) pushed to the top.
 class WrongTokenModel final : public model::CausalLM {
  public:
-  WrongTokenModel(model::CausalLM& inner, int32_t position) : inner_(inner), position_(position) {}
+  WrongTokenModel(model::CausalLM& inner, int32_t position, bool second_best = false)
+      : inner_(inner), position_(position), second_best_(second_best) {}
   const model::ModelConfig& config() const override { return inner_.config(); }
   kvcache::KvCacheSpec kv_spec(int64_t n_blocks, int64_t block_size) const override {
     return inner_.kv_spec(n_blocks, block_size);
@@ -83,8 +85,15 @@ class WrongTokenModel final : public model::CausalLM {
     for (size_t k = 0; k < batch.logit_rows.size(); ++k) {
       if (batch.positions[batch.logit_rows[k]] != position_) continue;
       float* l = out.logits.data<float>() + k * V;
-      float* lo = std::min_element(l, l + V);
-      *lo = *std::max_element(l, l + V) + 100.0f;
+      float* top = std::max_element(l, l + V);
+      float* pick = std::min_element(l, l + V);
+      if (second_best_) {
+        const float keep = *top;
+        *top = -1e30f;
+        pick = std::max_element(l, l + V);
+        *top = keep;
+      }
+      *pick = *top + (second_best_ ? 1.0f : 100.0f);
     }
     return out;
   }
@@ -92,6 +101,7 @@ class WrongTokenModel final : public model::CausalLM {
  private:
   model::CausalLM& inner_;
   int32_t position_;
+  bool second_best_;
 };
 
 class GreedyDivergenceEngine : public ::testing::Test {
@@ -114,6 +124,7 @@ class GreedyDivergenceEngine : public ::testing::Test {
       s.sampling.temperature = 0;
       s.sampling.max_tokens = 6;
       s.sampling.ignore_eos = true;
+      s.sampling.logprobs = 2;  // the top-2 gap: the judge's margin must equal it
       specs_.push_back(s);
       prompts_.push_back(s.prompt);
     }
@@ -185,6 +196,48 @@ TEST_F(GreedyDivergenceEngine, AWrongConfigurationIsJudgedABug) {
   EXPECT_FALSE(d.legitimate());
   EXPECT_NE(cli::describe(d).find("a bug"), std::string::npos);
   EXPECT_NE(cli::describe(d).find("ratio"), std::string::npos);
+}
+
+// The same layout with B taking the second most likely token at request 1's generated token 3: the judge's margin is
+// the reference's top-2 gap at exactly that row (the engine's own top-2 logprob gap: f32 on both sides), and the
+// verdict follows the bound -- under a format coarse enough (u = 1) it is a legitimate divergence, judged without a
+// replay; under bf16 it is legitimate exactly when the margin is within u x (S_a + S_b).
+TEST_F(GreedyDivergenceEngine, ANearTieFlipIsJudgedByTheBound) {
+  auto base = run_shared_prefix(*lm_, *cpu_, specs_, false);
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  WrongTokenModel second(*lm_, 86, /*second_best=*/true);
+  auto flipped = run_shared_prefix(second, *cpu_, specs_, false);
+  ASSERT_TRUE(flipped.is_ok()) << flipped.status().to_string();
+  const auto a_out = base->outputs(3), b_out = flipped->outputs(3);
+  ASSERT_NE(b_out[1][3], a_out[1][3]);
+  auto no_replay = [](model::CausalLM&, size_t) -> Result<std::vector<int32_t>> {
+    return internal_error("a divergence within the bound is judged without a replay");
+  };
+  const cli::GreedyConfig a{"per-sequence", lm_.get(), no_replay}, b{"second-best", &second, no_replay};
+  auto coarse = cli::judge_greedy_divergences(dir_, prompts_, a_out, b_out, a, b, /*u=*/1.0);
+  ASSERT_TRUE(coarse.is_ok()) << coarse.status().to_string();
+  ASSERT_EQ(coarse->size(), 1u);
+  const cli::GreedyDivergence& d = coarse->front();
+  std::printf("%s\n", cli::describe(d).c_str());
+  EXPECT_EQ(d.prompt, 1u);
+  EXPECT_EQ(d.index, 3);
+  EXPECT_EQ(d.reference, d.a);
+  ASSERT_GE(base->top2_gap.at(1).size(), 4u);
+  EXPECT_NEAR(d.margin, base->top2_gap.at(1)[3], 1e-3) << "the margin is the reference's top-2 gap at that row";
+  EXPECT_GT(d.margin, 0);
+  EXPECT_TRUE(d.within_bound());
+  EXPECT_LT(d.ratio(), 1.0);
+  EXPECT_TRUE(d.legitimate());
+  EXPECT_FALSE(d.a_replay.ran || d.b_replay.ran);
+  EXPECT_NE(cli::describe(d).find("a legitimate divergence"), std::string::npos);
+  // bf16: the bound scales with u; the verdict is the comparison, nothing else (a replay if beyond: none given).
+  auto bf16 = cli::judge_greedy_divergences(dir_, prompts_, a_out, b_out, a, b, model::kBf16UnitRoundoff);
+  if (d.margin <= d.bound * model::kBf16UnitRoundoff) {
+    ASSERT_TRUE(bf16.is_ok()) << bf16.status().to_string();
+    EXPECT_TRUE(bf16->front().legitimate());
+  } else {
+    EXPECT_FALSE(bf16.is_ok()) << "beyond the bf16 bound the judge must replay, and this replay refuses";
+  }
 }
 
 }  // namespace
