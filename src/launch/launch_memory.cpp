@@ -25,15 +25,16 @@ std::string gib(double bytes) {
 }
 
 // The dry run: one request per DP group of `tokens` prompt tokens (distinct, no shared prefix: the placement
-// spreads them over the groups), each decoding two tokens (MTP drafts and verifies as serving does), on an
-// engine with a private pool just large enough. Returns a Status when the step itself cannot run.
+// spreads them over the groups) in steps of `rows` rows, each decoding two tokens (MTP drafts and verifies as
+// serving does), on an engine with a private pool just large enough. Returns a Status when a step cannot run.
 // pool_bytes: the bytes of its own KV pool on each rank (allocated inside the measured window; subtracted).
-Status dry_run(LaunchedModel& lm, const KvBudgetRequest& r, int64_t tokens, int dp, uint64_t* pool_bytes) {
+Status dry_run(LaunchedModel& lm, const KvBudgetRequest& r, int64_t rows, int64_t tokens, int dp,
+               uint64_t* pool_bytes) {
   runtime::EngineConfig ec;
   ec.scheduler.block_size = r.block_size;
-  ec.scheduler.max_num_batched_tokens = std::max<int64_t>(r.max_num_batched_tokens, tokens);
-  ec.scheduler.chunked_prefill_size = tokens;
-  ec.scheduler.min_prefill_chunk = std::min<int64_t>(256, tokens);
+  ec.scheduler.max_num_batched_tokens = std::max<int64_t>(r.max_num_batched_tokens, rows);
+  ec.scheduler.chunked_prefill_size = rows;
+  ec.scheduler.min_prefill_chunk = std::min<int64_t>(256, rows);
   ec.spec = r.spec;
   ec.max_model_len = tokens + 16 + r.spec.num_steps;
   const int64_t per_seq = (ec.max_model_len + r.block_size - 1) / r.block_size + 1;
@@ -80,29 +81,58 @@ uint64_t host_rss_bytes() {
 
 }  // namespace
 
+DryRunShape dry_run_shape(const KvBudgetRequest& r) {
+  const int64_t k = std::max<int64_t>(r.spec.num_steps, 0);
+  const int64_t chunk = std::max<int64_t>(std::min(r.max_num_batched_tokens, r.chunked_prefill_size), 1);
+  const int64_t riding = std::max<int64_t>(r.max_num_seqs, 0) * (1 + k);
+  // max_model_len: a dry-run sequence also decodes 2 tokens and drafts k (the 16 of slack the pool keeps)
+  const int64_t cap = r.max_model_len > 0 ? std::max<int64_t>(r.max_model_len - 16 - k, 1) : INT64_MAX;
+  DryRunShape out;
+  out.step_rows = std::min({std::max(r.max_num_batched_tokens, chunk), chunk + riding, cap});
+  out.step_rows = std::max<int64_t>(out.step_rows, 1);
+  out.extra_rows = std::max<int64_t>(out.step_rows - std::min(chunk, cap), 0);
+  out.prompt_tokens = std::max<int64_t>(std::min(2 * out.step_rows, cap), 1);
+  return out;
+}
+
 Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
   KvBudget out;
   out.kv_bytes_per_rank = r.kv_bytes_per_rank;
   const int world = lm.world();
   if (!backend::device_memory(lm.rank_backend(0)).known) return out;  // CPU ranks: nothing to measure
   const int dp = lm.layout().dp;
-  int64_t tokens = std::min(r.max_num_batched_tokens, r.chunked_prefill_size);
-  if (r.max_model_len > 0) tokens = std::min<int64_t>(tokens, r.max_model_len - 16 - r.spec.num_steps);
-  tokens = std::max<int64_t>(tokens, 1);
+  const DryRunShape shape = dry_run_shape(r);
+  const int64_t tokens = shape.step_rows;
   out.profiled_tokens = tokens;
 
   // A short warm-up first (it makes the other ranks' cache mirrors and one-time buffers), then the peaks.
   uint64_t pool_bytes = 0;
-  MX_RETURN_IF_ERROR(dry_run(lm, r, std::min<int64_t>(tokens, 16), dp, &pool_bytes));
+  const int64_t warm = std::min<int64_t>(tokens, 16);
+  MX_RETURN_IF_ERROR(dry_run(lm, r, warm, warm, dp, &pool_bytes));
   std::vector<uint64_t> base(world);
   for (int k = 0; k < world; ++k) {
     backend::reset_memory_peak(lm.rank_backend(k));
     base[k] = backend::device_memory(lm.rank_backend(k)).in_use;
   }
-  if (Status s = dry_run(lm, r, tokens, dp, &pool_bytes); !s.is_ok())
+  if (Status s = dry_run(lm, r, tokens, shape.prompt_tokens, dp, &pool_bytes); !s.is_ok())
     return Status(s.code(), s.message() + " (the largest step, " + std::to_string(tokens) +
-                                " tokens per DP group, does not fit next to the weights: lower "
-                                "--max-num-batched-tokens / --chunked-prefill-size)");
+                                " rows, does not fit next to the weights: lower "
+                                "--max-num-batched-tokens / --chunked-prefill-size / --max-num-seqs)");
+  {  // what the measured peak (the activation reserve each rank keeps out of the KV pool) holds
+    std::string what = std::to_string(tokens) + "-row steps (a " + std::to_string(tokens - shape.extra_rows) +
+                       "-token prefill chunk";
+    if (shape.extra_rows > 0)
+      what += " + " + std::to_string(shape.extra_rows) + " decode / verify rows of --max-num-seqs " +
+              std::to_string(r.max_num_seqs) + " running sequences";
+    what += "), prompts of " + std::to_string(shape.prompt_tokens) + " tokens per DP group (a chunk over an "
+            "earlier chunk's KV)";
+    if (r.spec.num_steps > 0) what += ", MTP draft + verify of " + std::to_string(r.spec.num_steps) + " step(s)";
+    if (lm.layout().dp_attention)
+      what += ", the DP-attention MoE exchange gathering every DP group's rows (up to " + std::to_string(tokens) +
+              " a step: the step budgets count all " + std::to_string(dp) + " groups together)";
+    MX_LOG(kInfo) << "start-up dry run: the activation reserve is each rank's measured peak over " << what
+                  << "; a GPU shared by several ranks releases every rank's cached blocks before an allocation fails";
+  }
 
   // Per device: the ranks on it, their in-use bytes (weights, buffers), peaks, and the device's own numbers.
   struct Dev {
@@ -145,7 +175,7 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
                   << "; weights + buffers " << gib(static_cast<double>(d.in_use)) << ", other users "
                   << gib(std::max(0.0, used - static_cast<double>(d.in_use))) << ", forward peak "
                   << gib(static_cast<double>(d.peaks) / n) << " per rank (measured at " << tokens
-                  << " tokens per DP group); room for KV " << gib(std::max(0.0, kv_room)) << " = "
+                  << "-row steps); room for KV " << gib(std::max(0.0, kv_room)) << " = "
                   << gib(std::max(0.0, kv_room) / n) << " per rank";
     if (kv_room <= 0)
       return out_of_memory("GPU " + std::to_string(device) + ": the weights and buffers (" +
