@@ -77,8 +77,9 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
     (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
     MX_CUDA_CHECK(cudaDeviceSynchronize());
     release_cached();
-    err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
-    if (err == cudaErrorMemoryAllocation) {  // then the other allocators' caches on this device (the registry)
+    const bool injected = alloc_fault::take(rounded);  // a test's full device: the peers' caches cannot help
+    err = injected ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
+    if (err == cudaErrorMemoryAllocation && !injected) {  // then the other allocators' caches on this device
       (void)cudaGetLastError();
       MX_CUDA_CHECK(cudaDeviceSynchronize());  // no work of any rank on this device still reads a cached block
       const uint64_t released = release_cached_on_device(device_, this);
@@ -86,7 +87,7 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
         MX_LOG(kWarn) << "CUDA allocator on device " << device_ << ": " << (rounded >> 20) << " MiB did not fit; "
                       << "released " << (released >> 20) << " MiB cached by the other allocators sharing the device "
                       << "(ranks of the shared-device stand-in) and tried again";
-        err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
+        err = cudaMalloc(&p, rounded);
       }
     }
   }
