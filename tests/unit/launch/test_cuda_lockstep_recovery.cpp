@@ -4,7 +4,9 @@
 // allocator throws it) and that step's request ends with an out_of_memory error naming the rank; then a request
 // decodes exactly what a fresh launch decodes (every rank's stream synchronized, the device-group communicators
 // reset). Then a real allocator failure (core/device_oom.h alloc_fault, at a cudaMalloc of whichever rank comes
-// first) is survived the same way. And the caching allocators of several backends on one device: an allocation
+// first) is survived the same way. NCCL's recovery path (a fresh ncclGetUniqueId, ncclCommInitRank again) on a
+// one-rank NCCL communicator: aborted by an out-of-memory, reset, and its all-reduce works again; a failure that
+// is not an out-of-memory refuses. And the caching allocators of several backends on one device: an allocation
 // that does not fit releases the other allocators' cached blocks first (kernels/cuda/common/caching_allocator.h).
 // Label gpu; skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include "core/device_oom.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/recoverable.h"
 #include "runtime/engine.h"
 
 namespace mxserve::launch {
@@ -157,6 +161,42 @@ TEST_F(CudaLockstepRecovery, AnAllocationThatDoesNotFitReleasesTheOtherAllocator
     FAIL() << "B's allocation failed although A's cache could be released: " << oom.what();
   }
   EXPECT_EQ(backend::device_memory(**a).cached, 0u);
+}
+
+TEST_F(CudaLockstepRecovery, NcclReinitialisesAfterAnOutOfMemoryAbort) {
+  auto be = backend::make_backend("cuda");
+  ASSERT_TRUE(be.is_ok());
+  const parallel::RankLayout one{.tp = 1, .rank = 0};
+  auto made = parallel::make_nccl_communicators({one}, {be->get()}, nullptr, {});
+  if (!made.is_ok()) GTEST_SKIP() << "no NCCL here: " << made.status().to_string();
+  parallel::Communicator& comm = *(*made)[0];
+  auto sum_works = [&] {
+    Tensor host = Tensor::empty(DType::kF32, {4});
+    for (int i = 0; i < 4; ++i) host.data<float>()[i] = static_cast<float>(i + 1);
+    Tensor x = (*be)->upload(host);
+    const Status st = comm.all_reduce(x, parallel::ReduceOp::kSum);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    (*be)->synchronize();
+    const Tensor back = (*be)->to_host(x);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(back.data<float>()[i], static_cast<float>(i + 1));
+    return st.is_ok();
+  };
+  ASSERT_TRUE(sum_works());
+  auto* resettable = dynamic_cast<parallel::RecoverableGroup*>(&comm);
+  ASSERT_NE(resettable, nullptr);
+  comm.abort(out_of_memory("injected: the device is full"));  // ncclCommAbort: terminal for that communicator
+  Tensor y = (*be)->alloc(DType::kF32, {4});
+  EXPECT_FALSE(comm.all_reduce(y, parallel::ReduceOp::kSum).is_ok());
+  (*be)->synchronize();
+  const Status reset = resettable->reset_after_abort();
+  ASSERT_TRUE(reset.is_ok()) << reset.to_string();
+  EXPECT_TRUE(sum_works());
+  EXPECT_TRUE(sum_works());
+  comm.abort(internal_error("injected: a device fault"));  // not recoverable: refused, stays failed
+  const Status refused = resettable->reset_after_abort();
+  EXPECT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("cannot recover"), std::string::npos) << refused.to_string();
+  EXPECT_FALSE(comm.all_reduce(y, parallel::ReduceOp::kSum).is_ok());
 }
 
 }  // namespace
