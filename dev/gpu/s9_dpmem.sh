@@ -14,6 +14,7 @@ g() { local n=$1 to=$2; shift 2; timeout $to "$B/$n" --gtest_color=no "$@" > "$O
 g test_cuda_lockstep_recovery 200
 g test_engine_oom_cuda 150
 g test_cuda_shared_device_comm 100
+g test_cuda_mxfp4_slices 200
 g test_cuda_parallel_layouts 300 '--gtest_filter=*EngineGreedyTokensEqualOneRank*:*MtpChainAndTreeWithSeveralRanks*'
 sort "$OUT/rc.txt"; t "tests done"
 for f in "$OUT"/t_*.log; do echo "== $(basename $f .log): $(grep -c '^\[       OK' $f) ok"; grep -E "^\[  FAILED|Failure|recovered|released" "$f" | cut -c1-220 | head -8; done

@@ -8,7 +8,10 @@
 // The dry run's shape (dry_run_shape, a pure function): steps of the most rows a serving step can hold -- a
 // full prefill chunk plus the decode / MTP-verify rows of every running sequence, within
 // --max-num-batched-tokens -- and prompts of two such chunks per DP group, so that one measured chunk attends
-// over the KV of an earlier one (the prefix-cache-hit shape). Under DP attention every rank's MoE exchange
+// over the KV of an earlier one (the prefix-cache-hit shape); then --max-num-seqs short requests decoding together
+// (min(max_num_seqs, step_rows / (1 + k)) sequences: verify steps whose every row has vocabulary-wide logits,
+// gathered on every rank). Each measured run's peak is taken above what was in use before it, less its own KV pool
+// (the other ranks' mirrors of it are freed after each run). Under DP attention every rank's MoE exchange
 // gathers the step's rows of every DP group: the scheduler's budgets count all groups' rows together, so the
 // dry run's steps reach that exchange at its largest. MTP draft and verify forwards run as serving runs them,
 // and the MXFP4 prefill-dequant workspace (when switched on) is allocated inside the measured forward. On a GPU

@@ -85,6 +85,9 @@ class LockstepModel final : public model::CausalLM {
   // device flag epochs) turns recovery off, saying why in the failure's message.
   void refuse_recovery(std::string why) { no_recovery_ = std::move(why); }
   int recoveries() const { return recoveries_; }  // recovered failures so far (a captured NCCL graph is stale)
+  // Frees the other ranks' mirrors of every caller cache (launch_memory.cpp: after each start-up dry run, whose
+  // engine and cache are gone; no mirrored cache may be used afterwards).
+  void drop_cache_mirrors() { mirrors_.clear(); }
 
  private:
   using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;

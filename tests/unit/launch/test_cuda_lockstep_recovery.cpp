@@ -6,7 +6,9 @@
 // reset). Then a real allocator failure (core/device_oom.h alloc_fault, at a cudaMalloc of whichever rank comes
 // first) is survived the same way. NCCL's recovery path (a fresh ncclGetUniqueId, ncclCommInitRank again) on a
 // one-rank NCCL communicator: aborted by an out-of-memory, reset, and its all-reduce works again; a failure that
-// is not an out-of-memory refuses. And the caching allocators of several backends on one device: an allocation
+// is not an out-of-memory refuses. The start-up budget sized by --gpu-memory-utilization alone on the stand-in
+// at tp 2 x dp 2 + DP attention (launch/launch_memory.h: the dry run's largest step and its --max-num-seqs
+// decoding together) serves --max-num-seqs concurrent requests without a failure. And the caching allocators of several backends on one device: an allocation
 // that does not fit releases the other allocators' cached blocks first (kernels/cuda/common/caching_allocator.h).
 // Label gpu; skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 #include "backend/device_memory.h"
 #include "core/device_oom.h"
 #include "launch/launch.h"
+#include "launch/launch_memory.h"
 #include "launch/lockstep_model.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/recoverable.h"
@@ -161,6 +164,49 @@ TEST_F(CudaLockstepRecovery, AnAllocationThatDoesNotFitReleasesTheOtherAllocator
     FAIL() << "B's allocation failed although A's cache could be released: " << oom.what();
   }
   EXPECT_EQ(backend::device_memory(**a).cached, 0u);
+}
+
+TEST_F(CudaLockstepRecovery, UtilizationSizedStandInServesMaxNumSeqsTogether) {
+  auto lm = launch({.tp = 2, .dp = 2, .dp_attention = true});
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  KvBudgetRequest kr;
+  kr.block_size = 16;
+  kr.max_num_batched_tokens = kr.chunked_prefill_size = 128;
+  kr.max_model_len = 256;
+  kr.max_num_seqs = 8;
+  kr.utilization_given = true;
+  kr.gpu_memory_utilization = 0.5;
+  auto budget = plan_kv_budget(**lm, kr);
+  ASSERT_TRUE(budget.is_ok()) << budget.status().to_string();
+  EXPECT_GT(budget->peak_activation_bytes, 0u);
+  ASSERT_GT(budget->kv_bytes_per_rank, 0u);
+  runtime::EngineConfig ec = engine_config();
+  ec.scheduler.max_num_batched_tokens = ec.scheduler.chunked_prefill_size = 128;
+  ec.scheduler.max_running = 8;
+  ec.n_blocks = std::min<int64_t>((*lm)->kv_blocks_for_bytes(16, budget->kv_bytes_per_rank), 1 << 16) / 2 * 2;
+  ASSERT_GE(ec.n_blocks, 64);
+  auto engine = (*lm)->make_engine(ec);
+  std::vector<Outcome> outs(8);
+  for (int i = 0; i < 8; ++i) {
+    runtime::RequestSpec req;
+    for (int j = 0; j < 40 + 7 * i; ++j) req.prompt.push_back(1 + (j * 13 + i * 29) % 300);
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 12;
+    req.sampling.ignore_eos = true;
+    Outcome* o = &outs[i];
+    ASSERT_TRUE(engine
+                    ->submit(req,
+                             [o](const runtime::TokenEvent& ev) {
+                               if (ev.token >= 0) o->tokens.push_back(ev.token);
+                               if (ev.finish != runtime::FinishReason::kNone) o->finish = ev.finish, o->error = ev.error;
+                             })
+                    .is_ok());
+  }
+  for (int i = 0; i < 2000 && !engine->idle(); ++i) engine->step();
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(outs[i].finish, runtime::FinishReason::kLength) << "request " << i << ": " << outs[i].error;
+    EXPECT_EQ(outs[i].tokens.size(), 12u) << "request " << i;
+  }
 }
 
 TEST_F(CudaLockstepRecovery, NcclReinitialisesAfterAnOutOfMemoryAbort) {
