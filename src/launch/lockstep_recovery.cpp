@@ -15,9 +15,9 @@ namespace mxserve::launch {
 Status LockstepModel::after_failed_step(const Status& root, bool recoverable) {
   if (!broken_.is_ok()) return root;
   if (!recoverable || !no_recovery_.empty()) {
-    broken_ = root.with_context(!recoverable ? "the rank group failed (not recoverable: only a device "
-                                               "out-of-memory is; restart the server)"
-                                             : "the rank group failed (recovery refused: " + no_recovery_ +
+    broken_ = root.with_context(!recoverable ? "the rank group cannot recover (only from a device out-of-memory; "
+                                               "restart the server)"
+                                             : "the rank group cannot recover (" + no_recovery_ +
                                                    "; restart the server)");
     MX_LOG(kError) << broken_.to_string();
     return root;
