@@ -39,6 +39,10 @@ done
 for t in tests/unit/runtime/test_engine_oom_cuda tests/unit/launch/test_cuda_mxfp4_slices; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Session 9 dpmem (dev/gpu/s9_dpmem.sh): a stand-in rank group recovering from one rank's OOM.
+for t in tests/unit/launch/test_cuda_lockstep_recovery; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.
 for t in tests/ops/test_cuda_moe_mxfp4_wg dev/kernels/bench_moe_mxfp4_wg tests/ops/test_cuda_moe_mxfp4_wg8; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
