@@ -1,0 +1,119 @@
+// The FP8 E4M3 K/V tile loader of the tensor-core attention kernels (paged_attention_mma.cu: per-warp decode and
+// block-shared prefill; cascade_attention.cu: prefix and suffix passes), shared by all four:
+//   issue:    cp.async of one tile's raw bytes (16 codes = 16 B per copy, the keys' K and V scales 4 B each) into
+//             a pipeline stage, the same stage count as the bf16 cache's cp.async pipeline;
+//   dequant:  stage -> one bf16 tile in shared memory (row stride HD + 8, what process_tile reads) with the
+//             plain loader's arithmetic (fp8x8_to_bf16, kv_fp8_load.cuh): the tile is bit for bit the one the
+//             plain loader stores, so results are bit-identical to it.
+// A stage is [K codes KEYS x HD][V codes KEYS x HD][K scales KEYS][V scales KEYS] (bytes, floats), packed rows.
+// Invariant: a row whose slot is < 0 (past the end, tree-masked) is zero-filled, codes and scales, and dequantizes
+// to +0 like the plain loader's zero fill (0 * 0 = +0: finite, then masked by process_tile).
+// The loader is a template parameter of the kernels (KvLoad): no runtime branch in any tile load (a runtime FP8
+// branch once cost the bf16 decode kernel 13%). The old plain loader stays selectable (kv_fp8_load_mode.h).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/attention/kv_fp8_load.cuh"
+#include "kernels/cuda/attention/kv_fp8_load_mode.h"
+#include "kernels/cuda/attention/paged_attention_mma_tile.cuh"
+#include "kernels/op_params.h"
+
+namespace mxserve::kernels::cuda {
+
+// How a kernel instantiation loads its K/V tiles.
+enum class KvLoad : int {
+  kBf16 = 0,       // bf16 cache: cp.async of the values (unchanged)
+  kFp8Plain = 1,   // FP8 cache: plain loads dequantized in registers, stored as bf16 (the old loader)
+  kFp8Async = 2,   // FP8 cache: this file's cp.async pipeline of raw codes, dequantized from shared memory
+};
+
+template <int HD, int KEYS>
+struct Fp8Stage {
+  static constexpr int kCodes = KEYS * HD;  // bytes of one of K / V
+  static constexpr size_t kBytes = 2 * static_cast<size_t>(kCodes) + 2 * KEYS * sizeof(float);
+  static_assert(HD % 16 == 0 && kBytes % 16 == 0, "stages must keep 16-byte alignment");
+};
+
+// Shared memory of one tile pipeline of `stages` stages (one warp's in the per-warp kernels, the block's in the
+// shared ones): bf16 stages, or FP8 raw stages plus the one bf16 tile the dequantization writes.
+template <int HD, int KEYS, KvLoad L>
+constexpr size_t kv_pipeline_bytes(int stages) {
+  const size_t bf16_tile = 2 * static_cast<size_t>(KEYS) * mma_tile::row_stride<HD>() * sizeof(bf16);
+  return L == KvLoad::kFp8Async ? stages * Fp8Stage<HD, KEYS>::kBytes + bf16_tile : stages * bf16_tile;
+}
+
+// The bf16 tile (K rows then V rows) of an FP8 async pipeline at `region` (after its raw stages).
+template <int HD, int KEYS>
+__device__ __forceinline__ bf16* fp8_dequant_tile(unsigned char* region, int stages) {
+  return reinterpret_cast<bf16*>(region + stages * Fp8Stage<HD, KEYS>::kBytes);
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(mma_tile::smem_addr(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+
+// Issues the cp.async copies of one tile into `stage` (threads tid = 0 .. NT - 1 of the pipeline's owners; the
+// caller commits). slot_of(j): the cache slot of tile row j, or < 0 for a row to zero-fill.
+template <int HD, int KEYS, int NT, class SlotOf>
+__device__ __forceinline__ void fp8_tile_issue(unsigned char* stage, int tid, const void* k_cache, const void* v_cache,
+                                               int kvh, const AttentionParams& p, SlotOf slot_of) {
+  constexpr int CH = HD / 16;  // 16-byte (16-code) chunks per row
+  const auto* kc = static_cast<const uint8_t*>(k_cache);
+  const auto* vc = static_cast<const uint8_t*>(v_cache);
+  const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
+#pragma unroll
+  for (int c = tid; c < KEYS * CH; c += NT) {
+    const int j = c / CH, d = (c % CH) * 16;
+    const int64_t slot = slot_of(j);
+    const bool ok = slot >= 0;
+    const int64_t off = ok ? slot * kv_width + kvh * HD + d : 0;
+    mma_tile::cp_async16(stage + j * HD + d, kc + off, ok);
+    mma_tile::cp_async16(stage + Fp8Stage<HD, KEYS>::kCodes + j * HD + d, vc + off, ok);
+  }
+  float* scales = reinterpret_cast<float*>(stage + 2 * Fp8Stage<HD, KEYS>::kCodes);
+#pragma unroll
+  for (int j = tid; j < KEYS; j += NT) {
+    const int64_t slot = slot_of(j);
+    const bool ok = slot >= 0;
+    const int64_t s = ok ? slot * p.n_kv_heads + kvh : 0;
+    cp_async4(scales + j, p.k_scales + s, ok);
+    cp_async4(scales + KEYS + j, p.v_scales + s, ok);
+  }
+}
+
+// Dequantizes a landed stage into the bf16 tile kd / vd (row stride HD + 8) by threads tid = 0 .. NT - 1: 8 codes
+// per step, the plain loader's chunk. The caller synchronizes the owners before and after.
+template <int HD, int KEYS, int NT>
+__device__ __forceinline__ void fp8_tile_dequant(const unsigned char* stage, bf16* kd, bf16* vd, int tid) {
+  constexpr int R = mma_tile::row_stride<HD>();
+  constexpr int C8 = HD / 8;  // 8-code chunks per row
+  const float* scales = reinterpret_cast<const float*>(stage + 2 * Fp8Stage<HD, KEYS>::kCodes);
+#pragma unroll
+  for (int c = tid; c < KEYS * C8; c += NT) {
+    const int j = c / C8, d = (c % C8) * 8;
+    const uint2 kr = *reinterpret_cast<const uint2*>(stage + j * HD + d);
+    const uint2 vr = *reinterpret_cast<const uint2*>(stage + Fp8Stage<HD, KEYS>::kCodes + j * HD + d);
+    *reinterpret_cast<uint4*>(kd + j * R + d) = fp8x8_to_bf16(kr, scales[j]);
+    *reinterpret_cast<uint4*>(vd + j * R + d) = fp8x8_to_bf16(vr, scales[KEYS + j]);
+  }
+}
+
+// Host: calls f(std::integral_constant<KvLoad, L>{}) with the loader of the params' cache: kBf16 without FP8
+// scales, else kFp8Async, or kFp8Plain where fp8_kv_plain_loads() (MXSERVE_FP8_KV_PLAIN_LOADS=1) asks for it.
+template <class F>
+void dispatch_kv_load(const AttentionParams& p, F&& f) {
+  if (!p.fp8_kv())
+    f(std::integral_constant<KvLoad, KvLoad::kBf16>{});
+  else if (fp8_kv_plain_loads())
+    f(std::integral_constant<KvLoad, KvLoad::kFp8Plain>{});
+  else
+    f(std::integral_constant<KvLoad, KvLoad::kFp8Async>{});
+}
+
+}  // namespace mxserve::kernels::cuda
