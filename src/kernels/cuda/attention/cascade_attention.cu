@@ -190,15 +190,15 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
     __syncthreads();
     if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
     cp_async_commit();
-    const bf16* kd = tiles + (it % kStages) * 2 * kPrefixKeys * R;
     if constexpr (kLoad == KvLoad::kFp8Async) {  // every thread: the landed stage -> the bf16 tile
       bf16* dq = fp8_dequant_tile<HD, kPrefixKeys>(smem, kStages);
       fp8_tile_dequant<HD, kPrefixKeys, kPrefixWarps * 32>(smem + (it % kStages) * Fp8Stage<HD, kPrefixKeys>::kBytes,
                                                            dq, dq + kPrefixKeys * R, threadIdx.x);
       __syncthreads();
-      kd = dq;
     }
     if (active) {
+      const bf16* kd = kLoad == KvLoad::kFp8Async ? fp8_dequant_tile<HD, kPrefixKeys>(smem, kStages)
+                                                  : tiles + (it % kStages) * 2 * kPrefixKeys * R;
       process_tile<HD, kPrefixKeys>(kd, kd + kPrefixKeys * R, kv_begin + it * kPrefixKeys, kv_end, p.scale, qa, st,
                                     lane);
     }

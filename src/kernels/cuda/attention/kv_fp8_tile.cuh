@@ -5,7 +5,8 @@
 //   dequant:  stage -> one bf16 tile in shared memory (row stride HD + 8, what process_tile reads) with the
 //             plain loader's arithmetic (fp8x8_to_bf16, kv_fp8_load.cuh): the tile is bit for bit the one the
 //             plain loader stores, so results are bit-identical to it.
-// A stage is [K codes KEYS x HD][V codes KEYS x HD][K scales KEYS][V scales KEYS] (bytes, floats), packed rows.
+// A stage is [K codes KEYS x HD][V codes KEYS x HD][K scales KEYS][V scales KEYS] (bytes, floats), packed rows; the
+// index math lives in kv_fp8_tile_layout.h (emulated on the host by a CPU test).
 // Invariant: a row whose slot is < 0 (past the end, tree-masked) is zero-filled, codes and scales, and dequantizes
 // to +0 like the plain loader's zero fill (0 * 0 = +0: finite, then masked by process_tile).
 // The loader is a template parameter of the kernels (KvLoad): no runtime branch in any tile load (a runtime FP8
@@ -20,6 +21,7 @@
 
 #include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/kv_fp8_load_mode.h"
+#include "kernels/cuda/attention/kv_fp8_tile_layout.h"
 #include "kernels/cuda/attention/paged_attention_mma_tile.cuh"
 #include "kernels/op_params.h"
 
@@ -34,17 +36,15 @@ enum class KvLoad : int {
 
 template <int HD, int KEYS>
 struct Fp8Stage {
-  static constexpr int kCodes = KEYS * HD;  // bytes of one of K / V
-  static constexpr size_t kBytes = 2 * static_cast<size_t>(kCodes) + 2 * KEYS * sizeof(float);
-  static_assert(HD % 16 == 0 && kBytes % 16 == 0, "stages must keep 16-byte alignment");
+  static constexpr size_t kBytes = kv_fp8_tile::stage_bytes(HD, KEYS);
+  static_assert(HD % kv_fp8_tile::kIssueBytes == 0 && kBytes % 16 == 0, "stages must keep 16-byte alignment");
+  static_assert(kv_fp8_tile::bf16_row_stride(HD) == mma_tile::row_stride<HD>(), "the tile process_tile reads");
 };
 
-// Shared memory of one tile pipeline of `stages` stages (one warp's in the per-warp kernels, the block's in the
-// shared ones): bf16 stages, or FP8 raw stages plus the one bf16 tile the dequantization writes.
+// Shared memory of one tile pipeline of `stages` stages (kv_fp8_tile_layout.h).
 template <int HD, int KEYS, KvLoad L>
 constexpr size_t kv_pipeline_bytes(int stages) {
-  const size_t bf16_tile = 2 * static_cast<size_t>(KEYS) * mma_tile::row_stride<HD>() * sizeof(bf16);
-  return L == KvLoad::kFp8Async ? stages * Fp8Stage<HD, KEYS>::kBytes + bf16_tile : stages * bf16_tile;
+  return kv_fp8_tile::pipeline_bytes(HD, KEYS, stages, L == KvLoad::kFp8Async);
 }
 
 // The bf16 tile (K rows then V rows) of an FP8 async pipeline at `region` (after its raw stages).
@@ -63,44 +63,43 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 template <int HD, int KEYS, int NT, class SlotOf>
 __device__ __forceinline__ void fp8_tile_issue(unsigned char* stage, int tid, const void* k_cache, const void* v_cache,
                                                int kvh, const AttentionParams& p, SlotOf slot_of) {
-  constexpr int CH = HD / 16;  // 16-byte (16-code) chunks per row
+  namespace L = kv_fp8_tile;
   const auto* kc = static_cast<const uint8_t*>(k_cache);
   const auto* vc = static_cast<const uint8_t*>(v_cache);
-  const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * HD;
 #pragma unroll
-  for (int c = tid; c < KEYS * CH; c += NT) {
-    const int j = c / CH, d = (c % CH) * 16;
-    const int64_t slot = slot_of(j);
+  for (int c = tid; c < L::issue_chunks(HD, KEYS); c += NT) {
+    const L::Chunk ch = L::issue_chunk(HD, c);
+    const int64_t slot = slot_of(ch.row);
     const bool ok = slot >= 0;
-    const int64_t off = ok ? slot * kv_width + kvh * HD + d : 0;
-    mma_tile::cp_async16(stage + j * HD + d, kc + off, ok);
-    mma_tile::cp_async16(stage + Fp8Stage<HD, KEYS>::kCodes + j * HD + d, vc + off, ok);
+    const int64_t off = ok ? L::cache_code_at(slot, p.n_kv_heads, HD, kvh, ch.col) : 0;
+    mma_tile::cp_async16(stage + L::k_code_at(HD, ch.row, ch.col), kc + off, ok);
+    mma_tile::cp_async16(stage + L::v_code_at(HD, KEYS, ch.row, ch.col), vc + off, ok);
   }
-  float* scales = reinterpret_cast<float*>(stage + 2 * Fp8Stage<HD, KEYS>::kCodes);
 #pragma unroll
   for (int j = tid; j < KEYS; j += NT) {
     const int64_t slot = slot_of(j);
     const bool ok = slot >= 0;
     const int64_t s = ok ? slot * p.n_kv_heads + kvh : 0;
-    cp_async4(scales + j, p.k_scales + s, ok);
-    cp_async4(scales + KEYS + j, p.v_scales + s, ok);
+    cp_async4(stage + L::k_scale_at(HD, KEYS, j), p.k_scales + s, ok);
+    cp_async4(stage + L::v_scale_at(HD, KEYS, j), p.v_scales + s, ok);
   }
 }
 
 // Dequantizes a landed stage into the bf16 tile kd / vd (row stride HD + 8) by threads tid = 0 .. NT - 1: 8 codes
-// per step, the plain loader's chunk. The caller synchronizes the owners before and after.
+// per step, the plain loader's chunk and arithmetic. The caller synchronizes the owners before and after.
 template <int HD, int KEYS, int NT>
 __device__ __forceinline__ void fp8_tile_dequant(const unsigned char* stage, bf16* kd, bf16* vd, int tid) {
+  namespace L = kv_fp8_tile;
   constexpr int R = mma_tile::row_stride<HD>();
-  constexpr int C8 = HD / 8;  // 8-code chunks per row
-  const float* scales = reinterpret_cast<const float*>(stage + 2 * Fp8Stage<HD, KEYS>::kCodes);
 #pragma unroll
-  for (int c = tid; c < KEYS * C8; c += NT) {
-    const int j = c / C8, d = (c % C8) * 8;
-    const uint2 kr = *reinterpret_cast<const uint2*>(stage + j * HD + d);
-    const uint2 vr = *reinterpret_cast<const uint2*>(stage + Fp8Stage<HD, KEYS>::kCodes + j * HD + d);
-    *reinterpret_cast<uint4*>(kd + j * R + d) = fp8x8_to_bf16(kr, scales[j]);
-    *reinterpret_cast<uint4*>(vd + j * R + d) = fp8x8_to_bf16(vr, scales[KEYS + j]);
+  for (int c = tid; c < L::dequant_chunks(HD, KEYS); c += NT) {
+    const L::Chunk ch = L::dequant_chunk(HD, c);
+    const uint2 kr = *reinterpret_cast<const uint2*>(stage + L::k_code_at(HD, ch.row, ch.col));
+    const uint2 vr = *reinterpret_cast<const uint2*>(stage + L::v_code_at(HD, KEYS, ch.row, ch.col));
+    const float ks = *reinterpret_cast<const float*>(stage + L::k_scale_at(HD, KEYS, ch.row));
+    const float vs = *reinterpret_cast<const float*>(stage + L::v_scale_at(HD, KEYS, ch.row));
+    *reinterpret_cast<uint4*>(kd + ch.row * R + ch.col) = fp8x8_to_bf16(kr, ks);
+    *reinterpret_cast<uint4*>(vd + ch.row * R + ch.col) = fp8x8_to_bf16(vr, vs);
   }
 }
 

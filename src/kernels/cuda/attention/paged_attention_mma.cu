@@ -284,15 +284,15 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
       if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
       cp_async_commit();
       const int k0 = kv_begin + it * KEYS;
-      const bf16* kd = tiles + (it % kStages) * 2 * KEYS * R;
       if constexpr (kLoad == KvLoad::kFp8Async) {  // every thread: the landed stage -> the bf16 tile
         bf16* dq = fp8_dequant_tile<HD, KEYS>(smem, kStages);
         fp8_tile_dequant<HD, KEYS, kSharedWarps * 32>(smem + (it % kStages) * Fp8Stage<HD, KEYS>::kBytes, dq,
                                                       dq + KEYS * R, threadIdx.x);
         __syncthreads();
-        kd = dq;
       }
       if (mine && k0 < my_end) {
+        const bf16* kd = kLoad == KvLoad::kFp8Async ? fp8_dequant_tile<HD, KEYS>(smem, kStages)
+                                                    : tiles + (it % kStages) * 2 * KEYS * R;
         process_tile<HD, KEYS>(kd, kd + KEYS * R, k0, my_end, p.scale, qa, st, lane);
       }
     }
