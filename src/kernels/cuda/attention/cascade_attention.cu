@@ -50,11 +50,6 @@ constexpr size_t suffix_smem() {
   return static_cast<size_t>(kSuffixWarps) * kv_pipeline_bytes<HD, kSuffixKeys, L>(kStages);
 }
 
-// The cache slot of `key` of a table, or -1 past kv_end (the FP8 async loader's row map, kv_fp8_tile.cuh).
-__device__ __forceinline__ int64_t key_slot(int key, int kv_end, const int32_t* table, int block_size) {
-  return key < kv_end ? static_cast<int64_t>(table[key / block_size]) * block_size + key % block_size : -1;
-}
-
 // Q fragments of a warp whose two rows per lane (g, g + 8) come from arbitrary (token, head) rows: row_g /
 // row_g8 point at the rows' head_dim values, null for padding (zero rows).
 template <int HD>
@@ -172,7 +167,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
     if constexpr (kLoad == KvLoad::kFp8Async) {
       fp8_tile_issue<HD, kPrefixKeys, kPrefixWarps * 32>(
           smem + stage * Fp8Stage<HD, kPrefixKeys>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p,
-          [&](int j) { return key_slot(k0 + j, kv_end, table, p.block_size); });
+          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
       return;
     }
     for (int c = threadIdx.x; c < kPrefixKeys * CH; c += kPrefixWarps * 32) {
@@ -265,7 +260,7 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     if constexpr (kLoad == KvLoad::kFp8Async) {
       fp8_tile_issue<HD, kSuffixKeys, 32>(fp8_region + stage * Fp8Stage<HD, kSuffixKeys>::kBytes, lane, k_cache,
                                           v_cache, kvh, p,
-                                          [&](int j) { return key_slot(k0 + j, kv_end, table, p.block_size); });
+                                          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
       return;
     }
 #pragma unroll

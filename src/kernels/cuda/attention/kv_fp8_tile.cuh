@@ -58,6 +58,11 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
                "r"(valid ? 4 : 0));
 }
 
+// The cache slot of `key` through a block table, or -1 where the key is not `visible` (the row map slot_of below).
+__device__ __forceinline__ int64_t table_slot_or_none(bool visible, int key, const int32_t* table, int block_size) {
+  return visible ? static_cast<int64_t>(table[key / block_size]) * block_size + key % block_size : -1;
+}
+
 // Issues the cp.async copies of one tile into `stage` (threads tid = 0 .. NT - 1 of the pipeline's owners; the
 // caller commits). slot_of(j): the cache slot of tile row j, or < 0 for a row to zero-fill.
 template <int HD, int KEYS, int NT, class SlotOf>

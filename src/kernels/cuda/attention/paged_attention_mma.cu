@@ -125,13 +125,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int k0 = kv_begin + tile * kKeys;
     if constexpr (kLoad == KvLoad::kFp8Async) {  // raw codes + scales into the stage (kv_fp8_tile.cuh)
       fp8_tile_issue<HD, kKeys, 32>(fp8_region + stage * Fp8Stage<HD, kKeys>::kBytes, lane, k_cache, v_cache, kvh, p,
-                                    [&](int j) -> int64_t {
-                                      const int key = k0 + j;
-                                      const bool ok = key < kv_end &&
-                                                      (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
-                                      return ok ? static_cast<int64_t>(table[key / p.block_size]) * p.block_size +
-                                                      key % p.block_size
-                                                : -1;
+                                    [&](int j) {
+                                      const int key = k0 + j;  // tree-masked keys zero-filled, as below
+                                      return table_slot_or_none(
+                                          key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0), key,
+                                          table, p.block_size);
                                     });
       return;
     }
@@ -245,12 +243,8 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
       const int k0 = kv_begin + tile * KEYS;
       if constexpr (kLoad == KvLoad::kFp8Async) {
         fp8_tile_issue<HD, KEYS, kSharedWarps * 32>(
-            smem + stage * Fp8Stage<HD, KEYS>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p, [&](int j) -> int64_t {
-              const int key = k0 + j;
-              return key < kv_end
-                         ? static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size
-                         : -1;
-            });
+            smem + stage * Fp8Stage<HD, KEYS>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p,
+            [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
         return;
       }
       for (int c = threadIdx.x; c < KEYS * CH; c += kSharedWarps * 32) {
