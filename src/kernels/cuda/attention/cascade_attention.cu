@@ -11,7 +11,8 @@
 // Invariants: both passes always write a partial for every (row, head, split) they own (an empty key range
 // writes m = -inf, l = 0), so the merge needs no count; rows with prefix_keys 0 have no prefix partials and the
 // merge never reads them. FP8 E4M3 caches: the per-sequence kernels' tile loader (kv_fp8_tile.cuh: cp.async of the
-// raw codes, dequantized from shared memory into one bf16 tile; or the old plain loads, kv_fp8_load_mode.h). Graph replays read everything from device memory (the buffer of cascade_attention.h).
+// raw codes, dequantized from shared memory into one bf16 tile; or the old plain loads, kv_fp8_load_mode.h).
+// Graph replays read everything from device memory (the buffer of cascade_attention.h).
 #include "kernels/cuda/attention/cascade_attention.h"
 
 #include <cuda_bf16.h>
@@ -258,9 +259,9 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     bf16* vd = kd + kSuffixKeys * R;
     const int k0 = kv_begin + tile * kSuffixKeys;
     if constexpr (kLoad == KvLoad::kFp8Async) {
-      fp8_tile_issue<HD, kSuffixKeys, 32>(fp8_region + stage * Fp8Stage<HD, kSuffixKeys>::kBytes, lane, k_cache,
-                                          v_cache, kvh, p,
-                                          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
+      fp8_tile_issue<HD, kSuffixKeys, 32>(
+          fp8_region + stage * Fp8Stage<HD, kSuffixKeys>::kBytes, lane, k_cache, v_cache, kvh, p,
+          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
       return;
     }
 #pragma unroll
