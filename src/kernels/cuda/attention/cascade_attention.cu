@@ -169,11 +169,11 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
       fp8_tile_issue<HD, kPrefixKeys, kPrefixWarps * 32>(
           smem + stage * Fp8Stage<HD, kPrefixKeys>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p,
           [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
-      return;
-    }
-    for (int c = threadIdx.x; c < kPrefixKeys * CH; c += kPrefixWarps * 32) {
-      const int j = c / CH, d = (c % CH) * 8;
-      load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+    } else {
+      for (int c = threadIdx.x; c < kPrefixKeys * CH; c += kPrefixWarps * 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      }
     }
   };
 #pragma unroll
@@ -262,12 +262,12 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
       fp8_tile_issue<HD, kSuffixKeys, 32>(
           fp8_region + stage * Fp8Stage<HD, kSuffixKeys>::kBytes, lane, k_cache, v_cache, kvh, p,
           [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int c = lane; c < kSuffixKeys * CH; c += 32) {
-      const int j = c / CH, d = (c % CH) * 8;
-      load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      for (int c = lane; c < kSuffixKeys * CH; c += 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      }
     }
   };
 #pragma unroll

@@ -131,28 +131,28 @@ __global__ void __launch_bounds__(kWarps * 32)
                                           key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0), key,
                                           table, p.block_size);
                                     });
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int c = lane; c < kKeys * CH; c += 32) {
-      const int j = c / CH, d = (c % CH) * 8;
-      const int key = k0 + j;
-      // Tree-masked keys are zero-filled like those past the end (never 0 * NaN from a stale slot).
-      const bool ok = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
-      int64_t off = 0, slot = 0;
-      if (ok) {
-        slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        off = slot * kv_width + kvh * HD + d;
+      for (int c = lane; c < kKeys * CH; c += 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        const int key = k0 + j;
+        // Tree-masked keys are zero-filled like those past the end (never 0 * NaN from a stale slot).
+        const bool ok = key < kv_end && (key < tbase || ((tmask >> (key - tbase)) & 1ull) != 0);
+        int64_t off = 0, slot = 0;
+        if (ok) {
+          slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+          off = slot * kv_width + kvh * HD + d;
+        }
+        if constexpr (kLoad == KvLoad::kFp8Plain) {  // FP8 cache: codes dequantized in registers, stored as bf16
+          uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+          if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
+          *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
+          *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
+          continue;
+        }
+        cp_async16(kd + j * R + d, k_cache + off, ok);  // invalid keys are zero-filled: finite, then masked
+        cp_async16(vd + j * R + d, v_cache + off, ok);
       }
-      if constexpr (kLoad == KvLoad::kFp8Plain) {  // FP8 cache: codes dequantized in registers, stored as bf16
-        uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
-        if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
-        *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
-        *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
-        continue;
-      }
-      cp_async16(kd + j * R + d, k_cache + off, ok);  // invalid keys are zero-filled: finite, then masked
-      cp_async16(vd + j * R + d, v_cache + off, ok);
     }
   };
 
@@ -245,26 +245,26 @@ __global__ void __launch_bounds__(kSharedWarps * 32)
         fp8_tile_issue<HD, KEYS, kSharedWarps * 32>(
             smem + stage * Fp8Stage<HD, KEYS>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p,
             [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
-        return;
-      }
-      for (int c = threadIdx.x; c < KEYS * CH; c += kSharedWarps * 32) {
-        const int j = c / CH, d = (c % CH) * 8;
-        const int key = k0 + j;
-        const bool ok = key < kv_end;
-        int64_t off = 0, slot = 0;
-        if (ok) {
-          slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-          off = slot * kv_width + kvh * HD + d;
+      } else {
+        for (int c = threadIdx.x; c < KEYS * CH; c += kSharedWarps * 32) {
+          const int j = c / CH, d = (c % CH) * 8;
+          const int key = k0 + j;
+          const bool ok = key < kv_end;
+          int64_t off = 0, slot = 0;
+          if (ok) {
+            slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+            off = slot * kv_width + kvh * HD + d;
+          }
+          if constexpr (kLoad == KvLoad::kFp8Plain) {  // FP8 cache: codes dequantized in registers, stored as bf16
+            uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+            if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
+            *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
+            *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
+            continue;
+          }
+          cp_async16(kd + j * R + d, k_cache + off, ok);
+          cp_async16(vd + j * R + d, v_cache + off, ok);
         }
-        if constexpr (kLoad == KvLoad::kFp8Plain) {  // FP8 cache: codes dequantized in registers, stored as bf16
-          uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
-          if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
-          *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
-          *reinterpret_cast<uint4*>(vd + j * R + d) = vr;
-          continue;
-        }
-        cp_async16(kd + j * R + d, k_cache + off, ok);
-        cp_async16(vd + j * R + d, v_cache + off, ok);
       }
     };
 #pragma unroll
