@@ -43,6 +43,10 @@ done
 for t in tests/unit/runtime/test_engine_oom_cuda tests/unit/launch/test_cuda_mxfp4_slices; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Session 9 dpmem (dev/gpu/s9_dpmem.sh): a stand-in rank group recovering from one rank's OOM.
+for t in tests/unit/launch/test_cuda_lockstep_recovery; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 18 (dev/gpu/moe_wg.sh): the wg_* MXFP4 MoE kernels (Hopper wgmma) at model sizes, and their benchmark.
 for t in tests/ops/test_cuda_moe_mxfp4_wg dev/kernels/bench_moe_mxfp4_wg tests/ops/test_cuda_moe_mxfp4_wg8; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
@@ -77,6 +81,13 @@ done
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 # A baseline binary for before/after runs in one call (dev/gpu/s7_glm5.sh): MXSERVE_BEFORE=path/to/old/mxserve.
 [ -n "${MXSERVE_BEFORE:-}" ] && cp "$MXSERVE_BEFORE" "$DEST/bin/mxserve_before"
+# MXSERVE_PAYLOAD_ONLY="mxserve test_foo ...": only these binaries travel (a call that needs a few; packing every
+# binary takes minutes on 2 cores and may not fit the 64 MiB the device tool carries beside the tree).
+if [ -n "${MXSERVE_PAYLOAD_ONLY:-}" ]; then
+  for f in "$DEST"/bin/*; do
+    case " $MXSERVE_PAYLOAD_ONLY " in *" $(basename "$f") "*) ;; *) rm -f "$f" ;; esac
+  done
+fi
 strip "$DEST"/bin/*
 cp -r "$SRC"/tests/fixtures/* "$DEST/fixtures/"
 cp "$SRC/dev/gpu_check.sh" "$DEST/"

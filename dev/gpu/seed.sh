@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 17's seed workload on one H200: whole GLM-4.5-Air (46 layers, synthetic weights, MXFP4 experts) served,
 # `mxserve bench` shared-prefix 20k in / 1k out / 60% cached, constant arrivals at $SEED_RATES (req/s, comma list,
-# default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS. Run by run_all.sh.
+# default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS; $SEED_KV the KV pool (60GiB).
+# Run by run_all.sh.
 set -u
 # --endpoint completions: the Qwen3 tokenizer stands in for GLM's; its chat template's special ids lie outside Air's vocabulary.
 # run_all.sh puts the payload's Debian libraries on LD_LIBRARY_PATH for mxserve; the image's curl breaks with them.
@@ -12,7 +13,7 @@ FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES:-0.2}; N=${SEED_N:-30}
 TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
 PORT=18124
 "$BIN" serve --config "$AIR" --synthetic-weights --quantization mxfp4 --backend cuda --tokenizer "$TOK" \
-  --served-model-name air --port $PORT --kv-cache-memory 60GiB --max-model-len 24000 "${FLAGS[@]}" \
+  --served-model-name air --port $PORT --kv-cache-memory ${SEED_KV:-60GiB} --max-model-len 24000 "${FLAGS[@]}" \
   > "$OUT/serve_seed.log" 2>&1 &
 SPID=$!
 for i in $(seq 1 600); do
@@ -23,6 +24,13 @@ done
 ( while kill -0 $SPID 2>/dev/null; do
     echo "$(date +%s) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader) rss_kib=$(awk '/VmRSS/{print $2}' /proc/$SPID/status)"
     sleep 5; done ) > "$OUT/memory_over_time.txt" 2>&1 &
+# $SEED_SINGLE=N: first N single-stream requests of 10,000 in / 1,500 out on the same server (issue 33's
+# single-stream target: plain decode, whole model).
+if [ "${SEED_SINGLE:-0}" -gt 0 ]; then
+  "$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions \
+    --workload random --input-len 10000 --output-len 1500 --max-concurrency 1 --num-requests "$SEED_SINGLE" \
+    --output-json "$OUT/single.json" 2>&1 | tail -25
+fi
 "$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions \
   --workload shared-prefix --input-len 20000 --output-len 1000 --cache-hit-rate 0.6 --num-prefix-groups 4 \
   --arrival constant --sweep "$RATES" --num-requests "$N" --gpus 1 --save-requests \

@@ -5,7 +5,9 @@
 // cascade: each group's prefix once + every suffix), GB/s on those bytes and the fraction of the measured
 // device-to-device copy bandwidth ("roofline"), and a rel-L2 check cascade vs per-sequence (oracle:
 // tests/ops/test_cuda_cascade_attention). Usage: bench_cascade_attention [--batch 16] [--context 20000]
-// [--prefix 12000] [--group 4] [--sweep]
+// [--prefix 12000] [--group 4] [--sweep] [--fp8-loads async|plain|both]. FP8 rows name their tile loader: fp8 (the
+// cp.async pipeline, kv_fp8_tile.cuh) or fp8-plain (the old plain loads; also MXSERVE_FP8_KV_PLAIN_LOADS=1);
+// --fp8-loads both times the two in one run (the before / after of the loader).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "bench_device.h"
 #include "kernels/cascade_attention.h"
 #include "kernels/cuda/attention/cascade_attention.h"
+#include "kernels/cuda/attention/kv_fp8_load_mode.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -133,10 +136,10 @@ void run(const Shape& s, bool fp8, int n_sms, double copy_gbs, cudaStream_t stre
   }
   cascade_keys += static_cast<int64_t>(s.batch - grouped_rows) * s.context;
   const double bytes_a = bytes_per_key * s.batch * s.context, bytes_b = bytes_per_key * cascade_keys;
-  std::printf("%-5s batch %3d ctx %6d prefix %6d group %2d | groups %2zu | per-seq %8.1f us (splits %d) | cascade %8.1f "
+  std::printf("%-9s batch %3d ctx %6d prefix %6d group %2d | groups %2zu | per-seq %8.1f us (splits %d) | cascade %8.1f "
               "us (prefix splits %d, suffix splits %d) | speedup %.2fx | must-read %.1f MB: %.0f GB/s = %.1f%% of "
               "copy bw (per-seq on its own %.1f MB: %.1f%%) | rel-L2 %.2e\n",
-              fp8 ? "fp8" : "bf16", s.batch, s.context, s.prefix, s.group, layout.groups.size(), ms_a * 1e3,
+              fp8 ? (kc::fp8_kv_plain_loads() ? "fp8-plain" : "fp8") : "bf16", s.batch, s.context, s.prefix, s.group, layout.groups.size(), ms_a * 1e3,
               base.parts[0].launch.n_splits, ms_b * 1e3, cas.cascade.prefix_splits, cas.cascade.suffix_splits,
               ms_a / ms_b, bytes_b / 1e6, bytes_b / (ms_b * 1e-3) / 1e9, 100.0 * bytes_b / (ms_b * 1e-3) / 1e9 / copy_gbs,
               bytes_a / 1e6, 100.0 * bytes_a / (ms_a * 1e-3) / 1e9 / copy_gbs,
@@ -149,6 +152,7 @@ void run(const Shape& s, bool fp8, int n_sms, double copy_gbs, cudaStream_t stre
 int main(int argc, char** argv) {
   Shape s;
   bool sweep = false;
+  std::string fp8_loads;  // empty: the process default (MXSERVE_FP8_KV_PLAIN_LOADS)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
@@ -157,10 +161,15 @@ int main(int argc, char** argv) {
     else if (a == "--prefix") s.prefix = next();
     else if (a == "--group") s.group = next();
     else if (a == "--sweep") sweep = true;
+    else if (a == "--fp8-loads" && i + 1 < argc) fp8_loads = argv[++i];
     else {
       std::fprintf(stderr, "bench_cascade_attention: unknown argument '%s'\n", a.c_str());
       return 2;
     }
+  }
+  if (!fp8_loads.empty() && fp8_loads != "async" && fp8_loads != "plain" && fp8_loads != "both") {
+    std::fprintf(stderr, "bench_cascade_attention: --fp8-loads %s: expected async, plain or both\n", fp8_loads.c_str());
+    return 2;
   }
   if (s.batch < 1 || s.group < 1 || s.prefix < 0 || s.prefix >= s.context) {
     std::fprintf(stderr, "bench_cascade_attention: need batch >= 1, group >= 1, 0 <= prefix < context\n");
@@ -177,7 +186,16 @@ int main(int argc, char** argv) {
   if (sweep)
     for (int g : {2, 8, 16}) shapes.push_back({s.batch, s.context, s.prefix, g});
   if (sweep) shapes.push_back({64, s.context, s.prefix, 4});
-  for (const Shape& x : shapes)
-    for (bool fp8 : {false, true}) run(x, fp8, sms, c.copy_gbs, stream);
+  std::vector<int> plain_modes = {kc::fp8_kv_plain_loads() ? 1 : 0};  // 1: the plain loads
+  if (fp8_loads == "async") plain_modes = {0};
+  if (fp8_loads == "plain") plain_modes = {1};
+  if (fp8_loads == "both") plain_modes = {1, 0};
+  for (const Shape& x : shapes) {
+    run(x, false, sms, c.copy_gbs, stream);
+    for (int plain : plain_modes) {
+      kc::set_fp8_kv_plain_loads(plain == 1);
+      run(x, true, sms, c.copy_gbs, stream);
+    }
+  }
   return 0;
 }

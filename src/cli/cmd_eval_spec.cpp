@@ -88,10 +88,10 @@ int eval_acceptance(int argc, char** argv) {
               {"flips", r.flips}, {"flips_beyond_bound", r.flips_beyond}, {"worst_ratio", r.worst_ratio},
               {"worst_flip", r.worst_flip}};
     };
-    div_json.push_back({{"prompt", d.prompt}, {"index", d.index}, {"plain", d.plain}, {"spec", d.spec},
+    div_json.push_back({{"prompt", d.prompt}, {"index", d.index}, {"plain", d.a}, {"spec", d.b},
                         {"reference", d.reference}, {"reference_margin", d.margin}, {"bound", d.bound},
-                        {"within_bound", d.within_bound()}, {"plain_replay", replay(d.plain_replay)},
-                        {"spec_replay", replay(d.spec_replay)}, {"legitimate", d.legitimate()}});
+                        {"within_bound", d.within_bound()}, {"plain_replay", replay(d.a_replay)},
+                        {"spec_replay", replay(d.b_replay)}, {"legitimate", d.legitimate()}});
   }
   const auto& s = sp->spec;
   const double acc_len = s.num_drafts > 0 ? 1.0 + static_cast<double>(s.num_accepted_tokens) / s.num_drafts : 1.0;

@@ -10,6 +10,7 @@
 
 #include "chat/output_parser.h"
 #include "cli/args.h"
+#include "cli/cascade_flags.h"
 #include "cli/commands.h"
 #include "cli/graph_flags.h"
 #include "cli/spec_flags.h"
@@ -87,8 +88,7 @@ int cmd_serve(int argc, char** argv) {
   value_flags.insert("--kv-cache-host-memory");
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
-  bool_flags.insert("--disable-cascade-attention");
-  bool_flags.insert("--enable-cascade-attention");
+  bool_flags.insert(kCascadeBoolFlags.begin(), kCascadeBoolFlags.end());
   value_flags.insert(kParallelValueFlags.begin(), kParallelValueFlags.end());
   bool_flags.insert(kParallelBoolFlags.begin(), kParallelBoolFlags.end());
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
@@ -164,9 +164,9 @@ int cmd_serve(int argc, char** argv) {
   MX_CLI_TRY(kv_dtype, kvcache::parse_kv_cache_dtype(a.get_or("--kv-cache-dtype", "auto")));
   sc.kv_cache_dtype = kv_dtype;
   sc.moe_activation_dtype = a.get_or("--moe-activation-dtype", "bf16");
-  // Opt-in until the engine-level check passes on every fixture: the H100 run of 2026-12-06 found one greedy
-  // divergence (test_cuda_cascade_engine, glm4_moe_tiny_a request 3 at its second token) not yet judged by margin.
-  sc.cascade_attention = a.has("--enable-cascade-attention") && !a.has("--disable-cascade-attention");
+  // On by default where it pays (cli/cascade_flags.h); --disable-cascade-attention turns it off.
+  MX_CLI_TRY(cascade, parse_cascade_attention_flags(a));
+  sc.cascade_attention = cascade;
   if (sc.moe_activation_dtype != "bf16" && sc.moe_activation_dtype != "fp8_e4m3")
     return fail(invalid_argument("--moe-activation-dtype must be bf16 or fp8_e4m3, got '" + sc.moe_activation_dtype + "'"));
   if (sc.moe_activation_dtype == "fp8_e4m3" && sc.backend != "cuda")

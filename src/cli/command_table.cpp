@@ -113,9 +113,11 @@ std::vector<CommandHelp> build_table() {
                    {"--num-kv-blocks", "N", "", "KV pool size in blocks (overrides --kv-cache-memory)"},
                    {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type (auto: bf16 on cuda, f32 on cpu)"},
                    {"--moe-activation-dtype", "bf16|fp8_e4m3", "bf16", "MXFP4 experts' prefill activations (fp8: cuda)"},
-                   {"--enable-cascade-attention", "", "", "shared prefixes attended once per decode group (cuda; "
-                                                          "opt-in, docs/kv-cache.md)"},
-                   {"--disable-cascade-attention", "", "", "every decode row reads its whole context (the default)"},
+                   {"--disable-cascade-attention", "", "", "every decode row reads its whole context (cuda: by default "
+                                                           "shared prefixes are attended once per group where it pays; "
+                                                           "docs/kv-cache.md)"},
+                   {"--enable-cascade-attention", "", "", "accepted no-op alias of the default (cascade on where it "
+                                                          "pays; it forces nothing)"},
                    {"--disable-prefix-cache", "", "", "no prefix caching"},
                    {"--disable-radix-cache", "", "", "alias of --disable-prefix-cache (sglang)"},
                    {"--no-enable-prefix-caching", "", "", "alias of --disable-prefix-cache (vLLM)"},

@@ -449,6 +449,8 @@ Result<std::unique_ptr<LaunchedModel>> launch_on_node(const LaunchConfig& config
                        lm->tp_comms_.empty() ? nullptr : lm->tp_comms_[r].get(),
                        cuda ? ranks[r].device : -1});
     lm->lockstep_ = std::make_unique<LockstepModel>(std::move(group), config.lockstep_device_paths);
+    if (fchoice.kind == parallel::FusedAllReduceKind::kPeer)  // launch/lockstep_model.h "Recovery"
+      lm->lockstep_->refuse_recovery("the fused peer all-reduce's device flag epochs cannot be realigned");
   }
   if (lo.load_mtp && cfg.n_mtp_layers > 0 && !lm->models_.front()->has_mtp()) {  // the checkpoint lacks it (warned)
     MX_ASSIGN_OR_RETURN(lm->table_, model::shard_weight_table(model::declared_weights(cfg, false), ranks.front()));

@@ -109,6 +109,7 @@ Result<model::ForwardOutput> LockstepModel::run_all(kvcache::KvCache& kv, const 
 }
 
 Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCache& kv, const RankFn& fn) {
+  MX_RETURN_IF_ERROR(before_step());  // lockstep_recovery.cpp
   const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
   std::vector<std::optional<Result<model::ForwardOutput>>> results(world());
   {
@@ -126,7 +127,8 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
       model::ScopedDecisionHook scope(hook);
       Result<model::ForwardOutput> res = internal_error("no result");
       try {
-        res = fn(r, *caches[r]);
+        const Status injected = fault_hook_ ? fault_hook_(r) : Status::ok();
+        res = injected.is_ok() ? fn(r, *caches[r]) : Result<model::ForwardOutput>(injected);
       } catch (const DeviceOutOfMemory& oom) {  // core/device_oom.h: this rank's device is full
         res = out_of_memory(oom.what());
       }
@@ -151,9 +153,14 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
                                     std::string::npos))
       failed = r;
   }
-  if (failed >= 0)
-    return results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
-                                                  std::to_string(world()));
+  if (failed >= 0) {
+    bool recoverable = true;  // a full device on every failed rank (the others' echoes carry its code)
+    for (int r = 0; r < world(); ++r)
+      if (!results[r]->is_ok() && results[r]->status().code() != StatusCode::kOutOfMemory) recoverable = false;
+    return after_failed_step(results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
+                                                                    std::to_string(world())),
+                             recoverable);
+  }
   std::vector<model::ForwardOutput> outs;
   for (auto& r : results) outs.push_back(std::move(**r));
   return outs;
@@ -341,7 +348,13 @@ TpGraphChoice LockstepModel::graph_choice() {
 
 Result<std::unique_ptr<backend::DeviceGraph>> LockstepModel::capture_device_graph(backend::Backend& be,
                                                                                    const std::function<void()>& body) {
-  if (graph_choice().mode == TpGraphMode::kPerRank) return per_rank_->capture(body);
+  if (graph_choice().mode == TpGraphMode::kPerRank) {
+    auto graph = per_rank_->capture(body);
+    if (graph.is_ok() && no_recovery_.empty())  // "Recovery": a reset would leave the graphs' communicators behind
+      refuse_recovery("per-rank CUDA graphs hold the NCCL communicators they were captured with (a reset makes new "
+                      "ones)");
+    return graph;
+  }
   return be.capture_graph(body);  // the joined capture (forward_device joins the ranks) or the refusal
 }
 

@@ -5,8 +5,13 @@
 // KV: each rank caches its own heads. The caller's KvCache (made from kv_spec on rank 0's backend) is rank
 // 0's; the model keeps a matching cache per other rank, on that rank's backend, keyed by the caller's cache.
 // Failure: a rank whose forward fails aborts the group (parallel::Communicator::abort), so the others stop
-// at their next collective instead of waiting; the forward returns the failing rank's error, and the group
-// stays failed (every later forward fails at once): the process must stop, as after any rank failure.
+// at their next collective instead of waiting; the forward returns the failing rank's error ("rank R of N").
+// Recovery (lockstep_recovery.cpp): when every failed rank failed with kOutOfMemory (a full device, not a lost
+// rank), the group is brought back at a quiet point -- every worker returned, every rank's stream synchronized
+// -- by resetting every communicator (parallel/recoverable.h: the CPU / device groups clear the abort and the
+// half-done exchange; NCCL re-creates its in-process communicators), so the next forward runs. Any other
+// failure (a timeout, a device error), a communicator that cannot reset, or refuse_recovery() leaves the group
+// failed: every later forward fails at once naming the first failure, and the process must stop.
 // Data parallelism (the ranks' layouts say dp > 1; docs/parallel.md): each batch is split by DP rank
 // (launch/dp_batch.h: a sequence's DP rank owns its KV blocks), each DP group (tp ranks) runs its own
 // sub-batch on its own caches, and the outputs are reassembled in the batch's row order. Plain DP: a group
@@ -87,6 +92,17 @@ class LockstepModel final : public model::CausalLM {
     mirror_rank0_ = mirror_rank0;
   }
   int64_t per_rank_replays() const { return per_rank_ ? per_rank_->replays() : 0; }
+  // Tests: called on every rank's worker at the start of each forward job (inside the OOM boundary); a
+  // non-ok status (or a thrown DeviceOutOfMemory) fails that rank's part of the step as a real failure would.
+  using FaultHook = std::function<Status(int rank)>;
+  void set_fault_hook_for_test(FaultHook hook) { fault_hook_ = std::move(hook); }
+  // A launch whose ranks hold state the recovery cannot realign (launch.cpp: the fused peer all-reduce's
+  // device flag epochs) turns recovery off, saying why in the failure's message.
+  void refuse_recovery(std::string why) { no_recovery_ = std::move(why); }
+  int recoveries() const { return recoveries_; }  // recovered failures so far (a captured NCCL graph is stale)
+  // Frees the other ranks' mirrors of every caller cache (launch_memory.cpp: after each start-up dry run, whose
+  // engine and cache are gone; no mirrored cache may be used afterwards).
+  void drop_cache_mirrors() { mirrors_.clear(); }
 
  private:
   using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;
@@ -117,6 +133,14 @@ class LockstepModel final : public model::CausalLM {
   // after the call's work on every rank (after). No-ops before any capture.
   Status fence_before_eager();
   Status fence_after_eager();
+  // lockstep_recovery.cpp. After a failed run_each (every worker returned): recoverable (every failed rank's
+  // code is kOutOfMemory) -> a recovery is pending, else the group is broken for good. Then, unless rank 0's
+  // stream is being captured (the recovery synchronizes streams: it then runs before the next job), the
+  // pending recovery runs. Returns `root`.
+  Status after_failed_step(const Status& root, bool recoverable);
+  // Before a job: broken -> the first failure; a pending recovery -> run it now (an error while capturing).
+  Status before_step();
+  Status recover();  // every rank's stream synchronized, every communicator reset; failure -> broken
 
   std::vector<Rank> ranks_;
   int tp_ = 1, dp_ = 1;  // from rank 0's layout
@@ -130,6 +154,11 @@ class LockstepModel final : public model::CausalLM {
   TpGraphChoice graph_choice();
   std::unique_ptr<PerRankGraphs> per_rank_;
   bool force_per_rank_ = false, mirror_rank0_ = false;
+  FaultHook fault_hook_;       // tests only
+  std::string no_recovery_;    // non-empty: recovery refused, why
+  Status broken_;              // not ok: the group failed for good (every later job returns this)
+  Status pending_recovery_;    // not ok: a recoverable failure awaits its recovery (the failure)
+  int recoveries_ = 0;
 
   std::mutex mutex_;
   std::condition_variable job_cv_, done_cv_;

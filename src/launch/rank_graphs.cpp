@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/check.h"
+#include "core/device_oom.h"
 
 namespace mxserve::launch {
 
@@ -170,7 +171,12 @@ Result<std::unique_ptr<backend::DeviceGraph>> PerRankGraphs::capture(const std::
     kvcache::KvCache* rank_kv = &rkv;
     MX_RETURN_IF_ERROR(capture_->wait_root(r));
     auto g = capture_->capture(r, [this, r, in, call, rank_kv, body_status] {
-      const Status s = rank_step(r, *call, *in, *rank_kv);
+      Status s = Status::ok();
+      try {  // a full device must not leave the stream capturing (the capture ends; the step fails as OOM)
+        s = rank_step(r, *call, *in, *rank_kv);
+      } catch (const DeviceOutOfMemory& oom) {
+        s = out_of_memory(oom.what());
+      }
       if (!s.is_ok() && body_status->is_ok()) *body_status = s;
     });
     MX_RETURN_IF_ERROR(*body_status);

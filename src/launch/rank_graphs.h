@@ -16,7 +16,9 @@
 // Failure: a rank whose forward or launch fails fails the capture / step with its error, named by rank, and the
 // lockstep model aborts the group (so no rank waits forever in a collective; the group stays failed). A rank whose
 // forward ran but whose capture or instantiation failed fails the capture, named, without aborting the group
-// (nothing is left pending): the engine then runs every step eagerly and says so.
+// (nothing is left pending): the engine then runs every step eagerly and says so. Once a per-rank graph exists
+// the lockstep model refuses recovery (lockstep_model.h "Recovery"): a reset makes new NCCL communicators, and
+// the graphs hold the ones they were captured with.
 // Invariant: a captured body makes exactly one forward_device call and nothing else the ranks must repeat
 // (the decode graphs' bodies); anything else is refused at capture.
 #pragma once

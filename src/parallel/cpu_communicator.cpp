@@ -7,6 +7,8 @@
 #include <functional>
 #include <mutex>
 
+#include "parallel/recoverable.h"
+
 namespace mxserve::parallel {
 namespace {
 
@@ -55,6 +57,7 @@ class CpuGroup {
         poison_locked(Status(StatusCode::kUnavailable, "rank " + std::to_string(rank) + " waited " +
                                                            seconds(options_.timeout) + " s at " + op +
                                                            " for rank(s) " + missing + ", which never arrived"));
+        lost_ = true;
         return failed(rank, op);
       }
     }
@@ -66,6 +69,22 @@ class CpuGroup {
     std::lock_guard<std::mutex> lock(mutex_);
     poison_locked(Status(why.is_ok() ? StatusCode::kInternal : why.code(),
                          "rank " + std::to_string(rank) + " failed: " + why.message()));
+  }
+
+  // parallel/recoverable.h, at a quiet point (no rank inside a collective): the abort and any half-done
+  // exchange (ranks counted at a barrier that the failure broke) cleared. A group that lost a rank (a wait
+  // timed out) stays failed.
+  Status reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!poisoned_) return Status::ok();
+    if (lost_) return Status(poison_.code(), "the rank group cannot recover (a rank was lost): " + poison_.message());
+    poisoned_ = false;
+    poison_ = Status();
+    count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++generation_;  // no waiter is left (quiet point): a fresh generation for the next collective
+    std::fill(posts_.begin(), posts_.end(), Post{});
+    return Status::ok();
   }
 
  private:
@@ -88,6 +107,7 @@ class CpuGroup {
   int count_ = 0;
   std::vector<bool> arrived_;
   bool poisoned_ = false;
+  bool lost_ = false;  // poisoned by a wait timeout: a rank never came (reset() refuses)
   Status poison_;
 };
 
@@ -98,7 +118,7 @@ int64_t row_bytes(const Tensor& t) {
   return n;
 }
 
-class CpuCommunicator final : public Communicator {
+class CpuCommunicator final : public Communicator, public RecoverableGroup {
  public:
   CpuCommunicator(const RankLayout& layout, std::shared_ptr<CpuGroup> group)
       : layout_(layout), group_(std::move(group)) {}
@@ -260,6 +280,7 @@ class CpuCommunicator final : public Communicator {
   }
 
   void abort(const Status& why) override { group_->poison(rank(), why); }
+  Status reset_after_abort() override { return group_->reset(); }
 
  private:
   // Post -> barrier -> every rank checks the op and computes its result from all posts -> barrier (inputs

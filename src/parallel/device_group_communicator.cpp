@@ -8,7 +8,9 @@
 #include <functional>
 #include <mutex>
 
+#include "core/device_oom.h"
 #include "core/numeric.h"
+#include "parallel/recoverable.h"
 
 namespace mxserve::parallel {
 namespace {
@@ -75,6 +77,7 @@ class DeviceGroup {
         poison_locked(Status(StatusCode::kUnavailable, "rank " + std::to_string(rank) + " waited " +
                                                            seconds(options_.timeout) + " s at " + op +
                                                            " for rank(s) " + missing + ", which never arrived"));
+        lost_ = true;
       }
     }
     // Passed (every rank arrived): a first barrier succeeds even if the group was poisoned since, so that every
@@ -95,6 +98,20 @@ class DeviceGroup {
   bool poisoned() {
     std::lock_guard<std::mutex> lock(mutex_);
     return poisoned_;
+  }
+  // parallel/recoverable.h, at a quiet point (no rank inside a collective, every rank's stream synchronized
+  // by the caller): the abort and any half-done exchange cleared. A group that lost a rank stays failed.
+  Status reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!poisoned_) return Status::ok();
+    if (lost_) return Status(poison_.code(), "the rank group cannot recover (a rank was lost): " + poison_.message());
+    poisoned_ = false;
+    poison_ = Status();
+    count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    ++generation_;
+    std::fill(posts_.begin(), posts_.end(), Post{});
+    return Status::ok();
   }
 
  private:
@@ -118,12 +135,13 @@ class DeviceGroup {
   int count_ = 0;
   std::vector<bool> arrived_;
   bool poisoned_ = false;
+  bool lost_ = false;  // poisoned by a wait timeout: a rank never came (reset() refuses)
   Status poison_;
 };
 
 bool reducible(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
 
-class DeviceGroupCommunicator final : public Communicator, public FusedReduceAddNorm {
+class DeviceGroupCommunicator final : public Communicator, public FusedReduceAddNorm, public RecoverableGroup {
  public:
   DeviceGroupCommunicator(const RankLayout& layout, std::shared_ptr<DeviceGroup> group)
       : layout_(layout), group_(std::move(group)), ops_(group_->ops(layout.rank)) {}
@@ -312,6 +330,7 @@ class DeviceGroupCommunicator final : public Communicator, public FusedReduceAdd
   }
 
   void abort(const Status& why) override { group_->poison(rank(), why); }
+  Status reset_after_abort() override { return group_->reset(); }
 
  private:
   // The protocol of the header comment. A check error (the same on every rank) is returned after barrier 2,
@@ -329,7 +348,16 @@ class DeviceGroupCommunicator final : public Communicator, public FusedReduceAdd
                              std::to_string(r) + ": the ranks are out of step");
     for (int r = 0; r < size() && s.is_ok(); ++r)
       if (r != rank()) s = device(op, ops_.wait_for(group_->ops(r), Mark::kInputReady));
-    if (s.is_ok()) s = compute();
+    if (s.is_ok()) {
+      // The compute step allocates this rank's output (a DP-attention gather holds every group's rows): a full
+      // device must still bring this rank to the exit barrier, which the others wait for even when poisoned.
+      try {
+        s = compute();
+      } catch (const DeviceOutOfMemory& oom) {
+        s = out_of_memory(oom.what());
+        group_->poison(rank(), s.with_context(op + " on " + layout_.describe()));
+      }
+    }
     const Status recorded = device(op, ops_.record(Mark::kReadsDone));
     if (s.is_ok()) s = recorded;
     const Status passed = group_->arrive(rank(), op, /*exit=*/true);

@@ -9,6 +9,7 @@
 
 #include "backend/cuda_backend.h"
 #include "parallel/nccl_api.h"
+#include "parallel/recoverable.h"
 
 namespace mxserve::parallel {
 namespace {
@@ -53,6 +54,9 @@ struct NcclGroup {
   int world = 0;
   std::vector<ncclComm_t> comms;  // local ranks' communicators (index: local rank)
   std::vector<int> devices;
+  std::vector<int> ranks;      // local ranks' global ranks
+  bool in_process = false;     // every rank of the world is here (made without a rendezvous id): re-creatable
+  uint64_t epoch = 0;          // bumped by each re-initialisation (communicators refresh their handle)
   std::vector<bool> aborted;
 
   ~NcclGroup() {
@@ -78,9 +82,52 @@ struct NcclGroup {
     if (poisoned && why != nullptr) *why = cause;
     return poisoned;
   }
+  // parallel/recoverable.h, at a quiet point: ncclCommAbort is terminal, so every local communicator is made
+  // again over a fresh ncclGetUniqueId (one thread per local rank, as at start-up). Only an in-process world
+  // whose failure was a device out-of-memory comes back: ranks in other processes would need a new rendezvous
+  // (not built), and a timeout or an NCCL / CUDA error may mean a lost rank or a broken device.
+  Status reinit() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!poisoned) return Status::ok();
+    if (!in_process)
+      return Status(cause.code(), "the NCCL group cannot recover: its ranks span processes (a new rendezvous "
+                                  "would be needed; not built): " + cause.message());
+    if (cause.code() != StatusCode::kOutOfMemory)
+      return Status(cause.code(), "the NCCL group cannot recover from this failure (only a device out-of-memory "
+                                  "is): " + cause.message());
+    ncclUniqueId uid;
+    ncclResult_t r = api->GetUniqueId(&uid);
+    if (r != ncclSuccess) return unavailable(nccl_error(*api, "re-initialising the NCCL group: ncclGetUniqueId", r));
+    const int n = static_cast<int>(comms.size());
+    std::vector<ncclComm_t> made(n, nullptr);
+    std::vector<ncclResult_t> results(n, ncclSuccess);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] {
+        if (cudaSetDevice(devices[i]) != cudaSuccess) {
+          results[i] = ncclUnhandledCudaError;
+          return;
+        }
+        results[i] = api->CommInitRank(&made[i], world, uid, ranks[i]);
+      });
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < n; ++i)
+      if (results[i] != ncclSuccess) {
+        for (int j = 0; j < n; ++j)
+          if (made[j] != nullptr) api->CommAbort(made[j]);
+        return unavailable(nccl_error(*api, "re-initialising the NCCL group: ncclCommInitRank of rank " +
+                                                std::to_string(ranks[i]), results[i]));
+      }
+    comms = made;
+    aborted.assign(n, false);
+    poisoned = false;
+    cause = Status();
+    ++epoch;
+    return Status::ok();
+  }
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Communicator, public RecoverableGroup {
  public:
   NcclCommunicator(const RankLayout& layout, backend::Backend* be, std::shared_ptr<NcclGroup> group, int local,
                    const NcclOptions& options)
@@ -272,6 +319,14 @@ class NcclCommunicator final : public Communicator {
     group_->poison(Status(why.is_ok() ? StatusCode::kInternal : why.code(),
                           "rank " + std::to_string(rank()) + " failed: " + why.message()));
   }
+  // The first local rank's call re-creates the group's communicators (NcclGroup::reinit); every call then
+  // takes its rank's new handle.
+  Status reset_after_abort() override {
+    MX_RETURN_IF_ERROR(group_->reinit());
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    comm_ = group_->comms[local_];
+    return Status::ok();
+  }
 
  private:
   static ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
@@ -390,7 +445,8 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_nccl_communicators(
   group->world = world;
   group->comms.assign(n, nullptr);
   group->aborted.assign(n, false);
-  for (const RankLayout& l : local_ranks) group->devices.push_back(l.device);
+  group->in_process = n == world;
+  for (const RankLayout& l : local_ranks) group->devices.push_back(l.device), group->ranks.push_back(l.rank);
   // One thread per local rank: ncclCommInitRank blocks until every rank of the world has joined.
   std::vector<ncclResult_t> results(n, ncclSuccess);
   std::vector<cudaError_t> set_device(n, cudaSuccess);

@@ -181,6 +181,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
     kr.chunked_prefill_size = std::min(cfg.chunked_prefill_size, cfg.max_num_batched_tokens);
     kr.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
     kr.spec = cfg.spec;
+    kr.max_num_seqs = cfg.max_num_seqs;
     kr.kv_bytes_per_rank = cfg.kv_cache_bytes;
     kr.kv_bytes_given = cfg.kv_cache_bytes_given;
     kr.gpu_memory_utilization = cfg.gpu_memory_utilization;

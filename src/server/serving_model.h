@@ -43,7 +43,7 @@ struct ServingConfig {
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   uint64_t kv_cache_host_memory = 0;  // --kv-cache-host-memory: host KV tier bytes (0 = off; kvcache/host_tier.h)
   std::string moe_activation_dtype;  // --moe-activation-dtype: "" / "bf16", or "fp8_e4m3" (W4A8, gated at start-up)
-  bool cascade_attention = false;    // shared-prefix decode attention (CUDA; opt-in: --enable-cascade-attention)
+  bool cascade_attention = true;     // shared-prefix decode attention where it pays (CUDA; --disable-cascade-attention)
   bool enable_prefix_cache = true;
   bool cuda_graphs = false;  // replay CUDA graphs for plain decode steps (on by default on CUDA; --disable-cuda-graph / --enforce-eager)
   int64_t max_queued_requests = 1024;

@@ -86,12 +86,12 @@ TEST(SpecDivergence, AFabricatedDivergenceIsABugNotExplained) {
   EXPECT_EQ(d.index, 3);
   EXPECT_EQ(d.reference, plain->outputs[0][3]);
   EXPECT_FALSE(d.within_bound()) << cli::describe(d);
-  EXPECT_FALSE(d.plain_replay.ran) << "the plain run took the reference's token: nothing to replay";
-  ASSERT_TRUE(d.spec_replay.ran);
-  EXPECT_FALSE(d.spec_replay.reproduced) << "the CPU replay takes the reference's token, not the fabricated one";
-  EXPECT_EQ(d.spec_replay.token_as_ran, d.reference);
-  EXPECT_EQ(d.spec_replay.flips, 0) << "f32 against f32: no decision differs";
-  EXPECT_GT(d.spec_replay.rows_compared, 0) << "the committed path was compared";
+  EXPECT_FALSE(d.a_replay.ran) << "the plain run took the reference's token: nothing to replay";
+  ASSERT_TRUE(d.b_replay.ran);
+  EXPECT_FALSE(d.b_replay.reproduced) << "the CPU replay takes the reference's token, not the fabricated one";
+  EXPECT_EQ(d.b_replay.token_as_ran, d.reference);
+  EXPECT_EQ(d.b_replay.flips, 0) << "f32 against f32: no decision differs";
+  EXPECT_GT(d.b_replay.rows_compared, 0) << "the committed path was compared";
   EXPECT_FALSE(d.legitimate()) << cli::describe(d);
   EXPECT_NE(cli::describe(d).find("a bug"), std::string::npos) << cli::describe(d);
 }

@@ -5,7 +5,8 @@
 // prefixes of any length (whole shared blocks only), groups of 1..64, rows in no group, bf16 and FP8 caches,
 // the graph-style encoding (capacity larger than the batch, a bound from a context class), a mixed batch
 // (cascade decode rows + a prefill chunk). Tolerance: bf16 noise -- the cascade path's error to the CPU oracle
-// within 1.25x + 2e-3 of the per-sequence kernel's own, and rel-L2 to it below 1e-2.
+// within 1.25x + 2e-3 of the per-sequence kernel's own, and rel-L2 to it below 1e-2. FP8: the cp.async tile loader
+// (kv_fp8_tile.cuh, the default) gives outputs bit for bit equal to the old plain loads (kv_fp8_load_mode.h).
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
@@ -21,6 +22,7 @@
 #include "kernels/cpu/cascade_attention.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/attention/cascade_attention.h"
+#include "kernels/cuda/attention/kv_fp8_load_mode.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace mxserve::kernels {
@@ -66,6 +68,7 @@ std::vector<uint16_t> to_bf16(std::vector<float>& x) {  // rounds x in place to 
 
 struct Result3 {
   gpu_oracle::Err cascade_vs_cpu, perseq_vs_cpu, cascade_vs_perseq;
+  std::vector<uint16_t> cascade_out, perseq_out;  // the bf16 outputs (bit comparisons)
 };
 
 // graph_style: the encoding a CUDA graph replays (capacity for 2x the rows, the prefix bound of a context class).
@@ -185,7 +188,7 @@ Result3 run_case(const CaseSpec& spec, bool fp8, bool graph_style, uint32_t seed
     g[i] = bf16_to_f32(got[i]);
     s[i] = bf16_to_f32(per[i]);
   }
-  return {gpu_oracle::compare(g, r, true), gpu_oracle::compare(s, r, true), gpu_oracle::compare(g, s, true)};
+  return {gpu_oracle::compare(g, r, true), gpu_oracle::compare(s, r, true), gpu_oracle::compare(g, s, true), got, per};
 }
 
 void check(const Result3& e, const std::string& what) {
@@ -277,6 +280,40 @@ TEST(CudaCascadeAttention, MixedBatchDecodeRowsThenPrefillChunk) {
   s.group_sizes = {4, 2};
   s.n_lone = 2;
   for (bool fp8 : {false, true}) check(run_case(s, fp8, false, 90 + fp8, 200), std::string("mixed ") + (fp8 ? "fp8" : "bf16"));
+}
+
+// The FP8 cp.async tile loader (kv_fp8_tile.cuh) computes bit for bit what the old plain loads did, in both cascade
+// passes, the per-warp decode kernel and (the prefill rows of a mixed batch) the block-shared kernel.
+TEST(CudaCascadeAttention, Fp8CpAsyncLoaderBitIdenticalToPlainLoads) {
+  MXSERVE_SKIP_WITHOUT_CUDA();
+  struct Geo {
+    int32_t kv, g, d, bs;
+  };
+  uint32_t seed = 200;
+  for (const Geo& geo : {Geo{8, 12, 128, 16}, Geo{2, 4, 32, 16}, Geo{1, 16, 64, 32}, Geo{4, 2, 16, 8}})
+    for (int32_t prefill : {0, 150}) {
+      CaseSpec s;
+      s.n_kv_heads = geo.kv;
+      s.group = geo.g;
+      s.head_dim = geo.d;
+      s.block_size = geo.bs;
+      s.group_sizes = {4, 3, 1};
+      s.n_lone = 2;
+      s.min_prefix = geo.bs + 1;
+      s.max_prefix = 700;
+      s.max_suffix = 300;
+      Result3 r[2];
+      for (int plain = 0; plain < 2; ++plain) {
+        kc::set_fp8_kv_plain_loads(plain == 1);
+        r[plain] = run_case(s, true, prefill == 0, seed, prefill);
+      }
+      kc::set_fp8_kv_plain_loads(false);
+      const std::string what = "hd " + std::to_string(geo.d) + " prefill rows " + std::to_string(prefill);
+      check(r[0], "fp8 cp.async loader " + what);
+      EXPECT_TRUE(r[0].cascade_out == r[1].cascade_out) << what << ": cascade output differs from the plain loads";
+      EXPECT_TRUE(r[0].perseq_out == r[1].perseq_out) << what << ": per-sequence output differs from the plain loads";
+      ++seed;
+    }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 //                vs the CPU's f32 attention over the same codes * scales. Tolerance kTolFp8Attn = 8e-3 rel L2:
 //                the bf16 attention budget (4e-3, tests/ops/test_cuda_ops.cpp) plus one bf16 rounding of each
 //                dequantized K and V element in the kernels' registers (2^-9 relative, ~2^-9/sqrt(3) RMS).
+//                Each tensor-core kernel runs with both FP8 tile loaders (kv_fp8_tile.cuh's cp.async pipeline,
+//                the default, and the old plain loads, MXSERVE_FP8_KV_PLAIN_LOADS=1): outputs byte for byte equal.
 // Cases: decode rows at contexts 1, 100, 2048, 8192; prefill chunks over a cached prefix; tree rows.
 #include <gtest/gtest.h>
 
@@ -21,6 +23,7 @@
 #include "core/numeric.h"
 #include "model/forward_batch.h"
 #include "gpu_oracle.h"
+#include "kernels/cuda/attention/kv_fp8_load_mode.h"
 
 namespace mxserve {
 namespace {
@@ -201,12 +204,19 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
       backend::KernelOptions forced;
       forced.attention_kernel = kernel;
       ASSERT_TRUE(gpu_->set_kernel_options(forced).is_ok());
-      Tensor out = poison_bf16({T, c.nh * c.hd});
-      gpu_->attention(gq, kv.gk, kv.gv, gmeta, out);
+      Tensor outs[2];
+      for (int plain = 0; plain < 2; ++plain) {  // the cp.async FP8 loader (default), then the old plain loads
+        kernels::cuda::set_fp8_kv_plain_loads(plain == 1);
+        Tensor out = poison_bf16({T, c.nh * c.hd});
+        gpu_->attention(gq, kv.gk, kv.gv, gmeta, out);
+        outs[plain] = gpu_->to_host(out);
+      }
+      kernels::cuda::set_fp8_kv_plain_loads(false);
       ASSERT_TRUE(gpu_->set_kernel_options({}).is_ok());
-      const double e = rel_l2(gpu_->to_host(out), ref);
+      const double e = rel_l2(outs[0], ref);
       std::printf("[ err      ] fp8 %-48s %-6s rel_l2 %.3e (tol %.0e)\n", c.what, kernel, e, kTolFp8Attn);
       EXPECT_LE(e, kTolFp8Attn);
+      expect_bytes_equal(outs[0], outs[1], "FP8 cp.async tile loader vs the plain loads");
     }
   }
 }

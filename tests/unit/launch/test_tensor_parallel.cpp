@@ -366,7 +366,7 @@ TEST(TensorParallel, SyntheticMxfp4ExpertsSliceToTheOneRankModel) {
 TEST(TensorParallel, ADeviceOutOfMemoryOnOneRankFailsTheStepNamingIt) {
   // A rank whose allocation fails mid-forward (core/device_oom.h; injected) fails the step with an
   // out_of_memory error naming the rank, without a hang or an abort of the process: the engine finishes the
-  // request with that error. (The rank group then stays failed: docs/server.md "Out of device memory".)
+  // request with that error. (The rank group then recovers: tests/unit/launch/test_lockstep_recovery.cpp.)
   auto lm = launch_tp(fixture_dirs().front(), 2, /*mtp=*/false);
   ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
   runtime::EngineConfig ec;

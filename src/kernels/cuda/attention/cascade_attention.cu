@@ -10,8 +10,9 @@
 //     combined by the log-sum-exp rule (o = sum_i o_i e^(m_i - M) / sum_i l_i e^(m_i - M)).
 // Invariants: both passes always write a partial for every (row, head, split) they own (an empty key range
 // writes m = -inf, l = 0), so the merge needs no count; rows with prefix_keys 0 have no prefix partials and the
-// merge never reads them. FP8 E4M3 caches: the tile loads dequantize in registers (kv_fp8_load.cuh), as the
-// per-sequence kernels. Graph replays read everything from device memory (the buffer of cascade_attention.h).
+// merge never reads them. FP8 E4M3 caches: the per-sequence kernels' tile loader (kv_fp8_tile.cuh: cp.async of the
+// raw codes, dequantized from shared memory into one bf16 tile; or the old plain loads, kv_fp8_load_mode.h).
+// Graph replays read everything from device memory (the buffer of cascade_attention.h).
 #include "kernels/cuda/attention/cascade_attention.h"
 
 #include <cuda_bf16.h>
@@ -23,6 +24,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/attention/kv_fp8_load.cuh"
+#include "kernels/cuda/attention/kv_fp8_tile.cuh"
 #include "kernels/cuda/attention/paged_attention_mma.h"
 #include "kernels/cuda/attention/paged_attention_mma_tile.cuh"
 #include "kernels/cuda/common/bf16.cuh"
@@ -40,13 +42,13 @@ constexpr int kSuffixKeys = 16;
 constexpr int kStages = 3;
 static_assert(kPrefixWarps * 16 == kCascadeRowsPerItem);
 
-template <int HD>
+template <int HD, KvLoad L>
 constexpr size_t prefix_smem() {
-  return static_cast<size_t>(kStages) * 2 * kPrefixKeys * row_stride<HD>() * sizeof(bf16);
+  return kv_pipeline_bytes<HD, kPrefixKeys, L>(kStages);
 }
-template <int HD>
+template <int HD, KvLoad L>
 constexpr size_t suffix_smem() {
-  return static_cast<size_t>(kSuffixWarps) * kStages * 2 * kSuffixKeys * row_stride<HD>() * sizeof(bf16);
+  return static_cast<size_t>(kSuffixWarps) * kv_pipeline_bytes<HD, kSuffixKeys, L>(kStages);
 }
 
 // Q fragments of a warp whose two rows per lane (g, g + 8) come from arbitrary (token, head) rows: row_g /
@@ -93,7 +95,7 @@ __device__ __forceinline__ void write_partial(WarpState<HD>& st, const int64_t (
 
 // One 16-byte chunk (8 elements at `d`) of key `key` of a table into the K and V tiles (row j); keys outside
 // [.., kv_end) are zero-filled (finite, then masked by process_tile).
-template <int HD, bool kFp8>
+template <int HD, KvLoad kLoad>
 __device__ __forceinline__ void load_chunk(bf16* kd, bf16* vd, int j, int d, int key, int kv_end, const int32_t* table,
                                            const bf16* k_cache, const bf16* v_cache, int kvh, const AttentionParams& p) {
   constexpr int R = row_stride<HD>();
@@ -103,7 +105,7 @@ __device__ __forceinline__ void load_chunk(bf16* kd, bf16* vd, int j, int d, int
     slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
     off = slot * (static_cast<int64_t>(p.n_kv_heads) * HD) + kvh * HD + d;
   }
-  if constexpr (kFp8) {
+  if constexpr (kLoad == KvLoad::kFp8Plain) {
     uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
     if (ok) load_fp8_kv_chunk(k_cache, v_cache, off, slot, kvh, p, kr, vr);
     *reinterpret_cast<uint4*>(kd + j * R + d) = kr;
@@ -116,7 +118,7 @@ __device__ __forceinline__ void load_chunk(bf16* kd, bf16* vd, int j, int d, int
 
 // Prefix pass: grid (cap_work, n_kv_heads, n_splits), kPrefixWarps warps; warp w serves rows
 // [row_begin + 16 w, + 16) of the item's group; all warps load each 64-key tile of the shared blocks.
-template <int HD, bool kFp8>
+template <int HD, KvLoad kLoad>
 __global__ void __launch_bounds__(kPrefixWarps * 32)
     cascade_prefix_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                           const int32_t* __restrict__ token_seq, const int32_t* __restrict__ block_tables,
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
   const int member_begin = item[0], n_members = item[1], row_begin = item[2], keys = item[3];
   if (n_members == 0) return;  // an unused work item (uniform over the block)
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* tiles = reinterpret_cast<bf16*>(smem);  // [kStages][K | V][kPrefixKeys][R]
+  bf16* tiles = reinterpret_cast<bf16*>(smem);  // [kStages][K | V][kPrefixKeys][R]; kFp8Async: kv_fp8_tile.cuh
   const int32_t* members = cascade + cap_rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = blockIdx.y, split = blockIdx.z;
@@ -163,9 +165,15 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
     bf16* kd = tiles + stage * 2 * kPrefixKeys * R;
     bf16* vd = kd + kPrefixKeys * R;
     const int k0 = kv_begin + tile * kPrefixKeys;
-    for (int c = threadIdx.x; c < kPrefixKeys * CH; c += kPrefixWarps * 32) {
-      const int j = c / CH, d = (c % CH) * 8;
-      load_chunk<HD, kFp8>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+    if constexpr (kLoad == KvLoad::kFp8Async) {
+      fp8_tile_issue<HD, kPrefixKeys, kPrefixWarps * 32>(
+          smem + stage * Fp8Stage<HD, kPrefixKeys>::kBytes, threadIdx.x, k_cache, v_cache, kvh, p,
+          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
+    } else {
+      for (int c = threadIdx.x; c < kPrefixKeys * CH; c += kPrefixWarps * 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      }
     }
   };
 #pragma unroll
@@ -178,8 +186,15 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
     __syncthreads();
     if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
     cp_async_commit();
+    if constexpr (kLoad == KvLoad::kFp8Async) {  // every thread: the landed stage -> the bf16 tile
+      bf16* dq = fp8_dequant_tile<HD, kPrefixKeys>(smem, kStages);
+      fp8_tile_dequant<HD, kPrefixKeys, kPrefixWarps * 32>(smem + (it % kStages) * Fp8Stage<HD, kPrefixKeys>::kBytes,
+                                                           dq, dq + kPrefixKeys * R, threadIdx.x);
+      __syncthreads();
+    }
     if (active) {
-      const bf16* kd = tiles + (it % kStages) * 2 * kPrefixKeys * R;
+      const bf16* kd = kLoad == KvLoad::kFp8Async ? fp8_dequant_tile<HD, kPrefixKeys>(smem, kStages)
+                                                  : tiles + (it % kStages) * 2 * kPrefixKeys * R;
       process_tile<HD, kPrefixKeys>(kd, kd + kPrefixKeys * R, kv_begin + it * kPrefixKeys, kv_end, p.scale, qa, st,
                                     lane);
     }
@@ -193,7 +208,7 @@ __global__ void __launch_bounds__(kPrefixWarps * 32)
 
 // Suffix pass: one warp per (row t, kv head, split) over keys [prefix_keys[t] + split * split_len, ...) up to
 // kv_index[t] (inclusive), a private 3-stage pipeline of 16-key tiles.
-template <int HD, bool kFp8>
+template <int HD, KvLoad kLoad>
 __global__ void __launch_bounds__(kSuffixWarps * 32)
     cascade_suffix_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                           const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index,
@@ -206,6 +221,7 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kSuffixWarps + warp;
   if (item >= n_items) return;  // warps are independent: no block-wide barrier below
   bf16* wsm = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kSuffixKeys * R;
+  unsigned char* fp8_region = smem + static_cast<size_t>(warp) * kv_pipeline_bytes<HD, kSuffixKeys, kLoad>(kStages);
   const int split = static_cast<int>(item % n_splits);
   const int64_t tk = item / n_splits;
   const int kvh = static_cast<int>(tk % p.n_kv_heads);
@@ -242,10 +258,16 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     bf16* kd = wsm + stage * 2 * kSuffixKeys * R;
     bf16* vd = kd + kSuffixKeys * R;
     const int k0 = kv_begin + tile * kSuffixKeys;
+    if constexpr (kLoad == KvLoad::kFp8Async) {
+      fp8_tile_issue<HD, kSuffixKeys, 32>(
+          fp8_region + stage * Fp8Stage<HD, kSuffixKeys>::kBytes, lane, k_cache, v_cache, kvh, p,
+          [&](int j) { return table_slot_or_none(k0 + j < kv_end, k0 + j, table, p.block_size); });
+    } else {
 #pragma unroll
-    for (int c = lane; c < kSuffixKeys * CH; c += 32) {
-      const int j = c / CH, d = (c % CH) * 8;
-      load_chunk<HD, kFp8>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      for (int c = lane; c < kSuffixKeys * CH; c += 32) {
+        const int j = c / CH, d = (c % CH) * 8;
+        load_chunk<HD, kLoad>(kd, vd, j, d, k0 + j, kv_end, table, k_cache, v_cache, kvh, p);
+      }
     }
   };
 #pragma unroll
@@ -259,6 +281,13 @@ __global__ void __launch_bounds__(kSuffixWarps * 32)
     if (it + kStages - 1 < n_tiles) load_tile((it + kStages - 1) % kStages, it + kStages - 1);
     cp_async_commit();
     const bf16* kd = wsm + (it % kStages) * 2 * kSuffixKeys * R;
+    if constexpr (kLoad == KvLoad::kFp8Async) {  // the landed stage -> the bf16 tile (free: the wait above)
+      bf16* dq = fp8_dequant_tile<HD, kSuffixKeys>(fp8_region, kStages);
+      fp8_tile_dequant<HD, kSuffixKeys, 32>(fp8_region + (it % kStages) * Fp8Stage<HD, kSuffixKeys>::kBytes, dq,
+                                            dq + kSuffixKeys * R, lane);
+      __syncwarp();
+      kd = dq;
+    }
     process_tile<HD, kSuffixKeys>(kd, kd + kSuffixKeys * R, kv_begin + it * kSuffixKeys, kv_end, p.scale, qa, st, lane);
   }
   cp_async_wait<0>();
@@ -309,17 +338,17 @@ size_t section_bytes(const AttentionParams& p, int splits) {
   return static_cast<size_t>(p.n_tokens) * p.n_heads * splits * (p.head_dim + 2) * sizeof(float);
 }
 
-template <int HD, bool kFp8>
+template <int HD, KvLoad kLoad>
 void launch_t(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
               const int32_t* kv_index, const int32_t* block_tables, const int32_t* cascade, void* out,
               const AttentionParams& p, const CascadeShape& shape, const CascadeLaunch& plan, void* workspace,
               cudaStream_t stream) {
   static bool configured = false;  // NOTE: > 48 KB of dynamic shared memory needs an opt-in, once
   if (!configured) {
-    MX_CUDA_CHECK(cudaFuncSetAttribute(cascade_prefix_kernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(prefix_smem<HD>())));
-    MX_CUDA_CHECK(cudaFuncSetAttribute(cascade_suffix_kernel<HD, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(suffix_smem<HD>())));
+    MX_CUDA_CHECK(cudaFuncSetAttribute(cascade_prefix_kernel<HD, kLoad>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(prefix_smem<HD, kLoad>())));
+    MX_CUDA_CHECK(cudaFuncSetAttribute(cascade_suffix_kernel<HD, kLoad>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(suffix_smem<HD, kLoad>())));
     configured = true;
   }
   const auto* qb = static_cast<const bf16*>(q);
@@ -329,14 +358,14 @@ void launch_t(const void* q, const void* k_cache, const void* v_cache, const int
   float* ws_prefix = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + section_bytes(p, plan.suffix_splits));
   if (shape.cap_work > 0) {
     const dim3 grid(static_cast<unsigned>(shape.cap_work), p.n_kv_heads, plan.prefix_splits);
-    cascade_prefix_kernel<HD, kFp8><<<grid, kPrefixWarps * 32, prefix_smem<HD>(), stream>>>(
+    cascade_prefix_kernel<HD, kLoad><<<grid, kPrefixWarps * 32, prefix_smem<HD, kLoad>(), stream>>>(
         qb, kb, vb, token_seq, block_tables, cascade, ws_prefix, p, shape.cap_rows, plan.prefix_splits);
     MX_CUDA_CHECK_LAUNCH();
   }
   const int64_t items = static_cast<int64_t>(p.n_tokens) * p.n_kv_heads * plan.suffix_splits;
   const int64_t blocks = (items + kSuffixWarps - 1) / kSuffixWarps;
   MX_CHECK_LT(blocks, int64_t{1} << 31);
-  cascade_suffix_kernel<HD, kFp8><<<static_cast<unsigned>(blocks), kSuffixWarps * 32, suffix_smem<HD>(), stream>>>(
+  cascade_suffix_kernel<HD, kLoad><<<static_cast<unsigned>(blocks), kSuffixWarps * 32, suffix_smem<HD, kLoad>(), stream>>>(
       qb, kb, vb, token_seq, kv_index, block_tables, cascade, ws_suffix, p, plan.suffix_splits,
       plan.suffix_split_len, items);
   MX_CUDA_CHECK_LAUNCH();
@@ -351,12 +380,10 @@ template <int HD>
 void launch(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq, const int32_t* kv_index,
             const int32_t* block_tables, const int32_t* cascade, void* out, const AttentionParams& p,
             const CascadeShape& shape, const CascadeLaunch& plan, void* workspace, cudaStream_t stream) {
-  if (p.fp8_kv())
-    launch_t<HD, true>(q, k_cache, v_cache, token_seq, kv_index, block_tables, cascade, out, p, shape, plan, workspace,
-                       stream);
-  else
-    launch_t<HD, false>(q, k_cache, v_cache, token_seq, kv_index, block_tables, cascade, out, p, shape, plan,
-                        workspace, stream);
+  dispatch_kv_load(p, [&](auto load) {
+    launch_t<HD, decltype(load)::value>(q, k_cache, v_cache, token_seq, kv_index, block_tables, cascade, out, p, shape,
+                                        plan, workspace, stream);
+  });
 }
 
 }  // namespace

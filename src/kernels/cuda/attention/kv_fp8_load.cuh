@@ -25,9 +25,9 @@ __device__ __forceinline__ float2 fp8x2_e4m3_to_float2(uint32_t two) {
   return make_float2(f.x * 256.f, f.y * 256.f);
 }
 
-// 8 codes (8-byte aligned) * scale -> 8 bf16, packed as one 16-byte vector.
-__device__ __forceinline__ uint4 load_fp8x8_as_bf16(const uint8_t* codes, float scale) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(codes);
+// 8 codes (raw, low byte first) * scale -> 8 bf16, packed as one 16-byte vector: the one dequantization of
+// the attention kernels' K/V tiles (the plain loader below and the cp.async tile loader, kv_fp8_tile.cuh).
+__device__ __forceinline__ uint4 fp8x8_to_bf16(uint2 raw, float scale) {
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
@@ -38,6 +38,11 @@ __device__ __forceinline__ uint4 load_fp8x8_as_bf16(const uint8_t* codes, float 
     o[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
   return out;
+}
+
+// 8 codes (8-byte aligned, global memory) * scale -> 8 bf16.
+__device__ __forceinline__ uint4 load_fp8x8_as_bf16(const uint8_t* codes, float scale) {
+  return fp8x8_to_bf16(*reinterpret_cast<const uint2*>(codes), scale);
 }
 
 // The chunk of 8 elements at element offset `off` (a multiple of 8) of cache row `slot`, head `kvh`, as

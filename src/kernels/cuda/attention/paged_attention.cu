@@ -7,8 +7,8 @@
 // block table row token_seq[t] (block_tables [rows, max_blocks_per_seq]).
 // FP8 E4M3 caches (p.k_scales set) are read by every kernel here: the K/V load dequantizes the codes in
 // registers with the (slot, kv head) scale (kv_fp8_load.cuh) and the tiles in shared memory are bf16 as
-// for a bf16 cache. NOTE: the FP8 load is a plain load, not cp.async (a byte-level async pipeline with the
-// conversion at the MMA fragment is the faster form, later work).
+// for a bf16 cache. NOTE: this CUDA-core kernel's FP8 load is a plain load; the tensor-core kernels
+// (paged_attention_mma.cu) stream the raw codes through their cp.async pipeline (kv_fp8_tile.cuh).
 // This file also owns the planner: the tensor-core kernels (paged_attention_mma.cu: per-warp for
 // decode-like batches, block-shared for prefill-like ones) serve head_dim 16..128 with groups <= 16;
 // this CUDA-core kernel serves the rest (head_dim 256, groups up to 32). AttentionPlanOptions (the

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/logging.h"
+
 #include "core/device_oom.h"
 #include "kernels/cuda/common/cuda_check.h"
 
@@ -17,10 +19,41 @@ uint64_t round_size(uint64_t bytes) {
   return (bytes + g - 1) / g * g;
 }
 
+// Every live allocator of the process (several CUDA backends may share one device: the shared-device stand-in
+// puts eight ranks' allocators on one GPU). A cudaMalloc that fails drops the cached blocks of every allocator
+// on its device, not only its own: the free lists are exact-size, so each rank's cache fills with blocks of the
+// step shapes it saw, which no other rank can reuse and which the start-up budget (launch/launch_memory.h)
+// counts only up to each rank's measured peak.
+std::mutex g_registry_mu;
+std::vector<std::weak_ptr<CachingAllocator>>& registry() {
+  static auto* all = new std::vector<std::weak_ptr<CachingAllocator>>();  // never destroyed (exit order)
+  return *all;
+}
+
 }  // namespace
 
 std::shared_ptr<CachingAllocator> CachingAllocator::create(int device) {
-  return std::shared_ptr<CachingAllocator>(new CachingAllocator(device));
+  std::shared_ptr<CachingAllocator> made(new CachingAllocator(device));
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  auto& all = registry();
+  all.erase(std::remove_if(all.begin(), all.end(), [](const auto& w) { return w.expired(); }), all.end());
+  all.push_back(made);
+  return made;
+}
+
+uint64_t CachingAllocator::release_cached_on_device(int device, const CachingAllocator* except) {
+  std::vector<std::shared_ptr<CachingAllocator>> peers;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (const auto& w : registry())
+      if (auto a = w.lock(); a && a->device_ == device && a.get() != except) peers.push_back(std::move(a));
+  }
+  uint64_t released = 0;
+  for (const auto& a : peers) {  // outside the registry lock; each under its own (no allocator lock is held here)
+    released += a->bytes_cached();
+    a->release_cached();
+  }
+  return released;
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -44,7 +77,19 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
     (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
     MX_CUDA_CHECK(cudaDeviceSynchronize());
     release_cached();
-    err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
+    const bool injected = alloc_fault::take(rounded);  // a test's full device: the peers' caches cannot help
+    err = injected ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
+    if (err == cudaErrorMemoryAllocation && !injected) {  // then the other allocators' caches on this device
+      (void)cudaGetLastError();
+      MX_CUDA_CHECK(cudaDeviceSynchronize());  // no work of any rank on this device still reads a cached block
+      const uint64_t released = release_cached_on_device(device_, this);
+      if (released > 0) {
+        MX_LOG(kWarn) << "CUDA allocator on device " << device_ << ": " << (rounded >> 20) << " MiB did not fit; "
+                      << "released " << (released >> 20) << " MiB cached by the other allocators sharing the device "
+                      << "(ranks of the shared-device stand-in) and tried again";
+        err = cudaMalloc(&p, rounded);
+      }
+    }
   }
   if (err == cudaErrorMemoryAllocation) {  // the caller's step fails, the server keeps serving (device_oom.h)
     (void)cudaGetLastError();

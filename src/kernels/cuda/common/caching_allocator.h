@@ -5,8 +5,10 @@
 // Graph capture: while a private pool is routed (set_private_pool), every allocation is served from that
 // pool and its blocks return to it, never to the shared lists, so memory a captured graph uses stays
 // reserved for its replays; the pool's blocks go back to the driver when the pool and every block are gone.
-// Out of memory (the driver refuses even after the cache is dropped): DeviceOutOfMemory (core/device_oom.h) is
-// thrown, naming the size and the memory state; the engine's step turns it into failed requests.
+// Out of memory (the driver refuses even after this allocator's cache is dropped, and then the caches of every
+// other allocator on the same device -- the ranks of the shared-device stand-in share one GPU): DeviceOutOfMemory
+// (core/device_oom.h) is thrown, naming the size and the memory state; the engine's step turns it into failed
+// requests.
 // Does not own: streams, or any multi-stream safety (events per block come with multi-stream work).
 #pragma once
 
@@ -46,6 +48,9 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   void set_private_pool(std::shared_ptr<PrivatePool> pool);
   // Frees every cached (unused) block back to the driver.
   void release_cached();
+  // release_cached() on every live allocator of `device` but `except`; the bytes released. The caller has
+  // synchronized the device (a cached block may have been the last use of a kernel still queued).
+  static uint64_t release_cached_on_device(int device, const CachingAllocator* except = nullptr);
 
   uint64_t bytes_in_use() const;
   uint64_t bytes_cached() const;
