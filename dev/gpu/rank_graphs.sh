@@ -2,7 +2,7 @@
 # Issue 32, CUDA graphs at tp > 1 (one GPU; standalone from a payload folder, like s8_d1.sh):
 #  1. test_cuda_rank_graphs: per-rank graphs (launch/rank_graphs.h) over a one-rank NCCL world forced per rank,
 #     rank 0 in place and reading copies, both *_tiny_a fixtures: tokens identical to eager, every replay a
-#     per-rank one; two stand-in ranks forced per rank refused;
+#     per-rank one; recovery refused once a per-rank graph exists; two stand-in ranks forced per rank refused;
 #  2. test_cuda_graphs and test_cuda_parallel_layouts' CudaGraphsAtTpAboveOneMatchEager: the capture / replay hooks
 #     (CausalLM::capture_device_graph / replay_device_graph) change nothing at tp 1 nor for the joined capture;
 #  3. verify-fixture at tp 2 / 4 on the stand-in now checks graphs on vs off (with MTP: verify steps replayed).

@@ -5,6 +5,7 @@
 // inputs (the memcpy nodes a rank on another GPU starts its graph with; same-device copies here).
 // Checked on glm4_moe_tiny_a and glm_moe_dsa_tiny_a: greedy tokens of the fixture's prompts identical with graphs on
 // and off (cli::verify_fixture_graphs), decode steps replayed, and those replays were per-rank ones.
+// Once a per-rank graph exists, an out-of-memory fails the group for good (recovery refused, named).
 // Not covered on one GPU: peer copies between GPUs and NCCL collectives inside the graphs (a one-rank world
 // runs none); two stand-in ranks forced per rank are refused (unsound: parallel/graph_join.h), which is checked.
 // Label gpu; skips without a CUDA device (or without libnccl.so.2). MXSERVE_FIXTURE_ROOT overrides the fixtures.
@@ -18,6 +19,8 @@
 #include "cli/fixture_graphs.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
+#include "runtime/engine.h"
+#include "runtime/executor.h"
 
 namespace mxserve::launch {
 namespace {
@@ -68,6 +71,57 @@ TEST_F(CudaRankGraphs, OneNcclRankPerRankGraphsMatchEager) {
     }
   }
   unsetenv("MXSERVE_TP_GRAPHS");
+}
+
+// Once a per-rank graph exists the group refuses recovery (a communicator reset would leave the graphs holding the
+// old NCCL communicators): an out-of-memory on a rank then fails the group for good, saying why.
+TEST_F(CudaRankGraphs, PerRankGraphsTurnRecoveryOff) {
+  const std::string dir = kFixtures + "glm4_moe_tiny_a";
+  auto lm = launch(dir, 1, "nccl");
+  if (!lm.is_ok() && lm.status().message().find("libnccl") != std::string::npos)
+    GTEST_SKIP() << "no NCCL library: " << lm.status().to_string();
+  ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+  LockstepModel lockstep({{&(*lm)->rank_backend(0), &(*lm)->rank_model(0), &(*lm)->rank_communicator(0), nullptr, 0}});
+  lockstep.force_per_rank_graphs_for_tests(false);
+  runtime::EngineConfig ec;
+  ec.scheduler.block_size = 16;
+  ec.scheduler.max_running = 2;
+  ec.n_blocks = 32;
+  ec.max_model_len = 128;
+  ec.cuda_graphs = true;
+  auto ex = runtime::make_model_executor(lockstep, (*lm)->backend(), ec.n_blocks, ec.scheduler.block_size);
+  runtime::ModelExecutor* raw = ex.get();
+  runtime::Engine engine(ec, std::move(ex));
+  auto serve = [&](std::string* error) {
+    runtime::RequestSpec req;
+    req.prompt = {1, 2, 3, 4, 5};
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 4;
+    req.sampling.ignore_eos = true;
+    std::vector<int32_t> tokens;
+    EXPECT_TRUE(engine
+                    .submit(req,
+                            [&](const runtime::TokenEvent& ev) {
+                              if (ev.token >= 0) tokens.push_back(ev.token);
+                              if (ev.finish != runtime::FinishReason::kNone) *error = ev.error;
+                            })
+                    .is_ok());
+    for (int i = 0; i < 200 && !engine.idle(); ++i) engine.step();
+    EXPECT_TRUE(engine.idle());
+    return tokens;
+  };
+  std::string error;
+  EXPECT_EQ(serve(&error).size(), 4u) << error;
+  EXPECT_GT(raw->graph_replays(), 0) << "no decode step replayed";
+  EXPECT_GT(lockstep.per_rank_replays(), 0);
+  lockstep.set_fault_hook_for_test([](int) { return out_of_memory("injected device out-of-memory"); });
+  std::string first, second;
+  serve(&first);
+  EXPECT_NE(first.find("injected device out-of-memory"), std::string::npos) << first;
+  lockstep.set_fault_hook_for_test(nullptr);
+  serve(&second);  // the group stayed failed: recovery was refused, naming the per-rank graphs
+  EXPECT_NE(second.find("per-rank CUDA graphs hold the NCCL communicators"), std::string::npos) << second;
+  EXPECT_EQ(lockstep.recoveries(), 0);
 }
 
 // Two stand-in ranks on one GPU forced per rank: refused (graphs off, the engine runs eagerly, same tokens).
