@@ -1,5 +1,7 @@
 #!/bin/bash
-# Issue 32, CUDA graphs at tp > 1 (one GPU; standalone from a payload folder, like s8_d1.sh):
+# Issue 32, CUDA graphs at tp > 1 (one GPU; standalone from a payload folder, like s8_d1.sh). Payload:
+#   MXSERVE_PAYLOAD_ONLY="mxserve test_cuda_rank_graphs test_cuda_graphs test_cuda_parallel_layouts" \
+#     dev/make_gpu_payload.sh build PAYLOAD; then on the GPU machine: bash PAYLOAD/gpu/rank_graphs.sh
 #  1. test_cuda_rank_graphs: per-rank graphs (launch/rank_graphs.h) over a one-rank NCCL world forced per rank,
 #     rank 0 in place and reading copies, both *_tiny_a fixtures: tokens identical to eager, every replay a
 #     per-rank one; recovery refused once a per-rank graph exists; two stand-in ranks forced per rank refused;
@@ -10,6 +12,7 @@ set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
 export MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
+export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 unset MXSERVE_COMMUNICATOR
 RC=0
 g() { local n=$1 to=$2; shift 2; timeout $to "$B/$n" --gtest_color=no "$@" > "$OUT/t_$n.log" 2>&1; local rc=$?
