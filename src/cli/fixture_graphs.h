@@ -21,8 +21,9 @@ struct GraphCheckReport {
   int64_t replays = 0;  // decode steps replayed from graphs (plain run)
 };
 
-// dir: the fixture the model was loaded from; block_size: the KV block size of both engines.
+// dir: the fixture the model was loaded from; block_size: the KV block size of both engines; dp_ranks: the
+// engines' DP ranks (a DP model's layout: requests spread over every DP group; 1 puts them all in group 0).
 Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::CausalLM& model, backend::Backend& be,
-                                               int64_t block_size);
+                                               int64_t block_size, int dp_ranks = 1);
 
 }  // namespace mxserve::cli

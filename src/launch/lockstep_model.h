@@ -20,8 +20,11 @@
 // CUDA graphs (forward_device, decode graphs): on the shared-device stand-in at dp 1, every rank's forward is
 // captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), on by default
 // (MXSERVE_TP_GRAPHS=0 turns it off); once captured, every eager call is fenced against the replays
-// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). DP (host split / merge) and
-// NCCL ranks (one GPU each) are refused, naming why.
+// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). Under DP the step's rows are
+// dp equal slot ranges, one per DP group (runtime/dp_graph_rows.h stages them; device_row_groups() says dp);
+// each group's ranks run their range and its first rank writes its rows into that range of rank 0's logits
+// (launch/dp_graph_step.h): static shapes, so the DP-attention MoE exchange is captured too. NCCL ranks (one GPU
+// each) are refused, naming why.
 #pragma once
 
 #include <condition_variable>
@@ -71,6 +74,7 @@ class LockstepModel final : public model::CausalLM {
   // The copy in rank 0's cache `kv` and in every mirror of it.
   void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
                      kvcache::KvCache& kv) override;
+  int device_row_groups() const override { return dp_; }  // forward_device: one slot range per DP group
   int world() const { return static_cast<int>(ranks_.size()); }
 
  private:
