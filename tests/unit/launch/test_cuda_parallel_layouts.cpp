@@ -398,11 +398,13 @@ GraphRun run_graph_engine(LaunchedModel& lm, const std::vector<std::vector<int32
   return run;
 }
 
-// CUDA graphs under DP (runtime/dp_graph_rows.h, launch/dp_graph_step.h): plain dp 2, dp 2 + DP attention and
-// tp 2 x dp 2 + DP attention, every DP group padded to the bucket in one joined graph. The fixture's prompts with
+// CUDA graphs under DP (runtime/dp_graph_rows.h, launch/dp_graph_step.h): plain dp 2, dp 2 + DP attention,
+// tp 2 x dp 2 + DP attention (+ EP 4, the seed layout's shape), every DP group padded to the bucket in one joined
+// graph. The fixture's prompts with
 // requests on both DP groups (verify_fixture_graphs with the layout's DP ranks): greedy tokens identical with
-// graphs on and off, decode steps replayed; four prompts of uneven groups with MTP chain speculation (the verify
-// steps' graphs; the MTP draft steps stay eager under several ranks): tokens identical, verify steps replayed;
+// graphs on and off, decode steps replayed; with DP attention, four prompts with MTP chain and tree speculation
+// (the verify steps' graphs; the MTP draft steps stay eager under several ranks): tokens identical, verify steps
+// replayed;
 // MXSERVE_TP_GRAPHS=0: nothing replayed.
 TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
   unsetenv("MXSERVE_TP_GRAPHS");  // on by default
@@ -410,9 +412,12 @@ TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
   chain.num_steps = 2;
   chain.adaptive = false;
   chain.self_test = false;
+  runtime::SpecConfig tree = chain;
+  tree.topk = 2;
+  tree.num_draft_tokens = 5;
   for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
     const std::string dir = kFixtures + f;
-    for (const Layout& l : {Layout{1, 2}, Layout{1, 2, true}, Layout{2, 2, true}}) {
+    for (const Layout& l : {Layout{1, 2}, Layout{1, 2, true}, Layout{2, 2, true}, Layout{2, 2, true, 4}}) {
       const std::string what = std::string(f) + " " + l.name();
       HangGuard guard(what + " DP graphs on vs off", std::chrono::seconds(600));
       {
@@ -425,6 +430,7 @@ TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
         std::printf("PASS-DPGRAPHS %s: %lld decode steps replayed, tokens identical to eager\n", what.c_str(),
                     static_cast<long long>(g->replays));
       }
+      if (!l.dp_attention) continue;  // MTP with several CUDA ranks: the DP-attention layouts (as MtpChainAndTree...)
       auto lm = launch(dir, l, /*mtp=*/true);
       ASSERT_TRUE(lm.is_ok()) << what << ": " << lm.status().to_string();
       const auto prompts = prompts_for(**lm, dir);
@@ -433,8 +439,13 @@ TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
       EXPECT_EQ(eager.replays, 0) << what;
       EXPECT_EQ(graphs.tokens, eager.tokens) << what << " + MTP chain: graphs on vs off";
       EXPECT_GT(graphs.counts.verify, 0) << what << " + MTP chain: no verify step replayed";
-      std::printf("PASS-DPGRAPHS-MTP %s: %lld verify steps replayed, tokens identical to eager\n", what.c_str(),
-                  static_cast<long long>(graphs.counts.verify));
+      const GraphRun tree_eager = run_graph_engine(**lm, prompts, false, tree);
+      const GraphRun tree_graphs = run_graph_engine(**lm, prompts, true, tree);
+      EXPECT_EQ(tree_graphs.tokens, tree_eager.tokens) << what << " + MTP tree: graphs on vs off";
+      EXPECT_GT(tree_graphs.counts.tree_verify, 0) << what << " + MTP tree: no tree verify step replayed";
+      std::printf("PASS-DPGRAPHS-MTP %s: %lld chain / %lld tree verify steps replayed, tokens identical to eager\n",
+                  what.c_str(), static_cast<long long>(graphs.counts.verify),
+                  static_cast<long long>(tree_graphs.counts.tree_verify));
       if (l.dp_attention && l.tp == 1) {  // the switch keeps every step eager
         setenv("MXSERVE_TP_GRAPHS", "0", 1);
         const GraphRun off = run_graph_engine(**lm, prompts, true);
