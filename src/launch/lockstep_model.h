@@ -75,6 +75,15 @@ class LockstepModel final : public model::CausalLM {
   void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
                      kvcache::KvCache& kv) override;
   int device_row_groups() const override { return dp_; }  // forward_device: one slot range per DP group
+  // MTP draft-step graphs are not joined across ranks (tp > 1 or DP): refused, naming the layout; the executor
+  // logs once that the MTP draft steps run eagerly (the decode and verify steps still replay graphs).
+  Status forward_mtp_device(const Tensor&, const Tensor&, const Tensor&, const backend::AttentionMeta&,
+                            kvcache::KvCache&, Tensor&, Tensor&, MtpDeviceRows) override {
+    return unsupported("MTP draft-step graphs at --tensor-parallel-size " + std::to_string(tp_) +
+                       " x --data-parallel-size " + std::to_string(dp_) +
+                       ": forward_mtp_device is not joined across ranks (the draft steps run eagerly; decode and "
+                       "verify steps replay graphs)");
+  }
   int world() const { return static_cast<int>(ranks_.size()); }
 
  private:
