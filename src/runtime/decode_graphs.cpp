@@ -67,6 +67,7 @@ Status DecodeGraphs::capture() {
   const int64_t max_rows = dp_ * layout_.max_batch * max_q;
   logits_ = be_.alloc(DType::kF32, {max_rows, model_.config().vocab_size});
   hidden_ = be_.alloc(be_.activation_dtype(), {max_rows, model_.config().d_model});
+  if (dp_ > 1) slots_ = be_.alloc(DType::kI32, {max_rows});
   const std::vector<int64_t> buckets = decode_graph_buckets(layout_.max_batch);
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
   std::vector<int64_t> chain_qs;
@@ -236,7 +237,8 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
     verify_replays_ += shape.max_rows > 1;
   model::ForwardOutput out;
   if (dp_ > 1) {  // the groups' slots back into the batch's row order (eager gathers after the replay)
-    const Tensor slots = be_.upload(Tensor::view_of(row_slot_.data(), DType::kI32, {T}));
+    Tensor slots = slots_.slice_rows(0, T);
+    be_.write_from_host(slots, 0, Tensor::view_of(row_slot_.data(), DType::kI32, {T}));
     out.logits = be_.alloc(DType::kF32, {T, logits_.dim(1)});
     be_.gather_rows(logits_, slots, out.logits);
     if (batch.want_hidden) {

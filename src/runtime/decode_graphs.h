@@ -104,6 +104,7 @@ class DecodeGraphs {
   std::vector<int32_t> cascade_host_;  // staging of one replay's cascade buffer
   int dp_ = 1;                         // the model's DP groups (CausalLM::device_row_groups; dp_graph_rows.h)
   std::vector<int32_t> row_slot_;      // DP: the slot of each row of the replayed batch
+  Tensor slots_;                       // DP: i32 [max rows] on the device, row_slot_ for the gathers
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
   int64_t tree_replays_ = 0;
