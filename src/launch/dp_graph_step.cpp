@@ -28,6 +28,10 @@ Result<DpGroupStep> dp_group_step(const Tensor& ids, const Tensor& positions, co
                             " decode rows), logits " + logits.describe() +
                             (hidden != nullptr ? ", hidden " + hidden->describe() : std::string()) +
                             " do not split into " + std::to_string(dp) + " equal DP group ranges");
+  if (dp == 1) {  // the whole step (a cascade buffer included)
+    DpGroupStep whole{ids, positions, meta, logits, hidden != nullptr ? *hidden : Tensor()};
+    return whole;
+  }
   if (meta.cascade.ndim() == 1 && meta.cascade.numel() > 0)
     return invalid_argument("DP graph step: a cascade buffer indexes the whole step's rows (DP graphs are captured "
                             "without one)");

@@ -25,7 +25,8 @@ struct DpGroupStep {
 
 // Group g's view of a step of T = dp cap rows (ids / positions [T], meta for T rows of dp n sequences, logits
 // [T, V], hidden [T, H] or nullptr). Errors name what does not split into dp equal ranges, and refuse a
-// cascade buffer (its prefix groups index the whole step's rows: DP graphs are captured without one).
+// cascade buffer when dp > 1 (its prefix groups index the whole step's rows: DP graphs are captured without
+// one). dp 1: the step as given, cascade buffer included.
 Result<DpGroupStep> dp_group_step(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                                   const Tensor& logits, const Tensor* hidden, int dp, int g);
 

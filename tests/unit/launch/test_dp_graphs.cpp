@@ -183,6 +183,13 @@ TEST(DpGraphStep, SlicesEveryRowFieldOfItsGroup) {
   auto c = dp_group_step(ids, pos, cascade, logits, nullptr, kDp, 1);
   ASSERT_FALSE(c.is_ok());
   EXPECT_NE(c.status().message().find("cascade"), std::string::npos) << c.status().message();
+  // dp 1 (the tp-only joined capture): the whole step, its cascade buffer kept.
+  auto whole = dp_group_step(ids, pos, cascade, logits, nullptr, 1, 0);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  EXPECT_EQ(whole->ids.numel(), kT);
+  EXPECT_EQ(whole->meta.params.n_seqs, 4);
+  EXPECT_EQ(whole->meta.cascade.raw(), buf.data());
+  EXPECT_EQ(whole->logits.raw(), logits.raw());
 }
 
 double rel_l2(const float* a, const float* b, int64_t n) {
