@@ -18,8 +18,9 @@
 //   - CUDA graphs at tp 2 / tp 4 (MXSERVE_TP_GRAPHS=1: every rank's decode step captured into one graph on rank
 //     0's stream, launch/lockstep_model.h), fused and unfused: greedy tokens of the fixture's prompts identical
 //     with graphs on and off and decode steps replayed (cli::verify_fixture_graphs); under DP (plain dp 2, dp 2 +
-//     DP attention, tp 2 x dp 2 + DP attention; every DP group padded to the bucket): the same with requests on
-//     both DP groups, MTP chain verify steps replayed with identical tokens, MXSERVE_TP_GRAPHS=0 replaying nothing.
+//     DP attention, tp 2 x dp 2 + DP attention (+ EP 4); every DP group padded to the bucket): the same with
+//     requests on both DP groups, MTP chain / tree verify steps replayed with identical tokens, MXSERVE_TP_GRAPHS=0
+//     replaying nothing.
 // Every launch here runs the fused path unless it says otherwise (it is the default).
 // Label gpu; skips without a CUDA device. MXSERVE_FIXTURE_ROOT overrides the fixtures directory.
 #include <gtest/gtest.h>
@@ -400,12 +401,10 @@ GraphRun run_graph_engine(LaunchedModel& lm, const std::vector<std::vector<int32
 
 // CUDA graphs under DP (runtime/dp_graph_rows.h, launch/dp_graph_step.h): plain dp 2, dp 2 + DP attention,
 // tp 2 x dp 2 + DP attention (+ EP 4, the seed layout's shape), every DP group padded to the bucket in one joined
-// graph. The fixture's prompts with
-// requests on both DP groups (verify_fixture_graphs with the layout's DP ranks): greedy tokens identical with
-// graphs on and off, decode steps replayed; with DP attention, four prompts with MTP chain and tree speculation
-// (the verify steps' graphs; the MTP draft steps stay eager under several ranks): tokens identical, verify steps
-// replayed;
-// MXSERVE_TP_GRAPHS=0: nothing replayed.
+// graph. The fixture's prompts with requests on both DP groups (verify_fixture_graphs with the layout's DP
+// ranks): greedy tokens identical with graphs on and off, decode steps replayed. With DP attention, four prompts
+// with MTP chain and tree speculation (the verify steps' graphs; the MTP draft steps stay eager under several
+// ranks): tokens identical, verify steps replayed; MXSERVE_TP_GRAPHS=0: nothing replayed.
 TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
   unsetenv("MXSERVE_TP_GRAPHS");  // on by default
   runtime::SpecConfig chain;
