@@ -23,9 +23,11 @@ struct EngineRun {
 };
 
 Result<EngineRun> run_engine(model::CausalLM& model, backend::Backend& be, const std::vector<runtime::RequestSpec>& specs,
-                             int64_t block_size, int64_t max_model_len, bool graphs, int32_t mtp_steps) {
+                             int64_t block_size, int64_t max_model_len, bool graphs, int32_t mtp_steps,
+                             int dp_ranks) {
   runtime::EngineConfig cfg;
   cfg.scheduler.block_size = block_size;
+  cfg.scheduler.dp_ranks = dp_ranks;
   cfg.scheduler.max_running = static_cast<int64_t>(specs.size());
   cfg.max_model_len = max_model_len;
   const int64_t blocks_per_seq = (max_model_len + 2 * kMtpSteps + block_size - 1) / block_size + 2;
@@ -58,7 +60,7 @@ Result<EngineRun> run_engine(model::CausalLM& model, backend::Backend& be, const
 }  // namespace
 
 Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::CausalLM& model, backend::Backend& be,
-                                               int64_t block_size, bool mtp_draft_graphs) {
+                                               int64_t block_size, bool mtp_draft_graphs, int dp_ranks) {
   MX_ASSIGN_OR_RETURN(auto cases, read_fixture_cases(dir, model.config().vocab_size));
   if (cases.empty()) return invalid_argument(dir + ": no fixture cases for the CUDA-graph check");
   std::vector<runtime::RequestSpec> specs;
@@ -76,8 +78,8 @@ Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::Ca
   std::vector<int32_t> mtp_runs = {0};
   if (model.has_mtp()) mtp_runs.push_back(kMtpSteps);
   for (int32_t mtp : mtp_runs) {
-    MX_ASSIGN_OR_RETURN(EngineRun eager, run_engine(model, be, specs, block_size, longest + 1, false, mtp));
-    MX_ASSIGN_OR_RETURN(EngineRun graph, run_engine(model, be, specs, block_size, longest + 1, true, mtp));
+    MX_ASSIGN_OR_RETURN(EngineRun eager, run_engine(model, be, specs, block_size, longest + 1, false, mtp, dp_ranks));
+    MX_ASSIGN_OR_RETURN(EngineRun graph, run_engine(model, be, specs, block_size, longest + 1, true, mtp, dp_ranks));
     int differing = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
       const auto e = eager.tokens.find(i), g = graph.tokens.find(i);

@@ -24,8 +24,9 @@ struct GraphCheckReport {
 // dir: the fixture the model was loaded from; block_size: the KV block size of both engines.
 // mtp_draft_graphs: the MTP pass must also replay MTP draft (chain continuation) graphs -- one rank only; a
 // lockstep model over several ranks has no device-input MTP forward, so its draft steps run eagerly and the
-// pass checks its verify steps' graphs (and the tokens) alone.
+// pass checks its verify steps' graphs (and the tokens) alone. dp_ranks: the engines' DP ranks (a DP model's
+// layout: requests spread over every DP group; 1 puts them all in group 0).
 Result<GraphCheckReport> verify_fixture_graphs(const std::string& dir, model::CausalLM& model, backend::Backend& be,
-                                               int64_t block_size, bool mtp_draft_graphs = true);
+                                               int64_t block_size, bool mtp_draft_graphs = true, int dp_ranks = 1);
 
 }  // namespace mxserve::cli

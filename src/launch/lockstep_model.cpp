@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/device_oom.h"
 #include "launch/dp_batch.h"
+#include "launch/dp_graph_step.h"
 #include "model/decisions.h"
 #include "parallel/nccl_communicator.h"
 
@@ -294,18 +295,26 @@ Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions,
   // On by default since the H100 run of 2026-12-06 (test_cuda_parallel_layouts CudaGraphsAtTpAboveOneMatchEager:
   // tp 2 / 4, fused and unfused, both *_tiny_a fixtures, tokens identical to eager); MXSERVE_TP_GRAPHS=0 keeps
   // these steps eager (graph_choice; --disable-cuda-graph turns every graph off).
+  // DP (launch/dp_graph_step.h): the rows are dp equal slot ranges, group g's ranks run range g; dp 1: the whole.
+  std::vector<DpGroupStep> groups(dp_);
+  for (int g = 0; g < dp_; ++g) {
+    MX_ASSIGN_OR_RETURN(groups[g], dp_group_step(ids, positions, meta, logits, hidden, dp_, g));
+  }
+  dp_groups_with_rows_ = dp_;  // every group runs its range (a decision hook is withheld, as with rows on several)
   const bool capturing = join_->root_capturing();
   MX_RETURN_IF_ERROR(join_->fork());
   auto res = run_each(kv, [&](int r, kvcache::KvCache& rkv) -> Result<model::ForwardOutput> {
     MX_RETURN_IF_ERROR(join_->enter(r));
     Status st = Status::ok();
-    if (r == 0) {
-      st = ranks_[0].model->forward_device(ids, positions, meta, rkv, logits, hidden);
-    } else {  // the gathered logits (and hidden rows) of the other ranks are rank 0's too: temporaries here
+    DpGroupStep in = groups[r / tp_];  // this rank's own copy of the views
+    if (r % tp_ == 0) {  // the group's first rank: into its range of rank 0's buffers (one device)
+      st = ranks_[r].model->forward_device(in.ids, in.positions, in.meta, rkv, in.logits,
+                                           hidden != nullptr ? &in.hidden : nullptr);
+    } else {  // the gathered logits (and hidden rows) of the other ranks are their first rank's too: temporaries
       backend::Backend& be = *ranks_[r].backend;
-      Tensor lg = be.alloc(logits.dtype(), logits.shape());
-      Tensor hd = hidden != nullptr ? be.alloc(hidden->dtype(), hidden->shape()) : Tensor();
-      st = ranks_[r].model->forward_device(ids, positions, meta, rkv, lg, hidden != nullptr ? &hd : nullptr);
+      Tensor lg = be.alloc(in.logits.dtype(), in.logits.shape());
+      Tensor hd = hidden != nullptr ? be.alloc(in.hidden.dtype(), in.hidden.shape()) : Tensor();
+      st = ranks_[r].model->forward_device(in.ids, in.positions, in.meta, rkv, lg, hidden != nullptr ? &hd : nullptr);
     }
     const Status left = join_->leave(r);
     MX_RETURN_IF_ERROR(st);

@@ -25,10 +25,12 @@
 // CUDA graphs (forward_device, decode graphs): on the shared-device stand-in at dp 1, every rank's forward is
 // captured into ONE graph on rank 0's stream (parallel/graph_join.h says why not one per rank), on by default
 // (MXSERVE_TP_GRAPHS=0 turns it off); once captured, every eager call is fenced against the replays
-// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). NCCL ranks (one GPU each):
-// one graph per rank, captured and launched from the ranks' own threads (launch/rank_graphs.h), through
-// capture_device_graph / replay_device_graph. DP (host split / merge) and multi-node are refused, naming why
-// (choose_tp_graph_mode).
+// (the ranks' streams wait for rank 0's before it, rank 0's for theirs after it). Under DP the step's rows are
+// dp equal slot ranges, one per DP group (runtime/dp_graph_rows.h stages them; device_row_groups() says dp);
+// each group's ranks run their range and its first rank writes its rows into that range of rank 0's logits
+// (launch/dp_graph_step.h): static shapes, so the DP-attention MoE exchange is captured too. NCCL ranks (one GPU
+// each): one graph per rank, captured and launched from the ranks' own threads (launch/rank_graphs.h), through
+// capture_device_graph / replay_device_graph (dp 1 only). Multi-node is refused, naming why (choose_tp_graph_mode).
 #pragma once
 
 #include <condition_variable>
@@ -80,6 +82,16 @@ class LockstepModel final : public model::CausalLM {
   // The copy in rank 0's cache `kv` and in every mirror of it.
   void copy_kv_slots(backend::Backend& be, const Tensor& src_slots, const Tensor& dst_slots,
                      kvcache::KvCache& kv) override;
+  int device_row_groups() const override { return dp_; }  // forward_device: one slot range per DP group
+  // MTP draft-step graphs are not joined across ranks (tp > 1 or DP): refused, naming the layout; the executor
+  // logs once that the MTP draft steps run eagerly (the decode and verify steps still replay graphs).
+  Status forward_mtp_device(const Tensor&, const Tensor&, const Tensor&, const backend::AttentionMeta&,
+                            kvcache::KvCache&, Tensor&, Tensor&, MtpDeviceRows) override {
+    return unsupported("MTP draft-step graphs at --tensor-parallel-size " + std::to_string(tp_) +
+                       " x --data-parallel-size " + std::to_string(dp_) +
+                       ": forward_mtp_device is not joined across ranks (the draft steps run eagerly; decode and "
+                       "verify steps replay graphs)");
+  }
   int world() const { return static_cast<int>(ranks_.size()); }
   // Per-rank graphs where the ranks are on several GPUs (rank_graphs.h); otherwise be.capture_graph(body).
   Result<std::unique_ptr<backend::DeviceGraph>> capture_device_graph(backend::Backend& be,

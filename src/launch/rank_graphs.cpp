@@ -18,15 +18,13 @@ std::string multinode_graphs_refusal() {
 TpGraphChoice choose_tp_graph_mode(const TpGraphLayout& l) {
   auto refuse = [](std::string why) { return TpGraphChoice{TpGraphMode::kRefused, std::move(why)}; };
   const int world = static_cast<int>(l.devices.size());
-  if (l.dp > 1)
-    return refuse("CUDA graphs with --data-parallel-size " + std::to_string(l.dp) +
-                  ": the DP split and merge are host work each step (the steps run eagerly)");
   if (world == 0 || l.devices[0] < 0) return refuse("CUDA graphs: these ranks are not CUDA ranks");
   if (world < l.tp * l.dp)
     return refuse(multinode_graphs_refusal() + " (this node runs " + std::to_string(world) + " of " +
                   std::to_string(l.tp) + " tensor-parallel ranks)");
   if (l.tp_graphs_env != nullptr && std::string(l.tp_graphs_env) == "0")
     return refuse("CUDA graphs at --tensor-parallel-size " + std::to_string(l.tp) +
+                  (l.dp > 1 ? " x --data-parallel-size " + std::to_string(l.dp) : std::string()) +
                   " turned off by MXSERVE_TP_GRAPHS=0");
   std::set<int> distinct(l.devices.begin(), l.devices.end());
   if (distinct.size() == 1 && world > 1) {
@@ -48,6 +46,12 @@ TpGraphChoice choose_tp_graph_mode(const TpGraphLayout& l) {
                         std::to_string(l.devices[r]) + " while other ranks have their own: per-rank graphs need one "
                         "GPU per rank, the joined capture one GPU for all (the steps run eagerly)");
   }
+  // DP graphs stage each DP group's rows in its own slot range of rank 0's input buffers (launch/dp_graph_step.h),
+  // which the per-rank capture's input mirrors do not model yet.
+  if (l.dp > 1)
+    return refuse("CUDA graphs with --data-parallel-size " + std::to_string(l.dp) +
+                  " on ranks with a GPU each: per-rank capture of the DP groups' slot ranges is not built (the joined "
+                  "capture of the one-GPU stand-in serves DP; these steps run eagerly)");
   return {TpGraphMode::kPerRank, "one graph per rank on its own GPU (" + std::to_string(world) +
                                      " ranks, thread-local capture, launched together from the ranks' threads)"};
 }

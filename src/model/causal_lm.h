@@ -67,6 +67,10 @@ class CausalLM {
     graph.replay();
     return Status::ok();
   }
+  // Decode graphs under data parallelism: forward_device's T rows are this many equal slot ranges, range g
+  // holding DP group g's rows (runtime/dp_graph_rows.h stages them, launch/dp_graph_step.h runs each group on
+  // its range). 1: the rows are one batch.
+  virtual int device_row_groups() const { return 1; }
   // MTP graphs (runtime/mtp_graphs.h): one MTP forward over inputs already on the backend -- ids, positions,
   // hidden_in [T, H], meta for T rows -- into logits f32 [T, V] and hidden_out [T, H] (the MTP layer's output
   // hidden state). `rows` says what the rows are:

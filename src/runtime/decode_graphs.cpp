@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/dp_graph_rows.h"
 
 namespace mxserve::runtime {
 namespace {
@@ -57,9 +58,16 @@ Status DecodeGraphs::capture() {
   const int64_t max_context = store->max_blocks_per_seq() * layout_.block_size;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t max_q = std::max<int64_t>(1 + layout_.max_drafts, tree_qs.empty() ? 1 : tree_qs.back());
-  const int64_t max_rows = layout_.max_batch * max_q;
+  // DP (CausalLM::device_row_groups() > 1, runtime/dp_graph_rows.h): each bucket holds one slot range per group.
+  dp_ = model_.device_row_groups();
+  if (dp_ < 1) return invalid_argument("decode graphs: the model splits its rows into " + std::to_string(dp_) + " groups");
+  if (dp_ > 1 && be_.cascade_attention_enabled())
+    MX_LOG(kInfo) << "CUDA graphs under DP (" << dp_ << " groups): decode graphs attend per sequence (no cascade "
+                  << "prefix groups); eager steps keep cascade attention";
+  const int64_t max_rows = dp_ * layout_.max_batch * max_q;
   logits_ = be_.alloc(DType::kF32, {max_rows, model_.config().vocab_size});
   hidden_ = be_.alloc(be_.activation_dtype(), {max_rows, model_.config().d_model});
+  if (dp_ > 1) slots_ = be_.alloc(DType::kI32, {max_rows});
   const std::vector<int64_t> buckets = decode_graph_buckets(layout_.max_batch);
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
   std::vector<int64_t> chain_qs;
@@ -74,6 +82,9 @@ Status DecodeGraphs::capture() {
                         ? "; rows per sequence 1.." + std::to_string(1 + layout_.max_drafts) + " (chain verify steps)"
                         : std::string())
                 << (tree_qs.empty() ? std::string() : "; tree verify steps of " + join(tree_qs) + " rows per sequence")
+                << (dp_ > 1 ? "; " + std::to_string(dp_) + " DP groups, each padded to the bucket (batch buckets are per "
+                                  "group)"
+                            : std::string())
                 << " (--disable-cuda-graph / --enforce-eager turn them off)";
   return Status::ok();
 }
@@ -87,7 +98,7 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
   const model::ForwardBatch empty;
   for (int64_t q : qs) {
     for (int64_t B : buckets) {
-      const int64_t T = B * q;
+      const int64_t T = dp_ * B * q;  // DP: dp slot ranges of B q rows, one per group
       // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
       std::vector<int32_t> host(fields * T);
       std::vector<int64_t> mask(T);
@@ -102,9 +113,9 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
           g.mask = be_.alloc(DType::kI64, {T});
           be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
         }
-        backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, B, q, C, bs, tree);
+        backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, dp_ * B, q, C, bs, tree);
         const auto& mc = model_.config();
-        if (q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
+        if (dp_ == 1 && q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
           g.cascade_shape.cap_rows = static_cast<int32_t>(B);
           g.cascade_shape.group_size = static_cast<int32_t>(mc.n_heads / mc.n_kv_heads);
           g.cascade_shape.cap_work = kernels::cascade_work_capacity(static_cast<int32_t>(B), g.cascade_shape.group_size, 2);
@@ -153,6 +164,15 @@ bool DecodeGraphs::covers(const model::ForwardBatch& batch, std::string* why) co
   for (int64_t r = 0; r < T; ++r)
     if (batch.logit_rows[r] != r) return no("logit rows out of row order");
   const std::vector<GraphKey>& keys = shape.tree ? tree_keys_ : plain_keys_;
+  if (dp_ > 1) {  // the bucket must hold the fullest DP group (runtime/dp_graph_rows.h)
+    const DpGraphRows groups = dp_graph_rows(batch, dp_, kv_.pool_blocks(), &reason);
+    if (!reason.empty()) return no(reason);
+    if (pick_graph(keys, groups.bucket) >= 0) return true;
+    return no(std::string(shape.tree ? "tree verify" : shape.max_rows > 1 ? "verify" : "decode") +
+              " step with a DP group of " + std::to_string(groups.bucket.seqs) + " sequences x up to " +
+              std::to_string(groups.bucket.max_rows) + " rows at context " + std::to_string(groups.bucket.max_kv) +
+              " is outside every captured bucket (buckets are per DP group)");
+  }
   if (pick_graph(keys, shape) >= 0) return true;
   return no(std::string(shape.tree ? "tree verify" : shape.max_rows > 1 ? "verify" : "decode") + " step of " +
             std::to_string(shape.seqs) + " sequences x up to " + std::to_string(shape.max_rows) +
@@ -163,7 +183,9 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
   std::string why;
   const GraphBatchShape shape = graph_batch_shape(batch, &why);
   const std::vector<GraphKey>& keys = shape.tree ? tree_keys_ : plain_keys_;
-  const int64_t i = why.empty() ? pick_graph(keys, shape) : -1;
+  DpGraphRows groups;
+  if (dp_ > 1 && why.empty()) groups = dp_graph_rows(batch, dp_, kv_.pool_blocks(), &why);
+  const int64_t i = why.empty() ? pick_graph(keys, dp_ > 1 ? groups.bucket : shape) : -1;
   if (i < 0)
     return internal_error("decode graphs: no graph for " + std::to_string(shape.seqs) + " sequences x " +
                           std::to_string(shape.max_rows) + " rows at context " + std::to_string(shape.max_kv) +
@@ -171,13 +193,16 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
   const Graph& g = (shape.tree ? tree_ : plain_)[i];
   kvcache::BlockTableStore* store = kv_.block_tables();
   for (const auto& x : batch.seqs) MX_RETURN_IF_ERROR(store->sync(x.table_row, x.table_lease, x.blocks()));
-  const int64_t cap = g.key.batch * g.key.q, T = shape.rows;
+  const int64_t group_cap = g.key.batch * g.key.q, cap = dp_ * group_cap, T = shape.rows;
   const int fields = g.tree ? kGraphTreeRowFields : kGraphRowFields;
   host_.resize(fields * cap);
   host_mask_.resize(cap);
-  stage_graph_rows(batch, cap, layout_.block_size,
-                   GraphPadding{layout_.scratch_row, static_cast<int32_t>(layout_.scratch_block * layout_.block_size)},
-                   g.tree, host_.data(), g.tree ? host_mask_.data() : nullptr);
+  const GraphPadding pad{layout_.scratch_row, static_cast<int32_t>(layout_.scratch_block * layout_.block_size)};
+  if (dp_ > 1)  // group g's rows at [g group_cap, ...), row_slot_: each batch row's slot
+    stage_dp_graph_rows(batch, groups, group_cap, layout_.block_size, pad, g.tree, host_.data(),
+                        g.tree ? host_mask_.data() : nullptr, &row_slot_);
+  else
+    stage_graph_rows(batch, cap, layout_.block_size, pad, g.tree, host_.data(), g.tree ? host_mask_.data() : nullptr);
   Tensor inputs = g.inputs;
   be_.write_from_host(inputs, 0, Tensor::view_of(host_.data(), DType::kI32, {fields * cap}));
   if (g.tree) {
@@ -211,6 +236,17 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
   else
     verify_replays_ += shape.max_rows > 1;
   model::ForwardOutput out;
+  if (dp_ > 1) {  // the groups' slots back into the batch's row order (eager gathers after the replay)
+    Tensor slots = slots_.slice_rows(0, T);
+    be_.write_from_host(slots, 0, Tensor::view_of(row_slot_.data(), DType::kI32, {T}));
+    out.logits = be_.alloc(DType::kF32, {T, logits_.dim(1)});
+    be_.gather_rows(logits_, slots, out.logits);
+    if (batch.want_hidden) {
+      out.hidden = be_.alloc(hidden_.dtype(), {T, hidden_.dim(1)});
+      be_.gather_rows(hidden_, slots, out.hidden);
+    }
+    return out;
+  }
   out.logits = logits_.slice_rows(0, T);
   if (batch.want_hidden) out.hidden = hidden_.slice_rows(0, T);
   return out;

@@ -23,6 +23,11 @@
 //   - outputs go to two static buffers shared by every graph (one replay at a time): logits f32 [rows, V] and
 //     the post-norm hidden states [rows, H]; a replay's views are valid until the next replay, so the engine
 //     reads them (argmax, host logits, the MTP extend's gather) before its next target step.
+// Under DP (the model's CausalLM::device_row_groups() = dp > 1; runtime/dp_graph_rows.h): a bucket (B, q) holds
+// dp slot ranges of B q rows, one per DP group, each group's rows staged compactly in its own range and padded;
+// the bucket is picked by the fullest group; after the replay the rows are gathered back into the batch's order
+// (eager gathers: the logits / hidden returned are fresh tensors, not views of the static buffers); no cascade
+// buffer.
 // Mixed / prefill steps run eagerly; MTP steps have their own graphs (runtime/mtp_graphs.h).
 #pragma once
 
@@ -97,6 +102,9 @@ class DecodeGraphs {
   std::vector<int32_t> host_;  // staging of one replay's inputs
   std::vector<int64_t> host_mask_;
   std::vector<int32_t> cascade_host_;  // staging of one replay's cascade buffer
+  int dp_ = 1;                         // the model's DP groups (CausalLM::device_row_groups; dp_graph_rows.h)
+  std::vector<int32_t> row_slot_;      // DP: the slot of each row of the replayed batch
+  Tensor slots_;                       // DP: i32 [max rows] on the device, row_slot_ for the gathers
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
   int64_t tree_replays_ = 0;

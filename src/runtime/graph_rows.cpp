@@ -54,20 +54,27 @@ void stage_graph_rows(const model::ForwardBatch& batch, int64_t capacity, int64_
     std::fill(host + kRowTreeBase * capacity, host + (kRowTreeBase + 1) * capacity,
               std::numeric_limits<int32_t>::max());
   if (mask != nullptr) std::fill(mask, mask + capacity, int64_t{0});
-  for (const auto& x : batch.seqs) {
-    const std::vector<int32_t>& table = x.blocks();
-    for (int32_t i = 0; i < x.n_tokens; ++i) {
-      const int64_t r = x.token_begin + i;
-      const int32_t j = x.kv_index_of(i);
-      host[kRowIds * capacity + r] = batch.token_ids[r];
-      host[kRowPositions * capacity + r] = batch.positions[r];
-      host[kRowTableRows * capacity + r] = x.table_row;
-      host[kRowKvIndex * capacity + r] = j;
-      host[kRowSlots * capacity + r] = static_cast<int32_t>(table[j / block_size] * block_size + j % block_size);
-      if (!x.tree_mask.empty()) {
-        if (tree_base_row) host[kRowTreeBase * capacity + r] = x.tree_base;
-        if (mask != nullptr) mask[r] = static_cast<int64_t>(x.tree_mask[i]);
-      }
+  for (const auto& x : batch.seqs)
+    stage_graph_sequence(batch, x, x.token_begin, capacity, block_size, tree_base_row, host, mask);
+}
+
+void stage_graph_sequence(const model::ForwardBatch& batch, const model::SequenceSpan& x, int64_t first_slot,
+                          int64_t capacity, int64_t block_size, bool tree_base_row, int32_t* host, int64_t* mask) {
+  MX_CHECK_MSG(first_slot >= 0 && first_slot + x.n_tokens <= capacity,
+               "graph staging: rows [" << first_slot << ", " << first_slot + x.n_tokens << ") for a bucket of "
+                                       << capacity);
+  const std::vector<int32_t>& table = x.blocks();
+  for (int32_t i = 0; i < x.n_tokens; ++i) {
+    const int64_t src = x.token_begin + i, r = first_slot + i;
+    const int32_t j = x.kv_index_of(i);
+    host[kRowIds * capacity + r] = batch.token_ids[src];
+    host[kRowPositions * capacity + r] = batch.positions[src];
+    host[kRowTableRows * capacity + r] = x.table_row;
+    host[kRowKvIndex * capacity + r] = j;
+    host[kRowSlots * capacity + r] = static_cast<int32_t>(table[j / block_size] * block_size + j % block_size);
+    if (!x.tree_mask.empty()) {
+      if (tree_base_row) host[kRowTreeBase * capacity + r] = x.tree_base;
+      if (mask != nullptr) mask[r] = static_cast<int64_t>(x.tree_mask[i]);
     }
   }
 }

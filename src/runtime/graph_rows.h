@@ -68,6 +68,12 @@ struct GraphPadding {
 void stage_graph_rows(const model::ForwardBatch& batch, int64_t capacity, int64_t block_size,
                       const GraphPadding& pad, bool tree_base_row, int32_t* host, int64_t* mask);
 
+// One sequence's rows (the batch's rows [x.token_begin, + x.n_tokens)) written at slots [first_slot, + n_tokens)
+// of a staging buffer laid out as stage_graph_rows's (which calls it with first_slot = x.token_begin; the DP
+// staging, runtime/dp_graph_rows.h, with a slot in the sequence's DP group's range). Padding is not touched.
+void stage_graph_sequence(const model::ForwardBatch& batch, const model::SequenceSpan& x, int64_t first_slot,
+                          int64_t capacity, int64_t block_size, bool tree_base_row, int32_t* host, int64_t* mask);
+
 // logit_rows padded with row 0 to `capacity` entries (an MTP extend's head rows). Needs size <= capacity.
 std::vector<int32_t> padded_logit_rows(const std::vector<int32_t>& logit_rows, int64_t capacity);
 

@@ -52,9 +52,9 @@ class Glm4MoeModel final : public DecoderFrame<GqaAttention> {
 
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
-    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h); DP attention's MoE exchange
-    // takes per-step row counts on the host.
-    if (dp_moe_.enabled()) return unsupported("forward_device (CUDA graph capture) with DP attention");
+    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h). DP attention: the MoE
+    // exchange's row counts are captured as they are now; the lockstep model gives every DP group the same padded
+    // slot range at every replay (launch/dp_graph_step.h), so they are the same each time.
     const int64_t T = ids.numel();
     if (positions.numel() != T || device_meta.params.n_tokens != T || logits.ndim() != 2 || logits.dim(0) != T ||
         logits.dim(1) != cfg_.vocab_size ||

@@ -95,16 +95,16 @@ class GlmMoeDsaModel final : public DecoderFrame<MlaAttention, DsaState> {
   // block_tables / positions from device memory; the top-k buffer and the indexer / attention workspaces come
   // from Backend::alloc (the graph-private pool while capturing) sized by T (the bucket) and
   // AttentionParams::max_kv_len (the class bound); the indexer grid and the MLA split plan depend only on
-  // those and on index_topk. What is not capturable is refused here: DP attention (host row counts, as
-  // glm4_moe; tp > 1 is captured jointly by the lockstep model), the TP replica checks (host compares; off),
-  // an installed decision hook (host callbacks). Chain and tree verify steps (several rows per sequence; a
+  // those and on index_topk (tp > 1 and DP are captured jointly by the lockstep model, DP with static padded
+  // row counts per group). What is not capturable is refused here or off: the TP replica checks (host compares;
+  // off), an installed decision hook (host callbacks). Chain and tree verify steps (several rows per sequence; a
   // tree's mask / base in device buffers the graph owns) run the same body; `hidden` receives the post-norm
   // rows the MTP layer reads.
   Status forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& device_meta,
                         kvcache::KvCache& kv, Tensor& logits, Tensor* hidden = nullptr) override {
-    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h); DP attention's MoE exchange
-    // takes per-step row counts on the host.
-    if (dp_moe_.enabled()) return unsupported("forward_device (CUDA graph capture) with DP attention");
+    // tp > 1 runs under a lockstep model's joined capture (launch/lockstep_model.h). DP attention: the MoE
+    // exchange's row counts are captured as they are now; the lockstep model gives every DP group the same padded
+    // slot range at every replay (launch/dp_graph_step.h), so they are the same each time.
     if (active_decision_hook() != nullptr)
       return unsupported("forward_device (CUDA graph capture) with a decision hook installed (its callbacks run on "
                          "the host)");

@@ -17,8 +17,10 @@
 //     the layout instead of hanging).
 //   - CUDA graphs at tp 2 / tp 4 (MXSERVE_TP_GRAPHS=1: every rank's decode step captured into one graph on rank
 //     0's stream, launch/lockstep_model.h), fused and unfused: greedy tokens of the fixture's prompts identical
-//     with graphs on and off and decode steps replayed (cli::verify_fixture_graphs); dp 2 + DP attention refuses
-//     graphs (the engine runs eagerly, same tokens, no replay).
+//     with graphs on and off and decode steps replayed (cli::verify_fixture_graphs); under DP (plain dp 2, dp 2 +
+//     DP attention, tp 2 x dp 2 + DP attention (+ EP 4); every DP group padded to the bucket): the same with
+//     requests on both DP groups, MTP chain / tree verify steps replayed with identical tokens, MXSERVE_TP_GRAPHS=0
+//     replaying nothing.
 // Every launch here runs the fused path unless it says otherwise (it is the default).
 // Label gpu; skips without a CUDA device. MXSERVE_FIXTURE_ROOT overrides the fixtures directory.
 #include <gtest/gtest.h>
@@ -350,14 +352,109 @@ TEST_F(CudaParallelLayouts, CudaGraphsAtTpAboveOneMatchEager) {
                     static_cast<long long>(g->replays));
       }
     }
-    // DP (host split / merge each step): graphs refused, the engine runs eagerly with the same tokens.
-    auto dp = launch(dir, Layout{1, 2, true}, false);
-    ASSERT_TRUE(dp.is_ok()) << dp.status().to_string();
-    auto g = cli::verify_fixture_graphs(dir, (*dp)->model(), (*dp)->backend(), 4);
-    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-    EXPECT_EQ(g->replays, 0) << f << " dp 2: graphs should be refused";
   }
   unsetenv("MXSERVE_TP_GRAPHS");
+}
+
+// Greedy tokens of an engine over lm (its DP ranks), CUDA graphs on or off, and the steps replayed.
+struct GraphRun {
+  std::vector<std::vector<int32_t>> tokens;
+  runtime::ModelExecutor::GraphReplayCounts counts;
+  int64_t replays = 0;
+};
+GraphRun run_graph_engine(LaunchedModel& lm, const std::vector<std::vector<int32_t>>& prompts, bool graphs,
+                          const runtime::SpecConfig& spec = {}) {
+  runtime::EngineConfig ec;
+  ec.spec = spec;
+  ec.cuda_graphs = graphs;
+  ec.scheduler.block_size = 4;
+  ec.scheduler.dp_ranks = lm.layout().dp;
+  ec.scheduler.max_running = static_cast<int64_t>(prompts.size());
+  ec.n_blocks = 96;
+  ec.max_model_len = 64;
+  auto ex = lm.make_executor(ec.n_blocks, ec.scheduler.block_size);
+  runtime::ModelExecutor* raw = ex.get();
+  runtime::Engine engine(ec, std::move(ex));
+  GraphRun run;
+  run.tokens.resize(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    runtime::RequestSpec req;
+    req.prompt = prompts[i];
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 12;
+    req.sampling.ignore_eos = true;
+    auto* out = &run.tokens[i];
+    EXPECT_TRUE(engine.submit(req, [out](const runtime::TokenEvent& ev) {
+      if (ev.token >= 0) out->push_back(ev.token);
+    }).is_ok());
+  }
+  while (!engine.idle()) {
+    engine.step();
+    const Status inv = engine.check_invariants();
+    EXPECT_TRUE(inv.is_ok()) << inv.to_string();
+    if (!inv.is_ok()) break;
+  }
+  run.counts = raw->graph_replay_counts();
+  run.replays = raw->graph_replays();
+  return run;
+}
+
+// CUDA graphs under DP (runtime/dp_graph_rows.h, launch/dp_graph_step.h): plain dp 2, dp 2 + DP attention,
+// tp 2 x dp 2 + DP attention (+ EP 4, the seed layout's shape), every DP group padded to the bucket in one joined
+// graph. The fixture's prompts with requests on both DP groups (verify_fixture_graphs with the layout's DP
+// ranks): greedy tokens identical with graphs on and off, decode steps replayed. With DP attention, four prompts
+// with MTP chain and tree speculation (the verify steps' graphs; the MTP draft steps stay eager under several
+// ranks): tokens identical, verify steps replayed; MXSERVE_TP_GRAPHS=0: nothing replayed.
+TEST_F(CudaParallelLayouts, CudaGraphsUnderDpMatchEager) {
+  unsetenv("MXSERVE_TP_GRAPHS");  // on by default
+  runtime::SpecConfig chain;
+  chain.num_steps = 2;
+  chain.adaptive = false;
+  chain.self_test = false;
+  runtime::SpecConfig tree = chain;
+  tree.topk = 2;
+  tree.num_draft_tokens = 5;
+  for (const char* f : {"glm4_moe_tiny_a", "glm_moe_dsa_tiny_a"}) {
+    const std::string dir = kFixtures + f;
+    for (const Layout& l : {Layout{1, 2}, Layout{1, 2, true}, Layout{2, 2, true}, Layout{2, 2, true, 4}}) {
+      const std::string what = std::string(f) + " " + l.name();
+      HangGuard guard(what + " DP graphs on vs off", std::chrono::seconds(600));
+      {
+        auto lm = launch(dir, l, /*mtp=*/false);
+        ASSERT_TRUE(lm.is_ok()) << what << ": " << lm.status().to_string();
+        auto g = cli::verify_fixture_graphs(dir, (*lm)->model(), (*lm)->backend(), /*block_size=*/4,
+                                            /*mtp_draft_graphs=*/false, l.dp);
+        ASSERT_TRUE(g.is_ok()) << what << ": " << g.status().to_string();
+        EXPECT_EQ(g->failures, 0) << what << ": graphs on vs off";
+        EXPECT_GT(g->replays, 0) << what << ": no decode step replayed (were the DP graphs refused? see the log)";
+        std::printf("PASS-DPGRAPHS %s: %lld decode steps replayed, tokens identical to eager\n", what.c_str(),
+                    static_cast<long long>(g->replays));
+      }
+      if (!l.dp_attention) continue;  // MTP with several CUDA ranks: the DP-attention layouts (as MtpChainAndTree...)
+      auto lm = launch(dir, l, /*mtp=*/true);
+      ASSERT_TRUE(lm.is_ok()) << what << ": " << lm.status().to_string();
+      const auto prompts = prompts_for(**lm, dir);
+      const GraphRun eager = run_graph_engine(**lm, prompts, false, chain);
+      const GraphRun graphs = run_graph_engine(**lm, prompts, true, chain);
+      EXPECT_EQ(eager.replays, 0) << what;
+      EXPECT_EQ(graphs.tokens, eager.tokens) << what << " + MTP chain: graphs on vs off";
+      EXPECT_GT(graphs.counts.verify, 0) << what << " + MTP chain: no verify step replayed";
+      const GraphRun tree_eager = run_graph_engine(**lm, prompts, false, tree);
+      const GraphRun tree_graphs = run_graph_engine(**lm, prompts, true, tree);
+      EXPECT_EQ(tree_graphs.tokens, tree_eager.tokens) << what << " + MTP tree: graphs on vs off";
+      EXPECT_GT(tree_graphs.counts.tree_verify, 0) << what << " + MTP tree: no tree verify step replayed";
+      std::printf("PASS-DPGRAPHS-MTP %s: %lld chain / %lld tree verify steps replayed, tokens identical to eager\n",
+                  what.c_str(), static_cast<long long>(graphs.counts.verify),
+                  static_cast<long long>(tree_graphs.counts.tree_verify));
+      if (l.dp_attention && l.tp == 1) {  // the switch keeps every step eager
+        setenv("MXSERVE_TP_GRAPHS", "0", 1);
+        const GraphRun off = run_graph_engine(**lm, prompts, true);
+        unsetenv("MXSERVE_TP_GRAPHS");
+        EXPECT_EQ(off.replays, 0) << what << ": MXSERVE_TP_GRAPHS=0 should keep DP steps eager";
+        EXPECT_EQ(off.tokens, run_graph_engine(**lm, prompts, false).tokens) << what;
+      }
+    }
+  }
 }
 
 }  // namespace
