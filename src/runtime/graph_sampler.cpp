@@ -194,12 +194,12 @@ bool GraphSampler::stage(const kernels::SampleRowsInput* in, int64_t T, int64_t 
   // Slots past C keep what they held; [0, C) now holds real rows only where sampled.
   if (real_end_ <= C) {
     real_end_ = 0;
-    if (sampled)
-      for (int64_t s = C - 1; s >= 0; --s)
-        if (slots_[static_cast<size_t>(s)].logit_row >= 0) {
-          real_end_ = s + 1;
-          break;
-        }
+    for (int64_t s = sampled ? C - 1 : -1; s >= 0; --s) {
+      if (slots_[static_cast<size_t>(s)].logit_row >= 0) {
+        real_end_ = s + 1;
+        break;
+      }
+    }
   }
   return sampled;
 }

@@ -100,6 +100,7 @@ class GraphSampler {
 
   int64_t sampled_replays() const { return sampled_replays_; }  // replays whose rows were sampled in the graph
   const GraphSamplerCaps& caps() const { return caps_; }
+  const Tensor& output_buffer() const { return out_; }  // tests: the raw tail output (GraphTailLayout)
 
  private:
   backend::Backend& be_;
