@@ -45,8 +45,9 @@ Status enqueue_device_sampling(Backend& be, const DeviceSampleTail& t) {
   const int64_t V = t.logits.dim(1);
   if (t.params.nbytes() < n * sizeof(kernels::SampleRowParams))
     return too_small("params", t.params, n * sizeof(kernels::SampleRowParams));
-  if (t.scratch.nbytes() < static_cast<uint64_t>(n * V) * sizeof(float))
-    return too_small("scratch", t.scratch, n * V * sizeof(float));
+  if (t.scratch.ndim() != 2 || t.scratch.dtype() != DType::kF32 || t.scratch.dim(1) != V || t.scratch.dim(0) < 1)
+    return invalid_argument("device sampling tail: scratch " + t.scratch.describe() + " is not f32 [S, " +
+                            std::to_string(V) + "]");
   if (t.results.nbytes() < n * sizeof(DeviceSampleSlot)) return too_small("results", t.results, n * 16);
   if (t.top_ids.nbytes() < static_cast<uint64_t>(n * t.max_top) * 4)
     return too_small("top_ids", t.top_ids, n * t.max_top * 4);

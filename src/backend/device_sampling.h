@@ -27,7 +27,8 @@ struct DeviceSampleTail {
   Tensor params;     // u8 [>= n_sample * sizeof(kernels::SampleRowParams)]: slot i's parameters
   Tensor penalties;  // u8: kernels::SamplePenaltyToken entries the rows' ranges index
   Tensor biases;     // u8: kernels::SampleBias entries the rows' ranges index
-  Tensor scratch;    // f32 [>= n_sample, V]: processed copies of rows with bias / penalties (row i: slot i)
+  Tensor scratch;    // f32 [S, V]: processed copies of rows with bias / penalties (row i: slot i), so only
+                     // slots < S may carry bias / penalty entries (the caller stages them first)
   Tensor results;    // u8 [>= n_sample * 16]: DeviceSampleSlot per slot
   Tensor top_ids;    // i32 [>= n_sample * max_top]
   Tensor top_logprobs;  // f32 [>= n_sample * max_top]

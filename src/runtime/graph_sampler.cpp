@@ -32,6 +32,7 @@ GraphSamplerCaps GraphSamplerCaps::for_rows(int64_t max_rows) {
   GraphSamplerCaps c;
   c.penalties = std::max<int64_t>(int64_t{1} << 16, 8192 * max_rows);
   c.biases = std::max<int64_t>(4096, 512 * max_rows);
+  c.processed_rows = std::min<int64_t>(max_rows, kGraphSampleProcessedRows);
   return c;
 }
 
@@ -46,20 +47,27 @@ GraphTailLayout GraphTailLayout::of(int64_t C, int32_t max_top) {
 }
 
 std::string stage_graph_sample_slots(const kernels::SampleRowsInput* in, int64_t T, int64_t C,
-                                     const GraphSamplerCaps& caps, std::vector<kernels::SampleRowParams>* slots) {
+                                     const GraphSamplerCaps& caps, std::vector<kernels::SampleRowParams>* slots,
+                                     std::vector<int32_t>* slot_of) {
   slots->assign(static_cast<size_t>(C), skipped_slot());
+  slot_of->clear();
   if (in == nullptr || in->rows.empty()) return "";
   auto no = [&](std::string why) {
     slots->assign(static_cast<size_t>(C), skipped_slot());
+    slot_of->clear();
     return why;
   };
-  if (T > C) return no("a step of " + std::to_string(T) + " rows for a bucket of " + std::to_string(C));
+  const int64_t n = static_cast<int64_t>(in->rows.size());
+  if (T > C || n > C)
+    return no("a step of " + std::to_string(T) + " rows, " + std::to_string(n) + " sampled, for a bucket of " +
+              std::to_string(C));
   if (static_cast<int64_t>(in->penalties.size()) > caps.penalties)
     return no(std::to_string(in->penalties.size()) + " penalty tokens in one step (the graphs' buffer holds " +
               std::to_string(caps.penalties) + ")");
   if (static_cast<int64_t>(in->biases.size()) > caps.biases)
     return no(std::to_string(in->biases.size()) + " logit_bias entries in one step (the graphs' buffer holds " +
               std::to_string(caps.biases) + ")");
+  int64_t processed = 0;
   for (const kernels::SampleRowParams& r : in->rows) {
     if (r.logit_row < 0 || r.logit_row >= T)
       return no("a sampled row at logit row " + std::to_string(r.logit_row) + " outside the step's " +
@@ -72,19 +80,31 @@ std::string stage_graph_sample_slots(const kernels::SampleRowsInput* in, int64_t
         int64_t{r.penalty_begin} + r.penalty_count > int64_t(in->penalties.size()))
       return no("a row's bias / penalty range outside the step's entries (logit row " + std::to_string(r.logit_row) +
                 ")");
-    kernels::SampleRowParams& s = (*slots)[static_cast<size_t>(r.logit_row)];
-    if (s.logit_row >= 0) return no("two sampled rows at logit row " + std::to_string(r.logit_row));
-    s = r;
+    processed += r.bias_count > 0 || r.penalty_count > 0;
   }
+  if (processed > caps.processed_rows)
+    return no(std::to_string(processed) + " rows with logit_bias / penalties in one step (the graphs process up to " +
+              std::to_string(caps.processed_rows) + ")");
+  slot_of->assign(static_cast<size_t>(n), -1);
+  int32_t next = 0;
+  for (int pass = 0; pass < 2; ++pass)  // rows with processing first: they need a scratch row
+    for (int64_t i = 0; i < n; ++i) {
+      const kernels::SampleRowParams& r = in->rows[static_cast<size_t>(i)];
+      if ((r.bias_count > 0 || r.penalty_count > 0) != (pass == 0)) continue;
+      (*slots)[static_cast<size_t>(next)] = r;
+      (*slot_of)[static_cast<size_t>(i)] = next++;
+    }
   return "";
 }
 
 std::vector<kernels::SampledRow> unpack_graph_samples(const int32_t* host, int64_t C, int32_t max_top,
-                                                      const kernels::SampleRowsInput& in, int64_t vocab) {
+                                                      const kernels::SampleRowsInput& in,
+                                                      const std::vector<int32_t>& slot_of, int64_t vocab) {
   const GraphTailLayout l = GraphTailLayout::of(C, max_top);
+  MX_CHECK_EQ(slot_of.size(), in.rows.size());
   std::vector<kernels::SampledRow> out(in.rows.size());
   for (size_t i = 0; i < in.rows.size(); ++i) {
-    const int64_t slot = in.rows[i].logit_row;
+    const int64_t slot = slot_of[i];
     MX_CHECK_MSG(slot >= 0 && slot < C, "graph sampler: row " << i << " at slot " << slot << " of " << C);
     backend::DeviceSampleSlot res;
     std::memcpy(&res, host + l.results + 4 * slot, sizeof(res));
@@ -116,7 +136,7 @@ Status GraphSampler::allocate() {
   params_ = be_.alloc(DType::kU8, {param_bytes});
   penalties_ = be_.alloc(DType::kU8, {caps_.penalties * static_cast<int64_t>(sizeof(kernels::SamplePenaltyToken))});
   biases_ = be_.alloc(DType::kU8, {caps_.biases * static_cast<int64_t>(sizeof(kernels::SampleBias))});
-  scratch_ = be_.alloc(DType::kF32, {max_rows_, vocab_});
+  scratch_ = be_.alloc(DType::kF32, {std::min<int64_t>(max_rows_, caps_.processed_rows), vocab_});
   out_ = be_.alloc(DType::kI32, {GraphTailLayout::of(max_rows_, caps_.max_top).end});
   slots_.assign(static_cast<size_t>(max_rows_), skipped_slot());
   be_.write_from_host(params_, 0, Tensor::view_of(slots_.data(), DType::kU8, {param_bytes}));
@@ -126,9 +146,9 @@ Status GraphSampler::allocate() {
                     (1 << 20);
   MX_LOG(kInfo) << "CUDA graphs: sampling inside the decode graphs (argmax + device sampler at the end of each "
                    "decode bucket; "
-                << mb << " MiB of static buffers, most of it the processed-row scratch [" << max_rows_ << ", "
-                << vocab_ << "] f32; up to " << caps_.penalties << " penalty / " << caps_.biases
-                << " logit_bias entries and " << caps_.max_top
+                << mb << " MiB of static buffers, most of it the processed-row scratch " << scratch_.describe()
+                << "; up to " << scratch_.dim(0) << " rows with " << caps_.penalties << " penalty / "
+                << caps_.biases << " logit_bias entries and " << caps_.max_top
                 << " top logprobs a step, beyond them a step samples after the replay); MXSERVE_GRAPH_SAMPLING=0 "
                    "turns it off";
   return Status::ok();
@@ -165,14 +185,15 @@ Status GraphSampler::Tail::enqueue() const {
 
 bool GraphSampler::stage(const kernels::SampleRowsInput* in, int64_t T, int64_t C) {
   MX_CHECK_MSG(C > 0 && C <= max_rows_, "graph sampler: " << C << " slots of " << max_rows_);
-  const std::string why = stage_graph_sample_slots(in, T, C, caps_, &slots_);
+  const std::string why = stage_graph_sample_slots(in, T, C, caps_, &slots_, &slot_of_);
   const bool rows = in != nullptr && !in->rows.empty();
   if (!why.empty()) {
     const std::string kind = why.substr(0, why.find_first_of("0123456789"));
-    if (said_.insert(kind).second)
+    if (said_.insert(kind).second) {
       MX_LOG(kInfo) << "CUDA graphs: a decode step's sampling runs after the replay (one more upload, two more "
                        "launches and a separate synchronization) because of "
                     << why << "; said once for this kind of step";
+    }
   }
   const bool sampled = rows && why.empty();
   if (!sampled && real_end_ == 0) return false;  // every slot is skipped on the device already
@@ -218,7 +239,7 @@ void GraphSampler::read(const kernels::SampleRowsInput* in, int64_t T, int64_t C
   out->sampled = sampled;
   out->rows.clear();
   if (sampled) {
-    out->rows = unpack_graph_samples(h, C, caps_.max_top, *in, vocab_);
+    out->rows = unpack_graph_samples(h, C, caps_.max_top, *in, slot_of_, vocab_);
     ++sampled_replays_;
   }
 }

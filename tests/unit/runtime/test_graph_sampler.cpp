@@ -1,7 +1,7 @@
 // Sampling inside the decode graphs (runtime/graph_sampler.h), its host side on the CPU:
-//   - slot staging: each sampled row at its logit row's slot, every other slot (padding included) skipped;
-//     a step the tail cannot take (top logprobs past the cap, entries past the buffers, a row outside the
-//     step, two rows on one slot) stages nothing and says why;
+//   - slot staging: the sampled rows in the first slots, rows with bias / penalties first (the scratch rows),
+//     every other slot (padding included) skipped; a step the tail cannot take (top logprobs past the cap,
+//     entries or processed rows past the buffers, a row outside the step) stages nothing and says why;
 //   - the tail output layout and its unpacking (tokens, logprobs, error codes, top logprobs);
 //   - the tail's claim that a slot only relocates a row: the CPU reference sampler over the staged slots
 //     gives, at each row's slot, exactly what it gives over the step's rows, and skipped slots no token;
@@ -35,32 +35,36 @@ kernels::SampleRowParams row_at(int32_t logit_row, float temperature = 0.8f, int
   return r;
 }
 
-TEST(GraphSampler, StagesRowsAtTheirSlotsAndSkipsTheRest) {
+TEST(GraphSampler, StagesRowsInTheFirstSlotsProcessedFirstAndSkipsTheRest) {
   kernels::SampleRowsInput in;
-  in.rows = {row_at(3), row_at(0, 0.f, 2)};
-  in.penalties = {{5, 1, 0}, {9, 0, 1}};
-  in.rows[0].penalty_begin = 0;
-  in.rows[0].penalty_count = 2;
+  in.rows = {row_at(3), row_at(0, 0.f, 2), row_at(4, 1.2f)};
   in.biases = {{4, 2.f}};
-  in.rows[1].bias_begin = 0;
   in.rows[1].bias_count = 1;
+  in.penalties = {{5, 1, 0}, {9, 0, 1}};
+  in.rows[2].penalty_count = 2;
   const GraphSamplerCaps caps = GraphSamplerCaps::for_rows(8);
   std::vector<kernels::SampleRowParams> slots;
-  ASSERT_EQ(stage_graph_sample_slots(&in, /*T=*/5, /*C=*/8, caps, &slots), "");
+  std::vector<int32_t> slot_of;
+  ASSERT_EQ(stage_graph_sample_slots(&in, /*T=*/5, /*C=*/8, caps, &slots, &slot_of), "");
   ASSERT_EQ(slots.size(), 8u);
-  EXPECT_EQ(slots[3].logit_row, 3);
-  EXPECT_EQ(slots[3].seed, in.rows[0].seed);
-  EXPECT_EQ(slots[3].penalty_count, 2);
+  EXPECT_EQ(slot_of, (std::vector<int32_t>{2, 0, 1}));  // the biased and the penalized rows take slots 0, 1
   EXPECT_EQ(slots[0].logit_row, 0);
   EXPECT_EQ(slots[0].n_top, 2);
   EXPECT_EQ(slots[0].bias_count, 1);
-  for (int s : {1, 2, 4, 5, 6, 7}) {  // unsampled real rows and padding slots [5, 8)
+  EXPECT_EQ(slots[1].logit_row, 4);
+  EXPECT_EQ(slots[1].penalty_count, 2);
+  EXPECT_EQ(slots[2].logit_row, 3);
+  EXPECT_EQ(slots[2].seed, in.rows[0].seed);
+  for (int s = 3; s < 8; ++s) {  // no row, padding included
     EXPECT_EQ(slots[s].logit_row, -1) << "slot " << s;
     EXPECT_EQ(slots[s].bias_count + slots[s].penalty_count, 0) << "slot " << s;
   }
   // No rows: every slot skipped, nothing to refuse.
-  ASSERT_EQ(stage_graph_sample_slots(nullptr, 5, 8, caps, &slots), "");
+  ASSERT_EQ(stage_graph_sample_slots(nullptr, 5, 8, caps, &slots, &slot_of), "");
+  EXPECT_TRUE(slot_of.empty());
   for (const auto& s : slots) EXPECT_EQ(s.logit_row, -1);
+  EXPECT_EQ(GraphSamplerCaps::for_rows(8).processed_rows, 8);
+  EXPECT_EQ(GraphSamplerCaps::for_rows(256).processed_rows, kGraphSampleProcessedRows);
 }
 
 TEST(GraphSampler, RefusesWhatTheTailCannotTakeAndStagesNothing) {
@@ -68,9 +72,12 @@ TEST(GraphSampler, RefusesWhatTheTailCannotTakeAndStagesNothing) {
   caps.max_top = 20;
   caps.penalties = 4;
   caps.biases = 2;
+  caps.processed_rows = 1;
   std::vector<kernels::SampleRowParams> slots;
+  std::vector<int32_t> slot_of;
   auto refused = [&](const kernels::SampleRowsInput& in, int64_t T, const std::string& word) {
-    const std::string why = stage_graph_sample_slots(&in, T, 8, caps, &slots);
+    const std::string why = stage_graph_sample_slots(&in, T, 8, caps, &slots, &slot_of);
+    EXPECT_TRUE(slot_of.empty());
     EXPECT_NE(why.find(word), std::string::npos) << "'" << why << "' lacks '" << word << "'";
     EXPECT_EQ(slots.size(), 8u);
     for (const auto& s : slots) EXPECT_EQ(s.logit_row, -1);
@@ -91,16 +98,21 @@ TEST(GraphSampler, RefusesWhatTheTailCannotTakeAndStagesNothing) {
   in.rows[0].bias_count = 0;
   in.rows = {row_at(4)};
   refused(in, 4, "outside the step");
-  in.rows = {row_at(2), row_at(2)};
-  refused(in, 4, "two sampled rows");
+  in.rows = {row_at(2), row_at(1)};
+  in.biases = {{1, 1.f}, {2, 1.f}};
+  in.rows[0].bias_count = 1;
+  in.rows[1].bias_begin = 1;
+  in.rows[1].bias_count = 1;
+  refused(in, 4, "2 rows with logit_bias");
+  in.biases.clear();
   in.rows = {row_at(1)};
   in.rows[0].penalty_count = 1;  // a range past the (empty) entries
   refused(in, 4, "range");
   in.rows = {row_at(1)};
   refused(in, 9, "bucket of 8");
   in.rows = {row_at(1, 0.7f, 20)};  // at the cap: taken
-  EXPECT_EQ(stage_graph_sample_slots(&in, 4, 8, caps, &slots), "");
-  EXPECT_EQ(slots[1].logit_row, 1);
+  EXPECT_EQ(stage_graph_sample_slots(&in, 4, 8, caps, &slots, &slot_of), "");
+  EXPECT_EQ(slots[0].logit_row, 1);
 }
 
 TEST(GraphSampler, TailLayoutAndUnpack) {
@@ -125,7 +137,7 @@ TEST(GraphSampler, TailLayoutAndUnpack) {
   }
   kernels::SampleRowsInput in;
   in.rows = {row_at(2, 0.9f, 2), row_at(0, 0.9f, 3)};
-  const auto rows = unpack_graph_samples(host.data(), 4, 3, in, /*vocab=*/1000);
+  const auto rows = unpack_graph_samples(host.data(), 4, 3, in, /*slot_of=*/{2, 0}, /*vocab=*/1000);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].token, 41);
   EXPECT_EQ(rows[0].logprob, -0.5f);
@@ -170,7 +182,9 @@ TEST(GraphSampler, SlotsOnlyRelocateRowsUnderTheReferenceSampler) {
   in.rows[2].bias_count = 2;
   const auto direct = kernels::cpu::sample_rows_f32(logits.data(), C, V, in);
   std::vector<kernels::SampleRowParams> slots;
-  ASSERT_EQ(stage_graph_sample_slots(&in, T, C, GraphSamplerCaps::for_rows(C), &slots), "");
+  std::vector<int32_t> slot_of;
+  ASSERT_EQ(stage_graph_sample_slots(&in, T, C, GraphSamplerCaps::for_rows(C), &slots, &slot_of), "");
+  EXPECT_EQ(slot_of, (std::vector<int32_t>{0, 2, 1}));
   kernels::SampleRowsInput staged = in;
   staged.rows = slots;
   const auto by_slot = kernels::cpu::sample_rows_f32(logits.data(), C, V, staged);
@@ -180,7 +194,7 @@ TEST(GraphSampler, SlotsOnlyRelocateRowsUnderTheReferenceSampler) {
     }
   }
   const auto rows = unpack_graph_samples(pack_tail(by_slot, C, kGraphSampleMaxTop).data(), C, kGraphSampleMaxTop,
-                                         in, V);
+                                         in, slot_of, V);
   ASSERT_EQ(rows.size(), direct.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].token, direct[i].token) << "row " << i;
@@ -226,7 +240,8 @@ class TailEmulatingExecutor final : public ForwardingExecutor {
     int64_t C = 1;
     while (C < T) C *= 2;  // a bucket with padding slots
     std::vector<kernels::SampleRowParams> slots;
-    if (!stage_graph_sample_slots(&in, T, C, GraphSamplerCaps::for_rows(C), &slots).empty()) return out;
+    std::vector<int32_t> slot_of;
+    if (!stage_graph_sample_slots(&in, T, C, GraphSamplerCaps::for_rows(C), &slots, &slot_of).empty()) return out;
     ++tail_steps;
     if (in.rows.empty()) return out;
     kernels::SampleRowsInput staged = in;
@@ -236,7 +251,7 @@ class TailEmulatingExecutor final : public ForwardingExecutor {
       if (slots[s].logit_row < 0 && by_slot[s].error != kernels::kSampleBadRow)
         return internal_error("a skipped slot produced a token");
     out.sampled = unpack_graph_samples(pack_tail(by_slot, C, kGraphSampleMaxTop).data(), C, kGraphSampleMaxTop,
-                                       in, vocab_size());
+                                       in, slot_of, vocab_size());
     out.sampled_in_forward = true;
     ++sampled_steps;
     return out;
