@@ -5,9 +5,9 @@
 // first kGraphSampleProcessedRows slots have a processed-row scratch), and every other slot is skipped
 // (logit_row -1: both kernels return at once). Before a replay the host writes the slots' parameters and the
 // step's bias / penalty entries into static device buffers (as it writes the graph's input rows); after it
-// ONE download returns the argmax ids, the sampled tokens and the logprobs asked for. What this removes per decode step:
-// the argmax and sampler launches, the sampler's input upload (an allocation) and the separate download +
-// synchronization of the sampled rows.
+// ONE download returns the argmax ids, the sampled tokens and the logprobs asked for. What this removes per
+// decode step: the argmax and sampler launches, the sampler's input upload (an allocation) and the separate
+// download + synchronization of the sampled rows.
 // Invariants:
 //   - the tail computes what the path after the replay computes: the same argmax kernel over the same logit
 //     rows, the same sampler kernels with the same per-row parameters (a row's result does not depend on its
@@ -17,7 +17,7 @@
 //     kGraphSampleProcessedRows, bias / penalty entries past the static buffers, a row outside the step's
 //     rows) stages every slot skipped and is sampled after the replay exactly as before (decided per step,
 //     said once per reason);
-//   - padding slots [T, C) are always skipped: they never produce a visible token;
+//   - slots past the step's sampled rows (every padding row's included) are skipped: no visible token;
 //   - buffers are shared by every graph (one replay at a time, like the graphs' logits); a C-row bucket's
 //     output layout is GraphTailLayout::of(C) inside the shared output buffer; the scratch is
 //     [kGraphSampleProcessedRows, V] f32, not [C, V] (GLM's vocabulary: 19 MiB instead of 155 at 256 rows).
