@@ -21,7 +21,7 @@ struct ExecOutput {
   // execute_and_sample's rows when the executor sampled them inside the forward (a decode graph's sampling
   // tail, runtime/graph_sampler.h): in.rows' results in order, as sample() would return them.
   bool sampled_in_forward = false;
-  std::vector<kernels::SampledRow> sampled;
+  std::vector<kernels::SampledRow> sampled = {};
   // The greedy token of logit row r, from argmax when present (fake executors may fill only logits).
   int32_t greedy_token(int64_t r) const;
 };
