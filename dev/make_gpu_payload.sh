@@ -19,6 +19,10 @@ for t in tests/ops/test_cuda_ops tests/model/test_cuda_fixture tests/model/test_
          tests/ops/test_cuda_sampling dev/kernels/bench_cuda_sampling tests/ops/test_cuda_attention_mixed; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 33 item 3 (dev/gpu/graph_sampling.sh): sampling inside the decode graphs.
+for t in tests/model/test_cuda_graph_sampling; do
+  if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
+done
 # Issue 31 item 2: speculative vs plain greedy on the trained model (dev/gpu/s6_checks.sh).
 for t in tests/model/test_cuda_spec_trained tests/model/test_cuda_kv_host_tier; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi

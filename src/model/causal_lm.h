@@ -63,6 +63,9 @@ class CausalLM {
                                                                              const std::function<void()>& body) {
     return be.capture_graph(body);
   }
+  // Whether capture_device_graph records the body's one forward_device instead of running it (per-rank graphs
+  // of NCCL ranks): the body must then enqueue nothing else (decode graphs leave their sampling tail out).
+  virtual bool records_graph_body() { return false; }
   virtual Status replay_device_graph(backend::DeviceGraph& graph) {
     graph.replay();
     return Status::ok();

@@ -68,6 +68,19 @@ Status DecodeGraphs::capture() {
   logits_ = be_.alloc(DType::kF32, {max_rows, model_.config().vocab_size});
   hidden_ = be_.alloc(be_.activation_dtype(), {max_rows, model_.config().d_model});
   if (dp_ > 1) slots_ = be_.alloc(DType::kI32, {max_rows});
+  MX_ASSIGN_OR_RETURN(const bool tail, graph_sampling_from_env());
+  // The tail runs on the capturing backend's stream after forward_device: not under DP (the rows sit in the DP
+  // groups' slot ranges) nor where the model records the body's forward to capture it per rank (NCCL ranks).
+  const bool tail_fits = dp_ == 1 && !model_.records_graph_body();
+  if (tail && !tail_fits) {
+    MX_LOG(kInfo) << "CUDA graphs: sampling runs after each decode replay (" << (dp_ > 1 ? "DP slot ranges" : "per-rank graphs")
+                  << ": the sampling tail is not captured with them)";
+  } else if (tail && backend::has_device_sampling_tail(be_)) {
+    sampler_ = std::make_unique<GraphSampler>(be_, layout_.max_batch, model_.config().vocab_size);
+    MX_RETURN_IF_ERROR(sampler_->allocate());
+  } else if (!tail) {
+    MX_LOG(kInfo) << "CUDA graphs: sampling runs after each decode replay (MXSERVE_GRAPH_SAMPLING=0)";
+  }
   const std::vector<int64_t> buckets = decode_graph_buckets(layout_.max_batch);
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
   std::vector<int64_t> chain_qs;
@@ -135,8 +148,12 @@ Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, c
         auto body_status = std::make_shared<Status>(Status::ok());
         model::CausalLM* model = &model_;
         kvcache::KvCache* kv = &kv_;
+        g.tail = sampler_ && q == 1 && !tree;  // plain decode buckets sample in the graph
+        const GraphSampler::Tail tail = g.tail ? sampler_->tail(logits, T) : GraphSampler::Tail{};
+        const bool with_tail = g.tail;
         auto graph = model_.capture_device_graph(be_, [=]() mutable {
-          const Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
+          Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
+          if (st.is_ok() && with_tail) st = tail.enqueue();
           if (!st.is_ok()) *body_status = st;
         });
         MX_RETURN_IF_ERROR(*body_status);
@@ -179,7 +196,8 @@ bool DecodeGraphs::covers(const model::ForwardBatch& batch, std::string* why) co
             " rows at context " + std::to_string(shape.max_kv) + " is outside every captured bucket");
 }
 
-Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch) {
+Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch, const kernels::SampleRowsInput* sample,
+                                               GraphSampleOutput* sampled) {
   std::string why;
   const GraphBatchShape shape = graph_batch_shape(batch, &why);
   const std::vector<GraphKey>& keys = shape.tree ? tree_keys_ : plain_keys_;
@@ -229,8 +247,10 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch)
     Tensor cascade = g.cascade;
     be_.write_from_host(cascade, 0, Tensor::view_of(cascade_host_.data(), DType::kI32, {cs.n_ints()}));
   }
+  const bool in_graph = g.tail && sampler_->stage(sampled != nullptr ? sample : nullptr, T, cap);
   MX_RETURN_IF_ERROR(model_.replay_device_graph(*g.graph));
   ++replays_;
+  if (g.tail && sampled != nullptr) sampler_->read(sample, T, cap, in_graph, sampled);
   if (g.tree)
     ++tree_replays_;
   else

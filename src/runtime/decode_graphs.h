@@ -28,6 +28,9 @@
 // the bucket is picked by the fullest group; after the replay the rows are gathered back into the batch's order
 // (eager gathers: the logits / hidden returned are fresh tensors, not views of the static buffers); no cascade
 // buffer.
+//   - plain decode buckets (q = 1, no tree) end with the sampling tail when GraphSampler is on
+//     (runtime/graph_sampler.h): the argmax of every row and the device sampler over the bucket's slots,
+//     reading per-slot parameters the host writes before the replay like the input rows.
 // Mixed / prefill steps run eagerly; MTP steps have their own graphs (runtime/mtp_graphs.h).
 #pragma once
 
@@ -41,6 +44,7 @@
 #include "model/causal_lm.h"
 #include "model/forward_batch.h"
 #include "runtime/graph_rows.h"
+#include "runtime/graph_sampler.h"
 
 namespace mxserve::runtime {
 
@@ -70,11 +74,15 @@ class DecodeGraphs {
   bool covers(const model::ForwardBatch& batch, std::string* why = nullptr) const;
   // Syncs the block tables, writes the inputs, replays the smallest fitting graph. logits [T, V] and, when
   // batch.want_hidden, hidden [T, H] (views of the static outputs: valid until the next replay).
-  Result<model::ForwardOutput> run(const model::ForwardBatch& batch);
+  // `sample`: the step's device-sampled rows (ModelExecutor::sample's input, logit rows = the batch's rows);
+  // a graph with the sampling tail stages them and fills *sampled (argmax, and the rows when it took them).
+  Result<model::ForwardOutput> run(const model::ForwardBatch& batch, const kernels::SampleRowsInput* sample = nullptr,
+                                   GraphSampleOutput* sampled = nullptr);
   int64_t n_graphs() const { return static_cast<int64_t>(plain_.size() + tree_.size()); }
   int64_t replays() const { return replays_; }
   int64_t verify_replays() const { return verify_replays_; }  // chain buckets with q > 1 (chain verify steps)
   int64_t tree_replays() const { return tree_replays_; }      // tree buckets (tree verify steps)
+  int64_t sampled_replays() const { return sampler_ ? sampler_->sampled_replays() : 0; }  // rows sampled in the graph
 
  private:
   struct Graph {
@@ -87,6 +95,7 @@ class DecodeGraphs {
     Tensor cascade;
     kernels::CascadeShape cascade_shape;
     std::unique_ptr<backend::DeviceGraph> graph;
+    bool tail = false;  // ends with the sampling tail (runtime/graph_sampler.h)
   };
   Status capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
                         const std::vector<int64_t>& contexts);
@@ -105,6 +114,7 @@ class DecodeGraphs {
   int dp_ = 1;                         // the model's DP groups (CausalLM::device_row_groups; dp_graph_rows.h)
   std::vector<int32_t> row_slot_;      // DP: the slot of each row of the replayed batch
   Tensor slots_;                       // DP: i32 [max rows] on the device, row_slot_ for the gathers
+  std::unique_ptr<GraphSampler> sampler_;  // the sampling tail's buffers (null: MXSERVE_GRAPH_SAMPLING=0 / not CUDA)
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
   int64_t tree_replays_ = 0;

@@ -3,7 +3,8 @@
 // the draft stage for the next step (spec/drafter.h).
 // Where rows are sampled: greedy rows without logit processing take the device argmax; other unconstrained
 // rows without drafts are sampled on the device in one ModelExecutor::sample call right after the forward
-// (ids + requested logprobs come back, never logits); constrained rows and speculative verification take
+// (ids + requested logprobs come back, never logits), or inside the forward itself when the executor can
+// (execute_and_sample: a decode graph's sampling tail); constrained rows and speculative verification take
 // host logits and the host sampler.
 #include <algorithm>
 
@@ -125,10 +126,10 @@ Status Engine::run_plan(const SchedulePlan& plan) {
     if (!c.seq->times.first_scheduled) c.seq->times.first_scheduled = step_t0;
   }
   masks.start(executor_->vocab_size());
-  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute(batch));
-  scheduler_.commit(plan);
-  {  // device sampling of this step's unconstrained, non-speculative sampled rows (one call)
-    kernels::SampleRowsInput in;
+  // Device sampling of this step's unconstrained, non-speculative sampled rows: built before the forward, so
+  // an executor can sample them inside it (a decode graph's sampling tail); else one sample() call after it.
+  kernels::SampleRowsInput in;
+  {
     int64_t logit_row = 0;
     for (const auto& c : plan.chunks) {
       if (device_sampled(c, config_.device_sampling && !spec_enabled())) {
@@ -144,10 +145,15 @@ Status Engine::run_plan(const SchedulePlan& plan) {
       }
       logit_row += logit_rows_of(c);
     }
-    if (!in.rows.empty()) {
-      MX_ASSIGN_OR_RETURN(step.device_rows, executor_->sample(out, in));
-      MX_CHECK_EQ(step.device_rows.size(), in.rows.size());
-    }
+  }
+  MX_ASSIGN_OR_RETURN(ExecOutput out, executor_->execute_and_sample(batch, in));
+  scheduler_.commit(plan);
+  if (out.sampled_in_forward) {
+    step.device_rows = std::move(out.sampled);
+    MX_CHECK_EQ(step.device_rows.size(), in.rows.size());
+  } else if (!in.rows.empty()) {
+    MX_ASSIGN_OR_RETURN(step.device_rows, executor_->sample(out, in));
+    MX_CHECK_EQ(step.device_rows.size(), in.rows.size());
   }
   int64_t logit_row = 0;
   int32_t row = 0;

@@ -18,6 +18,10 @@ struct ExecOutput {
   Tensor logits;                // host f32 [len(batch.logit_rows), V]; empty when !batch.want_host_logits
   std::vector<int32_t> argmax;  // [len(batch.logit_rows)] greedy token of each logit row (computed on the device)
   Tensor hidden;                // on the backend, [T, H] post-norm hidden states when batch.want_hidden
+  // execute_and_sample's rows when the executor sampled them inside the forward (a decode graph's sampling
+  // tail, runtime/graph_sampler.h): in.rows' results in order, as sample() would return them.
+  bool sampled_in_forward = false;
+  std::vector<kernels::SampledRow> sampled = {};
   // The greedy token of logit row r, from argmax when present (fake executors may fill only logits).
   int32_t greedy_token(int64_t r) const;
 };
@@ -42,6 +46,13 @@ class ModelExecutor {
   // with a structured-output constraint or verifying drafts keep host logits (batch.want_host_logits).
   // Default (fake executors, which return host logits always): the CPU sampler over out.logits.
   virtual Result<std::vector<kernels::SampledRow>> sample(const ExecOutput& out, const kernels::SampleRowsInput& in);
+  // execute() for a step whose device-sampled rows are known before the forward (`in`, built as for
+  // sample()): an executor that can sample them inside the forward (decode graphs with the sampling tail)
+  // returns them in out.sampled with out.sampled_in_forward; otherwise (the default, and steps it cannot
+  // take) the caller calls sample() after it as usual.
+  virtual Result<ExecOutput> execute_and_sample(const model::ForwardBatch& batch, const kernels::SampleRowsInput& in) {
+    return execute(batch);
+  }
   // The MTP (NextN) draft layer, when the model has one (see CausalLM::forward_mtp).
   virtual bool has_mtp() const { return false; }
   virtual Result<ExecOutput> execute_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in) {
@@ -70,6 +81,7 @@ class ModelExecutor {
     int64_t mtp = 0;          // MTP draft-chain continuation steps
     int64_t extend = 0;       // MTP extend steps (the first draft step)
     int64_t tree_draft = 0;   // MTP tree draft steps
+    int64_t sampled = 0;      // decode replays whose device-sampled rows were sampled inside the graph
   };
   virtual GraphReplayCounts graph_replay_counts() const { return {}; }
   // Tests: the device row holds the first synced blocks of `table` for `lease` (nothing to check when the

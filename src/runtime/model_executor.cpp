@@ -23,14 +23,20 @@ class CausalLmExecutor final : public ModelExecutor {
     kv_->set_pool_blocks(n_blocks);  // the last block is the graphs' scratch block, no DP rank's
   }
   int64_t vocab_size() const override { return model_.config().vocab_size; }
-  Result<ExecOutput> execute(const model::ForwardBatch& batch) override {
+  Result<ExecOutput> execute(const model::ForwardBatch& batch) override { return run_target(batch, nullptr); }
+  Result<ExecOutput> execute_and_sample(const model::ForwardBatch& batch, const kernels::SampleRowsInput& in) override {
+    return run_target(batch, &in);
+  }
+  // sample: a decode graph with the sampling tail samples them in the replay (runtime/graph_sampler.h).
+  Result<ExecOutput> run_target(const model::ForwardBatch& batch, const kernels::SampleRowsInput* sample) {
     std::string why;
     if (graphs_ && graphs_->covers(batch, &why)) {
       MX_RETURN_IF_ERROR(batch.validate(model_.config().vocab_size, n_blocks_, block_size_));
       MX_RETURN_IF_ERROR(settle_host_loads());  // a replay reads the cache without the per-layer gate
-      MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch));
+      GraphSampleOutput sampled;
+      MX_ASSIGN_OR_RETURN(model::ForwardOutput out, graphs_->run(batch, sample, &sampled));
       last_logits_ = out.logits;  // the graph's static logits buffer: valid until the next replay
-      return finish(batch, out);
+      return finish(batch, out, &sampled);
     }
     // Decode / verify-shaped steps (every row a logit row) without a bucket: said once per kind.
     if (graphs_ && static_cast<int64_t>(batch.logit_rows.size()) == batch.n_tokens()) say_eager("a target", why);
@@ -113,6 +119,7 @@ class CausalLmExecutor final : public ModelExecutor {
       c.verify = graphs_->verify_replays();
       c.tree_verify = graphs_->tree_replays();
       c.decode = graphs_->replays() - c.verify - c.tree_verify;
+      c.sampled = graphs_->sampled_replays();
     }
     if (mtp_graphs_) {
       c.mtp = mtp_graphs_->replays(MtpGraphs::Family::kChain);
@@ -174,13 +181,20 @@ class CausalLmExecutor final : public ModelExecutor {
 
  private:
   // Greedy ids are reduced on the device (R x 4 bytes back); the full logits cross only when asked for.
-  ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out) {
+  // A replay with the sampling tail (tail->tail) brings its argmax, and maybe the sampled rows, along.
+  ExecOutput finish(const model::ForwardBatch& batch, const model::ForwardOutput& out,
+                    GraphSampleOutput* tail = nullptr) {
     ExecOutput r;
     r.hidden = out.hidden;
     // No logit rows (e.g. an MTP extend whose drafts are paused): the model leaves logits unset.
     const bool has_logits = out.logits.ndim() == 2;
     const int64_t R = has_logits ? out.logits.dim(0) : 0;
-    if (R > 0) {
+    if (tail != nullptr && tail->tail && R > 0) {
+      MX_CHECK_EQ(static_cast<int64_t>(tail->argmax.size()), R);
+      r.argmax = std::move(tail->argmax);
+      r.sampled_in_forward = tail->sampled;
+      r.sampled = std::move(tail->rows);
+    } else if (R > 0) {
       Tensor ids = be_.alloc(DType::kI32, {R});
       be_.argmax_rows(out.logits, ids);
       Tensor host_ids = be_.to_host(ids);
