@@ -39,7 +39,8 @@ using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
+constexpr int kNope = bench::kGlmNope, kRope = bench::kGlmRope, kV = bench::kGlmV, kLora = bench::kGlmLora,
+              kRow = kLora + kRope, kBlock = 64;
 
 // FP8 latent cache (--kv-cache-dtype fp8_e4m3, kernels/mla_fp8.h: 656-byte rows) against the bf16 cache
 // (1152 bytes) on the same values: both caches are written from the same bf16 latent / rope rows by the
@@ -64,18 +65,9 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
   for (const int B : batches) {
     for (const Shape s : {Shape{20480, 0}, Shape{65536, 0}, Shape{20480, 2048}}) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
-      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
-      std::vector<int32_t> topk;
-      if (s.topk > 0) {
-        std::vector<int32_t> all(s.ctx);
-        for (int b = 0; b < B; ++b) {
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
-          std::sort(pick.begin(), pick.end());
-          topk.insert(topk.end(), pick.begin(), pick.end());
-        }
-      }
+      const int64_t n_blocks = pb.n_blocks;
+      const std::vector<int32_t> topk =
+          s.topk > 0 ? bench::random_topk_rows(B, s.ctx, s.topk, rng) : std::vector<int32_t>{};
       const int64_t slots = n_blocks * kBlock;
       std::vector<int32_t> all_slots(slots);
       std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -100,15 +92,7 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
       int32_t* d_kv = dev_upload(pb.kv_index);
       int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = heads;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kRow;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(s.ctx);
+      const mxserve::kernels::AttentionParams ap = bench::decode_attention_params(pb, B, heads, kRow, kBlock, s.ctx);
       const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p8);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
       kc::mla_attention_bf16(q, cache, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out_bf16, p_bf16, ap, ws, ws_bytes,
@@ -183,17 +167,8 @@ int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::Mla
   for (const int B : batches) {
     for (const Shape s : {Shape{20480, 0}, Shape{20480, 2048}}) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
-      std::vector<int32_t> topk;
-      if (s.topk > 0) {
-        std::vector<int32_t> all(s.ctx);
-        for (int b = 0; b < B; ++b) {
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
-          std::sort(pick.begin(), pick.end());
-          topk.insert(topk.end(), pick.begin(), pick.end());
-        }
-      }
+      const std::vector<int32_t> topk =
+          s.topk > 0 ? bench::random_topk_rows(B, s.ctx, s.topk, rng) : std::vector<int32_t>{};
       const int64_t slots = pb.n_blocks * kBlock;
       std::vector<int32_t> all_slots(slots);
       std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -216,15 +191,7 @@ int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::Mla
       int32_t* d_kv = dev_upload(pb.kv_index);
       int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = heads;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kRow;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(pb.blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(s.ctx);
+      const mxserve::kernels::AttentionParams ap = bench::decode_attention_params(pb, B, heads, kRow, kBlock, s.ctx);
       // The whole op: FP8 wgmma (each variant) vs FP8 mma.sync (same bytes) and vs bf16 wgmma (same variant).
       const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p8);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
@@ -299,22 +266,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present()) return 0;
   cudaStream_t stream;
   MX_CUDA_CHECK(cudaStreamCreate(&stream));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", ceilings.copy_gbs);
-  mxserve::kernels::MlaParams p;
-  p.n_heads = heads;
-  p.qk_nope_dim = kNope;
-  p.qk_rope_dim = kRope;
-  p.v_dim = kV;
-  p.kv_lora_rank = kLora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(kNope + kRope));
+  const mxserve::kernels::MlaParams p = bench::glm_mla_params(heads);
   if (!kc::mla_attend_mma_supported(p)) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;
