@@ -173,6 +173,8 @@ struct MlaFp8Inputs {
   kernels::MlaParams p;
   bool sparse = false;  // c.top_k > 0
   const Tensor* ctopk_or_null() const { return sparse ? &ctopk : nullptr; }
+  const Tensor* gtopk_or_null() const { return sparse ? &gtopk : nullptr; }
+  const int32_t* gtopk_ptr() const { return sparse ? gtopk.data<int32_t>() : nullptr; }
 };
 
 MlaFp8Inputs mla_fp8_inputs(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lora, int64_t bs) {
@@ -218,37 +220,33 @@ void run_mla(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lor
   SCOPED_TRACE(c.what);
   const int64_t bs = 16;
   const MlaFp8Inputs in = mla_fp8_inputs(f, c, nope, rope, v, lora, bs);
-  const int64_t T = in.T, NH = in.NH;
-  const backend::AttentionMeta& gmeta = in.gmeta;
-  const Tensor &packed = in.packed, &q = in.q, &kv_b = in.kv_b, &gtopk = in.gtopk, &ref = in.ref;
-  const kernels::MlaParams& p = in.p;
   // The CPU reading its own packed bytes gives the same result as over the dequantized rows.
-  Tensor ref8 = f.cpu_->alloc(DType::kF32, {T, NH * v});
-  f.cops_->mla_attention(f.cpu(q), f.cpu(packed), f.cpu(kv_b), in.ctopk_or_null(), in.cmeta, p, ref8);
-  EXPECT_EQ(std::memcmp(ref8.raw(), ref.raw(), ref.nbytes()), 0) << "CPU FP8 read != dequantized rows";
-  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_exact(packed), gkv_b = f.gpu_bf16(kv_b);
-  kernels::MlaParams pf = p;
+  Tensor ref8 = f.cpu_->alloc(DType::kF32, {in.T, in.NH * v});
+  f.cops_->mla_attention(f.cpu(in.q), f.cpu(in.packed), f.cpu(in.kv_b), in.ctopk_or_null(), in.cmeta, in.p, ref8);
+  EXPECT_EQ(std::memcmp(ref8.raw(), in.ref.raw(), in.ref.nbytes()), 0) << "CPU FP8 read != dequantized rows";
+  Tensor gq = f.gpu_bf16(in.q), gcache = f.gpu_exact(in.packed), gkv_b = f.gpu_bf16(in.kv_b);
+  kernels::MlaParams pf = in.p;
   pf.fp8_cache = true;
   const bool mma = kernels::cuda::mla_attend_mma_supported(pf);
   // kAuto (the op) runs the Hopper attend where it can (FP8 rows included), else mma.sync, else SIMT.
   const bool wgmma = kernels::cuda::kMlaAutoWgmma && kernels::cuda::mla_attend_wgmma_supported(pf);
   {
-    Tensor out = f.poison_bf16({T, NH * v});
-    f.gops_->mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
-    expect_close(f.host(out), ref, wgmma ? kTolMlaWgmmaFp8 : mma ? kTolMlaMmaFp8 : kTolBf16Out,
+    Tensor out = f.poison_bf16({in.T, in.NH * v});
+    f.gops_->mla_attention(gq, gcache, gkv_b, in.gtopk_or_null(), in.gmeta, in.p, out);
+    expect_close(f.host(out), in.ref, wgmma ? kTolMlaWgmmaFp8 : mma ? kTolMlaMmaFp8 : kTolBf16Out,
                  std::string(c.what) + (wgmma ? " [op: wgmma fp8]" : mma ? " [op: mma fp8]" : " [op: simt fp8]"));
   }
-  const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(T, pf);
+  const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(in.T, pf);
   Tensor ws = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
   for (const auto kernel : {kernels::cuda::MlaAttendKernel::kSimple, kernels::cuda::MlaAttendKernel::kMma}) {
     if (kernel == kernels::cuda::MlaAttendKernel::kMma && !mma) continue;
-    Tensor out = f.poison_bf16({T, NH * v});
-    kernels::cuda::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr,
-                                      c.top_k, gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                                      gmeta.block_tables.data<int32_t>(), out.raw(), pf, gmeta.params, ws.raw(),
+    Tensor out = f.poison_bf16({in.T, in.NH * v});
+    kernels::cuda::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), in.gtopk_ptr(),
+                                      c.top_k, in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                                      in.gmeta.block_tables.data<int32_t>(), out.raw(), pf, in.gmeta.params, ws.raw(),
                                       ws_bytes, backend::cuda_backend_stream(*f.gpu_), kernel);
     const bool simple = kernel == kernels::cuda::MlaAttendKernel::kSimple;
-    expect_close(f.host(out), ref, simple ? kTolBf16Out : kTolMlaMmaFp8,
+    expect_close(f.host(out), in.ref, simple ? kTolBf16Out : kTolMlaMmaFp8,
                  std::string(c.what) + (simple ? " [simt fp8]" : " [mma fp8]"));
   }
 }
@@ -279,46 +277,43 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
   const int nope = 192, rope = 64, v = 256, lora = 512;
   const int64_t bs = 16;
   const MlaFp8Inputs in = mla_fp8_inputs(f, c, nope, rope, v, lora, bs);
-  const int64_t T = in.T, NH = in.NH;
-  const backend::AttentionMeta& gmeta = in.gmeta;
-  const Tensor &deq = in.deq, &q = in.q, &kv_b = in.kv_b, &gtopk = in.gtopk, &ref = in.ref;
-  const kernels::MlaParams& p = in.p;
   // The bf16 cache the FP8 kernel's shared-memory tile equals: bf16(code x scale) (RNE of the same f32), bf16 rope.
-  Tensor deq16 = Tensor::empty(DType::kBF16, deq.shape());
-  for (int64_t i = 0; i < deq.numel(); ++i) deq16.data<uint16_t>()[i] = f32_to_bf16(deq.data<float>()[i]);
-  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_exact(in.packed), gcache16 = f.gpu_exact(deq16), gkv_b = f.gpu_bf16(kv_b);
-  kernels::MlaParams pf = p;
+  Tensor deq16 = Tensor::empty(DType::kBF16, in.deq.shape());
+  for (int64_t i = 0; i < in.deq.numel(); ++i) deq16.data<uint16_t>()[i] = f32_to_bf16(in.deq.data<float>()[i]);
+  Tensor gq = f.gpu_bf16(in.q), gcache = f.gpu_exact(in.packed), gcache16 = f.gpu_exact(deq16);
+  Tensor gkv_b = f.gpu_bf16(in.kv_b);
+  kernels::MlaParams pf = in.p;
   pf.fp8_cache = true;
   cudaStream_t stream = backend::cuda_backend_stream(*f.gpu_);
   auto launch = [&](const kernels::MlaParams& pp, const Tensor& cache, kc::MlaAttendKernel kernel, int n_splits,
                     Tensor& out) {
-    const size_t bytes = kc::mla_attention_workspace_bytes(T, pp, n_splits);
+    const size_t bytes = kc::mla_attention_workspace_bytes(in.T, pp, n_splits);
     Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
-    kc::mla_attention_bf16(gq.raw(), cache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
-                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                           gmeta.block_tables.data<int32_t>(), out.raw(), pp, gmeta.params, w.raw(), bytes, stream,
-                           kernel, n_splits);
+    kc::mla_attention_bf16(gq.raw(), cache.raw(), gkv_b.raw(), in.gtopk_ptr(), c.top_k,
+                           in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                           in.gmeta.block_tables.data<int32_t>(), out.raw(), pp, in.gmeta.params, w.raw(), bytes,
+                           stream, kernel, n_splits);
     Tensor h = f.host(out);  // synchronizes before w is freed
     return h;
   };
-  Tensor mma_out = f.poison_bf16({T, NH * v});
+  Tensor mma_out = f.poison_bf16({in.T, in.NH * v});
   const Tensor mma_host = launch(pf, gcache, kc::MlaAttendKernel::kMma, 0, mma_out);
-  expect_close(mma_host, ref, kTolMlaMmaFp8, std::string(c.what) + " [mma fp8]");
+  expect_close(mma_host, in.ref, kTolMlaMmaFp8, std::string(c.what) + " [mma fp8]");
   const int64_t max_items = c.top_k > 0                    ? c.top_k
-                            : gmeta.params.max_kv_len > 0 ? gmeta.params.max_kv_len
-                                                          : int64_t{gmeta.params.max_blocks_per_seq} * bs;
+                            : in.gmeta.params.max_kv_len > 0 ? in.gmeta.params.max_kv_len
+                                                          : int64_t{in.gmeta.params.max_blocks_per_seq} * bs;
   for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS})
     for (const int n_splits : splits) {
-      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(T, max_items, pf, c.top_k > 0, n_splits);
+      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(in.T, max_items, pf, c.top_k > 0, n_splits);
       const std::string what = std::string(c.what) +
                                (variant == kc::MlaAttendKernel::kWgmma ? " [wgmma fp8, " : " [wgmma split-S fp8, ") +
                                std::to_string(plan.n_splits) + (n_splits > 0 ? " splits, forced]" : " splits]");
-      Tensor out8 = f.poison_bf16({T, NH * v}), out16 = f.poison_bf16({T, NH * v});
+      Tensor out8 = f.poison_bf16({in.T, in.NH * v}), out16 = f.poison_bf16({in.T, in.NH * v});
       const Tensor got = launch(pf, gcache, variant, n_splits, out8);
-      const Tensor bf16_same_values = launch(p, gcache16, variant, n_splits, out16);
+      const Tensor bf16_same_values = launch(in.p, gcache16, variant, n_splits, out16);
       expect_bytes_equal(got, bf16_same_values, (what + " == bf16 wgmma over the dequantized rows").c_str());
       expect_close(got, mma_host, kTolMlaWgmma, what + " vs mma fp8");
-      expect_close(got, ref, kTolMlaWgmmaFp8, what);
+      expect_close(got, in.ref, kTolMlaWgmmaFp8, what);
     }
   if (!graph) return;
   if (kc::sync_after_launch()) {
@@ -326,15 +321,15 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
     return;
   }
   // kAuto (the model's path) captured into a CUDA graph on a capture stream, replayed: byte-equal to eager.
-  const size_t bytes = kc::mla_attention_workspace_bytes(T, pf);
+  const size_t bytes = kc::mla_attention_workspace_bytes(in.T, pf);
   Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
-  Tensor eager = f.poison_bf16({T, NH * v}), replay = f.poison_bf16({T, NH * v});
+  Tensor eager = f.poison_bf16({in.T, in.NH * v}), replay = f.poison_bf16({in.T, in.NH * v});
   cudaStream_t cs = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
   auto run_auto = [&](Tensor& out) {
-    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
-                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                           gmeta.block_tables.data<int32_t>(), out.raw(), pf, gmeta.params, w.raw(), bytes, cs,
+    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), in.gtopk_ptr(), c.top_k,
+                           in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                           in.gmeta.block_tables.data<int32_t>(), out.raw(), pf, in.gmeta.params, w.raw(), bytes, cs,
                            kc::MlaAttendKernel::kAuto);
   };
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
