@@ -1,7 +1,7 @@
 // What the MLA / DSA kernel benchmarks share (bench_mla_decode, bench_mla_fp8, bench_dsa_indexer,
 // bench_mla_sparse_prefill): the device check, device buffers (leaked on purpose: each benchmark is one short
 // process), bf16 comparison, a paged decode batch of B sequences of ctx tokens each over a shuffled block table,
-// its attention geometry and random top-k lists, and the GLM-5.x MLA geometry.
+// and its attention geometry and random top-k lists (the MLA geometry: kernels/mla_geometry.h).
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/mla_params.h"
 #include "kernels/op_params.h"
 
 namespace bench {
@@ -111,19 +110,6 @@ inline std::vector<int32_t> random_topk_rows(int B, int64_t ctx, int topk, std::
     rows.insert(rows.end(), pick.begin(), pick.end());
   }
   return rows;
-}
-
-// The GLM-5.x latent MLA geometry (qk_nope 192, rope 64, v 256, kv_lora_rank 512; scale (192 + 64)^-0.5).
-constexpr int kGlmNope = 192, kGlmRope = 64, kGlmV = 256, kGlmLora = 512;
-inline mxserve::kernels::MlaParams glm_mla_params(int heads) {
-  mxserve::kernels::MlaParams p;
-  p.n_heads = heads;
-  p.qk_nope_dim = kGlmNope;
-  p.qk_rope_dim = kGlmRope;
-  p.v_dim = kGlmV;
-  p.kv_lora_rank = kGlmLora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(kGlmNope + kGlmRope));
-  return p;
 }
 
 }  // namespace bench

@@ -38,6 +38,7 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/mla_geometry.h"
 #include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
@@ -47,8 +48,8 @@ using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = bench::kGlmNope, kRope = bench::kGlmRope, kV = bench::kGlmV, kLora = bench::kGlmLora,
-              kRow = kLora + kRope, kBlock = 64;
+constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
+              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 
 // The DSA indexer rows; returns the number of failing cases (top-k sets differing in > 1% of entries).
 int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::Ceilings& ceilings, cudaStream_t stream,
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", ceilings.copy_gbs);
 
-  const mxserve::kernels::MlaParams p = bench::glm_mla_params(heads);
+  const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
   if (!kc::mla_attend_mma_supported(p)) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;

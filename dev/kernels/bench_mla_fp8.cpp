@@ -30,6 +30,7 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/mla_geometry.h"
 #include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
@@ -39,8 +40,8 @@ using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = bench::kGlmNope, kRope = bench::kGlmRope, kV = bench::kGlmV, kLora = bench::kGlmLora,
-              kRow = kLora + kRope, kBlock = 64;
+constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
+              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 constexpr int kFp8Row = 656;  // kernels/mla_fp8.h: 512 e4m3 codes + 4 f32 scales + 64 bf16 rope
 
 // One decode case on the device: the batch's index arrays and top-k lists (topk > 0; the two RNG draws in this
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
   MX_CUDA_CHECK(cudaStreamCreate(&stream));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", ceilings.copy_gbs);
-  const mxserve::kernels::MlaParams p = bench::glm_mla_params(heads);
+  const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
   if (!kc::mla_attend_mma_supported(p)) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;

@@ -39,6 +39,7 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/mla_geometry.h"
 #include "bench_device.h"
 
 namespace kc = mxserve::kernels::cuda;
@@ -48,8 +49,8 @@ using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = bench::kGlmNope, kRope = bench::kGlmRope, kV = bench::kGlmV, kLora = bench::kGlmLora,
-              kRow = kLora + kRope, kBlock = 64;
+constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
+              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 
 // Top-k lists [T, top_k] (ascending, -1 padded) of rows whose contexts are first_ctx, first_ctx + 1, ...
 std::vector<int32_t> make_topk(int64_t T, int64_t first_ctx, int64_t top_k, bool random_sets, std::mt19937& rng) {
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
 
   int failures = 0;
   for (const int heads : heads_list) {
-    const mxserve::kernels::MlaParams p = bench::glm_mla_params(heads);
+    const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
     const char* why = nullptr;
     if (!kc::mla_attend_wgmma_supported(p, &why)) {
       std::printf("heads %d: SKIP (%s)\n", heads, why);

@@ -10,7 +10,7 @@
 //     reference backend; bf16-representable random inputs, uploads, NaN-poisoned outputs so an unwritten
 //     element fails);
 //   - the paged batch builder shared by the attention tests (spans over shuffled cache blocks) and their
-//     attention / MLA geometry (attention_shape, mla_params, glm_mla_params).
+//     attention geometry (attention_shape; the MLA one is kernels/mla_geometry.h, shared with the benches).
 // Invariant: a helper here never changes what a test computes (same RNG draws, same arithmetic as the per-file
 // copies it replaced); tolerances stay declared in each test file, next to the reason for them.
 #pragma once
@@ -35,7 +35,7 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "core/tensor.h"
-#include "kernels/mla_params.h"
+#include "kernels/mla_geometry.h"
 #include "model/forward_batch.h"
 
 namespace mxserve::gpu_oracle {
@@ -249,18 +249,5 @@ inline kernels::AttentionParams attention_shape(int n_heads, int n_kv_heads, int
   shape.scale = 1.f / std::sqrt(static_cast<float>(head_dim));
   return shape;
 }
-
-// MLA geometry (scale (nope + rope)^-0.5); glm_mla_params: the GLM-5.x latent shape (192 + 64, v 256, lora 512).
-inline kernels::MlaParams mla_params(int n_heads, int nope, int rope, int v, int lora) {
-  kernels::MlaParams p;
-  p.n_heads = n_heads;
-  p.qk_nope_dim = nope;
-  p.qk_rope_dim = rope;
-  p.v_dim = v;
-  p.kv_lora_rank = lora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(nope + rope));
-  return p;
-}
-inline kernels::MlaParams glm_mla_params(int n_heads) { return mla_params(n_heads, 192, 64, 256, 512); }
 
 }  // namespace mxserve::gpu_oracle

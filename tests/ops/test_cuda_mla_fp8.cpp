@@ -193,7 +193,7 @@ MlaFp8Inputs mla_fp8_inputs(CudaMlaFp8& f, const MlaCase& c, int nope, int rope,
   in.deq = CudaMlaFp8::dequantized(in.packed, lora, rope);
   in.q = f.rand({in.T, in.NH * (nope + rope)});
   in.kv_b = f.rand({in.NH * (nope + v), lora}, 0.2f);
-  in.p = gpu_oracle::mla_params(c.heads, nope, rope, v, lora);
+  in.p = kernels::mla_params(c.heads, nope, rope, v, lora);
   if (c.top_k > 0) {
     in.topk = Tensor::empty(DType::kI32, {in.T, c.top_k});
     int64_t t = 0;
@@ -351,7 +351,7 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
 }
 
 TEST_F(CudaMlaFp8, MlaAttentionWgmmaReadsFp8Latent) {
-  kernels::MlaParams probe = gpu_oracle::glm_mla_params(64);
+  kernels::MlaParams probe = kernels::glm_mla_params(64);
   probe.fp8_cache = true;
   const char* why = nullptr;
   if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "wgmma not runnable: " << why;
