@@ -1,5 +1,5 @@
-// What the MLA / DSA kernel benchmarks share (bench_mla_decode, bench_mla_fp8, bench_dsa_indexer,
-// bench_mla_sparse_prefill): the device check, device buffers (leaked on purpose: each benchmark is one short
+// What the kernel benchmarks share (bench_mla_decode, bench_mla_fp8, bench_dsa_indexer, bench_mla_sparse_prefill,
+// bench_moe_mxfp4_pd / _wg, bench_moe_prefill_dequant): the device check, the M list from the command line, device buffers (leaked on purpose: each benchmark is one short
 // process), bf16 comparison, a paged decode batch of B sequences of ctx tokens each over a shuffled block table,
 // and its attention geometry and random top-k lists (the MLA geometry: kernels/mla_geometry.h).
 #pragma once
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -20,13 +21,30 @@
 
 namespace bench {
 
-// True when a CUDA device is present; else prints "SKIP: no CUDA device" (a benchmark then exits 0).
-inline bool cuda_device_present() {
+// True when a CUDA device is present; else prints "SKIP: no CUDA device<note>" (a benchmark then exits 0).
+inline bool cuda_device_present(const char* note = "") {
   int n_dev = 0;
   if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
+    std::printf("SKIP: no CUDA device%s\n", note);
     return false;
   }
+  return true;
+}
+
+// Token counts M from argv[1..] (each a positive integer), else `dflt`. False, after an error that names the
+// program and the value, on any other argument.
+inline bool token_counts_from_args(int argc, char** argv, const char* prog, const std::vector<int64_t>& dflt,
+                                   std::vector<int64_t>* out) {
+  out->clear();
+  for (int i = 1; i < argc; ++i) {
+    const long long m = std::atoll(argv[i]);
+    if (m <= 0) {
+      std::fprintf(stderr, "%s: M '%s' must be a positive token count\n", prog, argv[i]);
+      return false;
+    }
+    out->push_back(m);
+  }
+  if (out->empty()) *out = dflt;
   return true;
 }
 

@@ -214,12 +214,12 @@ TEST(CudaMoeMxfp4Pd, SmallShapes) {
 
 TEST(CudaMoeMxfp4Pd, GlmAirShapes) {  // GLM-4.5-Air: H 4096, I 1408, E 128, top 8
   MXSERVE_SKIP_WITHOUT_CUDA();
-  run_shape({"GLM-4.5-Air", 4096, 1408, 128, 8}, decode_cases());
+  run_shape(ms::kGlmAir, decode_cases());
 }
 
 TEST(CudaMoeMxfp4Pd, Glm52Shapes) {  // GLM-5.2: H 6144, I 2048, E 256, top 8
   MXSERVE_SKIP_WITHOUT_CUDA();
-  run_shape({"GLM-5.2", 6144, 2048, 256, 8}, decode_cases());
+  run_shape(ms::kGlm52, decode_cases());
 }
 
 // Host-only (runs without a GPU): the support rule.

@@ -161,14 +161,12 @@ TEST(CudaMoeMxfp4WgOracle, HostReferenceMatchesCpuBackend) {
   EXPECT_GT(max_abs, 0.0);  // the two differ in bf16 rounding: identical outputs would mean a copied path
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: every case of both shapes samples only rows of its batch, and its routing is what the case says
 // (distinct experts per token, inside the pool, the hot expert in slot 0), so run_shape's host reference
 // never indexes past the batch or the expert list (the one-token case once sampled row 1 of 1: SIGSEGV).
 TEST(CudaMoeMxfp4WgOracle, CasesSampleValidRowsAndRoutes) {
-  for (const ms::Shape& shape : {kAir, kGlm52}) {
+  for (const ms::Shape& shape : {ms::kGlmAir, ms::kGlm52}) {
     std::mt19937_64 rng(3);
     for (const WgCase& c : cases()) {
       const std::vector<int64_t> rows = sampled_rows(c.T);
@@ -214,13 +212,13 @@ TEST(CudaMoeMxfp4WgOracle, ReferenceRejectsOutOfRangeRowsAndExperts) {
 TEST(CudaMoeMxfp4Wg, GlmAir) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg, Glm52) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 }  // namespace

@@ -277,8 +277,6 @@ std::vector<Wg8Case> cases() {
   };
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: the W4A8 variants are eligible exactly when the caller opted in, the workspace grows only then,
 // and the heuristic never picks them.
@@ -388,12 +386,12 @@ TEST(CudaMoeMxfp4Wg8Registry, OracleFlags) {
 
 TEST(CudaMoeMxfp4Wg8, GlmAir) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 device: W4A8 runs bf16 elsewhere (nothing to test)";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg8, Glm52) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 device: W4A8 runs bf16 elsewhere (nothing to test)";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 // Blocks up to 15 exponents below their row's maximum: the exact slow conversion (subnormal / flushed e4m3

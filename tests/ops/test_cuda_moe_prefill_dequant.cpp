@@ -145,8 +145,6 @@ std::vector<Case> cases() {
   };
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: the switch is off by default and never takes small or unsupported calls; the workspace holds the
 // bookkeeping plus one bf16 copy of every expert.
@@ -244,13 +242,13 @@ TEST(CudaMoePrefillDequant, SmallShapeVsCpuBackend) {
 TEST(CudaMoePrefillDequant, GlmAir) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the dequant path needs wgmma";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoePrefillDequant, Glm52) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the dequant path needs wgmma";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 }  // namespace
