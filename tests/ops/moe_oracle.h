@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -50,6 +51,14 @@ inline bool all_finite_nonzero(const std::vector<double>& v) {
 inline uint32_t test_seed(const char* env) {
   const char* v = std::getenv(env);
   return v != nullptr ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : std::random_device{}();
+}
+
+// test_seed(env), printed (and flushed) as "<what>: seed N (rerun with <env>=N)".
+inline uint32_t announced_seed(const char* env, const char* what) {
+  const uint32_t seed = test_seed(env);
+  std::printf("%s: seed %u (rerun with %s=%u)\n", what, seed, env, seed);
+  std::fflush(stdout);
+  return seed;
 }
 
 inline std::vector<double> bf16_to_f64(const std::vector<uint16_t>& bits) {

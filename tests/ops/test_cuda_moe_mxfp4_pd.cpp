@@ -62,9 +62,7 @@ void run_pd(const ms::Model& m, ms::DeviceBatch& db, cudaStream_t stream, const 
 }
 
 void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
-  const uint32_t seed = moe_oracle::test_seed("MXSERVE_PD_SEED");
-  std::printf("%s: seed %u (rerun with MXSERVE_PD_SEED=%u)\n", shape.name, seed, seed);
-  std::fflush(stdout);
+  const uint32_t seed = moe_oracle::announced_seed("MXSERVE_PD_SEED", shape.name);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;

@@ -80,9 +80,7 @@ struct DequantRunner {
 };
 
 void run_shape(const ms::Shape& shape, const std::vector<Case>& cases) {
-  const uint32_t seed = moe_oracle::test_seed("MXSERVE_WG_SEED");
-  std::printf("%s: seed %u (rerun with MXSERVE_WG_SEED=%u)\n", shape.name, seed, seed);
-  std::fflush(stdout);
+  const uint32_t seed = moe_oracle::announced_seed("MXSERVE_WG_SEED", shape.name);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;
