@@ -29,6 +29,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
@@ -159,31 +160,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     cp_async_wait_group<0>();  // the trailing (empty) groups
 
     // Epilogue: row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg * 64 + wq * 16 + g + 8 * h;
-      if (row >= rows) continue;
-      bf16* crow = p.c + static_cast<int64_t>(rb + r0 + row) * N;
-      if constexpr (kSwiglu) {
-#pragma unroll
-        for (int jp = 0; jp < kBN / 16; ++jp) {
-          const int feat = fbase + jp * 8 + 2 * t;
-          if (feat >= N) continue;
-          const float g0 = acc[4 * (2 * jp) + 2 * h], g1 = acc[4 * (2 * jp) + 2 * h + 1];
-          const float u0 = acc[4 * (2 * jp + 1) + 2 * h], u1 = acc[4 * (2 * jp + 1) + 2 * h + 1];
-          const __nv_bfloat162 v = __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) = v;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int feat = fbase + j * 8 + 2 * t;
-          if (feat >= N) continue;
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-              __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-      }
-    }
+    wg_store_acc<kBN, kSwiglu>(acc, p.c, rb + r0, wg * 64 + wq * 16 + g, rows, N, fbase, t);
   }
 }
 
