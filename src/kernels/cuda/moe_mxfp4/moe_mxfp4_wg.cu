@@ -98,15 +98,8 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
         unsigned char* bt = smem + L::kB0 + buf * L::kBTile;
         const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint32_t w = words[c], w4 = w << 4;
-          uint4 v;
-          v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
-          v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
-          v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
-          v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = v;
-        }
+        for (int c = 0; c < 4; ++c)
+          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = mxfp4_dequant_word(words[c], f);
       }
     };
 

@@ -40,15 +40,7 @@ __global__ void __launch_bounds__(kDequantThreads)
   uint4* dst = reinterpret_cast<uint4*>(out + gu * 32);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = words[i], w4 = w << 4;
-    uint4 v;
-    v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
-    v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
-    v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
-    v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-    dst[i] = v;
-  }
+  for (int i = 0; i < 4; ++i) dst[i] = mxfp4_dequant_word(words[i], f);
 }
 
 int64_t max_active_of(const MoeShape& s) { return std::min<int64_t>(s.n_experts, s.n_tokens * s.top_k); }

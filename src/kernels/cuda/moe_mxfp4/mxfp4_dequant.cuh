@@ -49,6 +49,18 @@ __device__ __forceinline__ uint32_t mxfp4_apply(uint32_t raw, const Mxfp4Factor&
   return as_u32(v);
 }
 
+// One 32-bit word of E2M1 codes (4 bytes, 8 weights) -> 8 bf16 weights as one uint4, in byte order (byte i ->
+// component i: its lo nibble the low half).
+__device__ __forceinline__ uint4 mxfp4_dequant_word(uint32_t w, const Mxfp4Factor& f) {
+  const uint32_t w4 = w << 4;
+  uint4 v;
+  v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
+  v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
+  v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
+  v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
+  return v;
+}
+
 // The MMA A fragment (m16n8k16, weights = operand A) of MMA kJ (0..7) of one 128-wide k step, from a lane's
 // 16 code bytes of rows g (qa) and g+8 (qb): bytes 2kJ (regs 0/1: k slots 2t, 2t+1) and 2kJ+1 (regs 2/3:
 // 2t+8, 2t+9), the byte's low nibble in the low bf16 half. The k order this implies is the one the kernels
