@@ -27,6 +27,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/sm90_device.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
@@ -158,16 +159,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
 }
 
 // sm_90 (Hopper) only: wgmma. Cached per process (one device per backend in this engine).
-bool wg_device_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-}
+bool wg_device_ok() { return cuda_device_is_sm90(); }
 
 template <int kBN, int kStages, bool kSwiglu>
 void launch_wg(const Mxfp4GemmArgs& a, cudaStream_t stream) {

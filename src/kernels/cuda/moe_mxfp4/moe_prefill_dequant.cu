@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/sm90_device.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
@@ -102,16 +103,7 @@ bool moe_prefill_dequant_supports(const MoeShape& s) {
          s.d_model % 128 == 0 && s.inter % 128 == 0 && s.n_tokens * s.top_k < (int64_t{1} << 31);
 }
 
-bool moe_prefill_dequant_device_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-}
+bool moe_prefill_dequant_device_ok() { return cuda_device_is_sm90(); }
 
 bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced) {
   if (!forced && !env_switch()) return false;
