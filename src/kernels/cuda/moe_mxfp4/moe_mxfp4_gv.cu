@@ -140,21 +140,7 @@ __device__ __forceinline__ void gv_mma_step(float (&acc)[4], const GvStep& w, co
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // MMA jj = 2 wi + h: bytes 2h, 2h+1 of word wi
       uint32_t a[4];
-      a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
-      a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
-      a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
-      a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
-      if constexpr (kTwoStep) {
-        a[0] = mxfp4_apply(a[0], fa);
-        a[2] = mxfp4_apply(a[2], fa);
-        a[1] = mxfp4_apply(a[1], fb);
-        a[3] = mxfp4_apply(a[3], fb);
-      } else {
-        a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
-        a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
-        a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
-        a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
-      }
+      mxfp4_a_frag_word<kTwoStep>(ca, ca4, cb, cb4, h, fa, fb, a);
       // x elements 8 wi + 4h .. +4 of the lane's 32: uint4 v[wi], words 2h, 2h+1.
       const uint4& xv = x.v[wi];
       mma_bf16_m16n8k16(acc, a, h == 0 ? xv.x : xv.z, h == 0 ? xv.y : xv.w);

@@ -193,21 +193,7 @@ __device__ __forceinline__ void pd_mma_step(float (&acc0)[4], float (&acc1)[4], 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t a[4];
-      a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
-      a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
-      a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
-      a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
-      if constexpr (kTwoStep) {
-        a[0] = mxfp4_apply(a[0], fa);
-        a[2] = mxfp4_apply(a[2], fa);
-        a[1] = mxfp4_apply(a[1], fb);
-        a[3] = mxfp4_apply(a[3], fb);
-      } else {
-        a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
-        a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
-        a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
-        a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
-      }
+      mxfp4_a_frag_word<kTwoStep>(ca, ca4, cb, cb4, h, fa, fb, a);
       const uint4& xa = x0.v[wi];
       mma_bf16_m16n8k16(acc0, a, h == 0 ? xa.x : xa.z, h == 0 ? xa.y : xa.w);
       if constexpr (kTwo) {

@@ -78,6 +78,29 @@ __device__ __forceinline__ void mxfp4_a_frag(const uint4& qa, const uint4& qb, c
   a[3] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(y, y4), fb);
 }
 
+// mxfp4_a_frag's fragment from one code word of row g (ca) and one of row g + 8 (cb), with ca4 / cb4 = the words
+// << 4: half h (0: bytes 0 / 1 of the word, 1: bytes 2 / 3). kTwoStep known at compile time (false: the single
+// 2^(s-1) multiply of f1; the design-9 / GEMV kernels choose it per warp).
+template <bool kTwoStep>
+__device__ __forceinline__ void mxfp4_a_frag_word(uint32_t ca, uint32_t ca4, uint32_t cb, uint32_t cb4, int h,
+                                                  const Mxfp4Factor& fa, const Mxfp4Factor& fb, uint32_t (&a)[4]) {
+  a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
+  a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
+  a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
+  a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
+  if constexpr (kTwoStep) {
+    a[0] = mxfp4_apply(a[0], fa);
+    a[2] = mxfp4_apply(a[2], fa);
+    a[1] = mxfp4_apply(a[1], fb);
+    a[3] = mxfp4_apply(a[3], fb);
+  } else {
+    a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
+    a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
+    a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
+    a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
+  }
+}
+
 // The exact E2M1 values of a raw pair (scale not applied): raw * 2^126.
 __device__ __forceinline__ __nv_bfloat162 e2m1_pair_value(uint32_t raw) {
   constexpr uint32_t k2p126 = (253u << 7) | ((253u << 7) << 16);
