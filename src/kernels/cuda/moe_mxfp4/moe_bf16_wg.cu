@@ -106,19 +106,7 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
       const int slot = ks % kStages;
       const uint32_t a_addr = sbase + L::kA0 + slot * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + slot * L::kBTile;
-      wgmma::fence_regs(acc);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
-        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
-        else wgmma::m64n256k16_ss(acc, da, db, 1);
-      }
-      wgmma::commit_group();
-      wgmma::fence_regs(acc);
-      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
-      wgmma::fence_regs(acc);
+      wg_mma_step<kBN, kBK>(acc, a_addr, b_addr);
     }
     wgmma::wait_group<0>();
     wgmma::fence_regs(acc);

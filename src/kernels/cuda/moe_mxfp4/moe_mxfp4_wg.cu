@@ -122,19 +122,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     for (int ks = 0; ks < n_steps; ++ks) {
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
-      wgmma::fence_regs(acc);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
-        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
-        else wgmma::m64n256k16_ss(acc, da, db, 1);
-      }
-      wgmma::commit_group();
-      wgmma::fence_regs(acc);
-      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
-      wgmma::fence_regs(acc);
+      wg_mma_step<kBN, kWgBK>(acc, a_addr, b_addr);
       if (ks + 1 < n_steps) {
         // Groups committed so far cover stages 0 .. ks + S - 2; stage ks + 1 must have landed.
         cp_async_wait_group<kStages - 3>();
