@@ -38,18 +38,10 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/mla_geometry.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
-
-constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
-              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 
 // The DSA indexer rows; returns the number of failing cases (top-k sets differing in > 1% of entries).
 int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::Ceilings& ceilings, cudaStream_t stream,

@@ -30,18 +30,11 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/mla_geometry.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
-              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 constexpr int kFp8Row = 656;  // kernels/mla_fp8.h: 512 e4m3 codes + 4 f32 scales + 64 bf16 rope
 
 // One decode case on the device: the batch's index arrays and top-k lists (topk > 0; the two RNG draws in this

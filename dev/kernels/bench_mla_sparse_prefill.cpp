@@ -39,18 +39,10 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/mla_geometry.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
-
-constexpr int kNope = mxserve::kernels::kGlmMlaNope, kRope = mxserve::kernels::kGlmMlaRope,
-              kV = mxserve::kernels::kGlmMlaV, kLora = mxserve::kernels::kGlmMlaLora, kRow = kLora + kRope, kBlock = 64;
 
 // Top-k lists [T, top_k] (ascending, -1 padded) of rows whose contexts are first_ctx, first_ctx + 1, ...
 std::vector<int32_t> make_topk(int64_t T, int64_t first_ctx, int64_t top_k, bool random_sets, std::mt19937& rng) {
