@@ -29,6 +29,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/ld_stream.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
@@ -45,22 +46,9 @@ __device__ __forceinline__ void gv_launch_dependents() {
 #endif
 }
 
-// Streamed once: no L1 allocation (x keeps L1). L2::256B: a miss brings the row's whole 256-byte segment
-// (this lane quad's next 3 k steps of the row), so DRAM reads 256 contiguous bytes per row opening instead
-// of the 64 a step needs (a tile's 16 rows are 16 separate streams, each step 1 KB apart in time).
-__device__ __forceinline__ uint4 gv_ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t gv_ld_stream4(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-
+// The weights are streamed once (common/ld_stream.cuh: no L1 allocation, x keeps L1; an L2 miss brings the
+// row's whole 256-byte segment, this lane quad's next 3 k steps of the row; a tile's 16 rows are 16 separate
+// streams, each step 1 KB apart in time).
 // One k step of one lane: 16 code bytes of rows g (a) and g+8 (b), and the scale word of the step for
 // each row (blocks 4s .. 4s+3; byte t is this lane's block).
 struct GvStep {
@@ -75,10 +63,10 @@ struct GvTile {
   int n_steps;
   __device__ __forceinline__ GvStep load(int s) const {
     GvStep w;
-    w.qa = gv_ld_stream16(qa + 64 * s);
-    w.qb = gv_ld_stream16(qb + 64 * s);
-    w.sa = gv_ld_stream4(sa + s);
-    w.sb = gv_ld_stream4(sb + s);
+    w.qa = ld_stream16(qa + 64 * s);
+    w.qb = ld_stream16(qb + 64 * s);
+    w.sa = ld_stream4(sa + s);
+    w.sb = ld_stream4(sb + s);
     return w;
   }
 };

@@ -22,6 +22,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/ld_stream.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
@@ -115,18 +116,6 @@ __device__ void pd_group(PdGroups& gr, const int32_t* __restrict__ ids, int n_pa
 }
 
 // ---- the weight stream (one 16-row tile, a range of k steps) ----
-__device__ __forceinline__ uint4 pd_ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t pd_ld_stream4(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
 
 struct PdStep {
   uint4 qa, qb;    // 16 code bytes of rows g (a) and g + 8 (b): E8M0 block 4s + t
@@ -139,10 +128,10 @@ struct PdTile {
   int n_steps;
   __device__ __forceinline__ PdStep load(int s) const {
     PdStep w;
-    w.qa = pd_ld_stream16(qa + 64 * s);
-    w.qb = pd_ld_stream16(qb + 64 * s);
-    w.sa = pd_ld_stream4(sa + s);
-    w.sb = pd_ld_stream4(sb + s);
+    w.qa = ld_stream16(qa + 64 * s);
+    w.qb = ld_stream16(qb + 64 * s);
+    w.sa = ld_stream4(sa + s);
+    w.sb = ld_stream4(sb + s);
     return w;
   }
 };
