@@ -29,11 +29,11 @@
 #include <algorithm>
 
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/ld_stream.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
+#include "kernels/cuda/moe_mxfp4/mxfp4_row_stream.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -49,27 +49,10 @@ __device__ __forceinline__ void gv_launch_dependents() {
 // The weights are streamed once (common/ld_stream.cuh: no L1 allocation, x keeps L1; an L2 miss brings the
 // row's whole 256-byte segment, this lane quad's next 3 k steps of the row; a tile's 16 rows are 16 separate
 // streams, each step 1 KB apart in time).
-// One k step of one lane: 16 code bytes of rows g (a) and g+8 (b), and the scale word of the step for
-// each row (blocks 4s .. 4s+3; byte t is this lane's block).
-struct GvStep {
-  uint4 qa, qb;
-  uint32_t sa, sb;
-};
-
-// The lane's view of one 16-row tile of one expert: row pointers and the step count.
-struct GvTile {
-  const uint8_t *qa, *qb;  // code rows (g, g+8), offset to this lane's first block (16 t bytes)
-  const uint32_t *sa, *sb; // scale rows as words
-  int n_steps;
-  __device__ __forceinline__ GvStep load(int s) const {
-    GvStep w;
-    w.qa = ld_stream16(qa + 64 * s);
-    w.qb = ld_stream16(qb + 64 * s);
-    w.sa = ld_stream4(sa + s);
-    w.sb = ld_stream4(sb + s);
-    return w;
-  }
-};
+// One k step of one lane (GvStep) and the lane's view of one 16-row tile of one expert (GvTile: row pointers
+// and the step count): mxfp4_row_stream.cuh.
+using GvStep = Mxfp4RowStep;
+using GvTile = Mxfp4RowStream;
 
 // row_a, row_b: absolute weight rows ([E * rows] flattened) of the lane's rows g and g+8.
 __device__ __forceinline__ GvTile gv_tile(const Mxfp4GemmArgs& p, int64_t row_a, int64_t row_b, int t) {

@@ -22,11 +22,11 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/common/ld_stream.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
+#include "kernels/cuda/moe_mxfp4/mxfp4_row_stream.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -117,24 +117,8 @@ __device__ void pd_group(PdGroups& gr, const int32_t* __restrict__ ids, int n_pa
 
 // ---- the weight stream (one 16-row tile, a range of k steps) ----
 
-struct PdStep {
-  uint4 qa, qb;    // 16 code bytes of rows g (a) and g + 8 (b): E8M0 block 4s + t
-  uint32_t sa, sb;  // the step's 4 scale bytes of each row (byte t is this lane's)
-};
-
-struct PdTile {
-  const uint8_t *qa, *qb;
-  const uint32_t *sa, *sb;
-  int n_steps;
-  __device__ __forceinline__ PdStep load(int s) const {
-    PdStep w;
-    w.qa = ld_stream16(qa + 64 * s);
-    w.qb = ld_stream16(qb + 64 * s);
-    w.sa = ld_stream4(sa + s);
-    w.sb = ld_stream4(sb + s);
-    return w;
-  }
-};
+using PdStep = Mxfp4RowStep;  // mxfp4_row_stream.cuh
+using PdTile = Mxfp4RowStream;
 
 // Rows row_a / row_b (absolute, [E * rows] flattened) of a weight with k columns, k steps [s0, s0 + n).
 __device__ __forceinline__ PdTile pd_tile(const uint8_t* wq, const uint8_t* ws, int k, int64_t row_a, int64_t row_b,
