@@ -8,11 +8,7 @@
 # -> $OUT/dsa_indexer_test.log, $OUT/dsa_indexer_fp8_test.log, $OUT/dsa_indexer_bench.log.
 #   usage: dsa_indexer.sh [--quick]        (OUT defaults to /tmp/mxserve_gpu)
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 timeout 400 "$P/bin/test_cuda_mla_dsa" --gtest_color=no --gtest_filter='*IndexerTopk*' \
   > "$OUT/dsa_indexer_test.log" 2>&1
 echo "test rc=$? (124 = timeout)"

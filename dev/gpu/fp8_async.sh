@@ -10,13 +10,7 @@
 #   summary.txt
 # Budget: ~4 minutes on an H100 / H200.
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-[ -f "$P/bin.tar.xz" ] && [ ! -x "$P/bin/mxserve" ] && tar -xJf "$P/bin.tar.xz" -C "$P"
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures"
 
 { timeout 180 "$P/bin/test_cuda_kv_fp8" --gtest_color=no --gtest_filter='*Attention*'

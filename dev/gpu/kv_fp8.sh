@@ -6,13 +6,7 @@
 # 4 layers, one 20k-token window), bench_model_kv_{bf16,fp8}.{log,md} (attention layer and decode-step
 # timing at 2k / 20k contexts), summary.txt. Budget: ~6 minutes on an H200.
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-[ -f "$P/bin.tar.xz" ] && [ ! -x "$P/bin/mxserve" ] && tar -xJf "$P/bin.tar.xz" -C "$P"
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 AIR="$P/configs/air.json"
 
 timeout 180 "$P/bin/test_cuda_kv_fp8" --gtest_color=no > "$OUT/kv_fp8_ops.log" 2>&1

@@ -6,13 +6,7 @@
 # envelope), bench_mla_fp8.log (FP8 vs bf16 attend, 64 and 8 heads; target >= 1.7x at 20k), mla_dsa_ops.log
 # (test_cuda_mla_dsa: the bf16 paths the change touched), summary.txt. Budget: ~4 minutes on an H100.
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-[ -f "$P/bin.tar.xz" ] && [ ! -x "$P/bin/mxserve" ] && tar -xJf "$P/bin.tar.xz" -C "$P"
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures"
 
 timeout 240 "$P/bin/test_cuda_mla_fp8" --gtest_color=no > "$OUT/mla_fp8_ops.log" 2>&1

@@ -7,11 +7,7 @@
 # dense 20k) -> $OUT/mla_wgmma_test.log, $OUT/mla_wgmma_bench_h<H>.log.
 #   usage: mla_wgmma.sh [bench flags, e.g. --quick or --wgmma-sweep]   (HEADS="64 8" by default; OUT /tmp/mxserve_gpu)
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 timeout 300 "$P/bin/test_cuda_mla_dsa" --gtest_color=no --gtest_filter='CudaMlaDsa.MlaAttention*' \
   > "$OUT/mla_wgmma_test.log" 2>&1
 echo "test rc=$? (124 = timeout)"

@@ -7,11 +7,7 @@
 # and with design 9, same card, same binary (`bench-model`, MXSERVE_MOE_MXFP4_PD=0 / 1) -> $OUT/moe_pd_e2e_{old,pd}.md.
 #   usage: moe_pd.sh [M ...]        (OUT defaults to /tmp/mxserve_gpu; M defaults to 1 8 16 64)
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 if [ "${MOE_PD_E2E:-0}" = 1 ]; then
   for mode in old pd; do
     flag=0; [ "$mode" = pd ] && flag=1

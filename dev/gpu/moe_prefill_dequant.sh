@@ -9,12 +9,7 @@
 # the path (MXSERVE_MOE_PREFILL_DEQUANT=0 / 1), same card, same binary -> $OUT/moe_prefill_dequant_e2e_{off,on}.md.
 #   usage: moe_prefill_dequant.sh [M ...]      (OUT defaults to /tmp/mxserve_gpu; M defaults to 2048 8192)
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/moe_prefill_dequant_gpu.txt"
 if [ "${MOE_PREFILL_DEQUANT_E2E:-0}" = 1 ]; then
   for mode in off on; do

@@ -4,11 +4,7 @@
 # benchmark against pf_t128 (us, TFLOP/s, fraction of 798 TFLOP/s) -> $OUT/moe_wg_test.log, $OUT/moe_wg_bench.log.
 #   usage: moe_wg.sh [M ...]        (OUT defaults to /tmp/mxserve_gpu; M defaults to 2048 8192 16384)
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}
-mkdir -p "$OUT" "$P/lib"
-[ -f "$P/libs.tar.xz" ] && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 timeout 300 "$P/bin/test_cuda_moe_mxfp4_wg" --gtest_color=no > "$OUT/moe_wg_test.log" 2>&1
 echo "test rc=$? (124 = timeout)"
 grep -E "^(PASS|FAIL) |seed|^\[  (PASSED|FAILED) |warn" "$OUT/moe_wg_test.log"

@@ -20,12 +20,7 @@
 #    GPU -- then bench_standin_collectives (each collective's cost per call): issue 32's fused split.
 set -u
 PART=${1:-all}
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
-[ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
-[ -d "$P/lib" ] || { mkdir -p "$P/lib" && tar -xJf "$P/libs.tar.xz" -C "$P/lib"; }
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
 unset MXSERVE_COMMUNICATOR
 RC=0

@@ -6,10 +6,8 @@
 # (3) the seed's layout as one command on the one-GPU stand-in (issue 32): GLM-5.2 geometry at TP4 x DP2 + DP
 # attention + MTP + FP8 KV, `mxserve bench` shared-prefix at 8 concurrent streams.
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
-T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
 for tst in test_cuda_graphs test_cuda_mla_dsa test_cuda_fixture test_cuda_shared_device_comm; do
   ( timeout 150 "$B/$tst" --gtest_color=no > "$OUT/t_$tst.log" 2>&1; echo "$tst rc=$?" >> "$OUT/rc.txt" ) &

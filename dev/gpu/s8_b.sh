@@ -4,10 +4,8 @@
 # stand-in, verify-fixture with graphs on both glm_moe_dsa fixtures), then the benchmarks one at a time (MoE design 9,
 # the indexer variants) and the 8-layer GLM-5.2 decode step with design 9 off / on (same binary).
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
-T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
 ( timeout 200 "$B/test_cuda_moe_mxfp4_pd" --gtest_color=no > "$OUT/t_moe_pd.log" 2>&1; echo "test_cuda_moe_mxfp4_pd rc=$?" >> "$OUT/rc.txt" ) &
 ( timeout 200 "$B/test_cuda_mla_dsa" --gtest_color=no > "$OUT/t_mla_dsa.log" 2>&1; echo "test_cuda_mla_dsa rc=$?" >> "$OUT/rc.txt"

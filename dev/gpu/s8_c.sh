@@ -4,10 +4,8 @@
 # with graphs on every fixture, then the seed layout at 8 layers MXFP4 (seedmem.sh), the cascade benchmark and the
 # stand-in's decode-step split (fusedar.sh 4).
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
-T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
 g() { local n=$1 to=$2; shift 2; timeout $to "$B/$n" --gtest_color=no "$@" > "$OUT/t_$n.log" 2>&1; echo "$n rc=$?" >> "$OUT/rc.txt"; }
 ( g test_cuda_cascade_attention 150; g test_cuda_cascade_engine 150 ) &

@@ -4,10 +4,8 @@
 # add_rmsnorm, the fixtures, the MoE prefill dequant path), verify-fixture with graphs on every fixture, then the
 # parallel layouts (fused all-reduce and tp > 1 graphs on by default).
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
-T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
 g() { local n=$1 to=$2; shift 2; timeout $to "$B/$n" --gtest_color=no "$@" > "$OUT/t_$n.log" 2>&1; echo "$n rc=$?" >> "$OUT/rc.txt"; }
 ( g test_cuda_graphs 200; g test_cuda_mla_fp8 100 ) &

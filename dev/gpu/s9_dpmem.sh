@@ -5,10 +5,8 @@
 # DEFAULT --gpu-memory-utilization 0.9 (s7_seed.sh without SEED_KV), expected: 100% success, the server alive, the
 # start-up log's activation-reserve line, and any "released ... cached by the other allocators" warning.
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"; B=$P/bin
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_REPO_ROOT=$(cd "$P/.." && pwd) MXSERVE_FIXTURE_ROOT=${MXSERVE_FIXTURE_ROOT:-$P/fixtures}
-T0=$(date +%s); t() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
 : > "$OUT/rc.txt"
 g() { local n=$1 to=$2; shift 2; timeout $to "$B/$n" --gtest_color=no "$@" > "$OUT/t_$n.log" 2>&1; echo "$n rc=$?" >> "$OUT/rc.txt"; }
 g test_cuda_lockstep_recovery 200

@@ -9,12 +9,7 @@
 #  3. greedy tokens of `generate` at tp 2 and 4 on the stand-in equal to tp 1 (glm4_moe_tiny_b, glm_moe_dsa_tiny_b);
 #  4. --communicator shared-device with --backend cpu is refused (exit 2, naming the flag).
 set -u
-P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
-OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
-[ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
-[ -d "$P/lib" ] || { mkdir -p "$P/lib" && tar -xJf "$P/libs.tar.xz" -C "$P/lib"; }
-CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/payload_env.sh"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
 unset MXSERVE_COMMUNICATOR
 RC=0

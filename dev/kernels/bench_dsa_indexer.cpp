@@ -53,11 +53,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present()) return 0;
   cudaStream_t stream;
   MX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
@@ -95,7 +91,7 @@ int main(int argc, char** argv) {
   for (const int B : {1, 16, 64}) {
     for (const int64_t ctx : contexts) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
-      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
+      const int64_t n_blocks = pb.n_blocks;
       const int64_t slots = n_blocks * kBlock;
       uint16_t* keys = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kDim);
       kc::fill_random_bf16(keys, slots * kDim, 17 + ctx, 1.f, stream);
@@ -113,15 +109,7 @@ int main(int argc, char** argv) {
       int32_t* d_kv = dev_upload(pb.kv_index);
       int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* out = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = 1;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kDim;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(ctx);
+      const mxserve::kernels::AttentionParams ap = bench::decode_attention_params(pb, B, 1, kDim, kBlock, ctx);
       const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(B, ctx);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
       for (const bool fp8 : {false, true}) {

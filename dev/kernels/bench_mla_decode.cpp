@@ -38,16 +38,10 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
-
-constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
 
 // The DSA indexer rows; returns the number of failing cases (top-k sets differing in > 1% of entries).
 int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::Ceilings& ceilings, cudaStream_t stream,
@@ -67,7 +61,7 @@ int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::C
   for (const int B : batches) {
     for (const int64_t ctx : {int64_t{2048}, int64_t{20480}, int64_t{65536}}) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
-      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
+      const int64_t n_blocks = pb.n_blocks;
       const int64_t slots = n_blocks * kBlock;
       uint16_t* keys = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kIdxDim);
       kc::fill_random_bf16(keys, slots * kIdxDim, 17 + ctx, 1.f, stream);
@@ -80,15 +74,7 @@ int bench_indexer(const std::vector<int>& batches, bool time_simple, const kc::C
       int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* out_mma = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
       int32_t* out_simple = dev_alloc<int32_t>(static_cast<size_t>(B) * kTopK);
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = 1;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kIdxDim;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(ctx);
+      const mxserve::kernels::AttentionParams ap = bench::decode_attention_params(pb, B, 1, kIdxDim, kBlock, ctx);
       const size_t ws_bytes = kc::dsa_indexer_workspace_bytes(B, ctx);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
       auto run = [&](kc::IndexerScoreKernel k, int32_t* out) {
@@ -148,23 +134,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present()) return 0;
   cudaStream_t stream;
   MX_CUDA_CHECK(cudaStreamCreate(&stream));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", ceilings.copy_gbs);
 
-  mxserve::kernels::MlaParams p;
-  p.n_heads = heads;
-  p.qk_nope_dim = kNope;
-  p.qk_rope_dim = kRope;
-  p.v_dim = kV;
-  p.kv_lora_rank = kLora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(kNope + kRope));
+  const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
   if (!kc::mla_attend_mma_supported(p)) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;
@@ -191,19 +167,9 @@ int main(int argc, char** argv) {
     double dense2k_us = 0, sparse64k_us = 0;
     for (const Shape& s : shapes) {
       const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
-      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
-      std::vector<int32_t> topk;
-      if (s.topk > 0) {
-        std::vector<int32_t> all(s.ctx);
-        for (int b = 0; b < B; ++b) {
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
-          std::sort(pick.begin(), pick.end());
-          pick.resize(s.topk, -1);
-          topk.insert(topk.end(), pick.begin(), pick.end());
-        }
-      }
+      const int64_t n_blocks = pb.n_blocks;
+      const std::vector<int32_t> topk =
+          s.topk > 0 ? bench::random_topk_rows(B, s.ctx, s.topk, rng) : std::vector<int32_t>{};
       const int64_t slots = n_blocks * kBlock;
       uint16_t* cache = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRow);
       kc::fill_random_bf16(cache, slots * kRow, 11 + s.ctx, 1.f, stream);
@@ -217,15 +183,7 @@ int main(int argc, char** argv) {
       int32_t* d_kv = dev_upload(pb.kv_index);
       int32_t* d_tables = dev_upload(pb.block_tables);
       int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = heads;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kRow;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(s.ctx);
+      const mxserve::kernels::AttentionParams ap = bench::decode_attention_params(pb, B, heads, kRow, kBlock, s.ctx);
       const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
       auto run = [&](kc::MlaAttendKernel k, uint16_t* out) {

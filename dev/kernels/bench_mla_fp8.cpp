@@ -30,16 +30,58 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
 
-constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
+constexpr int kFp8Row = 656;  // kernels/mla_fp8.h: 512 e4m3 codes + 4 f32 scales + 64 bf16 rope
+
+// One decode case on the device: the batch's index arrays and top-k lists (topk > 0; the two RNG draws in this
+// order), the bf16 and FP8 latent caches written from the same bf16 rows by the product's write kernels, q, and
+// the attention geometry. release() frees its buffers.
+struct DecodeCase {
+  int32_t *seq = nullptr, *kv = nullptr, *tables = nullptr, *topk = nullptr, *slots = nullptr;
+  uint16_t *lat = nullptr, *rope = nullptr, *cache = nullptr, *q = nullptr;
+  uint8_t* cache8 = nullptr;
+  mxserve::kernels::AttentionParams ap;
+  void release() const {
+    for (void* ptr : {static_cast<void*>(seq), static_cast<void*>(kv), static_cast<void*>(tables),
+                      static_cast<void*>(topk), static_cast<void*>(slots), static_cast<void*>(lat),
+                      static_cast<void*>(rope), static_cast<void*>(cache), static_cast<void*>(q),
+                      static_cast<void*>(cache8)})
+      if (ptr != nullptr) MX_CUDA_CHECK(cudaFree(ptr));
+  }
+};
+
+DecodeCase decode_case(int B, int64_t ctx, int topk, int heads, std::mt19937& rng, cudaStream_t stream) {
+  DecodeCase d;
+  const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, ctx, kBlock, rng);
+  const std::vector<int32_t> lists = topk > 0 ? bench::random_topk_rows(B, ctx, topk, rng) : std::vector<int32_t>{};
+  const int64_t slots = pb.n_blocks * kBlock;
+  std::vector<int32_t> all_slots(slots);
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  d.slots = dev_upload(all_slots);
+  d.lat = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kLora);
+  d.rope = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRope);
+  kc::fill_random_bf16(d.lat, slots * kLora, 31 + ctx, 1.f, stream);
+  kc::fill_random_bf16(d.rope, slots * kRope, 37 + ctx, 1.f, stream);
+  d.cache = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRow);
+  d.cache8 = dev_alloc<uint8_t>(static_cast<size_t>(slots) * kFp8Row);
+  kc::cache_write_columns_bf16(d.lat, d.slots, d.cache, slots, kLora, kRow, 0, stream);
+  kc::cache_write_columns_bf16(d.rope, d.slots, d.cache, slots, kRope, kRow, kLora, stream);
+  kc::cache_write_fp8_packed_bf16(d.lat, d.slots, d.cache8, slots, kLora, kFp8Row, 0, stream);
+  kc::cache_write_fp8_packed_bf16(d.rope, d.slots, d.cache8, slots, kRope, kFp8Row, kLora, stream);
+  const int64_t q_elems = static_cast<int64_t>(B) * heads * (kNope + kRope);
+  d.q = dev_alloc<uint16_t>(q_elems);
+  kc::fill_random_bf16(d.q, q_elems, 41, 1.f, stream);
+  d.seq = dev_upload(pb.token_seq);
+  d.kv = dev_upload(pb.kv_index);
+  d.tables = dev_upload(pb.block_tables);
+  d.topk = topk > 0 ? dev_upload(lists) : nullptr;
+  d.ap = bench::decode_attention_params(pb, B, heads, kRow, kBlock, ctx);
+  return d;
+}
 
 // FP8 latent cache (--kv-cache-dtype fp8_e4m3, kernels/mla_fp8.h: 656-byte rows) against the bf16 cache
 // (1152 bytes) on the same values: both caches are written from the same bf16 latent / rope rows by the
@@ -49,7 +91,6 @@ constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRo
 // format's per-element relative bound). Returns the failing cases.
 int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::MlaParams& p_bf16, const uint16_t* kv_b,
                      const kc::Ceilings& ceilings, cudaStream_t stream, std::mt19937& rng) {
-  constexpr int kFp8Row = 656;
   const int heads = p_bf16.n_heads;
   mxserve::kernels::MlaParams p8 = p_bf16;
   p8.fp8_cache = true;
@@ -63,58 +104,16 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
   };
   for (const int B : batches) {
     for (const Shape s : {Shape{20480, 0}, Shape{65536, 0}, Shape{20480, 2048}}) {
-      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
-      const int64_t blocks_per_seq = pb.blocks_per_seq, n_blocks = pb.n_blocks;
-      std::vector<int32_t> topk;
-      if (s.topk > 0) {
-        std::vector<int32_t> all(s.ctx);
-        for (int b = 0; b < B; ++b) {
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
-          std::sort(pick.begin(), pick.end());
-          topk.insert(topk.end(), pick.begin(), pick.end());
-        }
-      }
-      const int64_t slots = n_blocks * kBlock;
-      std::vector<int32_t> all_slots(slots);
-      std::iota(all_slots.begin(), all_slots.end(), 0);
-      int32_t* d_slots = dev_upload(all_slots);
-      uint16_t* lat = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kLora);
-      uint16_t* rope = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRope);
-      kc::fill_random_bf16(lat, slots * kLora, 31 + s.ctx, 1.f, stream);
-      kc::fill_random_bf16(rope, slots * kRope, 37 + s.ctx, 1.f, stream);
-      uint16_t* cache = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRow);
-      uint8_t* cache8 = dev_alloc<uint8_t>(static_cast<size_t>(slots) * kFp8Row);
-      kc::cache_write_columns_bf16(lat, d_slots, cache, slots, kLora, kRow, 0, stream);
-      kc::cache_write_columns_bf16(rope, d_slots, cache, slots, kRope, kRow, kLora, stream);
-      kc::cache_write_fp8_packed_bf16(lat, d_slots, cache8, slots, kLora, kFp8Row, 0, stream);
-      kc::cache_write_fp8_packed_bf16(rope, d_slots, cache8, slots, kRope, kFp8Row, kLora, stream);
-      const int64_t q_elems = static_cast<int64_t>(B) * heads * (kNope + kRope);
-      uint16_t* q = dev_alloc<uint16_t>(q_elems);
-      kc::fill_random_bf16(q, q_elems, 41, 1.f, stream);
+      const DecodeCase dc = decode_case(B, s.ctx, s.topk, heads, rng, stream);
       const int64_t out_elems = static_cast<int64_t>(B) * heads * kV;
       uint16_t* out_bf16 = dev_alloc<uint16_t>(out_elems);
       uint16_t* out_fp8 = dev_alloc<uint16_t>(out_elems);
-      int32_t* d_seq = dev_upload(pb.token_seq);
-      int32_t* d_kv = dev_upload(pb.kv_index);
-      int32_t* d_tables = dev_upload(pb.block_tables);
-      int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = heads;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kRow;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(s.ctx);
       const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p8);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
-      kc::mla_attention_bf16(q, cache, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out_bf16, p_bf16, ap, ws, ws_bytes,
-                             stream, kc::MlaAttendKernel::kMma);
-      kc::mla_attention_bf16(q, cache8, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out_fp8, p8, ap, ws, ws_bytes,
-                             stream, kc::MlaAttendKernel::kMma);
+      kc::mla_attention_bf16(dc.q, dc.cache, kv_b, dc.topk, s.topk, dc.seq, dc.kv, dc.tables, out_bf16, p_bf16, dc.ap,
+                             ws, ws_bytes, stream, kc::MlaAttendKernel::kMma);
+      kc::mla_attention_bf16(dc.q, dc.cache8, kv_b, dc.topk, s.topk, dc.seq, dc.kv, dc.tables, out_fp8, p8, dc.ap, ws,
+                             ws_bytes, stream, kc::MlaAttendKernel::kMma);
       MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       std::vector<uint16_t> h_bf16(out_elems), h_fp8(out_elems);
       MX_CUDA_CHECK(cudaMemcpy(h_bf16.data(), out_bf16, out_elems * 2, cudaMemcpyDeviceToHost));
@@ -131,12 +130,12 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
         return kc::time_on_stream(
             stream,
             [&](int) {
-              kc::mla_attend_mma(q, q_abs, c, d_topk, s.topk, d_seq, d_kv, d_tables, o_lat, 0, B, max_items, pp, ap,
-                                 parts, part_bytes, stream);
+              kc::mla_attend_mma(dc.q, q_abs, c, dc.topk, s.topk, dc.seq, dc.kv, dc.tables, o_lat, 0, B, max_items, pp,
+                                 dc.ap, parts, part_bytes, stream);
             },
             10);
       };
-      const double bf16_ms = attend(cache, p_bf16), fp8_ms = attend(cache8, p8);
+      const double bf16_ms = attend(dc.cache, p_bf16), fp8_ms = attend(dc.cache8, p8);
       const int64_t items = s.topk > 0 ? std::min<int64_t>(s.topk, s.ctx) : s.ctx;
       const double fp8_gbs = static_cast<double>(B) * items * kFp8Row / (fp8_ms * 1e-3) / 1e9;
       const bool pass = err <= 0.0625;
@@ -149,12 +148,10 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
                   s.ctx == 20480 && s.topk == 0 ? (bf16_ms / fp8_ms >= 1.7 ? " (target >= 1.7: MET)"
                                                                           : " (target >= 1.7: MISSED)")
                                                 : "");
-      for (void* ptr : {static_cast<void*>(d_slots), static_cast<void*>(lat), static_cast<void*>(rope),
-                        static_cast<void*>(cache), static_cast<void*>(cache8), static_cast<void*>(q),
-                        static_cast<void*>(out_bf16), static_cast<void*>(out_fp8), static_cast<void*>(d_seq),
-                        static_cast<void*>(d_kv), static_cast<void*>(d_tables), static_cast<void*>(d_topk), ws,
-                        static_cast<void*>(q_abs), static_cast<void*>(o_lat), parts})
-        if (ptr != nullptr) MX_CUDA_CHECK(cudaFree(ptr));
+      dc.release();
+      for (void* ptr : {static_cast<void*>(out_bf16), static_cast<void*>(out_fp8), ws, static_cast<void*>(q_abs),
+                        static_cast<void*>(o_lat), parts})
+        MX_CUDA_CHECK(cudaFree(ptr));
     }
   }
   return failures;
@@ -163,7 +160,6 @@ int bench_fp8_attend(const std::vector<int>& batches, const mxserve::kernels::Ml
 // The wgmma attend on FP8 rows vs bf16 rows (see the file comment). Returns the failing cases.
 int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::MlaParams& p_bf16, const uint16_t* kv_b,
                     const kc::Ceilings& ceilings, cudaStream_t stream, std::mt19937& rng) {
-  constexpr int kFp8Row = 656;
   const int heads = p_bf16.n_heads;
   mxserve::kernels::MlaParams p8 = p_bf16;
   p8.fp8_cache = true;
@@ -182,61 +178,21 @@ int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::Mla
   };
   for (const int B : batches) {
     for (const Shape s : {Shape{20480, 0}, Shape{20480, 2048}}) {
-      const bench::PagedDecodeBatch pb = bench::paged_decode_batch(B, s.ctx, kBlock, rng);
-      std::vector<int32_t> topk;
-      if (s.topk > 0) {
-        std::vector<int32_t> all(s.ctx);
-        for (int b = 0; b < B; ++b) {
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          std::vector<int32_t> pick(all.begin(), all.begin() + std::min<int64_t>(s.topk, s.ctx));
-          std::sort(pick.begin(), pick.end());
-          topk.insert(topk.end(), pick.begin(), pick.end());
-        }
-      }
-      const int64_t slots = pb.n_blocks * kBlock;
-      std::vector<int32_t> all_slots(slots);
-      std::iota(all_slots.begin(), all_slots.end(), 0);
-      int32_t* d_slots = dev_upload(all_slots);
-      uint16_t* lat = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kLora);
-      uint16_t* rope = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRope);
-      kc::fill_random_bf16(lat, slots * kLora, 31 + s.ctx, 1.f, stream);
-      kc::fill_random_bf16(rope, slots * kRope, 37 + s.ctx, 1.f, stream);
-      uint16_t* cache = dev_alloc<uint16_t>(static_cast<size_t>(slots) * kRow);
-      uint8_t* cache8 = dev_alloc<uint8_t>(static_cast<size_t>(slots) * kFp8Row);
-      kc::cache_write_columns_bf16(lat, d_slots, cache, slots, kLora, kRow, 0, stream);
-      kc::cache_write_columns_bf16(rope, d_slots, cache, slots, kRope, kRow, kLora, stream);
-      kc::cache_write_fp8_packed_bf16(lat, d_slots, cache8, slots, kLora, kFp8Row, 0, stream);
-      kc::cache_write_fp8_packed_bf16(rope, d_slots, cache8, slots, kRope, kFp8Row, kLora, stream);
-      const int64_t q_elems = static_cast<int64_t>(B) * heads * (kNope + kRope);
-      uint16_t* q = dev_alloc<uint16_t>(q_elems);
-      kc::fill_random_bf16(q, q_elems, 41, 1.f, stream);
+      const DecodeCase dc = decode_case(B, s.ctx, s.topk, heads, rng, stream);
       const int64_t out_elems = static_cast<int64_t>(B) * heads * kV;
-      int32_t* d_seq = dev_upload(pb.token_seq);
-      int32_t* d_kv = dev_upload(pb.kv_index);
-      int32_t* d_tables = dev_upload(pb.block_tables);
-      int32_t* d_topk = s.topk > 0 ? dev_upload(topk) : nullptr;
-      mxserve::kernels::AttentionParams ap;
-      ap.n_tokens = B;
-      ap.n_seqs = B;
-      ap.n_heads = heads;
-      ap.n_kv_heads = 1;
-      ap.head_dim = kRow;
-      ap.block_size = kBlock;
-      ap.max_blocks_per_seq = static_cast<int32_t>(pb.blocks_per_seq);
-      ap.max_kv_len = static_cast<int32_t>(s.ctx);
       // The whole op: FP8 wgmma (each variant) vs FP8 mma.sync (same bytes) and vs bf16 wgmma (same variant).
       const size_t ws_bytes = kc::mla_attention_workspace_bytes(B, p8);
       void* ws = dev_alloc<uint8_t>(ws_bytes);
       uint16_t* out = dev_alloc<uint16_t>(out_elems);
       auto op = [&](const void* c, const mxserve::kernels::MlaParams& pp, kc::MlaAttendKernel k) {
-        kc::mla_attention_bf16(q, c, kv_b, d_topk, s.topk, d_seq, d_kv, d_tables, out, pp, ap, ws, ws_bytes, stream, k);
+        kc::mla_attention_bf16(dc.q, c, kv_b, dc.topk, s.topk, dc.seq, dc.kv, dc.tables, out, pp, dc.ap, ws, ws_bytes,
+                               stream, k);
         std::vector<uint16_t> h(out_elems);
         MX_CUDA_CHECK(cudaStreamSynchronize(stream));
         MX_CUDA_CHECK(cudaMemcpy(h.data(), out, out_elems * 2, cudaMemcpyDeviceToHost));
         return h;
       };
-      const std::vector<uint16_t> mma8 = op(cache8, p8, kc::MlaAttendKernel::kMma);
+      const std::vector<uint16_t> mma8 = op(dc.cache8, p8, kc::MlaAttendKernel::kMma);
       // The attend alone: bf16 q_abs / o_lat, the kernel's own split plan.
       const int64_t lat_elems = static_cast<int64_t>(B) * heads * kLora;
       uint16_t* q_abs = dev_alloc<uint16_t>(lat_elems);
@@ -248,19 +204,19 @@ int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::Mla
       const int splits = kc::mla_attend_wgmma_split_plan(B, max_items, p8, s.topk > 0).n_splits;
       for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS}) {
         const bool split_s = variant == kc::MlaAttendKernel::kWgmmaSplitS;
-        const std::vector<uint16_t> w8 = op(cache8, p8, variant), w16 = op(cache, p_bf16, variant);
+        const std::vector<uint16_t> w8 = op(dc.cache8, p8, variant), w16 = op(dc.cache, p_bf16, variant);
         const double vs_mma = rel_l2_bf16(w8.data(), mma8.data(), out_elems);
         const double vs_bf16 = rel_l2_bf16(w8.data(), w16.data(), out_elems);
         auto attend = [&](const void* c, const mxserve::kernels::MlaParams& pp) {
           return kc::time_on_stream(
               stream,
               [&](int) {
-                kc::mla_attend_wgmma(q, q_abs, c, d_topk, s.topk, d_seq, d_kv, d_tables, o_lat, 0, B, max_items, pp,
-                                     ap, parts, part_bytes, stream, 0, nullptr, split_s);
+                kc::mla_attend_wgmma(dc.q, q_abs, c, dc.topk, s.topk, dc.seq, dc.kv, dc.tables, o_lat, 0, B, max_items,
+                                     pp, dc.ap, parts, part_bytes, stream, 0, nullptr, split_s);
               },
               10);
         };
-        const double bf16_ms = attend(cache, p_bf16), fp8_ms = attend(cache8, p8);
+        const double bf16_ms = attend(dc.cache, p_bf16), fp8_ms = attend(dc.cache8, p8);
         const int64_t items = s.topk > 0 ? std::min<int64_t>(s.topk, s.ctx) : s.ctx;
         const double fp8_gbs = static_cast<double>(B) * items * kFp8Row / (fp8_ms * 1e-3) / 1e9;
         const bool pass = vs_mma <= 1.5e-2 && vs_bf16 <= 0.0625;
@@ -274,12 +230,9 @@ int bench_fp8_wgmma(const std::vector<int>& batches, const mxserve::kernels::Mla
                     pass ? "PASS" : "FAIL",
                     target_row ? (bf16_ms / fp8_ms >= 1.7 ? " (target >= 1.7: MET)" : " (target >= 1.7: MISSED)") : "");
       }
-      for (void* ptr : {static_cast<void*>(d_slots), static_cast<void*>(lat), static_cast<void*>(rope),
-                        static_cast<void*>(cache), static_cast<void*>(cache8), static_cast<void*>(q),
-                        static_cast<void*>(out), static_cast<void*>(d_seq), static_cast<void*>(d_kv),
-                        static_cast<void*>(d_tables), static_cast<void*>(d_topk), ws, static_cast<void*>(q_abs),
-                        static_cast<void*>(o_lat), parts})
-        if (ptr != nullptr) MX_CUDA_CHECK(cudaFree(ptr));
+      dc.release();
+      for (void* ptr : {static_cast<void*>(out), ws, static_cast<void*>(q_abs), static_cast<void*>(o_lat), parts})
+        MX_CUDA_CHECK(cudaFree(ptr));
     }
   }
   return failures;
@@ -299,22 +252,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present()) return 0;
   cudaStream_t stream;
   MX_CUDA_CHECK(cudaStreamCreate(&stream));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 4096);
   std::printf("ceiling: device-to-device copy %.0f GB/s (read + write)\n", ceilings.copy_gbs);
-  mxserve::kernels::MlaParams p;
-  p.n_heads = heads;
-  p.qk_nope_dim = kNope;
-  p.qk_rope_dim = kRope;
-  p.v_dim = kV;
-  p.kv_lora_rank = kLora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(kNope + kRope));
+  const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
   if (!kc::mla_attend_mma_supported(p)) {
     std::printf("FAIL: %d heads outside the tensor-core kernel\n", heads);
     return 1;

@@ -39,16 +39,10 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "bench_device.h"
+#include "bench_mla.h"
 
-namespace kc = mxserve::kernels::cuda;
-using bench::dev_alloc;
-using bench::dev_upload;
-using bench::rel_l2_bf16;
 
 namespace {
-
-constexpr int kNope = 192, kRope = 64, kV = 256, kLora = 512, kRow = kLora + kRope, kBlock = 64;
 
 // Top-k lists [T, top_k] (ascending, -1 padded) of rows whose contexts are first_ctx, first_ctx + 1, ...
 std::vector<int32_t> make_topk(int64_t T, int64_t first_ctx, int64_t top_k, bool random_sets, std::mt19937& rng) {
@@ -113,11 +107,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_mla_sparse_prefill: need --tokens >= 1, --topk >= 1, --keys >= --tokens\n");
     return 2;
   }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present()) return 0;
   cudaStream_t stream;
   MX_CUDA_CHECK(cudaStreamCreate(&stream));
   const kc::Ceilings ceilings = kc::measure_ceilings(stream, int64_t{1} << 30, 8192);
@@ -150,13 +140,7 @@ int main(int argc, char** argv) {
 
   int failures = 0;
   for (const int heads : heads_list) {
-    mxserve::kernels::MlaParams p;
-    p.n_heads = heads;
-    p.qk_nope_dim = kNope;
-    p.qk_rope_dim = kRope;
-    p.v_dim = kV;
-    p.kv_lora_rank = kLora;
-    p.scale = 1.f / std::sqrt(static_cast<float>(kNope + kRope));
+    const mxserve::kernels::MlaParams p = mxserve::kernels::glm_mla_params(heads);
     const char* why = nullptr;
     if (!kc::mla_attend_wgmma_supported(p, &why)) {
       std::printf("heads %d: SKIP (%s)\n", heads, why);

@@ -26,6 +26,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h"
 #include "ops/moe_mxfp4_synth.h"
+#include "bench_device.h"
 
 namespace {
 
@@ -43,15 +44,10 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIP: no CUDA device (run on the GPU machine)\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present(" (run on the GPU machine)")) return 0;
   std::vector<int64_t> m_list;
-  for (int i = 1; i < argc; ++i) m_list.push_back(std::atoll(argv[i]));
-  if (m_list.empty()) m_list = {1, 8, 16, 64};
-  const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
+  if (!bench::token_counts_from_args(argc, argv, "bench_moe_mxfp4_pd", {1, 8, 16, 64}, &m_list)) return 2;
+  const ms::Shape shapes[] = {ms::kGlmAir, ms::kGlm52};
   // {gate_up CTAs per SM, down CTAs per SM, gate_up split, down warps}, the default first; 0 CTAs per SM = one
   // resident wave (16 warps per SM).
   const kc::MoeMxfp4PdConfig configs[] = {{0, 0, 4, 8}, {0, 0, 2, 8}, {0, 0, 8, 8}, {0, 0, 4, 4},

@@ -22,6 +22,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "ops/moe_mxfp4_synth.h"
+#include "bench_device.h"
 
 namespace {
 
@@ -57,15 +58,10 @@ double median_us(const ms::Model& m, ms::DeviceBatch& db, const kc::MoeMxfp4Plan
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIP: no CUDA device (run on the GPU machine)\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present(" (run on the GPU machine)")) return 0;
   std::vector<int64_t> ms_list;
-  for (int i = 1; i < argc; ++i) ms_list.push_back(std::atoll(argv[i]));
-  if (ms_list.empty()) ms_list = {2048, 8192, 16384};
-  const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
+  if (!bench::token_counts_from_args(argc, argv, "bench_moe_mxfp4_wg", {2048, 8192, 16384}, &ms_list)) return 2;
+  const ms::Shape shapes[] = {ms::kGlmAir, ms::kGlm52};
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   struct Row {
     int plan;  // the plan's variant (both GEMMs)

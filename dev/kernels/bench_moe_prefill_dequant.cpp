@@ -27,6 +27,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
 #include "ops/moe_mxfp4_synth.h"
+#include "bench_device.h"
 
 namespace {
 
@@ -39,30 +40,18 @@ double tflops(double flops, double us) { return flops / (us * 1e-6) / 1e12; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIP: no CUDA device (run on the GPU machine)\n");
-    return 0;
-  }
+  if (!bench::cuda_device_present(" (run on the GPU machine)")) return 0;
   if (!kc::moe_prefill_dequant_device_ok()) {
     std::printf("SKIP: not an sm_90 device (the dequant path's GEMM is wgmma)\n");
     return 0;
   }
   std::vector<int64_t> m_list;
-  for (int i = 1; i < argc; ++i) {
-    const long long m = std::atoll(argv[i]);
-    if (m <= 0) {
-      std::fprintf(stderr, "bench_moe_prefill_dequant: M '%s' must be a positive token count\n", argv[i]);
-      return 2;
-    }
-    m_list.push_back(m);
-  }
-  if (m_list.empty()) m_list = {2048, 8192};
+  if (!bench::token_counts_from_args(argc, argv, "bench_moe_prefill_dequant", {2048, 8192}, &m_list)) return 2;
   cudaStream_t stream = nullptr;
   const kc::Ceilings ceil = kc::measure_ceilings(stream, 1ll << 30);
   std::printf("ceilings: cuBLASLt bf16 GEMM %.1f TFLOP/s (n %lld), copy %.0f GB/s (read + write)\n", ceil.gemm_tflops,
               static_cast<long long>(ceil.gemm_n), ceil.copy_gbs);
-  const ms::Shape shapes[] = {{"GLM-4.5-Air", 4096, 1408, 128, 8}, {"GLM-5.2", 6144, 2048, 256, 8}};
+  const ms::Shape shapes[] = {ms::kGlmAir, ms::kGlm52};
   const auto& names = kc::moe_mxfp4_variants(kc::MoeGemm::kGateUp);
   const int wg128 = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg_n128_s3");
   const int wg256 = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, "wg_n256_s4");

@@ -29,6 +29,7 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/mla_geometry.h"
 #include "model/forward_batch.h"
 #endif
 
@@ -220,13 +221,7 @@ int tune_mla(backend::Backend& be, const TuneArgs& a) {
   cudaDeviceProp prop{};
   MX_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   const int n_sms = prop.multiProcessorCount;
-  kern::MlaParams p;
-  p.n_heads = a.key.n_heads;
-  p.qk_nope_dim = 192;
-  p.qk_rope_dim = 64;
-  p.v_dim = 256;
-  p.kv_lora_rank = 512;
-  p.scale = 1.f / std::sqrt(256.f);
+  const kern::MlaParams p = kern::glm_mla_params(a.key.n_heads);
   const char* why = nullptr;
   if (!kc::mla_attend_wgmma_supported(p, &why)) {
     std::fprintf(stderr, "error: tune-attention --mla --heads %d: the wgmma MLA kernel cannot run: %s\n", p.n_heads,

@@ -9,7 +9,8 @@
 //     CUDA backend, skipped with a clear message without a CUDA device) and CudaVsCpuTest (plus the CPU
 //     reference backend; bf16-representable random inputs, uploads, NaN-poisoned outputs so an unwritten
 //     element fails);
-//   - the paged batch builder shared by the attention tests (spans over shuffled cache blocks).
+//   - the paged batch builder shared by the attention tests (spans over shuffled cache blocks) and their
+//     attention geometry (attention_shape; the MLA one is kernels/mla_geometry.h, shared with the benches).
 // Invariant: a helper here never changes what a test computes (same RNG draws, same arithmetic as the per-file
 // copies it replaced); tolerances stay declared in each test file, next to the reason for them.
 #pragma once
@@ -34,6 +35,7 @@
 #include "backend/backend.h"
 #include "core/numeric.h"
 #include "core/tensor.h"
+#include "kernels/mla_geometry.h"
 #include "model/forward_batch.h"
 
 namespace mxserve::gpu_oracle {

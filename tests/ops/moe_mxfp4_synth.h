@@ -32,6 +32,9 @@ struct Shape {
   int64_t H, I;
   int E, K;
 };
+// The two MoE shapes the checks and benchmarks run (d_model H, expert inter I, E experts, top K).
+constexpr Shape kGlmAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
+constexpr Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Packed E2M1 codes (uniform bytes) and E8M0 scales around 1 / (3 sqrt(k)) for a [rows, k] weight.
 struct HostMx {

@@ -863,12 +863,7 @@ TEST_F(CudaMlaDsa, MlaAttentionTensorCoreKernel) {
 // rows, a prefill chunk; each case unsplit (1), with a forced 3 / 7 splits and with its own plan. Skips (saying
 // why) off sm_90.
 TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
-  kernels::MlaParams probe;
-  probe.n_heads = 64;
-  probe.qk_nope_dim = 192;
-  probe.qk_rope_dim = 64;
-  probe.v_dim = 256;
-  probe.kv_lora_rank = 512;
+  kernels::MlaParams probe = kernels::glm_mla_params(64);
   const char* why = nullptr;
   if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "kWgmma not runnable: " << why;
   const std::vector<MlaCase> cases = {
@@ -895,12 +890,7 @@ TEST_F(CudaMlaDsa, MlaAttentionWgmmaKernel) {
 // than top_k (-1 padded lists, one entry past the context the kernel must skip, a context of 1), the full top-2048
 // (32 tiles a token), tree rows. Skips (saying why) off sm_90.
 TEST_F(CudaMlaDsa, MlaAttentionSparsePrefillKernel) {
-  kernels::MlaParams probe;
-  probe.n_heads = 64;
-  probe.qk_nope_dim = 192;
-  probe.qk_rope_dim = 64;
-  probe.v_dim = 256;
-  probe.kv_lora_rank = 512;
+  kernels::MlaParams probe = kernels::glm_mla_params(64);
   const char* why = nullptr;
   if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "kWgmmaPrefill not runnable: " << why;
   const std::vector<MlaCase> cases = {
@@ -929,13 +919,7 @@ void run_mla_case(CudaMlaDsa& f, Backend& cpu_be, Backend& gpu_be, MlaDsaOps& co
   auto gmeta = model::build_attention_meta(batch, gpu_be, bs, meta_shape(NH, W)).value();
   Tensor q = f.rand({T, NH * (c.nope + c.rope)}), cache = f.rand({n_blocks * bs, W});
   Tensor kv_b = f.rand({NH * (c.nope + c.v), c.lora}, 0.2f);
-  kernels::MlaParams p;
-  p.n_heads = c.heads;
-  p.qk_nope_dim = c.nope;
-  p.qk_rope_dim = c.rope;
-  p.v_dim = c.v;
-  p.kv_lora_rank = c.lora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(c.nope + c.rope));
+  const kernels::MlaParams p = kernels::mla_params(c.heads, c.nope, c.rope, c.v, c.lora);
   // A top-k list per token: a random ascending subset of its visible keys (all when fewer), -1 padded,
   // with one index past the token's context where there is room (the op must ignore it).
   Tensor topk;

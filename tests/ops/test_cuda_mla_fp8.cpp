@@ -162,31 +162,40 @@ struct MlaCase {
   const char* what;
 };
 
-void run_mla(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lora) {
-  SCOPED_TRACE(c.what);
-  const int64_t bs = 16;
+// What both attention checks build, in this order (the RNG draws of the per-check copies it replaced): the paged
+// batch and its metadata, a packed FP8 cache written by the CPU and the f32 rows it dequantizes to, q, kv_b, a
+// random ascending subset of each token's causal keys (-1 padded) when c.top_k > 0, and the CPU reference over
+// the dequantized rows.
+struct MlaFp8Inputs {
+  int64_t T = 0, NH = 0;
+  backend::AttentionMeta cmeta, gmeta;
+  Tensor packed, deq, q, kv_b, topk, ctopk, gtopk, ref;
+  kernels::MlaParams p;
+  bool sparse = false;  // c.top_k > 0
+  const Tensor* ctopk_or_null() const { return sparse ? &ctopk : nullptr; }
+  const Tensor* gtopk_or_null() const { return sparse ? &gtopk : nullptr; }
+  const int32_t* gtopk_ptr() const { return sparse ? gtopk.data<int32_t>() : nullptr; }
+};
+
+MlaFp8Inputs mla_fp8_inputs(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lora, int64_t bs) {
+  MlaFp8Inputs in;
   int64_t n_blocks = 0;
   model::ForwardBatch batch = gpu_oracle::paged_batch(c.spans, bs, 2, f.rng_, &n_blocks);
-  const int64_t T = batch.n_tokens(), NH = c.heads;
-  kernels::AttentionParams shape;
-  shape.n_heads = static_cast<int32_t>(NH);
+  in.T = batch.n_tokens();
+  in.NH = c.heads;
+  kernels::AttentionParams shape;  // scale left at its default, as the MLA ops take theirs from MlaParams
+  shape.n_heads = c.heads;
   shape.n_kv_heads = 1;
   shape.head_dim = lora + rope;
-  auto cmeta = model::build_attention_meta(batch, *f.cpu_, bs, shape).value();
-  auto gmeta = model::build_attention_meta(batch, *f.gpu_, bs, shape).value();
-  Tensor packed = f.cpu_packed(n_blocks * bs, lora, rope);
-  Tensor deq = CudaMlaFp8::dequantized(packed, lora, rope);
-  Tensor q = f.rand({T, NH * (nope + rope)}), kv_b = f.rand({NH * (nope + v), lora}, 0.2f);
-  kernels::MlaParams p;
-  p.n_heads = c.heads;
-  p.qk_nope_dim = nope;
-  p.qk_rope_dim = rope;
-  p.v_dim = v;
-  p.kv_lora_rank = lora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(nope + rope));
-  Tensor topk;
-  if (c.top_k > 0) {  // a random ascending subset of each token's causal keys, -1 padded
-    topk = Tensor::empty(DType::kI32, {T, c.top_k});
+  in.cmeta = model::build_attention_meta(batch, *f.cpu_, bs, shape).value();
+  in.gmeta = model::build_attention_meta(batch, *f.gpu_, bs, shape).value();
+  in.packed = f.cpu_packed(n_blocks * bs, lora, rope);
+  in.deq = CudaMlaFp8::dequantized(in.packed, lora, rope);
+  in.q = f.rand({in.T, in.NH * (nope + rope)});
+  in.kv_b = f.rand({in.NH * (nope + v), lora}, 0.2f);
+  in.p = kernels::mla_params(c.heads, nope, rope, v, lora);
+  if (c.top_k > 0) {
+    in.topk = Tensor::empty(DType::kI32, {in.T, c.top_k});
     int64_t t = 0;
     for (const auto& s : batch.seqs)
       for (int32_t i = 0; i < s.n_tokens; ++i, ++t) {
@@ -196,39 +205,48 @@ void run_mla(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lor
         if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
         std::sort(vis.begin(), vis.end());
         vis.resize(c.top_k, -1);
-        std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
+        std::copy(vis.begin(), vis.end(), in.topk.data<int32_t>() + t * c.top_k);
       }
+    in.sparse = true;
+    in.ctopk = f.cpu(in.topk);
+    in.gtopk = f.gpu_->upload(in.topk);
   }
-  Tensor ctopk = c.top_k > 0 ? f.cpu(topk) : Tensor(), gtopk = c.top_k > 0 ? f.gpu_->upload(topk) : Tensor();
-  Tensor ref = f.cpu_->alloc(DType::kF32, {T, NH * v});
-  f.cops_->mla_attention(f.cpu(q), f.cpu(deq), f.cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
+  in.ref = f.cpu_->alloc(DType::kF32, {in.T, in.NH * v});
+  f.cops_->mla_attention(f.cpu(in.q), f.cpu(in.deq), f.cpu(in.kv_b), in.ctopk_or_null(), in.cmeta, in.p, in.ref);
+  return in;
+}
+
+void run_mla(CudaMlaFp8& f, const MlaCase& c, int nope, int rope, int v, int lora) {
+  SCOPED_TRACE(c.what);
+  const int64_t bs = 16;
+  const MlaFp8Inputs in = mla_fp8_inputs(f, c, nope, rope, v, lora, bs);
   // The CPU reading its own packed bytes gives the same result as over the dequantized rows.
-  Tensor ref8 = f.cpu_->alloc(DType::kF32, {T, NH * v});
-  f.cops_->mla_attention(f.cpu(q), f.cpu(packed), f.cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref8);
-  EXPECT_EQ(std::memcmp(ref8.raw(), ref.raw(), ref.nbytes()), 0) << "CPU FP8 read != dequantized rows";
-  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_exact(packed), gkv_b = f.gpu_bf16(kv_b);
-  kernels::MlaParams pf = p;
+  Tensor ref8 = f.cpu_->alloc(DType::kF32, {in.T, in.NH * v});
+  f.cops_->mla_attention(f.cpu(in.q), f.cpu(in.packed), f.cpu(in.kv_b), in.ctopk_or_null(), in.cmeta, in.p, ref8);
+  EXPECT_EQ(std::memcmp(ref8.raw(), in.ref.raw(), in.ref.nbytes()), 0) << "CPU FP8 read != dequantized rows";
+  Tensor gq = f.gpu_bf16(in.q), gcache = f.gpu_exact(in.packed), gkv_b = f.gpu_bf16(in.kv_b);
+  kernels::MlaParams pf = in.p;
   pf.fp8_cache = true;
   const bool mma = kernels::cuda::mla_attend_mma_supported(pf);
   // kAuto (the op) runs the Hopper attend where it can (FP8 rows included), else mma.sync, else SIMT.
   const bool wgmma = kernels::cuda::kMlaAutoWgmma && kernels::cuda::mla_attend_wgmma_supported(pf);
   {
-    Tensor out = f.poison_bf16({T, NH * v});
-    f.gops_->mla_attention(gq, gcache, gkv_b, c.top_k > 0 ? &gtopk : nullptr, gmeta, p, out);
-    expect_close(f.host(out), ref, wgmma ? kTolMlaWgmmaFp8 : mma ? kTolMlaMmaFp8 : kTolBf16Out,
+    Tensor out = f.poison_bf16({in.T, in.NH * v});
+    f.gops_->mla_attention(gq, gcache, gkv_b, in.gtopk_or_null(), in.gmeta, in.p, out);
+    expect_close(f.host(out), in.ref, wgmma ? kTolMlaWgmmaFp8 : mma ? kTolMlaMmaFp8 : kTolBf16Out,
                  std::string(c.what) + (wgmma ? " [op: wgmma fp8]" : mma ? " [op: mma fp8]" : " [op: simt fp8]"));
   }
-  const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(T, pf);
+  const size_t ws_bytes = kernels::cuda::mla_attention_workspace_bytes(in.T, pf);
   Tensor ws = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(ws_bytes)});
   for (const auto kernel : {kernels::cuda::MlaAttendKernel::kSimple, kernels::cuda::MlaAttendKernel::kMma}) {
     if (kernel == kernels::cuda::MlaAttendKernel::kMma && !mma) continue;
-    Tensor out = f.poison_bf16({T, NH * v});
-    kernels::cuda::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr,
-                                      c.top_k, gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                                      gmeta.block_tables.data<int32_t>(), out.raw(), pf, gmeta.params, ws.raw(),
+    Tensor out = f.poison_bf16({in.T, in.NH * v});
+    kernels::cuda::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), in.gtopk_ptr(),
+                                      c.top_k, in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                                      in.gmeta.block_tables.data<int32_t>(), out.raw(), pf, in.gmeta.params, ws.raw(),
                                       ws_bytes, backend::cuda_backend_stream(*f.gpu_), kernel);
     const bool simple = kernel == kernels::cuda::MlaAttendKernel::kSimple;
-    expect_close(f.host(out), ref, simple ? kTolBf16Out : kTolMlaMmaFp8,
+    expect_close(f.host(out), in.ref, simple ? kTolBf16Out : kTolMlaMmaFp8,
                  std::string(c.what) + (simple ? " [simt fp8]" : " [mma fp8]"));
   }
 }
@@ -258,79 +276,44 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
   SCOPED_TRACE(c.what);
   const int nope = 192, rope = 64, v = 256, lora = 512;
   const int64_t bs = 16;
-  int64_t n_blocks = 0;
-  model::ForwardBatch batch = gpu_oracle::paged_batch(c.spans, bs, 2, f.rng_, &n_blocks);
-  const int64_t T = batch.n_tokens(), NH = c.heads;
-  kernels::AttentionParams shape;
-  shape.n_heads = static_cast<int32_t>(NH);
-  shape.n_kv_heads = 1;
-  shape.head_dim = lora + rope;
-  auto cmeta = model::build_attention_meta(batch, *f.cpu_, bs, shape).value();
-  auto gmeta = model::build_attention_meta(batch, *f.gpu_, bs, shape).value();
-  Tensor packed = f.cpu_packed(n_blocks * bs, lora, rope);
-  Tensor deq = CudaMlaFp8::dequantized(packed, lora, rope);
+  const MlaFp8Inputs in = mla_fp8_inputs(f, c, nope, rope, v, lora, bs);
   // The bf16 cache the FP8 kernel's shared-memory tile equals: bf16(code x scale) (RNE of the same f32), bf16 rope.
-  Tensor deq16 = Tensor::empty(DType::kBF16, deq.shape());
-  for (int64_t i = 0; i < deq.numel(); ++i) deq16.data<uint16_t>()[i] = f32_to_bf16(deq.data<float>()[i]);
-  Tensor q = f.rand({T, NH * (nope + rope)}), kv_b = f.rand({NH * (nope + v), lora}, 0.2f);
-  kernels::MlaParams p;
-  p.n_heads = c.heads;
-  p.qk_nope_dim = nope;
-  p.qk_rope_dim = rope;
-  p.v_dim = v;
-  p.kv_lora_rank = lora;
-  p.scale = 1.f / std::sqrt(static_cast<float>(nope + rope));
-  Tensor topk;
-  if (c.top_k > 0) {  // a random ascending subset of each token's causal keys, -1 padded
-    topk = Tensor::empty(DType::kI32, {T, c.top_k});
-    int64_t t = 0;
-    for (const auto& s : batch.seqs)
-      for (int32_t i = 0; i < s.n_tokens; ++i, ++t) {
-        std::vector<int32_t> vis(s.kv_index_of(i) + 1);
-        std::iota(vis.begin(), vis.end(), 0);
-        std::shuffle(vis.begin(), vis.end(), f.rng_);
-        if (static_cast<int64_t>(vis.size()) > c.top_k) vis.resize(c.top_k);
-        std::sort(vis.begin(), vis.end());
-        vis.resize(c.top_k, -1);
-        std::copy(vis.begin(), vis.end(), topk.data<int32_t>() + t * c.top_k);
-      }
-  }
-  Tensor ctopk = c.top_k > 0 ? f.cpu(topk) : Tensor(), gtopk = c.top_k > 0 ? f.gpu_->upload(topk) : Tensor();
-  Tensor ref = f.cpu_->alloc(DType::kF32, {T, NH * v});
-  f.cops_->mla_attention(f.cpu(q), f.cpu(deq), f.cpu(kv_b), c.top_k > 0 ? &ctopk : nullptr, cmeta, p, ref);
-  Tensor gq = f.gpu_bf16(q), gcache = f.gpu_exact(packed), gcache16 = f.gpu_exact(deq16), gkv_b = f.gpu_bf16(kv_b);
-  kernels::MlaParams pf = p;
+  Tensor deq16 = Tensor::empty(DType::kBF16, in.deq.shape());
+  for (int64_t i = 0; i < in.deq.numel(); ++i) deq16.data<uint16_t>()[i] = f32_to_bf16(in.deq.data<float>()[i]);
+  Tensor gq = f.gpu_bf16(in.q), gcache = f.gpu_exact(in.packed), gcache16 = f.gpu_exact(deq16);
+  Tensor gkv_b = f.gpu_bf16(in.kv_b);
+  kernels::MlaParams pf = in.p;
   pf.fp8_cache = true;
   cudaStream_t stream = backend::cuda_backend_stream(*f.gpu_);
   auto launch = [&](const kernels::MlaParams& pp, const Tensor& cache, kc::MlaAttendKernel kernel, int n_splits,
                     Tensor& out) {
-    const size_t bytes = kc::mla_attention_workspace_bytes(T, pp, n_splits);
+    const size_t bytes = kc::mla_attention_workspace_bytes(in.T, pp, n_splits);
     Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
-    kc::mla_attention_bf16(gq.raw(), cache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
-                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                           gmeta.block_tables.data<int32_t>(), out.raw(), pp, gmeta.params, w.raw(), bytes, stream,
-                           kernel, n_splits);
+    kc::mla_attention_bf16(gq.raw(), cache.raw(), gkv_b.raw(), in.gtopk_ptr(), c.top_k,
+                           in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                           in.gmeta.block_tables.data<int32_t>(), out.raw(), pp, in.gmeta.params, w.raw(), bytes,
+                           stream, kernel, n_splits);
     Tensor h = f.host(out);  // synchronizes before w is freed
     return h;
   };
-  Tensor mma_out = f.poison_bf16({T, NH * v});
+  Tensor mma_out = f.poison_bf16({in.T, in.NH * v});
   const Tensor mma_host = launch(pf, gcache, kc::MlaAttendKernel::kMma, 0, mma_out);
-  expect_close(mma_host, ref, kTolMlaMmaFp8, std::string(c.what) + " [mma fp8]");
+  expect_close(mma_host, in.ref, kTolMlaMmaFp8, std::string(c.what) + " [mma fp8]");
   const int64_t max_items = c.top_k > 0                    ? c.top_k
-                            : gmeta.params.max_kv_len > 0 ? gmeta.params.max_kv_len
-                                                          : int64_t{gmeta.params.max_blocks_per_seq} * bs;
+                            : in.gmeta.params.max_kv_len > 0 ? in.gmeta.params.max_kv_len
+                                                          : int64_t{in.gmeta.params.max_blocks_per_seq} * bs;
   for (const auto variant : {kc::MlaAttendKernel::kWgmma, kc::MlaAttendKernel::kWgmmaSplitS})
     for (const int n_splits : splits) {
-      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(T, max_items, pf, c.top_k > 0, n_splits);
+      const kc::MlaSplitPlan plan = kc::mla_attend_wgmma_split_plan(in.T, max_items, pf, c.top_k > 0, n_splits);
       const std::string what = std::string(c.what) +
                                (variant == kc::MlaAttendKernel::kWgmma ? " [wgmma fp8, " : " [wgmma split-S fp8, ") +
                                std::to_string(plan.n_splits) + (n_splits > 0 ? " splits, forced]" : " splits]");
-      Tensor out8 = f.poison_bf16({T, NH * v}), out16 = f.poison_bf16({T, NH * v});
+      Tensor out8 = f.poison_bf16({in.T, in.NH * v}), out16 = f.poison_bf16({in.T, in.NH * v});
       const Tensor got = launch(pf, gcache, variant, n_splits, out8);
-      const Tensor bf16_same_values = launch(p, gcache16, variant, n_splits, out16);
+      const Tensor bf16_same_values = launch(in.p, gcache16, variant, n_splits, out16);
       expect_bytes_equal(got, bf16_same_values, (what + " == bf16 wgmma over the dequantized rows").c_str());
       expect_close(got, mma_host, kTolMlaWgmma, what + " vs mma fp8");
-      expect_close(got, ref, kTolMlaWgmmaFp8, what);
+      expect_close(got, in.ref, kTolMlaWgmmaFp8, what);
     }
   if (!graph) return;
   if (kc::sync_after_launch()) {
@@ -338,15 +321,15 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
     return;
   }
   // kAuto (the model's path) captured into a CUDA graph on a capture stream, replayed: byte-equal to eager.
-  const size_t bytes = kc::mla_attention_workspace_bytes(T, pf);
+  const size_t bytes = kc::mla_attention_workspace_bytes(in.T, pf);
   Tensor w = f.gpu_->alloc(DType::kU8, {static_cast<int64_t>(bytes)});
-  Tensor eager = f.poison_bf16({T, NH * v}), replay = f.poison_bf16({T, NH * v});
+  Tensor eager = f.poison_bf16({in.T, in.NH * v}), replay = f.poison_bf16({in.T, in.NH * v});
   cudaStream_t cs = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
   auto run_auto = [&](Tensor& out) {
-    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), c.top_k > 0 ? gtopk.data<int32_t>() : nullptr, c.top_k,
-                           gmeta.token_seq.data<int32_t>(), gmeta.kv_index.data<int32_t>(),
-                           gmeta.block_tables.data<int32_t>(), out.raw(), pf, gmeta.params, w.raw(), bytes, cs,
+    kc::mla_attention_bf16(gq.raw(), gcache.raw(), gkv_b.raw(), in.gtopk_ptr(), c.top_k,
+                           in.gmeta.token_seq.data<int32_t>(), in.gmeta.kv_index.data<int32_t>(),
+                           in.gmeta.block_tables.data<int32_t>(), out.raw(), pf, in.gmeta.params, w.raw(), bytes, cs,
                            kc::MlaAttendKernel::kAuto);
   };
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -368,12 +351,7 @@ void run_mla_wgmma(CudaMlaFp8& f, const MlaCase& c, const std::vector<int>& spli
 }
 
 TEST_F(CudaMlaFp8, MlaAttentionWgmmaReadsFp8Latent) {
-  kernels::MlaParams probe;
-  probe.n_heads = 64;
-  probe.qk_nope_dim = 192;
-  probe.qk_rope_dim = 64;
-  probe.v_dim = 256;
-  probe.kv_lora_rank = 512;
+  kernels::MlaParams probe = kernels::glm_mla_params(64);
   probe.fp8_cache = true;
   const char* why = nullptr;
   if (!kernels::cuda::mla_attend_wgmma_supported(probe, &why)) GTEST_SKIP() << "wgmma not runnable: " << why;

@@ -33,12 +33,14 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h"
 #include "moe_mxfp4_synth.h"
+#include "moe_oracle.h"
 
 namespace mxserve {
 namespace {
 
 namespace kc = kernels::cuda;
 namespace ms = moe_synth;
+using moe_oracle::any_nonzero;
 constexpr double kTol = 1e-2;
 
 struct PdCase {
@@ -50,21 +52,6 @@ struct PdCase {
   bool foreign = false;   // every third pair is another rank's expert (-1): compared with the existing path only
 };
 
-uint32_t test_seed() {
-  const char* env = std::getenv("MXSERVE_PD_SEED");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-}
-
-std::vector<double> to_f64(const std::vector<uint16_t>& v) {
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(v[i]);
-  return r;
-}
-
-bool any_nonzero(const std::vector<double>& v) {
-  return std::any_of(v.begin(), v.end(), [](double x) { return x != 0.0; });
-}
-
 // One design-9 call on db (out zeroed first unless accumulate; workspace poisoned).
 void run_pd(const ms::Model& m, ms::DeviceBatch& db, cudaStream_t stream, const kc::MoeMxfp4PdConfig& cfg = {},
             bool accumulate = false) {
@@ -75,9 +62,7 @@ void run_pd(const ms::Model& m, ms::DeviceBatch& db, cudaStream_t stream, const 
 }
 
 void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
-  const uint32_t seed = test_seed();
-  std::printf("%s: seed %u (rerun with MXSERVE_PD_SEED=%u)\n", shape.name, seed, seed);
-  std::fflush(stdout);
+  const uint32_t seed = moe_oracle::announced_seed("MXSERVE_PD_SEED", shape.name);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;
@@ -99,13 +84,13 @@ void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
     db.run(model, old_plan, stream);
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
     MX_CUDA_CHECK(cudaGetLastError());
-    const std::vector<double> old_all = to_f64(db.out_host());
+    const std::vector<double> old_all = moe_oracle::bf16_to_f64(db.out_host());
 
     run_pd(model, db, stream);
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
     MX_CUDA_CHECK(cudaGetLastError());
     const std::vector<uint16_t> pd_bits = db.out_host();
-    const std::vector<double> pd_all = to_f64(pd_bits);
+    const std::vector<double> pd_all = moe_oracle::bf16_to_f64(pd_bits);
 
     const gpu_oracle::Err vs_old = gpu_oracle::compare(pd_all, old_all, /*zero_ref_fails=*/true);
     const double e_old = vs_old.rel_l2, max_old = vs_old.max_abs;
@@ -174,7 +159,7 @@ void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
       run_pd(model, db, stream, cfg);
       MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       MX_CUDA_CHECK(cudaGetLastError());
-      const double e = gpu_oracle::compare(to_f64(db.out_host()), pd_all, true).rel_l2;
+      const double e = gpu_oracle::compare(moe_oracle::bf16_to_f64(db.out_host()), pd_all, true).rel_l2;
       EXPECT_LE(e, kTol) << "gate_up split " << cfg.gate_up_split << ", down warps " << cfg.down_warps;
       e_split = std::max(e_split, e);
     }
@@ -183,7 +168,7 @@ void run_shape(const ms::Shape& shape, const std::vector<PdCase>& cases) {
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<double> twice = pd_all;
     for (double& v : twice) v *= 2;
-    const double e_acc = gpu_oracle::compare(to_f64(db.out_host()), twice, true).rel_l2;
+    const double e_acc = gpu_oracle::compare(moe_oracle::bf16_to_f64(db.out_host()), twice, true).rel_l2;
 
     const bool ok = e_old <= kTol && (c.foreign || e_ref <= kTol) && same == runs && e_acc <= kTol &&
                     e_split <= kTol && any_nonzero(pd_all);
@@ -227,12 +212,12 @@ TEST(CudaMoeMxfp4Pd, SmallShapes) {
 
 TEST(CudaMoeMxfp4Pd, GlmAirShapes) {  // GLM-4.5-Air: H 4096, I 1408, E 128, top 8
   MXSERVE_SKIP_WITHOUT_CUDA();
-  run_shape({"GLM-4.5-Air", 4096, 1408, 128, 8}, decode_cases());
+  run_shape(ms::kGlmAir, decode_cases());
 }
 
 TEST(CudaMoeMxfp4Pd, Glm52Shapes) {  // GLM-5.2: H 6144, I 2048, E 256, top 8
   MXSERVE_SKIP_WITHOUT_CUDA();
-  run_shape({"GLM-5.2", 6144, 2048, 256, 8}, decode_cases());
+  run_shape(ms::kGlm52, decode_cases());
 }
 
 // Host-only (runs without a GPU): the support rule.

@@ -28,6 +28,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "gpu_oracle.h"
 #include "moe_mxfp4_synth.h"
+#include "moe_oracle.h"
 #include "quant/mxfp4.h"
 
 namespace mxserve {
@@ -49,36 +50,12 @@ using gpu_oracle::have_cuda_device;
 
 // The wg_* kernels need sm_90 (elsewhere their launcher runs pf_t128: the comparison would be vacuous).
 using gpu_oracle::have_sm90;
-
-// rel L2 of got vs ref (gpu_oracle.h); INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing
-// compared).
-double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  const gpu_oracle::Err e = gpu_oracle::compare(got, ref, /*zero_ref_fails=*/true);
-  *max_abs = e.max_abs;
-  return e.rel_l2;
-}
-
-// Rows checked against the host reference (~0.5-1 s a row): first, last, middle, a third; distinct, all < T.
-std::vector<int64_t> sampled_rows(int64_t T) {
-  std::vector<int64_t> rows;
-  for (int64_t t : {int64_t{0}, T - 1, T / 2, T / 3 + 1})
-    if (t >= 0 && t < T && std::find(rows.begin(), rows.end(), t) == rows.end()) rows.push_back(t);
-  return rows;
-}
-
-bool any_nonzero(const std::vector<double>& v) {
-  return std::any_of(v.begin(), v.end(), [](double x) { return x != 0.0; });
-}
-
-uint32_t test_seed() {
-  const char* env = std::getenv("MXSERVE_WG_SEED");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-}
+using moe_oracle::any_nonzero;
+using moe_oracle::rel_l2;
+using moe_oracle::sampled_rows;
 
 void run_shape(const ms::Shape& shape, const std::vector<WgCase>& cases) {
-  const uint32_t seed = test_seed();
-  std::printf("%s: seed %u (rerun with MXSERVE_WG_SEED=%u)\n", shape.name, seed, seed);
-  std::fflush(stdout);
+  const uint32_t seed = moe_oracle::announced_seed("MXSERVE_WG_SEED", shape.name);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;
@@ -167,31 +144,7 @@ TEST(CudaMoeMxfp4WgOracle, HostReferenceMatchesCpuBackend) {
     dn.push_back(ms::make_mx(s.H, s.I, 12 + 2 * e));
   }
   const ms::Batch b = ms::make_batch(s, 7, s.E, -1, rng);
-  Tensor cgu = Tensor::empty(DType::kF32, {s.E, 2 * s.I, s.H}), cdn = Tensor::empty(DType::kF32, {s.E, s.H, s.I});
-  for (int e = 0; e < s.E; ++e) {
-    auto as_tensor = [](const std::vector<uint8_t>& v, int64_t rows) {
-      Tensor t = Tensor::empty(DType::kU8, {rows, static_cast<int64_t>(v.size()) / rows});
-      std::memcpy(t.raw(), v.data(), v.size());
-      return t;
-    };
-    const Tensor fgu = quant::dequantize_mxfp4(as_tensor(gu[e].q, 2 * s.I), as_tensor(gu[e].s, 2 * s.I), s.H);
-    const Tensor fdn = quant::dequantize_mxfp4(as_tensor(dn[e].q, s.H), as_tensor(dn[e].s, s.H), s.I);
-    std::memcpy(cgu.data<float>() + e * 2 * s.I * s.H, fgu.raw(), fgu.nbytes());
-    std::memcpy(cdn.data<float>() + e * s.H * s.I, fdn.raw(), fdn.nbytes());
-  }
-  Tensor x = Tensor::empty(DType::kF32, {b.T, s.H}), ids = Tensor::empty(DType::kI32, {b.T, s.K});
-  Tensor wts = Tensor::empty(DType::kF32, {b.T, s.K}), out = Tensor::empty(DType::kF32, {b.T, s.H});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = bf16_to_f32(b.x[i]);
-  std::memcpy(ids.raw(), b.ids.data(), b.ids.size() * 4);
-  std::memcpy(wts.raw(), b.wts.data(), b.wts.size() * 4);
-  for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] = 0.f;
-  auto cpu = backend::make_cpu_backend();
-  Tensor dout = cpu->upload(out);
-  backend::ExpertWeights experts;
-  experts.gate_up = cpu->upload(cgu);
-  experts.down = cpu->upload(cdn);
-  cpu->moe_experts(cpu->upload(x), ids, wts, experts, dout);
-  const Tensor ref = cpu->to_host(dout);
+  const Tensor ref = moe_oracle::cpu_moe_reference(s, gu, dn, b);
   std::vector<double> got, want;
   for (int64_t t = 0; t < b.T; ++t) {
     const std::vector<double> r = ms::reference_row_of(s, gu, dn, b, t);
@@ -206,14 +159,12 @@ TEST(CudaMoeMxfp4WgOracle, HostReferenceMatchesCpuBackend) {
   EXPECT_GT(max_abs, 0.0);  // the two differ in bf16 rounding: identical outputs would mean a copied path
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: every case of both shapes samples only rows of its batch, and its routing is what the case says
 // (distinct experts per token, inside the pool, the hot expert in slot 0), so run_shape's host reference
 // never indexes past the batch or the expert list (the one-token case once sampled row 1 of 1: SIGSEGV).
 TEST(CudaMoeMxfp4WgOracle, CasesSampleValidRowsAndRoutes) {
-  for (const ms::Shape& shape : {kAir, kGlm52}) {
+  for (const ms::Shape& shape : {ms::kGlmAir, ms::kGlm52}) {
     std::mt19937_64 rng(3);
     for (const WgCase& c : cases()) {
       const std::vector<int64_t> rows = sampled_rows(c.T);
@@ -259,13 +210,13 @@ TEST(CudaMoeMxfp4WgOracle, ReferenceRejectsOutOfRangeRowsAndExperts) {
 TEST(CudaMoeMxfp4Wg, GlmAir) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg, Glm52) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the wg_* launchers run pf_t128 here (nothing to test)";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 }  // namespace

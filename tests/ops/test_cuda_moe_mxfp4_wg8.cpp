@@ -33,6 +33,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "gpu_oracle.h"
 #include "moe_mxfp4_synth.h"
+#include "moe_oracle.h"
 
 namespace mxserve {
 namespace {
@@ -64,40 +65,13 @@ struct Wg8Case {
 };
 
 using gpu_oracle::have_sm90;
-
-// rel L2 of got vs ref (gpu_oracle.h); INFINITY on a NaN, a size mismatch or an empty / all-zero ref (nothing
-// compared).
-double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  const gpu_oracle::Err e = gpu_oracle::compare(got, ref, /*zero_ref_fails=*/true);
-  *max_abs = e.max_abs;
-  return e.rel_l2;
-}
-
-std::vector<int64_t> sampled_rows(int64_t T) {
-  std::vector<int64_t> rows;
-  for (int64_t t : {int64_t{0}, T - 1, T / 2, T / 3 + 1})
-    if (t >= 0 && t < T && std::find(rows.begin(), rows.end(), t) == rows.end()) rows.push_back(t);
-  return rows;
-}
-
-bool any_nonzero(const std::vector<double>& v) {
-  return std::any_of(v.begin(), v.end(), [](double x) { return x != 0.0; });
-}
-
-uint32_t test_seed() {
-  const char* env = std::getenv("MXSERVE_WG_SEED");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-}
+using moe_oracle::any_nonzero;
+using moe_oracle::rel_l2;
+using moe_oracle::sampled_rows;
 
 int variant(const char* name) {
   const int v = kc::moe_mxfp4_variant_index(kc::MoeGemm::kGateUp, name);
   EXPECT_GE(v, 0) << name;
-  return v;
-}
-
-std::vector<double> to_double(const std::vector<uint16_t>& bits) {
-  std::vector<double> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_f32(bits[i]);
   return v;
 }
 
@@ -161,11 +135,11 @@ std::vector<double> read_gpu_act(const ms::Shape& s, const ms::DeviceBatch& db, 
   std::vector<uint16_t> bits(s.I);
   MX_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const char*>(db.ws) + g.act_offset + 2 * row * s.I, 2 * s.I,
                            cudaMemcpyDeviceToHost));
-  return to_double(bits);
+  return moe_oracle::bf16_to_f64(bits);
 }
 
 void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int spread = 4) {
-  const uint32_t seed = test_seed();
+  const uint32_t seed = moe_oracle::test_seed("MXSERVE_WG_SEED");
   std::printf("%s (scale spread %d): seed %u (rerun with MXSERVE_WG_SEED=%u)\n", shape.name, spread, seed, seed);
   std::fflush(stdout);
   std::mt19937_64 rng(seed);
@@ -196,7 +170,7 @@ void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int sp
     db.run(model, {wg256, wg256}, stream, true, false);
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
     MX_CUDA_CHECK(cudaGetLastError());
-    const std::vector<double> bf16_all = to_double(db.out_host());
+    const std::vector<double> bf16_all = moe_oracle::bf16_to_f64(db.out_host());
     std::vector<double> bf16_sampled;
     for (int64_t t : rows)
       bf16_sampled.insert(bf16_sampled.end(), bf16_all.begin() + t * shape.H, bf16_all.begin() + (t + 1) * shape.H);
@@ -219,7 +193,7 @@ void run_shape(const ms::Shape& shape, const std::vector<Wg8Case>& cases, int sp
       db.run(model, pc.plan, stream, true, true);
       MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       MX_CUDA_CHECK(cudaGetLastError());
-      const std::vector<double> all = to_double(db.out_host());
+      const std::vector<double> all = moe_oracle::bf16_to_f64(db.out_host());
       std::vector<double> sampled;
       for (int64_t t : rows) sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
       double mx_ref = 0, mx_bf = 0, mx_gpu16 = 0;
@@ -303,8 +277,6 @@ std::vector<Wg8Case> cases() {
   };
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: the W4A8 variants are eligible exactly when the caller opted in, the workspace grows only then,
 // and the heuristic never picks them.
@@ -414,12 +386,12 @@ TEST(CudaMoeMxfp4Wg8Registry, OracleFlags) {
 
 TEST(CudaMoeMxfp4Wg8, GlmAir) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 device: W4A8 runs bf16 elsewhere (nothing to test)";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoeMxfp4Wg8, Glm52) {
   if (!have_sm90()) GTEST_SKIP() << "needs an sm_90 device: W4A8 runs bf16 elsewhere (nothing to test)";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 // Blocks up to 15 exponents below their row's maximum: the exact slow conversion (subnormal / flushed e4m3

@@ -28,6 +28,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
 #include "moe_mxfp4_synth.h"
+#include "moe_oracle.h"
 #include "quant/mxfp4.h"
 
 namespace mxserve {
@@ -40,6 +41,7 @@ constexpr double kTolVsW4a16 = 1e-2;  // vs wg_n128_s3: the same bf16 weights an
 
 using gpu_oracle::have_cuda_device;
 using gpu_oracle::have_sm90;
+using moe_oracle::rel_l2;
 
 // The grouped GEMM kernels every case runs: BN 256 and BN 128 (all warps load + multiply), then the
 // warp-specialized one (mbarrier ring; last, so a hang there leaves the others' lines in the log).
@@ -56,28 +58,6 @@ struct Case {
   int hot;   // -1: none
   const char* what;
 };
-
-double rel_l2(const std::vector<double>& got, const std::vector<double>& ref, double* max_abs) {
-  const gpu_oracle::Err e = gpu_oracle::compare(got, ref, /*zero_ref_fails=*/true);
-  *max_abs = e.max_abs;
-  return e.rel_l2;
-}
-
-uint32_t test_seed() {
-  const char* env = std::getenv("MXSERVE_WG_SEED");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-}
-
-std::vector<double> to_double(const std::vector<uint16_t>& bits) {
-  std::vector<double> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_f32(bits[i]);
-  return v;
-}
-
-bool all_finite_nonzero(const std::vector<double>& v) {
-  return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }) &&
-         std::any_of(v.begin(), v.end(), [](double x) { return x != 0.0; });
-}
 
 // The dequant path on db's inputs into db.out (zeroed first), its own (poisoned) workspace.
 struct DequantRunner {
@@ -100,9 +80,7 @@ struct DequantRunner {
 };
 
 void run_shape(const ms::Shape& shape, const std::vector<Case>& cases) {
-  const uint32_t seed = test_seed();
-  std::printf("%s: seed %u (rerun with MXSERVE_WG_SEED=%u)\n", shape.name, seed, seed);
-  std::fflush(stdout);
+  const uint32_t seed = moe_oracle::announced_seed("MXSERVE_WG_SEED", shape.name);
   std::mt19937_64 rng(seed);
   const ms::Model model(shape, seed);
   cudaStream_t stream = nullptr;
@@ -122,7 +100,7 @@ void run_shape(const ms::Shape& shape, const std::vector<Case>& cases) {
     db.run(model, {wg, wg}, stream);
     MX_CUDA_CHECK(cudaStreamSynchronize(stream));
     MX_CUDA_CHECK(cudaGetLastError());
-    const std::vector<double> w4a16 = to_double(db.out_host());
+    const std::vector<double> w4a16 = moe_oracle::bf16_to_f64(db.out_host());
 
     DequantRunner dq(shape, c.T);
     int plans_ok = 0, plans_run = 0;
@@ -130,12 +108,12 @@ void run_shape(const ms::Shape& shape, const std::vector<Case>& cases) {
       dq.run(model, db, k.plan, stream);
       MX_CUDA_CHECK(cudaStreamSynchronize(stream));
       MX_CUDA_CHECK(cudaGetLastError());
-      const std::vector<double> all = to_double(db.out_host());
+      const std::vector<double> all = moe_oracle::bf16_to_f64(db.out_host());
       std::vector<double> sampled;
       for (int64_t t : rows) sampled.insert(sampled.end(), all.begin() + t * shape.H, all.begin() + (t + 1) * shape.H);
       double max_ref = 0, max_w = 0;
       const double e_ref = rel_l2(sampled, ref, &max_ref), e_w = rel_l2(all, w4a16, &max_w);
-      const bool ok = e_ref <= kTol && e_w <= kTolVsW4a16 && all_finite_nonzero(all) && all_finite_nonzero(w4a16);
+      const bool ok = e_ref <= kTol && e_w <= kTolVsW4a16 && moe_oracle::all_finite_nonzero(all) && moe_oracle::all_finite_nonzero(w4a16);
       ++plans_run;
       plans_ok += ok ? 1 : 0;
       std::printf("%s %s %-46s M=%-6lld %s: rel_l2 vs ref (%zu rows) %.3g (max_abs %.3g), vs W4A16 wg_n128_s3 "
@@ -145,7 +123,7 @@ void run_shape(const ms::Shape& shape, const std::vector<Case>& cases) {
       std::fflush(stdout);
       EXPECT_LE(e_ref, kTol) << shape.name << " " << c.what << " " << k.name;
       EXPECT_LE(e_w, kTolVsW4a16) << shape.name << " " << c.what << " " << k.name;
-      EXPECT_TRUE(all_finite_nonzero(all)) << shape.name << " " << c.what << " " << k.name
+      EXPECT_TRUE(moe_oracle::all_finite_nonzero(all)) << shape.name << " " << c.what << " " << k.name
                                            << ": NaN/Inf or all-zero output";
     }
     const bool case_ok = plans_ok == plans_run && plans_run == kNumKernels;
@@ -165,8 +143,6 @@ std::vector<Case> cases() {
   };
 }
 
-constexpr ms::Shape kAir{"GLM-4.5-Air", 4096, 1408, 128, 8};
-constexpr ms::Shape kGlm52{"GLM-5.2", 6144, 2048, 256, 8};
 
 // Host-only: the switch is off by default and never takes small or unsupported calls; the workspace holds the
 // bookkeeping plus one bf16 copy of every expert.
@@ -241,32 +217,7 @@ TEST(CudaMoePrefillDequant, SmallShapeVsCpuBackend) {
   const ms::Model model(s, 7);
   std::mt19937_64 rng(9);
   const ms::Batch b = ms::make_batch(s, 1100, s.E, -1, rng);
-  Tensor cgu = Tensor::empty(DType::kF32, {s.E, 2 * s.I, s.H}), cdn = Tensor::empty(DType::kF32, {s.E, s.H, s.I});
-  auto as_tensor = [](const std::vector<uint8_t>& v, int64_t rows) {
-    Tensor t = Tensor::empty(DType::kU8, {rows, static_cast<int64_t>(v.size()) / rows});
-    std::memcpy(t.raw(), v.data(), v.size());
-    return t;
-  };
-  for (int e = 0; e < s.E; ++e) {
-    const Tensor fgu =
-        quant::dequantize_mxfp4(as_tensor(model.gate_up[e].q, 2 * s.I), as_tensor(model.gate_up[e].s, 2 * s.I), s.H);
-    const Tensor fdn = quant::dequantize_mxfp4(as_tensor(model.down[e].q, s.H), as_tensor(model.down[e].s, s.H), s.I);
-    std::memcpy(cgu.data<float>() + e * 2 * s.I * s.H, fgu.raw(), fgu.nbytes());
-    std::memcpy(cdn.data<float>() + e * s.H * s.I, fdn.raw(), fdn.nbytes());
-  }
-  Tensor x = Tensor::empty(DType::kF32, {b.T, s.H}), ids = Tensor::empty(DType::kI32, {b.T, s.K});
-  Tensor wts = Tensor::empty(DType::kF32, {b.T, s.K}), out = Tensor::empty(DType::kF32, {b.T, s.H});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = bf16_to_f32(b.x[i]);
-  std::memcpy(ids.raw(), b.ids.data(), b.ids.size() * 4);
-  std::memcpy(wts.raw(), b.wts.data(), b.wts.size() * 4);
-  for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] = 0.f;
-  auto cpu = backend::make_cpu_backend();
-  Tensor dout = cpu->upload(out);
-  backend::ExpertWeights experts;
-  experts.gate_up = cpu->upload(cgu);
-  experts.down = cpu->upload(cdn);
-  cpu->moe_experts(cpu->upload(x), ids, wts, experts, dout);
-  const Tensor ref_t = cpu->to_host(dout);
+  const Tensor ref_t = moe_oracle::cpu_moe_reference(s, model.gate_up, model.down, b);
   const std::vector<double> ref(ref_t.data<float>(), ref_t.data<float>() + ref_t.numel());
 
   ms::DeviceBatch db(s, b);
@@ -275,27 +226,27 @@ TEST(CudaMoePrefillDequant, SmallShapeVsCpuBackend) {
     dq.run(model, db, k.plan, nullptr);
     MX_CUDA_CHECK(cudaDeviceSynchronize());
     MX_CUDA_CHECK(cudaGetLastError());
-    const std::vector<double> got = to_double(db.out_host());
+    const std::vector<double> got = moe_oracle::bf16_to_f64(db.out_host());
     double max_abs = 0;
     const double err = rel_l2(got, ref, &max_abs);
     std::printf("%s small E6 H256 I128 top 3, M=1100, %s vs CPU backend: rel_l2 %.3g max_abs %.3g\n",
-                err <= kTol && all_finite_nonzero(got) ? "PASS" : "FAIL", k.name, err, max_abs);
+                err <= kTol && moe_oracle::all_finite_nonzero(got) ? "PASS" : "FAIL", k.name, err, max_abs);
     std::fflush(stdout);
     EXPECT_LE(err, kTol) << k.name;
-    EXPECT_TRUE(all_finite_nonzero(got)) << k.name;
+    EXPECT_TRUE(moe_oracle::all_finite_nonzero(got)) << k.name;
   }
 }
 
 TEST(CudaMoePrefillDequant, GlmAir) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the dequant path needs wgmma";
-  run_shape(kAir, cases());
+  run_shape(ms::kGlmAir, cases());
 }
 
 TEST(CudaMoePrefillDequant, Glm52) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device: run on the GPU machine";
   if (!have_sm90()) GTEST_SKIP() << "not an sm_90 device: the dequant path needs wgmma";
-  run_shape(kGlm52, cases());
+  run_shape(ms::kGlm52, cases());
 }
 
 }  // namespace

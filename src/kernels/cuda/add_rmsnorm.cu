@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/rmsnorm_row.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace mxserve::kernels::cuda {
@@ -37,25 +38,8 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(const bf16* x, bf
       for (int j = 0; j < 8; ++j) ss += v[i][j] * v[i][j];
     }
   }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kThreads / 32; ++i) total += part[i];
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
-  bf16* orow = out + row * cols;
-#pragma unroll
-  for (int i = 0; i < kChunks; ++i) {
-    const int c = threadIdx.x + i * kThreads;
-    if (c < chunks) {
-      float wv[8], o[8];
-      load8(w + c * 8, wv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) o[j] = wv[j] * (v[i][j] * inv);
-      store8(orow + c * 8, o);
-    }
-  }
+  const float inv = block_rms_inv<kThreads>(ss, part, cols, eps);
+  store_rmsnorm_row<kThreads, kChunks>(v, inv, w, out + row * cols, chunks);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/rmsnorm_row.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kv_fp8.h"
 
@@ -96,25 +97,8 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_block_kernel(const bf16* 
       for (int j = 0; j < 8; ++j) ss += v[i][j] * v[i][j];
     }
   }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kRmsThreads / 32; ++i) total += part[i];
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
-  bf16* orow = out + row * cols;
-#pragma unroll
-  for (int i = 0; i < kRmsChunks; ++i) {
-    const int c = threadIdx.x + i * kRmsThreads;
-    if (c < chunks) {
-      float wv[8], o[8];
-      load8(w + c * 8, wv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) o[j] = wv[j] * (v[i][j] * inv);
-      store8(orow + c * 8, o);
-    }
-  }
+  const float inv = block_rms_inv<kRmsThreads>(ss, part, cols, eps);
+  store_rmsnorm_row<kRmsThreads, kRmsChunks>(v, inv, w, out + row * cols, chunks);
 }
 
 // One block per token (grid-stride): lane j of a warp owns rotary pair j (+ 32 i), computes its sin/cos once

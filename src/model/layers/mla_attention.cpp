@@ -37,6 +37,22 @@ Tensor columns(backend::Backend& be, backend::MlaDsaOps& ops, const Tensor& y, i
   return out;
 }
 
+// The indexer's selection from its roped queries q [T, NH * D] and head weights w [T, NH] over key_cache:
+// topk [T, index_topk], then the decision hook's record of it (when one is active).
+void select_topk(backend::Backend& be, backend::MlaDsaOps& ops, const GlmMoeDsaConfig& d, const Tensor& q,
+                 const Tensor& w, const Tensor& key_cache, const backend::AttentionMeta& meta, int64_t layer,
+                 Tensor& topk) {
+  const int64_t NH = d.index_n_heads, D = d.index_head_dim;
+  kernels::IndexerParams ip;
+  ip.n_heads = static_cast<int32_t>(NH);
+  ip.head_dim = static_cast<int32_t>(D);
+  ip.top_k = static_cast<int32_t>(d.index_topk);
+  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
+  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
+  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+}
+
 }  // namespace
 
 DsaIndexer DsaIndexer::load(WeightLoader& wl, const std::string& p, const ModelConfig& cfg) {
@@ -65,14 +81,7 @@ void DsaIndexer::forward(backend::Backend& be, backend::MlaDsaOps& ops, const Mo
   write_keys(be, ops, cfg, x, positions, meta, key_cache);
   Tensor w = be.alloc(act, {T, NH});
   be.linear(x, weights_proj, nullptr, w);
-  kernels::IndexerParams ip;
-  ip.n_heads = static_cast<int32_t>(NH);
-  ip.head_dim = static_cast<int32_t>(D);
-  ip.top_k = static_cast<int32_t>(d.index_topk);
-  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
-  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
-  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+  select_topk(be, ops, d, q, w, key_cache, meta, layer, topk);
 }
 
 void DsaIndexer::forward_projected(backend::Backend& be, backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,
@@ -84,14 +93,7 @@ void DsaIndexer::forward_projected(backend::Backend& be, backend::MlaDsaOps& ops
   be.linear(q_resid, wq_b, nullptr, q);
   ops.rope_interleaved(q, positions, rope_params(cfg, NH, D, 0));
   write_projected_keys(ops, cfg, k, positions, meta, key_cache);
-  kernels::IndexerParams ip;
-  ip.n_heads = static_cast<int32_t>(NH);
-  ip.head_dim = static_cast<int32_t>(D);
-  ip.top_k = static_cast<int32_t>(d.index_topk);
-  ip.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  ip.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(NH)));
-  ops.indexer_topk(q, w, key_cache, meta, ip, topk);
-  if (DecisionHook* hook = active_decision_hook()) index_decision(be, q, w, key_cache, meta, ip, layer, *hook, topk);
+  select_topk(be, ops, d, q, w, key_cache, meta, layer, topk);
 }
 
 void DsaIndexer::write_projected_keys(backend::MlaDsaOps& ops, const ModelConfig& cfg, Tensor& k,

@@ -14,6 +14,7 @@
 #include "model/layers/weight_loader.h"
 #include "model/weight_table.h"
 #include "quant/mxfp4.h"
+#include "../../model/forwarding_backend.h"
 
 namespace mxserve::model {
 namespace {
@@ -21,46 +22,11 @@ namespace {
 using backend::ExpertFormat;
 
 // The CPU backend, claiming to run MXFP4 experts (only the loader is exercised).
-class Mxfp4ClaimingBackend final : public backend::Backend {
+class Mxfp4ClaimingBackend final : public test::ForwardingBackend {
  public:
+  Mxfp4ClaimingBackend() : ForwardingBackend(backend::make_cpu_backend()) {}
   std::string name() const override { return "cpu+mxfp4-claim"; }
-  Device device() const override { return cpu_->device(); }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  DType weight_dtype() const override { return cpu_->weight_dtype(); }
   bool supports_expert_format(ExpertFormat) const override { return true; }
-  Tensor alloc(DType dtype, Shape shape) override { return cpu_->alloc(dtype, std::move(shape)); }
-  void copy_weight(const Tensor& host, Tensor& dst) override { cpu_->copy_weight(host, dst); }
-  Tensor upload(const Tensor& host) override { return cpu_->upload(host); }
-  Tensor to_host(const Tensor& t) override { return cpu_->to_host(t); }
-  void embedding(const Tensor& a, const Tensor& b, Tensor& c) override { cpu_->embedding(a, b, c); }
-  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { cpu_->rmsnorm(x, w, eps, out); }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& out) override { cpu_->linear(x, w, b, out); }
-  void rope(Tensor& x, const Tensor& p, const kernels::RopeParams& rp) override { cpu_->rope(x, p, rp); }
-  void silu_mul(const Tensor& g, Tensor& out) override { cpu_->silu_mul(g, out); }
-  void add(Tensor& x, const Tensor& y) override { cpu_->add(x, y); }
-  void kv_write(const Tensor& k, const Tensor& v, const backend::AttentionMeta& m, Tensor& kc, Tensor& vc) override {
-    cpu_->kv_write(k, v, m, kc, vc);
-  }
-  void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const backend::AttentionMeta& m,
-                 Tensor& out) override {
-    cpu_->attention(q, kc, vc, m, out);
-  }
-  void router(const Tensor& x, const Tensor& g, const Tensor& b, const kernels::RouterParams& p, Tensor& ids,
-              Tensor& w) override {
-    cpu_->router(x, g, b, p, ids, w);
-  }
-  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w, const backend::ExpertWeights& ex,
-                   Tensor& out) override {
-    cpu_->moe_experts(x, ids, w, ex, out);
-  }
-  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override { cpu_->gather_rows(x, rows, out); }
-  void argmax_rows(const Tensor& logits, Tensor& out) override { cpu_->argmax_rows(logits, out); }
-  void fill_synthetic(const kernels::SyntheticFill& p, Tensor& dst, Tensor* scales) override {
-    cpu_->fill_synthetic(p, dst, scales);
-  }
-
- private:
-  std::unique_ptr<backend::Backend> cpu_ = backend::make_cpu_backend();
 };
 
 Tensor random_f32(int64_t rows, int64_t cols, uint32_t seed) {

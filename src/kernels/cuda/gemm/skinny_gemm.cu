@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/ld_stream.cuh"
 #include "kernels/cuda/common/mma_sm80.cuh"
 
 namespace mxserve::kernels::cuda {
@@ -24,16 +25,7 @@ namespace {
 constexpr int kChunk = 64;           // k columns per warp step
 constexpr int kTargetWarps = 3000;   // enough warps in the grid to fill 132 SMs with bytes in flight
 
-// Streamed once: no L1 allocation; L2::256B brings the neighbouring bytes of the row with the miss.
-__device__ __forceinline__ uint4 sk_ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// One chunk's weights for one lane: rows g (a) and g + 8 (b), two 16-byte halves each.
+// One chunk's weights for one lane (streamed once: common/ld_stream.cuh): rows g (a) and g + 8 (b), two 16-byte halves each.
 struct SkChunk {
   uint4 a[2], b[2];
 };
@@ -42,8 +34,8 @@ __device__ __forceinline__ SkChunk sk_load(const bf16* wa, const bf16* wb, int c
   SkChunk c;
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
-    c.a[u] = sk_ld_stream16(wa + col + 8 * u);
-    c.b[u] = sk_ld_stream16(wb + col + 8 * u);
+    c.a[u] = ld_stream16(wa + col + 8 * u);
+    c.b[u] = ld_stream16(wb + col + 8 * u);
   }
   return c;
 }

@@ -22,6 +22,7 @@
 #include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg.h"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg_schedule.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 
 namespace mxserve::kernels::cuda {
@@ -105,50 +106,14 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 ? 2 : 1)
       const int slot = ks % kStages;
       const uint32_t a_addr = sbase + L::kA0 + slot * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + slot * L::kBTile;
-      wgmma::fence_regs(acc);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
-        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
-        else wgmma::m64n256k16_ss(acc, da, db, 1);
-      }
-      wgmma::commit_group();
-      wgmma::fence_regs(acc);
-      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
-      wgmma::fence_regs(acc);
+      wg_mma_step<kBN, kBK>(acc, a_addr, b_addr);
     }
     wgmma::wait_group<0>();
     wgmma::fence_regs(acc);
     cp_async_wait_group<0>();  // the trailing (empty) groups
 
     // Epilogue (as design 6): row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg * 64 + wq * 16 + g + 8 * h;
-      if (row >= rows) continue;
-      bf16* crow = p.c + static_cast<int64_t>(rb + r0 + row) * N;
-      if constexpr (kSwiglu) {
-#pragma unroll
-        for (int jp = 0; jp < kBN / 16; ++jp) {
-          const int feat = fbase + jp * 8 + 2 * t;
-          if (feat >= N) continue;
-          const float g0 = acc[4 * (2 * jp) + 2 * h], g1 = acc[4 * (2 * jp) + 2 * h + 1];
-          const float u0 = acc[4 * (2 * jp + 1) + 2 * h], u1 = acc[4 * (2 * jp + 1) + 2 * h + 1];
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-              __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int feat = fbase + j * 8 + 2 * t;
-          if (feat >= N) continue;
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-              __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-      }
-    }
+    wg_store_acc<kBN, kSwiglu>(acc, p.c, rb + r0, wg * 64 + wq * 16 + g, rows, N, fbase, t);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg.h"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg_schedule.h"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -134,31 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::fence_regs(acc);
 
   // Epilogue (as moe_bf16_wg.cu): row = 64 cw + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = cw * 64 + wq * 16 + g + 8 * h;
-    if (row >= rows) continue;
-    bf16* crow = p.c + static_cast<int64_t>(rb + r0 + row) * N;
-    if constexpr (kSwiglu) {
-#pragma unroll
-      for (int jp = 0; jp < kBN / 16; ++jp) {
-        const int feat = fbase + jp * 8 + 2 * t;
-        if (feat >= N) continue;
-        const float g0 = acc[4 * (2 * jp) + 2 * h], g1 = acc[4 * (2 * jp) + 2 * h + 1];
-        const float u0 = acc[4 * (2 * jp + 1) + 2 * h], u1 = acc[4 * (2 * jp + 1) + 2 * h + 1];
-        *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-            __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int feat = fbase + j * 8 + 2 * t;
-        if (feat >= N) continue;
-        *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-            __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      }
-    }
-  }
+  wg_store_acc<kBN, kSwiglu>(acc, p.c, rb + r0, cw * 64 + wq * 16 + g, rows, N, fbase, t);
 #endif
 }
 

@@ -33,6 +33,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
+#include "kernels/cuda/moe_mxfp4/mxfp4_row_stream.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -45,43 +46,13 @@ __device__ __forceinline__ void gv_launch_dependents() {
 #endif
 }
 
-// Streamed once: no L1 allocation (x keeps L1). L2::256B: a miss brings the row's whole 256-byte segment
-// (this lane quad's next 3 k steps of the row), so DRAM reads 256 contiguous bytes per row opening instead
-// of the 64 a step needs (a tile's 16 rows are 16 separate streams, each step 1 KB apart in time).
-__device__ __forceinline__ uint4 gv_ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t gv_ld_stream4(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-
-// One k step of one lane: 16 code bytes of rows g (a) and g+8 (b), and the scale word of the step for
-// each row (blocks 4s .. 4s+3; byte t is this lane's block).
-struct GvStep {
-  uint4 qa, qb;
-  uint32_t sa, sb;
-};
-
-// The lane's view of one 16-row tile of one expert: row pointers and the step count.
-struct GvTile {
-  const uint8_t *qa, *qb;  // code rows (g, g+8), offset to this lane's first block (16 t bytes)
-  const uint32_t *sa, *sb; // scale rows as words
-  int n_steps;
-  __device__ __forceinline__ GvStep load(int s) const {
-    GvStep w;
-    w.qa = gv_ld_stream16(qa + 64 * s);
-    w.qb = gv_ld_stream16(qb + 64 * s);
-    w.sa = gv_ld_stream4(sa + s);
-    w.sb = gv_ld_stream4(sb + s);
-    return w;
-  }
-};
+// The weights are streamed once (common/ld_stream.cuh: no L1 allocation, x keeps L1; an L2 miss brings the
+// row's whole 256-byte segment, this lane quad's next 3 k steps of the row; a tile's 16 rows are 16 separate
+// streams, each step 1 KB apart in time).
+// One k step of one lane (GvStep) and the lane's view of one 16-row tile of one expert (GvTile: row pointers
+// and the step count): mxfp4_row_stream.cuh.
+using GvStep = Mxfp4RowStep;
+using GvTile = Mxfp4RowStream;
 
 // row_a, row_b: absolute weight rows ([E * rows] flattened) of the lane's rows g and g+8.
 __device__ __forceinline__ GvTile gv_tile(const Mxfp4GemmArgs& p, int64_t row_a, int64_t row_b, int t) {
@@ -140,21 +111,7 @@ __device__ __forceinline__ void gv_mma_step(float (&acc)[4], const GvStep& w, co
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // MMA jj = 2 wi + h: bytes 2h, 2h+1 of word wi
       uint32_t a[4];
-      a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
-      a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
-      a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
-      a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
-      if constexpr (kTwoStep) {
-        a[0] = mxfp4_apply(a[0], fa);
-        a[2] = mxfp4_apply(a[2], fa);
-        a[1] = mxfp4_apply(a[1], fb);
-        a[3] = mxfp4_apply(a[3], fb);
-      } else {
-        a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
-        a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
-        a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
-        a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
-      }
+      mxfp4_a_frag_word<kTwoStep>(ca, ca4, cb, cb4, h, fa, fb, a);
       // x elements 8 wi + 4h .. +4 of the lane's 32: uint4 v[wi], words 2h, 2h+1.
       const uint4& xv = x.v[wi];
       mma_bf16_m16n8k16(acc, a, h == 0 ? xv.x : xv.z, h == 0 ? xv.y : xv.w);

@@ -26,6 +26,7 @@
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
+#include "kernels/cuda/moe_mxfp4/mxfp4_row_stream.cuh"
 
 namespace mxserve::kernels::cuda {
 namespace {
@@ -115,37 +116,9 @@ __device__ void pd_group(PdGroups& gr, const int32_t* __restrict__ ids, int n_pa
 }
 
 // ---- the weight stream (one 16-row tile, a range of k steps) ----
-__device__ __forceinline__ uint4 pd_ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t pd_ld_stream4(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
 
-struct PdStep {
-  uint4 qa, qb;    // 16 code bytes of rows g (a) and g + 8 (b): E8M0 block 4s + t
-  uint32_t sa, sb;  // the step's 4 scale bytes of each row (byte t is this lane's)
-};
-
-struct PdTile {
-  const uint8_t *qa, *qb;
-  const uint32_t *sa, *sb;
-  int n_steps;
-  __device__ __forceinline__ PdStep load(int s) const {
-    PdStep w;
-    w.qa = pd_ld_stream16(qa + 64 * s);
-    w.qb = pd_ld_stream16(qb + 64 * s);
-    w.sa = pd_ld_stream4(sa + s);
-    w.sb = pd_ld_stream4(sb + s);
-    return w;
-  }
-};
+using PdStep = Mxfp4RowStep;  // mxfp4_row_stream.cuh
+using PdTile = Mxfp4RowStream;
 
 // Rows row_a / row_b (absolute, [E * rows] flattened) of a weight with k columns, k steps [s0, s0 + n).
 __device__ __forceinline__ PdTile pd_tile(const uint8_t* wq, const uint8_t* ws, int k, int64_t row_a, int64_t row_b,
@@ -193,21 +166,7 @@ __device__ __forceinline__ void pd_mma_step(float (&acc0)[4], float (&acc1)[4], 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t a[4];
-      a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
-      a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
-      a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
-      a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
-      if constexpr (kTwoStep) {
-        a[0] = mxfp4_apply(a[0], fa);
-        a[2] = mxfp4_apply(a[2], fa);
-        a[1] = mxfp4_apply(a[1], fb);
-        a[3] = mxfp4_apply(a[3], fb);
-      } else {
-        a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
-        a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
-        a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
-        a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
-      }
+      mxfp4_a_frag_word<kTwoStep>(ca, ca4, cb, cb4, h, fa, fb, a);
       const uint4& xa = x0.v[wi];
       mma_bf16_m16n8k16(acc0, a, h == 0 ? xa.x : xa.z, h == 0 ? xa.y : xa.w);
       if constexpr (kTwo) {

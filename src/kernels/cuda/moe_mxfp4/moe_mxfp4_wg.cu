@@ -27,8 +27,10 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/sm90_device.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
+#include "kernels/cuda/moe_mxfp4/moe_mxfp4_epilogue.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_wg_tile.cuh"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
@@ -97,15 +99,8 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
         unsigned char* bt = smem + L::kB0 + buf * L::kBTile;
         const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const uint32_t w = words[c], w4 = w << 4;
-          uint4 v;
-          v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
-          v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
-          v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
-          v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = v;
-        }
+        for (int c = 0; c < 4; ++c)
+          *reinterpret_cast<uint4*>(bt + wg_swz128(row, 4 * half + c)) = mxfp4_dequant_word(words[c], f);
       }
     };
 
@@ -127,19 +122,7 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     for (int ks = 0; ks < n_steps; ++ks) {
       const uint32_t a_addr = sbase + L::kA0 + (ks % kStages) * L::kATile + wg * 64 * 128;
       const uint32_t b_addr = sbase + L::kB0 + (ks % 2) * L::kBTile;
-      wgmma::fence_regs(acc);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk) {
-        const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
-        const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
-        if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
-        else wgmma::m64n256k16_ss(acc, da, db, 1);
-      }
-      wgmma::commit_group();
-      wgmma::fence_regs(acc);
-      wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
-      wgmma::fence_regs(acc);
+      wg_mma_step<kBN, kWgBK>(acc, a_addr, b_addr);
       if (ks + 1 < n_steps) {
         // Groups committed so far cover stages 0 .. ks + S - 2; stage ks + 1 must have landed.
         cp_async_wait_group<kStages - 3>();
@@ -159,45 +142,12 @@ __global__ void __launch_bounds__(kWgThreads, kBN == 128 ? 2 : 1) mxfp4_wg_kerne
     cp_async_wait_group<0>();  // the trailing (empty) groups
 
     // Epilogue: row = 64 wg + 16 wq + g + 8 h, accumulator column 8 j + 2 t (+1).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg * 64 + wq * 16 + g + 8 * h;
-      if (row >= rows) continue;
-      bf16* crow = p.c + static_cast<int64_t>(rb + r0 + row) * N;
-      if constexpr (kSwiglu) {
-#pragma unroll
-        for (int jp = 0; jp < kBN / 16; ++jp) {
-          const int feat = fbase + jp * 8 + 2 * t;
-          if (feat >= N) continue;
-          const float g0 = acc[4 * (2 * jp) + 2 * h], g1 = acc[4 * (2 * jp) + 2 * h + 1];
-          const float u0 = acc[4 * (2 * jp + 1) + 2 * h], u1 = acc[4 * (2 * jp + 1) + 2 * h + 1];
-          const __nv_bfloat162 v = __floats2bfloat162_rn(g0 / (1.0f + expf(-g0)) * u0, g1 / (1.0f + expf(-g1)) * u1);
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) = v;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int feat = fbase + j * 8 + 2 * t;
-          if (feat >= N) continue;
-          *reinterpret_cast<__nv_bfloat162*>(crow + feat) =
-              __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-      }
-    }
+    wg_store_acc<kBN, kSwiglu>(acc, p.c, rb + r0, wg * 64 + wq * 16 + g, rows, N, fbase, t);
   }
 }
 
 // sm_90 (Hopper) only: wgmma. Cached per process (one device per backend in this engine).
-bool wg_device_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-}
+bool wg_device_ok() { return cuda_device_is_sm90(); }
 
 template <int kBN, int kStages, bool kSwiglu>
 void launch_wg(const Mxfp4GemmArgs& a, cudaStream_t stream) {

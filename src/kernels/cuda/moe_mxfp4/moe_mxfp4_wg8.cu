@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/sm90_device.h"
 #include "kernels/cuda/common/mma_sm80.cuh"
 #include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
@@ -313,16 +314,7 @@ struct Wg8Launch {
 
 }  // namespace
 
-bool mxfp4_wg8_device_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-}
+bool mxfp4_wg8_device_ok() { return cuda_device_is_sm90(); }
 
 void mxfp4_w4a8_quantize_rows(const bf16* x, int64_t rows, int cols, uint8_t* q, float* scale, cudaStream_t stream) {
   MX_CHECK_MSG(cols % 8 == 0, "mxfp4_w4a8_quantize_rows: cols " << cols << " must be a multiple of 8");

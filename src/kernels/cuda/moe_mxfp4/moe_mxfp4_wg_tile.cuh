@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common/mma_sm80.cuh"
+#include "kernels/cuda/common/wgmma_sm90.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_internal.h"
 
 namespace mxserve::kernels::cuda {
@@ -123,5 +124,25 @@ struct WgTokenSources {
     }
   }
 };
+
+// One k step of a warpgroup's m64 x kBN wgmma chain (designs 6 and moe_bf16_wg): kBK / 16 k16 MMAs from the
+// 128B-swizzled K-major A / B tiles at shared addresses a_addr / b_addr into acc, committed as one group, then
+// wait until the warpgroup's previous step is done (one group stays in flight).
+template <int kBN, int kBK>
+__device__ __forceinline__ void wg_mma_step(float (&acc)[kBN / 2], uint32_t a_addr, uint32_t b_addr) {
+  wgmma::fence_regs(acc);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t da = wgmma::desc_sw128_kmajor(a_addr + 32 * kk);
+    const uint64_t db = wgmma::desc_sw128_kmajor(b_addr + 32 * kk);
+    if constexpr (kBN == 128) wgmma::m64n128k16_ss(acc, da, db, 1);
+    else wgmma::m64n256k16_ss(acc, da, db, 1);
+  }
+  wgmma::commit_group();
+  wgmma::fence_regs(acc);
+  wgmma::wait_group<1>();  // this warpgroup's step ks - 1 is done
+  wgmma::fence_regs(acc);
+}
 
 }  // namespace mxserve::kernels::cuda

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/sm90_device.h"
 #include "kernels/cuda/moe/moe_permute.cuh"
 #include "kernels/cuda/moe_mxfp4/moe_bf16_wg.h"
 #include "kernels/cuda/moe_mxfp4/mxfp4_dequant.cuh"
@@ -40,15 +41,7 @@ __global__ void __launch_bounds__(kDequantThreads)
   uint4* dst = reinterpret_cast<uint4*>(out + gu * 32);
   const uint32_t words[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = words[i], w4 = w << 4;
-    uint4 v;
-    v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
-    v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
-    v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
-    v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
-    dst[i] = v;
-  }
+  for (int i = 0; i < 4; ++i) dst[i] = mxfp4_dequant_word(words[i], f);
 }
 
 int64_t max_active_of(const MoeShape& s) { return std::min<int64_t>(s.n_experts, s.n_tokens * s.top_k); }
@@ -110,16 +103,7 @@ bool moe_prefill_dequant_supports(const MoeShape& s) {
          s.d_model % 128 == 0 && s.inter % 128 == 0 && s.n_tokens * s.top_k < (int64_t{1} << 31);
 }
 
-bool moe_prefill_dequant_device_ok() {
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-}
+bool moe_prefill_dequant_device_ok() { return cuda_device_is_sm90(); }
 
 bool moe_prefill_dequant_enabled(const MoeShape& s, bool forced) {
   if (!forced && !env_switch()) return false;

@@ -49,6 +49,18 @@ __device__ __forceinline__ uint32_t mxfp4_apply(uint32_t raw, const Mxfp4Factor&
   return as_u32(v);
 }
 
+// One 32-bit word of E2M1 codes (4 bytes, 8 weights) -> 8 bf16 weights as one uint4, in byte order (byte i ->
+// component i: its lo nibble the low half).
+__device__ __forceinline__ uint4 mxfp4_dequant_word(uint32_t w, const Mxfp4Factor& f) {
+  const uint32_t w4 = w << 4;
+  uint4 v;
+  v.x = mxfp4_apply(e2m1_pair_raw<0>(w, w4), f);
+  v.y = mxfp4_apply(e2m1_pair_raw<1>(w, w4), f);
+  v.z = mxfp4_apply(e2m1_pair_raw<2>(w, w4), f);
+  v.w = mxfp4_apply(e2m1_pair_raw<3>(w, w4), f);
+  return v;
+}
+
 // The MMA A fragment (m16n8k16, weights = operand A) of MMA kJ (0..7) of one 128-wide k step, from a lane's
 // 16 code bytes of rows g (qa) and g+8 (qb): bytes 2kJ (regs 0/1: k slots 2t, 2t+1) and 2kJ+1 (regs 2/3:
 // 2t+8, 2t+9), the byte's low nibble in the low bf16 half. The k order this implies is the one the kernels
@@ -64,6 +76,29 @@ __device__ __forceinline__ void mxfp4_a_frag(const uint4& qa, const uint4& qb, c
   a[2] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(x, x4), fa);
   a[1] = mxfp4_apply(e2m1_pair_raw<b0>(y, y4), fb);
   a[3] = mxfp4_apply(e2m1_pair_raw<b0 + 1>(y, y4), fb);
+}
+
+// mxfp4_a_frag's fragment from one code word of row g (ca) and one of row g + 8 (cb), with ca4 / cb4 = the words
+// << 4: half h (0: bytes 0 / 1 of the word, 1: bytes 2 / 3). kTwoStep known at compile time (false: the single
+// 2^(s-1) multiply of f1; the design-9 / GEMV kernels choose it per warp).
+template <bool kTwoStep>
+__device__ __forceinline__ void mxfp4_a_frag_word(uint32_t ca, uint32_t ca4, uint32_t cb, uint32_t cb4, int h,
+                                                  const Mxfp4Factor& fa, const Mxfp4Factor& fb, uint32_t (&a)[4]) {
+  a[0] = h == 0 ? e2m1_pair_raw<0>(ca, ca4) : e2m1_pair_raw<2>(ca, ca4);
+  a[2] = h == 0 ? e2m1_pair_raw<1>(ca, ca4) : e2m1_pair_raw<3>(ca, ca4);
+  a[1] = h == 0 ? e2m1_pair_raw<0>(cb, cb4) : e2m1_pair_raw<2>(cb, cb4);
+  a[3] = h == 0 ? e2m1_pair_raw<1>(cb, cb4) : e2m1_pair_raw<3>(cb, cb4);
+  if constexpr (kTwoStep) {
+    a[0] = mxfp4_apply(a[0], fa);
+    a[2] = mxfp4_apply(a[2], fa);
+    a[1] = mxfp4_apply(a[1], fb);
+    a[3] = mxfp4_apply(a[3], fb);
+  } else {
+    a[0] = as_u32(__hmul2(as_bf162(a[0]), as_bf162(fa.f1)));
+    a[2] = as_u32(__hmul2(as_bf162(a[2]), as_bf162(fa.f1)));
+    a[1] = as_u32(__hmul2(as_bf162(a[1]), as_bf162(fb.f1)));
+    a[3] = as_u32(__hmul2(as_bf162(a[3]), as_bf162(fb.f1)));
+  }
 }
 
 // The exact E2M1 values of a raw pair (scale not applied): raw * 2^126.
