@@ -9,11 +9,12 @@ set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
+KV_FLAG="--kv-cache-memory ${SEED_KV:-60GiB}"; [ "${SEED_KV:-}" = auto ] && KV_FLAG=""  # auto: --gpu-memory-utilization sizes it
 FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES:-0.2}; N=${SEED_N:-30}
 TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
 PORT=18124
 "$BIN" serve --config "$AIR" --synthetic-weights --quantization mxfp4 --backend cuda --tokenizer "$TOK" \
-  --served-model-name air --port $PORT --kv-cache-memory ${SEED_KV:-60GiB} --max-model-len 24000 "${FLAGS[@]}" \
+  --served-model-name air --port $PORT $KV_FLAG --max-model-len 24000 "${FLAGS[@]}" \
   > "$OUT/serve_seed.log" 2>&1 &
 SPID=$!
 for i in $(seq 1 600); do
