@@ -26,6 +26,9 @@ TpGraphChoice choose_tp_graph_mode(const TpGraphLayout& l) {
     return refuse("CUDA graphs at --tensor-parallel-size " + std::to_string(l.tp) +
                   (l.dp > 1 ? " x --data-parallel-size " + std::to_string(l.dp) : std::string()) +
                   " turned off by MXSERVE_TP_GRAPHS=0");
+  // Per-rank graphs over NCCL ranks stay opt-in (MXSERVE_TP_GRAPHS=1) until a several-GPU run proves them: one GPU
+  // runs them only as a one-rank world (docs/parallel.md "CUDA graphs at tp > 1").
+  const bool opted_in = l.tp_graphs_env != nullptr && std::string(l.tp_graphs_env) == "1";
   std::set<int> distinct(l.devices.begin(), l.devices.end());
   if (distinct.size() == 1 && world > 1) {
     if (l.force_per_rank)
@@ -52,6 +55,10 @@ TpGraphChoice choose_tp_graph_mode(const TpGraphLayout& l) {
     return refuse("CUDA graphs with --data-parallel-size " + std::to_string(l.dp) +
                   " on ranks with a GPU each: per-rank capture of the DP groups' slot ranges is not built (the joined "
                   "capture of the one-GPU stand-in serves DP; these steps run eagerly)");
+  if (!opted_in && !l.force_per_rank)
+    return refuse("per-rank CUDA graphs over " + std::to_string(world) + " GPUs (NCCL collectives inside each rank's "
+                  "graph) are built but have not run on several GPUs yet: MXSERVE_TP_GRAPHS=1 turns them on (these "
+                  "steps run eagerly)");
   return {TpGraphMode::kPerRank, "one graph per rank on its own GPU (" + std::to_string(world) +
                                      " ranks, thread-local capture, launched together from the ranks' threads)"};
 }

@@ -36,9 +36,14 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 TEST(RankGraphs, ModeFollowsTheRanksDevices) {
   EXPECT_EQ(choose({0, 0}, 2).mode, TpGraphMode::kJoined);        // the shared-device stand-in
   EXPECT_EQ(choose({0, 0, 0, 0}, 4).mode, TpGraphMode::kJoined);
-  EXPECT_EQ(choose({0, 1}, 2).mode, TpGraphMode::kPerRank);       // NCCL, one GPU per rank
-  EXPECT_EQ(choose({4, 5, 6, 7}, 4).mode, TpGraphMode::kPerRank);
+  // NCCL, one GPU per rank: opt-in (MXSERVE_TP_GRAPHS=1) until a several-GPU run proves them
+  EXPECT_EQ(choose({0, 1}, 2).mode, TpGraphMode::kRefused);
+  EXPECT_TRUE(has(choose({0, 1}, 2).why, "MXSERVE_TP_GRAPHS=1")) << choose({0, 1}, 2).why;
+  EXPECT_EQ(choose({4, 5, 6, 7}, 4, 1, "1").mode, TpGraphMode::kPerRank);
   EXPECT_EQ(choose({0, 1}, 2, 1, "1").mode, TpGraphMode::kPerRank);
+  // DP on the stand-in: the joined capture of the groups' slot ranges (on by default)
+  EXPECT_EQ(choose({0, 0, 0, 0}, 2, 2).mode, TpGraphMode::kJoined);
+  EXPECT_EQ(choose({0, 0, 0, 0}, 2, 2, "0").mode, TpGraphMode::kRefused);
   EXPECT_EQ(choose({0}, 1).mode, TpGraphMode::kJoined);           // one rank: its own capture
   EXPECT_EQ(choose({0}, 1, 1, nullptr, true).mode, TpGraphMode::kPerRank);  // the tests' one-rank NCCL world
 }
@@ -51,7 +56,7 @@ TEST(RankGraphs, RefusalsNameWhy) {
   const TpGraphChoice mixed = choose({0, 1, 1, 2}, 4);
   EXPECT_EQ(mixed.mode, TpGraphMode::kRefused);
   EXPECT_TRUE(has(mixed.why, "ranks 1 and 2 share GPU 1")) << mixed.why;
-  const TpGraphChoice dp = choose({0, 1, 2, 3}, 2, 2);
+  const TpGraphChoice dp = choose({0, 1, 2, 3}, 2, 2, "1");  // DP on NCCL ranks: not built
   EXPECT_EQ(dp.mode, TpGraphMode::kRefused);
   EXPECT_TRUE(has(dp.why, "--data-parallel-size 2")) << dp.why;
   const TpGraphChoice node = choose({0, 1}, 4);  // this node's 2 of 4 tp ranks
