@@ -8,8 +8,13 @@ P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 B=$P/bin
 OUT=${OUT:-/tmp/mxserve_gpu}
 mkdir -p "$OUT" "$P/lib"
-if [ -f "$P/libs.tar.xz" ]; then tar -xJf "$P/libs.tar.xz" -C "$P/lib"; fi
-if [ -f "$P/bin.tar.xz" ] && [ ! -x "$P/bin/mxserve" ]; then tar -xJf "$P/bin.tar.xz" -C "$P"; fi
+# Unpacked once under a lock: stages started side by side (dev/gpu/s9_c1.sh's lanes) must not rewrite a binary
+# another stage is executing ("Text file busy"); a marker says the unpack finished.
+(
+  flock 9
+  if [ -f "$P/libs.tar.xz" ] && [ ! -f "$P/lib/.unpacked" ]; then tar -xJf "$P/libs.tar.xz" -C "$P/lib" && touch "$P/lib/.unpacked"; fi
+  if [ -f "$P/bin.tar.xz" ] && [ ! -f "$P/bin/.unpacked" ]; then tar -xJf "$P/bin.tar.xz" -C "$P" && touch "$P/bin/.unpacked"; fi
+) 9> "$P/.unpack.lock"
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
 T0=$(date +%s)

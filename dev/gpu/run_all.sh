@@ -15,6 +15,7 @@ rm -rf "$WORK"; mkdir -p "$WORK" "$FINAL_OUT"
 # The binaries and the libraries the GPU image may lack travel compressed in the payload (dev/make_gpu_payload.sh).
 [ -d "$P/bin" ] || tar -xJf "$P/bin.tar.xz" -C "$P"
 mkdir -p "$P/lib" && tar -xJf "$P/libs.tar.xz" -C "$P/lib"
+touch "$P/bin/.unpacked" "$P/lib/.unpacked"  # payload_env.sh: already unpacked, stages do not redo it
 CUBLAS_PIP=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH="$P/lib:/usr/local/cuda/lib64:${CUBLAS_PIP}:${LD_LIBRARY_PATH:-}"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
