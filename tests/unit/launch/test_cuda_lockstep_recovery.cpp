@@ -16,6 +16,7 @@
 #include <chrono>
 #include <string>
 
+#include "serve_one.h"
 #include "backend/backend.h"
 #include "backend/device_memory.h"
 #include "core/device_oom.h"
@@ -42,29 +43,9 @@ Result<std::unique_ptr<LaunchedModel>> launch(const parallel::ParallelConfig& p)
   return launch_model(lc);
 }
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  runtime::FinishReason finish = runtime::FinishReason::kNone;
-  std::string error;
-};
-
+using test::Outcome;
 Outcome serve_one(runtime::Engine& engine, std::vector<int32_t> prompt) {
-  Outcome out;
-  runtime::RequestSpec req;
-  req.prompt = std::move(prompt);
-  req.sampling.temperature = 0;
-  req.sampling.max_tokens = 5;
-  req.sampling.ignore_eos = true;
-  EXPECT_TRUE(engine
-                  .submit(req,
-                          [&out](const runtime::TokenEvent& ev) {
-                            if (ev.token >= 0) out.tokens.push_back(ev.token);
-                            if (ev.finish != runtime::FinishReason::kNone) out.finish = ev.finish, out.error = ev.error;
-                          })
-                  .is_ok());
-  for (int i = 0; i < 500 && !engine.idle(); ++i) engine.step();
-  EXPECT_TRUE(engine.idle());
-  return out;
+  return test::serve_one(engine, std::move(prompt), /*max_tokens=*/5, /*max_steps=*/500);
 }
 
 runtime::EngineConfig engine_config() {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "serve_one.h"
 #include "core/device_oom.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
@@ -148,29 +149,9 @@ TEST(LockstepRecovery, AFailureThatIsNotOutOfMemoryKeepsTheGroupFailed) {
   EXPECT_EQ(group.recoveries(), 0);
 }
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  runtime::FinishReason finish = runtime::FinishReason::kNone;
-  std::string error;
-};
-
+using test::Outcome;
 Outcome serve_one(runtime::Engine& engine, std::vector<int32_t> prompt) {
-  Outcome out;
-  runtime::RequestSpec req;
-  req.prompt = std::move(prompt);
-  req.sampling.temperature = 0;
-  req.sampling.max_tokens = 4;
-  req.sampling.ignore_eos = true;
-  EXPECT_TRUE(engine
-                  .submit(req,
-                          [&out](const runtime::TokenEvent& ev) {
-                            if (ev.token >= 0) out.tokens.push_back(ev.token);
-                            if (ev.finish != runtime::FinishReason::kNone) out.finish = ev.finish, out.error = ev.error;
-                          })
-                  .is_ok());
-  for (int i = 0; i < 200 && !engine.idle(); ++i) engine.step();
-  EXPECT_TRUE(engine.idle());
-  return out;
+  return test::serve_one(engine, std::move(prompt), /*max_tokens=*/4, /*max_steps=*/200);
 }
 
 TEST(LockstepRecovery, Tp2Dp2WithDpAttentionServesAfterOneRanksOutOfMemory) {
