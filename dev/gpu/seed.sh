@@ -10,7 +10,7 @@ P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
 KV_FLAG="--kv-cache-memory ${SEED_KV:-60GiB}"; [ "${SEED_KV:-}" = auto ] && KV_FLAG=""  # auto: --gpu-memory-utilization sizes it
-FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES:-0.2}; N=${SEED_N:-30}
+FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES-0.2}; N=${SEED_N:-30}
 TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
 PORT=18124
 "$BIN" serve --config "$AIR" --synthetic-weights --quantization mxfp4 --backend cuda --tokenizer "$TOK" \
@@ -32,7 +32,10 @@ if [ "${SEED_SINGLE:-0}" -gt 0 ]; then
     --workload random --input-len 10000 --output-len 1500 --max-concurrency 1 --num-requests "$SEED_SINGLE" \
     --output-json "$OUT/single.json" 2>&1 | tail -25
 fi
-"$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions \
+# $SEED_KNEE=1: --find-knee over the $SEED_RATES grid (TTFT p95 <= 5 s, 100% success, no growing queue), no
+# bisection unless $SEED_BISECT; $SEED_RATES empty: no shared-prefix run (single stream only).
+KNEE=(); [ "${SEED_KNEE:-0}" = 1 ] && KNEE=(--find-knee --slo-ttft-p95 5s --min-success 1 --knee-max-bisections ${SEED_BISECT:-0})
+[ -n "$RATES" ] && "$BIN" bench --base-url http://127.0.0.1:$PORT --model air --tokenizer "$TOK" --no-progress --endpoint completions "${KNEE[@]}" \
   --workload shared-prefix --input-len 20000 --output-len 1000 --cache-hit-rate 0.6 --num-prefix-groups 4 \
   --arrival constant --sweep "$RATES" --num-requests "$N" --gpus 1 --save-requests \
   --output-json "$OUT/seed.json" 2>&1 | tail -30

@@ -2,7 +2,7 @@
 // One attention layer (layer 0: input norm, q/k/v, RoPE, KV write, paged attention, o_proj) and one MoE
 // layer (the first MoE layer's MLP part: post-attention norm, router, shared expert, routed experts) at
 // decode batches x contexts and at prefill chunks; then the truncated model's full decode step (forward +
-// lm_head + logits to the host + greedy argmax on the host, as the engine does). Each figure comes with
+// lm_head + greedy argmax on the device + the picked ids to the host, as the engine's device sampler does). Each figure comes with
 // the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
 // Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens). Weight
 // element counts are summed from the model's declared weights (model::block_weights), not restated here.
@@ -380,7 +380,9 @@ int cmd_bench_model(int argc, char** argv) {
     }
   }
 
-  // ---- the truncated model's decode step: forward + lm_head + logits to host + greedy on the host ----
+  // ---- the truncated model's decode step: forward + lm_head + argmax on the device + ids to the host ----
+  // (the engine samples on the device by default; downloading f32 logits [b, V] and an argmax on the host
+  // would add ~b x V x 4 bytes over PCIe and a host scan that serving does not pay)
   const int64_t step_ctx = contexts->front();
   // As the engine runs it: the block tables live in the cache's persistent store (one row per sequence,
   // synced once; a decode step then uploads no table).
@@ -401,7 +403,7 @@ int cmd_bench_model(int argc, char** argv) {
       span.table_lease = lease;
       span.host_table = &span.block_table;
     }
-    std::vector<int32_t> picked(b);
+    Tensor picked = be.alloc(DType::kI32, Shape{b});  // i32 [b]
     Status err = Status::ok();
     auto step = [&] {
       auto out = lm.forward(fb, kv);
@@ -409,11 +411,9 @@ int cmd_bench_model(int argc, char** argv) {
         err = out.status();
         return;
       }
-      const Tensor logits = be.to_host(out->logits);  // f32 [b, V]
-      for (int64_t r = 0; r < b; ++r) {
-        const float* row = logits.data<float>() + r * c.vocab_size;
-        picked[r] = static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
-      }
+      be.argmax_rows(out->logits, picked);            // f32 [b, V] -> i32 [b], on the device
+      const Tensor ids = be.to_host(picked);          // b ids: the step's only download (it synchronizes)
+      (void)ids;
     };
     std::vector<double> v;
     for (int i = 0; i < 3; ++i) step();
