@@ -2,8 +2,10 @@
 // One attention layer (layer 0: input norm, q/k/v, RoPE, KV write, paged attention, o_proj) and one MoE
 // layer (the first MoE layer's MLP part: post-attention norm, router, shared expert, routed experts) at
 // decode batches x contexts and at prefill chunks; then the truncated model's full decode step (forward +
-// lm_head + greedy argmax on the device + the picked ids to the host, as the engine's device sampler does). Each figure comes with
-// the bytes and FLOPs counted and its fraction of the ceilings measured in the same run (CUDA).
+// lm_head + greedy argmax on the device + the picked ids to the host, as the engine's device sampler does),
+// eager and, on CUDA (--cuda-graph, the default there as in `serve`), replayed through the engine's decode
+// graphs (cli/bench_model_step.h). Each figure comes with the bytes and FLOPs counted and its fraction of the
+// ceilings measured in the same run (CUDA).
 // Formulas (elements x their stored bytes; w = weight bytes, a = activation bytes, T tokens). Weight
 // element counts are summed from the model's declared weights (model::block_weights), not restated here.
 // The attention part's bytes and FLOPs are the architecture's own cost model (ArchitectureDef::attention_cost,
@@ -28,7 +30,9 @@
 #include "backend/backend.h"
 #include "backend/mla_dsa_ops.h"
 #include "cli/args.h"
+#include "cli/bench_model_step.h"
 #include "cli/commands.h"
+#include "cli/graph_flags.h"
 #include "core/logging.h"
 #include "kvcache/kv_cache.h"
 #include "launch/launch.h"
@@ -69,6 +73,7 @@ struct Row {
   int64_t batch = 0, context = 0, tokens = 0;
   double ms = 0, bytes = 0, flops = 0;
   double tok_s = 0, roofline_tok_s = 0;  // model rows
+  std::string path = {};                 // model rows: eager | graph (the engine's CUDA-graph replay)
 };
 
 class Timer {
@@ -97,32 +102,6 @@ class Timer {
  private:
   backend::Backend& be_;
 };
-
-// b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively; token ids
-// below min(vocab, 1000). shared_blocks > 0 (--shared-prefix): sequences s of group s / prefix_group share their
-// first shared_blocks blocks (as the radix cache hands a cached prefix to every request that hits it).
-model::ForwardBatch make_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits,
-                               int64_t vocab, int64_t shared_blocks = 0, int64_t prefix_group = 1) {
-  model::ForwardBatch fb;
-  const int64_t blocks = (ctx + block_size - 1) / block_size;
-  const int64_t n_groups = (b + prefix_group - 1) / prefix_group, own = blocks - shared_blocks;
-  for (int64_t s = 0; s < b; ++s) {
-    model::SequenceSpan span;
-    span.token_begin = fb.n_tokens();
-    span.n_tokens = static_cast<int32_t>(n_tokens);
-    span.kv_len = static_cast<int32_t>(ctx);
-    for (int64_t k = 0; k < blocks; ++k)
-      span.block_table.push_back(static_cast<int32_t>(
-          k < shared_blocks ? (s / prefix_group) * shared_blocks + k : n_groups * shared_blocks + s * own + k - shared_blocks));
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      if (logits) fb.logit_rows.push_back(fb.n_tokens());
-      fb.token_ids.push_back(static_cast<int32_t>((s * 7919 + i) % std::min<int64_t>(vocab, 1000)));
-      fb.positions.push_back(static_cast<int32_t>(ctx - n_tokens + i));
-    }
-    fb.seqs.push_back(span);
-  }
-  return fb;
-}
 
 void fill_random(backend::Backend& be, Tensor& t, uint64_t stream, float stddev) {
   kernels::SyntheticFill p;
@@ -207,7 +186,8 @@ int cmd_bench_model(int argc, char** argv) {
                           {"--config", "--backend", "--num-layers", "--quantization", "--seed", "--batches", "--contexts",
                            "--prefill", "--model-batches", "--block-size", "--md", "--json", "--kv-cache-dtype",
                            "--moe-activation-dtype", "--shared-prefix", "--prefix-group"},
-                          {"--synthetic-weights", "--disable-cascade-attention"});
+                          {"--synthetic-weights", "--disable-cascade-attention", "--cuda-graph", "--disable-cuda-graph",
+                           "--enforce-eager"});
   if (!args.is_ok()) return fail(args.status());
   if (!args->has("--config") || !args->has("--synthetic-weights"))
     return fail(invalid_argument("bench-model needs --config FILE --synthetic-weights (`mxserve bench-model --help` "
@@ -240,8 +220,16 @@ int cmd_bench_model(int argc, char** argv) {
   if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
   const bool fp8_kv = *kv_dtype == kvcache::KvCacheDtype::kFp8E4M3;
 
+  // The decode step through the engine's CUDA graphs (on by default on CUDA, as `serve`); the eager row always.
+  const std::string backend_name = args->get_or("--backend", "cpu");
+  auto cuda_graph = parse_cuda_graph_flags(*args, backend_name);
+  if (!cuda_graph.is_ok()) return fail(cuda_graph.status());
+  if (args->has("--cuda-graph") && backend_name != "cuda")
+    return fail(invalid_argument("--cuda-graph: backend " + backend_name + " cannot capture graphs (decode graphs are "
+                                 "CUDA-only); use --backend cuda or drop the flag"));
+
   launch::LaunchConfig lc;
-  lc.backend = args->get_or("--backend", "cpu");
+  lc.backend = backend_name;
   lc.model.path = *args->get("--config");
   lc.model.load_mtp = false;
   lc.model.synthetic = true;
@@ -321,7 +309,9 @@ int cmd_bench_model(int argc, char** argv) {
   for (int64_t p : *prefill) max_tokens = std::max(max_tokens, ((p + *block_size - 1) / *block_size) * *block_size);
   for (int64_t b : *model_batches)
     max_tokens = std::max(max_tokens, b * ((contexts->front() + *block_size - 1) / *block_size) * *block_size);
-  kvcache::KvCache kv(lm.kv_spec(max_tokens / *block_size + 1, *block_size),
+  // Blocks [0, pool_blocks) for every case's sequences; one more: the decode graphs' scratch block.
+  const int64_t pool_blocks = max_tokens / *block_size;
+  kvcache::KvCache kv(lm.kv_spec(pool_blocks + 1, *block_size),
                       [&](DType dt, Shape s) { return be.alloc(dt, std::move(s)); });
   if (fp8_kv) {
     fill_fp8_cache(be, lm, kv);
@@ -345,7 +335,7 @@ int cmd_bench_model(int argc, char** argv) {
   // ---- decode ----
   for (int64_t ctx : *contexts) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, ctx, 1, *block_size, false, c.vocab_size);
+      const auto fb = make_bench_batch(b, ctx, 1, *block_size, false, c.vocab_size);
       auto ms = run_part(0, model::LayerPart::kAttention, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
       rows.push_back({"attention", "decode", b, ctx, b, *ms, decode_bytes(b, ctx), decode_flops(b, ctx)});
@@ -354,7 +344,7 @@ int cmd_bench_model(int argc, char** argv) {
   }
   if (moe_layer >= 0) {
     for (int64_t b : *batches) {
-      const auto fb = make_batch(b, contexts->front(), 1, *block_size, false, c.vocab_size);
+      const auto fb = make_bench_batch(b, contexts->front(), 1, *block_size, false, c.vocab_size);
       auto ms = run_part(moe_layer, model::LayerPart::kMlp, fb, 20);
       if (!ms.is_ok()) return fail(ms.status(), 1);
       rows.push_back({"moe", "decode", b, 0, b, *ms, moe_bytes(b), moe_flops(b)});
@@ -366,7 +356,7 @@ int cmd_bench_model(int argc, char** argv) {
 
   // ---- prefill: one sequence, a causal chunk from position 0 ----
   for (int64_t p : *prefill) {
-    const auto fb = make_batch(1, p, p, *block_size, false, c.vocab_size);
+    const auto fb = make_bench_batch(1, p, p, *block_size, false, c.vocab_size);
     const int reps = p >= 4096 ? 1 : 3;
     auto ms = run_part(0, model::LayerPart::kAttention, fb, reps);
     if (!ms.is_ok()) return fail(ms.status(), 1);
@@ -380,53 +370,32 @@ int cmd_bench_model(int argc, char** argv) {
     }
   }
 
-  // ---- the truncated model's decode step: forward + lm_head + argmax on the device + ids to the host ----
-  // (the engine samples on the device by default; downloading f32 logits [b, V] and an argmax on the host
-  // would add ~b x V x 4 bytes over PCIe and a host scan that serving does not pay)
+  // ---- the truncated model's decode step (cli/bench_model_step.h): eager, and through the engine's CUDA graphs ----
+  // Both end with the greedy ids on the host as the engine's device sampler takes them (no f32 logits download).
   const int64_t step_ctx = contexts->front();
-  // As the engine runs it: the block tables live in the cache's persistent store (one row per sequence,
-  // synced once; a decode step then uploads no table).
   int64_t max_model_batch = 1;
   for (int64_t b : *model_batches) max_model_batch = std::max(max_model_batch, b);
-  const int64_t step_blocks = (step_ctx + *block_size - 1) / *block_size;
-  kv.enable_block_tables(
-      max_model_batch, step_blocks, [&be](DType dt, Shape s) { return be.alloc(dt, std::move(s)); },
-      [&be](Tensor& dst, int64_t offset, const Tensor& host) { be.write_from_host(dst, offset, host); });
-  uint64_t lease = 0;
+  // As the engine runs it: the block tables live in the cache's persistent store (one row per sequence, synced
+  // once; a decode step then uploads no table), plus the graphs' scratch row.
+  DecodeStepBench step(lm, be, kv, max_model_batch, step_ctx, *block_size, pool_blocks);
+  if (Status st = step.enable_block_tables(); !st.is_ok()) return fail(st, 1);
+  if (*cuda_graph) {
+    if (Status st = step.capture_graphs(); !st.is_ok())
+      return fail(invalid_argument("decode step graph row (--cuda-graph, on by default with --backend cuda; "
+                                   "--disable-cuda-graph skips it): " + st.to_string()), 1);
+  } else {
+    std::fprintf(stderr, "note: decode step (graph) row skipped: %s\n",
+                 be.name() == "cuda" ? "--disable-cuda-graph / --enforce-eager"
+                                     : ("CUDA graphs are CUDA-only (backend " + be.name() + ")").c_str());
+  }
+  const model::BlockWeights head = model::block_weights(table, "lm_head.");
+  const double head_params = head.dense_params > 0 ? static_cast<double>(head.dense_params)
+                                                   : static_cast<double>(c.vocab_size) * H;  // tied: the embedding
+  std::vector<std::string> step_notes;  // one line per batch: prefix groups, graph details
   for (int64_t b : *model_batches) {
     const int64_t shared_blocks = std::min(*shared_prefix, step_ctx - 1) / *block_size;
-    auto fb = make_batch(b, step_ctx, 1, *block_size, true, c.vocab_size, shared_blocks, *prefix_group);
-    ++lease;  // a new batch layout: every row re-syncs once
-    for (int64_t s = 0; s < b; ++s) {
-      model::SequenceSpan& span = fb.seqs[s];
-      span.table_row = static_cast<int32_t>(s);
-      span.table_lease = lease;
-      span.host_table = &span.block_table;
-    }
-    Tensor picked = be.alloc(DType::kI32, Shape{b});  // i32 [b]
-    Status err = Status::ok();
-    auto step = [&] {
-      auto out = lm.forward(fb, kv);
-      if (!out.is_ok()) {
-        err = out.status();
-        return;
-      }
-      be.argmax_rows(out->logits, picked);            // f32 [b, V] -> i32 [b], on the device
-      const Tensor ids = be.to_host(picked);          // b ids: the step's only download (it synchronizes)
-      (void)ids;
-    };
-    std::vector<double> v;
-    for (int i = 0; i < 3; ++i) step();
-    for (int i = 0; i < 10 && err.is_ok(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      v.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    if (!err.is_ok()) return fail(err, 1);
-    std::sort(v.begin(), v.end());
-    const model::BlockWeights head = model::block_weights(table, "lm_head.");
-    const double head_params = head.dense_params > 0 ? static_cast<double>(head.dense_params)
-                                                     : static_cast<double>(c.vocab_size) * H;  // tied: the embedding
+    auto fb = make_bench_batch(b, step_ctx, 1, *block_size, true, c.vocab_size, shared_blocks, *prefix_group);
+    if (Status st = step.assign_rows(fb); !st.is_ok()) return fail(st, 1);
     double bytes = H * w + head_params * w;  // final norm + lm_head
     double flops = 2.0 * b * head_params;
     // K/V bytes that must be read: each shared prefix once per group (cascade attention), every suffix.
@@ -446,12 +415,31 @@ int cmd_bench_model(int argc, char** argv) {
         flops += 2.0 * b * static_cast<double>(mlp.matmul_params);
       }
     }
-    Row r{"model", "step", b, step_ctx, b, v[v.size() / 2], bytes, flops};
-    r.tok_s = b / (r.ms * 1e-3);
-    r.roofline_tok_s = copy_gbs > 0 ? b / (bytes / (copy_gbs * 1e9)) : 0;
-    rows.push_back(r);
-    std::fprintf(stderr, "model decode step b=%lld ctx=%lld: %.3f ms, %.1f tok/s\n", (long long)b, (long long)step_ctx,
-                 r.ms, r.tok_s);
+    auto add_row = [&](const std::string& path, double ms) {
+      Row r{"model", "step", b, step_ctx, b, ms, bytes, flops};
+      r.path = path;
+      r.tok_s = b / (r.ms * 1e-3);
+      r.roofline_tok_s = copy_gbs > 0 ? b / (bytes / (copy_gbs * 1e9)) : 0;
+      rows.push_back(r);
+      std::fprintf(stderr, "model decode step (%s) b=%lld ctx=%lld: %.3f ms, %.1f tok/s\n", path.c_str(), (long long)b,
+                   (long long)step_ctx, r.ms, r.tok_s);
+    };
+    const CascadeDecision casc = cascade_decision(fb, be, c, *block_size);
+    std::string note = "b=" + std::to_string(b) + ": " + casc.describe();
+    std::vector<int32_t> eager_ids;
+    auto eager_ms = step.time_eager(fb, &eager_ids);
+    if (!eager_ms.is_ok()) return fail(eager_ms.status(), 1);
+    add_row("eager", *eager_ms);
+    if (*cuda_graph) {
+      auto g = step.time_graph(fb, &eager_ids);
+      if (!g.is_ok()) return fail(g.status(), 1);
+      add_row("graph", g->ms);
+      note += "; graph: " + std::to_string(g->replays) + " replays, ids " +
+              (g->tail ? "from the graph's sampling tail" : "by argmax after the replay (no sampling tail)") + ", " +
+              std::to_string(g->ids_equal_eager) + "/" + std::to_string(b) + " greedy ids equal to the eager step's";
+    }
+    std::fprintf(stderr, "decode step %s\n", note.c_str());
+    step_notes.push_back(note);
   }
 
   // ---- report ----
@@ -471,15 +459,18 @@ int cmd_bench_model(int argc, char** argv) {
        << fmt("%.1f", r.ms * 1e3) << " | " << fmt("%.1f", r.bytes / 1e6) << " | " << fmt("%.0f", gbs) << " | "
        << pct(gbs, copy_gbs) << " | " << fmt("%.1f", tf) << " | " << pct(tf, gemm_tflops) << " |\n";
   }
-  md << "\n| truncated model decode step | batch | context | step (ms) | tok/s | weights+KV MB per step | roofline tok/s | % roofline |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "\n| truncated model decode step | batch | context | step (ms) | tok/s | weights+KV MB per step | roofline tok/s | % roofline | path |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
     if (r.part != "model") continue;
     md << "| " << c.n_layers << " layers + lm_head | " << r.batch << " | " << r.context << " | " << fmt("%.3f", r.ms)
        << " | " << fmt("%.1f", r.tok_s) << " | " << fmt("%.1f", r.bytes / 1e6) << " | "
        << (r.roofline_tok_s > 0 ? fmt("%.1f", r.roofline_tok_s) : "n/a") << " | " << pct(r.tok_s, r.roofline_tok_s)
-       << " |\n";
+       << " | decode step (" << r.path << ") |\n";
   }
+  md << "\ndecode step paths: eager" << (*cuda_graph ? " and graph (the engine's CUDA-graph replay)" : "")
+     << "; prefix groups are the cascade rule's decision predicted on the host (neither path reports it):\n";
+  for (const std::string& n : step_notes) md << "- " << n << "\n";
   std::printf("%s", md.str().c_str());
 
   std::ostringstream js;
@@ -487,16 +478,19 @@ int cmd_bench_model(int argc, char** argv) {
      << c.n_layers << ",\n  \"moe_layer\": " << moe_layer << ",\n  \"experts\": \"" << plan->experts
      << "\",\n  \"experts_packed\": " << (packed ? "true" : "false") << ",\n  \"rest\": \"" << plan->rest
      << "\",\n  \"load_s\": " << load_s << ",\n  \"copy_gbs\": " << copy_gbs << ",\n  \"gemm_tflops\": " << gemm_tflops
-     << ",\n  \"rows\": [\n";
+     << ",\n  \"cuda_graph\": " << (*cuda_graph ? "true" : "false") << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     js << "    {\"part\": \"" << r.part << "\", \"mode\": \"" << r.mode << "\", \"batch\": " << r.batch
        << ", \"context\": " << r.context << ", \"tokens\": " << r.tokens << ", \"ms\": " << r.ms
        << ", \"bytes\": " << r.bytes << ", \"flops\": " << r.flops;
-    if (r.part == "model") js << ", \"tok_s\": " << r.tok_s << ", \"roofline_tok_s\": " << r.roofline_tok_s;
+    if (r.part == "model")
+      js << ", \"path\": \"" << r.path << "\", \"tok_s\": " << r.tok_s << ", \"roofline_tok_s\": " << r.roofline_tok_s;
     js << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
-  js << "  ]\n}\n";
+  js << "  ],\n  \"step_notes\": [";
+  for (size_t i = 0; i < step_notes.size(); ++i) js << (i ? ", " : "") << "\"" << step_notes[i] << "\"";
+  js << "]\n}\n";
   for (const auto& [flag, text] : {std::pair<std::string, std::string>{"--md", md.str()}, {"--json", js.str()}}) {
     if (!args->has(flag)) continue;
     const std::string path = *args->get(flag);
