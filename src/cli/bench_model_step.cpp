@@ -8,18 +8,20 @@
 
 #include "kernels/cascade_attention.h"
 #include "runtime/graph_sampler.h"
+#ifdef MXSERVE_HAVE_CUDA
+#include "kernels/cuda/attention/cascade_attention.h"
+#endif
 
 namespace mxserve::cli {
 namespace {
 
-constexpr int kWarmup = 3, kTimed = 10;
 constexpr uint64_t kScratchLease = ~uint64_t{0};  // the scratch row's (as runtime/model_executor.cpp)
 
-// Median ms of kTimed host-timed calls after kWarmup; stops at the first error.
+// Median ms of kStepTimed host-timed calls after kStepWarmup; stops at the first error.
 Result<double> median_ms(const std::function<Status()>& step) {
-  for (int i = 0; i < kWarmup; ++i) MX_RETURN_IF_ERROR(step());
+  for (int i = 0; i < kStepWarmup; ++i) MX_RETURN_IF_ERROR(step());
   std::vector<double> v;
-  for (int i = 0; i < kTimed; ++i) {
+  for (int i = 0; i < kStepTimed; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     MX_RETURN_IF_ERROR(step());
     v.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -29,6 +31,14 @@ Result<double> median_ms(const std::function<Status()>& step) {
 }
 
 }  // namespace
+
+int64_t cascade_kernel_launches() {
+#ifdef MXSERVE_HAVE_CUDA
+  return kernels::cuda::cascade_attention_launches();
+#else
+  return -1;
+#endif
+}
 
 model::ForwardBatch make_bench_batch(int64_t b, int64_t ctx, int64_t n_tokens, int64_t block_size, bool logits,
                                      int64_t vocab, int64_t shared_blocks, int64_t prefix_group) {
@@ -117,7 +127,9 @@ Status DecodeStepBench::capture_graphs() {
   layout.scratch_block = static_cast<int32_t>(pool_blocks_);
   auto graphs = std::make_unique<runtime::DecodeGraphs>(lm_, be_, kv_, layout);
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t launches0 = cascade_kernel_launches();
   MX_RETURN_IF_ERROR(graphs->capture());
+  if (launches0 >= 0) capture_cascade_launches_ = cascade_kernel_launches() - launches0;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "decode graphs: captured %lld graphs in %.2f s (batch buckets up to %lld, context classes up "
                "to %lld; the engine's layout)\n", static_cast<long long>(graphs->n_graphs()), secs,
@@ -145,7 +157,7 @@ Status DecodeStepBench::assign_rows(model::ForwardBatch& fb) {
   return fb.validate(lm_.config().vocab_size, pool_blocks_, block_size_);
 }
 
-Result<double> DecodeStepBench::time_eager(const model::ForwardBatch& fb, std::vector<int32_t>* ids) {
+Result<EagerStepInfo> DecodeStepBench::time_eager(const model::ForwardBatch& fb, std::vector<int32_t>* ids) {
   const int64_t b = static_cast<int64_t>(fb.logit_rows.size());
   Tensor picked = be_.alloc(DType::kI32, Shape{b});  // i32 [b]
   Tensor host;
@@ -155,9 +167,12 @@ Result<double> DecodeStepBench::time_eager(const model::ForwardBatch& fb, std::v
     host = be_.to_host(picked);           // b ids: the step's only download (it synchronizes)
     return Status::ok();
   };
-  MX_ASSIGN_OR_RETURN(const double ms, median_ms(step));
+  EagerStepInfo info;
+  const int64_t launches0 = cascade_kernel_launches();
+  MX_ASSIGN_OR_RETURN(info.ms, median_ms(step));
+  if (launches0 >= 0) info.cascade_launches = cascade_kernel_launches() - launches0;
   if (ids != nullptr) ids->assign(host.data<int32_t>(), host.data<int32_t>() + b);
-  return ms;
+  return info;
 }
 
 Result<GraphStepInfo> DecodeStepBench::time_graph(const model::ForwardBatch& fb, const std::vector<int32_t>* eager_ids) {

@@ -26,6 +26,8 @@
 
 namespace mxserve::cli {
 
+constexpr int kStepWarmup = 3, kStepTimed = 10;  // steps per path and batch: warm-up, then timed (median)
+
 // b sequences with n_tokens rows each, ending at KV length ctx, blocks laid out consecutively from block 0;
 // token ids below min(vocab, 1000). shared_blocks > 0 (--shared-prefix): sequences s of group s / prefix_group
 // share their first shared_blocks blocks (as the radix cache hands a cached prefix to every request that hits
@@ -48,10 +50,19 @@ struct CascadeDecision {
 CascadeDecision cascade_decision(const model::ForwardBatch& fb, const backend::Backend& be,
                                  const model::ModelConfig& c, int64_t block_size);
 
+// Host calls of the CUDA cascade attention kernel so far (kernels/cuda/attention/cascade_attention.h: an eager
+// step counts one per attention layer that took it, a graph capture once, replays not); -1 without CUDA.
+int64_t cascade_kernel_launches();
+
+struct EagerStepInfo {
+  double ms = 0;                  // median step
+  int64_t cascade_launches = -1;  // cascade kernel calls over the warm-up + timed steps (-1: not a CUDA build)
+};
+
 struct GraphStepInfo {
   double ms = 0;                  // median step
   bool tail = false;              // the ids came from the graph's sampling tail (else argmax after the replay)
-  int64_t replays = 0;            // DecodeGraphs::replays() added by this batch's 13 steps
+  int64_t replays = 0;            // DecodeGraphs::replays() added by this batch's steps
   int64_t ids_equal_eager = -1;   // rows whose greedy id equals the eager step's (-1: not compared)
 };
 
@@ -66,13 +77,15 @@ class DecodeStepBench {
   // runtime::DecodeGraphs over the store; logs the graphs captured and the seconds taken (stderr).
   Status capture_graphs();
   bool has_graphs() const { return graphs_ != nullptr; }
+  // Cascade kernel calls while capturing (the graphs whose attention holds the kernel; -1: not a CUDA build).
+  int64_t capture_cascade_launches() const { return capture_cascade_launches_; }
 
   // Gives fb's sequences store rows 0..b-1 under a fresh lease (host_table: each span's own block_table, so
   // fb must not be copied or moved afterwards) and checks it: at most max_batch sequences, every block in
   // [0, pool_blocks) (never the scratch block), ForwardBatch::validate against the pool as the engine does.
   Status assign_rows(model::ForwardBatch& fb);
-  // Median ms of the eager step; *ids (when given): the last step's greedy ids.
-  Result<double> time_eager(const model::ForwardBatch& fb, std::vector<int32_t>* ids = nullptr);
+  // The eager step; *ids (when given): the last step's greedy ids.
+  Result<EagerStepInfo> time_eager(const model::ForwardBatch& fb, std::vector<int32_t>* ids = nullptr);
   // The graph step; an error naming why when DecodeGraphs::covers refuses the batch. eager_ids (when given):
   // compared with the replay's ids (GraphStepInfo::ids_equal_eager).
   Result<GraphStepInfo> time_graph(const model::ForwardBatch& fb, const std::vector<int32_t>* eager_ids = nullptr);
@@ -83,6 +96,7 @@ class DecodeStepBench {
   kvcache::KvCache& kv_;
   int64_t max_batch_, step_ctx_, block_size_, pool_blocks_;
   uint64_t lease_ = 0;
+  int64_t capture_cascade_launches_ = -1;
   std::unique_ptr<runtime::DecodeGraphs> graphs_;
 };
 
