@@ -124,10 +124,9 @@ __global__ void __launch_bounds__(kRopeThreads) rope_neox_kernel(bf16* x, const 
       rope_sincos(pos, inv_freq[j], &s, &c);
       for (int h = warp; h < p.n_heads; h += n_warps) {
         bf16* v = row + static_cast<int64_t>(h) * p.head_dim;
-        float o1, o2;
-        rope_rotate(to_f32(v[j]), to_f32(v[j + half]), c, s, &o1, &o2);
-        v[j] = to_bf16(o1);
-        v[j + half] = to_bf16(o2);
+        const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
+        v[j] = to_bf16(rope_rotate_lo(x1, x2, c, s));
+        v[j + half] = to_bf16(rope_rotate_hi(x1, x2, c, s));
       }
     }
   }

@@ -43,10 +43,9 @@ template <typename Put>
 __device__ __forceinline__ void rope_head(const bf16* __restrict__ src, const float* cos_t, const float* sin_t,
                                           int half, int rotary_dim, int head_dim, int lane, const Put& put) {
   for (int j = lane; j < half; j += 32) {
-    float o1, o2;
-    rope_rotate(to_f32(src[j]), to_f32(src[j + half]), cos_t[j], sin_t[j], &o1, &o2);
-    put(j, to_bf16(o1));
-    put(j + half, to_bf16(o2));
+    const float x1 = to_f32(src[j]), x2 = to_f32(src[j + half]), c = cos_t[j], s = sin_t[j];
+    put(j, to_bf16(rope_rotate_lo(x1, x2, c, s)));
+    put(j + half, to_bf16(rope_rotate_hi(x1, x2, c, s)));
   }
   for (int d = rotary_dim + lane; d < head_dim; d += 32) put(d, src[d]);
 }

@@ -15,13 +15,19 @@ __device__ __forceinline__ float rope_inv_freq(int j, int rotary_dim, float thet
 
 // sin / cos of the angle of pair j at `position` (inv_freq = rope_inv_freq(j, ...)).
 __device__ __forceinline__ void rope_sincos(float position, float inv_freq, float* s, float* c) {
-  sincosf(position * inv_freq, s, c);
+  sincosf(__fmul_rn(position, inv_freq), s, c);  // the angle rounded once, never contracted into sincosf's code
 }
 
-// The rotated pair: o1 replaces x1 (dim j), o2 replaces x2 (dim j + rotary_dim / 2).
-__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float* o1, float* o2) {
-  *o1 = x1 * c - x2 * s;
-  *o2 = x2 * c + x1 * s;
+// The rotated pair: lo = x1 c - x2 s replaces x1 (dim j), hi = x2 c + x1 s replaces x2 (dim j + rotary_dim / 2).
+// The roundings are pinned with intrinsics: left to the compiler, which product of each sum is fused into an fma
+// depends on the surrounding code (nvcc gave the first draft of the fused kernel fma(x2, c, x1 s) for o2, the rope
+// kernel fma(x1, s, x2 c): different bits). These are the rope kernel's as compiled before this header existed
+// (its sm_90a code is byte-identical with them): lo = fma(x1, c, -round(x2 s)), hi = fma(x1, s, round(x2 c)).
+__device__ __forceinline__ float rope_rotate_lo(float x1, float x2, float c, float s) {
+  return __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+}
+__device__ __forceinline__ float rope_rotate_hi(float x1, float x2, float c, float s) {
+  return __fmaf_rn(x1, s, __fmul_rn(x2, c));
 }
 
 }  // namespace mxserve::kernels::cuda
