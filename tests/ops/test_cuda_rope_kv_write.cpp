@@ -5,8 +5,7 @@
 // MXSERVE_FUSED_ROPE_KV / kFusedRopeKvDefault choose (the log says which), so run this binary once as is and once
 // with MXSERVE_FUSED_ROPE_KV=1 (and =0). Then the CPU reference backend (f32 rope, f32 / FP8 cache) within bf16
 // tolerance: q and bf16 K within kTolBf16 (one bf16 rounding of each roped value, 2^-9 relative at most), V codes and
-// scales byte for byte (V is not roped: the same bf16 inputs on both), K dequantized within kTolFp8K (where the bf16
-// rounding of a roped K value moves it across an e4m3 rounding boundary, its code moves one step).
+// scales byte for byte (V is not roped: the same bf16 inputs on both), K dequantized within kTolFp8K (see there).
 // Shapes: GLM-4.5-Air's attention (96 q / 8 kv heads x 128, rotary_dim 64), a tiny one, full rotary, T in
 // {1, 3, 16, 130}, shuffled slots. No negative slots: kv_write has no padding-row skip (graph padding rows write a
 // scratch slot), so neither does the fused kernel.
@@ -29,7 +28,11 @@ namespace mxserve {
 namespace {
 
 constexpr double kTolBf16 = 3e-3;
-constexpr double kTolFp8K = 2e-2;
+// A K element whose bf16 rounding (GPU) vs f32 (CPU) crosses an e4m3 rounding boundary moves one code step (2^-3
+// relative), ~1.5% of elements, plus the head scale from a bf16 vs f32 amax: rel L2 ~1.3e-2 on 128-wide heads, up to
+// ~4.6e-2 on the tiny shape's 32 K values of one token (host simulation, 3000 draws). A wrong row, head or an
+// unroped K is O(1).
+constexpr double kTolFp8K = 8e-2;
 
 using gpu_oracle::expect_bytes_equal;
 
