@@ -81,6 +81,8 @@ done
 for t in tests/ops/test_cuda_cascade_attention tests/model/test_cuda_cascade_engine dev/kernels/bench_cascade_attention; do
   if [ -x "$BUILD/$t" ]; then cp "$BUILD/$t" "$DEST/bin/"; else echo "make_gpu_payload: $t not built"; fi
 done
+# Issue 33 item 3: the fused RoPE + K/V cache write vs the separate ops, bit for bit (oracle for kFusedRopeKvDefault).
+[ -x "$BUILD/tests/ops/test_cuda_rope_kv_write" ] && cp "$BUILD/tests/ops/test_cuda_rope_kv_write" "$DEST/bin/"
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 # A baseline binary for before/after runs in one call (dev/gpu/s7_glm5.sh): MXSERVE_BEFORE=path/to/old/mxserve.

@@ -171,6 +171,13 @@ class Backend {
   }
   virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionMeta& meta, Tensor& k_cache,
                         Tensor& v_cache) = 0;
+  // After GQA's one QKV GEMM: y [T, nq + 2 nkv] = q | k | v columns (nq = p.n_heads * p.head_dim, nkv =
+  // meta.params.n_kv_heads * p.head_dim, contiguous). Returns q [T, nq] roped (contiguous; at T == 1 possibly a
+  // view of y, whose q | k columns this may overwrite); writes k roped (p, with n_kv_heads heads) and v into the
+  // caches as kv_write(k, v, meta, ...) does. Bit for bit: copy the columns out, rope(q), rope(k), kv_write --
+  // the default (it uploads a column index, so not inside capture_graph); a backend overrides it with one kernel.
+  virtual Tensor rope_kv_write(Tensor& y, const Tensor& positions, const kernels::RopeParams& p,
+                               const AttentionMeta& meta, Tensor& k_cache, Tensor& v_cache);
   // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in every tensor of `caches`
   // (each [n_slots, width]: whatever the model's cache layout holds -- K and V, a latent, indexer keys,
   // scales), in order i = 0..P-1 per tensor (a later pair may read a slot an earlier one wrote): compaction

@@ -22,6 +22,7 @@
 #include "kernels/cuda/common/caching_allocator.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/add_rmsnorm.h"
+#include "kernels/cuda/attention/mla_dsa.h"
 #include "kernels/cuda/attention/cascade_attention.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
@@ -29,6 +30,7 @@
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4.h"
 #include "kernels/cuda/moe_mxfp4/moe_mxfp4_pd.h"
 #include "kernels/cuda/moe_mxfp4/moe_prefill_dequant.h"
+#include "kernels/cuda/rope_kv_write.h"
 #include "kernels/cuda/sampling/argmax.h"
 #include "kernels/cuda/sampling/sample_rows.h"
 #include "kernels/cuda/synthetic_fill.h"
@@ -457,6 +459,78 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     expect(v_cache, DType::kBF16, "kv_write", "v_cache");
     kc::kv_write_bf16(k.raw(), v.raw(), meta.slot_mapping.data<int32_t>(), k_cache.raw(), v_cache.raw(),
                       k.numel() / width, width, stream_);
+  }
+
+  // One kernel (kernels/cuda/rope_kv_write.h) when MXSERVE_FUSED_ROPE_KV=1, or unset and kFusedRopeKvDefault;
+  // else the composed ops, graph-safe: the columns copied on the device (views of y's one row at T == 1),
+  // rope(q), rope(k), kv_write. Both write the same bits (test_cuda_rope_kv_write).
+  Tensor rope_kv_write(Tensor& y, const Tensor& positions, const kernels::RopeParams& p, const AttentionMeta& meta,
+                       Tensor& k_cache, Tensor& v_cache) override {
+    static const bool fused = [] {
+      const char* v = std::getenv("MXSERVE_FUSED_ROPE_KV");
+      const bool on = v == nullptr ? kc::kFusedRopeKvDefault : std::strcmp(v, "0") != 0;
+      if (on) {
+        MX_LOG(kInfo) << "attention RoPE + K/V cache write: one fused kernel per layer (rope_kv_write; "
+                         "MXSERVE_FUSED_ROPE_KV=0 runs the composed ops)";
+      } else {
+        MX_LOG(kInfo) << "attention RoPE + K/V cache write: composed ops per layer (column copies at more than "
+                      << "one row, rope q, rope k, kv_write) -- "
+                      << (v == nullptr ? "the fused kernel is not the default yet (kFusedRopeKvDefault)"
+                                       : "MXSERVE_FUSED_ROPE_KV=0")
+                      << "; MXSERVE_FUSED_ROPE_KV=1 runs the fused kernel";
+      }
+      return on;
+    }();
+    expect(y, DType::kBF16, "rope_kv_write", "y");
+    expect(positions, DType::kI32, "rope_kv_write", "positions");
+    expect(meta.slot_mapping, DType::kI32, "rope_kv_write", "slot_mapping");
+    const auto& ap = meta.params;
+    const int64_t hd = p.head_dim, nq = static_cast<int64_t>(p.n_heads) * hd, nkv = int64_t{ap.n_kv_heads} * hd;
+    const int64_t T = y.ndim() == 2 ? y.dim(0) : -1;
+    MX_CHECK_MSG(y.ndim() == 2 && y.dim(1) == nq + 2 * nkv && y.is_contiguous() && positions.numel() == T &&
+                     meta.slot_mapping.numel() >= T && ap.head_dim == p.head_dim && nq % 8 == 0 && nkv % 8 == 0 &&
+                     p.rotary_dim % 2 == 0 && p.rotary_dim <= p.head_dim &&
+                     p.head_dim <= kc::kRopeKvWriteMaxHeadDim,
+                 "cuda rope_kv_write: y " << y.describe() << " for " << p.n_heads << " q heads, " << ap.n_kv_heads
+                                          << " kv heads x " << hd << " (attention head_dim " << ap.head_dim
+                                          << ", rotary_dim " << p.rotary_dim << "), " << positions.numel()
+                                          << " positions, " << meta.slot_mapping.numel() << " slots");
+    if (ap.fp8_kv()) {
+      expect_fp8_cache(k_cache, v_cache, ap, "rope_kv_write");
+    } else {
+      expect(k_cache, DType::kBF16, "rope_kv_write", "k_cache");
+      expect(v_cache, DType::kBF16, "rope_kv_write", "v_cache");
+    }
+    MX_CHECK_MSG(k_cache.numel() % nkv == 0 && k_cache.numel() == v_cache.numel(),
+                 "cuda rope_kv_write: caches " << k_cache.describe() << ", " << v_cache.describe() << " for rows of "
+                                               << nkv);
+    if (fused) {
+      Tensor q = alloc(DType::kBF16, {T, nq});
+      kc::rope_kv_write_bf16(y.raw(), positions.data<int32_t>(), T, p, ap.n_kv_heads,
+                             meta.slot_mapping.data<int32_t>(), q.raw(), k_cache.raw(), v_cache.raw(), ap.k_scales,
+                             ap.v_scales, stream_);
+      return q;
+    }
+    Tensor q, k, v;
+    if (T == 1) {  // views of the one row (16-byte aligned: nq, nkv % 8 == 0), as the model used before
+      const Tensor flat = y.reshape({y.dim(1)});
+      q = flat.slice_rows(0, nq).reshape({1, nq});
+      k = flat.slice_rows(nq, nq + nkv).reshape({1, nkv});
+      v = flat.slice_rows(nq + nkv, nq + 2 * nkv).reshape({1, nkv});
+    } else {
+      q = alloc(DType::kBF16, {T, nq});
+      k = alloc(DType::kBF16, {T, nkv});
+      v = alloc(DType::kBF16, {T, nkv});
+      kc::copy_columns_bf16(y.raw(), q.raw(), T, y.dim(1), 0, nq, stream_);
+      kc::copy_columns_bf16(y.raw(), k.raw(), T, y.dim(1), nq, nq + nkv, stream_);
+      kc::copy_columns_bf16(y.raw(), v.raw(), T, y.dim(1), nq + nkv, nq + 2 * nkv, stream_);
+    }
+    rope(q, positions, p);
+    kernels::RopeParams pk = p;
+    pk.n_heads = ap.n_kv_heads;
+    rope(k, positions, pk);
+    kv_write(k, v, meta, k_cache, v_cache);
+    return q;
   }
 
   // Tensors are paired in layout order (two of one shape and dtype per launch, e.g. K and V, or their

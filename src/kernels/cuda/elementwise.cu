@@ -11,6 +11,7 @@
 #include "kernels/cuda/common/bf16.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/rmsnorm_row.cuh"
+#include "kernels/cuda/common/rope_neox.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kv_fp8.h"
 
@@ -105,17 +106,14 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_block_kernel(const bf16* 
 // and applies it to every head the warp walks (warp w: heads w, w + 8, ...). Per head a warp touches two
 // contiguous runs of 32 bf16 (v[j], v[j + half]), so accesses coalesce; the angle arithmetic is the CPU
 // reference's (inv_freq from a double pow rounded to f32 -- computed once per block into shared memory --
-// angle in f32, sincosf). The earlier one-thread-per-(token, pair, head) form re-did the double pow and the
+// angle in f32, sincosf: common/rope_neox.cuh, shared with rope_kv_write.cu). The earlier one-thread-per-(token, pair, head) form re-did the double pow and the
 // sincos for every head and strided its 2-byte accesses by head_dim: 6.5% of an 8k prefill (docs/perf/prefill.md).
 constexpr int kRopeThreads = 256;
 __global__ void __launch_bounds__(kRopeThreads) rope_neox_kernel(bf16* x, const int32_t* __restrict__ positions,
                                                                  int64_t n_tokens, RopeParams p) {
   extern __shared__ float inv_freq[];  // [rotary_dim / 2]
   const int half = p.rotary_dim / 2;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float exponent = static_cast<float>(2 * j) / static_cast<float>(p.rotary_dim);
-    inv_freq[j] = 1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(exponent)));
-  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x) inv_freq[j] = rope_inv_freq(j, p.rotary_dim, p.theta);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
@@ -123,12 +121,12 @@ __global__ void __launch_bounds__(kRopeThreads) rope_neox_kernel(bf16* x, const 
     bf16* row = x + t * p.n_heads * p.head_dim;
     for (int j = lane; j < half; j += 32) {
       float s, c;
-      sincosf(pos * inv_freq[j], &s, &c);
+      rope_sincos(pos, inv_freq[j], &s, &c);
       for (int h = warp; h < p.n_heads; h += n_warps) {
         bf16* v = row + static_cast<int64_t>(h) * p.head_dim;
         const float x1 = to_f32(v[j]), x2 = to_f32(v[j + half]);
-        v[j] = to_bf16(x1 * c - x2 * s);
-        v[j + half] = to_bf16(x2 * c + x1 * s);
+        v[j] = to_bf16(rope_rotate_lo(x1, x2, c, s));
+        v[j + half] = to_bf16(rope_rotate_hi(x1, x2, c, s));
       }
     }
   }

@@ -28,7 +28,7 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
     a.q_norm = wl.get(decl::replicated(p + "q_norm.weight", {cfg.head_dim}));
     a.k_norm = wl.get(decl::replicated(p + "k_norm.weight", {cfg.head_dim}));
   }
-  // One QKV GEMM for decode rows (this rank's heads: the parts are already tp slices). Said once per process.
+  // One QKV GEMM (this rank's heads: the parts are already tp slices). Said once per process.
   if (wl.is_recording()) return a;  // the weight table only: nothing allocated
   static std::atomic<bool> said{false};
   std::string why = "MXSERVE_FUSED_PROJ=0";
@@ -41,8 +41,13 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
     }
   }
   if (!said.exchange(true)) {
-    if (a.qkv.defined() && a.qkv.numel() > 0) {
-      MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe() << " per layer at one row";
+    if (a.qkv.defined() && a.qkv.numel() > 0 && cfg.use_qk_norm) {
+      MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe()
+                    << " per layer at one row; three GEMMs at more rows (per-head q/k RMSNorm: the fused RoPE + "
+                       "K/V write takes no norm)";
+    } else if (a.qkv.defined() && a.qkv.numel() > 0) {
+      MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe()
+                    << " per layer at every row count, then RoPE + K/V cache write as one op (rope_kv_write)";
     } else {
       MX_LOG(kInfo) << "attention q | k | v: separate GEMMs (" << why << ")";
     }
@@ -56,8 +61,31 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
   const int64_t T = x.dim(0);
   const DType act = be.activation_dtype();
   const int64_t nq = cfg.n_heads * cfg.head_dim, nkv = cfg.n_kv_heads * cfg.head_dim;
+  backend::AttentionMeta layer_meta;
+  const backend::AttentionMeta* m = &meta;
+  if (k_scales != nullptr) {  // FP8 cache: this layer's scale pointers ride in a copy of the batch's params
+    layer_meta = meta;
+    layer_meta.params.k_scales = k_scales->data<float>();
+    layer_meta.params.v_scales = v_scales->data<float>();
+    m = &layer_meta;
+  }
+  kernels::RopeParams rp;
+  rp.head_dim = static_cast<int32_t>(cfg.head_dim);
+  rp.rotary_dim = static_cast<int32_t>(cfg.rotary_dim);
+  rp.theta = static_cast<float>(cfg.rope_theta);
+  rp.n_heads = static_cast<int32_t>(cfg.n_heads);
+  Tensor attn = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
+  const bool fused = qkv.defined() && qkv.numel() > 0 && nq % 8 == 0 && nkv % 8 == 0;
+  if (fused && !q_norm) {  // one QKV GEMM at every row count, then RoPE + K/V write as one op (no column copies)
+    Tensor y = be.alloc(act, {T, nq + 2 * nkv});
+    be.linear(x, qkv, qkv_bias ? &*qkv_bias : nullptr, y);
+    const Tensor q = be.rope_kv_write(y, positions, rp, *m, k_cache, v_cache);
+    be.attention(q, k_cache, v_cache, *m, attn);
+    be.linear(attn, o_proj, nullptr, out);
+    return;
+  }
   Tensor q, k, v;
-  if (T == 1 && qkv.defined() && qkv.numel() > 0 && nq % 8 == 0 && nkv % 8 == 0) {  // decode row: one GEMM
+  if (T == 1 && fused) {  // q/k norm layers: one GEMM at one row, q / k / v as views of its output
     Tensor y = be.alloc(act, {T, nq + 2 * nkv});
     be.linear(x, qkv, qkv_bias ? &*qkv_bias : nullptr, y);
     q = row_columns_view(y, 0, nq);
@@ -76,25 +104,11 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
     be.rmsnorm(q, *q_norm, eps, q);
     be.rmsnorm(k, *k_norm, eps, k);
   }
-  kernels::RopeParams rp;
-  rp.head_dim = static_cast<int32_t>(cfg.head_dim);
-  rp.rotary_dim = static_cast<int32_t>(cfg.rotary_dim);
-  rp.theta = static_cast<float>(cfg.rope_theta);
-  rp.n_heads = static_cast<int32_t>(cfg.n_heads);
   be.rope(q, positions, rp);
   rp.n_heads = static_cast<int32_t>(cfg.n_kv_heads);
   be.rope(k, positions, rp);
-  Tensor attn = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
-  if (k_scales != nullptr) {  // FP8 cache: this layer's scale pointers ride in a copy of the batch's params
-    backend::AttentionMeta layer_meta = meta;
-    layer_meta.params.k_scales = k_scales->data<float>();
-    layer_meta.params.v_scales = v_scales->data<float>();
-    be.kv_write(k, v, layer_meta, k_cache, v_cache);
-    be.attention(q, k_cache, v_cache, layer_meta, attn);
-  } else {
-    be.kv_write(k, v, meta, k_cache, v_cache);
-    be.attention(q, k_cache, v_cache, meta, attn);
-  }
+  be.kv_write(k, v, *m, k_cache, v_cache);
+  be.attention(q, k_cache, v_cache, *m, attn);
   be.linear(attn, o_proj, nullptr, out);
 }
 

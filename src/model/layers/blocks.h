@@ -18,8 +18,9 @@ struct GqaAttention {
   Tensor o_proj;                   // [H, n_heads*head_dim]
   std::optional<Tensor> q_bias, k_bias, v_bias;  // when attention_bias
   std::optional<Tensor> q_norm, k_norm;          // [head_dim] when use_qk_norm
-  // q | k | v as one GEMM at one row (decode at batch 1; the outputs are views): rows [q_proj | k_proj |
-  // v_proj] of this rank, which are then row views of it. bf16 weights only, else undefined (three GEMMs).
+  // q | k | v as one GEMM: rows [q_proj | k_proj | v_proj] of this rank, which are then row views of it. bf16
+  // weights only (f32 under MXSERVE_FUSED_PROJ=force), else undefined (three GEMMs). Used at every row count with
+  // Backend::rope_kv_write (RoPE + K/V write straight from the GEMM output); with q/k norm only at one row.
   Tensor qkv;                      // [(n_heads + 2 n_kv_heads) * head_dim, H]
   std::optional<Tensor> qkv_bias;  // when attention_bias and qkv is defined
 
