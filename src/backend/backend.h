@@ -178,6 +178,13 @@ class Backend {
   // the default (it uploads a column index, so not inside capture_graph); a backend overrides it with one kernel.
   virtual Tensor rope_kv_write(Tensor& y, const Tensor& positions, const kernels::RopeParams& p,
                                const AttentionMeta& meta, Tensor& k_cache, Tensor& v_cache);
+  // Whether GQA attention of `rows` rows takes the one QKV GEMM + rope_kv_write path (else: q / k / v GEMMs, or
+  // views of the one GEMM at one row, then rope, rope, kv_write). A backend keeps its proven path until its
+  // fused one is (CUDA: kFusedRopeKvDefault / MXSERVE_FUSED_ROPE_KV).
+  virtual bool one_qkv_gemm(int64_t rows) const {
+    (void)rows;
+    return true;
+  }
   // Copies cache rows src_slots[i] -> dst_slots[i] (i32 [P], on the backend) in every tensor of `caches`
   // (each [n_slots, width]: whatever the model's cache layout holds -- K and V, a latent, indexer keys,
   // scales), in order i = 0..P-1 per tensor (a later pair may read a slot an earlier one wrote): compaction

@@ -464,23 +464,33 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   // One kernel (kernels/cuda/rope_kv_write.h) when MXSERVE_FUSED_ROPE_KV=1, or unset and kFusedRopeKvDefault;
   // else the composed ops, graph-safe: the columns copied on the device (views of y's one row at T == 1),
   // rope(q), rope(k), kv_write. Both write the same bits (test_cuda_rope_kv_write).
-  Tensor rope_kv_write(Tensor& y, const Tensor& positions, const kernels::RopeParams& p, const AttentionMeta& meta,
-                       Tensor& k_cache, Tensor& v_cache) override {
+  // Until the fused kernel is the default, attention keeps its proven ops (one_qkv_gemm false): q / k / v GEMMs
+  // above one row, views of the one GEMM at one row, then rope, rope, kv_write.
+  bool one_qkv_gemm(int64_t rows) const override {
+    (void)rows;
+    return fused_rope_kv();
+  }
+  static bool fused_rope_kv() {
     static const bool fused = [] {
       const char* v = std::getenv("MXSERVE_FUSED_ROPE_KV");
-      const bool on = v == nullptr ? kc::kFusedRopeKvDefault : std::strcmp(v, "0") != 0;
+      const bool on = v == nullptr || *v == '\0' ? kc::kFusedRopeKvDefault : std::strcmp(v, "0") != 0;
       if (on) {
-        MX_LOG(kInfo) << "attention RoPE + K/V cache write: one fused kernel per layer (rope_kv_write; "
-                         "MXSERVE_FUSED_ROPE_KV=0 runs the composed ops)";
+        MX_LOG(kInfo) << "attention: one QKV GEMM at every row count, RoPE + K/V cache write as one fused kernel "
+                         "per layer (rope_kv_write; MXSERVE_FUSED_ROPE_KV=0 runs the separate ops)";
       } else {
-        MX_LOG(kInfo) << "attention RoPE + K/V cache write: composed ops per layer (column copies at more than "
-                      << "one row, rope q, rope k, kv_write) -- "
+        MX_LOG(kInfo) << "attention: q / k / v GEMMs above one row (views of one QKV GEMM at one row), rope q, "
+                      << "rope k, kv_write -- "
                       << (v == nullptr ? "the fused kernel is not the default yet (kFusedRopeKvDefault)"
                                        : "MXSERVE_FUSED_ROPE_KV=0")
                       << "; MXSERVE_FUSED_ROPE_KV=1 runs the fused kernel";
       }
       return on;
     }();
+    return fused;
+  }
+  Tensor rope_kv_write(Tensor& y, const Tensor& positions, const kernels::RopeParams& p, const AttentionMeta& meta,
+                       Tensor& k_cache, Tensor& v_cache) override {
+    const bool fused = fused_rope_kv();
     expect(y, DType::kBF16, "rope_kv_write", "y");
     expect(positions, DType::kI32, "rope_kv_write", "positions");
     expect(meta.slot_mapping, DType::kI32, "rope_kv_write", "slot_mapping");

@@ -45,6 +45,10 @@ GqaAttention GqaAttention::load(WeightLoader& wl, const std::string& p, const Mo
       MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe()
                     << " per layer at one row; three GEMMs at more rows (per-head q/k RMSNorm: the fused RoPE + "
                        "K/V write takes no norm)";
+    } else if (a.qkv.defined() && a.qkv.numel() > 0 && !wl.backend().one_qkv_gemm(2)) {
+      MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe()
+                    << " per layer at one row; three GEMMs at more rows (the backend's fused RoPE + K/V write is "
+                       "not its default: see its log line)";
     } else if (a.qkv.defined() && a.qkv.numel() > 0) {
       MX_LOG(kInfo) << "attention q | k | v: one fused GEMM " << a.qkv.describe()
                     << " per layer at every row count, then RoPE + K/V cache write as one op (rope_kv_write)";
@@ -76,7 +80,7 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
   rp.n_heads = static_cast<int32_t>(cfg.n_heads);
   Tensor attn = be.alloc(act, {T, cfg.n_heads * cfg.head_dim});
   const bool fused = qkv.defined() && qkv.numel() > 0 && nq % 8 == 0 && nkv % 8 == 0;
-  if (fused && !q_norm) {  // one QKV GEMM at every row count, then RoPE + K/V write as one op (no column copies)
+  if (fused && !q_norm && be.one_qkv_gemm(T)) {  // one QKV GEMM at every row count, then RoPE + K/V write as one op
     Tensor y = be.alloc(act, {T, nq + 2 * nkv});
     be.linear(x, qkv, qkv_bias ? &*qkv_bias : nullptr, y);
     const Tensor q = be.rope_kv_write(y, positions, rp, *m, k_cache, v_cache);
@@ -85,7 +89,8 @@ void GqaAttention::forward(backend::Backend& be, const ModelConfig& cfg, const T
     return;
   }
   Tensor q, k, v;
-  if (T == 1 && fused) {  // q/k norm layers: one GEMM at one row, q / k / v as views of its output
+  if (T == 1 && fused) {  // one GEMM at one row, q / k / v as views of its output (q/k norm layers; a backend
+                          // whose fused rope_kv_write is not its default)
     Tensor y = be.alloc(act, {T, nq + 2 * nkv});
     be.linear(x, qkv, qkv_bias ? &*qkv_bias : nullptr, y);
     q = row_columns_view(y, 0, nq);

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Part 2 of s10_a.sh (its own run_all stage, so its logs come back even if a later part is cut short).
+exec bash "$(dirname "$0")/s10_a.sh" 2
