@@ -11,30 +11,28 @@ PART=${1:-all}  # 1: the seed layout, 2: the rope_kv_write checks, 3: the decode
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ $PART = all ] || [ $PART = 1 ]; then
 t "(1) seed layout, default --gpu-memory-utilization 0.9"
-unset SEED_KV; SEED_UTIL=0.9 OUT=$OUT/seed timeout 270 bash "$P/gpu/s7_seed.sh"
+unset SEED_KV; SEED_UTIL=0.9 OUT=$OUT/seed timeout 200 bash "$P/gpu/s7_seed.sh"
 grep -E "dry run|reserve|device memory|KV cache|released|recovered|out of memory" "$OUT/seed/seed_serve.log" | cut -c1-300 | head -14
 fi
 if [ $PART = all ] || [ $PART = 2 ]; then
 t "(1b) the fused RoPE + K/V write (h10/qkvrope): oracle, graphs, fixtures with MXSERVE_FUSED_ROPE_KV=1"
 for v in 1; do MXSERVE_FUSED_ROPE_KV=$v timeout 100 "$B/test_cuda_rope_kv_write" --gtest_color=no > "$OUT/rkv_$v.log" 2>&1; echo "rope_kv_write =$v rc=$?"; done
-MXSERVE_FUSED_ROPE_KV=1 timeout 150 "$B/test_cuda_graphs" --gtest_color=no --gtest_filter='Fixtures/*' > "$OUT/graphs_rkv1.log" 2>&1; echo "graphs =1 rc=$?"
-MXSERVE_FUSED_ROPE_KV=1 timeout 150 "$B/test_cuda_fixture" --gtest_color=no > "$OUT/fixture_rkv1.log" 2>&1; echo "fixture =1 rc=$?"
+MXSERVE_FUSED_ROPE_KV=1 timeout 60 "$B/test_cuda_graphs" --gtest_color=no --gtest_filter='Fixtures/*' > "$OUT/graphs_rkv1.log" 2>&1; echo "graphs =1 rc=$?"
+MXSERVE_FUSED_ROPE_KV=1 timeout 50 "$B/test_cuda_fixture" --gtest_color=no > "$OUT/fixture_rkv1.log" 2>&1; echo "fixture =1 rc=$?"
 for f in rkv_1 graphs_rkv1 fixture_rkv1; do echo "-- $f"; grep -E "^\[  (FAILED|PASSED) |Failure|RoPE \+ K/V" "$OUT/$f.log" | head -6; done
 fi
 if [ $PART = all ] || [ $PART = 3 ]; then
 t "(2) bench-model decode-step rows (eager and graph rows)"
-for L in 2 8; do for kv in auto fp8_e4m3; do for casc in on rkv off; do
-  [ $casc = off ] && [ $L = 8 -o $kv != auto ] && continue
-  [ $L = 8 ] && [ $kv = fp8_e4m3 ] && continue
-  [ $casc = rkv ] && { [ $L = 8 ] || [ $kv != auto ]; } && continue
+for spec in 2:auto:on 2:auto:rkv 8:auto:on 2:fp8_e4m3:on 2:auto:off; do
+  IFS=: read L kv casc <<< "$spec"
   extra=(); [ $casc = off ] && extra=(--disable-cascade-attention)
   tag=L${L}_${kv}_${casc}
   RKV=(); [ $casc = rkv ] && RKV=(MXSERVE_FUSED_ROPE_KV=1)
-  env "${RKV[@]}" timeout 150 "$B/mxserve" bench-model --config "$P/configs/air.json" --synthetic-weights --quantization mxfp4 \
+  env "${RKV[@]}" timeout 100 "$B/mxserve" bench-model --config "$P/configs/air.json" --synthetic-weights --quantization mxfp4 \
     --backend cuda --num-layers $L --batches 16 --contexts 20000 --prefill 1024 --model-batches 16 \
     --shared-prefix 12000 --prefix-group 4 --kv-cache-dtype $kv "${extra[@]}" --md "$OUT/bm_$tag.md" > "$OUT/bm_$tag.log" 2>&1
   echo "== layers $L kv $kv cascade $casc rc=$?"; grep -E "decode step|b=16" "$OUT/bm_$tag.md" | cut -c1-400 | tail -4; grep -E "captured|cascade attention kernel|error" "$OUT/bm_$tag.log" | head -3
-done; done; done
+done
 fi
 if [ $PART = all ] || [ $PART = 4 ]; then
 t "(3) fused all-reduce split, 2 interleaved repeats"
