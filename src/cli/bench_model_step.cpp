@@ -77,9 +77,7 @@ std::string CascadeDecision::describe() const {
 CascadeDecision cascade_decision(const model::ForwardBatch& fb, const backend::Backend& be,
                                  const model::ModelConfig& c, int64_t block_size) {
   CascadeDecision d;
-  // The eager builder's shape conditions (model/forward_batch.cpp attach_cascade); MLA has no cascade kernel.
-  const bool shape_ok = c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0 && c.head_dim <= 128 &&
-                        c.n_heads / c.n_kv_heads <= 16;
+  const bool shape_ok = model::cascade_shape_served(c.n_heads, c.n_kv_heads, c.head_dim);  // MLA: none
   d.enabled = be.cascade_attention_enabled() && shape_ok;
   if (!be.cascade_attention_enabled())
     d.off_reason = be.name() == "cuda" ? "--disable-cascade-attention" : "backend " + be.name() + " has none";
@@ -93,10 +91,9 @@ CascadeDecision cascade_decision(const model::ForwardBatch& fb, const backend::B
   d.members = static_cast<int64_t>(layout.members.size());
   for (const kernels::CascadeGroup& g : layout.groups)
     d.shared_keys = std::max(d.shared_keys, layout.shared_keys(g, static_cast<int32_t>(block_size)));
-  const int64_t bytes_per_key = 2 * c.n_kv_heads * c.head_dim * 2;  // K + V, bf16 (both paths count these)
-  d.saved_bytes = d.groups > 0 ? kernels::cascade_saved_bytes(layout, static_cast<int32_t>(block_size), bytes_per_key) : 0;
+  d.saved_bytes = model::cascade_saved_kv_bytes(layout, block_size, c.n_kv_heads, c.head_dim);
   d.min_saved_bytes = be.cascade_attention_min_saved_bytes();
-  d.taken = d.groups > 0 && d.saved_bytes >= d.min_saved_bytes;
+  d.taken = model::cascade_pays(layout, block_size, c.n_kv_heads, c.head_dim, be);  // the rule both paths apply
   return d;
 }
 

@@ -109,20 +109,32 @@ kernels::CascadeLayout cascade_groups(const ForwardBatch& batch, int32_t n_rows,
   return kernels::find_cascade_groups(tables, n_blocks, kv_index, static_cast<int32_t>(block_size), options);
 }
 
+bool cascade_shape_served(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  return n_kv_heads > 0 && n_heads % n_kv_heads == 0 && head_dim <= 128 && n_heads / n_kv_heads <= 16;
+}
+
+int64_t cascade_saved_kv_bytes(const kernels::CascadeLayout& layout, int64_t block_size, int64_t n_kv_heads,
+                               int64_t head_dim) {
+  if (layout.groups.empty()) return 0;
+  const int64_t bytes_per_key = 2 * n_kv_heads * head_dim * 2;  // K + V, bf16
+  return kernels::cascade_saved_bytes(layout, static_cast<int32_t>(block_size), bytes_per_key);
+}
+
+bool cascade_pays(const kernels::CascadeLayout& layout, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
+                  const backend::Backend& be) {
+  return !layout.groups.empty() &&
+         cascade_saved_kv_bytes(layout, block_size, n_kv_heads, head_dim) >= be.cascade_attention_min_saved_bytes();
+}
+
 namespace {
 
 // The eager batch's cascade buffer (exact capacities) when the groups pay; nothing otherwise.
 void attach_cascade(const ForwardBatch& batch, backend::Backend& be, int64_t block_size, backend::AttentionMeta& meta) {
   const auto& p = meta.params;
   const int32_t n = p.n_leading_decode_rows;
-  if (!be.cascade_attention_enabled() || n < 2 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return;
-  if (p.head_dim > 128 || p.n_heads / p.n_kv_heads > 16) return;  // not a shape the cascade kernels serve (MLA)
+  if (!be.cascade_attention_enabled() || n < 2 || !cascade_shape_served(p.n_heads, p.n_kv_heads, p.head_dim)) return;
   const kernels::CascadeLayout layout = cascade_groups(batch, n, block_size);
-  const int64_t bytes_per_key = 2ll * p.n_kv_heads * p.head_dim * 2;  // K + V, bf16
-  if (layout.groups.empty() ||
-      kernels::cascade_saved_bytes(layout, static_cast<int32_t>(block_size), bytes_per_key) <
-          be.cascade_attention_min_saved_bytes())
-    return;
+  if (!cascade_pays(layout, block_size, p.n_kv_heads, p.head_dim, be)) return;
   kernels::CascadeShape shape;
   shape.cap_rows = n;
   shape.group_size = p.n_heads / p.n_kv_heads;

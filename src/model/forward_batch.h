@@ -74,6 +74,15 @@ int32_t leading_decode_rows(const ForwardBatch& batch);
 // whose block tables share >= options.min_shared_blocks leading blocks (the radix cache's shared prefix).
 kernels::CascadeLayout cascade_groups(const ForwardBatch& batch, int32_t n_rows, int64_t block_size,
                                       const kernels::CascadeGroupOptions& options = {});
+// Whether the GQA cascade kernels serve this head shape (head_dim <= 128, <= 16 q heads per kv head; MLA: none).
+bool cascade_shape_served(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+// K/V bytes per layer (bf16 keys, n_kv_heads x head_dim each for K and V) a layout's groups save.
+int64_t cascade_saved_kv_bytes(const kernels::CascadeLayout& layout, int64_t block_size, int64_t n_kv_heads,
+                               int64_t head_dim);
+// The one rule the eager builder, the decode graphs and bench-model apply: groups exist and save at least
+// be.cascade_attention_min_saved_bytes() per layer.
+bool cascade_pays(const kernels::CascadeLayout& layout, int64_t block_size, int64_t n_kv_heads, int64_t head_dim,
+                  const backend::Backend& be);
 
 // Uploads the batch's attention metadata (token -> table row, KV index, slots) and syncs the block tables:
 // spans with store rows (every span or none) sync `store` and point the kernels at it; otherwise a temporary

@@ -238,10 +238,7 @@ Result<model::ForwardOutput> DecodeGraphs::run(const model::ForwardBatch& batch,
     // The eager rule (model/forward_batch.cpp): groups only where they save enough K/V reads per layer (bf16
     // bytes, the model's kv heads), so a step computes the same with graphs on and off.
     const auto& mc = model_.config();
-    const int64_t bytes_per_key = 2 * mc.n_kv_heads * mc.head_dim * 2;
-    const bool pays = !layout.groups.empty() &&
-                      kernels::cascade_saved_bytes(layout, static_cast<int32_t>(bs), bytes_per_key) >=
-                          be_.cascade_attention_min_saved_bytes();
+    const bool pays = model::cascade_pays(layout, bs, mc.n_kv_heads, mc.head_dim, be_);
     if (!pays || !kernels::encode_cascade(layout, static_cast<int32_t>(bs), cs, cascade_host_.data()))
       cascade_host_.assign(cs.n_ints(), 0);
     Tensor cascade = g.cascade;
