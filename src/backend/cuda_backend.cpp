@@ -462,8 +462,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   }
 
   // One kernel (kernels/cuda/rope_kv_write.h) when MXSERVE_FUSED_ROPE_KV=1, or unset and kFusedRopeKvDefault;
-  // else the composed ops, graph-safe: the columns copied on the device (views of y's one row at T == 1),
-  // rope(q), rope(k), kv_write. Both write the same bits (test_cuda_rope_kv_write).
+  // else Backend's composed ops (copy_columns on the device, views of y's one row at T == 1, rope(q), rope(k),
+  // kv_write; graph-safe). Both write the same bits (test_cuda_rope_kv_write).
   // Until the fused kernel is the default, attention keeps its proven ops (one_qkv_gemm false): q / k / v GEMMs
   // above one row, views of the one GEMM at one row, then rope, rope, kv_write.
   bool one_qkv_gemm(int64_t rows) const override {
@@ -521,26 +521,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
                              ap.v_scales, stream_);
       return q;
     }
-    Tensor q, k, v;
-    if (T == 1) {  // views of the one row (16-byte aligned: nq, nkv % 8 == 0), as the model used before
-      const Tensor flat = y.reshape({y.dim(1)});
-      q = flat.slice_rows(0, nq).reshape({1, nq});
-      k = flat.slice_rows(nq, nq + nkv).reshape({1, nkv});
-      v = flat.slice_rows(nq + nkv, nq + 2 * nkv).reshape({1, nkv});
-    } else {
-      q = alloc(DType::kBF16, {T, nq});
-      k = alloc(DType::kBF16, {T, nkv});
-      v = alloc(DType::kBF16, {T, nkv});
-      kc::copy_columns_bf16(y.raw(), q.raw(), T, y.dim(1), 0, nq, stream_);
-      kc::copy_columns_bf16(y.raw(), k.raw(), T, y.dim(1), nq, nq + nkv, stream_);
-      kc::copy_columns_bf16(y.raw(), v.raw(), T, y.dim(1), nq + nkv, nq + 2 * nkv, stream_);
-    }
-    rope(q, positions, p);
-    kernels::RopeParams pk = p;
-    pk.n_heads = ap.n_kv_heads;
-    rope(k, positions, pk);
-    kv_write(k, v, meta, k_cache, v_cache);
-    return q;
+    return Backend::rope_kv_write(y, positions, p, meta, k_cache, v_cache);  // the composed ops (graph-safe)
   }
 
   // Tensors are paired in layout order (two of one shape and dtype per launch, e.g. K and V, or their

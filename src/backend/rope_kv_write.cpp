@@ -1,11 +1,13 @@
 // Backend::rope_kv_write's default (backend.h): the composed ops it must equal bit for bit -- the q, k, v columns of
-// the QKV GEMM output copied out (views of its one row at T == 1, as the model used them before), rope(q), rope(k),
-// kv_write. The CPU backend runs this; the CUDA backend overrides it (one kernel, or these ops with a device column
-// copy). The copy at T > 1 is gather_rows over head rows with an uploaded index: not usable inside capture_graph.
+// the QKV GEMM output copied out (views of its one row at T == 1, as the model used them before; above, the
+// MlaDsaOps::copy_columns op the CPU and CUDA backends have, graph-safe; a gather for backends without it),
+// rope(q), rope(k), kv_write.
+// The CPU backend runs this; the CUDA backend runs it too unless its one fused kernel is on.
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/mla_dsa_ops.h"
 #include "core/check.h"
 
 namespace mxserve::backend {
@@ -32,8 +34,17 @@ Tensor Backend::rope_kv_write(Tensor& y, const Tensor& positions, const kernels:
     q = one_row_columns(y, 0, nq);
     k = one_row_columns(y, nq, nq + nkv);
     v = one_row_columns(y, nq + nkv, nq + 2 * nkv);
+  } else if (MlaDsaOps* ops = mla_dsa_ops(*this)) {  // the CPU and CUDA backends: on the device, graph-safe
+    q = alloc(y.dtype(), {T, nq});
+    k = alloc(y.dtype(), {T, nkv});
+    v = alloc(y.dtype(), {T, nkv});
+    ops->copy_columns(y, 0, nq, q);
+    ops->copy_columns(y, nq, nq + nkv, k);
+    ops->copy_columns(y, nq + nkv, nq + 2 * nkv, v);
   } else {
-    // y as [T * (hq + 2 hkv), hd] head rows: part c's heads of token t are rows t * (hq + 2 hkv) + first_c + i.
+    // A backend without the column op (test doubles): gather_rows over y as [T * (hq + 2 hkv), hd] head rows
+    // with an uploaded index (part c's heads of token t are rows t * (hq + 2 hkv) + first_c + i); not inside
+    // capture_graph.
     const int64_t heads = hq + 2 * hkv;
     const Tensor rows_of_y = y.reshape({T * heads, hd});
     auto part = [&](int64_t first, int64_t n) {

@@ -36,6 +36,9 @@ class ForwardingBackend : public backend::Backend {
     inner_->linear(x, w, bias, out);
   }
   void rope(Tensor& x, const Tensor& positions, const kernels::RopeParams& p) override { inner_->rope(x, positions, p); }
+  // The inner backend picks attention's q / k / v path (CUDA keeps separate GEMMs until its fused RoPE + K/V write
+  // is the default); rope_kv_write itself stays Backend's composed default over this double's own ops.
+  bool one_qkv_gemm(int64_t rows) const override { return inner_->one_qkv_gemm(rows); }
   void silu_mul(const Tensor& gate_up, Tensor& out) override { inner_->silu_mul(gate_up, out); }
   void add(Tensor& x, const Tensor& y) override { inner_->add(x, y); }
   void add_rmsnorm(const Tensor& x, Tensor& residual, const Tensor& w, float eps, Tensor& out) override {
