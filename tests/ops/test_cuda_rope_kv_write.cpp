@@ -7,11 +7,12 @@
 // tolerance: q and bf16 K within kTolBf16 (one bf16 rounding of each roped value, 2^-9 relative at most), V codes and
 // scales byte for byte (V is not roped: the same bf16 inputs on both), K dequantized within kTolFp8K (see there).
 // Shapes: GLM-4.5-Air's attention (96 q / 8 kv heads x 128, rotary_dim 64), a tiny one, full rotary, T in
-// {1, 3, 16, 130}, shuffled slots. No negative slots: kv_write has no padding-row skip (graph padding rows write a
-// scratch slot), so neither does the fused kernel.
+// {1, 3, 16, 130}, shuffled slots, and at T >= 3 token 1 a padding row (slot -1): q roped, nothing written -- every
+// cache row outside the written slots keeps its starting bytes on every path (kv_write's padding-row rule).
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -76,7 +77,11 @@ class CudaRopeKvWrite : public gpu_oracle::CudaVsCpuTest {
     std::vector<int32_t> all(n_slots);
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng_);
-    const std::vector<int32_t> slots(all.begin(), all.begin() + T);
+    std::vector<int32_t> slots(all.begin(), all.begin() + T);
+    if (T >= 3) slots[1] = -1;  // a padding row
+    std::vector<int32_t> written;
+    for (int32_t s : slots)
+      if (s >= 0) written.push_back(s);
     std::uniform_int_distribution<int> pd(0, 131071);
     for (int64_t t = 0; t < T; ++t) pos.data<int32_t>()[t] = t == 0 ? 0 : pd(rng_);
     const Tensor slot_host = Tensor::view_of(const_cast<int32_t*>(slots.data()), DType::kI32, {T});
@@ -164,10 +169,21 @@ class CudaRopeKvWrite : public gpu_oracle::CudaVsCpuTest {
     const Tensor hk0 = fp8 ? k0 : host(gpu_bf16(k0));
     const int64_t row_bytes = static_cast<int64_t>(hk_ref.nbytes()) / n_slots;
     for (int64_t t = 0; t < T; ++t)
-      EXPECT_NE(std::memcmp(static_cast<const uint8_t*>(hk_ref.raw()) + slots[t] * row_bytes,
-                            static_cast<const uint8_t*>(hk0.raw()) + slots[t] * row_bytes, row_bytes),
-                0)
-          << "k row of token " << t << " unwritten by the reference";
+      if (slots[t] >= 0)
+        EXPECT_NE(std::memcmp(static_cast<const uint8_t*>(hk_ref.raw()) + slots[t] * row_bytes,
+                              static_cast<const uint8_t*>(hk0.raw()) + slots[t] * row_bytes, row_bytes),
+                  0)
+            << "k row of token " << t << " unwritten by the reference";
+    // Every other row (the padding row's included: it has none) keeps its starting bytes.
+    const Tensor hv0 = fp8 ? v0 : host(gpu_bf16(v0));
+    for (int64_t r = 0; r < n_slots; ++r) {
+      if (std::find(written.begin(), written.end(), r) != written.end()) continue;
+      for (int which = 0; which < 2; ++which)
+        EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>((which ? hv_ref : hk_ref).raw()) + r * row_bytes,
+                              static_cast<const uint8_t*>((which ? hv0 : hk0).raw()) + r * row_bytes, row_bytes),
+                  0)
+            << (which ? "v" : "k") << " row " << r << " was written though no token maps to it";
+    }
 
     // 4. The CPU reference backend (f32 rope; f32 or FP8 cache) within bf16 tolerance.
     Tensor cpu_k = Tensor::empty(k0.dtype(), k0.shape()), cpu_v = Tensor::empty(v0.dtype(), v0.shape());
@@ -189,12 +205,12 @@ class CudaRopeKvWrite : public gpu_oracle::CudaVsCpuTest {
     gpu_oracle::expect_within(gpu_oracle::compare(hq_ref, cq_c), kTolBf16, "rope_kv_write q vs cpu");
     const Tensor hks = host(ref.ks);
     if (!fp8) {
-      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hk_ref, slots, nullptr, g.hd), rows_of(cpu_k, slots, nullptr, g.hd)),
+      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hk_ref, written, nullptr, g.hd), rows_of(cpu_k, written, nullptr, g.hd)),
                                 kTolBf16, "rope_kv_write k vs cpu");
-      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hv_ref, slots, nullptr, g.hd), rows_of(cpu_v, slots, nullptr, g.hd)),
+      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hv_ref, written, nullptr, g.hd), rows_of(cpu_v, written, nullptr, g.hd)),
                                 0.0, "rope_kv_write v vs cpu");
     } else {
-      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hk_ref, slots, &hks, g.hd), rows_of(cpu_k, slots, &cpu_ks, g.hd)),
+      gpu_oracle::expect_within(gpu_oracle::compare(rows_of(hk_ref, written, &hks, g.hd), rows_of(cpu_k, written, &cpu_ks, g.hd)),
                                 kTolFp8K, "rope_kv_write k fp8 vs cpu");
       expect_bytes_equal(hv_ref, cpu_v, "v codes vs cpu");
       expect_bytes_equal(host(ref.vs), cpu_vs, "v scales vs cpu");

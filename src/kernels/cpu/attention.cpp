@@ -15,6 +15,7 @@ void kv_write_f32(const float* k, const float* v, const int32_t* slot_mapping, f
                   int64_t n_tokens, int64_t kv_width) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // a padding row: not written (the MLA writers' rule)
     std::memcpy(k_cache + slot * kv_width, k + t * kv_width, sizeof(float) * kv_width);
     std::memcpy(v_cache + slot * kv_width, v + t * kv_width, sizeof(float) * kv_width);
   }
@@ -35,6 +36,7 @@ void kv_write_fp8(const float* k, const float* v, const int32_t* slot_mapping, u
   };
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;  // a padding row: not written
     quantize(k + t * width, k_cache + slot * width, k_scales + slot * n_kv_heads);
     quantize(v + t * width, v_cache + slot * width, v_scales + slot * n_kv_heads);
   }

@@ -30,7 +30,8 @@ void rope_neox_f32(float* x, const int32_t* positions, int64_t n_tokens, const R
 void silu_mul_f32(const float* gate_up, float* out, int64_t n_tokens, int64_t inter);
 
 // Writes k/v rows [T, n_kv_heads*head_dim] into the paged caches at slot_mapping[t]
-// (slot = block * block_size + offset); caches are [n_blocks*block_size, n_kv_heads*head_dim].
+// (slot = block * block_size + offset; slot < 0: a padding row, not written, as in the MLA writers); caches are
+// [n_blocks*block_size, n_kv_heads*head_dim].
 void kv_write_f32(const float* k, const float* v, const int32_t* slot_mapping, float* k_cache, float* v_cache,
                   int64_t n_tokens, int64_t kv_width);
 

@@ -34,7 +34,7 @@ void silu_mul_bf16(const void* gate_up, void* out, int64_t n_tokens, int64_t int
 // x[i] += y[i] (fp32 add, one rounding)
 void add_bf16(void* x, const void* y, int64_t n, cudaStream_t stream);
 void add_f32(float* x, const float* y, int64_t n, cudaStream_t stream);
-// k/v bf16 [T, kv_width] -> caches bf16 [n_slots, kv_width] at slot_mapping[t]. kv_width % 8 == 0.
+// k/v bf16 [T, kv_width] -> caches bf16 [n_slots, kv_width] at slot_mapping[t] (< 0: not written). kv_width % 8 == 0.
 void kv_write_bf16(const void* k, const void* v, const int32_t* slot_mapping, void* k_cache, void* v_cache,
                    int64_t n_tokens, int64_t kv_width, cudaStream_t stream);
 // FP8 E4M3 cache (kernels/kv_fp8.h): k/v bf16 [T, n_kv_heads*head_dim] -> u8 codes at slot_mapping[t] of

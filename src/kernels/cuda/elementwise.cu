@@ -159,6 +159,7 @@ __global__ void kv_write_kernel(const bf16* __restrict__ k, const bf16* __restri
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / chunks, c = i % chunks;
+    if (slots[t] < 0) continue;  // a padding row: not written (the MLA writers' rule)
     const int64_t dst = static_cast<int64_t>(slots[t]) * kv_width + c * 8, src = t * kv_width + c * 8;
     *reinterpret_cast<uint4*>(k_cache + dst) = *reinterpret_cast<const uint4*>(k + src);
     *reinterpret_cast<uint4*>(v_cache + dst) = *reinterpret_cast<const uint4*>(v + src);
@@ -288,6 +289,7 @@ __global__ void kv_write_fp8_kernel(const bf16* __restrict__ k, const bf16* __re
   amax = warp_max(amax);
   const float scale = kv_fp8_scale(amax);
   const int64_t slot = slots[t];
+  if (slot < 0) return;  // a padding row: not written
   uint8_t* codes = (is_v ? v_cache : k_cache) + slot * width + static_cast<int64_t>(h) * head_dim;
   for (int d = lane; d < head_dim; d += 32) codes[d] = kv_fp8_quantize(to_f32(x[d]), scale);
   if (lane == 0) (is_v ? v_scales : k_scales)[slot * n_kv_heads + h] = scale;

@@ -79,6 +79,8 @@ __global__ void __launch_bounds__(kThreads)
       if (h < nqh) {
         bf16* dst = q_out + t * q_width + static_cast<int64_t>(h) * hd;
         rope_head(src, cos_t, sin_t, half, p.rotary_dim, hd, lane, [&](int d, bf16 v) { dst[d] = v; });
+      } else if (slot < 0) {
+        continue;  // a padding row: q is roped, k / v are not written (kv_write's rule)
       } else if (h < nqh + n_kv_heads) {
         const int kh = h - nqh;
         const int64_t at = slot * kv_width + static_cast<int64_t>(kh) * hd;

@@ -1,8 +1,8 @@
 // FP8 E4M3 KV cache on the CPU reference (kernels/kv_fp8.h, kernels/cpu/attention.cpp): the encoder against
 // the OCP e4m3fn definition (every code round-trips, ties go to even, saturation, subnormals), the per-element
 // error of kv_write_fp8 within the format's worst case under per-(slot, head) amax/448 scaling, attention over
-// the FP8 cache equal bit for bit to attention over the same values dequantized into an f32 cache, and slot
-// copies that move scales with codes.
+// the FP8 cache equal bit for bit to attention over the same values dequantized into an f32 cache, slot
+// copies that move scales with codes, and padding rows (slot < 0) written nowhere by either cache layout.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +157,40 @@ TEST(KvFp8, CopyRowsMovesCodesAndScalesInOrder) {
   for (int64_t h = 0; h < kvh; ++h) {
     EXPECT_EQ(sa[0 * kvh + h], sa0[5 * kvh + h]);
     EXPECT_EQ(sb[2 * kvh + h], -static_cast<float>(5 * kvh + h));
+  }
+}
+
+// A padding row (slot -1, as the MLA writers already skip) writes nothing: the caches sit one guard row past the
+// start of their buffers, so a write at slot -1 would land in the guard (it used to, on both backends).
+TEST(KvFp8, PaddingRowsWriteNothing) {
+  const int64_t kvh = 2, hd = 8, width = kvh * hd, n_slots = 4, T = 3;
+  std::vector<float> k(T * width), v(T * width);
+  for (int64_t i = 0; i < T * width; ++i) k[i] = 0.25f * static_cast<float>(i % 7) + 0.5f, v[i] = -k[i];
+  const std::vector<int32_t> slots = {2, -1, 0};
+  // f32 cache
+  std::vector<float> kc((n_slots + 1) * width, 9.f), vc((n_slots + 1) * width, 9.f);
+  cpu::kv_write_f32(k.data(), v.data(), slots.data(), kc.data() + width, vc.data() + width, T, width);
+  for (int64_t d = 0; d < width; ++d) {
+    EXPECT_EQ(kc[d], 9.f) << "k guard row, element " << d;
+    EXPECT_EQ(vc[d], 9.f) << "v guard row, element " << d;
+    EXPECT_EQ(kc[(1 + 2) * width + d], k[0 * width + d]);
+    EXPECT_EQ(kc[(1 + 0) * width + d], k[2 * width + d]);
+    EXPECT_EQ(kc[(1 + 1) * width + d], 9.f) << "row 1: no token maps to it";
+  }
+  // FP8 cache and scales
+  std::vector<uint8_t> kq((n_slots + 1) * width, 0x55), vq((n_slots + 1) * width, 0x55);
+  std::vector<float> ks((n_slots + 1) * kvh, 7.f), vs((n_slots + 1) * kvh, 7.f);
+  cpu::kv_write_fp8(k.data(), v.data(), slots.data(), kq.data() + width, vq.data() + width, ks.data() + kvh,
+                    vs.data() + kvh, T, kvh, hd);
+  for (int64_t d = 0; d < width; ++d) {
+    EXPECT_EQ(kq[d], 0x55) << "k code guard row, element " << d;
+    EXPECT_EQ(vq[d], 0x55) << "v code guard row, element " << d;
+    EXPECT_NE(kq[(1 + 2) * width + d], 0x55);
+  }
+  for (int64_t h = 0; h < kvh; ++h) {
+    EXPECT_EQ(ks[h], 7.f) << "k scale guard, head " << h;
+    EXPECT_EQ(vs[h], 7.f) << "v scale guard, head " << h;
+    EXPECT_NE(ks[(1 + 0) * kvh + h], 7.f);
   }
 }
 
