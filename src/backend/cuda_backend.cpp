@@ -17,6 +17,7 @@
 #include "backend/cuda_mla_dsa_ops.h"
 #include "backend/device_memory.h"
 #include "core/check.h"
+#include "core/device_oom.h"
 #include "core/logging.h"
 #include "core/numeric.h"
 #include "kernels/cuda/common/caching_allocator.h"
@@ -344,13 +345,38 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       return internal_error(std::string("CUDA graph capture failed: ") + cudaGetErrorString(end));
     }
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaError_t inst = instantiate(&exec, graph);
+    uint64_t released = 0;
+    if (inst == cudaErrorMemoryAllocation) {
+      // The driver's memory, not an allocator's: the caching allocators of this device (every rank of the
+      // shared-device stand-in) may hold its free bytes -- the start-up dry run's blocks stay cached. Drop them,
+      // as a failed allocation does (caching_allocator.h), and instantiate once more.
+      (void)cudaGetLastError();
+      MX_CUDA_CHECK(cudaDeviceSynchronize());  // no queued kernel still reads a cached block
+      released = kc::CachingAllocator::release_cached_on_device(device_);
+      if (released > 0) {
+        MX_LOG(kWarn) << "CUDA graph instantiation on device " << device_ << " ran out of memory; released "
+                      << (released >> 20) << " MiB cached by the allocators of the device and tried again";
+        inst = instantiate(&exec, graph);
+      }
+    }
     cudaGraphDestroy(graph);
     if (inst != cudaSuccess) {
       (void)cudaGetLastError();
-      return internal_error(std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst));
+      std::string why = std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst);
+      if (inst == cudaErrorMemoryAllocation)
+        why += " (after releasing " + std::to_string(released >> 20) + " MiB of cached blocks; the graphs need "
+               "device memory outside the KV pool: lower --gpu-memory-utilization or --kv-cache-memory, or "
+               "--max-num-seqs for fewer graph shapes)";
+      return internal_error(why);
     }
     return std::unique_ptr<DeviceGraph>(std::make_unique<CudaGraph>(exec, stream_, graph_pool_));
+  }
+
+  // cudaGraphInstantiate, or the test hook's full device (core/device_oom.h graph_instantiate_fault).
+  static cudaError_t instantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+    if (graph_instantiate_fault::take()) return cudaErrorMemoryAllocation;
+    return cudaGraphInstantiate(exec, graph, 0);
   }
 
   // ---- ops ----
@@ -464,8 +490,8 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   // One kernel (kernels/cuda/rope_kv_write.h) when MXSERVE_FUSED_ROPE_KV=1, or unset and kFusedRopeKvDefault;
   // else Backend's composed ops (copy_columns on the device, views of y's one row at T == 1, rope(q), rope(k),
   // kv_write; graph-safe). Both write the same bits (test_cuda_rope_kv_write).
-  // Until the fused kernel is the default, attention keeps its proven ops (one_qkv_gemm false): q / k / v GEMMs
-  // above one row, views of the one GEMM at one row, then rope, rope, kv_write.
+  // With the composed ops (=0) attention keeps its earlier ops (one_qkv_gemm false): q / k / v GEMMs above one
+  // row, views of the one GEMM at one row, then rope, rope, kv_write.
   bool one_qkv_gemm(int64_t rows) const override {
     (void)rows;
     return fused_rope_kv();
@@ -480,8 +506,7 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       } else {
         MX_LOG(kInfo) << "attention: q / k / v GEMMs above one row (views of one QKV GEMM at one row), rope q, "
                       << "rope k, kv_write -- "
-                      << (v == nullptr ? "the fused kernel is not the default yet (kFusedRopeKvDefault)"
-                                       : "MXSERVE_FUSED_ROPE_KV=0")
+                      << (v == nullptr ? "kFusedRopeKvDefault is false in this build" : "MXSERVE_FUSED_ROPE_KV=0")
                       << "; MXSERVE_FUSED_ROPE_KV=1 runs the fused kernel";
       }
       return on;

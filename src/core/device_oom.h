@@ -7,6 +7,8 @@
 // Test hook (alloc_fault): makes the next `count` allocations of at least `min_bytes` fail as if the device
 // were full, on every backend that checks it (the CUDA caching allocator, the CPU backend): the CPU test of
 // the engine's OOM path and the GPU test of the caching allocator's use it. Off (count 0) unless a test arms it.
+// graph_instantiate_fault: the same for CUDA graph instantiation (the driver's own memory, not an allocator's):
+// the next `count` cudaGraphInstantiate calls fail as if the device were full (test_cuda_graphs).
 #pragma once
 
 #include <atomic>
@@ -42,4 +44,13 @@ inline bool take(uint64_t bytes) {
 }
 
 }  // namespace alloc_fault
+
+namespace graph_instantiate_fault {
+
+inline std::atomic<int64_t> g_remaining{0};
+
+inline void arm(int64_t count) { g_remaining.store(count); }
+inline bool take() { return g_remaining.load(std::memory_order_relaxed) > 0 && g_remaining.fetch_sub(1) > 0; }
+
+}  // namespace graph_instantiate_fault
 }  // namespace mxserve

@@ -18,6 +18,9 @@
 // shared by several ranks (the one-GPU stand-in), each rank's caching allocator keeps exact-size blocks of the
 // shapes it saw; an allocation that does not fit releases the cached blocks of every allocator on the device
 // (kernels/cuda/common/caching_allocator.h), so the sum of the measured peaks is what the ranks need together.
+// CUDA graphs are captured after the KV pool: their private pools (decode-sized temporaries) and the driver's
+// instantiation memory come out of the device's share above --gpu-memory-utilization and the cached blocks, which
+// an instantiation that runs out of memory releases on every allocator of the device before it retries once.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,8 @@ struct KvBudgetRequest {
   uint64_t kv_bytes_per_rank = 0;         // --kv-cache-memory (per rank)
   bool kv_bytes_given = false;            // the user named --kv-cache-memory: check it, never resize it
   double gpu_memory_utilization = 0.9;    // the share of each device for weights + activations + KV
-  bool utilization_given = false;         // --gpu-memory-utilization named (without --kv-cache-memory: size the KV from it)
+  bool utilization_given = false;         // size the KV from the utilization (without --kv-cache-memory): named, or the
+                                          // serve default on CUDA (cli/kv_pool_flags.h)
 };
 
 struct KvBudget {

@@ -28,7 +28,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "cli/fixture.h"
+#include "core/device_oom.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
 
@@ -285,6 +287,40 @@ TEST(CudaGraphCapture, ReplaysWhatWasCapturedWithNewInputs) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(h.data<float>()[2 * r], 10.f * rows[r]) << "row " << r;
   EXPECT_DEATH((void)b.capture_graph([&] { (void)b.upload(Tensor::zeros(DType::kI32, {4})); }),
                "inside a graph body");
+}
+
+// Instantiation that meets a full device (the driver's memory held by cached allocator blocks, as after the
+// start-up dry run at --gpu-memory-utilization 0.9 with eight stand-in ranks): the cached blocks are released and
+// the capture succeeds; a device still full after that fails the capture naming out of memory and the flags.
+TEST(CudaGraphCapture, InstantiationOutOfMemoryReleasesCachedBlocksAndRetries) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  backend::Backend& b = **be;
+  Tensor in = b.alloc(DType::kI32, {4});
+  Tensor table = b.alloc(DType::kF32, {8, 2});
+  auto body = [&] {
+    Tensor o = b.alloc(DType::kF32, {4, 2});
+    b.gather_rows(table, in, o);
+  };
+  auto cache_a_block = [&] { (void)b.alloc(DType::kU8, {1 << 20}); };  // freed at once: a cached block
+  cache_a_block();
+  ASSERT_GT(backend::device_memory(b).cached, 0u);
+  graph_instantiate_fault::arm(1);  // the first instantiation fails, the retry after the release succeeds
+  auto graph = b.capture_graph(body);
+  graph_instantiate_fault::arm(0);
+  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
+  EXPECT_EQ(backend::device_memory(b).cached, 0u) << "the retry released the cached blocks";
+  (*graph)->replay();
+  b.synchronize();
+
+  cache_a_block();
+  graph_instantiate_fault::arm(2);  // still full after the release: a named failure, no crash
+  auto failed = b.capture_graph(body);
+  graph_instantiate_fault::arm(0);
+  ASSERT_FALSE(failed.is_ok());
+  const std::string msg = failed.status().message();
+  EXPECT_NE(msg.find("CUDA graph instantiation failed: out of memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--gpu-memory-utilization"), std::string::npos) << msg;
 }
 
 TEST(CudaGraphCapture, CpuBackendHasNone) {

@@ -13,8 +13,10 @@
 namespace mxserve::kernels::cuda {
 
 // Whether the CUDA backend's rope_kv_write runs the fused kernel when MXSERVE_FUSED_ROPE_KV is unset (=1 forces
-// it, =0 forces the composed ops). false until the GPU test (test_cuda_rope_kv_write) has proven it on a device.
-constexpr bool kFusedRopeKvDefault = false;
+// it, =0 forces the composed ops). true since the GPU oracle passed on an H100 (2026-12-06, commit e1234a3:
+// test_cuda_rope_kv_write incl. padding rows, test_cuda_graphs Fixtures/*, test_cuda_fixture, all with the fused
+// kernel; docs/perf/decode-path.md).
+constexpr bool kFusedRopeKvDefault = true;
 
 // Largest head_dim the kernel's shared memory holds (a K head staged per warp for the FP8 amax).
 constexpr int kRopeKvWriteMaxHeadDim = 1024;
