@@ -11,6 +11,7 @@
 #include "chat/output_parser.h"
 #include "cli/args.h"
 #include "cli/cascade_flags.h"
+#include "cli/kv_pool_flags.h"
 #include "cli/commands.h"
 #include "cli/graph_flags.h"
 #include "cli/spec_flags.h"
@@ -172,19 +173,7 @@ int cmd_serve(int argc, char** argv) {
   if (sc.moe_activation_dtype == "fp8_e4m3" && sc.backend != "cuda")
     return fail(invalid_argument("--moe-activation-dtype fp8_e4m3 needs --backend cuda (FP8 wgmma MoE kernels)"));
   sc.max_queued_requests = max_queued;
-  if (a.has("--kv-cache-memory")) {
-    MX_CLI_TRY(kv_bytes, server::parse_byte_size(a.get_or("--kv-cache-memory", "")));
-    sc.kv_cache_bytes = kv_bytes;
-    sc.kv_cache_bytes_given = true;
-  }
-  if (a.has("--gpu-memory-utilization")) {
-    MX_CLI_TRY(util, a.get_double("--gpu-memory-utilization", 0.9));
-    if (!(util > 0 && util <= 1))
-      return fail(invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
-                                   a.get_or("--gpu-memory-utilization", "")));
-    sc.gpu_memory_utilization = util;
-    sc.gpu_memory_utilization_given = true;
-  }
+  if (Status st = parse_kv_pool_flags(a, sc); !st.is_ok()) return fail(st);  // on CUDA the device sizes it by default
   if (a.has("--kv-cache-host-memory")) {
     const std::string text = a.get_or("--kv-cache-host-memory", "");
     if (text != "0") {  // 0 = off

@@ -108,8 +108,8 @@ std::vector<CommandHelp> build_table() {
                    {"--slo-ttft-ms", "MS", "0", "TTFT target: waiting prefills ordered by deadline, bigger chunks near "
                                                "it (0 = off, FCFS; docs/scheduling.md)"},
                    {"--block-size", "N", "16", "tokens per KV block"},
-                   {"--kv-cache-memory", "SIZE", "1GiB", "KV pool size per rank, e.g. 4GiB (CUDA: checked against the device at start-up)"},
-                   {"--gpu-memory-utilization", "F", "0.9", "CUDA: share of each GPU for weights + forward peak + KV; given alone, sizes the KV pool (split among ranks sharing a GPU)"},
+                   {"--kv-cache-memory", "SIZE", "CUDA: from the device; CPU: 1GiB", "KV pool size per rank, e.g. 4GiB (CUDA: checked against the device at start-up; left out, the pool is what --gpu-memory-utilization leaves)"},
+                   {"--gpu-memory-utilization", "F", "0.9", "CUDA: share of each GPU for weights + forward peak + KV; without --kv-cache-memory it sizes the KV pool (split among ranks sharing a GPU)"},
                    {"--num-kv-blocks", "N", "", "KV pool size in blocks (overrides --kv-cache-memory)"},
                    {"--kv-cache-dtype", "auto|bf16|fp8_e4m3|fp8", "auto", "KV element type (auto: bf16 on cuda, f32 on cpu)"},
                    {"--moe-activation-dtype", "bf16|fp8_e4m3", "bf16", "MXFP4 experts' prefill activations (fp8: cuda)"},

@@ -228,7 +228,8 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
   if (r.utilization_given && !r.kv_bytes_given) {  // sized from the device: each rank the smallest device's share
     out.kv_bytes_per_rank = kv_per_rank;
     MX_LOG(kInfo) << "KV cache budget: " << gib(static_cast<double>(kv_per_rank)) << " per rank (--gpu-memory-utilization "
-                  << r.gpu_memory_utilization << ", split among the ranks of each GPU)";
+                  << r.gpu_memory_utilization << ", split among the ranks of each GPU; --kv-cache-memory SIZE sets it "
+                  << "instead)";
   } else if (!r.kv_bytes_given && r.kv_bytes_per_rank > kv_per_rank) {
     out.kv_bytes_per_rank = kv_per_rank;  // the default --kv-cache-memory does not fit: said loudly
     MX_LOG(kWarn) << "the default KV cache (" << gib(static_cast<double>(r.kv_bytes_per_rank))

@@ -39,7 +39,7 @@ struct ServingConfig {
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes
   bool kv_cache_bytes_given = false;  // --kv-cache-memory named (CUDA: checked against the device, never resized)
   double gpu_memory_utilization = 0.9;  // CUDA: the share of each GPU for weights + forward peak + KV
-  bool gpu_memory_utilization_given = false;  // named: the KV pool is sized from it (launch/launch_memory.h)
+  bool gpu_memory_utilization_given = false;  // the KV pool is sized from it: named, or serve on CUDA without --kv-cache-memory (cli/kv_pool_flags.h)
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   uint64_t kv_cache_host_memory = 0;  // --kv-cache-host-memory: host KV tier bytes (0 = off; kvcache/host_tier.h)
   std::string moe_activation_dtype;  // --moe-activation-dtype: "" / "bf16", or "fp8_e4m3" (W4A8, gated at start-up)
