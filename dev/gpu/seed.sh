@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 17's seed workload on one H200: whole GLM-4.5-Air (46 layers, synthetic weights, MXFP4 experts) served,
 # `mxserve bench` shared-prefix 20k in / 1k out / 60% cached, constant arrivals at $SEED_RATES (req/s, comma list,
-# default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS; $SEED_KV the KV pool (60GiB).
+# default 0.2), $SEED_N requests per point (30). Extra serve flags from $MX_FLAGS; $SEED_KV the KV pool (default
+# 60GiB on a card of >= 120 GiB, the H200's earlier runs; else auto: an H100 has ~7 GiB beside Air's 62.7 GiB).
 # Run by run_all.sh.
 set -u
 # --endpoint completions: the Qwen3 tokenizer stands in for GLM's; its chat template's special ids lie outside Air's vocabulary.
@@ -9,7 +10,12 @@ set -u
 P=${MXSERVE_PAYLOAD:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 BIN="$P/bin/mxserve"; AIR="$P/configs/air.json"
-KV_FLAG="--kv-cache-memory ${SEED_KV:-60GiB}"; [ "${SEED_KV:-}" = auto ] && KV_FLAG=""  # auto: --gpu-memory-utilization sizes it
+if [ -z "${SEED_KV:-}" ]; then
+  MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  if [ "${MIB:-0}" -ge 122880 ]; then SEED_KV=60GiB; else SEED_KV=auto; fi
+fi
+KV_FLAG="--kv-cache-memory $SEED_KV"; [ "$SEED_KV" = auto ] && KV_FLAG="--gpu-memory-utilization 0.9"  # auto: the device sizes it
+echo "seed.sh: KV pool $SEED_KV"
 FLAGS=(${MX_FLAGS:-}); RATES=${SEED_RATES-0.2}; N=${SEED_N:-30}
 TOK=$P/tok; mkdir -p "$TOK"; [ -f "$TOK/tokenizer.json" ] || tar -xJf "$P/tok.tar.xz" -C "$TOK"
 PORT=18124
