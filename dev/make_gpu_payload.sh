@@ -83,6 +83,8 @@ for t in tests/ops/test_cuda_cascade_attention tests/model/test_cuda_cascade_eng
 done
 # Issue 33 item 3: the fused RoPE + K/V cache write vs the separate ops, bit for bit (oracle for kFusedRopeKvDefault).
 [ -x "$BUILD/tests/ops/test_cuda_rope_kv_write" ] && cp "$BUILD/tests/ops/test_cuda_rope_kv_write" "$DEST/bin/"
+# Issue 32 item 3: per-rank bytes read, device weight bytes and host RSS at tp 1 vs tp T (rank-sliced loading).
+[ -x "$BUILD/tests/model/measure_rank_loading" ] && cp "$BUILD/tests/model/measure_rank_loading" "$DEST/bin/"
 # The served path's host overhead per step per stream (a CPU program; on the GPU host's quiet cores).
 [ -x "$BUILD/tests/server/bench_serving_overhead" ] && cp "$BUILD/tests/server/bench_serving_overhead" "$DEST/bin/"
 # A baseline binary for before/after runs in one call (dev/gpu/s7_glm5.sh): MXSERVE_BEFORE=path/to/old/mxserve.

@@ -6,7 +6,9 @@
 # (2) issue 32's seed layout at the default --gpu-memory-utilization 0.9: PASS = 100% success AND no
 #     "CUDA graphs are OFF" line (the instantiation retry);
 # (3) the fused RoPE + K/V write A/B at batch 1 and an 8k prefill chunk (bench-model, =0 vs default);
-# (4) whole GLM-4.5-Air single stream 10k / 1.5k (seed.sh: the KV pool sized by the card: auto on an H100).
+# (4) whole GLM-4.5-Air single stream 10k / 1.5k (seed.sh: the KV pool sized by the card: auto on an H100);
+# (5) rank-sliced loading on CUDA: measure_rank_loading --backend cuda at tp 1 vs tp 4 (issue 32's <= 0.3x target on
+#     device weight bytes and host RSS; the CPU run is in docs/parallel.md).
 set -u
 . "$(dirname "$0")/payload_env.sh"
 export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
@@ -41,5 +43,11 @@ fi
 if [ $PART = all ] || [ $PART = 4 ]; then
   t "(4) whole Air, single stream 10k / 1.5k"
   SEED_SINGLE=1 SEED_RATES= OUT=$OUT/single timeout 400 bash "$P/gpu/seed.sh"
+fi
+if [ $PART = all ] || [ $PART = 5 ]; then
+  t "(5) rank-sliced loading on CUDA, tp 1 vs tp 4"
+  timeout 300 "$B/measure_rank_loading" --config "$P/configs/glm52.json" --num-layers 2 --first-dense 1 --experts 8 \
+    --vocab 8192 --tp 4 --backend cuda --dir /tmp/mrl_ckpt > "$OUT/rank_loading.log" 2>&1; echo "rc=$?"
+  tail -12 "$OUT/rank_loading.log" | cut -c1-240
 fi
 t done
