@@ -147,6 +147,8 @@ void Engine::enable_host_tier() {
                    "overlapped with the step's forward";
 }
 
+int64_t Engine::vocab_size() const { return executor_->vocab_size(); }
+
 Result<RequestId> Engine::submit(RequestSpec spec, EventCallback on_event) {
   const int64_t V = executor_->vocab_size();
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());

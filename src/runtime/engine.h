@@ -134,6 +134,7 @@ class Engine {
   // KV tier when it is on. Returns the blocks evicted.
   int64_t evict_prefix_cache();
   const EngineConfig& config() const { return config_; }
+  int64_t vocab_size() const;  // the model's (submit refuses prompt tokens outside [0, vocab_size))
 
  private:
   void drain_inbox();

@@ -47,6 +47,21 @@ std::optional<ApiError> check_serving(ServerContext& ctx) {
   return std::nullopt;
 }
 
+// Every prompt token inside the model's vocabulary, named by the request field that carried it (token-id prompts,
+// or a tokenizer whose ids reach past the model's: the engine would refuse them without naming the field).
+std::optional<ApiError> check_prompt_vocab(ServerContext& ctx, const std::vector<ChoiceInput>& inputs,
+                                           const std::string& param) {
+  if (!ctx.model.engine) return std::nullopt;
+  const int64_t vocab = ctx.model.engine->vocab_size();
+  for (const auto& in : inputs)
+    for (size_t i = 0; i < in.prompt.size(); ++i)
+      if (in.prompt[i] < 0 || in.prompt[i] >= vocab)
+        return bad_request("prompt token " + std::to_string(i) + " = " + std::to_string(in.prompt[i]) +
+                               " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")",
+                           param);
+  return std::nullopt;
+}
+
 // Chooses max_tokens and checks every prompt against the context length.
 std::optional<ApiError> plan_max_tokens(ServerContext& ctx, const std::vector<ChoiceInput>& inputs,
                                         std::optional<int64_t> requested, const std::string& param, int64_t* out) {
@@ -245,6 +260,7 @@ void run(ServerContext& ctx, Prepared p, http::Response& res) {
   int64_t max_tokens = 0;
   if (auto e = plan_max_tokens(ctx, p.inputs, p.gen.max_tokens, p.prompt_param, &max_tokens))
     return write_error(ctx, *e, res);
+  if (auto e = check_prompt_vocab(ctx, p.inputs, p.prompt_param)) return write_error(ctx, *e, res);
   if (auto e = check_logprob_bounds(ctx, p, max_tokens)) return write_error(ctx, *e, res);
   auto session = std::make_unique<GenerationSession>(ctx, p.gen);
   if (auto e = session->submit(p.inputs, max_tokens)) return write_error(ctx, *e, res);

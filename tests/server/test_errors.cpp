@@ -74,7 +74,8 @@ TEST(ServerErrors, StatusCodesAndErrorObjects) {
        "tools[0].function.parameters.type", ""},
       {kChat, "{" + msgs() + R"(,"max_tokens":100000})", 400, "messages", "context_length_exceeded"},
       {kCompletions, R"({"prompt":"hello","max_tokens":600})", 400, "prompt", "context_length_exceeded"},
-      {kCompletions, R"({"prompt":[1,2,99999],"max_tokens":2})", 400, "", ""},
+      {kCompletions, R"({"prompt":[1,2,99999],"max_tokens":2})", 400, "prompt", ""},  // outside the model's vocabulary
+      {kCompletions, R"({"prompt":[1,-3],"max_tokens":2})", 400, "prompt", ""},
       {kChat, "{" + msgs() + R"(,"model":"gpt-4"})", 404, "model", "model_not_found"},
   };
   for (const auto& c : cases) {
