@@ -283,6 +283,31 @@ std::vector<CommandHelp> build_table() {
                    {"--steps", "N", "2000", "steps timed"},
                },
                "mxserve bench-scheduler --running 64 --steps 500"});
+  t.push_back({"simulate", "the scheduler in virtual time under a step-cost model: TTFT / TPOT per rate, the knee (no model)",
+               "[flags]",
+               {
+                   {"--input-len", "N", "20000", "prompt tokens per request"},
+                   {"--output-len", "N", "1000", "generated tokens per request"},
+                   {"--cache-hit-rate", "F", "0.6", "the shared prefix's share of each prompt"},
+                   {"--num-prefix-groups", "N", "4", "prefix groups (request i in group i % N)"},
+                   {"--rates", "LIST", "0.1,0.2,0.3,0.4,0.5", "offered req/s, constant arrivals"},
+                   {"--num-requests", "N", "30", "measured requests a rate"},
+                   {"--warmup", "N", "--num-prefix-groups", "requests before the measured ones (not counted)"},
+                   {"--kv-tokens", "N", "341000", "KV pool in tokens (341000: 60 GiB of GLM-4.5-Air's bf16 cache)"},
+                   {"--block-size", "N", "16", "tokens per KV block"},
+                   {"--max-num-seqs", "N", "256", "running sequences at most"},
+                   {"--max-num-batched-tokens", "N", "8192", "tokens a step"},
+                   {"--chunked-prefill-size", "N", "8192", "prefill tokens a step"},
+                   {"--max-itl-ms", "MS", "50", "ITL target of steps with decodes (0: off), as serve"},
+                   {"--min-prefill-chunk", "N", "256", "prefill tokens a step with decodes always gets"},
+                   {"--slo-ttft-ms", "MS", "0", "TTFT target of the prefill order (0: FCFS), as serve"},
+                   {"--no-enable-prefix-caching", "", "", "no prefix cache"},
+                   {"--step-cost", "B,T,P,R,K", "0.0266,190e-6,6.87e-9,210e-6,0",
+                    "seconds a step: base + per prefill token + per attention pair + per decode row + per decode KV "
+                    "token (default: GLM-4.5-Air on one H200 as the engine fitted it; serve logs its own fit, 'step cost model ...', and /metrics has it)"},
+                   {"--ttft-knee-ms", "MS", "5000", "the knee's TTFT p95 bound"},
+               },
+               "mxserve simulate --rates 0.2,0.3,0.4 --max-itl-ms 0"});
   t.push_back({"tune-moe", "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)",
                "--experts E --hidden H --inter I --top-k K --out FILE [flags]",
                {

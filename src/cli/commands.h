@@ -11,6 +11,7 @@ int cmd_memory(int argc, char** argv);   // cmd_memory.cpp: per-GPU memory and l
 int cmd_quantize(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_bench_scheduler(int argc, char** argv);
+int cmd_simulate(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_tune_moe(int argc, char** argv);       // cmd_moe_kernels.cpp
 int cmd_tune_attention(int argc, char** argv); // cmd_tune_attention.cpp

@@ -37,6 +37,7 @@ const Dispatch kCommands[] = {
     {"bench", mxserve::bench::cmd_bench},
     {"bench-model", cli::cmd_bench_model},
     {"bench-scheduler", cli::cmd_bench_scheduler},
+    {"simulate", cli::cmd_simulate},
     {"tune-moe", cli::cmd_tune_moe},
     {"tune-attention", cli::cmd_tune_attention},
     {"bench-grammar", cli::cmd_bench_grammar},
