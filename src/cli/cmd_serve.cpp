@@ -83,7 +83,7 @@ int cmd_serve(int argc, char** argv) {
        "--moe-activation-dtype", "--max-queued-requests", "--tool-call-parser", "--reasoning-parser", "--max-itl-ms", "--min-prefill-chunk"};
   value_flags.insert("--slo-ttft-ms");
   std::set<std::string> bool_flags = {"--synthetic-weights", "--disable-prefix-cache", "--disable-radix-cache",
-                                      "--no-enable-prefix-caching", "--benchmark-mode"};
+                                      "--no-enable-prefix-caching", "--benchmark-mode", "--slo-ttft-over-itl"};
   value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
   value_flags.insert("--kv-cache-host-memory");
@@ -152,6 +152,10 @@ int cmd_serve(int argc, char** argv) {
     return fail(invalid_argument("--slo-ttft-ms must be a number of milliseconds >= 0 (0 = off), got " +
                                  a.get_or("--slo-ttft-ms", "")));
   sc.slo_ttft_seconds = slo_ttft_ms / 1e3;
+  sc.slo_ttft_over_itl = a.has("--slo-ttft-over-itl");
+  if (sc.slo_ttft_over_itl && sc.slo_ttft_seconds <= 0)
+    return fail(invalid_argument("--slo-ttft-over-itl needs --slo-ttft-ms (the deadline it lets a chunk pass "
+                                 "--max-itl-ms for)"));
   MX_CLI_TRY(num_blocks, a.get_int("--num-kv-blocks", 0));  // 0: unset, sized from --kv-cache-memory
   if (a.has("--num-kv-blocks") && num_blocks <= 0)
     return fail(invalid_argument("--num-kv-blocks must be positive, got " + std::to_string(num_blocks) +

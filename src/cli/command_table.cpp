@@ -107,6 +107,8 @@ std::vector<CommandHelp> build_table() {
                    {"--min-prefill-chunk", "N", "256", "prefill tokens a step with decodes always gets"},
                    {"--slo-ttft-ms", "MS", "0", "TTFT target: waiting prefills ordered by deadline, bigger chunks near "
                                                "it (0 = off, FCFS; docs/scheduling.md)"},
+                   {"--slo-ttft-over-itl", "", "", "with --slo-ttft-ms: a prefill that meets its deadline only past --max-itl-ms takes "
+                                               "the bigger chunk (off: the ITL bound always holds)"},
                    {"--block-size", "N", "16", "tokens per KV block"},
                    {"--kv-cache-memory", "SIZE", "CUDA: from the device; CPU: 1GiB", "KV pool size per rank, e.g. 4GiB (CUDA: checked against the device at start-up; left out, the pool is what --gpu-memory-utilization leaves)"},
                    {"--gpu-memory-utilization", "F", "0.9", "CUDA: share of each GPU for weights + forward peak + KV; without --kv-cache-memory it sizes the KV pool (split among ranks sharing a GPU)"},
@@ -301,6 +303,7 @@ std::vector<CommandHelp> build_table() {
                    {"--max-itl-ms", "MS", "50", "ITL target of steps with decodes (0: off), as serve"},
                    {"--min-prefill-chunk", "N", "256", "prefill tokens a step with decodes always gets"},
                    {"--slo-ttft-ms", "MS", "0", "TTFT target of the prefill order (0: FCFS), as serve"},
+                   {"--slo-ttft-over-itl", "", "", "a prefill that meets its TTFT deadline only past the ITL bound takes the bigger chunk, as serve"},
                    {"--no-enable-prefix-caching", "", "", "no prefix cache"},
                    {"--step-cost", "B,T,P,R,K", "0.0266,190e-6,6.87e-9,210e-6,0",
                     "seconds a step: base + per prefill token + per attention pair + per decode row + per decode KV "

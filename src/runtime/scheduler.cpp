@@ -200,7 +200,8 @@ SchedulePlan Scheduler::schedule() {
         continue;
       }
       if (budget <= 0 || (prefill_budget <= 0 && !key.urgent)) continue;
-      const int64_t n = itl.grant(seq->n_computed, chunk_cap(seq, key.urgent));
+      const int64_t n = key.past_itl ? itl.grant_past_target(seq->n_computed, chunk_cap(seq, true))
+                                     : itl.grant(seq->n_computed, chunk_cap(seq, key.urgent));
       if (n == 0) break;
       if (!reserve(seq, seq->n_computed + n)) break;
       add_prefill(seq, n, key.urgent);
@@ -236,8 +237,10 @@ SchedulePlan Scheduler::schedule() {
       if (host_tier_ != nullptr) host_tokens = load_from_host(seq, m.key, len - 1);
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
-    const bool urgent = ttft_on() && ttft_key(*seq, seq->n_computed, decodes, t_now).urgent;
-    const int64_t n = itl.grant(seq->n_computed, chunk_cap(seq, urgent));
+    const TtftKey key = ttft_on() ? ttft_key(*seq, seq->n_computed, decodes, t_now) : TtftKey{};
+    const bool urgent = key.urgent;
+    const int64_t n = key.past_itl ? itl.grant_past_target(seq->n_computed, chunk_cap(seq, true))
+                                   : itl.grant(seq->n_computed, chunk_cap(seq, urgent));
     if (n == 0 || !reserve(seq, seq->n_computed + n)) {
       release(seq);  // give the matched prefix back; try again next step
       break;
@@ -274,6 +277,7 @@ SchedulePlan Scheduler::schedule() {
   // n_leading_decode_rows). Every consumer walks plan.chunks in this one order (rows, logit rows).
   std::stable_partition(plan.chunks.begin(), plan.chunks.end(), is_plain_decode_row);
   plan.itl_limited = itl.limited();
+  plan.ttft_past_itl_chunks = static_cast<int32_t>(itl.past_target_chunks());
   plan.decodes_over_target = itl.decodes_over_target();
   plan.predicted_seconds = itl.predicted_seconds();
   return plan;
@@ -287,11 +291,12 @@ int64_t Scheduler::cached_prefix(const Sequence& seq) const {
   return best;
 }
 
-double Scheduler::prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk) const {
+double Scheduler::prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk,
+                                         bool itl_bound) const {
   const int64_t left = len - start;
   if (left <= 0) return 0;
   const double step = cost_model_->predict(decodes);  // base + the decodes every step carries
-  if (config_.max_step_seconds > 0 && decodes.decode_rows > 0)
+  if (itl_bound && config_.max_step_seconds > 0 && decodes.decode_rows > 0)
     chunk = std::min(chunk, std::max(config_.min_prefill_chunk,
                                      cost_model_->max_prefill_tokens(start, config_.max_step_seconds - step)));
   chunk = std::max<int64_t>(chunk, 1);
@@ -316,6 +321,9 @@ Scheduler::TtftKey Scheduler::ttft_key(const Sequence& seq, int64_t start, const
   const double best = prefill_finish_seconds(decodes, start, len, config_.max_num_batched_tokens);
   if (best <= k.slack) {
     k.urgent = prefill_finish_seconds(decodes, start, len, config_.chunked_prefill_size) > k.slack;
+  } else if (config_.ttft_over_itl && config_.max_step_seconds > 0 && decodes.decode_rows > 0 &&
+             prefill_finish_seconds(decodes, start, len, config_.max_num_batched_tokens, false) <= k.slack) {
+    k.urgent = k.past_itl = true;  // only without the ITL bound: this chunk takes the step past it
   } else if (waited < 2 * target) {
     k.cls = 2;  // late; at 2x the target it rejoins class 1 with the earliest deadline (no starvation)
   }

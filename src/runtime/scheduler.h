@@ -57,6 +57,9 @@ struct SchedulerConfig {
   int64_t min_prefill_chunk = 256; // prefill tokens a step with decodes always gets (when any is waiting)
   int dp_ranks = 1;                // data-parallel ranks; the pool must have as many block ranges
   double ttft_target_seconds = 0;  // TTFT target (--slo-ttft-ms / 1000): deadline-ordered prefills; 0 = FCFS
+  // With the TTFT target: a prefill that would miss its deadline under the ITL bound but makes it without the
+  // bound takes its chunk past the bound (--slo-ttft-over-itl; off: the ITL bound always holds).
+  bool ttft_over_itl = false;
 };
 
 struct ScheduledChunk {
@@ -84,6 +87,7 @@ struct SchedulePlan {
   double predicted_seconds = 0;      // the cost model's prediction for the step (when itl_limited)
   int32_t ttft_urgent_chunks = 0;    // TTFT target: chunks allowed past chunked_prefill_size (deadline near)
   int32_t ttft_late = 0;             // TTFT target: prefills (waiting or running) predicted to miss it
+  int32_t ttft_past_itl_chunks = 0;  // TTFT target over ITL: chunks that took the step past the ITL bound
   bool empty() const { return chunks.empty(); }
 };
 
@@ -150,12 +154,14 @@ class Scheduler {
     double slack = 0;     // seconds left to the deadline (negative: past it)
     int64_t work = 0;     // prompt tokens left to compute
     bool urgent = false;  // misses at chunked_prefill_size chunks, makes it with bigger ones
+    bool past_itl = false;  // ttft_over_itl: misses under the ITL bound, makes it without it (urgent too)
   };
   bool ttft_on() const { return config_.ttft_target_seconds > 0; }
   TtftKey ttft_key(const Sequence& seq, int64_t start, const StepShape& decodes, Clock::time_point now) const;
   // Predicted seconds to finish seq's prefill from `start` in chunks of at most `chunk` tokens, each step
   // also carrying `decodes` (the ITL bound shrinks the chunks as the scheduler would).
-  double prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk) const;
+  double prefill_finish_seconds(const StepShape& decodes, int64_t start, int64_t len, int64_t chunk,
+                                bool itl_bound = true) const;
   int64_t cached_prefix(const Sequence& seq) const;  // prefix-cache hit a waiting sequence would get
   Clock::time_point now() const { return now_ ? now_() : Clock::now(); }
 

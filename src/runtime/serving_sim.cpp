@@ -97,6 +97,8 @@ Result<SimResult> simulate_serving(const SimConfig& config, const SimWorkload& w
     const double t = predict(config.cost, shape);
     prefill_time += config.cost.per_prefill_token * shape.prefill_tokens + config.cost.per_prefill_pair * shape.prefill_pairs;
     all_time += t;
+    out.max_step = std::max(out.max_step, t);
+    out.past_itl_chunks += plan.ttft_past_itl_chunks;
     now += t;
     sched.commit(plan);
     for (const auto& c : plan.chunks) {

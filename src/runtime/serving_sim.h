@@ -47,6 +47,8 @@ struct SimResult {
   double sustained_rate = 0;    // measured requests / (last finish - first measured arrival), as the bench's throughput
   double prefill_share = 0;     // of all step time, the share predicted for prefill tokens and pairs
   int64_t max_running = 0, max_waiting = 0, preemptions = 0, steps = 0;
+  int64_t past_itl_chunks = 0;  // TTFT over ITL: prefill chunks that took a step past the ITL bound
+  double max_step = 0;          // longest step (seconds)
   double cached_share = 0;      // prompt tokens served from the prefix cache (measured requests)
   bool completed = false;       // every request finished within the step limit
 };

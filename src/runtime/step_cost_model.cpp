@@ -226,4 +226,13 @@ int64_t PrefillBudget::grant(int64_t start, int64_t wanted) {
   return n;
 }
 
+int64_t PrefillBudget::grant_past_target(int64_t start, int64_t wanted) {
+  if (wanted <= 0) return 0;
+  if (!limited_) return wanted;
+  granted_ += wanted;
+  predicted_ += model_->prefill_chunk_seconds(start, wanted);
+  ++past_target_;
+  return wanted;
+}
+
 }  // namespace mxserve::runtime

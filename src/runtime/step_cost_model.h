@@ -100,6 +100,10 @@ class PrefillBudget {
                 const StepShape& decodes);
   // Tokens granted to a chunk starting at token `start` that wants `wanted` (already within the hard caps).
   int64_t grant(int64_t start, int64_t wanted);
+  // All of `wanted`, past the target (a TTFT deadline that only an unbounded chunk meets); counted, so the chunks
+  // granted after it in the step see the step already at or over the target.
+  int64_t grant_past_target(int64_t start, int64_t wanted);
+  int64_t past_target_chunks() const { return past_target_; }
   bool limited() const { return limited_; }
   // The decode rows alone are predicted over the target (only min_chunk prefill goes with them).
   bool decodes_over_target() const { return limited_ && decode_seconds_ > target_; }
@@ -111,6 +115,7 @@ class PrefillBudget {
   double target_ = 0, decode_seconds_ = 0, predicted_ = 0;
   int64_t min_chunk_ = 0, align_ = 1;
   int64_t granted_ = 0;  // prefill tokens granted so far this step
+  int64_t past_target_ = 0;
 };
 
 }  // namespace mxserve::runtime

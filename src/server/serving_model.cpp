@@ -233,6 +233,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.scheduler.min_prefill_chunk = std::min(cfg.min_prefill_chunk, ec.scheduler.chunked_prefill_size);
   ec.scheduler.enable_prefix_cache = cfg.enable_prefix_cache;
   ec.scheduler.ttft_target_seconds = cfg.slo_ttft_seconds;
+  ec.scheduler.ttft_over_itl = cfg.slo_ttft_over_itl;
   ec.n_blocks = n_blocks;
   ec.max_model_len = max_len;
   ec.max_waiting = cfg.max_queued_requests;
@@ -266,8 +267,12 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
                   << " ms (--slo-ttft-ms): prefills earliest deadline first (arrival + target, then fewest tokens "
                      "left); a prefill the step cost model predicts late goes after the others (FCFS) until it has "
                      "waited 2x the target; a near-deadline chunk may pass --chunked-prefill-size up to "
-                     "--max-num-batched-tokens, always within --max-itl-ms; until the cost model is ready, "
-                     "deadline order only";
+                     "--max-num-batched-tokens, "
+                  << (cfg.slo_ttft_over_itl
+                          ? "and a prefill that meets its deadline only past --max-itl-ms takes that step past it "
+                            "(--slo-ttft-over-itl)"
+                          : "always within --max-itl-ms")
+                  << "; until the cost model is ready, deadline order only";
   else
     MX_LOG(kInfo) << "scheduler: no TTFT target (--slo-ttft-ms 0): prefills FCFS";
   // Before the main KV pool exists, so the self-test's small private pool fits next to the weights.

@@ -34,6 +34,7 @@ struct ServingConfig {
   double max_itl_seconds = 0.05;   // --max-itl-ms / 1000: the ITL target of chunked prefill (0 = caps only)
   int64_t min_prefill_chunk = 256; // --min-prefill-chunk
   double slo_ttft_seconds = 0;     // --slo-ttft-ms / 1000: TTFT target of the prefill order (0 = off, FCFS)
+  bool slo_ttft_over_itl = false;  // --slo-ttft-over-itl: a chunk that alone meets its deadline may pass --max-itl-ms
   int64_t max_num_seqs = 256;
   uint64_t kv_cache_bytes = uint64_t{1} << 30;
   int64_t num_kv_blocks = 0;       // > 0: overrides kv_cache_bytes

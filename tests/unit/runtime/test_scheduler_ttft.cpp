@@ -157,6 +157,55 @@ TEST(SchedulerTtft, NearDeadlineChunkPassesThePrefillCap) {
   }
 }
 
+// --slo-ttft-over-itl: six decodes running under a 50 ms ITL target leave ~29 ms a step for prefill (~500 tokens);
+// a 6,000-token prompt with 0.45 s left to its 1 s deadline needs ~12 such steps (0.6 s: late) but one unbounded
+// step (~0.34 s). Off (the default), its chunk keeps the ITL bound and it is classed late; on, it takes the whole
+// prompt past the bound in one step and is counted as such.
+TEST(SchedulerTtft, OverItlChunkMakesADeadlineOnlyAnUnboundedChunkMeets) {
+  const StepCostModel model = scripted_model();
+  for (const bool over : {false, true}) {
+    SchedulerConfig cfg = base_config();
+    cfg.ttft_target_seconds = 1.0;
+    cfg.max_step_seconds = 0.05;
+    cfg.min_prefill_chunk = 64;
+    cfg.ttft_over_itl = over;
+    kvcache::BlockPool pool(100000);
+    Scheduler sched(cfg, pool);
+    sched.set_cost_model(&model);
+    double now = 0;
+    sched.set_clock([&] { return at(now); });
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (RequestId id = 1; id <= 6; ++id) {
+      seqs.push_back(make_seq(id, 8, 0));
+      sched.add_waiting(seqs.back().get());
+    }
+    advance(sched, sched.schedule());  // the six prefills; they decode from now on
+    now = 0.55;
+    seqs.push_back(make_seq(7, 6000, 0));
+    sched.add_waiting(seqs.back().get());
+    SchedulePlan p = sched.schedule();
+    int decodes = 0;
+    int64_t prefill = 0;
+    for (const auto& c : p.chunks) {
+      if (c.n_tokens == 1) ++decodes;
+      else prefill += c.n_tokens;
+    }
+    EXPECT_EQ(decodes, 6);
+    if (over) {
+      EXPECT_EQ(prefill, 6000) << "the whole prompt in one step, past the ITL bound";
+      EXPECT_EQ(p.ttft_past_itl_chunks, 1);
+      EXPECT_EQ(p.ttft_late, 0);
+      EXPECT_GT(model.predict(shape_of(p)), cfg.max_step_seconds);
+      EXPECT_LE(now + model.predict(shape_of(p)), 1.0) << "and it meets the deadline";
+    } else {
+      EXPECT_LE(prefill, 1000) << "the ITL bound holds";
+      EXPECT_LE(model.predict(shape_of(p)), cfg.max_step_seconds + 1e-9);
+      EXPECT_EQ(p.ttft_past_itl_chunks, 0);
+      EXPECT_EQ(p.ttft_late, 1);
+    }
+  }
+}
+
 // With decodes running and the ITL target on, urgent and ordered prefills still keep every step with decodes
 // within the target (above the --min-prefill-chunk floor), and every decode runs every step. Two regimes: a
 // tight ITL target (chunks far below the prefill cap: nothing can be urgent, many prefills late) and a loose
