@@ -47,4 +47,6 @@ KNEE=(); [ "${SEED_KNEE:-0}" = 1 ] && KNEE=(--find-knee --slo-ttft-p95 5s --min-
   --output-json "$OUT/seed.json" 2>&1 | tail -30
 kill -TERM $SPID; wait $SPID 2>/dev/null
 grep -iE "preempt|error|warn" "$OUT/serve_seed.log" | head -10
+# The engine's own step-cost fit, for `mxserve simulate --step-cost` (docs/scheduling.md "Simulating the knee").
+grep "step cost model" "$OUT/serve_seed.log" | tail -1 | cut -c1-400
 tail -3 "$OUT/memory_over_time.txt"
