@@ -11,7 +11,11 @@
 #     device weight bytes and host RSS; the CPU run is in docs/parallel.md).
 set -u
 . "$(dirname "$0")/payload_env.sh"
-export MXSERVE_FIXTURE_ROOT="$P/fixtures" MXSERVE_CONFIG_ROOT="$P/configs"
+# The payload's fixtures, else the checkout's (the device runs from a copy of the tree; a payload made small for the
+# 64 MiB carry may leave its fixtures out).
+FX="$P/fixtures"; [ -d "$FX/glm4_moe_tiny_a" ] || FX="$(pwd)/tests/fixtures"
+export MXSERVE_FIXTURE_ROOT="$FX" MXSERVE_CONFIG_ROOT="$P/configs"
+echo "fixtures: $MXSERVE_FIXTURE_ROOT"
 PART=${1:-all}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ $PART = all ] || [ $PART = 1 ]; then
