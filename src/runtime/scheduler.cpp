@@ -173,6 +173,11 @@ SchedulePlan Scheduler::schedule() {
     const int64_t left = static_cast<int64_t>(seq->tokens.size()) - seq->n_computed;
     return std::min<int64_t>({left, budget, urgent ? budget : std::max<int64_t>(prefill_budget, 0)});
   };
+  // The tokens the ITL budget grants seq's next chunk; a chunk whose deadline needs it goes past the target.
+  auto grant = [&](Sequence* seq, const TtftKey& key) {
+    return key.past_itl ? itl.grant_past_target(seq->n_computed, chunk_cap(seq, true))
+                        : itl.grant(seq->n_computed, chunk_cap(seq, key.urgent));
+  };
   auto add_prefill = [&](Sequence* seq, int64_t n, bool urgent) {
     plan.chunks.push_back({seq, seq->n_computed, static_cast<int32_t>(n), 0,
                            seq->n_computed + n == static_cast<int64_t>(seq->tokens.size())});
@@ -200,8 +205,7 @@ SchedulePlan Scheduler::schedule() {
         continue;
       }
       if (budget <= 0 || (prefill_budget <= 0 && !key.urgent)) continue;
-      const int64_t n = key.past_itl ? itl.grant_past_target(seq->n_computed, chunk_cap(seq, true))
-                                     : itl.grant(seq->n_computed, chunk_cap(seq, key.urgent));
+      const int64_t n = grant(seq, key);
       if (n == 0) break;
       if (!reserve(seq, seq->n_computed + n)) break;
       add_prefill(seq, n, key.urgent);
@@ -238,9 +242,7 @@ SchedulePlan Scheduler::schedule() {
     }
     seq->n_draft_computed = seq->n_computed;  // cached blocks carry the MTP layer's KV too
     const TtftKey key = ttft_on() ? ttft_key(*seq, seq->n_computed, decodes, t_now) : TtftKey{};
-    const bool urgent = key.urgent;
-    const int64_t n = key.past_itl ? itl.grant_past_target(seq->n_computed, chunk_cap(seq, true))
-                                   : itl.grant(seq->n_computed, chunk_cap(seq, urgent));
+    const int64_t n = grant(seq, key);
     if (n == 0 || !reserve(seq, seq->n_computed + n)) {
       release(seq);  // give the matched prefix back; try again next step
       break;
@@ -262,7 +264,7 @@ SchedulePlan Scheduler::schedule() {
     seq->table_lease = lease.lease;
     seq->state = SeqState::kRunning;
     running_.push_back(seq);
-    add_prefill(seq, n, urgent);
+    add_prefill(seq, n, key.urgent);
   }
   // 3b. TTFT target: late running prefills take what the budgets have left.
   for (Sequence* seq : late_running) {
