@@ -4,8 +4,10 @@
 // tp 1, then every rank of tp T -- each in a forked child (so each rank's peak RSS is its own) on the CPU
 // backend, or --backend cuda (device memory = the backend bytes the loader allocated), and prints one line
 // per rank and the worst tp-T / tp-1 ratios. Not a ctest: a tool the lead runs (docs/parallel.md).
-//   measure_rank_loading --config tests/data/configs/GLM-5.2.json --num-layers 2 --first-dense 1 \
-//       --experts 8 --vocab 8192 --tp 4 [--dir /tmp/ckpt] [--backend cpu|cuda]
+// On a device backend it also reports the allocator's high-water mark over the load (device_memory.h: every
+// temporary the loader made counts, not only the weights it kept), the device memory a user would see.
+//   measure_rank_loading --config tests/data/configs/GLM-5.2.json --num-layers 2 --first-dense 1
+//     --experts 8 --vocab 8192 --tp 4 [--dir /tmp/ckpt] [--backend cpu|cuda]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
 #include "model/causal_lm.h"
@@ -51,6 +54,7 @@ struct Flags {
 struct RankResult {
   int64_t rss_before_kb = 0, hwm_kb = 0;
   uint64_t bytes_read = 0, bytes_share = 0, backend_bytes = 0;
+  uint64_t device_peak = 0;  // the backend allocator's high-water mark over the load (0: no device memory)
   double seconds = 0;
   int ok = 0;
 };
@@ -112,6 +116,7 @@ void load_rank(const Flags& f, const parallel::RankLayout& rank, int fd) {
     if (be && ckpt.is_ok()) {
       auto bound = model::bind_weights(**ckpt, declared.table, declared.bind);
       if (bound.is_ok()) {
+        backend::reset_memory_peak(*be);
         const auto t0 = std::chrono::steady_clock::now();
         model::WeightLoader wl(*be, *bound);
         wl.set_rank(rank, nullptr);
@@ -122,6 +127,8 @@ void load_rank(const Flags& f, const parallel::RankLayout& rank, int fd) {
         if (!m.is_ok()) std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
         r.bytes_read = wl.stats().bytes_read, r.bytes_share = wl.stats().bytes_share;
         r.backend_bytes = wl.stats().backend_bytes;
+        const backend::DeviceMemory mem = backend::device_memory(*be);
+        if (mem.known) r.device_peak = mem.peak_in_use;
       } else {
         std::fprintf(stderr, "%s\n", bound.status().to_string().c_str());
       }
@@ -197,7 +204,7 @@ int main(int argc, char** argv) {
               total / 1048576.0, (long long)cfg->n_layers, (long long)cfg->first_k_dense, (long long)cfg->n_experts,
               (long long)cfg->vocab_size);
   RankResult one;
-  double worst_rss = 0, worst_dev = 0;
+  double worst_rss = 0, worst_dev = 0, worst_peak = 0;
   for (int tp : {1, f.tp}) {
     for (int r = 0; r < tp; ++r) {
       const RankResult x = run_rank(f, tp, r);
@@ -206,21 +213,26 @@ int main(int argc, char** argv) {
         return 1;
       }
       const double rss = (x.hwm_kb - x.rss_before_kb) / 1024.0;  // MiB the load added at its peak
-      std::printf("tp %d rank %d: read %.1f MiB (share %.1f MiB), backend weights %.1f MiB, peak RSS +%.1f MiB, "
-                  "%.2f s\n",
-                  tp, r, x.bytes_read / 1048576.0, x.bytes_share / 1048576.0, x.backend_bytes / 1048576.0, rss,
-                  x.seconds);
+      std::printf("tp %d rank %d: read %.1f MiB (share %.1f MiB), backend weights %.1f MiB, device peak %.1f MiB, "
+                  "peak RSS +%.1f MiB, %.2f s\n",
+                  tp, r, x.bytes_read / 1048576.0, x.bytes_share / 1048576.0, x.backend_bytes / 1048576.0,
+                  x.device_peak / 1048576.0, rss, x.seconds);
       if (tp == 1 && f.tp != 1 && r == 0) {
         one = x;
       } else if (tp == f.tp) {
         worst_rss = std::max(worst_rss, static_cast<double>(x.hwm_kb - x.rss_before_kb) /
                                             std::max<int64_t>(1, one.hwm_kb - one.rss_before_kb));
         worst_dev = std::max(worst_dev, static_cast<double>(x.backend_bytes) / std::max<uint64_t>(1, one.backend_bytes));
+        if (one.device_peak > 0)
+          worst_peak = std::max(worst_peak, static_cast<double>(x.device_peak) / static_cast<double>(one.device_peak));
       }
     }
     if (f.tp == 1) break;
   }
   std::printf("tp %d vs tp 1, worst rank: peak host RSS %.3fx, backend (device) weights %.3fx (target <= 0.3x)\n",
               f.tp, worst_rss, worst_dev);
+  if (worst_peak > 0)
+    std::printf("tp %d vs tp 1, worst rank: device allocator peak over the load %.3fx (target <= 0.3x)\n", f.tp,
+                worst_peak);
   return 0;
 }
