@@ -10,6 +10,7 @@
 
 #include "bench/bench_config.h"
 #include "bench/bench_run.h"
+#include "bench/rejudge.h"
 #include "bench/trace_gen.h"
 
 namespace mxserve::bench {
@@ -31,6 +32,7 @@ void on_sigint(int) {
 
 int cmd_bench(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "trace-gen") return cmd_trace_gen(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "judge") return cmd_bench_judge(argc - 1, argv + 1);
   bool help = false;
   Result<BenchConfig> config = parse_bench_args(argc, argv, &help);
   if (help) {

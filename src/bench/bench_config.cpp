@@ -86,8 +86,14 @@ const std::set<std::string> kValueFlags = {
 
 }  // namespace
 
+Result<double> parse_flag_double(const std::string& flag, const std::string& value) { return parse_double(flag, value); }
+Result<double> parse_flag_seconds(const std::string& flag, const std::string& value) {
+  return parse_seconds(flag, value);
+}
+
 std::string bench_usage() {
   return R"(usage: mxserve bench trace-gen ...   (writes a synthetic agent trace; see mxserve bench trace-gen --help)
+       mxserve bench judge FILE.json ...  (the knee rule again on a saved run; see mxserve bench judge --help)
        mxserve bench --base-url http://HOST:PORT [--model NAME] --tokenizer PATH
                      [--endpoint chat|completions] --workload random|shared-prefix|single-stream|file|trace
                      (--request-rate R | --sweep R1,R2,... | --max-concurrency C)

@@ -73,5 +73,9 @@ struct BenchConfig {
 // an ok config returned for --help.
 Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help);
 std::string bench_usage();
+// The flag parsers the other bench subcommands share: a number ("inf" allowed) / a duration ("5s", "500ms",
+// "2m", "1h" or seconds); errors name the flag and the value.
+Result<double> parse_flag_double(const std::string& flag, const std::string& value);
+Result<double> parse_flag_seconds(const std::string& flag, const std::string& value);
 
 }  // namespace mxserve::bench

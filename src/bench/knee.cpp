@@ -1,13 +1,14 @@
 // Knee search (see knee.h).
 #include "bench/knee.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace mxserve::bench {
 
 Verdict judge(const RateMetrics& m, const KneeCriteria& c) {
   Verdict v;
-  char buf[160];
+  char buf[320];
   std::string why;
   v.ttft_ok = m.ttft.count > 0 && m.ttft.p95 <= c.slo_ttft_p95_s;
   if (!v.ttft_ok) {
@@ -24,6 +25,26 @@ Verdict judge(const RateMetrics& m, const KneeCriteria& c) {
     std::snprintf(buf, sizeof buf, "queue growing: last-quarter TTFT p50 %.3fs > %.2fx first-quarter %.3fs; ",
                   m.ttft_last_quarter_p50, c.max_growth, m.ttft_first_quarter_p50);
     why += buf;
+  }
+  const InflightTrend& q = m.inflight;
+  if (std::isfinite(m.offered_rate) && m.offered_rate > 0 && m.ttft.count > 0) {
+    if (!q.judged) {
+      v.stationary_ok = false;
+      std::snprintf(buf, sizeof buf,
+                    "too short to judge the queue: %lld arrival(s) after the %.1fs ramp (a request's E2E p50 once "
+                    "the server is full); run >= %lld requests (--num-requests); ",
+                    static_cast<long long>(q.window_requests), q.ramp_s, static_cast<long long>(q.requests_to_judge));
+      why += buf;
+    } else if (q.late_mean - q.early_mean > c.inflight_slack &&
+               q.growth_per_s > c.max_inflight_growth * m.offered_rate) {
+      v.stationary_ok = false;
+      std::snprintf(buf, sizeof buf,
+                    "queue growing: %.1f -> %.1f requests in flight over %.0fs after the ramp (+%.3f req/s > "
+                    "%.0f%% of the offered %.3g req/s); ",
+                    q.early_mean, q.late_mean, q.span_s, q.growth_per_s, c.max_inflight_growth * 100,
+                    m.offered_rate);
+      why += buf;
+    }
   }
   v.pass = v.ttft_ok && v.success_ok && v.stationary_ok;
   v.reason = v.pass ? "ok" : why.substr(0, why.size() - 2);

@@ -3,7 +3,11 @@
 // between the last passing and first failing rate down to a tolerance). Pure: the rate point is
 // evaluated through a callback, so the search is tested without a server.
 // Pass(rate) <=> TTFT p95 <= SLO  and  success >= min_success (99%)  and the queue is stationary:
-//   median TTFT of the last quarter of requests <= max_growth (1.5) x that of the first quarter.
+//   median TTFT of the last quarter of requests <= max_growth (1.5) x that of the first quarter, and
+//   (open loop) the requests in flight stop growing once the server is full (metrics.h InflightTrend):
+//   after the ramp, the later half of arrivals sees at most inflight_slack more requests in flight than
+//   the earlier half, or they grow by at most max_inflight_growth x the offered rate. A run whose arrivals
+//   end before the ramp does cannot show that, and fails naming the --num-requests it needs.
 // Invariant: knee_rate is a rate that was evaluated and passed (or 0 with found = false).
 #pragma once
 
@@ -22,6 +26,8 @@ struct KneeCriteria {
   double slo_ttft_p95_s = 5.0;
   double min_success = 0.99;
   double max_growth = 1.5;
+  double max_inflight_growth = 0.1;  // of the offered rate (req/s): the part of it a growing queue may leave unserved
+  double inflight_slack = 1.0;       // requests: growth tolerated whatever the rate (counts are small at low rates)
 };
 
 struct Verdict {

@@ -41,6 +41,47 @@ std::string error_kind(const std::string& e) {
 }
 }  // namespace
 
+InflightTrend inflight_trend(const std::vector<RequestRecord>& records, double rate) {
+  InflightTrend t;
+  std::vector<const RequestRecord*> measured;
+  for (const RequestRecord& r : records)
+    if (!r.warmup) measured.push_back(&r);
+  std::stable_sort(measured.begin(), measured.end(),
+                   [](const RequestRecord* a, const RequestRecord* b) { return a->scheduled_s < b->scheduled_s; });
+  std::vector<double> first_e2e;
+  for (size_t i = 0; i < measured.size() && first_e2e.size() < std::max<size_t>(1, measured.size() / 4); ++i)
+    if (measured[i]->ok) first_e2e.push_back(measured[i]->e2e());
+  if (measured.empty() || first_e2e.empty() || !(rate > 0) || !std::isfinite(rate)) return t;
+  t.ramp_s = summarize(first_e2e).p50;
+  t.requests_to_judge = static_cast<int64_t>(
+      std::ceil(std::max(2 * rate * t.ramp_s, rate * t.ramp_s + 4)));
+  const double window_start = measured.front()->scheduled_s + t.ramp_s;
+  std::vector<std::pair<double, int64_t>> window;  // (arrival, requests in flight then)
+  for (const RequestRecord* a : measured) {
+    if (a->scheduled_s < window_start) continue;
+    int64_t in_flight = 0;
+    for (const RequestRecord& r : records) {
+      const double end = r.end_s >= 0 ? r.end_s : r.sent_s;  // a request that never finished: not in flight
+      if (r.sent_s >= 0 && r.sent_s <= a->scheduled_s && a->scheduled_s < end) ++in_flight;
+    }
+    window.emplace_back(a->scheduled_s, in_flight);
+  }
+  t.window_requests = static_cast<int64_t>(window.size());
+  t.judged = window.size() >= std::max<size_t>(4, measured.size() / 4);
+  if (!t.judged) return t;
+  const size_t half = window.size() / 2;
+  double early_t = 0, late_t = 0;
+  for (size_t i = 0; i < window.size(); ++i) {
+    (i < half ? t.early_mean : t.late_mean) += static_cast<double>(window[i].second);
+    (i < half ? early_t : late_t) += window[i].first;
+  }
+  t.early_mean /= static_cast<double>(half), early_t /= static_cast<double>(half);
+  t.late_mean /= static_cast<double>(window.size() - half), late_t /= static_cast<double>(window.size() - half);
+  t.span_s = late_t - early_t;
+  if (t.span_s > 0) t.growth_per_s = (t.late_mean - t.early_mean) / t.span_s;
+  return t;
+}
+
 RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, double offered_rate,
                                  int64_t max_concurrency) {
   RateMetrics m;
@@ -139,6 +180,7 @@ RateMetrics compute_rate_metrics(const std::vector<RequestRecord>& records, doub
     m.ttft_first_quarter_p50 = summarize(first).p50;
     m.ttft_last_quarter_p50 = summarize(last).p50;
   }
+  m.inflight = inflight_trend(records, offered_rate);
   return m;
 }
 
@@ -186,6 +228,15 @@ nlohmann::json rate_metrics_to_json(const RateMetrics& m, int gpus) {
   j["output_speed_tok_s"] = dist_to_json(m.output_speed, 1.0);
   j["ttft_first_quarter_p50_ms"] = m.ttft_first_quarter_p50 * 1e3;
   j["ttft_last_quarter_p50_ms"] = m.ttft_last_quarter_p50 * 1e3;
+  if (m.inflight.ramp_s > 0)
+    j["inflight_trend"] = {{"judged", m.inflight.judged},
+                           {"ramp_s", m.inflight.ramp_s},
+                           {"window_requests", m.inflight.window_requests},
+                           {"early_mean", m.inflight.early_mean},
+                           {"late_mean", m.inflight.late_mean},
+                           {"span_s", m.inflight.span_s},
+                           {"growth_per_s", m.inflight.growth_per_s},
+                           {"requests_to_judge", m.inflight.requests_to_judge}};
   j["max_input_token_deviation"] = m.input_token_error;
   j["errors"] = m.errors;
   j["error_samples"] = m.error_samples;

@@ -37,6 +37,25 @@ struct Dist {
 double percentile_sorted(const std::vector<double>& sorted, double q);
 Dist summarize(std::vector<double> values);
 
+// The queue after the ramp (the knee's stationarity check, bench/knee.h). At each measured arrival, the
+// requests in flight (sent, not yet ended: warm-ups and failures included). A request lives ~ramp_s once the
+// server is full (the first quarter's median E2E), so in-flight counts settle only after the first arrival +
+// ramp_s: the window is the arrivals after it. Stationary queue: the window's later half holds as many
+// requests in flight as its earlier half; an overloaded server's grows by (offered - served) req/s, which a
+// TTFT check misses when the scheduler admits prefills first and lets the decodes pile up.
+struct InflightTrend {
+  bool judged = false;               // the window holds >= max(4, n / 4) of the n measured arrivals
+  double ramp_s = 0;                 // first quarter's median E2E
+  int64_t window_requests = 0;       // measured arrivals after the first one + ramp_s
+  double early_mean = 0, late_mean = 0;  // mean in flight at the window's earlier / later half of arrivals
+  double span_s = 0;                 // between the two halves' mean arrival times
+  double growth_per_s = 0;           // (late_mean - early_mean) / span_s
+  int64_t requests_to_judge = 0;     // measured requests a run at this rate needs: max(2 rate ramp, rate ramp + 4)
+};
+
+// records: one rate point's, warm-ups included (they occupy the server); rate: the offered req/s (finite).
+InflightTrend inflight_trend(const std::vector<RequestRecord>& records, double rate);
+
 struct RateMetrics {
   double offered_rate = 0;            // req/s asked of the arrival process (+inf: closed loop)
   int64_t max_concurrency = 0;        // client gate (0: none)
@@ -56,6 +75,7 @@ struct RateMetrics {
   int64_t max_in_flight = 0;
   Dist ttft, tpot, itl, e2e, client_queue, output_speed;  // output_speed in tok/s
   double ttft_first_quarter_p50 = 0, ttft_last_quarter_p50 = 0;  // stationarity check inputs
+  InflightTrend inflight;             // open loop only (offered rate finite); judged = false otherwise
   double input_token_error = 0;       // max |server prompt_tokens / intended - 1| (chat template incl.)
   std::map<std::string, int64_t> errors;  // error kind -> count
   std::vector<std::string> error_samples; // up to 5 full messages

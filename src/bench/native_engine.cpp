@@ -207,8 +207,9 @@ class NativeEngine final : public HttpEngine {
     conns_.erase(fd);  // destroys c
   }
 
-  // Ends the request on `c` with a transport error (or retries it once on a fresh connection).
-  void fail(Conn& c, const std::string& why) {
+  // Ends the request on `c` with a transport error (or retries it once on a fresh connection). `why` by value:
+  // callers pass c.response.error(), which close_conn(c) destroys.
+  void fail(Conn& c, std::string why) {
     std::unique_ptr<Transfer> t = std::move(c.t);
     const bool retry = c.reused && !c.got_bytes && !c.retried;
     close_conn(c);

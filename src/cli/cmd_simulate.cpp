@@ -34,24 +34,24 @@ Result<std::vector<double>> parse_doubles(const std::string& text, const std::st
 }
 
 // The bench's numbers for the simulated requests, so that the knee is judged by the same rule as
-// `mxserve bench --find-knee` (bench/knee.h: TTFT p95, success, first- vs last-quarter TTFT).
-bench::RateMetrics metrics_of(const runtime::SimResult& r, double rate) {
-  bench::RateMetrics m;
-  m.offered_rate = rate;
-  m.sent = static_cast<int64_t>(r.requests.size());
-  std::vector<double> ttft;
-  for (const auto& q : r.requests)
-    if (q.finish >= 0) ttft.push_back(q.first_token - q.arrival);
-  m.completed = static_cast<int64_t>(ttft.size());
-  m.success_rate = m.sent > 0 ? static_cast<double>(m.completed) / static_cast<double>(m.sent) : 0;
-  m.ttft = bench::summarize(ttft);
-  const size_t n = ttft.size();
-  if (n >= 4) {
-    const size_t quarter = n / 4;
-    m.ttft_first_quarter_p50 = bench::summarize({ttft.begin(), ttft.begin() + quarter}).p50;
-    m.ttft_last_quarter_p50 = bench::summarize({ttft.end() - quarter, ttft.end()}).p50;
+// `mxserve bench --find-knee` (bench/knee.h: TTFT p95, success, first- vs last-quarter TTFT, the queue after
+// the ramp): each simulated request becomes the record a client would have written.
+bench::RateMetrics metrics_of(const runtime::SimResult& r, double rate, int64_t output_len) {
+  std::vector<bench::RequestRecord> records;
+  for (const auto& q : r.requests) {
+    bench::RequestRecord rec;
+    rec.index = static_cast<int64_t>(records.size());
+    rec.scheduled_s = rec.sent_s = q.arrival;
+    rec.ok = q.finish >= 0;
+    if (rec.ok) {
+      rec.first_token_s = q.first_token, rec.last_token_s = rec.end_s = q.finish;
+      rec.output_tokens = output_len;
+    } else {
+      rec.error = "simulate: not finished within the step limit";
+    }
+    records.push_back(std::move(rec));
   }
-  return m;
+  return bench::compute_rate_metrics(records, rate, /*max_concurrency=*/0);
 }
 
 int fail(const Status& s) {
@@ -139,7 +139,7 @@ int cmd_simulate(int argc, char** argv) {
     w.rate = rate;
     auto r = runtime::simulate_serving(c, w);
     if (!r.is_ok()) return fail(r.status());
-    const bench::RateMetrics m = metrics_of(*r, rate);
+    const bench::RateMetrics m = metrics_of(*r, rate, w.output_len);
     const bench::Verdict v = bench::judge(m, criteria);
     if (v.pass && !knee_broken) knee = rate;
     if (!v.pass) knee_broken = true;
@@ -151,8 +151,8 @@ int cmd_simulate(int argc, char** argv) {
   }
   if (knee > 0)
     std::printf("\nknee (the bench's rule: TTFT p95 <= %.3g s, >= %.0f%% success, last-quarter TTFT p50 <= %.2gx the "
-                "first quarter's; rates in order): %.3g req/s\n", knee_s, 100 * criteria.min_success,
-                criteria.max_growth, knee);
+                "first quarter's, requests in flight settled after the ramp; rates in order): %.3g req/s\n", knee_s,
+                100 * criteria.min_success, criteria.max_growth, knee);
   else
     std::printf("\nknee: below the lowest rate tried (%.3g req/s)\n", rates->front());
   return 0;

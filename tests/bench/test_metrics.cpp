@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "bench/knee.h"
 #include "bench/metrics.h"
@@ -109,6 +111,70 @@ TEST(RateMetrics, FallsBackToChunkCountWithoutUsage) {
   EXPECT_EQ(m.output_tokens, 5);
   EXPECT_EQ(m.input_tokens, 42);
   EXPECT_LT(m.cached_fraction, 0);
+}
+
+// One request a second for n seconds, request i living e2e(i) seconds (first token 0.5 s after its send, so
+// the TTFT checks pass whatever the queue does: a scheduler that admits prefills first).
+std::vector<RequestRecord> open_loop(int64_t n, const std::function<double(int64_t)>& e2e) {
+  std::vector<RequestRecord> rs;
+  for (int64_t i = 0; i < n; ++i) rs.push_back(ok_record(i, static_cast<double>(i), 0.5, (e2e(i) - 0.5) / 10, 11));
+  return rs;
+}
+
+Verdict judged_at_one_per_second(const RateMetrics& m) {
+  KneeCriteria c;
+  return judge(m, c);
+}
+
+TEST(InflightTrend, AStableQueueSettlesAfterTheRamp) {
+  // Every request lives 5 s: at each arrival 5 are in flight (itself and the 4 before it), once 5 s have passed.
+  const RateMetrics m = compute_rate_metrics(open_loop(40, [](int64_t) { return 5.0; }), 1.0, 0);
+  EXPECT_TRUE(m.inflight.judged);
+  EXPECT_NEAR(m.inflight.ramp_s, 5.0, 1e-9);
+  EXPECT_EQ(m.inflight.window_requests, 35);  // arrivals at 5..39 s
+  EXPECT_NEAR(m.inflight.early_mean, 5.0, 1e-9);
+  EXPECT_NEAR(m.inflight.late_mean, 5.0, 1e-9);
+  EXPECT_NEAR(m.inflight.growth_per_s, 0.0, 1e-9);
+  EXPECT_EQ(m.inflight.requests_to_judge, 10);  // max(2 x 1 x 5, 1 x 5 + 4)
+  const Verdict v = judged_at_one_per_second(m);
+  EXPECT_TRUE(v.pass) << v.reason;
+}
+
+TEST(InflightTrend, AnOverloadedServerFailsEvenWithFlatTtft) {
+  // Served at 0.5 req/s, offered 1: request i ends at 5 + 2i, so the queue grows by 0.5 requests a second.
+  const RateMetrics m = compute_rate_metrics(open_loop(40, [](int64_t i) { return 5.0 + i; }), 1.0, 0);
+  EXPECT_DOUBLE_EQ(m.ttft_first_quarter_p50, m.ttft_last_quarter_p50);  // the TTFT check cannot see it
+  EXPECT_TRUE(m.inflight.judged);
+  EXPECT_NEAR(m.inflight.ramp_s, 9.5, 1e-9);  // median E2E of requests 0..9 (5..14 s)
+  EXPECT_NEAR(m.inflight.growth_per_s, 0.5, 0.05);
+  const Verdict v = judged_at_one_per_second(m);
+  EXPECT_TRUE(v.ttft_ok);
+  EXPECT_FALSE(v.stationary_ok);
+  EXPECT_NE(v.reason.find("requests in flight"), std::string::npos) << v.reason;
+}
+
+TEST(InflightTrend, ARunThatEndsBeforeTheRampNamesTheRequestsItNeeds) {
+  // 10 arrivals over 9 s, each living 20 s: no arrival after the ramp, so nothing shows the queue settles.
+  const RateMetrics m = compute_rate_metrics(open_loop(10, [](int64_t) { return 20.0; }), 1.0, 0);
+  EXPECT_FALSE(m.inflight.judged);
+  EXPECT_EQ(m.inflight.window_requests, 0);
+  EXPECT_EQ(m.inflight.requests_to_judge, 40);  // max(2 x 1 x 20, 20 + 4)
+  const Verdict v = judged_at_one_per_second(m);
+  EXPECT_FALSE(v.pass);
+  EXPECT_NE(v.reason.find("run >= 40 requests (--num-requests)"), std::string::npos) << v.reason;
+}
+
+TEST(InflightTrend, WarmUpsOccupyTheServerAndClosedLoopsAreNotJudged) {
+  std::vector<RequestRecord> rs = open_loop(40, [](int64_t) { return 5.0; });
+  RequestRecord w = ok_record(99, 0.0, 0.5, 100.0, 11);  // a warm-up still streaming through the whole run
+  w.warmup = true;
+  rs.push_back(w);
+  const RateMetrics m = compute_rate_metrics(rs, 1.0, 0);
+  EXPECT_NEAR(m.inflight.early_mean, 6.0, 1e-9);  // counted in flight, not as a measured arrival
+  EXPECT_EQ(m.inflight.window_requests, 35);
+  const RateMetrics closed = compute_rate_metrics(rs, std::numeric_limits<double>::infinity(), 4);
+  EXPECT_FALSE(closed.inflight.judged);
+  EXPECT_TRUE(judge(closed, KneeCriteria{}).stationary_ok);
 }
 
 TEST(Judge, PassRule) {

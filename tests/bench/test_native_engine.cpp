@@ -164,5 +164,17 @@ TEST(NativeEngine, ErrorStatusAndReusedConnectionClosedByServer) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
+TEST(NativeEngine, AServerThatHangsUpMidResponseIsNamedAsSuch) {
+  // The head and one event, then the server closes: the record's error is the parser's reason, intact (it was
+  // once read from the closed connection's freed memory).
+  const std::string partial = chunked(kEvents, 16);
+  RawServer server({{partial.substr(0, partial.find("\r\n\r\n") + 4 + 30)}}, 64);
+  auto r = run(server.url(), 1);
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_EQ(r->records.size(), 1u);
+  EXPECT_FALSE(r->records[0].ok);
+  EXPECT_EQ(r->records[0].error, "transport: connection closed mid-response");
+}
+
 }  // namespace
 }  // namespace mxserve::bench
