@@ -345,29 +345,20 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
       return internal_error(std::string("CUDA graph capture failed: ") + cudaGetErrorString(end));
     }
     cudaGraphExec_t exec = nullptr;
-    cudaError_t inst = instantiate(&exec, graph);
-    uint64_t released = 0;
-    if (inst == cudaErrorMemoryAllocation) {
-      // The driver's memory, not an allocator's: the caching allocators of this device (every rank of the
-      // shared-device stand-in) may hold its free bytes -- the start-up dry run's blocks stay cached. Drop them,
-      // as a failed allocation does (caching_allocator.h), and instantiate once more.
-      (void)cudaGetLastError();
-      MX_CUDA_CHECK(cudaDeviceSynchronize());  // no queued kernel still reads a cached block
-      released = kc::CachingAllocator::release_cached_on_device(device_);
-      if (released > 0) {
-        MX_LOG(kWarn) << "CUDA graph instantiation on device " << device_ << " ran out of memory; released "
-                      << (released >> 20) << " MiB cached by the allocators of the device and tried again";
-        inst = instantiate(&exec, graph);
-      }
-    }
+    // Out of the driver's memory: the graph fails, named, and the caller runs eagerly (engine: "CUDA graphs are
+    // OFF ..."). The allocators' cached blocks are NOT released to make room: after the start-up dry run they are
+    // the forward's activation reserve that the KV budget left (launch/launch_memory.h). Releasing them once let
+    // the seed layout's graphs fit at --gpu-memory-utilization 0.9 on an H200 (eight stand-in ranks, 24 GiB
+    // released), and then every request failed: cuBLASLt could not launch (status 13) in the first steps
+    // (docs/perf/parallel.md, session 13). The graphs need room outside the KV pool, which the flags below give.
+    const cudaError_t inst = instantiate(&exec, graph);
     cudaGraphDestroy(graph);
     if (inst != cudaSuccess) {
       (void)cudaGetLastError();
       std::string why = std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst);
       if (inst == cudaErrorMemoryAllocation)
-        why += " (after releasing " + std::to_string(released >> 20) + " MiB of cached blocks; the graphs need "
-               "device memory outside the KV pool: lower --gpu-memory-utilization or --kv-cache-memory, or "
-               "--max-num-seqs for fewer graph shapes)";
+        why += " (the graphs need device memory outside the KV pool and the activation reserve: lower "
+               "--gpu-memory-utilization or --kv-cache-memory, or --max-num-seqs for fewer graph shapes)";
       return internal_error(why);
     }
     return std::unique_ptr<DeviceGraph>(std::make_unique<CudaGraph>(exec, stream_, graph_pool_));

@@ -19,8 +19,9 @@
 // shapes it saw; an allocation that does not fit releases the cached blocks of every allocator on the device
 // (kernels/cuda/common/caching_allocator.h), so the sum of the measured peaks is what the ranks need together.
 // CUDA graphs are captured after the KV pool: their private pools (decode-sized temporaries) and the driver's
-// instantiation memory come out of the device's share above --gpu-memory-utilization and the cached blocks, which
-// an instantiation that runs out of memory releases on every allocator of the device before it retries once.
+// instantiation memory come out of the device's share above --gpu-memory-utilization. An instantiation that runs
+// out of memory turns the graphs off (named, with the flags that make room); it does not take the cached blocks,
+// which are the activation reserve measured here (backend/cuda_backend.cpp says what taking them did).
 #pragma once
 
 #include <cstdint>
