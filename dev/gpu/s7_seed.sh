@@ -25,7 +25,12 @@ if [ $ok = 1 ]; then
     --workload shared-prefix --input-len ${SEED_IN:-2000} --output-len 64 --cache-hit-rate 0.6 --num-prefix-groups 2 \
     --max-concurrency 8 --num-requests 16 --temperature 0 --output-json "$OUT/seed_bench.json" > "$OUT/seed_bench.txt" 2>&1
   echo "seed bench rc=$?"; grep -E "Success rate|Requests|TPOT|TTFT|throughput|acceptance|cached" "$OUT/seed_bench.txt" | head -14
-  kill -0 $SPID 2>/dev/null && echo "seed server alive after the bench" || echo "seed server DIED during the bench"
+  # Alive = not a zombie (a server that aborted stays in the process table until this shell waits for it, and
+  # kill -0 succeeds on it: session 13's check said "alive" after an abort) and /health answers 200.
+  st=$(awk '/^State:/{print $2}' /proc/$SPID/status 2>/dev/null)
+  hc=$(LD_LIBRARY_PATH= curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18126/health)
+  if [ -n "$st" ] && [ "$st" != Z ] && [ "$hc" = 200 ]; then echo "seed server alive after the bench"
+  else echo "seed server DIED during the bench (state ${st:-gone}, /health ${hc:-none})"; fi
   grep -E "forward failed|out of memory" "$OUT/seed_serve.log" | cut -c1-300 | head -5
 fi
 kill -TERM $SPID 2>/dev/null; wait $SPID 2>/dev/null
