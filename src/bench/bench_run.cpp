@@ -115,7 +115,8 @@ Result<RequestSpec> BenchRun::build_request(uint64_t stream, int64_t index) cons
   return spec;
 }
 
-Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
+Result<PointResult> BenchRun::run_point(double rate, const std::string& phase, int64_t num_requests) {
+  if (num_requests < 0) num_requests = c_.num_requests;
   const uint64_t stream = next_stream_++;
   const int64_t warmup = c_.warmup_requests;
   LoadPlan plan;
@@ -127,7 +128,7 @@ Result<PointResult> BenchRun::run_point(double rate, const std::string& phase) {
     plan.duration_s = c_.duration_s;
   } else {
     plan.max_concurrency = c_.max_concurrency;
-    const int64_t n = c_.num_requests >= 0 ? c_.num_requests + warmup : -1;
+    const int64_t n = num_requests >= 0 ? num_requests + warmup : -1;
     const double d = c_.duration_s > 0 ? c_.duration_s + (std::isinf(rate) ? 0 : static_cast<double>(warmup) / rate) : 0;
     MX_ASSIGN_OR_RETURN(plan.offsets, make_arrival_schedule(c_.arrival, rate, n, d, stream));
     if (plan.offsets.empty()) return invalid_argument("--duration too short: no request falls inside it at this rate");
@@ -243,6 +244,19 @@ Status BenchRun::run() {
       if (stopping()) return kInterrupted;
       if (++grid_seen > c_.rates.size() || rate != c_.rates[grid_seen - 1]) phase = "bisect";
       MX_ASSIGN_OR_RETURN(PointResult p, run_point(rate, phase));
+      // A point whose TTFT and success pass but whose run ended before its queue could be judged (a request's
+      // life longer than the arrivals: long outputs at a high rate) runs once more, long enough, rather than
+      // failing the search on a technicality; at most 4x --num-requests, said so. Not in --duration mode.
+      const int64_t need = p.verdict.requests_to_judge;
+      if (!p.verdict.pass && need > 0 && p.verdict.ttft_ok && p.verdict.success_ok && c_.num_requests > 0 &&
+          c_.duration_s <= 0 && !stopping()) {
+        const int64_t n = std::min(need, 4 * c_.num_requests);
+        err_ << "mxserve bench: rate " << rate << ": " << c_.num_requests << " requests ended before the queue could "
+             << "be judged (a request lives ~" << p.metrics.inflight.ramp_s << " s); running it again with " << n
+             << " requests" << (n < need ? " (4x --num-requests; it needs " + std::to_string(need) + ")" : "")
+             << "\n";
+        MX_ASSIGN_OR_RETURN(p, run_point(rate, phase + "-extended", n));
+      }
       return p.verdict;
     };
     Result<KneeResult> k = find_knee(kc, eval);

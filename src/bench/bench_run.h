@@ -44,7 +44,8 @@ class BenchRun {
 
  private:
   Status prepare();
-  Result<PointResult> run_point(double rate, const std::string& phase);
+  // num_requests: measured requests of this point (-1: --num-requests).
+  Result<PointResult> run_point(double rate, const std::string& phase, int64_t num_requests = -1);
   Result<RequestSpec> build_request(uint64_t stream, int64_t index) const;
   Status write_outputs();
   Status run_trace();  // --workload trace (bench_run_trace.cpp)

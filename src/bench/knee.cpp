@@ -30,6 +30,7 @@ Verdict judge(const RateMetrics& m, const KneeCriteria& c) {
   if (std::isfinite(m.offered_rate) && m.offered_rate > 0 && m.ttft.count > 0) {
     if (!q.judged) {
       v.stationary_ok = false;
+      v.requests_to_judge = q.requests_to_judge;
       std::snprintf(buf, sizeof buf,
                     "too short to judge the queue: %lld arrival(s) after the %.1fs ramp (a request's E2E p50 once "
                     "the server is full); run >= %lld requests (--num-requests); ",

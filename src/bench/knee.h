@@ -34,6 +34,7 @@ struct Verdict {
   bool pass = false;
   bool ttft_ok = false, success_ok = false, stationary_ok = false;
   std::string reason;  // "ok" or the failed conditions, e.g. "ttft_p95 6.1s > 5s"
+  int64_t requests_to_judge = 0;  // > 0: the run ended before its queue could be judged; a rerun needs this many
 };
 
 Verdict judge(const RateMetrics& m, const KneeCriteria& c);

@@ -195,6 +195,47 @@ TEST(BenchE2E, KneeOfAQueueingServer) {
   }
 }
 
+TEST(BenchE2E, AKneePointTooShortToJudgeItsQueueRunsAgainLongEnough) {
+  // Every request streams for ~1 s (10 tokens 100 ms apart after a 10 ms first token) and the server is never full:
+  // at 10 req/s, 8 requests arrive over 0.7 s, all before the first one ends, so nothing shows the queue settles.
+  // Hand computation: ramp = E2E p50 ~0.91 s; the rerun needs max(2 x 10 x 0.91, 10 x 0.91 + 4) = 19 requests
+  // (within 4 x 8), whose arrivals after the ramp (~9) are >= max(4, 19 / 4), each seeing ~9-10 in flight: a pass.
+  FakeOpenAiServer server([&](const FakeRequest&) {
+    FakePlan p;
+    p.ttft_s = 0.010;
+    p.tokens = 10;
+    p.gap_s = 0.100;
+    return p;
+  });
+  ASSERT_TRUE(server.start());
+  BenchConfig c = base_config(server.base_url());
+  c.workload.input_len = 20;
+  c.workload.output_len = 10;
+  c.arrival.kind = ArrivalKind::kConstant;
+  c.rates = {10};
+  c.num_requests = 8;
+  c.find_knee = true;
+  c.knee.slo_ttft_p95_s = 1.0;
+  c.knee_max_bisections = 0;
+  std::ostringstream out, err;
+  BenchRun run(c, out, err);
+  Status s = run.run();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_EQ(run.points().size(), 2u) << err.str();
+  EXPECT_FALSE(run.points()[0].verdict.pass);
+  EXPECT_NE(run.points()[0].verdict.reason.find("too short to judge the queue"), std::string::npos)
+      << run.points()[0].verdict.reason;
+  EXPECT_EQ(run.points()[0].metrics.sent, 8);
+  const PointResult& again = run.points()[1];
+  EXPECT_EQ(again.phase, "grid-extended");
+  EXPECT_GE(again.metrics.sent, 17);  // ~19: the ramp is measured, not scripted exactly
+  EXPECT_LE(again.metrics.sent, 21);
+  EXPECT_TRUE(again.verdict.pass) << again.verdict.reason;
+  EXPECT_NE(err.str().find("running it again with"), std::string::npos) << err.str();
+  ASSERT_NE(run.knee(), nullptr);
+  EXPECT_DOUBLE_EQ(run.knee()->knee_rate, 10);
+}
+
 double measured_hit_rate(int64_t warmup) {
   std::mutex mu;
   LruPrefixCache cache(16, 1 << 20);
