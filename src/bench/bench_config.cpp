@@ -86,9 +86,17 @@ const std::set<std::string> kValueFlags = {
 
 }  // namespace
 
-Result<double> parse_flag_double(const std::string& flag, const std::string& value) { return parse_double(flag, value); }
-Result<double> parse_flag_seconds(const std::string& flag, const std::string& value) {
-  return parse_seconds(flag, value);
+Status parse_knee_flag(const std::string& flag, const std::string& value, KneeCriteria* c) {
+  if (flag == "--slo-ttft-p95") {
+    MX_ASSIGN_OR_RETURN(c->slo_ttft_p95_s, parse_seconds(flag, value));
+    if (!(c->slo_ttft_p95_s > 0)) return bad(flag, value, "must be > 0");
+  } else if (flag == "--min-success") {
+    MX_ASSIGN_OR_RETURN(c->min_success, parse_double(flag, value));
+    if (c->min_success < 0 || c->min_success > 1) return bad(flag, value, "must be in [0, 1]");
+  } else {
+    return invalid_argument(flag + ": not a knee flag");
+  }
+  return Status::ok();
 }
 
 std::string bench_usage() {
@@ -292,14 +300,8 @@ Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help) {
   }
   if (has("--http-client")) { MX_ASSIGN_OR_RETURN(c.http_client, parse_http_client_kind(v["--http-client"])); }
   c.find_knee = flags.count("--find-knee") > 0;
-  if (has("--slo-ttft-p95")) {
-    MX_ASSIGN_OR_RETURN(c.knee.slo_ttft_p95_s, parse_seconds("--slo-ttft-p95", v["--slo-ttft-p95"]));
-    if (!(c.knee.slo_ttft_p95_s > 0)) return bad("--slo-ttft-p95", v["--slo-ttft-p95"], "must be > 0");
-  }
-  if (has("--min-success")) {
-    MX_ASSIGN_OR_RETURN(c.knee.min_success, parse_double("--min-success", v["--min-success"]));
-    if (c.knee.min_success < 0 || c.knee.min_success > 1) return bad("--min-success", v["--min-success"], "must be in [0, 1]");
-  }
+  for (const char* f : {"--slo-ttft-p95", "--min-success"})
+    if (has(f)) MX_RETURN_IF_ERROR(parse_knee_flag(f, v[f], &c.knee));
   if (has("--knee-tolerance")) {
     MX_ASSIGN_OR_RETURN(c.knee_tolerance, parse_double("--knee-tolerance", v["--knee-tolerance"]));
     if (!(c.knee_tolerance > 0) || std::isinf(c.knee_tolerance)) return bad("--knee-tolerance", v["--knee-tolerance"], "must be > 0");

@@ -73,9 +73,8 @@ struct BenchConfig {
 // an ok config returned for --help.
 Result<BenchConfig> parse_bench_args(int argc, char** argv, bool* help);
 std::string bench_usage();
-// The flag parsers the other bench subcommands share: a number ("inf" allowed) / a duration ("5s", "500ms",
-// "2m", "1h" or seconds); errors name the flag and the value.
-Result<double> parse_flag_double(const std::string& flag, const std::string& value);
-Result<double> parse_flag_seconds(const std::string& flag, const std::string& value);
+// --slo-ttft-p95 (a duration: "5s", "500ms") or --min-success (in [0, 1]) into c, as `bench` and `bench judge`
+// take them; errors name the flag and the value.
+Status parse_knee_flag(const std::string& flag, const std::string& value, KneeCriteria* c);
 
 }  // namespace mxserve::bench

@@ -84,16 +84,7 @@ int cmd_bench_judge(int argc, char** argv) {
     }
     if (a == "--slo-ttft-p95" || a == "--min-success") {
       if (i + 1 >= argc) return fail(a + ": missing value");
-      const std::string v = argv[++i];
-      Result<double> x = a == "--slo-ttft-p95" ? parse_flag_seconds(a, v) : parse_flag_double(a, v);
-      if (!x.is_ok()) return fail(x.status().message());
-      if (a == "--slo-ttft-p95") {
-        if (!(*x > 0)) return fail(a + " " + v + ": must be > 0");
-        criteria.slo_ttft_p95_s = *x;
-      } else {
-        if (!(*x >= 0 && *x <= 1)) return fail(a + " " + v + ": must be in [0, 1]");
-        criteria.min_success = *x;
-      }
+      if (Status st = parse_knee_flag(a, argv[++i], &criteria); !st.is_ok()) return fail(st.message());
     } else if (a.rfind("--", 0) == 0 || !file.empty()) {
       return fail("unexpected argument " + a + " (see mxserve bench judge --help)");
     } else {

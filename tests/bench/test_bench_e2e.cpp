@@ -39,6 +39,20 @@ BenchConfig base_config(const std::string& url) {
   return c;
 }
 
+// A --find-knee run of constant arrivals over `rates`, 20-token prompts, `output_len` tokens out.
+BenchConfig knee_config(const std::string& url, std::vector<double> rates, int64_t num_requests, int64_t output_len,
+                        double slo_ttft_p95_s) {
+  BenchConfig c = base_config(url);
+  c.workload.input_len = 20;
+  c.workload.output_len = output_len;
+  c.arrival.kind = ArrivalKind::kConstant;
+  c.rates = std::move(rates);
+  c.num_requests = num_requests;
+  c.find_knee = true;
+  c.knee.slo_ttft_p95_s = slo_ttft_p95_s;
+  return c;
+}
+
 // Timing checks that miss only because the shared machine stalled a thread are retried (at most
 // kAttempts runs); counts and token sums must be exact on every run.
 constexpr int kAttempts = 3;
@@ -150,14 +164,7 @@ TEST(BenchE2E, KneeOfAQueueingServer) {
       return p;
     });
     ASSERT_TRUE(server.start());
-    BenchConfig c = base_config(server.base_url());
-    c.workload.input_len = 20;
-    c.workload.output_len = 2;
-    c.arrival.kind = ArrivalKind::kConstant;
-    c.rates = {8, 16, 32};
-    c.num_requests = 40;
-    c.find_knee = true;
-    c.knee.slo_ttft_p95_s = 0.150;
+    BenchConfig c = knee_config(server.base_url(), {8, 16, 32}, 40, 2, 0.150);
     c.knee_tolerance = 1;
     c.output_json = ::testing::TempDir() + "/bench_knee.json";
     c.plot_prefix = ::testing::TempDir() + "/bench_knee";
@@ -208,14 +215,7 @@ TEST(BenchE2E, AKneePointTooShortToJudgeItsQueueRunsAgainLongEnough) {
     return p;
   });
   ASSERT_TRUE(server.start());
-  BenchConfig c = base_config(server.base_url());
-  c.workload.input_len = 20;
-  c.workload.output_len = 10;
-  c.arrival.kind = ArrivalKind::kConstant;
-  c.rates = {10};
-  c.num_requests = 8;
-  c.find_knee = true;
-  c.knee.slo_ttft_p95_s = 1.0;
+  BenchConfig c = knee_config(server.base_url(), {10}, 8, 10, 1.0);
   c.knee_max_bisections = 0;
   std::ostringstream out, err;
   BenchRun run(c, out, err);
