@@ -16,6 +16,7 @@
 
 #include "backend/cuda_mla_dsa_ops.h"
 #include "backend/device_memory.h"
+#include "backend/graph_memory_floor.h"
 #include "core/check.h"
 #include "core/device_oom.h"
 #include "core/logging.h"
@@ -332,34 +333,62 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     if (!graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();
     pool_->set_private_pool(graph_pool_);
     in_graph_body_ = true;
-    body();  // warm-up: the private pool learns this body's blocks, so the capture allocates nothing new
+    auto leave_body = [&] {
+      in_graph_body_ = false;
+      pool_->set_private_pool(nullptr);
+    };
+    // warm-up: the private pool learns this body's blocks, so the capture allocates nothing new. A temporary the
+    // device cannot hold fails this graph (out of memory), not the process.
+    try {
+      body();
+    } catch (const DeviceOutOfMemory& e) {
+      leave_body();
+      return out_of_memory(std::string("CUDA graph warm-up: ") + e.what());
+    }
     MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
     MX_CUDA_CHECK(cudaStreamBeginCapture(stream_, mode));
-    body();
+    std::string thrown;
+    try {
+      body();
+    } catch (const DeviceOutOfMemory& e) {
+      thrown = e.what();  // the capture is ended below, then the graph dropped
+    }
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-    in_graph_body_ = false;
-    pool_->set_private_pool(nullptr);
+    leave_body();
+    if (!thrown.empty()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();
+      return out_of_memory("CUDA graph capture: " + thrown);
+    }
     if (end != cudaSuccess) {
       (void)cudaGetLastError();
       return internal_error(std::string("CUDA graph capture failed: ") + cudaGetErrorString(end));
     }
     cudaGraphExec_t exec = nullptr;
-    // Out of the driver's memory: the graph fails, named, and the caller runs eagerly (engine: "CUDA graphs are
-    // OFF ..."). The allocators' cached blocks are NOT released to make room: after the start-up dry run they are
-    // the forward's activation reserve that the KV budget left (launch/launch_memory.h). Releasing them once let
-    // the seed layout's graphs fit at --gpu-memory-utilization 0.9 on an H200 (eight stand-in ranks, 24 GiB
-    // released), and then every request failed: cuBLASLt could not launch (status 13) in the first steps
-    // (docs/perf/parallel.md, session 13). The graphs need room outside the KV pool, which the flags below give.
+    // Out of the driver's memory: the graph fails, out of memory and named; the graph runtime keeps the graphs it
+    // has (runtime/decode_graphs.h) or runs eagerly. The allocators' cached blocks are NOT released to make room:
+    // after the start-up dry run they are the forward's activation reserve that the KV budget left
+    // (launch/launch_memory.h). Releasing them once let the seed layout's graphs fit at --gpu-memory-utilization
+    // 0.9 on an H200 (eight stand-in ranks, 24 GiB released), and then every request failed: cuBLASLt could not
+    // launch (status 13) in the first steps (docs/perf/parallel.md, session 13). For the same reason an
+    // instantiation that fits but leaves less free than backend/graph_memory_floor.h is undone.
     const cudaError_t inst = instantiate(&exec, graph);
     cudaGraphDestroy(graph);
+    const char* room = " (the graphs need device memory outside the KV pool and the activation reserve: lower "
+                       "--gpu-memory-utilization or --kv-cache-memory, or --max-num-seqs for fewer graph shapes)";
     if (inst != cudaSuccess) {
       (void)cudaGetLastError();
-      std::string why = std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst);
-      if (inst == cudaErrorMemoryAllocation)
-        why += " (the graphs need device memory outside the KV pool and the activation reserve: lower "
-               "--gpu-memory-utilization or --kv-cache-memory, or --max-num-seqs for fewer graph shapes)";
+      const std::string why = std::string("CUDA graph instantiation failed: ") + cudaGetErrorString(inst);
+      if (inst == cudaErrorMemoryAllocation) return out_of_memory(why + room);
       return internal_error(why);
+    }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b < graph_memory_floor(total_b)) {
+      cudaGraphExecDestroy(exec);
+      return out_of_memory("CUDA graph instantiation would leave " + std::to_string(free_b >> 20) +
+                           " MiB of device memory free, under the " + std::to_string(graph_memory_floor(total_b) >> 20) +
+                           " MiB kept for kernel launches and libraries (backend/graph_memory_floor.h)" + room);
     }
     return std::unique_ptr<DeviceGraph>(std::make_unique<CudaGraph>(exec, stream_, graph_pool_));
   }

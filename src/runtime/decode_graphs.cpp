@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -34,6 +35,15 @@ std::vector<int64_t> decode_graph_contexts(int64_t max_context) {
   std::vector<int64_t> out;
   for (int64_t c = 128; c < max_context; c *= 2) out.push_back(c);
   if (max_context > 0) out.push_back(max_context);
+  return out;
+}
+
+std::vector<GraphKey> graph_capture_order(const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
+                                         const std::vector<int64_t>& contexts) {
+  std::vector<GraphKey> out;
+  for (auto c = contexts.rbegin(); c != contexts.rend(); ++c)
+    for (auto q = qs.rbegin(); q != qs.rend(); ++q)
+      for (auto b = buckets.rbegin(); b != buckets.rend(); ++b) out.push_back({*b, *q, *c});
   return out;
 }
 
@@ -85,11 +95,30 @@ Status DecodeGraphs::capture() {
   const std::vector<int64_t> contexts = decode_graph_contexts(max_context);
   std::vector<int64_t> chain_qs;
   for (int64_t q = 1; q <= 1 + layout_.max_drafts; ++q) chain_qs.push_back(q);
-  MX_RETURN_IF_ERROR(capture_family(false, chain_qs, buckets, contexts));
-  MX_RETURN_IF_ERROR(capture_family(true, tree_qs, buckets, contexts));
+  // Capture order (the header's "Capture order"): the graphs that cover the most shapes first, so a device that
+  // runs short of memory part-way keeps graphs for every step.
+  const std::vector<GraphKey> chain_order = graph_capture_order(chain_qs, buckets, contexts);
+  const std::vector<GraphKey> tree_order = graph_capture_order(tree_qs, buckets, contexts);
+  const int64_t planned = static_cast<int64_t>(chain_order.size() + tree_order.size());
+  for (bool tree : {false, true}) {
+    for (const GraphKey& key : tree ? tree_order : chain_order) {
+      const Status st = capture_one(tree, key);
+      if (st.is_ok()) continue;
+      // Out of device memory after some graphs: keep them (named below); before any: the graphs are off.
+      if (st.code() != StatusCode::kOutOfMemory || n_graphs() == 0) return st;
+      ran_short_ = "batch " + std::to_string(key.batch) + " x " + std::to_string(key.q) + " rows at context " +
+                   std::to_string(key.context) + (tree ? " (tree verify)" : "") + ": " + st.message();
+      break;
+    }
+    if (!ran_short_.empty()) break;
+  }
+  // pick_graph takes the first covering key: keep each family ascending by (q, batch, context).
+  sort_family(plain_, plain_keys_);
+  sort_family(tree_, tree_keys_);
   be_.synchronize();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MX_LOG(kInfo) << "CUDA graphs: captured " << n_graphs() << " decode graphs in " << secs << " s; batch buckets "
+  MX_LOG(kInfo) << "CUDA graphs: captured " << n_graphs() << (ran_short_.empty() ? "" : " of " + std::to_string(planned))
+                << " decode graphs in " << secs << " s; batch buckets "
                 << join(buckets) << "; context classes " << join(contexts)
                 << (layout_.max_drafts > 0
                         ? "; rows per sequence 1.." + std::to_string(1 + layout_.max_drafts) + " (chain verify steps)"
@@ -99,71 +128,80 @@ Status DecodeGraphs::capture() {
                                   "group)"
                             : std::string())
                 << " (--disable-cuda-graph / --enforce-eager turn them off)";
+  if (!ran_short_.empty()) {
+    MX_LOG(kWarn) << "CUDA graphs: the device ran short of memory after " << n_graphs() << " of " << planned
+                  << " decode graphs, at " << ran_short_ << ". A step whose own shape has no graph replays the "
+                  << "smallest larger one (padded rows, a longer context class: slower than its own graph)"
+                  << (tree_order.empty() || !tree_.empty() ? "" : "; tree verify steps run eagerly (no tree graph)")
+                  << ". To capture them all, make room as the message says";
+  }
   return Status::ok();
 }
 
-Status DecodeGraphs::capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
-                                    const std::vector<int64_t>& contexts) {
+void DecodeGraphs::sort_family(std::vector<Graph>& graphs, std::vector<GraphKey>& keys) {
+  auto less = [](const GraphKey& a, const GraphKey& b) {
+    return std::tie(a.q, a.batch, a.context) < std::tie(b.q, b.batch, b.context);
+  };
+  std::sort(graphs.begin(), graphs.end(), [&](const Graph& a, const Graph& b) { return less(a.key, b.key); });
+  keys.clear();
+  for (const Graph& g : graphs) keys.push_back(g.key);
+}
+
+Status DecodeGraphs::capture_one(bool tree, const GraphKey& key) {
   kvcache::BlockTableStore* store = kv_.block_tables();
   const int64_t bs = layout_.block_size;
   const GraphPadding pad{layout_.scratch_row, static_cast<int32_t>(layout_.scratch_block * bs)};
   const int fields = tree ? kGraphTreeRowFields : kGraphRowFields;
   const model::ForwardBatch empty;
-  for (int64_t q : qs) {
-    for (int64_t B : buckets) {
-      const int64_t T = dp_ * B * q;  // DP: dp slot ranges of B q rows, one per group
-      // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
-      std::vector<int32_t> host(fields * T);
-      std::vector<int64_t> mask(T);
-      stage_graph_rows(empty, T, bs, pad, tree, host.data(), tree ? mask.data() : nullptr);
-      for (int64_t C : contexts) {
-        Graph g;
-        g.key = {B, q, C};
-        g.tree = tree;
-        g.inputs = be_.alloc(DType::kI32, {fields, T});
-        be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {fields * T}));
-        if (tree) {  // the masks the kernels read, in this graph's own buffer
-          g.mask = be_.alloc(DType::kI64, {T});
-          be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
-        }
-        backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, dp_ * B, q, C, bs, tree);
-        const auto& mc = model_.config();
-        if (dp_ == 1 && q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
-          g.cascade_shape.cap_rows = static_cast<int32_t>(B);
-          g.cascade_shape.group_size = static_cast<int32_t>(mc.n_heads / mc.n_kv_heads);
-          g.cascade_shape.cap_work = kernels::cascade_work_capacity(static_cast<int32_t>(B), g.cascade_shape.group_size, 2);
-          g.cascade_shape.max_prefix_keys = static_cast<int32_t>(C);
-          // Prefix split plan: groups of ~4 rows expected (the seed workload's).
-          g.cascade_shape.n_work_hint = std::max<int32_t>(1, static_cast<int32_t>(B) / 4);
-          g.cascade = be_.alloc(DType::kI32, {g.cascade_shape.n_ints()});
-          const std::vector<int32_t> zeros(g.cascade_shape.n_ints(), 0);  // no group while capturing
-          be_.write_from_host(g.cascade, 0, Tensor::view_of(const_cast<int32_t*>(zeros.data()), DType::kI32,
-                                                            {g.cascade_shape.n_ints()}));
-          meta.cascade = g.cascade;
-          meta.cascade_shape = g.cascade_shape;
-        }
-        Tensor ids = graph_row_field(g.inputs, kRowIds), positions = graph_row_field(g.inputs, kRowPositions);
-        Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
-        // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
-        auto body_status = std::make_shared<Status>(Status::ok());
-        model::CausalLM* model = &model_;
-        kvcache::KvCache* kv = &kv_;
-        g.tail = sampler_ && q == 1 && !tree;  // plain decode buckets sample in the graph
-        const GraphSampler::Tail tail = g.tail ? sampler_->tail(logits, T) : GraphSampler::Tail{};
-        const bool with_tail = g.tail;
-        auto graph = model_.capture_device_graph(be_, [=]() mutable {
-          Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
-          if (st.is_ok() && with_tail) st = tail.enqueue();
-          if (!st.is_ok()) *body_status = st;
-        });
-        MX_RETURN_IF_ERROR(*body_status);
-        if (!graph.is_ok()) return graph.status();
-        g.graph = std::move(graph).value();
-        (tree ? tree_keys_ : plain_keys_).push_back(g.key);
-        (tree ? tree_ : plain_).push_back(std::move(g));
-      }
-    }
+  const int64_t B = key.batch, q = key.q, C = key.context;
+  const int64_t T = dp_ * B * q;  // DP: dp slot ranges of B q rows, one per group
+  // Every row padded while capturing: the warm-up run writes and reads only the scratch slot.
+  std::vector<int32_t> host(fields * T);
+  std::vector<int64_t> mask(T);
+  stage_graph_rows(empty, T, bs, pad, tree, host.data(), tree ? mask.data() : nullptr);
+  Graph g;
+  g.key = key;
+  g.tree = tree;
+  g.inputs = be_.alloc(DType::kI32, {fields, T});
+  be_.write_from_host(g.inputs, 0, Tensor::view_of(host.data(), DType::kI32, {fields * T}));
+  if (tree) {  // the masks the kernels read, in this graph's own buffer
+    g.mask = be_.alloc(DType::kI64, {T});
+    be_.write_from_host(g.mask, 0, Tensor::view_of(mask.data(), DType::kI64, {T}));
   }
+  backend::AttentionMeta meta = graph_attention_meta(g.inputs, g.mask, *store, dp_ * B, q, C, bs, tree);
+  const auto& mc = model_.config();
+  if (dp_ == 1 && q == 1 && !tree && B >= 2 && be_.cascade_attention_enabled() && mc.n_kv_heads > 0) {
+    g.cascade_shape.cap_rows = static_cast<int32_t>(B);
+    g.cascade_shape.group_size = static_cast<int32_t>(mc.n_heads / mc.n_kv_heads);
+    g.cascade_shape.cap_work = kernels::cascade_work_capacity(static_cast<int32_t>(B), g.cascade_shape.group_size, 2);
+    g.cascade_shape.max_prefix_keys = static_cast<int32_t>(C);
+    // Prefix split plan: groups of ~4 rows expected (the seed workload's).
+    g.cascade_shape.n_work_hint = std::max<int32_t>(1, static_cast<int32_t>(B) / 4);
+    g.cascade = be_.alloc(DType::kI32, {g.cascade_shape.n_ints()});
+    const std::vector<int32_t> zeros(g.cascade_shape.n_ints(), 0);  // no group while capturing
+    be_.write_from_host(g.cascade, 0, Tensor::view_of(const_cast<int32_t*>(zeros.data()), DType::kI32,
+                                                      {g.cascade_shape.n_ints()}));
+    meta.cascade = g.cascade;
+    meta.cascade_shape = g.cascade_shape;
+  }
+  Tensor ids = graph_row_field(g.inputs, kRowIds), positions = graph_row_field(g.inputs, kRowPositions);
+  Tensor logits = logits_.slice_rows(0, T), hidden = hidden_.slice_rows(0, T);
+  // The body holds its inputs by value (views of this object's buffers): a backend may keep it.
+  auto body_status = std::make_shared<Status>(Status::ok());
+  model::CausalLM* model = &model_;
+  kvcache::KvCache* kv = &kv_;
+  g.tail = sampler_ && q == 1 && !tree;  // plain decode buckets sample in the graph
+  const GraphSampler::Tail tail = g.tail ? sampler_->tail(logits, T) : GraphSampler::Tail{};
+  const bool with_tail = g.tail;
+  auto graph = model_.capture_device_graph(be_, [=]() mutable {
+    Status st = model->forward_device(ids, positions, meta, *kv, logits, &hidden);
+    if (st.is_ok() && with_tail) st = tail.enqueue();
+    if (!st.is_ok()) *body_status = st;
+  });
+  MX_RETURN_IF_ERROR(*body_status);
+  if (!graph.is_ok()) return graph.status();
+  g.graph = std::move(graph).value();
+  (tree ? tree_ : plain_).push_back(std::move(g));
   return Status::ok();
 }
 

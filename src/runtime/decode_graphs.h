@@ -32,6 +32,14 @@
 //     (runtime/graph_sampler.h): the argmax of every row and the device sampler over the bucket's slots,
 //     reading per-slot parameters the host writes before the replay like the input rows.
 // Mixed / prefill steps run eagerly; MTP steps have their own graphs (runtime/mtp_graphs.h).
+// Capture order: the graphs go into the device's memory outside the KV pool (launch/launch_memory.h), which a
+// layout may fill before every shape has its graph (eight stand-in ranks at --gpu-memory-utilization 0.9). So
+// they are captured covering-first (graph_capture_order: the longest context class, then the most rows per
+// sequence, then the largest bucket), and a capture that runs out of memory after the first graph stops the
+// capture and keeps what it has, said once, loudly: the first graph of a family serves every step of it (padded),
+// each next one serves some steps tighter. Out of memory at the first graph: the graphs are off (the engine says
+// so). The backend refuses an instantiation that would leave the device under its floor
+// (backend/graph_memory_floor.h).
 #pragma once
 
 #include <cstdint>
@@ -61,12 +69,18 @@ struct DecodeGraphLayout {
 std::vector<int64_t> decode_graph_buckets(int64_t max_batch);
 // Context classes 128 (one attention split at most), 256, 512, ... doubling, the last one max_context.
 std::vector<int64_t> decode_graph_contexts(int64_t max_context);
+// The keys of one family in capture order: contexts descending, then q descending, then buckets descending.
+std::vector<GraphKey> graph_capture_order(const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
+                                          const std::vector<int64_t>& contexts);
 
 class DecodeGraphs {
  public:
   DecodeGraphs(model::CausalLM& model, backend::Backend& be, kvcache::KvCache& kv, const DecodeGraphLayout& layout);
-  // Captures every (rows per sequence, bucket, context class), chain then tree; logs the count and time.
+  // Captures every (rows per sequence, bucket, context class), chain then tree, in capture order; logs the count
+  // and time. Out of device memory part-way: keeps the graphs captured (ran_short() names where it stopped).
   Status capture();
+  // Empty when every planned graph was captured; else the shape at which the device ran out and why.
+  const std::string& ran_short() const { return ran_short_; }
   // Whether the graphs run this batch: at most max_batch sequences in row order, store rows, each of at most
   // 1 + max_drafts rows (no tree) or at most the largest tree size (tree masks), every row a logit row in
   // order, within the largest context class. Hidden states may be wanted (always produced). Otherwise *why
@@ -97,8 +111,8 @@ class DecodeGraphs {
     std::unique_ptr<backend::DeviceGraph> graph;
     bool tail = false;  // ends with the sampling tail (runtime/graph_sampler.h)
   };
-  Status capture_family(bool tree, const std::vector<int64_t>& qs, const std::vector<int64_t>& buckets,
-                        const std::vector<int64_t>& contexts);
+  Status capture_one(bool tree, const GraphKey& key);
+  static void sort_family(std::vector<Graph>& graphs, std::vector<GraphKey>& keys);
 
   model::CausalLM& model_;
   backend::Backend& be_;
@@ -118,6 +132,7 @@ class DecodeGraphs {
   int64_t replays_ = 0;
   int64_t verify_replays_ = 0;
   int64_t tree_replays_ = 0;
+  std::string ran_short_;  // capture(): where the device ran out of memory (empty: every graph captured)
 };
 
 }  // namespace mxserve::runtime

@@ -149,7 +149,11 @@ class CausalLmExecutor final : public ModelExecutor {
     shapes.chain = spec.chain_drafts >= 2;  // chain steps >= 2 exist: the continuation graphs
     shapes.extend_rows = std::max(spec.extend_rows, 0);
     shapes.tree_rows = std::max(spec.tree_draft_rows, 0);
-    if (model_.has_mtp() && (shapes.chain || shapes.extend_rows > 0 || shapes.tree_rows > 0)) {
+    const bool mtp_shapes = model_.has_mtp() && (shapes.chain || shapes.extend_rows > 0 || shapes.tree_rows > 0);
+    if (mtp_shapes && !graphs_->ran_short().empty()) {
+      MX_LOG(kWarn) << "CUDA graphs: the MTP draft steps (extend, chain continuation, tree) run eagerly (slower "
+                       "drafting): the device ran short of memory for the decode graphs already";
+    } else if (mtp_shapes) {
       auto mtp = std::make_unique<MtpGraphs>(model_, be_, *kv_, layout, shapes);
       const Status st = mtp->capture();
       if (st.is_ok()) {

@@ -4,6 +4,8 @@
 // that would read a stale host staging buffer on CUDA fails on the CPU. Lets the decode / verify / MTP graphs'
 // runtime side (covers, input layout, padded rows, the staged MTP chain state) run in the CPU suite.
 // Every op forwards to the wrapped backend (and its MLA / DSA ops).
+// run_short_after(n): captures after the n-th fail out of memory (as CUDA's instantiation on a full device, or
+// under backend/graph_memory_floor.h), for the graph runtime's keep-what-fits path (runtime/decode_graphs.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,7 +28,13 @@ class ReplayingBackend final : public ForwardingMlaBackend {
 
   int64_t bodies_run() const { return bodies_run_; }
 
+  void run_short_after(int64_t captures) { captures_left_ = captures; }
+  int64_t captures() const { return captures_; }
+
   Result<std::unique_ptr<backend::DeviceGraph>> capture_graph(const std::function<void()>& body) override {
+    if (captures_left_ == 0) return out_of_memory("test: the device has no room for another graph");
+    if (captures_left_ > 0) --captures_left_;
+    ++captures_;
     run_body(body);  // the warm-up pass; the "capture" keeps the body
     return std::unique_ptr<backend::DeviceGraph>(new Graph(this, body));
   }
@@ -71,6 +79,8 @@ class ReplayingBackend final : public ForwardingMlaBackend {
 
   bool in_body_ = false;
   int64_t bodies_run_ = 0;
+  int64_t captures_left_ = -1;  // -1: no limit
+  int64_t captures_ = 0;
 };
 
 }  // namespace mxserve::test

@@ -29,6 +29,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_memory.h"
+#include "backend/graph_memory_floor.h"
 #include "cli/fixture.h"
 #include "core/device_oom.h"
 #include "model/causal_lm.h"
@@ -310,10 +311,39 @@ TEST(CudaGraphCapture, InstantiationOutOfMemoryFailsNamedAndKeepsTheActivationRe
   auto failed = b.capture_graph(body);
   graph_instantiate_fault::arm(0);
   ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kOutOfMemory) << failed.status().to_string();
   const std::string msg = failed.status().message();
   EXPECT_NE(msg.find("CUDA graph instantiation failed: out of memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--gpu-memory-utilization"), std::string::npos) << msg;
   EXPECT_GE(backend::device_memory(b).cached, cached) << "the activation reserve was released";
+  auto graph = b.capture_graph(body);
+  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
+  (*graph)->replay();
+  b.synchronize();
+}
+
+// An instantiation that fits but would leave the device under backend/graph_memory_floor.h is undone and reported
+// out of memory (the graph runtime then keeps the graphs it has); with the floor back to its rule it captures.
+TEST(CudaGraphCapture, InstantiationUnderTheFloorIsUndoneOutOfMemory) {
+  auto be = backend::make_backend("cuda");
+  if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
+  backend::Backend& b = **be;
+  Tensor in = b.alloc(DType::kI32, {4});
+  Tensor table = b.alloc(DType::kF32, {8, 2});
+  auto body = [&] {
+    Tensor o = b.alloc(DType::kF32, {4, 2});
+    b.gather_rows(table, in, o);
+  };
+  const backend::DeviceMemory m = backend::device_memory(b);
+  ASSERT_GT(m.device_free, 0u);
+  backend::graph_floor_override::g_bytes.store(m.device_total);  // more than can ever be free
+  auto refused = b.capture_graph(body);
+  backend::graph_floor_override::g_bytes.store(0);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory) << refused.status().to_string();
+  const std::string msg = refused.status().message();
+  EXPECT_NE(msg.find("MiB kept for kernel launches"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--gpu-memory-utilization"), std::string::npos) << msg;
   auto graph = b.capture_graph(body);
   ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
   (*graph)->replay();
