@@ -5,6 +5,12 @@
 #include <sstream>
 #include <string>
 
+namespace mxserve {
+// Names the calling thread's part in its CHECK failures ("rank 3 of 8 on CUDA device 0": a lockstep rank's worker,
+// launch/lockstep_model.cpp), so an abort inside one of several ranks says which; empty (the default): none.
+void set_check_context(std::string context);
+}  // namespace mxserve
+
 namespace mxserve::detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& detail);
 }  // namespace mxserve::detail

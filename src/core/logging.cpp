@@ -4,11 +4,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "core/check.h"
 
 namespace mxserve {
 namespace {
+std::string& check_context() {
+  thread_local std::string context;
+  return context;
+}
+
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_mutex;
 
@@ -49,10 +56,13 @@ void log_line(LogLevel level, const char* file, int line, const std::string& tex
   std::fprintf(stderr, "[%s %.3f %s:%d] %s\n", level_tag(level), t, base_name(file), line, text.c_str());
 }
 
+void set_check_context(std::string context) { check_context() = std::move(context); }
+
 namespace detail {
 void check_failed(const char* file, int line, const char* expr, const std::string& detail) {
-  std::fprintf(stderr, "CHECK failed at %s:%d: %s%s%s\n", file, line, expr, detail.empty() ? "" : " -- ",
-               detail.c_str());
+  const std::string& context = check_context();
+  std::fprintf(stderr, "CHECK failed%s%s%s at %s:%d: %s%s%s\n", context.empty() ? "" : " on ", context.c_str(),
+               context.empty() ? "" : ",", file, line, expr, detail.empty() ? "" : " -- ", detail.c_str());
   std::fflush(stderr);
   std::abort();
 }

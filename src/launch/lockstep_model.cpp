@@ -37,6 +37,10 @@ LockstepModel::~LockstepModel() {
 
 void LockstepModel::worker_loop(int rank) {
   if (ranks_[rank].cuda_device >= 0) parallel::bind_thread_to_device(ranks_[rank].cuda_device);
+  // A CHECK abort inside this rank's forward names it (clients of a server only see their connections close).
+  set_check_context("rank " + std::to_string(rank) + " of " + std::to_string(world()) +
+                    (ranks_[rank].cuda_device >= 0 ? " on CUDA device " + std::to_string(ranks_[rank].cuda_device)
+                                                   : std::string(" (CPU)")));
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {

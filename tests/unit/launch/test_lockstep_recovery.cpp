@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "serve_one.h"
+#include "core/check.h"
 #include "core/device_oom.h"
 #include "launch/launch.h"
 #include "launch/lockstep_model.h"
@@ -147,6 +148,26 @@ TEST(LockstepRecovery, AFailureThatIsNotOutOfMemoryKeepsTheGroupFailed) {
     EXPECT_NE(again.status().message().find("injected device fault"), std::string::npos);
   }
   EXPECT_EQ(group.recoveries(), 0);
+}
+
+// A CHECK failure (a bug, or a library call the forward CHECKs: cuBLASLt's status 13 in session 13) aborts the
+// process; its message names the rank whose worker hit it, as the ranks' Status errors do.
+TEST(LockstepRecoveryDeathTest, ACheckFailureInsideARankNamesTheRank) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto lm = launch(2, 1, false);
+        if (!lm.is_ok()) std::abort();
+        LockstepModel& group = lockstep(**lm);
+        kvcache::KvCache kv(group.kv_spec(8, 4),
+                            [&](DType dt, Shape s) { return (*lm)->backend().alloc(dt, std::move(s)); });
+        group.set_fault_hook_for_test([](int r) {
+          MX_CHECK_MSG(r != 1, "injected check failure");
+          return Status::ok();
+        });
+        (void)group.forward(prefill_batch(), kv);
+      },
+      "CHECK failed on rank 1 of 2 \\(CPU\\), at .*injected check failure");
 }
 
 using test::Outcome;
