@@ -110,13 +110,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelExecutor> execut
       }
     }
     const Status st = executor_->enable_decode_graphs(config_.scheduler.max_running, shapes);
-    if (!st.is_ok()) {
-      MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
-    } else if (spec_enabled()) {
-      MX_LOG(kInfo) << "CUDA graphs with " << (config_.spec.tree() ? "tree" : "chain")
-                    << " MTP speculation: verify steps, the MTP extend and the draft steps replay graphs; steps "
-                       "with prefill chunks run eagerly (each other eager kind is logged once)";
-    }
+    if (!st.is_ok()) MX_LOG(kWarn) << "CUDA graphs are OFF (every step runs eagerly): " << st.to_string();
   }
   if (config_.kv_cache_host_memory > 0) enable_host_tier();
   stats_.blocks_total = config_.n_blocks;

@@ -158,6 +158,9 @@ class CausalLmExecutor final : public ModelExecutor {
       const Status st = mtp->capture();
       if (st.is_ok()) {
         mtp_graphs_ = std::move(mtp);
+        MX_LOG(kInfo) << "CUDA graphs with " << (spec.tree_verify_rows.empty() ? "chain" : "tree")
+                      << " MTP speculation: verify steps, the MTP extend and the draft steps replay graphs; steps "
+                         "with prefill chunks run eagerly (each other eager kind is logged once)";
       } else {
         MX_LOG(kWarn) << "CUDA graphs: the MTP draft steps (extend, chain continuation, tree) run eagerly (slower "
                          "drafting): "
