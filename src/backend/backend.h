@@ -154,6 +154,10 @@ class Backend {
   virtual Result<std::unique_ptr<DeviceGraph>> capture_graph(const std::function<void()>& body) {
     return unsupported("backend " + name() + " cannot capture graphs");
   }
+  // Frees the graphs' private pool when no graph of this backend is left to use it (the capture failed before
+  // any was kept: runtime/decode_graphs.h). The caller knows that no graph captured with this backend's part
+  // -- a joined capture's other ranks included -- is alive.
+  virtual void release_graph_pool() {}
 
   // ---- ops ----
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;        // [V,H], i32[T] -> [T,H]

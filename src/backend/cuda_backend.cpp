@@ -317,6 +317,12 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
     MX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  void release_graph_pool() override {
+    if (!graph_pool_) return;
+    pool_->set_private_pool(nullptr);
+    graph_pool_.reset();  // the pool's blocks go back to the driver with its last owner
+  }
+
   // cuda_backend_set_graph_body: this backend's part of a graph another backend captures.
   void set_graph_body(bool on) {
     if (on && !graph_pool_) graph_pool_ = std::make_shared<kc::PrivatePool>();

@@ -19,9 +19,11 @@
 // shapes it saw; an allocation that does not fit releases the cached blocks of every allocator on the device
 // (kernels/cuda/common/caching_allocator.h), so the sum of the measured peaks is what the ranks need together.
 // CUDA graphs are captured after the KV pool: their private pools (decode-sized temporaries) and the driver's
-// instantiation memory come out of the device's share above --gpu-memory-utilization. An instantiation that runs
-// out of memory turns the graphs off (named, with the flags that make room); it does not take the cached blocks,
-// which are the activation reserve measured here (backend/cuda_backend.cpp says what taking them did).
+// instantiation memory come out of the device's share above --gpu-memory-utilization. Neither takes the cached
+// blocks, which are the activation reserve measured here: a graph pool's allocation that does not fit fails
+// (kernels/cuda/common/caching_allocator.h), and so does an instantiation that would leave the device under its
+// floor (backend/graph_memory_floor.h); the graphs captured so far are kept, or the graphs are off and their pools
+// freed (runtime/decode_graphs.h "Capture order"; backend/cuda_backend.cpp says what taking the reserve did).
 #pragma once
 
 #include <cstdint>

@@ -359,6 +359,15 @@ TpGraphChoice LockstepModel::graph_choice() {
   return choice;
 }
 
+void LockstepModel::release_graph_pools(backend::Backend& be) {
+  be.release_graph_pool();
+  for (const Rank& r : ranks_)
+    if (r.backend != &be) {
+      RankDeviceScope on_rank(r.cuda_device, ranks_[0].cuda_device);
+      r.backend->release_graph_pool();
+    }
+}
+
 Result<std::unique_ptr<backend::DeviceGraph>> LockstepModel::capture_device_graph(backend::Backend& be,
                                                                                    const std::function<void()>& body) {
   if (graph_choice().mode == TpGraphMode::kPerRank) {

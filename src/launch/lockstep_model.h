@@ -98,6 +98,7 @@ class LockstepModel final : public model::CausalLM {
                                                                      const std::function<void()>& body) override;
   Status replay_device_graph(backend::DeviceGraph& graph) override;
   bool records_graph_body() override { return graph_choice().mode == TpGraphMode::kPerRank; }
+  void release_graph_pools(backend::Backend& be) override;
   // Tests: per-rank graphs even for one rank (a one-rank NCCL world on one GPU); mirror_rank0: rank 0 copies its
   // inputs into mirrors as the other ranks do. Refused (graphs off) for several ranks on one GPU. Before any capture.
   void force_per_rank_graphs_for_tests(bool mirror_rank0) {

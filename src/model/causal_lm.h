@@ -66,6 +66,9 @@ class CausalLM {
   // Whether capture_device_graph records the body's one forward_device instead of running it (per-rank graphs
   // of NCCL ranks): the body must then enqueue nothing else (decode graphs leave their sampling tail out).
   virtual bool records_graph_body() { return false; }
+  // No graph captured through capture_device_graph is alive (the decode graphs are off): frees the graphs'
+  // private pools -- be's, and every rank's where the model spreads over ranks.
+  virtual void release_graph_pools(backend::Backend& be) { be.release_graph_pool(); }
   virtual Status replay_device_graph(backend::DeviceGraph& graph) {
     graph.replay();
     return Status::ok();

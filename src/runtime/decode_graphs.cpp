@@ -104,8 +104,13 @@ Status DecodeGraphs::capture() {
     for (const GraphKey& key : tree ? tree_order : chain_order) {
       const Status st = capture_one(tree, key);
       if (st.is_ok()) continue;
-      // Out of device memory after some graphs: keep them (named below); before any: the graphs are off.
-      if (st.code() != StatusCode::kOutOfMemory || n_graphs() == 0) return st;
+      // Out of device memory after some graphs: keep them (named below); before any: the graphs are off, and
+      // their private pools (the failed warm-ups' temporaries, every rank's) go back to the device.
+      if (st.code() != StatusCode::kOutOfMemory || n_graphs() == 0) {
+        be_.synchronize();
+        model_.release_graph_pools(be_);
+        return st;
+      }
       ran_short_ = "batch " + std::to_string(key.batch) + " x " + std::to_string(key.q) + " rows at context " +
                    std::to_string(key.context) + (tree ? " (tree verify)" : "") + ": " + st.message();
       break;

@@ -30,6 +30,8 @@ class ReplayingBackend final : public ForwardingMlaBackend {
 
   void run_short_after(int64_t captures) { captures_left_ = captures; }
   int64_t captures() const { return captures_; }
+  int64_t pool_releases() const { return pool_releases_; }
+  void release_graph_pool() override { ++pool_releases_; }
 
   Result<std::unique_ptr<backend::DeviceGraph>> capture_graph(const std::function<void()>& body) override {
     if (captures_left_ == 0) return out_of_memory("test: the device has no room for another graph");
@@ -81,6 +83,7 @@ class ReplayingBackend final : public ForwardingMlaBackend {
   int64_t bodies_run_ = 0;
   int64_t captures_left_ = -1;  // -1: no limit
   int64_t captures_ = 0;
+  int64_t pool_releases_ = 0;
 };
 
 }  // namespace mxserve::test

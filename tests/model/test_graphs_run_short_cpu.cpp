@@ -1,6 +1,7 @@
 // The decode graphs on a device that runs short of memory part-way through their capture (runtime/decode_graphs.h
 // "Capture order"): the graphs captured so far are kept, covering-first, so every step still replays one; greedy
-// tokens equal the eager engine's; out of memory at the first graph turns the graphs off. On the CPU through
+// tokens equal the eager engine's; out of memory at the first graph turns the graphs off and releases their
+// private pool (the failed warm-ups' temporaries). On the CPU through
 // ReplayingBackend::run_short_after (a capture out of memory, as CUDA's instantiation on a full device or under
 // backend/graph_memory_floor.h); test_cuda_graphs holds the CUDA side (the floor refusing an instantiation).
 #include <gtest/gtest.h>
@@ -96,10 +97,12 @@ TEST(GraphsRunShort, KeptGraphsServeEveryStepAndTokensEqualEager) {
     for (int64_t room : {0, 1, 2}) {
       const std::string what = "batch " + std::to_string(batch) + ", room for " + std::to_string(room) + " graphs";
       be.run_short_after(room);
-      const int64_t before = be.captures();
+      const int64_t before = be.captures(), released = be.pool_releases();
       const RunResult graph = run(**lm, be, specs, true, false);
       be.run_short_after(-1);
       EXPECT_EQ(be.captures() - before, room) << what << ": graphs captured";
+      // Graphs off: the failed warm-ups' private pool goes back to the device; graphs kept: it stays theirs.
+      EXPECT_EQ(be.pool_releases() - released, room == 0 ? 1 : 0) << what << ": graph pool releases";
       if (room == 0) {
         EXPECT_EQ(graph.counts.decode, 0) << what << ": the graphs are off";
       } else {

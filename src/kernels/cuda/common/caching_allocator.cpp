@@ -60,7 +60,7 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [size, p] : free_) cudaFree(p);  // teardown: errors are not actionable here
 }
 
-void* CachingAllocator::device_malloc(uint64_t rounded) {
+void* CachingAllocator::device_malloc(uint64_t rounded, bool may_release_caches) {
   // On this allocator's device whatever the calling thread's current device is (several CUDA ranks in one
   // process: a rank's backend may be asked for memory from another rank's thread); restored after.
   int current = -1;
@@ -73,7 +73,7 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
   void* p = nullptr;
   // The test hook (core/device_oom.h) fails the allocation as the driver would, before it is made.
   cudaError_t err = alloc_fault::take(rounded) ? cudaErrorMemoryAllocation : cudaMalloc(&p, rounded);
-  if (err == cudaErrorMemoryAllocation) {
+  if (err == cudaErrorMemoryAllocation && may_release_caches) {
     (void)cudaGetLastError();  // clear the sticky-free allocation error, drop the cache, try once more
     MX_CUDA_CHECK(cudaDeviceSynchronize());
     release_cached();
@@ -101,6 +101,9 @@ void* CachingAllocator::device_malloc(uint64_t rounded) {
          << rounded / mib << " MiB) failed (this backend holds " << bytes_in_use() / mib << " MiB in use, peak "
          << peak_bytes_in_use() / mib << " MiB; the device has " << free_b / mib << " MiB free of "
          << total_b / mib << " MiB, other processes and ranks sharing the device included)";
+    if (!may_release_caches)
+      what << " for a CUDA graph's private pool (the allocators' cached blocks, the forward's activation reserve, "
+              "are not released for graphs)";
     throw DeviceOutOfMemory(what.str(), rounded);
   }
   MX_CHECK_MSG(err == cudaSuccess, "cudaMalloc of " << rounded << " bytes failed: " << cudaGetErrorString(err)
@@ -153,7 +156,10 @@ std::shared_ptr<Storage> CachingAllocator::allocate_private(const std::shared_pt
     }
   }
   if (p == nullptr) {
-    p = device_malloc(rounded);
+    // Never at the cost of the cached blocks: after start-up they are the activation reserve the KV budget left
+    // (launch/launch_memory.h); a graph that does not fit beside it fails out of memory, and the graph runtime
+    // keeps the graphs it has or runs eagerly (runtime/decode_graphs.h).
+    p = device_malloc(rounded, /*may_release_caches=*/false);
     std::lock_guard<std::mutex> lock(pool->mu_);
     pool->all_.push_back(p);
     pool->bytes_ += rounded;

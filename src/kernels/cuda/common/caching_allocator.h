@@ -8,7 +8,9 @@
 // Out of memory (the driver refuses even after this allocator's cache is dropped, and then the caches of every
 // other allocator on the same device -- the ranks of the shared-device stand-in share one GPU): DeviceOutOfMemory
 // (core/device_oom.h) is thrown, naming the size and the memory state; the engine's step turns it into failed
-// requests.
+// requests. A private pool's allocation never drops any cache: the cached blocks are the forward's activation
+// reserve after start-up, and graphs that took them left the stand-in's seed layout short (docs/perf/parallel.md,
+// session 14): it throws at once, and the capture fails out of memory.
 // Does not own: streams, or any multi-stream safety (events per block come with multi-stream work).
 #pragma once
 
@@ -62,7 +64,9 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
  private:
   explicit CachingAllocator(int device) : device_(device) {}
   void give_back(void* p, uint64_t rounded);
-  void* device_malloc(uint64_t rounded);
+  // cudaMalloc; out of memory and may_release_caches: frees this allocator's cached blocks, then every allocator's
+  // on the device, and tries again (the forward's own temporaries); else throws DeviceOutOfMemory at once.
+  void* device_malloc(uint64_t rounded, bool may_release_caches = true);
   std::shared_ptr<Storage> allocate_private(const std::shared_ptr<PrivatePool>& pool, uint64_t bytes,
                                             uint64_t rounded);
 
