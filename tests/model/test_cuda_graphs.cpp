@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -290,6 +291,28 @@ TEST(CudaGraphCapture, ReplaysWhatWasCapturedWithNewInputs) {
                "inside a graph body");
 }
 
+// The graph tests' smallest body: one gather of 4 rows of an [8, 2] table, its output a temporary of the graph's
+// pool (plus `extra` bytes of another temporary first, when asked).
+struct TinyGraphBody {
+  explicit TinyGraphBody(backend::Backend& be) : b(be), in(be.alloc(DType::kI32, {4})), table(be.alloc(DType::kF32, {8, 2})) {}
+  std::function<void()> body(int64_t extra = 0) {
+    return [this, extra] {
+      if (extra > 0) Tensor big = b.alloc(DType::kU8, {extra});
+      Tensor o = b.alloc(DType::kF32, {4, 2});
+      b.gather_rows(table, in, o);
+    };
+  }
+  // Captures the body on a device with room and replays it once.
+  void captures_again() {
+    auto graph = b.capture_graph(body());
+    ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
+    (*graph)->replay();
+    b.synchronize();
+  }
+  backend::Backend& b;
+  Tensor in, table;
+};
+
 // Instantiation that meets a full device (the driver's memory, as at --gpu-memory-utilization 0.9 with eight
 // stand-in ranks): the capture fails naming out of memory and the flags, and the allocator's cached blocks --
 // the forward's activation reserve after the start-up dry run -- stay cached (taking them made the seed layout's
@@ -298,12 +321,8 @@ TEST(CudaGraphCapture, InstantiationOutOfMemoryFailsNamedAndKeepsTheActivationRe
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
   backend::Backend& b = **be;
-  Tensor in = b.alloc(DType::kI32, {4});
-  Tensor table = b.alloc(DType::kF32, {8, 2});
-  auto body = [&] {
-    Tensor o = b.alloc(DType::kF32, {4, 2});
-    b.gather_rows(table, in, o);
-  };
+  TinyGraphBody tiny(b);
+  const std::function<void()> body = tiny.body();
   (void)b.alloc(DType::kU8, {1 << 20});  // freed at once: a cached block
   const uint64_t cached = backend::device_memory(b).cached;
   ASSERT_GT(cached, 0u);
@@ -316,10 +335,7 @@ TEST(CudaGraphCapture, InstantiationOutOfMemoryFailsNamedAndKeepsTheActivationRe
   EXPECT_NE(msg.find("CUDA graph instantiation failed: out of memory"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--gpu-memory-utilization"), std::string::npos) << msg;
   EXPECT_GE(backend::device_memory(b).cached, cached) << "the activation reserve was released";
-  auto graph = b.capture_graph(body);
-  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
-  (*graph)->replay();
-  b.synchronize();
+  tiny.captures_again();
 }
 
 // An instantiation that fits but would leave the device under backend/graph_memory_floor.h is undone and reported
@@ -328,12 +344,8 @@ TEST(CudaGraphCapture, InstantiationUnderTheFloorIsUndoneOutOfMemory) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
   backend::Backend& b = **be;
-  Tensor in = b.alloc(DType::kI32, {4});
-  Tensor table = b.alloc(DType::kF32, {8, 2});
-  auto body = [&] {
-    Tensor o = b.alloc(DType::kF32, {4, 2});
-    b.gather_rows(table, in, o);
-  };
+  TinyGraphBody tiny(b);
+  const std::function<void()> body = tiny.body();
   const backend::DeviceMemory m = backend::device_memory(b);
   ASSERT_GT(m.device_free, 0u);
   backend::graph_floor_override::g_bytes.store(m.device_total);  // more than can ever be free
@@ -344,10 +356,7 @@ TEST(CudaGraphCapture, InstantiationUnderTheFloorIsUndoneOutOfMemory) {
   const std::string msg = refused.status().message();
   EXPECT_NE(msg.find("MiB kept for kernel launches"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--gpu-memory-utilization"), std::string::npos) << msg;
-  auto graph = b.capture_graph(body);
-  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
-  (*graph)->replay();
-  b.synchronize();
+  tiny.captures_again();
 }
 
 // A graph's warm-up temporary that does not fit fails the capture out of memory without taking the allocators'
@@ -358,13 +367,8 @@ TEST(CudaGraphCapture, AWarmUpThatDoesNotFitKeepsTheActivationReserve) {
   auto be = backend::make_backend("cuda");
   if (!be.is_ok()) GTEST_SKIP() << "no CUDA device: run on the GPU machine (" << be.status().to_string() << ")";
   backend::Backend& b = **be;
-  Tensor in = b.alloc(DType::kI32, {4});
-  Tensor table = b.alloc(DType::kF32, {8, 2});
-  auto body = [&] {
-    Tensor big = b.alloc(DType::kU8, {64 << 20});  // the temporary the armed fault refuses
-    Tensor o = b.alloc(DType::kF32, {4, 2});
-    b.gather_rows(table, in, o);
-  };
+  TinyGraphBody tiny(b);
+  const std::function<void()> body = tiny.body(int64_t{64} << 20);  // a temporary the armed fault refuses
   (void)b.alloc(DType::kU8, {96 << 20});  // freed at once: a cached block of another size
   const uint64_t cached = backend::device_memory(b).cached;
   ASSERT_GE(cached, uint64_t{96} << 20);
@@ -377,10 +381,7 @@ TEST(CudaGraphCapture, AWarmUpThatDoesNotFitKeepsTheActivationReserve) {
   EXPECT_GE(backend::device_memory(b).cached, cached) << "the activation reserve was released for a graph";
   b.release_graph_pool();
   EXPECT_EQ(backend::device_memory(b).graph_pool, 0u);
-  auto graph = b.capture_graph(body);
-  ASSERT_TRUE(graph.is_ok()) << graph.status().to_string();
-  (*graph)->replay();
-  b.synchronize();
+  tiny.captures_again();
 }
 
 TEST(CudaGraphCapture, CpuBackendHasNone) {
