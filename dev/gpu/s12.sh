@@ -3,9 +3,9 @@
 # (1) the graph checks: CudaGraphCapture.* (incl. an instantiation out of memory: named, the activation reserve
 #     kept), the fixtures' graphs-on == graphs-off greedy and test_cuda_fixture with the fused RoPE + K/V write the
 #     DEFAULT (no env), and the rope_kv_write oracle as is and with MXSERVE_FUSED_ROPE_KV=0;
-# (2) issue 32's seed layout at the default --gpu-memory-utilization 0.9: PASS = 100% success (since session 13 the
-#     graphs go OFF, named, when their instantiation runs out of memory; session 13's retry that released the
-#     cached blocks made them fit and failed every request);
+# (2) issue 32's seed layout at the default --gpu-memory-utilization 0.9: PASS = 100% success with the graphs OFF
+#     or partly captured, named (session 13's retry that released the cached blocks made them fit and failed every
+#     request; session 14's graph warm-ups released them too and 2 of 16 failed, fixed in 87412fe);
 # (3) the fused RoPE + K/V write A/B at batch 1 and an 8k prefill chunk (bench-model, =0 vs default);
 # (4) whole GLM-4.5-Air single stream 10k / 1.5k (seed.sh: the KV pool sized by the card: auto on an H100);
 # (5) rank-sliced loading on CUDA: measure_rank_loading --backend cuda at tp 1 vs tp 4 (issue 32's <= 0.3x target on
