@@ -33,6 +33,7 @@
 #include "backend/graph_memory_floor.h"
 #include "cli/fixture.h"
 #include "core/device_oom.h"
+#include "engine_run.h"
 #include "model/causal_lm.h"
 #include "runtime/engine.h"
 
@@ -86,19 +87,8 @@ RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<Reque
   ModelExecutor* raw = ex.get();
   Engine engine(cfg, std::move(ex));
   RunResult r;
-  std::map<RequestId, size_t> index;
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    auto id = engine.submit(specs[i], [&r, &index](const TokenEvent& ev) {
-      if (ev.token >= 0) r.tokens[index.at(ev.id)].push_back(ev.token);
-    });
-    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
-    index[*id] = i;
-  }
-  while (!engine.idle()) {
-    engine.step();
-    EXPECT_TRUE(engine.check_invariants().is_ok()) << engine.check_invariants().to_string();
-  }
+  r.tokens = test::run_to_idle(engine, specs);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.replays = raw->graph_replays();
   r.counts = raw->graph_replay_counts();

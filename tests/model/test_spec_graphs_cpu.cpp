@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "cli/fixture.h"
 #include "model/causal_lm.h"
+#include "engine_run.h"
 #include "replaying_backend.h"
 #include "runtime/engine.h"
 
@@ -70,18 +71,7 @@ RunResult run(model::CausalLM& lm, backend::Backend& be, const std::vector<Reque
   ModelExecutor* raw = ex.get();
   Engine engine(cfg, std::move(ex));
   RunResult r;
-  std::map<RequestId, size_t> index;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    auto id = engine.submit(specs[i], [&r, &index](const TokenEvent& ev) {
-      if (ev.token >= 0) r.tokens[index.at(ev.id)].push_back(ev.token);
-    });
-    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
-    index[*id] = i;
-  }
-  while (!engine.idle()) {
-    engine.step();
-    EXPECT_TRUE(engine.check_invariants().is_ok()) << engine.check_invariants().to_string();
-  }
+  r.tokens = test::run_to_idle(engine, specs);
   r.counts = raw->graph_replay_counts();
   r.spec = engine.stats().spec;
   return r;
