@@ -104,10 +104,12 @@ Status DecodeGraphs::capture() {
     for (const GraphKey& key : tree ? tree_order : chain_order) {
       const Status st = capture_one(tree, key);
       if (st.is_ok()) continue;
-      // Out of device memory after some graphs: keep them (named below); before any: the graphs are off, and
-      // their private pools (the failed warm-ups' temporaries, every rank's) go back to the device.
+      // Out of device memory after some graphs: keep them (named below). Before any, or any other failure: the
+      // graphs are off; the executables go first, then their private pools (the failed warm-ups' temporaries,
+      // every rank's) go back to the device.
       if (st.code() != StatusCode::kOutOfMemory || n_graphs() == 0) {
         be_.synchronize();
+        plain_.clear(), tree_.clear(), plain_keys_.clear(), tree_keys_.clear();
         model_.release_graph_pools(be_);
         return st;
       }
