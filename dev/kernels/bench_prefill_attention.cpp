@@ -3,7 +3,11 @@
 // Hopper warp-specialized wgmma kernel ("wgmma_ws", forced), what the planner picks by itself ("auto"), and
 // wgmma_ws without its ping-pong schedule (launched directly). Each wgmma_ws row also prints its speed ratio to
 // the shared row. (Issue 31 retired the first wgmma kernel, "wgmma": wgmma_ws ran 1.35-1.59x faster.)
-//   usage: bench_prefill_attention [--quick]
+//   usage: bench_prefill_attention [--quick] [--fp8]
+// --fp8: each shape also over an FP8 E4M3 cache of the same K / V (written by the CUDA kv_write): "shared fp8"
+// (mma.sync, dequantizing in its cp.async tile loader) and "wgmma_ws fp8" (dequantizing in its producer
+// warpgroup), timed in the same run as the bf16 rows (their peer: the FP8 cache halves the bytes but adds the
+// dequantization; prefill attention is compute-bound).
 // Shapes: one 8192-token chunk from position 0; one 8192-token chunk over a 12288-token cached prefix (20k
 // context); one 20480-token chunk from 0; 4 x 2048-token chunks from 0; 4 x 2048-token chunks over 12288-token
 // prefixes. --quick: the first three.
@@ -86,9 +90,15 @@ double rel_l2(const Tensor& got, const Tensor& ref) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i)
+  bool quick = false, fp8 = false;
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--fp8") == 0) fp8 = true;
+    else {
+      std::fprintf(stderr, "error: unknown argument '%s' (usage: bench_prefill_attention [--quick] [--fp8])\n", argv[i]);
+      return 2;
+    }
+  }
   auto made = mx::backend::make_backend("cuda");
   if (!made.is_ok()) {
     std::fprintf(stderr, "error: %s\n", made.status().to_string().c_str());
@@ -163,7 +173,7 @@ int main(int argc, char** argv) {
       const double ms = mx::kernels::cuda::time_on_stream(
           stream,
           [&](int) {
-            mx::kernels::cuda::paged_attention_wgmma_ws_bf16(
+            mx::kernels::cuda::paged_attention_wgmma_ws(
                 q.raw(), kc.raw(), vc.raw(), meta.token_seq.data<int32_t>(), meta.kv_index.data<int32_t>(),
                 meta.block_tables.data<int32_t>(), o.raw(), meta.params, stream, /*ping_pong=*/false);
           },
@@ -173,6 +183,39 @@ int main(int argc, char** argv) {
                   "shared\n",
                   s.what, "wgmma_ws no ping-pong", ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
                   rel_l2(be.to_host(o), ref), shared_ms / ms);
+    }
+    if (fp8) {
+      // The same K / V as an FP8 cache (codes + per slot and kv head scales), every slot written.
+      Tensor k8 = be.alloc(DType::kFP8E4M3, {n_slots, kKvHeads * kHd}), v8 = be.alloc(DType::kFP8E4M3, {n_slots, kKvHeads * kHd});
+      Tensor ks = be.alloc(DType::kF32, {n_slots, kKvHeads}), vs = be.alloc(DType::kF32, {n_slots, kKvHeads});
+      std::vector<int32_t> all(n_slots);
+      for (int64_t i = 0; i < n_slots; ++i) all[i] = static_cast<int32_t>(i);
+      mx::backend::AttentionMeta wm;
+      wm.slot_mapping = be.upload(Tensor::view_of(all.data(), DType::kI32, {n_slots}));
+      wm.params = meta.params;
+      wm.params.k_scales = ks.data<float>();
+      wm.params.v_scales = vs.data<float>();
+      be.kv_write(kc, vc, wm, k8, v8);
+      auto meta8 = meta;
+      meta8.params.k_scales = ks.data<float>();
+      meta8.params.v_scales = vs.data<float>();
+      double shared8_ms = 0;
+      for (const char* kernel : {"shared", "wgmma_ws"}) {
+        mx::backend::KernelOptions opts;
+        opts.attention_kernel = kernel;
+        MX_CHECK(be.set_kernel_options(opts).is_ok());
+        Tensor o = be.alloc(DType::kBF16, {T, kHeads * kHd});
+        const double ms = mx::kernels::cuda::time_on_stream(stream, [&](int) { be.attention(q, k8, v8, meta8, o); }, 1);
+        const double tf = flops / (ms * 1e-3) / 1e12;
+        if (std::strcmp(kernel, "shared") == 0) shared8_ms = ms;
+        char ratio[64] = "";
+        if (std::strcmp(kernel, "wgmma_ws") == 0)
+          std::snprintf(ratio, sizeof ratio, "  %.2fx shared fp8", shared8_ms / ms);
+        std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared (bf16) %.2e%s\n",
+                    s.what, (std::string(kernel) + " fp8").c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
+                    rel_l2(be.to_host(o), ref), ratio);
+      }
+      MX_CHECK(be.set_kernel_options({}).is_ok());
     }
     std::printf("[ PLAN  ] %-38s auto picks %s (%d part%s)\n", s.what,
                 mx::kernels::cuda::attention_kernel_name(auto_plan.parts[auto_plan.n_parts - 1].launch.kernel),

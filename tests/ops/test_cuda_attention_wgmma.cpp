@@ -2,8 +2,9 @@
 // warp-specialized one; issue 31 retired the first wgmma kernel, "wgmma") against the CPU reference attention
 // and against the mma.sync block-shared kernel, its oracle at sizes the CPU reference cannot afford (label gpu;
 // the device tests skip without a CUDA device, or without an sm_90 one: the kernel is Hopper-only):
-//   planner   host-only: FP8 caches, tree masks and head_dim != 128 never get the wgmma kernel, forced or not;
-//             auto picks wgmma_ws on an sm_90 device for long chunks; forcing the retired "wgmma" is an error.
+//   planner   host-only: tree masks and head_dim != 128 never get the wgmma kernel, forced or not; an FP8 cache
+//             gets the kernel a bf16 one gets; auto picks wgmma_ws on an sm_90 device for long chunks; forcing the
+//             retired "wgmma" is an error.
 //   cpu       ragged batches of several sequences (runs of rows of different sequences inside one 128-row
 //             block), one-token chunks, chunks of 1..300 rows over prefixes not multiples of the 128-key tile or
 //             of the cache block, cache blocks of 16 and 32, scattered (shuffled) block tables; against the CPU
@@ -12,6 +13,10 @@
 //   big       GLM-4.5-Air heads (96 / 8 / 128): an 8192-row chunk over a 12288-key prefix and 4 x 2048-row chunks
 //             against the shared kernel (kTolKernels = 6e-3: two bf16-rounded outputs; the CPU reference would
 //             take minutes), plus a 3000-row chunk over 5000 keys at 2 heads against the CPU reference.
+//   fp8       the same big shapes over an FP8 E4M3 cache (codes and scales written by the CUDA kv_write from the
+//             bf16 K/V): wgmma_ws against the shared kernel on the same codes (both dequantize with fp8x8_to_bf16,
+//             so the bf16 tiles are bit for bit equal: kTolKernels), and against the bf16 cache's output (the FP8
+//             quantization itself: kTolFp8Quant). The small FP8 shapes vs the CPU are in test_cuda_kv_fp8.
 // Each case prints one PASS / FAIL line with rel-L2 and max abs error.
 #include <gtest/gtest.h>
 
@@ -36,6 +41,9 @@ using Force = kc::AttentionPlanOptions::Force;
 
 constexpr double kTolBf16 = 4e-3;
 constexpr double kTolKernels = 6e-3;
+// FP8 cache vs bf16 cache output: the e4m3 quantization of K and V (3 mantissa bits), a gross check that the
+// scales are applied (a missing or misplaced scale is off by orders of magnitude), not the kernel's oracle.
+constexpr double kTolFp8Quant = 5e-2;
 constexpr int kH200Sms = 132;
 
 struct Seq {
@@ -77,7 +85,8 @@ kernels::AttentionParams shape_of(int nh, int kvh, int hd) { return gpu_oracle::
 using gpu_oracle::compare;
 using gpu_oracle::Err;
 
-// Host-only: the shapes the wgmma kernel does not serve stay on the mma.sync kernels, forced or not.
+// Host-only: the shapes the wgmma kernel does not serve stay on the mma.sync kernels, forced or not; an FP8 cache
+// is served as a bf16 one.
 TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
   kernels::AttentionParams p = shape_of(96, 8, 128);
   p.n_tokens = 8192;
@@ -91,7 +100,8 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
     kernels::AttentionParams fp8 = p;
     float dummy = 0;
     fp8.k_scales = fp8.v_scales = &dummy;
-    EXPECT_EQ(kc::plan_paged_attention(fp8, kH200Sms, o).kernel, kc::AttentionKernel::kShared) << "fp8 cache";
+    EXPECT_EQ(kc::plan_paged_attention(fp8, kH200Sms, o).kernel, kc::plan_paged_attention(p, kH200Sms, o).kernel)
+        << "fp8 cache";
     kernels::AttentionParams hd64 = shape_of(96, 8, 64);
     hd64.n_tokens = p.n_tokens;
     hd64.n_seqs = 1;
@@ -158,6 +168,7 @@ class CudaAttentionWgmma : public gpu_oracle::CudaVsCpuTest {
   }
 
   void run_cases(bool cpu_ref);
+  void run_fp8_cases();
 
   uint64_t seed_ = 11;
 };
@@ -217,6 +228,55 @@ void CudaAttentionWgmma::run_cases(bool cpu_ref) {
   }
 }
 
+void CudaAttentionWgmma::run_fp8_cases() {
+  constexpr int hd = 128;
+  std::vector<Case> fp8_cases;
+  for (const Case& c : cases())
+    if (!c.cpu_ref) fp8_cases.push_back(c);
+  fp8_cases.push_back({96, 8, 16, {{1, 0}, {77, 35}, {129, 1000}, {300, 17}}, false, "Air heads: ragged 4 seqs"});
+  fp8_cases.push_back({16, 2, 32, {{250, 333}, {131, 2}, {17, 95}}, false, "cache block 32, chunks over odd prefixes"});
+  for (const Case& c : fp8_cases) {
+    SCOPED_TRACE(c.what);
+    int64_t n_blocks = 0;
+    const model::ForwardBatch batch = batch_of(c, rng_, &n_blocks);
+    ASSERT_TRUE(batch.validate(1, n_blocks, c.bs).is_ok());
+    const int64_t T = batch.n_tokens(), n_slots = n_blocks * c.bs, width = static_cast<int64_t>(c.nh) * hd;
+    const int64_t kv_width = static_cast<int64_t>(c.kvh) * hd;
+    auto meta16 = model::build_attention_meta(batch, *gpu_, c.bs, shape_of(c.nh, c.kvh, hd)).value();
+    Tensor gq = gpu_random({T, width}, 1.f), gk = gpu_random({n_slots, kv_width}, 1.f),
+           gv = gpu_random({n_slots, kv_width}, 2.f);
+    // The FP8 cache of the same K / V: every slot written by the CUDA kv_write (per slot and kv head scales).
+    Tensor k8 = gpu_->alloc(DType::kFP8E4M3, {n_slots, kv_width}), v8 = gpu_->alloc(DType::kFP8E4M3, {n_slots, kv_width});
+    Tensor ks = gpu_->alloc(DType::kF32, {n_slots, c.kvh}), vs = gpu_->alloc(DType::kF32, {n_slots, c.kvh});
+    std::vector<int32_t> all(n_slots);
+    std::iota(all.begin(), all.end(), 0);
+    backend::AttentionMeta wm;
+    wm.slot_mapping = gpu_->upload(Tensor::view_of(all.data(), DType::kI32, {n_slots}));
+    wm.params = shape_of(c.nh, c.kvh, hd);
+    wm.params.k_scales = ks.data<float>();
+    wm.params.v_scales = vs.data<float>();
+    gpu_->kv_write(gk, gv, wm, k8, v8);
+    auto meta8 = meta16;
+    meta8.params.k_scales = ks.data<float>();
+    meta8.params.v_scales = vs.data<float>();
+    kc::AttentionPlanOptions forced;
+    forced.force = Force::kWgmmaWs;
+    const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(meta8.params, kH200Sms, forced);
+    ASSERT_EQ(plan.parts[plan.n_parts - 1].launch.kernel, kc::AttentionKernel::kWgmmaWs) << "FP8 cache not on wgmma_ws";
+    const Tensor shared8 = run_kernel("shared", gq, k8, v8, meta8, T, width);
+    const Tensor ws8 = run_kernel("wgmma_ws", gq, k8, v8, meta8, T, width);
+    const Tensor ws16 = run_kernel("wgmma_ws", gq, gk, gv, meta16, T, width);
+    const Err vs_shared = compare(ws8, shared8), vs_bf16 = compare(ws8, ws16);
+    const bool pass = vs_shared.rel_l2 <= kTolKernels && vs_bf16.rel_l2 <= kTolFp8Quant;
+    EXPECT_LE(vs_shared.rel_l2, kTolKernels);
+    EXPECT_LE(vs_bf16.rel_l2, kTolFp8Quant);
+    std::printf("[ %s ] wgmma_ws fp8 %-48s T %-6lld vs shared fp8 rel_l2 %.3e max_abs %.3e (tol %.0e) | vs bf16 "
+                "cache rel_l2 %.3e (quantization, tol %.0e)\n",
+                pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_shared.rel_l2, vs_shared.max_abs,
+                kTolKernels, vs_bf16.rel_l2, kTolFp8Quant);
+  }
+}
+
 // Forcing the retired first wgmma kernel is an error naming its replacement (no silent fallback).
 TEST_F(CudaAttentionWgmma, RetiredWgmmaForceIsRefused) {
   const Status s = gpu_->set_kernel_options({.attention_kernel = "wgmma"});
@@ -230,6 +290,8 @@ TEST_F(CudaAttentionWgmma, RetiredWgmmaForceIsRefused) {
 TEST_F(CudaAttentionWgmma, MatchesCpuReference) { run_cases(true); }
 // GLM-4.5-Air prefill sizes against the shared kernel.
 TEST_F(CudaAttentionWgmma, LargeMatchesSharedKernel) { run_cases(false); }
+// An FP8 E4M3 cache: wgmma_ws (the producer dequantizes) against the shared kernel on the same codes.
+TEST_F(CudaAttentionWgmma, Fp8CacheMatchesSharedKernel) { run_fp8_cases(); }
 
 }  // namespace
 }  // namespace mxserve

@@ -9,6 +9,8 @@
 //                dequantized K and V element in the kernels' registers (2^-9 relative, ~2^-9/sqrt(3) RMS).
 //                Each tensor-core kernel runs with both FP8 tile loaders (kv_fp8_tile.cuh's cp.async pipeline,
 //                the default, and the old plain loads, MXSERVE_FP8_KV_PLAIN_LOADS=1): outputs byte for byte equal.
+//                wgmma_ws (Hopper, forced) dequantizes in its producer warpgroup: one loader, the same tolerance; on
+//                shapes it does not serve (tree, head_dim != 128) or off sm_90 the shared kernel runs, said once.
 // Cases: decode rows at contexts 1, 100, 2048, 8192; prefill chunks over a cached prefix; tree rows.
 #include <gtest/gtest.h>
 
@@ -136,6 +138,7 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
       {96, 8, 128, {{1, 8192}, {1, 100}, {1, 1}, {1, 2048}}, "decode batch, mixed contexts"},
       {96, 8, 128, {{64, 700}, {1, 300}}, "prefill chunk over a cached prefix + a decode"},
       {96, 8, 128, {{256, 2304}}, "prefill chunk of 256 over 2048 cached"},
+      {96, 8, 128, {{300, 1300}, {129, 129}, {1, 40}}, "prefill chunks over odd prefixes (wgmma_ws: ragged runs)"},
       {8, 2, 128, {{1, 4096}, {9, 9}}, "group 4, long decode + a short prefill"},
       {8, 1, 16, {{9, 9}, {1, 40}}, "head_dim 16, one kv head"},
       {32, 1, 64, {{5, 5}, {1, 600}}, "group 32: CUDA-core kernel"},
@@ -199,7 +202,7 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
     Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
     cpu_->attention(q, kv.ck, kv.cv, cmeta, ref);
     Tensor gq = gpu_bf16(q);
-    for (const char* kernel : {"", "warp", "shared", "simt"}) {
+    for (const char* kernel : {"", "warp", "shared", "simt", "wgmma_ws"}) {
       SCOPED_TRACE(kernel);
       backend::KernelOptions forced;
       forced.attention_kernel = kernel;

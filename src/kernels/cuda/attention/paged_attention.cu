@@ -389,7 +389,7 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     if (force == Force::kShared || force == Force::kWgmmaWs) shared = true;
     if (p.tree_mask != nullptr) shared = false;
     // Long prefill chunks (>= 64 rows per sequence on average, at least one wave of 128-row blocks) take the
-    // wgmma kernel where it serves the batch; elsewhere (FP8 cache, tree mask, not sm_90, head_dim != 128)
+    // wgmma kernel where it serves the batch (bf16 or FP8 cache); elsewhere (tree mask, not sm_90, head_dim != 128)
     // the mma.sync kernels run, said once.
     const int64_t wgmma_blocks = (p.n_tokens + kWgmmaRowsPerBlock - 1) / kWgmmaRowsPerBlock * p.n_heads;
     const bool wgmma_shape = p.n_tokens >= 64ll * std::max(p.n_seqs, 1) && wgmma_blocks >= n_sms;
@@ -452,7 +452,7 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
   if (plan.kernel != AttentionKernel::kSimt) {
     if (plan.kernel == AttentionKernel::kWgmmaWs) {
       MX_CHECK_MSG(plan.n_splits == 1, "paged attention: the wgmma kernel has no context split (planner bug)");
-      paged_attention_wgmma_ws_bf16(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
+      paged_attention_wgmma_ws(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
       return;
     }
     if (plan.kernel == AttentionKernel::kWarp)

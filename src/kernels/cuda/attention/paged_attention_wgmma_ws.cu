@@ -1,5 +1,5 @@
-// Paged causal GQA prefill / extend attention on Hopper warpgroup MMA (wgmma, sm_90a), bf16 cache, head_dim 128,
-// warp-specialized (FlashAttention-3 structure). One block = 128 consecutive query rows (tokens) of one q head;
+// Paged causal GQA prefill / extend attention on Hopper warpgroup MMA (wgmma, sm_90a), bf16 or FP8 E4M3 cache,
+// head_dim 128, warp-specialized (FlashAttention-3 structure). One block = 128 consecutive query rows (tokens) of one q head;
 // 128-key tiles: S = Q K^T with Q and K from 128B-swizzled shared memory (wgmma m64n128k16, both K-major), the
 // online softmax in registers (exp2, fp32), P rounded to bf16 in registers as the A operand of O += P V with V
 // read MN-major (transposed descriptor) from the same [keys][head_dim] tile layout as K. Rows of different
@@ -11,6 +11,11 @@
 //                3-stage ring ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
 //                cp.async.mbarrier.arrive.noinc signals "K landed" / "V landed" on the stage's full barriers; it
 //                refills a stage once both consumer warpgroups arrived on its empty barrier.
+//                FP8 cache (kFp8): the producer dequantizes instead of copying. Each thread loads its rows' 8-code
+//                chunks and scales into registers (plain loads, two batches of 8 rows in flight), converts them
+//                with the mma.sync kernels' arithmetic (fp8x8_to_bf16: the same bf16 tile, bit for bit) and
+//                stores them into the same swizzled bf16 ring, then fence.proxy.async and a plain mbarrier arrive.
+//                The consumers are unchanged: the QK and PV MMAs stay bf16. Registers: producer 56, consumers 224.
 //   warpgroups 1-2  consumers (setmaxnreg up to 232), 64 query rows each, Q in shared memory. Per tile j, FA3's
 //                intra-warpgroup pipelining: S(j) = Q K(j)^T is issued, then O += P(j-1) V(j-1), and the
 //                softmax of S(j) (in place, fp32) runs while the P V MMAs are in flight; O is rescaled and P(j)
@@ -20,7 +25,7 @@
 // interleave freely on the tensor cores (kept for the comparison row of dev/kernels/bench_prefill_attention).
 // Invariants: token t attends to keys [0, kv_index[t]] of its sequence token_seq[t] (as the other kernels).
 // Not served here (the planner keeps them on the mma.sync kernels; paged_attention_wgmma_supports says why):
-// FP8 caches, tree masks, other head dims, devices other than sm_90. Issue 31 retired the first, non-specialized
+// tree masks, other head dims, devices other than sm_90. Issue 31 retired the first, non-specialized
 // wgmma kernel (paged_attention_wgmma.cu, "wgmma"): auto always ran this one and the other had the same support
 // rule, so it was no fallback.
 // Design notes: docs/perf/prefill.md. Primitives: common/wgmma_sm90.cuh, wgmma_tile.cuh, sm90_sync.cuh.
@@ -31,6 +36,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/attention/sm90_sync.cuh"
 #include "kernels/cuda/attention/wgmma_tile.cuh"
@@ -59,6 +65,8 @@ constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + 1024;  // + alig
 
 #ifdef MX_WGMMA_DEVICE
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+constexpr int kProducerRegsFp8 = 56, kConsumerRegsFp8 = 224;  // 128 x 56 + 256 x 224 = 64512: two 8-row batches
+                                                               // in flight without spilling
 constexpr uint32_t kQColBlockBytes = 64 * 128;
 constexpr uint32_t kTileColBlockBytes = kKeys * 128;
 using wgmma_tile::cp_async16;
@@ -154,10 +162,37 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kK
 }
 #endif
 
-template <bool kPingPong>
+// Producer side of an FP8 tile: 8 of this thread's 16 tile rows (rows row_lo + 8 (8 b + i)), loaded into registers
+// (codes; the row's scale arrives by shuffle at store time), then dequantized into the swizzled bf16 tile.
+#ifdef MX_WGMMA_DEVICE
+struct Fp8Rows {
+  uint2 codes[8];
+};
+__device__ __forceinline__ void fp8_load_rows(Fp8Rows& r, const uint8_t* base, int64_t row_bytes, int slot, int b,
+                                              int half) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int sl = __shfl_sync(0xffffffffu, slot, 2 * (8 * b + i) + half);
+    r.codes[i] = sl >= 0 ? __ldg(reinterpret_cast<const uint2*>(base + static_cast<int64_t>(sl) * row_bytes))
+                         : make_uint2(0u, 0u);  // past the run's keys: zero (finite; masked or P = 0)
+  }
+}
+__device__ __forceinline__ void fp8_store_rows(const Fp8Rows& r, uint32_t dst, float scale, int b, int half) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float sc = __shfl_sync(0xffffffffu, scale, 2 * (8 * b + i) + half);
+    const uint4 v = fp8x8_to_bf16(r.codes[i], sc);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + (8 * b + i) * 1024), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+  }
+}
+#endif
+
+template <bool kPingPong, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    paged_attention_wgmma_ws_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-                                    const bf16* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
+    paged_attention_wgmma_ws_kernel(const bf16* __restrict__ q, const void* __restrict__ k_cache,
+                                    const void* __restrict__ v_cache, const int32_t* __restrict__ token_seq,
                                     const int32_t* __restrict__ kv_index, const int32_t* __restrict__ block_tables,
                                     bf16* __restrict__ out, AttentionParams p) {
 #ifdef MX_WGMMA_DEVICE
@@ -198,16 +233,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     // ---- producer: every run's key tiles, in the order the consumers walk them ----
-    sm90::setmaxnreg_dec<kProducerRegs>();
-    const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * kHeadDim;
+    if constexpr (kFp8) sm90::setmaxnreg_dec<kProducerRegsFp8>();
+    else sm90::setmaxnreg_dec<kProducerRegs>();
+    const int64_t kv_width = static_cast<int64_t>(p.n_kv_heads) * kHeadDim;  // elements (bytes: FP8 codes)
     // This thread copies 16-byte chunk c of tile rows row_lo + 8 i (i < 16): the 16 threads of a half warp cover
     // one 256-byte row. The page-table lookup of each row is done once per tile, by one lane of the warp (lane L
     // of warp w: row 2 w + (L & 1) + 8 (L >> 1)), and fetched by shuffle: the producer's instruction count per
     // tile stays small next to the consumers' (they share the SM's issue slots).
     const int c = wtid % kChunks, row_lo = wtid / kChunks, half = row_lo & 1;
     const int lane = wtid % 32, my_row = 2 * (wtid / 32) + (lane & 1) + 8 * (lane >> 1);
-    const bf16* k_base = k_cache + kvh * kHeadDim + c * 8;
-    const bf16* v_base = v_cache + kvh * kHeadDim + c * 8;
+    const bf16* k_base = static_cast<const bf16*>(k_cache) + kvh * kHeadDim + c * 8;
+    const bf16* v_base = static_cast<const bf16*>(v_cache) + kvh * kHeadDim + c * 8;
+    const uint8_t* k_codes = static_cast<const uint8_t*>(k_cache) + kvh * kHeadDim + c * 8;
+    const uint8_t* v_codes = static_cast<const uint8_t*>(v_cache) + kvh * kHeadDim + c * 8;
     const uint32_t dst_lo = swz(row_lo, c, kTileColBlockBytes);  // row row_lo + 8 i: + 1024 i (same swizzle)
     const int bs = p.block_size;
     uint32_t it = 0;  // tiles issued so far (ring position)
@@ -220,8 +258,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int key = tile * kKeys + my_row;
         const int slot = key < run_end ? table[key / bs] * bs + key % bs : -1;  // -1: past the run's keys
         const int s = it % kStages;
-        sm90::mbar_wait(bar_empty(s), ((it / kStages) & 1) ^ 1);
         const uint32_t kd = ring_smem + s * kStageBytes + dst_lo, vd = kd + kTileBytes;
+        if constexpr (kFp8) {
+          // The scales of this lane's lookup row (fetched by shuffle with the codes' rows), then K in two 8-row
+          // batches and V in two, one batch's loads in flight while the other is stored. K lands first: the
+          // consumers start S = Q K^T before V has.
+          const int64_t sidx = slot >= 0 ? static_cast<int64_t>(slot) * p.n_kv_heads + kvh : 0;
+          const float ks = slot >= 0 ? __ldg(p.k_scales + sidx) : 0.f;
+          const float vs = slot >= 0 ? __ldg(p.v_scales + sidx) : 0.f;
+          Fp8Rows a, b;
+          fp8_load_rows(a, k_codes, kv_width, slot, 0, half);
+          sm90::mbar_wait(bar_empty(s), ((it / kStages) & 1) ^ 1);
+          fp8_load_rows(b, k_codes, kv_width, slot, 1, half);
+          fp8_store_rows(a, kd, ks, 0, half);
+          fp8_load_rows(a, v_codes, kv_width, slot, 0, half);
+          fp8_store_rows(b, kd, ks, 1, half);
+          wgmma::fence_proxy_async_smem();  // generic-proxy stores -> the consumers' wgmma (async proxy) reads
+          sm90::mbar_arrive(bar_k(s));
+          fp8_load_rows(b, v_codes, kv_width, slot, 1, half);
+          fp8_store_rows(a, vd, vs, 0, half);
+          fp8_store_rows(b, vd, vs, 1, half);
+          wgmma::fence_proxy_async_smem();
+          sm90::mbar_arrive(bar_v(s));
+          continue;
+        }
+        sm90::mbar_wait(bar_empty(s), ((it / kStages) & 1) ^ 1);
         // K then V: the consumers start S = Q K^T before V has landed. Keys past the run's end are zero-filled
         // (finite; masked or multiplied by P = 0).
 #pragma unroll
@@ -245,7 +306,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: warpgroup cw serves rows cw * 64 .. + 63 ----
-  sm90::setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kFp8) sm90::setmaxnreg_inc<kConsumerRegsFp8>();
+  else sm90::setmaxnreg_inc<kConsumerRegs>();
   const int cw = wg - 1, warp = wtid / 32, lane = tid % 32;
   const int g = lane / 4, q4 = lane % 4;
   const float c_log2 = p.scale * 1.4426950408889634f;
@@ -417,7 +479,6 @@ int current_device_sm() {
 bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why) {
   const char* reason = nullptr;
   if (p.head_dim != kHeadDim) reason = "head_dim is not 128";
-  else if (p.k_scales != nullptr) reason = "FP8 KV cache (bf16 only)";
   else if (p.tree_mask != nullptr) reason = "tree mask";
   else if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) reason = "n_heads not a multiple of n_kv_heads";
   else if (p.block_size <= 0) reason = "block_size <= 0";
@@ -426,7 +487,7 @@ bool paged_attention_wgmma_supports(const AttentionParams& p, const char** why) 
   return reason == nullptr;
 }
 
-void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
+void paged_attention_wgmma_ws(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,
                                    const int32_t* kv_index, const int32_t* block_tables, void* out,
                                    const AttentionParams& p, cudaStream_t stream, bool ping_pong) {
   if (p.n_tokens == 0) return;
@@ -438,18 +499,21 @@ void paged_attention_wgmma_ws_bf16(const void* q, const void* k_cache, const voi
   MX_CUDA_CHECK(cudaGetDevice(&dev));
   MX_CHECK_LT(dev, 64);
   if (!configured[dev].load()) {
-    for (const void* f : {reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<true>),
-                          reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<false>)})
+    for (const void* f : {reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<true, false>),
+                          reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<false, false>),
+                          reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<true, true>),
+                          reinterpret_cast<const void*>(paged_attention_wgmma_ws_kernel<false, true>)})
       MX_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
     configured[dev].store(true);
   }
   const int64_t row_blocks = (static_cast<int64_t>(p.n_tokens) + kRows - 1) / kRows;
   MX_CHECK_LT(row_blocks, int64_t{65536});
   const dim3 grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(row_blocks));
-  auto* kernel = ping_pong ? paged_attention_wgmma_ws_kernel<true> : paged_attention_wgmma_ws_kernel<false>;
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(static_cast<const bf16*>(q), static_cast<const bf16*>(k_cache),
-                                                 static_cast<const bf16*>(v_cache), token_seq, kv_index, block_tables,
-                                                 static_cast<bf16*>(out), p);
+  const bool fp8 = p.fp8_kv();
+  auto* kernel = ping_pong ? (fp8 ? paged_attention_wgmma_ws_kernel<true, true> : paged_attention_wgmma_ws_kernel<true, false>)
+                           : (fp8 ? paged_attention_wgmma_ws_kernel<false, true> : paged_attention_wgmma_ws_kernel<false, false>);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(static_cast<const bf16*>(q), k_cache, v_cache, token_seq, kv_index,
+                                                 block_tables, static_cast<bf16*>(out), p);
   MX_CUDA_CHECK_LAUNCH();
 }
 
