@@ -15,26 +15,34 @@
 
 namespace mxserve::kernels::cuda {
 
-// Two e4m3 codes (low byte first) -> their values as floats.
-__device__ __forceinline__ float2 fp8x2_e4m3_to_float2(uint32_t two) {
+// Two e4m3 codes (low byte first) -> their values * 2^-8 as floats (exact: the f16 the bits form, widened).
+__device__ __forceinline__ float2 fp8x2_e4m3_to_float2_over_256(uint32_t two) {
   const uint32_t bits = ((two & 0x7fu) << 7) | ((two & 0x80u) << 8) | ((two & 0x7f00u) << 15) | ((two & 0x8000u) << 16);
   __half2 h;
   static_assert(sizeof(h) == 4);
   *reinterpret_cast<uint32_t*>(&h) = bits;
-  const float2 f = __half22float2(h);
+  return __half22float2(h);
+}
+
+// Two e4m3 codes (low byte first) -> their values as floats.
+__device__ __forceinline__ float2 fp8x2_e4m3_to_float2(uint32_t two) {
+  const float2 f = fp8x2_e4m3_to_float2_over_256(two);
   return make_float2(f.x * 256.f, f.y * 256.f);
 }
 
 // 8 codes (raw, low byte first) * scale -> 8 bf16, packed as one 16-byte vector: the one dequantization of
 // the attention kernels' K/V tiles (the plain loader below and the cp.async tile loader, kv_fp8_tile.cuh).
+// The 2^8 goes into the scale once per 8 codes instead of once per code: (v 2^-8) (256 scale) is the same real
+// product as v scale (256 scale is exact: scale <= FLT_MAX / 448), so the f32 rounding, and every bit, is the same.
 __device__ __forceinline__ uint4 fp8x8_to_bf16(uint2 raw, float scale) {
   uint4 out;
   uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+  const float scale256 = scale * 256.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t word = i < 2 ? raw.x : raw.y;
-    const float2 f = fp8x2_e4m3_to_float2((word >> (16 * (i % 2))) & 0xffffu);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+    const float2 f = fp8x2_e4m3_to_float2_over_256((word >> (16 * (i % 2))) & 0xffffu);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale256, f.y * scale256);
     o[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
   return out;
