@@ -385,4 +385,12 @@ void reset_memory_peak(Backend& be) {
   (void)be;
 }
 
+MemoryInterval take_memory_interval(Backend& be) {
+#ifdef MXSERVE_HAVE_CUDA
+  if (be.device().type == DeviceType::kCUDA) return cuda_backend_memory_interval(be);
+#endif
+  (void)be;
+  return {};
+}
+
 }  // namespace mxserve::backend

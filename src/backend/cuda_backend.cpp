@@ -867,6 +867,10 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
   }
 
   cudaStream_t stream() const { return stream_; }
+  MemoryInterval memory_interval() {
+    const kc::CachingAllocator::Interval i = pool_->take_interval();
+    return {true, i.in_use, i.peak};
+  }
   DeviceMemory memory(bool reset_peak) {
     DeviceMemory m;
     m.known = true;
@@ -1007,6 +1011,12 @@ DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak) {
   auto* cuda = dynamic_cast<CudaBackend*>(&be);
   MX_CHECK_MSG(cuda != nullptr, "cuda_backend_memory: backend '" << be.name() << "' is not the CUDA backend");
   return cuda->memory(reset_peak);
+}
+
+MemoryInterval cuda_backend_memory_interval(Backend& be) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  MX_CHECK_MSG(cuda != nullptr, "cuda_backend_memory_interval: backend '" << be.name() << "' is not the CUDA backend");
+  return cuda->memory_interval();
 }
 
 Result<std::unique_ptr<DeviceGraph>> cuda_backend_capture_graph_thread_local(Backend& be,

@@ -33,5 +33,7 @@ Status cuda_graph_try_replay(DeviceGraph& graph);
 // Its device memory (backend/device_memory.h); reset_peak: then starts a new high-water mark. CHECK-fails for
 // another backend.
 struct DeviceMemory;
+struct MemoryInterval;
 DeviceMemory cuda_backend_memory(Backend& be, bool reset_peak);
+MemoryInterval cuda_backend_memory_interval(Backend& be);  // device_memory.h take_memory_interval
 }  // namespace mxserve::backend

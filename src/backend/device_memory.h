@@ -23,4 +23,13 @@ DeviceMemory device_memory(Backend& be);
 // Starts a new high-water mark at the current in-use bytes (no-op without device memory).
 void reset_memory_peak(Backend& be);
 
+// A second high-water mark, independent of the one above (the start-up budget's): the allocator's bytes in use
+// now and their peak since the previous call (or creation); starts a new interval. The serving steps' check
+// against the start-up activation reserve reads it (launch/lockstep_model.h). known == false: no device memory.
+struct MemoryInterval {
+  bool known = false;
+  uint64_t in_use = 0, peak = 0;
+};
+MemoryInterval take_memory_interval(Backend& be);
+
 }  // namespace mxserve::backend

@@ -182,6 +182,7 @@ Result<KvBudget> plan_kv_budget(LaunchedModel& lm, const KvBudgetRequest& r) {
     out.peak_activation_bytes = std::max(out.peak_activation_bytes, peak);
     d.total = m.device_total, d.free = m.device_free;
   }
+  out.peak_activation_per_rank = peaks;
   for (int k = 0; k < world; ++k) {  // what each rank holds (its weights' share, buffers) and its peak
     const backend::DeviceMemory m = backend::device_memory(lm.rank_backend(k));
     MX_LOG(kInfo) << "rank " << k << "/" << world << " on GPU " << m.device << ": " << gib(static_cast<double>(base[k]))

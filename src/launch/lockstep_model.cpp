@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <optional>
 
+#include "backend/device_memory.h"
 #include "core/check.h"
 #include "core/device_oom.h"
+#include "core/logging.h"
 #include "launch/dp_batch.h"
 #include "launch/dp_graph_step.h"
 #include "model/decisions.h"
@@ -117,6 +119,8 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   MX_RETURN_IF_ERROR(before_step());  // lockstep_recovery.cpp
   const std::vector<kvcache::KvCache*> caches = rank_caches(kv);
   std::vector<std::optional<Result<model::ForwardOutput>>> results(world());
+  std::vector<uint64_t> used(world(), 0);  // each rank's activation peak in this job, above what was live before
+  const bool watched = !watch_.reserve().empty();
   {
     std::unique_lock<std::mutex> lock(mutex_);
     // A decision hook (fixture checks) installed on the caller's thread reaches every rank's forward when the
@@ -131,11 +135,17 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
     job_ = [&, hook](int r) {
       model::ScopedDecisionHook scope(hook);
       Result<model::ForwardOutput> res = internal_error("no result");
+      const backend::MemoryInterval before =
+          watched ? backend::take_memory_interval(*ranks_[r].backend) : backend::MemoryInterval{};
       try {
         const Status injected = fault_hook_ ? fault_hook_(r) : Status::ok();
         res = injected.is_ok() ? fn(r, *caches[r]) : Result<model::ForwardOutput>(injected);
       } catch (const DeviceOutOfMemory& oom) {  // core/device_oom.h: this rank's device is full
         res = out_of_memory(oom.what());
+      }
+      if (before.known) {
+        const backend::MemoryInterval after = backend::take_memory_interval(*ranks_[r].backend);
+        used[r] = after.peak > before.in_use ? after.peak - before.in_use : 0;
       }
       if (!res.is_ok()) {  // the others stop at their next collective
         ranks_[r].comm->abort(res.status());
@@ -148,6 +158,15 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
     job_cv_.notify_all();
     done_cv_.wait(lock, [&] { return pending_ == 0; });
     job_ = nullptr;
+  }
+  for (int r = 0; watched && r < world(); ++r) {
+    if (!watch_.over(r, used[r])) continue;
+    MX_LOG(kWarn) << "rank " << r << " of " << world() << ": a step used " << (used[r] >> 20)
+                  << " MiB of activations, above the " << (watch_.reserve()[r] >> 20)
+                  << " MiB the start-up dry run measured for this rank (the reserve left beside the KV pool); the "
+                  << "step: " << step_shape_ << ". The dry run does not cover this step's shape: a step like it can "
+                  << "fail out of memory (its requests fail, the server stays up). To make room: lower "
+                  << "--gpu-memory-utilization, --max-num-batched-tokens or --chunked-prefill-size";
   }
   // The root cause: a rank's own error before the echoes of the group failing on the others.
   int failed = -1;
@@ -162,9 +181,11 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
     bool recoverable = true;  // a full device on every failed rank (the others' echoes carry its code)
     for (int r = 0; r < world(); ++r)
       if (!results[r]->is_ok() && results[r]->status().code() != StatusCode::kOutOfMemory) recoverable = false;
-    return after_failed_step(results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
-                                                                    std::to_string(world())),
-                             recoverable);
+    Status root = results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
+                                                         std::to_string(world()));
+    if (root.code() == StatusCode::kOutOfMemory && !step_shape_.empty())
+      root = Status(root.code(), root.message() + " (the step: " + step_shape_ + ")");
+    return after_failed_step(root, recoverable);
   }
   std::vector<model::ForwardOutput> outs;
   for (auto& r : results) outs.push_back(std::move(**r));
@@ -267,6 +288,7 @@ Status LockstepModel::fence_before_eager() { return graphs_ ? join_->order_ranks
 Status LockstepModel::fence_after_eager() { return graphs_ ? join_->order_root_after_ranks() : Status::ok(); }
 
 Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) {
+  step_shape_ = describe_step(batch);
   MX_RETURN_IF_ERROR(fence_before_eager());
   Result<model::ForwardOutput> out =
       dp_ > 1 ? run_split(batch, kv,
@@ -281,6 +303,7 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                                      kvcache::KvCache& kv, Tensor& logits, Tensor* hidden) {
   if (per_rank_ != nullptr && per_rank_->recording()) return per_rank_->record(ids, positions, meta, kv, logits, hidden);
+  step_shape_ = "a device-path step of " + std::to_string(ids.numel()) + " rows (decode / verify, graph shape)";
   const TpGraphChoice choice = graph_choice();
   if (choice.mode == TpGraphMode::kRefused) return unsupported(choice.why);
   if (choice.mode == TpGraphMode::kPerRank) {
@@ -388,6 +411,7 @@ Status LockstepModel::replay_device_graph(backend::DeviceGraph& graph) {
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
+  step_shape_ = "an MTP draft forward of " + describe_step(batch);
   if (graphs_) {  // fenced as forward (only CUDA ranks capture, so this is the device path)
     MX_RETURN_IF_ERROR(fence_before_eager());
     Result<model::ForwardOutput> out = forward_mtp_broadcast(batch, hidden_in, kv);

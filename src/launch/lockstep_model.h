@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "launch/activation_watch.h"
 #include "launch/dp_batch.h"
 #include "launch/rank_graphs.h"
 #include "model/causal_lm.h"
@@ -117,6 +118,9 @@ class LockstepModel final : public model::CausalLM {
   // Frees the other ranks' mirrors of every caller cache (launch_memory.cpp: after each start-up dry run, whose
   // engine and cache are gone; no mirrored cache may be used afterwards).
   void drop_cache_mirrors() { mirrors_.clear(); }
+  // The start-up dry run's activation reserve of each rank (launch_memory.h KvBudget): every later job's
+  // activation peak is checked against it, and an out-of-memory failure names the step (activation_watch.h).
+  void set_activation_reserve(std::vector<uint64_t> bytes) { watch_.set_reserve(std::move(bytes)); }
 
  private:
   using RankFn = std::function<Result<model::ForwardOutput>(int rank, kvcache::KvCache& kv)>;
@@ -173,6 +177,8 @@ class LockstepModel final : public model::CausalLM {
   Status broken_;              // not ok: the group failed for good (every later job returns this)
   Status pending_recovery_;    // not ok: a recoverable failure awaits its recovery (the failure)
   int recoveries_ = 0;
+  ActivationWatch watch_;   // set_activation_reserve; run_each checks each rank's job against it
+  std::string step_shape_;  // the current job's step, for the watch's warnings and an OOM failure's message
 
   std::mutex mutex_;
   std::condition_variable job_cv_, done_cv_;

@@ -2,7 +2,9 @@
 #include "kernels/cuda/common/caching_allocator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "core/logging.h"
 
@@ -41,13 +43,14 @@ std::shared_ptr<CachingAllocator> CachingAllocator::create(int device) {
   return made;
 }
 
-uint64_t CachingAllocator::release_cached_on_device(int device, const CachingAllocator* except) {
+uint64_t CachingAllocator::release_cached_on_device(int device, const CachingAllocator* except, int* n_peers) {
   std::vector<std::shared_ptr<CachingAllocator>> peers;
   {
     std::lock_guard<std::mutex> lock(g_registry_mu);
     for (const auto& w : registry())
       if (auto a = w.lock(); a && a->device_ == device && a.get() != except) peers.push_back(std::move(a));
   }
+  if (n_peers != nullptr) *n_peers = static_cast<int>(peers.size());
   uint64_t released = 0;
   for (const auto& a : peers) {  // outside the registry lock; each under its own (no allocator lock is held here)
     released += a->bytes_cached();
@@ -82,12 +85,30 @@ void* CachingAllocator::device_malloc(uint64_t rounded, bool may_release_caches)
     if (err == cudaErrorMemoryAllocation && !injected) {  // then the other allocators' caches on this device
       (void)cudaGetLastError();
       MX_CUDA_CHECK(cudaDeviceSynchronize());  // no work of any rank on this device still reads a cached block
-      const uint64_t released = release_cached_on_device(device_, this);
+      int peers = 0;
+      const uint64_t released = release_cached_on_device(device_, this, &peers);
       if (released > 0) {
         MX_LOG(kWarn) << "CUDA allocator on device " << device_ << ": " << (rounded >> 20) << " MiB did not fit; "
                       << "released " << (released >> 20) << " MiB cached by the other allocators sharing the device "
                       << "(ranks of the shared-device stand-in) and tried again";
         err = cudaMalloc(&p, rounded);
+      }
+      // The other ranks on the device run the same step at the same time: between the release and the retry
+      // they may have allocated the freed bytes (their caches were just emptied) and cached their own
+      // temporaries again. Session 15's stand-in run failed such a retry with 15.6 GiB free right after. A few
+      // more rounds, each after the device's queued work and a short wait, then the failure stands.
+      constexpr int kSharedDeviceRetries = 4;
+      for (int round = 1; err == cudaErrorMemoryAllocation && peers > 0 && round <= kSharedDeviceRetries; ++round) {
+        (void)cudaGetLastError();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2 * round));
+        MX_CUDA_CHECK(cudaDeviceSynchronize());
+        release_cached();
+        (void)release_cached_on_device(device_, this);
+        err = cudaMalloc(&p, rounded);
+        if (err == cudaSuccess)
+          MX_LOG(kWarn) << "CUDA allocator on device " << device_ << ": " << (rounded >> 20) << " MiB fit on retry "
+                        << round << " of " << kSharedDeviceRetries << " (the ranks sharing the device were "
+                        << "releasing and allocating at once)";
       }
     }
   }
@@ -127,6 +148,7 @@ std::shared_ptr<Storage> CachingAllocator::allocate(uint64_t bytes) {
       }
       in_use_ += rounded;
       peak_in_use_ = std::max(peak_in_use_, in_use_);
+      interval_peak_ = std::max(interval_peak_, in_use_);
     }
   }
   if (routed) return allocate_private(routed, bytes, rounded);
@@ -211,6 +233,13 @@ uint64_t CachingAllocator::peak_bytes_in_use() const {
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   peak_in_use_ = in_use_;
+}
+
+CachingAllocator::Interval CachingAllocator::take_interval() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Interval out{in_use_, std::max(interval_peak_, in_use_)};
+  interval_peak_ = in_use_;
+  return out;
 }
 
 uint64_t CachingAllocator::bytes_cached() const {

@@ -52,7 +52,8 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   void release_cached();
   // release_cached() on every live allocator of `device` but `except`; the bytes released. The caller has
   // synchronized the device (a cached block may have been the last use of a kernel still queued).
-  static uint64_t release_cached_on_device(int device, const CachingAllocator* except = nullptr);
+  // peers (optional): how many allocators other than `except` live on the device.
+  static uint64_t release_cached_on_device(int device, const CachingAllocator* except = nullptr, int* peers = nullptr);
 
   uint64_t bytes_in_use() const;
   uint64_t bytes_cached() const;
@@ -60,12 +61,20 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   // with the forward's activation peak measured this way; shared-list blocks only, not graph pools).
   uint64_t peak_bytes_in_use() const;
   void reset_peak();
+  // A second, independent high-water mark for the serving steps' check against that reserve
+  // (launch/lockstep_model.h): the peak since the previous call and the bytes in use now; starts a new interval.
+  struct Interval {
+    uint64_t in_use = 0, peak = 0;
+  };
+  Interval take_interval();
 
  private:
   explicit CachingAllocator(int device) : device_(device) {}
   void give_back(void* p, uint64_t rounded);
   // cudaMalloc; out of memory and may_release_caches: frees this allocator's cached blocks, then every allocator's
-  // on the device, and tries again (the forward's own temporaries); else throws DeviceOutOfMemory at once.
+  // on the device, and tries again (the forward's own temporaries); where other allocators share the device, a
+  // few more rounds of release + retry (kSharedDeviceRetries: the others allocate and cache concurrently); else
+  // throws DeviceOutOfMemory at once.
   void* device_malloc(uint64_t rounded, bool may_release_caches = true);
   std::shared_ptr<Storage> allocate_private(const std::shared_ptr<PrivatePool>& pool, uint64_t bytes,
                                             uint64_t rounded);
@@ -73,7 +82,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   int device_;
   mutable std::mutex mu_;
   std::multimap<uint64_t, void*> free_;  // rounded size -> block
-  uint64_t in_use_ = 0, cached_ = 0, peak_in_use_ = 0;
+  uint64_t in_use_ = 0, cached_ = 0, peak_in_use_ = 0, interval_peak_ = 0;
   std::shared_ptr<PrivatePool> private_;  // routed pool while capturing graphs
 };
 
