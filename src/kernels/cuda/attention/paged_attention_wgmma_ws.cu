@@ -11,10 +11,11 @@
 //                3-stage ring ([K | V][column block 2][128 keys][128 B], 128B-swizzled); each thread's
 //                cp.async.mbarrier.arrive.noinc signals "K landed" / "V landed" on the stage's full barriers; it
 //                refills a stage once both consumer warpgroups arrived on its empty barrier.
-//                FP8 cache (kFp8): the producer dequantizes instead of copying. Each thread loads its rows' 8-code
-//                chunks and scales into registers (plain loads, two batches of 8 rows in flight), converts them
-//                with the mma.sync kernels' arithmetic (fp8x8_to_bf16: the same bf16 tile, bit for bit) and
-//                stores them into the same swizzled bf16 ring, then fence.proxy.async and a plain mbarrier arrive.
+//                FP8 cache (kFp8): the producer dequantizes instead of copying. Each thread loads 16-code chunks
+//                of 8 rows a tile into registers (plain 16-byte loads, two batches of 4 rows in flight), converts
+//                them (fp8x16_to_bf16: the hardware e4m3x2 conversion; the mma.sync kernels' bf16 values, bit
+//                for bit) and stores them into the same swizzled bf16 ring, then fence.proxy.async and a plain
+//                mbarrier arrive.
 //                The consumers are unchanged: the QK and PV MMAs stay bf16. Registers: producer 56, consumers 224.
 //   warpgroups 1-2  consumers (setmaxnreg up to 232), 64 query rows each, Q in shared memory. Per tile j, FA3's
 //                intra-warpgroup pipelining: S(j) = Q K(j)^T is issued, then O += P(j-1) V(j-1), and the
@@ -162,29 +163,38 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[kK
 }
 #endif
 
-// Producer side of an FP8 tile: 8 of this thread's 16 tile rows (rows row_lo + 8 (8 b + i)), loaded into registers
-// (codes; the row's scale arrives by shuffle at store time), then dequantized into the swizzled bf16 tile.
+// Producer side of an FP8 tile. Thread t converts 16-code chunk c16 = t % 8 (bf16 chunks 2 c16, 2 c16 + 1) of
+// tile rows frow + 16 i, frow = t / 8, i < 8: a warp's 32 threads cover 4 whole rows per i. A batch is 4 of those
+// rows (i = 4 b .. 4 b + 3): 16-byte code loads into registers, then fp8x16_to_bf16 and two 16-byte stores per
+// row into the swizzled bf16 tile (row + 16: + 2048 bytes, the same swizzle). Slots and scales come by shuffle from
+// the lane that looked the row up (lane L of warp w: row 4 w + (L & 3) + 16 (L >> 2)).
 #ifdef MX_WGMMA_DEVICE
 struct Fp8Rows {
-  uint2 codes[8];
+  uint4 codes[4];
 };
+__device__ __forceinline__ int fp8_src_lane(int i, int lane) { return 4 * i + (lane >> 3); }
 __device__ __forceinline__ void fp8_load_rows(Fp8Rows& r, const uint8_t* base, int64_t row_bytes, int slot, int b,
-                                              int half) {
+                                              int lane) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int sl = __shfl_sync(0xffffffffu, slot, 2 * (8 * b + i) + half);
-    r.codes[i] = sl >= 0 ? __ldg(reinterpret_cast<const uint2*>(base + static_cast<int64_t>(sl) * row_bytes))
-                         : make_uint2(0u, 0u);  // past the run's keys: zero (finite; masked or P = 0)
+  for (int i = 0; i < 4; ++i) {
+    const int sl = __shfl_sync(0xffffffffu, slot, fp8_src_lane(4 * b + i, lane));
+    r.codes[i] = sl >= 0 ? __ldg(reinterpret_cast<const uint4*>(base + static_cast<int64_t>(sl) * row_bytes))
+                         : make_uint4(0u, 0u, 0u, 0u);  // past the run's keys: zero (finite; masked or P = 0)
   }
 }
-__device__ __forceinline__ void fp8_store_rows(const Fp8Rows& r, uint32_t dst, float scale, int b, int half) {
+__device__ __forceinline__ void st_shared16(uint32_t dst, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void fp8_store_rows(const Fp8Rows& r, uint32_t dst0, uint32_t dst1, float scale, int b,
+                                               int lane) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float sc = __shfl_sync(0xffffffffu, scale, 2 * (8 * b + i) + half);
-    const uint4 v = fp8x8_to_bf16(r.codes[i], sc);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + (8 * b + i) * 1024), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
+  for (int i = 0; i < 4; ++i) {
+    const float sc = __shfl_sync(0xffffffffu, scale, fp8_src_lane(4 * b + i, lane));
+    uint4 lo, hi;
+    fp8x16_to_bf16(r.codes[i], sc, lo, hi);
+    st_shared16(dst0 + (4 * b + i) * 2048, lo);
+    st_shared16(dst1 + (4 * b + i) * 2048, hi);
   }
 }
 #endif
@@ -241,11 +251,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // of warp w: row 2 w + (L & 1) + 8 (L >> 1)), and fetched by shuffle: the producer's instruction count per
     // tile stays small next to the consumers' (they share the SM's issue slots).
     const int c = wtid % kChunks, row_lo = wtid / kChunks, half = row_lo & 1;
-    const int lane = wtid % 32, my_row = 2 * (wtid / 32) + (lane & 1) + 8 * (lane >> 1);
+    const int lane = wtid % 32;
+    // The row whose page-table entry this lane looks up (FP8: the 4-row-per-warp mapping above fp8_load_rows).
+    const int my_row = kFp8 ? 4 * (wtid / 32) + (lane & 3) + 16 * (lane >> 2) : 2 * (wtid / 32) + (lane & 1) + 8 * (lane >> 1);
     const bf16* k_base = static_cast<const bf16*>(k_cache) + kvh * kHeadDim + c * 8;
     const bf16* v_base = static_cast<const bf16*>(v_cache) + kvh * kHeadDim + c * 8;
-    const uint8_t* k_codes = static_cast<const uint8_t*>(k_cache) + kvh * kHeadDim + c * 8;
-    const uint8_t* v_codes = static_cast<const uint8_t*>(v_cache) + kvh * kHeadDim + c * 8;
+    const int c16 = wtid % 8, frow = wtid / 8;  // FP8: 16-code chunk and first row (fp8_load_rows)
+    const uint8_t* k_codes = static_cast<const uint8_t*>(k_cache) + kvh * kHeadDim + c16 * 16;
+    const uint8_t* v_codes = static_cast<const uint8_t*>(v_cache) + kvh * kHeadDim + c16 * 16;
+    const uint32_t fdst0 = swz(frow, 2 * c16, kTileColBlockBytes), fdst1 = swz(frow, 2 * c16 + 1, kTileColBlockBytes);
     const uint32_t dst_lo = swz(row_lo, c, kTileColBlockBytes);  // row row_lo + 8 i: + 1024 i (same swizzle)
     const int bs = p.block_size;
     uint32_t it = 0;  // tiles issued so far (ring position)
@@ -266,18 +280,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int64_t sidx = slot >= 0 ? static_cast<int64_t>(slot) * p.n_kv_heads + kvh : 0;
           const float ks = slot >= 0 ? __ldg(p.k_scales + sidx) : 0.f;
           const float vs = slot >= 0 ? __ldg(p.v_scales + sidx) : 0.f;
+          const uint32_t kt = ring_smem + s * kStageBytes, vt = kt + kTileBytes;
           Fp8Rows a, b;
-          fp8_load_rows(a, k_codes, kv_width, slot, 0, half);
+          fp8_load_rows(a, k_codes, kv_width, slot, 0, lane);
           sm90::mbar_wait(bar_empty(s), ((it / kStages) & 1) ^ 1);
-          fp8_load_rows(b, k_codes, kv_width, slot, 1, half);
-          fp8_store_rows(a, kd, ks, 0, half);
-          fp8_load_rows(a, v_codes, kv_width, slot, 0, half);
-          fp8_store_rows(b, kd, ks, 1, half);
+          fp8_load_rows(b, k_codes, kv_width, slot, 1, lane);
+          fp8_store_rows(a, kt + fdst0, kt + fdst1, ks, 0, lane);
+          fp8_load_rows(a, v_codes, kv_width, slot, 0, lane);
+          fp8_store_rows(b, kt + fdst0, kt + fdst1, ks, 1, lane);
           wgmma::fence_proxy_async_smem();  // generic-proxy stores -> the consumers' wgmma (async proxy) reads
           sm90::mbar_arrive(bar_k(s));
-          fp8_load_rows(b, v_codes, kv_width, slot, 1, half);
-          fp8_store_rows(a, vd, vs, 0, half);
-          fp8_store_rows(b, vd, vs, 1, half);
+          fp8_load_rows(b, v_codes, kv_width, slot, 1, lane);
+          fp8_store_rows(a, vt + fdst0, vt + fdst1, vs, 0, lane);
+          fp8_store_rows(b, vt + fdst0, vt + fdst1, vs, 1, lane);
           wgmma::fence_proxy_async_smem();
           sm90::mbar_arrive(bar_v(s));
           continue;
