@@ -92,6 +92,40 @@ TEST(StepCostModel, RobustToNoiseAndOutliers) {
   EXPECT_LT(worst, 0.06);
 }
 
+// The seed workload's regime at --max-itl-ms 0 (docs/perf/seed-workload.md, session 13's H200 fit as the truth):
+// decode-only steps of 10-16 rows at ~20k context (~30-45 ms) and, one step in 15, an 8k-token chunk over a 12k
+// prefix riding with them (~1.2 s), 3% relative timing noise. Both kinds are predicted within a few % when the
+// steps follow the model's features: the fit itself (absolute least squares, a median-based outlier scale from the
+// many short steps) does not lose the few long ones. So the 55-220% mean error the engine logged on the real seed
+// runs (session 13) comes from what the features leave out, not from the fitting (docs/scheduling.md).
+TEST(StepCostModel, FitsShortDecodeAndLongPrefillStepsAlike) {
+  const StepCostCoefficients truth{24.8e-3, 68.2e-6, 4.79e-9, 340e-6, 39e-9};
+  StepCostModel model;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> noise(-0.03, 0.03);
+  auto step = [&](int i) {
+    StepShape s;
+    const int decodes = 10 + static_cast<int>(rng() % 7);
+    for (int d = 0; d < decodes; ++d) s.add_chunk(19000 + rng() % 2000, 1, 0);
+    if (i % 15 == 0) s.add_chunk(12000, 8000, 0);
+    return s;
+  };
+  for (int i = 0; i < 400; ++i) {
+    const StepShape s = step(i);
+    model.observe(s, scripted_seconds(s, truth) * (1 + noise(rng)));
+  }
+  ASSERT_TRUE(model.ready());
+  double worst_decode = 0, worst_prefill = 0;
+  for (int i = 0; i < 60; ++i) {
+    const StepShape s = step(i);
+    const double err = std::fabs(model.predict(s) / scripted_seconds(s, truth) - 1);
+    (i % 15 == 0 ? worst_prefill : worst_decode) = std::max(i % 15 == 0 ? worst_prefill : worst_decode, err);
+  }
+  EXPECT_LT(worst_decode, 0.06) << "decode-only steps";
+  EXPECT_LT(worst_prefill, 0.06) << "steps with an 8k prefill chunk";
+  EXPECT_LT(model.mean_relative_error(), 0.05);
+}
+
 TEST(StepCostModel, StalledFirstStepsDoNotPoisonTheFit) {
   StepCostModel model;  // e.g. lazy initialisation, or a CUDA-graph capture, in the first steps
   std::mt19937 rng(19);
