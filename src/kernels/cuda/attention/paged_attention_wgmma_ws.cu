@@ -1,6 +1,6 @@
 // Paged causal GQA prefill / extend attention on Hopper warpgroup MMA (wgmma, sm_90a), bf16 or FP8 E4M3 cache,
-// head_dim 128, warp-specialized (FlashAttention-3 structure). One block = 128 consecutive query rows (tokens) of one q head;
-// 128-key tiles: S = Q K^T with Q and K from 128B-swizzled shared memory (wgmma m64n128k16, both K-major), the
+// head_dim 128, warp-specialized (FlashAttention-3 structure). One block = 128 consecutive query rows (tokens) of
+// one q head; 128-key tiles: S = Q K^T with Q and K from 128B-swizzled shared memory (wgmma m64n128k16, both K-major), the
 // online softmax in registers (exp2, fp32), P rounded to bf16 in registers as the A operand of O += P V with V
 // read MN-major (transposed descriptor) from the same [keys][head_dim] tile layout as K. Rows of different
 // sequences in one block are served one sequence (contiguous run of rows) after the other: rows of other runs
