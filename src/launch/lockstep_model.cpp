@@ -110,6 +110,12 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
   return out;
 }
 
+std::string LockstepModel::step_shape() const {
+  if (step_.batch != nullptr) return step_.prefix + describe_step(*step_.batch);
+  if (step_.device_rows == 0) return "a job outside a forward (a graph replay or capture)";
+  return "a device-path step of " + std::to_string(step_.device_rows) + " rows (decode / verify, graph shape)";
+}
+
 Result<model::ForwardOutput> LockstepModel::run_all(kvcache::KvCache& kv, const RankFn& fn) {
   MX_ASSIGN_OR_RETURN(std::vector<model::ForwardOutput> outs, run_each(kv, fn));
   return std::move(outs[0]);
@@ -164,7 +170,7 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
     MX_LOG(kWarn) << "rank " << r << " of " << world() << ": a step used " << (used[r] >> 20)
                   << " MiB of activations, above the " << (watch_.reserve()[r] >> 20)
                   << " MiB the start-up dry run measured for this rank (the reserve left beside the KV pool); the "
-                  << "step: " << step_shape_ << ". The dry run does not cover this step's shape: a step like it can "
+                  << "step: " << step_shape() << ". The dry run does not cover this step's shape: a step like it can "
                   << "fail out of memory (its requests fail, the server stays up). To make room: lower "
                   << "--gpu-memory-utilization, --max-num-batched-tokens or --chunked-prefill-size";
   }
@@ -183,8 +189,8 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
       if (!results[r]->is_ok() && results[r]->status().code() != StatusCode::kOutOfMemory) recoverable = false;
     Status root = results[failed]->status().with_context("rank " + std::to_string(failed) + " of " +
                                                          std::to_string(world()));
-    if (root.code() == StatusCode::kOutOfMemory && !step_shape_.empty())
-      root = Status(root.code(), root.message() + " (the step: " + step_shape_ + ")");
+    if (root.code() == StatusCode::kOutOfMemory)
+      root = Status(root.code(), root.message() + " (the step: " + step_shape() + ")");
     return after_failed_step(root, recoverable);
   }
   std::vector<model::ForwardOutput> outs;
@@ -288,7 +294,7 @@ Status LockstepModel::fence_before_eager() { return graphs_ ? join_->order_ranks
 Status LockstepModel::fence_after_eager() { return graphs_ ? join_->order_root_after_ranks() : Status::ok(); }
 
 Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& batch, kvcache::KvCache& kv) {
-  step_shape_ = describe_step(batch);
+  const StepScope scope(step_, {&batch, "", 0});
   MX_RETURN_IF_ERROR(fence_before_eager());
   Result<model::ForwardOutput> out =
       dp_ > 1 ? run_split(batch, kv,
@@ -303,7 +309,7 @@ Result<model::ForwardOutput> LockstepModel::forward(const model::ForwardBatch& b
 Status LockstepModel::forward_device(const Tensor& ids, const Tensor& positions, const backend::AttentionMeta& meta,
                                      kvcache::KvCache& kv, Tensor& logits, Tensor* hidden) {
   if (per_rank_ != nullptr && per_rank_->recording()) return per_rank_->record(ids, positions, meta, kv, logits, hidden);
-  step_shape_ = "a device-path step of " + std::to_string(ids.numel()) + " rows (decode / verify, graph shape)";
+  step_ = {nullptr, "", ids.numel()};
   const TpGraphChoice choice = graph_choice();
   if (choice.mode == TpGraphMode::kRefused) return unsupported(choice.why);
   if (choice.mode == TpGraphMode::kPerRank) {
@@ -411,7 +417,7 @@ Status LockstepModel::replay_device_graph(backend::DeviceGraph& graph) {
 
 Result<model::ForwardOutput> LockstepModel::forward_mtp(const model::ForwardBatch& batch, const Tensor& hidden_in,
                                                         kvcache::KvCache& kv) {
-  step_shape_ = "an MTP draft forward of " + describe_step(batch);
+  const StepScope scope(step_, {&batch, "an MTP draft forward of ", 0});
   if (graphs_) {  // fenced as forward (only CUDA ranks capture, so this is the device path)
     MX_RETURN_IF_ERROR(fence_before_eager());
     Result<model::ForwardOutput> out = forward_mtp_broadcast(batch, hidden_in, kv);

@@ -178,7 +178,21 @@ class LockstepModel final : public model::CausalLM {
   Status pending_recovery_;    // not ok: a recoverable failure awaits its recovery (the failure)
   int recoveries_ = 0;
   ActivationWatch watch_;   // set_activation_reserve; run_each checks each rank's job against it
-  std::string step_shape_;  // the current job's step, for the watch's warnings and an OOM failure's message
+  // The current job's step, described only when a warning or an OOM failure needs it (not on every step): the
+  // caller's batch (valid while its job runs) under a prefix, or a device-path step's row count.
+  struct StepRef {
+    const model::ForwardBatch* batch = nullptr;
+    const char* prefix = "";
+    int64_t device_rows = 0;
+  } step_;
+  std::string step_shape() const;
+  // Sets step_ for a call's jobs and clears it when the call returns (the batch does not outlive it; other jobs,
+  // e.g. a per-rank graph's replay, then read as a device-path step).
+  struct StepScope {
+    StepScope(StepRef& ref, StepRef now) : ref_(ref) { ref_ = now; }
+    ~StepScope() { ref_ = {}; }
+    StepRef& ref_;
+  };
 
   std::mutex mutex_;
   std::condition_variable job_cv_, done_cv_;
