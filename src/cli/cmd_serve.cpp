@@ -20,6 +20,7 @@
 #include "launch/launch.h"
 #include "launch/model_path.h"
 #include "launch/multinode.h"
+#include "runtime/step_log.h"
 #include "server/http_server.h"
 #include "server/serving_model.h"
 
@@ -86,7 +87,7 @@ int cmd_serve(int argc, char** argv) {
                                       "--no-enable-prefix-caching", "--benchmark-mode", "--slo-ttft-over-itl"};
   value_flags.insert({"--allowed-origins", "--spec-acceptance-alarm", "--spec-acceptance-window"});
   value_flags.insert(kSpecValueFlags.begin(), kSpecValueFlags.end());
-  value_flags.insert("--kv-cache-host-memory");
+  value_flags.insert({"--kv-cache-host-memory", "--step-log"});
   bool_flags.insert(kSpecBoolFlags.begin(), kSpecBoolFlags.end());
   bool_flags.insert(kGraphBoolFlags.begin(), kGraphBoolFlags.end());
   bool_flags.insert(kCascadeBoolFlags.begin(), kCascadeBoolFlags.end());
@@ -274,7 +275,16 @@ int cmd_serve(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   // A follower node of a multi-node launch: no HTTP server; it runs node 0's steps on its ranks.
-  if (launch::process_dist_init().node_rank > 0) return serve_follower_node(sc);
+  const bool follower = launch::process_dist_init().node_rank > 0;
+  if (a.has("--step-log")) {  // opened before the port and the model: a bad path fails start-up at once
+    if (follower)
+      return fail(invalid_argument("--step-log: node 0 runs the engine and writes the log; a follower node "
+                                   "(--node-rank > 0) has no steps of its own to log"));
+    auto writer = runtime::StepLogWriter::open(a.get_or("--step-log", ""));
+    if (!writer.is_ok()) return fail(invalid_argument("--step-log " + writer.status().message()));
+    sc.step_log = std::move(*writer);
+  }
+  if (follower) return serve_follower_node(sc);
 
   server::HttpServer http(so);
   if (Status s = http.bind(); !s.is_ok()) {

@@ -1,15 +1,19 @@
 // `mxserve simulate`: the scheduler in virtual time under a fixed step-cost model (runtime/serving_sim.h) over a
 // rate sweep of the shared-prefix workload; prints the bench's table and the knee the model predicts. Its times are
 // the cost model's, not a measurement: use it to see what limits the knee and which flags move it before spending
-// GPU time (docs/scheduling.md "Simulating the knee").
+// GPU time (docs/scheduling.md "Simulating the knee"). With --fit-step-log it simulates nothing: it fits the step cost
+// model to a `serve --step-log` file and prints the fits, their errors and the --step-cost to simulate with
+// (docs/scheduling.md "Recording the steps").
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cli/args.h"
@@ -17,6 +21,7 @@
 #include "bench/metrics.h"
 #include "cli/commands.h"
 #include "runtime/serving_sim.h"
+#include "runtime/step_log.h"
 
 namespace mxserve::cli {
 namespace {
@@ -63,17 +68,73 @@ int fail(const Status& s) {
   return 2;
 }
 
+std::string describe(const runtime::StepCostCoefficients& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%.4g ms + %.4g us/prefill token + %.4g ns/prefill pair + %.4g us/decode row + %.4g ns/decode KV token",
+                1e3 * c.base, 1e6 * c.per_prefill_token, 1e9 * c.per_prefill_pair, 1e6 * c.per_decode_row,
+                1e9 * c.per_decode_kv_token);
+  return buf;
+}
+
+// --fit-step-log FILE: the model's online fit (replayed as the engine fits it) and one batch fit over the whole
+// log, with their relative errors per kind of step (runtime/step_log.h).
+int fit_step_log(const std::string& path) {
+  auto records = runtime::read_step_log(path);
+  if (!records.is_ok()) return fail(records.status());
+  if (records->empty()) return fail(invalid_argument(path + ": no step records (is it a `serve --step-log` file?)"));
+  const runtime::StepLogReport r = runtime::evaluate_step_log(*records);
+  std::printf("step log %s: %lld records (%lld decode-only eager, %lld decode-only graph, %lld with prefill)\n\n",
+              path.c_str(), static_cast<long long>(r.records), static_cast<long long>(r.batch_decode_eager.n),
+              static_cast<long long>(r.batch_decode_graph.n), static_cast<long long>(r.batch_with_prefill.n));
+  std::printf("online fit (replayed as the engine fits it, its state after the last record): %s\n",
+              describe(r.online).c_str());
+  std::printf("batch fit (every record alike, one fit): %s\n\n", describe(r.batch).c_str());
+  std::printf("| fit | steps | n | mean error | median error |\n|---|---|---:|---:|---:|\n");
+  const std::tuple<const char*, const char*, const runtime::StepLogClassError*> rows[] = {
+      {"online", "decode-only, eager", &r.online_decode_eager},
+      {"online", "decode-only, graph", &r.online_decode_graph},
+      {"online", "with prefill", &r.online_with_prefill},
+      {"batch", "decode-only, eager", &r.batch_decode_eager},
+      {"batch", "decode-only, graph", &r.batch_decode_graph},
+      {"batch", "with prefill", &r.batch_with_prefill}};
+  for (const auto& [fit, steps, e] : rows) {
+    if (e->n == 0)
+      std::printf("| %s | %s | 0 | - | - |\n", fit, steps);
+    else
+      std::printf("| %s | %s | %lld | %.1f%% | %.1f%% |\n", fit, steps, static_cast<long long>(e->n),
+                  100 * e->mean_rel_error, 100 * e->median_rel_error);
+  }
+  std::printf("\nonline: each step predicted by the replayed model before it observed that step (what the scheduler "
+              "saw), from the first step it was ready; batch: every step predicted by the batch fit. Error: |measured - "
+              "predicted| / measured.\n");
+  const runtime::StepCostCoefficients& b = r.batch;
+  std::printf("\nsimulate with the batch fit: mxserve simulate --step-cost %.6g,%.6g,%.6g,%.6g,%.6g\n", b.base,
+              b.per_prefill_token, b.per_prefill_pair, b.per_decode_row, b.per_decode_kv_token);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--input-len", "--output-len", "--cache-hit-rate", "--num-prefix-groups", "--rates",
-                           "--num-requests", "--warmup", "--kv-tokens", "--block-size", "--max-num-seqs",
-                           "--max-num-batched-tokens", "--chunked-prefill-size", "--max-itl-ms", "--min-prefill-chunk",
-                           "--slo-ttft-ms", "--step-cost", "--ttft-knee-ms"},
-                          {"--no-enable-prefix-caching", "--slo-ttft-over-itl"});
+  const std::set<std::string> sim_value_flags = {
+      "--input-len", "--output-len", "--cache-hit-rate", "--num-prefix-groups", "--rates", "--num-requests",
+      "--warmup", "--kv-tokens", "--block-size", "--max-num-seqs", "--max-num-batched-tokens",
+      "--chunked-prefill-size", "--max-itl-ms", "--min-prefill-chunk", "--slo-ttft-ms", "--step-cost",
+      "--ttft-knee-ms"};
+  const std::set<std::string> sim_bool_flags = {"--no-enable-prefix-caching", "--slo-ttft-over-itl"};
+  std::set<std::string> value_flags = sim_value_flags;
+  value_flags.insert("--fit-step-log");
+  auto args = Args::parse(argc, argv, value_flags, sim_bool_flags);
   if (!args.is_ok()) return fail(args.status());
   const Args& a = *args;
+  if (a.has("--fit-step-log")) {
+    for (const auto* flags : {&sim_value_flags, &sim_bool_flags})
+      for (const std::string& f : *flags)
+        if (a.has(f))
+          return fail(invalid_argument("--fit-step-log fits a step log and simulates nothing: drop " + f));
+    return fit_step_log(a.get_or("--fit-step-log", ""));
+  }
   runtime::SimWorkload w;
   runtime::SimConfig c;
   int64_t kv_tokens = 0, max_itl_ms = 0, slo_ttft_ms = 0, knee_ms = 0;

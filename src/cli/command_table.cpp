@@ -126,6 +126,8 @@ std::vector<CommandHelp> build_table() {
                    {"--max-queued-requests", "N", "1024", "waiting requests beyond which new ones get 503 + Retry-After"},
                    {"--kv-cache-host-memory", "SIZE", "0", "host-memory KV tier for evicted prefix blocks, e.g. 32GiB "
                                                            "(0 = off; docs/kv-cache.md)"},
+                   {"--step-log", "FILE", "", "one JSON line per engine step (shape, seconds, graph, prediction) for "
+                                              "`mxserve simulate --fit-step-log`"},
                    {"--allowed-origins", "LIST", "", "CORS: origins a browser page may call from (comma list or JSON "
                                                       "list, * = any); off by default"},
                    {"--spec-acceptance-alarm", "B", "0.2", "warn when the first draft is accepted in fewer than B of "
@@ -309,8 +311,12 @@ std::vector<CommandHelp> build_table() {
                     "seconds a step: base + per prefill token + per attention pair + per decode row + per decode KV "
                     "token (default: GLM-4.5-Air on one H200 as the engine fitted it; serve logs its own fit, 'step cost model ...', and /metrics has it)"},
                    {"--ttft-knee-ms", "MS", "5000", "the knee's TTFT p95 bound"},
+                   {"--fit-step-log", "FILE", "", "instead of simulating: fit the step cost model to a `serve --step-log` "
+                                                  "file, print the online and batch fits, their errors per kind of step "
+                                                  "and the --step-cost to simulate with"},
                },
-               "mxserve simulate --rates 0.2,0.3,0.4 --max-itl-ms 0"});
+               "mxserve simulate --rates 0.2,0.3,0.4 --max-itl-ms 0\n"
+               "mxserve simulate --fit-step-log steps.jsonl"});
   t.push_back({"tune-moe", "tune the MXFP4 MoE kernel choice per token count, write a table (CUDA)",
                "--experts E --hidden H --inter I --top-k K --out FILE [flags]",
                {

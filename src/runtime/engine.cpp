@@ -247,6 +247,7 @@ bool Engine::step() {
     std::vector<RequestId> in_plan;
     for (const auto& c : plan.chunks) in_plan.push_back(c.seq->id);
     const StepShape shape = shape_of(plan);  // before run_plan: finished sequences are freed in it
+    const int64_t replays_before = config_.step_log ? executor_->graph_replays() : 0;
     Status s = Status::ok();
     try {
       s = run_plan(plan);
@@ -257,7 +258,11 @@ bool Engine::step() {
       s = out_of_memory(s.message() + "; the step's " + std::to_string(in_plan.size()) +
                         " request(s) failed (lower --max-num-batched-tokens, --chunked-prefill-size or "
                         "--kv-cache-memory to leave the forward more room)");
-    if (s.is_ok()) record_step_cost(plan, shape, now_seconds() - t0);
+    if (s.is_ok()) {
+      const double seconds = now_seconds() - t0;
+      if (config_.step_log) log_step(plan, shape, t0, seconds, executor_->graph_replays() > replays_before);
+      record_step_cost(plan, shape, seconds);
+    }
     if (!s.is_ok()) {
       // A failed forward (a bug, or the device out of memory), not the requests' fault: fail the batch's
       // requests, keep serving.
@@ -339,6 +344,18 @@ void Engine::record_step_cost(const SchedulePlan& plan, const StepShape& shape, 
     ++st.itl_limited_steps;
   }
   st.over_target_steps += plan.decodes_over_target;
+}
+
+void Engine::log_step(const SchedulePlan& plan, const StepShape& shape, double t0, double seconds, bool graph) {
+  if (std::isnan(step_log_t0_)) step_log_t0_ = t0;
+  StepLogRecord r;
+  r.t = t0 - step_log_t0_;
+  r.seconds = seconds;
+  r.shape = shape;
+  for (const auto& c : plan.chunks) ++(StepShape::is_decode(c.n_tokens, c.n_drafts) ? r.decode_seqs : r.prefill_chunks);
+  r.graph = graph;
+  if (cost_model_.ready()) r.predicted = cost_model_.predict(shape);
+  config_.step_log->write(r);
 }
 
 bool Engine::idle() const {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "runtime/spec/drafter.h"
 #include "runtime/spec/speculative.h"
 #include "runtime/spec/verifier.h"
+#include "runtime/step_log.h"
 
 namespace mxserve::runtime {
 
@@ -42,6 +44,8 @@ struct EngineConfig {
   // Host-memory KV tier (--kv-cache-host-memory, kvcache/host_tier.h): bytes of host memory for prefix blocks
   // evicted from the device pool; 0 = off. Needs the prefix cache and one DP rank.
   uint64_t kv_cache_host_memory = 0;
+  // --step-log: one record per successful step (runtime/step_log.h); null = off. Written on the engine thread.
+  std::shared_ptr<StepLogWriter> step_log;
 };
 
 struct SpecStats {  // names after vLLM's spec_decode_* metrics
@@ -164,6 +168,8 @@ class Engine {
   void publish_step_stats(const SchedulePlan& plan, const StepOutcome& step);
   // Feeds a measured step to the cost model; logs the fit periodically and an unreachable target loudly.
   void record_step_cost(const SchedulePlan& plan, const StepShape& shape, double seconds);
+  // --step-log: the step's record, with the cost model's prediction from before record_step_cost observes it.
+  void log_step(const SchedulePlan& plan, const StepShape& shape, double t0, double seconds, bool graph);
   double now_seconds() const;
   // Emits one generated token; returns true when the request is finished by it.
   bool emit_token(Sequence* seq, int32_t token, float logprob, std::vector<TopLogprob> top);
@@ -211,6 +217,7 @@ class Engine {
   StepCostModel cost_model_;                // engine thread only; the scheduler reads it
   std::function<double()> step_clock_;      // null: steady_clock
   double last_cost_log_ = -1e300, last_over_target_warning_ = -1e300;
+  double step_log_t0_ = std::numeric_limits<double>::quiet_NaN();  // start of the first logged step
   // When stats_.blocks_cached was last counted (Engine::step refreshes it only when it can have changed).
   double cached_count_at_ = -1e300;
   int64_t cached_count_finishes_ = -1, cached_count_evictions_ = -1;

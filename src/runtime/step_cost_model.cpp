@@ -67,7 +67,7 @@ std::array<double, N> solve_spd(std::array<std::array<double, N>, N> a, std::arr
 }  // namespace
 
 void StepShape::add_chunk(int64_t start, int64_t n_rows, int64_t n_drafts) {
-  if (n_rows - n_drafts == 1) {
+  if (is_decode(n_rows, n_drafts)) {
     decode_rows += static_cast<double>(n_rows);
     decode_kv_tokens += static_cast<double>(start + n_rows);
     return;
@@ -79,8 +79,8 @@ void StepShape::add_chunk(int64_t start, int64_t n_rows, int64_t n_drafts) {
 
 StepCostModel::StepCostModel(StepCostOptions options) : options_(options), coef_(options.prior) {}
 
-void StepCostModel::observe(const StepShape& shape, double seconds) {
-  if (!std::isfinite(seconds) || seconds <= 0) return;
+bool StepCostModel::push(const StepShape& shape, double seconds) {
+  if (!std::isfinite(seconds) || seconds <= 0) return false;
   const Vec raw = {1.0, shape.prefill_tokens, shape.prefill_pairs, shape.decode_rows, shape.decode_kv_tokens};
   Sample s{{}, seconds};
   for (int j = 0; j < kFeatures; ++j) s.x[j] = raw[j] / kScale[j];
@@ -88,7 +88,17 @@ void StepCostModel::observe(const StepShape& shape, double seconds) {
   window.push_back(s);
   while (static_cast<int>(window.size()) > std::max(options_.window, 1)) window.pop_front();
   ++n_observed_;
-  refit();
+  return true;
+}
+
+void StepCostModel::observe(const StepShape& shape, double seconds) {
+  if (push(shape, seconds)) refit();
+}
+
+void StepCostModel::observe_all(const std::vector<std::pair<StepShape, double>>& steps) {
+  bool any = false;
+  for (const auto& [shape, seconds] : steps) any |= push(shape, seconds);
+  if (any) refit();
 }
 
 void StepCostModel::refit() {

@@ -18,6 +18,8 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <utility>
+#include <vector>
 
 namespace mxserve::runtime {
 
@@ -30,6 +32,7 @@ struct StepShape {
   // A chunk of n_rows rows starting at token `start`, of which the last n_drafts are drafts: a decode when it
   // computes one real token, else a prefill chunk.
   void add_chunk(int64_t start, int64_t n_rows, int64_t n_drafts);
+  static bool is_decode(int64_t n_rows, int64_t n_drafts) { return n_rows - n_drafts == 1; }
 };
 
 struct StepCostCoefficients {  // seconds, per unit of each feature
@@ -61,6 +64,10 @@ class StepCostModel {
 
   // Records a measured step (non-finite or non-positive times are ignored) and refits.
   void observe(const StepShape& shape, double seconds);
+  // Every step into its window in order, then one refit: a batch fit in O(n) (a step log; with a window of at
+  // least steps.size() and decay 1 every step weighs alike). It differs from observe() one by one only in where
+  // the refit's first Huber pass starts: the fit before the batch, not the fit before the last step.
+  void observe_all(const std::vector<std::pair<StepShape, double>>& steps);
   double predict(const StepShape& shape) const;
   bool ready() const;
   const StepCostCoefficients& coefficients() const { return coef_; }
@@ -81,6 +88,7 @@ class StepCostModel {
     Vec x;  // scaled features (scales in step_cost_model.cpp)
     double seconds;
   };
+  bool push(const StepShape& shape, double seconds);  // into its window; false: the time is ignored
   void refit();
 
   StepCostOptions options_;

@@ -244,6 +244,11 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
   ec.eos_token_ids = eos_ids(mc, model_dir, *sm->tokenizer_);
   ec.spec = cfg.spec;
   ec.cuda_graphs = cfg.cuda_graphs;
+  ec.step_log = cfg.step_log;
+  if (cfg.step_log) {
+    MX_LOG(kInfo) << "step log: one JSON line per engine step to " << cfg.step_log->path()
+                  << " (--step-log; fit it with `mxserve simulate --fit-step-log " << cfg.step_log->path() << "`)";
+  }
   if (cfg.kv_cache_host_memory > 0) {  // the host KV tier (docs/kv-cache.md "Host-memory tier")
     if (!cfg.enable_prefix_cache)
       return invalid_argument("--kv-cache-host-memory needs the prefix cache: drop --disable-prefix-cache");

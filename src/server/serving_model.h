@@ -43,6 +43,7 @@ struct ServingConfig {
   bool gpu_memory_utilization_given = false;  // the KV pool is sized from it: named, or serve on CUDA without --kv-cache-memory (cli/kv_pool_flags.h)
   kvcache::KvCacheDtype kv_cache_dtype = kvcache::KvCacheDtype::kAuto;  // --kv-cache-dtype
   uint64_t kv_cache_host_memory = 0;  // --kv-cache-host-memory: host KV tier bytes (0 = off; kvcache/host_tier.h)
+  std::shared_ptr<runtime::StepLogWriter> step_log;  // --step-log FILE, opened by the CLI (null = off)
   std::string moe_activation_dtype;  // --moe-activation-dtype: "" / "bf16", or "fp8_e4m3" (W4A8, gated at start-up)
   bool cascade_attention = true;     // shared-prefix decode attention where it pays (CUDA; --disable-cascade-attention)
   bool enable_prefix_cache = true;

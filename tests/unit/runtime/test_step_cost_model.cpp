@@ -181,6 +181,35 @@ TEST(StepCostModel, IgnoresBadTimes) {
   EXPECT_EQ(model.n_observed(), 0);
 }
 
+// observe_all (the step log's batch fit): the same windows, counts and readiness as observe() one by one, bad times
+// ignored alike, and the same fit up to where the last refit's Huber passes start.
+TEST(StepCostModel, ObserveAllFitsLikeObserveOneByOne) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> noise(-0.03, 0.03);
+  std::vector<std::pair<StepShape, double>> steps;
+  for (int i = 0; i < 300; ++i) {
+    const StepShape s = random_shape(rng);
+    steps.emplace_back(s, scripted_seconds(s) * (1 + noise(rng)));
+  }
+  steps.emplace_back(steps.front().first, -1.0);  // ignored by both
+  StepCostOptions all;
+  all.window = 512;
+  all.decay = 1;
+  StepCostModel one_by_one(all), batch(all);
+  for (const auto& [s, t] : steps) one_by_one.observe(s, t);
+  EXPECT_FALSE(batch.ready());
+  batch.observe_all(steps);
+  EXPECT_EQ(batch.n_observed(), 300);
+  EXPECT_EQ(batch.n_observed(), one_by_one.n_observed());
+  EXPECT_TRUE(batch.ready());
+  expect_converged(batch.coefficients(), one_by_one.coefficients(), 0.02);
+  EXPECT_NEAR(batch.mean_relative_error(), one_by_one.mean_relative_error(), 0.002);
+  StepCostModel empty;
+  empty.observe_all({});
+  EXPECT_EQ(empty.n_observed(), 0);
+  EXPECT_EQ(empty.coefficients().base, StepCostOptions{}.prior.base) << "nothing observed: no refit";
+}
+
 TEST(StepCostModel, MaxPrefillTokensIsTheExactBoundary) {
   StepCostModel model;
   std::mt19937 rng(13);
