@@ -5,12 +5,18 @@
 #     running bash) and starts reliability.sh there with setsid, its output in /tmp/mx_rel; then waits up to
 #     $REL_WAIT s (default 540), printing the metrics every 60 s, and returns what it has so far.
 #   REL_PHASE=collect: waits (up to $REL_WAIT s) for the run to end, then copies /tmp/mx_rel into $OUT.
-# Serve flags: $MX_FLAGS (reliability.sh), pool $REL_KV, rate $REL_RATE, requests $REL_N.
+# Serve flags: $MX_FLAGS (reliability.sh; e.g. --step-log /tmp/mx_rel/steps.jsonl), pool $REL_KV, rate $REL_RATE,
+# requests $REL_N. Output: $OUT/rel.tar.gz (all of /tmp/mx_rel), stdout.log and metrics_over_time.txt.
 set -u
 OUT=${OUT:-/tmp/mxserve_gpu}; mkdir -p "$OUT"
 RUN=/tmp/mx_rel; RP=/tmp/mx_rel_payload
 WAIT=${REL_WAIT:-540}
-snapshot() { cp -r "$RUN"/. "$OUT"/ 2>/dev/null; tail -3 "$RUN/metrics_over_time.txt" 2>/dev/null; }
+# Everything in one archive (the device tool returns few files), the summaries beside it.
+snapshot() {
+  tar -czf "$OUT/rel.tar.gz" -C "$RUN" . 2>/dev/null
+  cp "$RUN/stdout.log" "$RUN/metrics_over_time.txt" "$OUT/" 2>/dev/null
+  tail -3 "$RUN/metrics_over_time.txt" 2>/dev/null
+}
 if [ "${REL_PHASE:-start}" = start ]; then
   P=$(cd "$(dirname "$0")/.." && pwd)
   rm -rf "$RUN" "$RP"; mkdir -p "$RUN"; cp -r "$P" "$RP"
