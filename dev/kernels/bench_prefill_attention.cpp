@@ -5,7 +5,8 @@
 // the shared row. (Issue 31 retired the first wgmma kernel, "wgmma": wgmma_ws ran 1.35-1.59x faster.)
 //   usage: bench_prefill_attention [--quick] [--fp8]
 // --fp8: each shape also over an FP8 E4M3 cache of the same K / V (written by the CUDA kv_write): "shared fp8"
-// (mma.sync, dequantizing in its cp.async tile loader) and "wgmma_ws fp8" (dequantizing in its producer
+// (mma.sync, dequantizing in its cp.async tile loader), "wgmma_ws fp8" (the context dequantized once into a
+// bf16 scratch, then the bf16 kernel) and "wgmma_ws fp8 fused" (dequantizing in its producer
 // warpgroup), timed in the same run as the bf16 rows (their peer: the FP8 cache halves the bytes but adds the
 // dequantization; prefill attention is compute-bound).
 // Shapes: one 8192-token chunk from position 0; one 8192-token chunk over a 12288-token cached prefix (20k
@@ -200,19 +201,25 @@ int main(int argc, char** argv) {
       meta8.params.k_scales = ks.data<float>();
       meta8.params.v_scales = vs.data<float>();
       double shared8_ms = 0;
-      for (const char* kernel : {"shared", "wgmma_ws"}) {
+      // wgmma_ws fp8: the context dequantized once into a bf16 scratch, then the bf16 kernel (the planner's
+      // choice where the scratch holds the step); "wgmma_ws fp8 fused": the producer dequantizes each tile per
+      // q-head block (what ran before; kv_fp8_dequant_once.cu).
+      for (const char* kernel : {"shared", "wgmma_ws", "wgmma_ws fused"}) {
         mx::backend::KernelOptions opts;
-        opts.attention_kernel = kernel;
+        const bool fused = std::strcmp(kernel, "wgmma_ws fused") == 0;
+        opts.attention_kernel = fused ? "wgmma_ws" : kernel;
+        if (fused) opts.attention_fp8_prefill = "fused";
         MX_CHECK(be.set_kernel_options(opts).is_ok());
         Tensor o = be.alloc(DType::kBF16, {T, kHeads * kHd});
         const double ms = mx::kernels::cuda::time_on_stream(stream, [&](int) { be.attention(q, k8, v8, meta8, o); }, 1);
         const double tf = flops / (ms * 1e-3) / 1e12;
         if (std::strcmp(kernel, "shared") == 0) shared8_ms = ms;
         char ratio[64] = "";
-        if (std::strcmp(kernel, "wgmma_ws") == 0)
+        if (std::strncmp(kernel, "wgmma_ws", 8) == 0)
           std::snprintf(ratio, sizeof ratio, "  %.2fx shared fp8", shared8_ms / ms);
+        const std::string label = fused ? "wgmma_ws fp8 fused" : std::string(kernel) + " fp8";
         std::printf("[ BENCH ] %-38s %-24s %10.1f us %7.1f TFLOP/s %5.1f%% of GEMM  rel_l2 vs shared (bf16) %.2e%s\n",
-                    s.what, (std::string(kernel) + " fp8").c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
+                    s.what, label.c_str(), ms * 1e3, tf, 100 * tf / ceil.gemm_tflops,
                     rel_l2(be.to_host(o), ref), ratio);
       }
       MX_CHECK(be.set_kernel_options({}).is_ok());

@@ -79,6 +79,9 @@ struct ExpertWeights {
 struct KernelOptions {
   std::string attention_kernel;        // "" = the planner's choice; CUDA: "simt" | "warp" | "shared" | "wgmma_ws"
   int64_t attention_split_target = 0;  // CUDA: > 0 = warps per SM the decode attention's context split aims for
+  // CUDA, the wgmma prefill kernel over an FP8 KV cache: "" = dequantize the step's context once into a bf16
+  // scratch where it fits (kv_fp8_dequant_once.cu), "fused" = the kernel's producer dequantizes per q-head block.
+  std::string attention_fp8_prefill;
   std::string moe_kernel;              // "" = by token count; CUDA: "grouped" forces the bf16 grouped GEMM (benchmarks),
                                        // "prefill_dequant" the MXFP4 dequantize-then-bf16-GEMM prefill path (>= 1024 tokens)
   // "" or "bf16" = bf16 activations (W4A16); CUDA: "fp8_e4m3" = W4A8 on the MXFP4 experts' wgmma prefill GEMMs
@@ -90,7 +93,8 @@ struct KernelOptions {
   int64_t cascade_min_saved_bytes = kernels::kCascadeMinSavedBytes;  // tests: 0 (every group pays)
   bool fp8_moe_activations() const { return moe_activation_dtype == "fp8_e4m3"; }
   bool is_default() const {
-    return attention_kernel.empty() && attention_split_target == 0 && moe_kernel.empty() &&
+    return attention_kernel.empty() && attention_split_target == 0 && attention_fp8_prefill.empty() &&
+           moe_kernel.empty() &&
            (moe_activation_dtype.empty() || moe_activation_dtype == "bf16");
   }
 };
@@ -119,7 +123,8 @@ class Backend {
   virtual Status set_kernel_options(const KernelOptions& options) {
     if (options.is_default()) return Status::ok();
     return unsupported("backend " + name() + " has no kernel options (attention_kernel '" + options.attention_kernel +
-                       "', attention_split_target " + std::to_string(options.attention_split_target) + ", moe_kernel '" +
+                       "', attention_split_target " + std::to_string(options.attention_split_target) +
+                       ", attention_fp8_prefill '" + options.attention_fp8_prefill + "', moe_kernel '" +
                        options.moe_kernel + "', moe_activation_dtype '" + options.moe_activation_dtype + "')");
   }
   // Cascade (shared-prefix) decode attention for AttentionMeta::cascade: < 0 = off (the batch builder detects

@@ -175,6 +175,10 @@ class CudaBackend final : public Backend, public CudaMlaDsaOps {  // + the MLA /
                               "': expected grouped, prefill_dequant (or empty: by token count)");
     if (!o.moe_activation_dtype.empty() && o.moe_activation_dtype != "bf16" && !o.fp8_moe_activations())
       return invalid_argument("moe activation dtype '" + o.moe_activation_dtype + "': expected bf16 or fp8_e4m3");
+    if (o.attention_fp8_prefill == "fused") a.fp8_prefill = kc::AttentionPlanOptions::Fp8Prefill::kFused;
+    else if (!o.attention_fp8_prefill.empty())
+      return invalid_argument("attention fp8 prefill '" + o.attention_fp8_prefill +
+                              "': expected fused (or empty: dequantize once where the scratch holds the step)");
     a.warp_split_target_per_sm = o.attention_split_target;
     attention_options_ = a;
     if (o.cascade_min_saved_bytes < 0)

@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_backend.h"
 #include "core/numeric.h"
+#include "kernels/cuda/attention/paged_attention_wgmma.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/forward_batch.h"
 #include "gpu_oracle.h"
@@ -114,6 +115,32 @@ TEST(AttentionWgmmaPlan, UnservedShapesKeepTheMmaKernels) {
     tree.tree_base = &base;
     EXPECT_EQ(kc::plan_paged_attention(tree, kH200Sms, o).kernel, kc::AttentionKernel::kWarp) << "tree mask";
   }
+  // An FP8 cache on wgmma_ws is dequantized once where the scratch holds every sequence at the longest context
+  // (1 x 20480 keys of 16-key blocks), and keeps the per-tile dequantization beyond it (4 x 20480 > 65536 slots)
+  // or where the comparison option asks for it.
+  {
+    kc::AttentionPlanOptions o;
+    o.force = Force::kWgmmaWs;
+    kernels::AttentionParams fp8 = p;
+    float dummy = 0;
+    fp8.k_scales = fp8.v_scales = &dummy;
+    const kc::AttentionLaunch one = kc::plan_paged_attention(fp8, kH200Sms, o);
+    if (one.kernel == kc::AttentionKernel::kWgmmaWs) {  // an sm_90 device
+      EXPECT_TRUE(one.fp8_dequant_once);
+      EXPECT_GE(one.workspace_bytes, size_t{2} * kc::kFp8DequantOnceSlots * 8 * 128 * 2);
+      EXPECT_FALSE(kc::plan_paged_attention(p, kH200Sms, o).fp8_dequant_once) << "bf16 cache";
+      kernels::AttentionParams four = fp8;
+      four.n_seqs = 4;
+      four.n_tokens = 4 * 2048;
+      EXPECT_GT(kc::fp8_dequant_once_slots(four), kc::kFp8DequantOnceSlots);
+      const kc::AttentionLaunch over = kc::plan_paged_attention(four, kH200Sms, o);
+      EXPECT_EQ(over.kernel, kc::AttentionKernel::kWgmmaWs);
+      EXPECT_FALSE(over.fp8_dequant_once) << "over the scratch";
+      EXPECT_EQ(over.workspace_bytes, 0u);
+      o.fp8_prefill = kc::AttentionPlanOptions::Fp8Prefill::kFused;
+      EXPECT_FALSE(kc::plan_paged_attention(fp8, kH200Sms, o).fp8_dequant_once) << "fused asked for";
+    }
+  }
   // Short chunks (< 64 rows per sequence) keep the shared kernel on every device.
   kernels::AttentionParams short_chunks = p;
   short_chunks.n_tokens = 40 * 8;
@@ -157,9 +184,10 @@ class CudaAttentionWgmma : public gpu_oracle::CudaVsCpuTest {
   }
   // The GPU output (host f32) of one forced kernel.
   Tensor run_kernel(const char* kernel, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const backend::AttentionMeta& meta, int64_t T, int64_t width) {
+                    const backend::AttentionMeta& meta, int64_t T, int64_t width, const char* fp8_prefill = "") {
     backend::KernelOptions forced;
     forced.attention_kernel = kernel;
+    forced.attention_fp8_prefill = fp8_prefill;
     EXPECT_TRUE(gpu_->set_kernel_options(forced).is_ok());
     Tensor out = poison_bf16({T, width});
     gpu_->attention(q, k, v, meta, out);
@@ -263,17 +291,33 @@ void CudaAttentionWgmma::run_fp8_cases() {
     forced.force = Force::kWgmmaWs;
     const kc::AttentionBatchPlan plan = kc::plan_paged_attention_batch(meta8.params, kH200Sms, forced);
     ASSERT_EQ(plan.parts[plan.n_parts - 1].launch.kernel, kc::AttentionKernel::kWgmmaWs) << "FP8 cache not on wgmma_ws";
+    EXPECT_TRUE(plan.parts[plan.n_parts - 1].launch.fp8_dequant_once) << "the scratch holds every test shape";
+    const kc::AttentionBatchPlan auto_plan = kc::plan_paged_attention_batch(meta8.params, kH200Sms);
     const Tensor shared8 = run_kernel("shared", gq, k8, v8, meta8, T, width);
-    const Tensor ws8 = run_kernel("wgmma_ws", gq, k8, v8, meta8, T, width);
+    const Tensor ws8 = run_kernel("wgmma_ws", gq, k8, v8, meta8, T, width);  // dequantized once (the default)
+    const Tensor fused8 = run_kernel("wgmma_ws", gq, k8, v8, meta8, T, width, "fused");
+    // The planner's own plan: a leading one-row sequence goes to the decode kernel, the rest (its rows' table
+    // rows starting past 0) to the dequantize-once path.
+    const Tensor auto8 = run_kernel("", gq, k8, v8, meta8, T, width);
     const Tensor ws16 = run_kernel("wgmma_ws", gq, gk, gv, meta16, T, width);
     const Err vs_shared = compare(ws8, shared8), vs_bf16 = compare(ws8, ws16);
-    const bool pass = vs_shared.rel_l2 <= kTolKernels && vs_bf16.rel_l2 <= kTolFp8Quant;
+    const Err fused_vs_shared = compare(fused8, shared8), once_vs_fused = compare(ws8, fused8);
+    const Err auto_vs_shared = compare(auto8, shared8);
+    // Both wgmma paths feed the same bf16 tiles (fp8x16_to_bf16) to the same consumer code: equal outputs.
+    const bool pass = vs_shared.rel_l2 <= kTolKernels && vs_bf16.rel_l2 <= kTolFp8Quant &&
+                      fused_vs_shared.rel_l2 <= kTolKernels && once_vs_fused.rel_l2 <= kTolKernels &&
+                      auto_vs_shared.rel_l2 <= kTolKernels;
     EXPECT_LE(vs_shared.rel_l2, kTolKernels);
     EXPECT_LE(vs_bf16.rel_l2, kTolFp8Quant);
-    std::printf("[ %s ] wgmma_ws fp8 %-48s T %-6lld vs shared fp8 rel_l2 %.3e max_abs %.3e (tol %.0e) | vs bf16 "
-                "cache rel_l2 %.3e (quantization, tol %.0e)\n",
+    EXPECT_LE(fused_vs_shared.rel_l2, kTolKernels);
+    EXPECT_LE(once_vs_fused.rel_l2, kTolKernels);
+    EXPECT_LE(auto_vs_shared.rel_l2, kTolKernels);
+    std::printf("[ %s ] wgmma_ws fp8 %-48s T %-6lld dequantized once vs shared fp8 rel_l2 %.3e max_abs %.3e (tol "
+                "%.0e) | fused vs shared %.3e | once vs fused max_abs %.3e (same tiles) | auto (%d part%s) vs shared "
+                "%.3e | vs bf16 cache rel_l2 %.3e (quantization, tol %.0e)\n",
                 pass ? "PASS" : "FAIL", c.what, static_cast<long long>(T), vs_shared.rel_l2, vs_shared.max_abs,
-                kTolKernels, vs_bf16.rel_l2, kTolFp8Quant);
+                kTolKernels, fused_vs_shared.rel_l2, once_vs_fused.max_abs, auto_plan.n_parts,
+                auto_plan.n_parts > 1 ? "s" : "", auto_vs_shared.rel_l2, vs_bf16.rel_l2, kTolFp8Quant);
   }
 }
 

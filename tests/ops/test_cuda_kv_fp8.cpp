@@ -9,8 +9,10 @@
 //                dequantized K and V element in the kernels' registers (2^-9 relative, ~2^-9/sqrt(3) RMS).
 //                Each tensor-core kernel runs with both FP8 tile loaders (kv_fp8_tile.cuh's cp.async pipeline,
 //                the default, and the old plain loads, MXSERVE_FP8_KV_PLAIN_LOADS=1): outputs byte for byte equal.
-//                wgmma_ws (Hopper, forced) dequantizes in its producer warpgroup: one loader, the same tolerance; on
-//                shapes it does not serve (tree, head_dim != 128) or off sm_90 the shared kernel runs, said once.
+//                wgmma_ws (Hopper, forced) runs twice: the context dequantized once into a bf16 scratch (the
+//                planner's choice, kv_fp8_dequant_once.cu) and "wgmma_ws fused" (its producer warpgroup dequantizes);
+//                one loader each, the same tolerance; on shapes it does not serve (tree, head_dim != 128) or off
+//                sm_90 the shared kernel runs, said once.
 // Cases: decode rows at contexts 1, 100, 2048, 8192; prefill chunks over a cached prefix; tree rows.
 #include <gtest/gtest.h>
 
@@ -202,10 +204,12 @@ TEST_F(CudaKvFp8, PagedAttentionReadsFp8Directly) {
     Tensor ref = cpu_->alloc(DType::kF32, {T, c.nh * c.hd});
     cpu_->attention(q, kv.ck, kv.cv, cmeta, ref);
     Tensor gq = gpu_bf16(q);
-    for (const char* kernel : {"", "warp", "shared", "simt", "wgmma_ws"}) {
+    for (const char* kernel : {"", "warp", "shared", "simt", "wgmma_ws", "wgmma_ws fused"}) {
       SCOPED_TRACE(kernel);
       backend::KernelOptions forced;
-      forced.attention_kernel = kernel;
+      const bool fused = std::strcmp(kernel, "wgmma_ws fused") == 0;
+      forced.attention_kernel = fused ? "wgmma_ws" : kernel;
+      if (fused) forced.attention_fp8_prefill = "fused";
       ASSERT_TRUE(gpu_->set_kernel_options(forced).is_ok());
       Tensor outs[2];
       for (int plain = 0; plain < 2; ++plain) {  // the cp.async FP8 loader (default), then the old plain loads

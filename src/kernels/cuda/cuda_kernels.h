@@ -82,6 +82,9 @@ struct AttentionLaunch {
   int split_len = 0;       // keys per split (multiple of the key tile)
   size_t workspace_bytes = 0;
   AttentionSplitSource split_source = AttentionSplitSource::kHeuristic;
+  // kWgmmaWs over an FP8 cache: dequantize the context once into a bf16 scratch in the workspace, then the bf16
+  // kernel (kv_fp8_dequant_once.cu); false: the kernel's producer dequantizes each tile per q-head block.
+  bool fp8_dequant_once = false;
 };
 // Planner overrides, passed down from the backend's typed options (tests and benchmarks compare designs).
 struct AttentionPlanOptions {
@@ -93,6 +96,9 @@ struct AttentionPlanOptions {
   // (kernels/attention_split_table.h; the backend picks it); null or a shape outside it: the heuristic
   // (said once, loudly). warp_splits or warp_split_target_per_sm > 0 override the table.
   const AttentionSplitTable* split_table = nullptr;
+  // kWgmmaWs over an FP8 cache: kAuto dequantizes the context once where the scratch holds the step
+  // (AttentionLaunch::fp8_dequant_once); kFused keeps the producer's per-tile dequantization (the comparison).
+  enum class Fp8Prefill { kAuto, kFused } fp8_prefill = Fp8Prefill::kAuto;
 };
 AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const AttentionPlanOptions& options = {});
 void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cache, const int32_t* token_seq,

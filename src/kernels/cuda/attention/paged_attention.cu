@@ -355,6 +355,29 @@ AttentionLaunch plan_shared(const AttentionParams& p, int n_sms) {
   return plan;
 }
 
+// The wgmma_ws plan for p (no context split). An FP8 cache is dequantized once into the workspace's bf16 scratch
+// where it holds the step (every sequence sized as the longest context); beyond it, said once, the kernel's
+// producer dequantizes per q-head block (~0.7x, docs/perf/seed-workload.md).
+AttentionLaunch plan_wgmma(const AttentionParams& p, const AttentionPlanOptions& o) {
+  AttentionLaunch plan;
+  plan.kernel = AttentionKernel::kWgmmaWs;
+  plan.split_len = 1 << 30;
+  if (p.fp8_kv() && o.fp8_prefill == AttentionPlanOptions::Fp8Prefill::kAuto) {
+    const int64_t slots = fp8_dequant_once_slots(p);
+    if (slots <= kFp8DequantOnceSlots) {
+      plan.fp8_dequant_once = true;
+      plan.workspace_bytes = fp8_dequant_once_workspace_bytes(p);
+    } else {
+      MX_WARN_ONCE << "FP8 prefill attention: a step of " << p.n_seqs << " prefill sequence(s) with contexts up to "
+                   << context_bound(p) << " keys needs " << slots << " bf16 context slots, over the dequantize-once "
+                   << "scratch's " << kFp8DequantOnceSlots << "; the wgmma kernel dequantizes each K/V tile per "
+                   << "q-head block instead (~0.7x its bf16 speed). Fewer sequences per prefill step (a lower "
+                   << "--max-num-batched-tokens) keep the fast path";
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 const char* attention_split_source_name(AttentionSplitSource s) {
@@ -397,23 +420,13 @@ AttentionLaunch plan_paged_attention(const AttentionParams& p, int n_sms, const 
     // kernel on the H200 over the four benchmark shapes, docs/perf/prefill.md; issue 31 retired that one).
     if (force == Force::kWgmmaWs) {
       const char* why = nullptr;
-      if (paged_attention_wgmma_supports(p, &why)) {
-        AttentionLaunch plan;
-        plan.kernel = AttentionKernel::kWgmmaWs;
-        plan.split_len = 1 << 30;
-        return plan;
-      }
+      if (paged_attention_wgmma_supports(p, &why)) return plan_wgmma(p, options);
       MX_WARN_ONCE << "prefill attention: the forced wgmma_ws kernel does not serve this batch (" << why
                    << "); the mma.sync kernel '" << (shared ? "shared" : "warp") << "' runs instead (slower prefill)";
     }
     if (force == Force::kAuto && shared && wgmma_shape) {
       const char* why = nullptr;
-      if (paged_attention_wgmma_supports(p, &why)) {
-        AttentionLaunch plan;
-        plan.kernel = AttentionKernel::kWgmmaWs;
-        plan.split_len = 1 << 30;
-        return plan;
-      }
+      if (paged_attention_wgmma_supports(p, &why)) return plan_wgmma(p, options);
       MX_WARN_ONCE << "prefill attention: the wgmma kernel does not serve this batch (" << why
                    << "); the mma.sync kernels run instead (slower prefill)";
     }
@@ -452,7 +465,11 @@ void paged_attention_bf16(const void* q, const void* k_cache, const void* v_cach
   if (plan.kernel != AttentionKernel::kSimt) {
     if (plan.kernel == AttentionKernel::kWgmmaWs) {
       MX_CHECK_MSG(plan.n_splits == 1, "paged attention: the wgmma kernel has no context split (planner bug)");
-      paged_attention_wgmma_ws(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
+      if (plan.fp8_dequant_once)
+        paged_attention_wgmma_ws_fp8_dequant_once(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p,
+                                                  workspace, plan.workspace_bytes, stream);
+      else
+        paged_attention_wgmma_ws(q, k_cache, v_cache, token_seq, kv_index, block_tables, out, p, stream);
       return;
     }
     if (plan.kernel == AttentionKernel::kWarp)
