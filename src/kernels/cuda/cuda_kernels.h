@@ -64,7 +64,8 @@ enum class AttentionKernel {
   kWgmmaWs, // Hopper wgmma, warp-specialized (producer warpgroup + 2 consumer warpgroups, mbarrier K/V ring,
             // S(j+1) issued before the softmax of tile j; paged_attention_wgmma_ws.cu), 128 query rows of one
             // head per block: long prefill chunks (sm_90, bf16 or FP8 cache, head_dim 128, no tree mask), the
-            // planner's choice there. Tree masks stay on the mma.sync kernels; a batch it does not serve
+            // planner's choice there (an FP8 cache dequantized once into a bf16 scratch first:
+            // AttentionLaunch::fp8_dequant_once). Tree masks stay on the mma.sync kernels; a batch it does not serve
             // falls back to kShared and says so once. (Issue 31 retired the first wgmma kernel, "wgmma".)
 };
 const char* attention_kernel_name(AttentionKernel k);
