@@ -19,7 +19,6 @@
 #include "core/check.h"
 #include "kernels/cuda/attention/kv_fp8_load.cuh"
 #include "kernels/cuda/attention/paged_attention_wgmma.h"
-#include "kernels/cuda/common/block_scan.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 
 namespace mxserve::kernels::cuda {
@@ -56,12 +55,37 @@ Layout layout_of(const AttentionParams& p) {
   return l;
 }
 
+// Inclusive sum of v over the block (kIndexThreads threads).
+__device__ int block_inclusive_sum(int v, int* warp_sums) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
+  if (lane == 31) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_sums[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += n;
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const int out = v + (warp > 0 ? warp_sums[warp - 1] : 0);
+  __syncthreads();  // warp_sums is reused by the next call
+  return out;
+}
+
 __global__ void __launch_bounds__(kIndexThreads)
     fp8_dequant_once_index_kernel(const int32_t* __restrict__ token_seq, const int32_t* __restrict__ kv_index,
                                   int n_tokens, int ns, int nb, int32_t* __restrict__ new_seq,
                                   int32_t* __restrict__ run_row, int32_t* __restrict__ run_end,
                                   int32_t* __restrict__ tables) {
-  __shared__ int warp_sums[32], starts_in_chunk;
+  __shared__ int warp_sums[32];
   __shared__ int carry;  // run id of the previous chunk's last row
   const int tid = threadIdx.x;
   for (int64_t i = tid; i < static_cast<int64_t>(ns + 1) * nb; i += kIndexThreads)
@@ -74,8 +98,7 @@ __global__ void __launch_bounds__(kIndexThreads)
     const bool in = t < n_tokens;
     const int seq = in ? token_seq[t] : 0;
     const bool starts = in && (t == 0 || token_seq[t - 1] != seq);
-    const int before = carry;  // read before the scan's barriers: thread 0 updates it after them
-    const int run = before + block_inclusive_scan(starts ? 1 : 0, warp_sums, &starts_in_chunk);
+    const int run = carry + block_inclusive_sum(starts ? 1 : 0, warp_sums);
     if (in) {
       new_seq[t] = run < ns ? run : ns;  // ns: the sentinel row (no keys)
       if (run < ns) {
@@ -83,7 +106,8 @@ __global__ void __launch_bounds__(kIndexThreads)
         atomicMax(run_end + run, kv_index[t] + 1);
       }
     }
-    if (tid == 0) carry = before + starts_in_chunk;
+    __syncthreads();
+    if (tid == kIndexThreads - 1) carry = run;
     __syncthreads();
   }
 }
