@@ -508,8 +508,18 @@ int64_t LaunchedModel::kv_blocks_for_bytes(int64_t block_size, uint64_t bytes) c
   return runtime::kv_blocks_for_bytes(*models_.front(), block_size, bytes);
 }
 
+void LaunchedModel::set_activation_reserve(std::vector<uint64_t> bytes) {
+  if (auto* group = dynamic_cast<LockstepModel*>(&model())) {
+    group->set_activation_reserve(std::move(bytes));
+  } else if (!leader_ && world() == 1) {
+    executor_reserve_ = bytes.empty() ? 0 : bytes.front();
+  }
+}
+
 std::unique_ptr<runtime::ModelExecutor> LaunchedModel::make_executor(int64_t n_blocks, int64_t block_size) {
-  return runtime::make_model_executor(model(), backend(), n_blocks, block_size);
+  auto ex = runtime::make_model_executor(model(), backend(), n_blocks, block_size);
+  if (executor_reserve_ > 0) ex->watch_activations(executor_reserve_);
+  return ex;
 }
 
 std::unique_ptr<runtime::Engine> LaunchedModel::make_engine(const runtime::EngineConfig& config) {

@@ -103,6 +103,10 @@ class LaunchedModel {
   uint64_t kv_bytes_per_block(int64_t block_size) const;
   int64_t kv_blocks_for_bytes(int64_t block_size, uint64_t bytes) const;
 
+  // The start-up dry run's activation reserve of each rank (launch_memory.h KvBudget): a rank group checks every
+  // job against it (LockstepModel), one rank every executor made afterwards (runtime/executor.h
+  // watch_activations). Empty: not watched.
+  void set_activation_reserve(std::vector<uint64_t> bytes);
   // An executor over a fresh KV pool of n_blocks x block_size on this model's backend.
   std::unique_ptr<runtime::ModelExecutor> make_executor(int64_t n_blocks, int64_t block_size);
   // An engine (not started) with its executor sized from config.n_blocks and config.scheduler.block_size.
@@ -131,6 +135,7 @@ class LaunchedModel {
   double load_s_ = 0;
   NodeSessionPtr node_;                          // multi-node: the links to the other nodes
   std::unique_ptr<model::CausalLM> leader_;     // multi-node, node 0: sends each call to the followers
+  uint64_t executor_reserve_ = 0;               // one rank: set_activation_reserve's, for make_executor
 };
 
 // Validates the config, makes the backend per device of the layout, loads the model. Errors name the flag

@@ -53,7 +53,7 @@ struct KvBudget {
   uint64_t kv_bytes_per_rank = 0;      // what the KV pool of each rank gets
   uint64_t peak_activation_bytes = 0;  // the largest rank's measured forward peak (0: not measured, CPU)
   std::vector<uint64_t> peak_activation_per_rank;  // each rank's (empty: not measured); the serving steps'
-                                                   // check against it: activation_watch.h
+                                                   // check against it: runtime/activation_watch.h
   int64_t profiled_tokens = 0;         // tokens per DP group in the dry run
 };
 

@@ -111,7 +111,7 @@ std::vector<kvcache::KvCache*> LockstepModel::rank_caches(kvcache::KvCache& kv) 
 }
 
 std::string LockstepModel::step_shape() const {
-  if (step_.batch != nullptr) return step_.prefix + describe_step(*step_.batch);
+  if (step_.batch != nullptr) return step_.prefix + runtime::describe_step(*step_.batch);
   if (step_.device_rows == 0) return "a job outside a forward (a graph replay or capture)";
   return "a device-path step of " + std::to_string(step_.device_rows) + " rows (decode / verify, graph shape)";
 }
@@ -167,12 +167,7 @@ Result<std::vector<model::ForwardOutput>> LockstepModel::run_each(kvcache::KvCac
   }
   for (int r = 0; watched && r < world(); ++r) {
     if (!watch_.over(r, used[r])) continue;
-    MX_LOG(kWarn) << "rank " << r << " of " << world() << ": a step used " << (used[r] >> 20)
-                  << " MiB of activations, above the " << (watch_.reserve()[r] >> 20)
-                  << " MiB the start-up dry run measured for this rank (the reserve left beside the KV pool); the "
-                  << "step: " << step_shape() << ". The dry run does not cover this step's shape: a step like it can "
-                  << "fail out of memory (its requests fail, the server stays up). To make room: lower "
-                  << "--gpu-memory-utilization, --max-num-batched-tokens or --chunked-prefill-size";
+    MX_LOG(kWarn) << runtime::activation_over_reserve_message(r, world(), used[r], watch_.reserve()[r], step_shape());
   }
   // The root cause: a rank's own error before the echoes of the group failing on the others.
   int failed = -1;

@@ -42,12 +42,12 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "launch/activation_watch.h"
 #include "launch/dp_batch.h"
 #include "launch/rank_graphs.h"
 #include "model/causal_lm.h"
 #include "parallel/communicator.h"
 #include "parallel/graph_join.h"
+#include "runtime/activation_watch.h"
 
 namespace mxserve::launch {
 
@@ -119,7 +119,7 @@ class LockstepModel final : public model::CausalLM {
   // engine and cache are gone; no mirrored cache may be used afterwards).
   void drop_cache_mirrors() { mirrors_.clear(); }
   // The start-up dry run's activation reserve of each rank (launch_memory.h KvBudget): every later job's
-  // activation peak is checked against it, and an out-of-memory failure names the step (activation_watch.h).
+  // activation peak is checked against it, and an out-of-memory failure names the step (runtime/activation_watch.h).
   void set_activation_reserve(std::vector<uint64_t> bytes) { watch_.set_reserve(std::move(bytes)); }
 
  private:
@@ -177,7 +177,7 @@ class LockstepModel final : public model::CausalLM {
   Status broken_;              // not ok: the group failed for good (every later job returns this)
   Status pending_recovery_;    // not ok: a recoverable failure awaits its recovery (the failure)
   int recoveries_ = 0;
-  ActivationWatch watch_;   // set_activation_reserve; run_each checks each rank's job against it
+  runtime::ActivationWatch watch_;   // set_activation_reserve; run_each checks each rank's job against it
   // The current job's step, described only when a warning or an OOM failure needs it (not on every step): the
   // caller's batch (valid while its job runs) under a prefix, or a device-path step's row count.
   struct StepRef {

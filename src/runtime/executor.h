@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "kernels/sampling_params.h"
 #include "kvcache/host_tier.h"
 #include "model/causal_lm.h"
@@ -104,6 +106,15 @@ class ModelExecutor {
   }
   // Bytes one KV block holds over the whole cache layout (what one host-tier slot takes); 0: no cache.
   virtual uint64_t kv_bytes_per_block() const { return 0; }
+  // One rank: the start-up dry run's activation reserve (launch/launch_memory.h KvBudget). Each eager forward's
+  // allocator high-water mark above what was live before it is checked against it, and a step over it is said
+  // once, loudly, naming its shape (runtime/activation_watch.h; rank groups check their jobs in LockstepModel).
+  // Graph replays allocate nothing and are not watched. 0: not watched. `probe` replaces the backend's allocator
+  // interval (tests; default backend::take_memory_interval). Executors without device memory ignore it.
+  using MemoryProbe = std::function<backend::MemoryInterval()>;
+  virtual void watch_activations(uint64_t reserve_bytes, MemoryProbe probe = nullptr) {}
+  // Steps said to be over the reserve so far.
+  virtual int64_t activation_warnings() const { return 0; }
 };
 
 // The real thing: a CausalLM over a paged KV cache of n_blocks x block_size tokens on its backend.

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/activation_watch.h"
 #include "runtime/decode_graphs.h"
 #include "runtime/mtp_graphs.h"
 #include "kernels/cpu/sampling.h"
@@ -40,7 +41,9 @@ class CausalLmExecutor final : public ModelExecutor {
     }
     // Decode / verify-shaped steps (every row a logit row) without a bucket: said once per kind.
     if (graphs_ && static_cast<int64_t>(batch.logit_rows.size()) == batch.n_tokens()) say_eager("a target", why);
+    const backend::MemoryInterval before = probe_memory();
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward(batch, *kv_));
+    check_activations(before, batch);
     last_logits_ = out.logits;
     return finish(batch, out);
   }
@@ -59,9 +62,16 @@ class CausalLmExecutor final : public ModelExecutor {
       return finish(batch, out);
     }
     if (mtp_graphs_) say_eager("an MTP", why);
+    const backend::MemoryInterval before = probe_memory();
     MX_ASSIGN_OR_RETURN(model::ForwardOutput out, model_.forward_mtp(batch, hidden_in, *kv_));
+    check_activations(before, batch);
     return finish(batch, out);
   }
+  void watch_activations(uint64_t reserve_bytes, MemoryProbe probe) override {
+    watch_.set_reserve(reserve_bytes > 0 ? std::vector<uint64_t>{reserve_bytes} : std::vector<uint64_t>{});
+    probe_ = probe ? std::move(probe) : MemoryProbe([this] { return backend::take_memory_interval(be_); });
+  }
+  int64_t activation_warnings() const override { return activation_warnings_; }
   Tensor select_rows(const Tensor& hidden, const std::vector<int32_t>& rows) override {
     const int64_t R = static_cast<int64_t>(rows.size());
     Tensor idx = be_.upload(Tensor::view_of(const_cast<int32_t*>(rows.data()), DType::kI32, {R}));
@@ -224,6 +234,18 @@ class CausalLmExecutor final : public ModelExecutor {
                      "(--max-num-seqs, --speculative-num-steps / -num-draft-tokens, --max-model-len) always do";
   }
 
+  // watch_activations: the allocator interval before an eager forward (unknown when not watched), then the
+  // forward's peak above what was live before it against the reserve.
+  backend::MemoryInterval probe_memory() { return watch_.reserve().empty() ? backend::MemoryInterval{} : probe_(); }
+  void check_activations(const backend::MemoryInterval& before, const model::ForwardBatch& batch) {
+    if (!before.known) return;
+    const backend::MemoryInterval after = probe_();
+    const uint64_t used = after.peak > before.in_use ? after.peak - before.in_use : 0;
+    if (!watch_.over(0, used)) return;
+    ++activation_warnings_;
+    MX_LOG(kWarn) << activation_over_reserve_message(0, 1, used, watch_.reserve()[0], describe_step(batch));
+  }
+
   static constexpr uint64_t kScratchLease = ~uint64_t{0};  // never handed out by TableRows
 
   model::CausalLM& model_;
@@ -236,6 +258,9 @@ class CausalLmExecutor final : public ModelExecutor {
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA graphs of pure-decode steps (enable_decode_graphs)
   std::unique_ptr<MtpGraphs> mtp_graphs_;  // CUDA graphs of MTP draft steps (enable_decode_graphs)
   std::set<std::string> said_;             // kinds of eager fallback already logged (say_eager)
+  ActivationWatch watch_;                  // watch_activations: one rank's reserve
+  MemoryProbe probe_;
+  int64_t activation_warnings_ = 0;
 };
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include "eval/moe_activation_gate.h"
 #include "io/checkpoint.h"
 #include "launch/launch_memory.h"
-#include "launch/lockstep_model.h"
 #include "model/weight_stats.h"
 #include "runtime/kv_tier_self_test.h"
 #include "server/chat_output.h"
@@ -189,8 +188,7 @@ Result<std::unique_ptr<ServingModel>> ServingModel::load(const ServingConfig& cf
     kr.utilization_given = cfg.gpu_memory_utilization_given;
     MX_ASSIGN_OR_RETURN(launch::KvBudget budget, launch::plan_kv_budget(lm, kr));
     kv_bytes = budget.kv_bytes_per_rank;
-    if (auto* group = dynamic_cast<launch::LockstepModel*>(&lm.model()))
-      group->set_activation_reserve(budget.peak_activation_per_rank);
+    lm.set_activation_reserve(budget.peak_activation_per_rank);
   }
   const uint64_t per_block = lm.kv_bytes_per_block(cfg.block_size);
   int64_t n_blocks = cfg.num_kv_blocks > 0 ? cfg.num_kv_blocks : lm.kv_blocks_for_bytes(cfg.block_size, kv_bytes);

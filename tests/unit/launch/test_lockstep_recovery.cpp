@@ -107,8 +107,8 @@ TEST(LockstepRecovery, Tp2RecoversFromOneRanksOutOfMemory) {
     EXPECT_EQ(failed.status().code(), StatusCode::kOutOfMemory) << failed.status().to_string();
     EXPECT_NE(failed.status().message().find("rank " + std::to_string(failing) + " of 2"), std::string::npos)
         << failed.status().message();
-    // An out-of-memory failure names the step it happened in (launch/activation_watch.h describe_step).
-    EXPECT_NE(failed.status().message().find("(the step: " + describe_step(batch) + ")"), std::string::npos)
+    // An out-of-memory failure names the step it happened in (runtime/activation_watch.h describe_step).
+    EXPECT_NE(failed.status().message().find("(the step: " + runtime::describe_step(batch) + ")"), std::string::npos)
         << failed.status().message();
     auto next = group.forward(batch, kv);
     ASSERT_TRUE(next.is_ok()) << next.status().to_string();

@@ -1,10 +1,11 @@
 // ActivationWatch: every serving step's activation high-water mark on each rank against the activation reserve
-// the start-up dry run measured for that rank (launch_memory.h). The KV budget gives the reserve to each rank,
+// the start-up dry run measured for that rank (launch/launch_memory.h). The KV budget gives the reserve to each rank,
 // and the KV pool takes the rest of --gpu-memory-utilization, so a step of a shape the dry run did not cover
 // that needs more is where an out-of-memory comes from (worst on a GPU shared by several ranks, the one-GPU
 // stand-in, where the ranks peak together). A rank going over its reserve is said once, loudly, naming the
 // step's shape (and again only after another 10%), before any allocation fails; an out-of-memory failure of a
-// step names its shape too (LockstepModel::run_each).
+// step names its shape too. Several ranks: LockstepModel::run_each (launch/lockstep_model.h); one rank: the
+// model executor's eager forwards (runtime/executor.h watch_activations).
 // Cost: one locked read of each rank's allocator counters before and after a rank's job; CPU ranks: none.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 #include "model/forward_batch.h"
 
-namespace mxserve::launch {
+namespace mxserve::runtime {
 
 class ActivationWatch {
  public:
@@ -33,4 +34,9 @@ class ActivationWatch {
 // 2 decode / verify sequences of 8 rows; 12 rows with logits".
 std::string describe_step(const model::ForwardBatch& batch);
 
-}  // namespace mxserve::launch
+// The warning for a step over its rank's reserve (one text for one rank and for rank groups): the bytes, the
+// reserve, the step's shape (describe_step or what the caller knows of it) and what to do. world 1: no rank named.
+std::string activation_over_reserve_message(int rank, int world, uint64_t used, uint64_t reserve,
+                                            const std::string& step_shape);
+
+}  // namespace mxserve::runtime

@@ -1,10 +1,10 @@
 // ActivationWatch and describe_step (activation_watch.h).
-#include "launch/activation_watch.h"
+#include "runtime/activation_watch.h"
 
 #include <algorithm>
 #include <sstream>
 
-namespace mxserve::launch {
+namespace mxserve::runtime {
 
 void ActivationWatch::set_reserve(std::vector<uint64_t> bytes) {
   reserve_ = std::move(bytes);
@@ -45,4 +45,17 @@ std::string describe_step(const model::ForwardBatch& batch) {
   return o.str();
 }
 
-}  // namespace mxserve::launch
+std::string activation_over_reserve_message(int rank, int world, uint64_t used, uint64_t reserve,
+                                            const std::string& step_shape) {
+  std::ostringstream o;
+  if (world > 1) o << "rank " << rank << " of " << world << ": ";
+  o << "a step used " << (used >> 20) << " MiB of activations, above the " << (reserve >> 20)
+    << " MiB the start-up dry run measured " << (world > 1 ? "for this rank " : "")
+    << "(the reserve left beside the KV pool); the step: " << step_shape
+    << ". The dry run does not cover this step's shape: a step like it can fail out of memory (its requests fail, "
+    << "the server stays up). To make room: lower --gpu-memory-utilization, --max-num-batched-tokens or "
+    << "--chunked-prefill-size";
+  return o.str();
+}
+
+}  // namespace mxserve::runtime
